@@ -247,3 +247,49 @@ func FragCountFor(total, s uint32) uint32 {
 	}
 	return uint32((uint64(total) + uint64(s) - 1) / uint64(s))
 }
+
+// SetFragment fills the fragment fields of h (FragCount, FragIndex, Offset,
+// PayloadLen) for fragment i of a message of h.TotalLen bytes cut into
+// fragments of fragSize bytes. An empty message is one empty fragment.
+func (h *Header) SetFragment(i int, fragSize int) {
+	total := int(h.TotalLen)
+	count := 1
+	if total > 0 {
+		count = (total + fragSize - 1) / fragSize
+	}
+	off := i * fragSize
+	n := min(fragSize, total-off)
+	if total == 0 {
+		off, n = 0, 0
+	}
+	h.FragCount = uint16(count)
+	h.FragIndex = uint16(i)
+	h.Offset = uint32(off)
+	h.PayloadLen = uint16(n)
+}
+
+// Datagrams cuts a message into encoded datagrams of at most fragSize
+// payload bytes each, header included. It allocates; it is meant for
+// clients and tests, not for the appliance's hot path.
+func Datagrams(h Header, payload []byte, fragSize int) ([][]byte, error) {
+	if fragSize <= 0 || fragSize > MaxPayload {
+		return nil, fmt.Errorf("wire: fragment size %d out of range 1..%d", fragSize, MaxPayload)
+	}
+	h.TotalLen = uint32(len(payload))
+	count := 1
+	if len(payload) > 0 {
+		count = (len(payload) + fragSize - 1) / fragSize
+	}
+	if count > 65535 {
+		return nil, fmt.Errorf("wire: %d bytes need %d fragments of %d, more than 65535", len(payload), count, fragSize)
+	}
+	out := make([][]byte, count)
+	for i := range out {
+		h.SetFragment(i, fragSize)
+		d := make([]byte, HeaderLen+int(h.PayloadLen))
+		Encode(d, &h)
+		copy(d[HeaderLen:], payload[h.Offset:h.Offset+uint32(h.PayloadLen)])
+		out[i] = d
+	}
+	return out, nil
+}

@@ -1,0 +1,241 @@
+// Package egress sends responses back to their senders through the port
+// they came in on: it fragments each response into datagrams and transmits
+// them in bursts from the port's I/O loop.
+//
+// Producers (inference functions, the reassembler) queue responses with
+// Send or SendWait from any goroutine; the I/O loop calls Flush.
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"sluice/dataplane"
+	"sluice/dataplane/wire"
+)
+
+// Config sizes the egress queue.
+type Config struct {
+	// FragSize is the output bytes per response datagram; it must fit the
+	// port's MTU (wire.DefaultFragSize for 1500-byte Ethernet).
+	FragSize int
+	// QueueLen is how many responses may wait for the I/O loop.
+	QueueLen int
+	// Burst is the most datagrams handed to one TxBurst call.
+	Burst int
+	// Retries is how many times a datagram the driver refused is offered
+	// again before it is counted as failed.
+	Retries int
+}
+
+// DefaultConfig returns the defaults for a 1500-byte MTU.
+func DefaultConfig() Config {
+	return Config{FragSize: wire.DefaultFragSize, QueueLen: 4096, Burst: 32, Retries: 3}
+}
+
+// Response is one answer to one request.
+type Response struct {
+	To     dataplane.Endpoint
+	Model  uint16
+	Flow   uint32
+	ID     uint64
+	Flags  uint8
+	Status wire.Status
+	// Output is the result (nil for errors). It must stay unchanged until
+	// Sent is called.
+	Output []byte
+	// Sent, when set, is called on the I/O loop once Output has been copied
+	// to the wire or dropped, so its owner can reuse the buffer.
+	Sent func(output []byte)
+}
+
+// ErrFull is returned by Send when the queue is full.
+var ErrFull = errors.New("egress: queue full")
+
+// Counters are egress's cumulative counts.
+type Counters struct {
+	Responses atomic.Uint64 // responses fully handed to the driver
+	Datagrams atomic.Uint64 // datagrams handed to the driver
+	QueueFull atomic.Uint64 // responses refused by Send because the queue was full
+	TxFailed  atomic.Uint64 // datagrams the driver refused after all retries
+	ByStatus  [16]atomic.Uint64
+}
+
+// Egress is the response path of one port.
+type Egress struct {
+	cfg Config
+	C   Counters
+
+	mu      sync.Mutex
+	notFull *sync.Cond
+	ring    []Response
+	head, n int
+	closed  bool
+
+	// owned by the I/O loop
+	work []Response
+	dgs  []dataplane.Datagram
+	sent []int // indices into work whose datagrams are all in dgs
+}
+
+// New makes an Egress.
+func New(cfg Config) (*Egress, error) {
+	if cfg.FragSize <= 0 || cfg.FragSize > wire.MaxPayload {
+		return nil, fmt.Errorf("egress: FragSize %d out of range 1..%d", cfg.FragSize, wire.MaxPayload)
+	}
+	if cfg.QueueLen <= 0 || cfg.Burst <= 0 || cfg.Retries < 0 {
+		return nil, fmt.Errorf("egress: need QueueLen > 0, Burst > 0, Retries >= 0")
+	}
+	e := &Egress{
+		cfg:  cfg,
+		ring: make([]Response, cfg.QueueLen),
+		work: make([]Response, 0, cfg.QueueLen),
+		dgs:  make([]dataplane.Datagram, 0, cfg.Burst),
+		sent: make([]int, 0, cfg.QueueLen),
+	}
+	e.notFull = sync.NewCond(&e.mu)
+	return e, nil
+}
+
+// Send queues r without blocking; it returns ErrFull when the queue is full.
+func (e *Egress) Send(r *Response) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == len(e.ring) || e.closed {
+		e.C.QueueFull.Add(1)
+		return ErrFull
+	}
+	e.push(r)
+	return nil
+}
+
+// SendWait queues r, waiting for room until ctx is done.
+func (e *Egress) SendWait(ctx context.Context, r *Response) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == len(e.ring) {
+		stop := context.AfterFunc(ctx, func() {
+			e.mu.Lock()
+			e.notFull.Broadcast()
+			e.mu.Unlock()
+		})
+		defer stop()
+		for e.n == len(e.ring) && !e.closed {
+			if err := ctx.Err(); err != nil {
+				e.C.QueueFull.Add(1)
+				return fmt.Errorf("egress: %w", err)
+			}
+			e.notFull.Wait()
+		}
+	}
+	if e.closed {
+		e.C.QueueFull.Add(1)
+		return ErrFull
+	}
+	e.push(r)
+	return nil
+}
+
+func (e *Egress) push(r *Response) {
+	e.ring[(e.head+e.n)%len(e.ring)] = *r
+	e.n++
+}
+
+// Pending is the number of responses waiting for Flush.
+func (e *Egress) Pending() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n
+}
+
+// Close makes further Sends fail and wakes waiting senders.
+func (e *Egress) Close() {
+	e.mu.Lock()
+	e.closed = true
+	e.notFull.Broadcast()
+	e.mu.Unlock()
+}
+
+// Flush transmits every queued response through port and returns how many
+// responses it finished. It is called from the port's I/O loop only.
+func (e *Egress) Flush(port dataplane.Port) int {
+	e.mu.Lock()
+	for e.n > 0 {
+		e.work = append(e.work, e.ring[e.head])
+		e.ring[e.head] = Response{}
+		e.head = (e.head + 1) % len(e.ring)
+		e.n--
+	}
+	if len(e.work) > 0 {
+		e.notFull.Broadcast()
+	}
+	e.mu.Unlock()
+	if len(e.work) == 0 {
+		return 0
+	}
+	var h wire.Header
+	for i := range e.work {
+		r := &e.work[i]
+		h = wire.Header{Kind: wire.KindResponse, Flags: r.Flags &^ wire.FlagDeadline, Status: r.Status,
+			Model: r.Model, Flow: r.Flow, Request: r.ID, TotalLen: uint32(len(r.Output))}
+		if r.Status != wire.StatusOK {
+			h.TotalLen = 0
+		}
+		count := 1
+		if h.TotalLen > 0 {
+			count = (int(h.TotalLen) + e.cfg.FragSize - 1) / e.cfg.FragSize
+		}
+		for f := 0; f < count; f++ {
+			h.SetFragment(f, e.cfg.FragSize)
+			e.dgs = append(e.dgs, dataplane.Datagram{To: r.To})
+			d := &e.dgs[len(e.dgs)-1]
+			wire.Encode(d.Header[:], &h)
+			if h.PayloadLen > 0 {
+				d.Payload = r.Output[h.Offset : h.Offset+uint32(h.PayloadLen)]
+			}
+			if len(e.dgs) == cap(e.dgs) {
+				e.transmit(port)
+			}
+		}
+		e.sent = append(e.sent, i)
+		e.C.ByStatus[r.Status&15].Add(1)
+	}
+	e.transmit(port)
+	done := len(e.work)
+	clear(e.work)
+	e.work = e.work[:0]
+	return done
+}
+
+// transmit sends the datagrams in dgs, retrying refusals, then tells the
+// owners of fully sent responses.
+func (e *Egress) transmit(port dataplane.Port) {
+	pending := e.dgs
+	for try := 0; len(pending) > 0 && try <= e.cfg.Retries; try++ {
+		n, err := port.TxBurst(pending)
+		if n < 0 {
+			n = 0
+		}
+		e.C.Datagrams.Add(uint64(n))
+		pending = pending[n:]
+		if err != nil {
+			break
+		}
+	}
+	if len(pending) > 0 {
+		e.C.TxFailed.Add(uint64(len(pending)))
+	}
+	clear(e.dgs)
+	e.dgs = e.dgs[:0]
+	for _, i := range e.sent {
+		r := &e.work[i]
+		e.C.Responses.Add(1)
+		if r.Sent != nil {
+			r.Sent(r.Output)
+		}
+	}
+	e.sent = e.sent[:0]
+}

@@ -1,0 +1,179 @@
+// Package ioloop runs one port's receive, reassembly and transmit loop:
+// bursts in, fragments into the reassembly table, completed requests to a
+// sink, released buffers back to the driver in bulk, responses out in
+// bursts. It is the only goroutine that touches the port and the table.
+package ioloop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"sluice/dataplane"
+	"sluice/dataplane/egress"
+	"sluice/dataplane/reasm"
+	"sluice/dataplane/wire"
+)
+
+// Sink receives completed requests on the I/O loop's goroutine. Deliver
+// must not block: a sink that cannot take a request answers it (for example
+// with wire.StatusOverloaded through the Egress) and gives it back with
+// Table.Done.
+type Sink interface {
+	Deliver(r *reasm.Request)
+}
+
+// Config tunes a Loop.
+type Config struct {
+	// Burst is the receive burst size.
+	Burst int
+	// Spin is how many empty polls a poll-mode port gets before the loop
+	// starts sleeping; IdleSleep is the longest sleep.
+	Spin      int
+	IdleSleep time.Duration
+	// DrainTimeout bounds how long Run waits, after its context ends, for
+	// outstanding requests to be given back and their responses sent.
+	DrainTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Burst: 32, Spin: 2000, IdleSleep: 200 * time.Microsecond, DrainTimeout: 5 * time.Second}
+}
+
+// Loop is one port's I/O loop.
+type Loop struct {
+	cfg    Config
+	port   dataplane.Port
+	table  *reasm.Table
+	out    *egress.Egress
+	sink   Sink
+	log    *slog.Logger
+	pkts   []dataplane.Packet
+	epoch  time.Time
+	reject egress.Response
+}
+
+// New wires a loop. The table must have been made with the loop as its
+// handler: use NewTable.
+func New(cfg Config, port dataplane.Port, out *egress.Egress, sink Sink, log *slog.Logger) (*Loop, error) {
+	if cfg.Burst <= 0 {
+		return nil, errors.New("ioloop: Burst must be positive")
+	}
+	if port == nil || out == nil || sink == nil {
+		return nil, errors.New("ioloop: port, egress and sink are required")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Loop{cfg: cfg, port: port, out: out, sink: sink, log: log,
+		pkts: make([]dataplane.Packet, cfg.Burst), epoch: time.Now()}, nil
+}
+
+// NewTable makes the loop's reassembly table, checking that its fragment
+// cap leaves the driver buffers to keep receiving.
+func (l *Loop) NewTable(cfg reasm.Config) (*reasm.Table, error) {
+	if c := l.port.Stats().BufCapacity; c > 0 && uint64(cfg.MaxHeldFragments)+uint64(2*l.cfg.Burst) > c {
+		return nil, fmt.Errorf("ioloop: reassembly may hold %d fragments but the port has only %d buffers (need %d spare for bursts)",
+			cfg.MaxHeldFragments, c, 2*l.cfg.Burst)
+	}
+	t, err := reasm.New(cfg, l)
+	if err != nil {
+		return nil, fmt.Errorf("ioloop: %w", err)
+	}
+	l.table = t
+	return t, nil
+}
+
+// Table returns the loop's reassembly table.
+func (l *Loop) Table() *reasm.Table { return l.table }
+
+// Now is the loop's clock: nanoseconds since the loop was made.
+func (l *Loop) Now() int64 { return int64(time.Since(l.epoch)) }
+
+// Complete implements reasm.Handler.
+func (l *Loop) Complete(r *reasm.Request) { l.sink.Deliver(r) }
+
+// Reject implements reasm.Handler.
+func (l *Loop) Reject(to dataplane.Endpoint, h *wire.Header, st wire.Status) {
+	l.reject = egress.Response{To: to, Model: h.Model, Flow: h.Flow, ID: h.Request, Flags: h.Flags, Status: st}
+	_ = l.out.Send(&l.reject) // a full queue is counted by egress
+}
+
+// Poll runs one iteration: receive a burst, reassemble it, expire, give
+// buffers back, transmit responses. It reports whether there was any work.
+// Run calls it in a loop; benchmarks call it directly.
+func (l *Loop) Poll(now int64) (bool, error) {
+	n, err := l.port.RxBurst(l.pkts)
+	if err != nil {
+		return false, fmt.Errorf("ioloop: rx: %w", err)
+	}
+	for i := 0; i < n; i++ {
+		l.table.Add(&l.pkts[i], now)
+		l.pkts[i] = dataplane.Packet{}
+	}
+	l.table.Expire(now)
+	l.table.DrainDone()
+	if rel := l.table.TakeReleased(); len(rel) > 0 {
+		l.port.Release(rel)
+	}
+	sent := l.out.Flush(l.port)
+	return n > 0 || sent > 0, nil
+}
+
+// Run polls until ctx ends, then drains: requests still assembling are
+// answered shutting_down, and the loop keeps transmitting until every
+// completed request has been given back and answered, or DrainTimeout
+// passes.
+func (l *Loop) Run(ctx context.Context) error {
+	if l.table == nil {
+		return errors.New("ioloop: NewTable was not called")
+	}
+	waiter, _ := l.port.(dataplane.Waiter)
+	idle := 0
+	for ctx.Err() == nil {
+		busy, err := l.Poll(l.Now())
+		if err != nil {
+			return err
+		}
+		if busy {
+			idle = 0
+			continue
+		}
+		idle++
+		switch {
+		case waiter != nil:
+			if err := waiter.Wait(int64(time.Millisecond)); err != nil && ctx.Err() == nil {
+				return fmt.Errorf("ioloop: wait: %w", err)
+			}
+		case idle < l.cfg.Spin:
+			runtime.Gosched()
+		default:
+			time.Sleep(l.cfg.IdleSleep)
+		}
+	}
+	return l.drain()
+}
+
+func (l *Loop) drain() error {
+	l.table.Shutdown()
+	deadline := time.Now().Add(l.cfg.DrainTimeout)
+	for {
+		l.table.DrainDone()
+		if rel := l.table.TakeReleased(); len(rel) > 0 {
+			l.port.Release(rel)
+		}
+		l.out.Flush(l.port)
+		if l.table.Outstanding() == 0 && l.out.Pending() == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			l.log.Warn("ioloop: drain timed out", "outstanding", l.table.Outstanding(), "pending_responses", l.out.Pending())
+			return fmt.Errorf("ioloop: drain: %d requests still outstanding after %v", l.table.Outstanding(), l.cfg.DrainTimeout)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
