@@ -1,0 +1,287 @@
+package ioloop
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/dataplane"
+	"sluice/dataplane/egress"
+	"sluice/dataplane/mem"
+	"sluice/dataplane/reasm"
+	"sluice/dataplane/wire"
+)
+
+// sumSink answers each request with the 64-bit sum of its payload bytes
+// followed by the payload reversed, from its own goroutine, as an inference
+// function would.
+type sumSink struct {
+	loop *Loop
+	out  *egress.Egress
+	in   chan *reasm.Request
+	full bool // answer everything overloaded, as a full queue does
+}
+
+func (s *sumSink) Deliver(r *reasm.Request) {
+	if s.full {
+		h := r.Header()
+		s.loop.Reject(r.From, &h, wire.StatusOverloaded)
+		s.loop.Table().Done(r)
+		return
+	}
+	s.in <- r
+}
+
+func (s *sumSink) run(ctx context.Context, wg *sync.WaitGroup) {
+	defer wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-s.in:
+			buf := make([]byte, r.TotalLen)
+			if err := s.loop.Table().Gather(buf, r); err != nil {
+				panic(err)
+			}
+			s.loop.Table().Done(r)
+			var sum uint64
+			for _, b := range buf {
+				sum += uint64(b)
+			}
+			out := make([]byte, 8+len(buf))
+			binary.BigEndian.PutUint64(out, sum)
+			for i, b := range buf {
+				out[len(out)-1-i] = b
+			}
+			_ = s.out.SendWait(ctx, &egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Output: out})
+		}
+	}
+}
+
+type collector struct {
+	mu   sync.Mutex
+	msgs map[uint64][][]byte
+}
+
+func (c *collector) onTx(to dataplane.Endpoint, d []byte) {
+	var h wire.Header
+	if err := wire.Decode(d, &h); err != nil {
+		panic(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.msgs[h.Request] = append(c.msgs[h.Request], append([]byte(nil), d...))
+}
+
+// response reassembles the response to request id, if complete.
+func (c *collector) response(t *testing.T, id uint64) (wire.Status, []byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ds := c.msgs[id]
+	if len(ds) == 0 {
+		return 0, nil, false
+	}
+	var h wire.Header
+	_ = wire.Decode(ds[0], &h)
+	if len(ds) != int(h.FragCount) {
+		return 0, nil, false
+	}
+	out := make([]byte, h.TotalLen)
+	for _, d := range ds {
+		_ = wire.Decode(d, &h)
+		copy(out[h.Offset:], d[wire.HeaderLen:])
+	}
+	return h.Status, out, true
+}
+
+func setup(t *testing.T, bufs int, full bool) (*mem.Port, *Loop, *sumSink, *collector, context.CancelFunc, chan error) {
+	col := &collector{msgs: map[uint64][][]byte{}}
+	port, err := mem.New(mem.Config{Buffers: bufs, BufSize: 2048, OnTx: col.onTx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecfg := egress.DefaultConfig()
+	ecfg.FragSize = 1000
+	out, err := egress.New(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &sumSink{out: out, in: make(chan *reasm.Request, 1024), full: full}
+	loop, err := New(DefaultConfig(), port, out, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.loop = loop
+	rc := reasm.DefaultConfig()
+	rc.MaxHeldFragments = bufs - 100
+	rc.Timeout = 20 * time.Millisecond
+	if _, err := loop.NewTable(rc); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go sink.run(ctx, &wg)
+	errc := make(chan error, 1)
+	lctx, lcancel := context.WithCancel(context.Background())
+	go func() { errc <- loop.Run(lctx) }()
+	stop := func() {
+		lcancel()
+		if err := <-errc; err != nil {
+			t.Errorf("loop: %v", err)
+		}
+		cancel()
+		wg.Wait()
+	}
+	return port, loop, sink, col, stop, errc
+}
+
+func TestLoopEndToEnd(t *testing.T) {
+	port, loop, _, col, stop, _ := setup(t, 4096, false)
+	from := dataplane.Endpoint{Addr: netip.MustParseAddrPort("10.99.0.2:7000")}
+	want := map[uint64][]byte{}
+	for id := uint64(1); id <= 200; id++ {
+		p := make([]byte, 500+int(id)*37)
+		for i := range p {
+			p[i] = byte(int(id) * i)
+		}
+		want[id] = p
+		ds, _ := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 1, Flow: 4, Request: id}, p, 900)
+		for _, d := range ds {
+			for port.Inject(d, from) == mem.ErrPoolEmpty {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}
+	// one request with a lost fragment: answered timed_out
+	ds, _ := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 1, Flow: 4, Request: 999}, make([]byte, 5000), 900)
+	for _, d := range ds[1:] {
+		_ = port.Inject(d, from)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for id := uint64(1); id <= 200; id++ {
+		for {
+			st, out, ok := col.response(t, id)
+			if ok {
+				if st != wire.StatusOK {
+					t.Fatalf("request %d: status %v", id, st)
+				}
+				p := want[id]
+				var sum uint64
+				for _, b := range p {
+					sum += uint64(b)
+				}
+				if binary.BigEndian.Uint64(out) != sum || len(out) != 8+len(p) || out[8] != p[len(p)-1] {
+					t.Fatalf("request %d: wrong result", id)
+				}
+				rev := make([]byte, len(p))
+				for i, b := range p {
+					rev[len(p)-1-i] = b
+				}
+				if !bytes.Equal(out[8:], rev) {
+					t.Fatalf("request %d: wrong payload echo", id)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("request %d: no response", id)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for {
+		if st, _, ok := col.response(t, 999); ok {
+			if st != wire.StatusTimedOut {
+				t.Fatalf("incomplete request answered %v", st)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("incomplete request never answered")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stop()
+	if s := port.Stats(); s.BufInUse != 0 {
+		t.Fatalf("%d buffers still in use after the loop stopped", s.BufInUse)
+	}
+	if port.BadReleases() != 0 {
+		t.Fatalf("%d bad releases", port.BadReleases())
+	}
+	c := &loop.Table().C
+	if c.Completed.Load() != 200 || c.Released.Load() != 200 || c.Drops(reasm.ReasonTimedOut) != 1 {
+		t.Fatalf("completed %d released %d timed_out %d", c.Completed.Load(), c.Released.Load(), c.Drops(reasm.ReasonTimedOut))
+	}
+}
+
+func TestLoopShutdownAnswersEverything(t *testing.T) {
+	port, _, _, col, stop, _ := setup(t, 1024, false)
+	from := dataplane.Endpoint{Addr: netip.MustParseAddrPort("10.99.0.2:7000")}
+	ds, _ := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 1, Flow: 4, Request: 1}, make([]byte, 3000), 1000)
+	_ = port.Inject(ds[0], from) // stays incomplete
+	ds2, _ := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 1, Flow: 4, Request: 2}, make([]byte, 3000), 1000)
+	for _, d := range ds2 {
+		_ = port.Inject(d, from)
+	}
+	time.Sleep(5 * time.Millisecond)
+	stop()
+	if st, _, ok := col.response(t, 1); !ok || st != wire.StatusShuttingDown {
+		t.Fatalf("incomplete request: ok=%v status=%v", ok, st)
+	}
+	if st, _, ok := col.response(t, 2); !ok || st != wire.StatusOK {
+		t.Fatalf("complete request: ok=%v status=%v", ok, st)
+	}
+	if port.Stats().BufInUse != 0 {
+		t.Fatal("buffers leaked")
+	}
+}
+
+func TestLoopOverloadAnswered(t *testing.T) {
+	port, loop, _, col, stop, _ := setup(t, 1024, true)
+	from := dataplane.Endpoint{Addr: netip.MustParseAddrPort("10.99.0.2:7000")}
+	for id := uint64(1); id <= 50; id++ {
+		ds, _ := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 1, Flow: 4, Request: id}, make([]byte, 1500), 1000)
+		for _, d := range ds {
+			for port.Inject(d, from) == mem.ErrPoolEmpty {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for id := uint64(1); id <= 50; id++ {
+		for {
+			if st, _, ok := col.response(t, id); ok {
+				if st != wire.StatusOverloaded {
+					t.Fatalf("request %d answered %v", id, st)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("request %d unanswered", id)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	stop()
+	if port.Stats().BufInUse != 0 || loop.Table().C.Released.Load() != 50 {
+		t.Fatal("buffers or requests leaked under overload")
+	}
+}
+
+func TestNewTableChecksBufferBudget(t *testing.T) {
+	port, _ := mem.New(mem.Config{Buffers: 100, BufSize: 2048})
+	out, _ := egress.New(egress.DefaultConfig())
+	loop, err := New(DefaultConfig(), port, out, &sumSink{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := reasm.DefaultConfig()
+	rc.MaxHeldFragments = 100
+	if _, err := loop.NewTable(rc); err == nil {
+		t.Fatal("a table that can hold every driver buffer was accepted")
+	}
+}
