@@ -22,8 +22,8 @@ type flakyPort struct {
 
 func (p *flakyPort) RxBurst([]dataplane.Packet) (int, error) { return 0, nil }
 func (p *flakyPort) Release([]dataplane.BufRef)              {}
-func (p *flakyPort) Stats() dataplane.PortStats               { return dataplane.PortStats{} }
-func (p *flakyPort) Close() error                             { return nil }
+func (p *flakyPort) Stats() dataplane.PortStats              { return dataplane.PortStats{} }
+func (p *flakyPort) Close() error                            { return nil }
 func (p *flakyPort) TxBurst(dgs []dataplane.Datagram) (int, error) {
 	p.calls++
 	if p.fail {
