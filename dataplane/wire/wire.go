@@ -27,6 +27,8 @@ const (
 	// 1500-byte Ethernet MTU with IPv4 and UDP headers (1500-20-8-40 = 1432),
 	// rounded down to a multiple of 8.
 	DefaultFragSize = 1432
+	// DefaultPort is the UDP port sluice listens on unless configured.
+	DefaultPort = 9400
 )
 
 // Kind tells requests from responses.
