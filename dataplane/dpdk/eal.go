@@ -1,0 +1,167 @@
+package dpdk
+
+/*
+#include <stdlib.h>
+#include "sl_dpdk.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Errors about the process-wide EAL state.
+var (
+	// ErrEALNotInitialized is returned by Open before InitEAL succeeded.
+	ErrEALNotInitialized = errors.New("dpdk: EAL not initialized (call dpdk.InitEAL first)")
+	// ErrEALClosed is returned by InitEAL and Open after CleanupEAL: DPDK
+	// cannot start its EAL twice in one process.
+	ErrEALClosed = errors.New("dpdk: EAL already cleaned up in this process")
+)
+
+// eal is the process-wide EAL state. rte_eal_init can run once per process
+// and never again, even after rte_eal_cleanup; this is the one piece of
+// global mutable state in the package, and it is inherent to DPDK.
+var eal struct {
+	mu         sync.Mutex
+	tried      bool
+	args       []string
+	err        error
+	closed     bool
+	runtimeDir string
+}
+
+// FilePrefix is the --file-prefix DefaultEALArgs uses: "sluice-<pid>",
+// unique per process, so that concurrent test binaries and appliances never
+// share /var/run/dpdk/<prefix>.
+func FilePrefix() string { return fmt.Sprintf("sluice-%d", os.Getpid()) }
+
+// DefaultEALArgs returns EAL arguments that work in containers and VMs
+// without hugepages or PCI devices: main lcore 0, 256 MiB of anonymous EAL
+// memory, no shared config files, no telemetry socket, and a per-process
+// file prefix. extra is appended (for example "--vdev=net_ring0" or
+// "--log-level=lib.eal:debug").
+func DefaultEALArgs(extra ...string) []string {
+	args := []string{
+		"-l", "0",
+		"--no-huge",
+		"--no-pci",
+		"-m", "256",
+		"--no-shconf",
+		"--no-telemetry",
+		"--file-prefix", FilePrefix(),
+	}
+	return append(args, extra...)
+}
+
+// InitEAL starts DPDK's Environment Abstraction Layer with args (EAL
+// options, without the program name). It runs rte_eal_init at most once per
+// process: later calls with the same arguments return the first call's
+// result, error included; later calls with other arguments return an error
+// saying which arguments the EAL runs with. After CleanupEAL it returns
+// ErrEALClosed.
+//
+// rte_eal_init runs on a dedicated OS thread that exits afterwards, so no
+// Go thread is left registered as an EAL lcore or pinned to a CPU.
+func InitEAL(args []string) error {
+	eal.mu.Lock()
+	defer eal.mu.Unlock()
+	if eal.closed {
+		return ErrEALClosed
+	}
+	if eal.tried {
+		if !slices.Equal(args, eal.args) {
+			if eal.err != nil {
+				return eal.err
+			}
+			return fmt.Errorf("dpdk: EAL already initialized with %q; cannot re-initialize with %q",
+				strings.Join(eal.args, " "), strings.Join(args, " "))
+		}
+		return eal.err
+	}
+	eal.tried = true
+	eal.args = slices.Clone(args)
+	eal.err = initEAL(eal.args)
+	// Set even on failure: EAL may have created the directory already.
+	eal.runtimeDir = C.GoString(C.sl_eal_runtime_dir())
+	return eal.err
+}
+
+func initEAL(args []string) error {
+	// argv is kept for the life of the process: EAL may keep pointers into
+	// it (getopt permutes it, some options are referenced later).
+	argv := make([]*C.char, 0, len(args)+2)
+	argv = append(argv, cstr("sluice"))
+	for _, a := range args {
+		argv = append(argv, cstr(a))
+	}
+	cargv := (**C.char)(C.malloc(C.size_t(len(argv)+1) * C.size_t(unsafe.Sizeof(uintptr(0)))))
+	vs := unsafe.Slice(cargv, len(argv)+1)
+	copy(vs, argv)
+	vs[len(argv)] = nil
+
+	done := make(chan error, 1)
+	go func() {
+		// No UnlockOSThread: the thread EAL saw as its main lcore exits
+		// with this goroutine.
+		runtime.LockOSThread()
+		var e cErr
+		if rc := C.sl_eal_init(C.int(len(argv)), cargv, e.ptr(), errBufLen); rc != 0 {
+			done <- fmt.Errorf("dpdk: init EAL %q: %s", strings.Join(args, " "), e.String())
+			return
+		}
+		done <- nil
+	}()
+	return <-done
+}
+
+// EALInitialized reports whether InitEAL succeeded and CleanupEAL has not
+// run.
+func EALInitialized() bool {
+	eal.mu.Lock()
+	defer eal.mu.Unlock()
+	return eal.tried && eal.err == nil && !eal.closed
+}
+
+// RuntimeDir returns the EAL runtime directory (/var/run/dpdk/<prefix> as
+// root), or "" before InitEAL.
+func RuntimeDir() string {
+	eal.mu.Lock()
+	defer eal.mu.Unlock()
+	return eal.runtimeDir
+}
+
+// CleanupEAL releases the EAL (rte_eal_cleanup) and removes its runtime
+// directory. Every port must be closed first. The EAL cannot be started
+// again in this process. It is a no-op when the EAL never started.
+func CleanupEAL() error {
+	eal.mu.Lock()
+	defer eal.mu.Unlock()
+	if eal.closed || !eal.tried {
+		eal.closed = eal.closed || eal.tried
+		return nil
+	}
+	eal.closed = true
+	var err error
+	if eal.err == nil {
+		if rc := C.sl_eal_cleanup(); rc != 0 {
+			err = fmt.Errorf("dpdk: rte_eal_cleanup: errno %d", -int(rc))
+		}
+	}
+	if d := eal.runtimeDir; d != "" && strings.HasPrefix(d, "/") && strings.Count(d, "/") >= 2 {
+		if rerr := os.RemoveAll(d); rerr != nil && err == nil {
+			err = fmt.Errorf("dpdk: remove runtime dir: %w", rerr)
+		}
+	}
+	return err
+}
+
+// Version returns the DPDK version string ("DPDK 22.11.11").
+func Version() string { return C.GoString(C.sl_version()) }

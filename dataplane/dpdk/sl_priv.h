@@ -1,0 +1,1 @@
+../../native/dpdk/sl_priv.h

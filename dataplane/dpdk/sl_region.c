@@ -1,0 +1,1 @@
+../../native/dpdk/region.c
