@@ -116,6 +116,9 @@ func listenTarget(cfg Config) (network, address string, err error) {
 			return "udp", cfg.Listen, nil
 		}
 	}
+	if ap.Addr().Is4In6() {
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
 	if ap.Addr().Is4() {
 		return "udp4", ap.String(), nil
 	}
