@@ -821,3 +821,70 @@ func decodeRaw(t *graph.Tensor, raw []byte, n int) {
 		t.I64[i] = v
 	}
 }
+
+// DecodeSignature reads only a model's graph inputs and outputs, skipping
+// nodes and weights, so it works on models whose operators libml cannot
+// represent (control flow, say) and costs no copy of the weights. Inputs
+// that are initializers are dropped, as in DecodeModel.
+func DecodeSignature(b []byte) (inputs, outputs []graph.ValueInfo, err error) {
+	var graphBytes []byte
+	haveGraph := false
+	err = eachField(b, func(f field) error {
+		if f.num != 7 {
+			return nil
+		}
+		var err error
+		graphBytes, err = f.bytes()
+		haveGraph = true
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("onnx: model: %w", err)
+	}
+	if !haveGraph {
+		return nil, nil, fmt.Errorf("onnx: model has no graph")
+	}
+	init := map[string]bool{}
+	err = eachField(graphBytes, func(f field) error {
+		switch f.num {
+		case 5: // initializer: only its name
+			tb, err := f.bytes()
+			if err != nil {
+				return err
+			}
+			return eachField(tb, func(f field) error {
+				if f.num == 8 {
+					name, err := f.str()
+					init[name] = true
+					return err
+				}
+				return nil
+			})
+		case 11, 12:
+			vb, err := f.bytes()
+			if err != nil {
+				return err
+			}
+			vi, err := decodeValueInfo(vb)
+			if err != nil {
+				return err
+			}
+			if f.num == 11 {
+				inputs = append(inputs, vi)
+			} else {
+				outputs = append(outputs, vi)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("onnx: graph: %w", err)
+	}
+	kept := inputs[:0]
+	for _, vi := range inputs {
+		if !init[vi.Name] {
+			kept = append(kept, vi)
+		}
+	}
+	return kept, outputs, nil
+}
