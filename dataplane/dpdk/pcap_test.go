@@ -100,7 +100,7 @@ func buildMix(t testing.TB) *replayMix {
 	bad[len(bad)-1] ^= 0xff // payload byte: UDP checksum now wrong
 	r5bad := bytes.Clone(r5[0])
 	r5bad[len(r5bad)-1] ^= 0xff
-	deliver(bad, r5bad, false) // delivered without verification,
+	deliver(bad, r5bad, false)            // delivered without verification,
 	m.filtered[1][FilterBadUDPChecksum]++ // filtered with it
 	// The wrong payload byte would fail the request's content check, so
 	// the test compares request 105 against the corrupted payload.
@@ -208,8 +208,8 @@ func TestPcapReplay(t *testing.T) {
 		t.Run(fmt.Sprintf("verify_udp=%v", verify), func(t *testing.T) {
 			out := filepath.Join(dir, fmt.Sprintf("out%d.pcap", vi))
 			p, err := Open(Config{
-				Vdev:    fmt.Sprintf("net_pcap_replay%d,rx_pcap=%s,tx_pcap=%s", vi, in, out),
-				IP:      serverIP, UDPPort: serverPort, VerifyUDPChecksum: verify,
+				Vdev: fmt.Sprintf("net_pcap_replay%d,rx_pcap=%s,tx_pcap=%s", vi, in, out),
+				IP:   serverIP, UDPPort: serverPort, VerifyUDPChecksum: verify,
 				PoolSize: 2047, RxDesc: 256, TxDesc: 256,
 			})
 			if err != nil {
