@@ -31,6 +31,10 @@ func (b *Backend) NewSession(data []byte) (*Session, error) {
 	if len(outputs) == 0 {
 		return nil, fmt.Errorf("ort: session: model has no outputs")
 	}
+	if len(inputs) == 0 {
+		// onnxruntime_go cannot run a session without inputs.
+		return nil, fmt.Errorf("ort: session: models without inputs are not supported")
+	}
 	if err := b.addOpen(1); err != nil {
 		return nil, err
 	}
