@@ -161,6 +161,8 @@ type Table struct {
 	outstanding int
 
 	hdr wire.Header
+	// last is the slot the previous fragment belonged to, or -1.
+	last int32
 }
 
 type fragRef struct {
@@ -193,7 +195,7 @@ func New(cfg Config, h Handler) (*Table, error) {
 		freeRing: make([]int32, n),
 		fragData: make([]fragRef, cfg.MaxHeldFragments),
 		fragNext: make([]int32, cfg.MaxHeldFragments),
-		oldest:   -1, newest: -1,
+		oldest:   -1, newest: -1, last: -1,
 		release: make([]dataplane.BufRef, 0, cfg.MaxHeldFragments),
 		done:    make(chan int32, n),
 	}
@@ -241,7 +243,13 @@ func (t *Table) Add(p *dataplane.Packet, now int64) {
 		t.release = append(t.release, p.Buf)
 		return
 	}
-	si := t.lookup(&p.From.Addr, h.Flow, h.Request)
+	// Fragments of one request mostly arrive back to back: try the slot
+	// the previous fragment went to before hashing.
+	si := t.last
+	if si < 0 || !t.slots[si].is(&p.From.Addr, h.Flow, h.Request) {
+		si = t.lookup(&p.From.Addr, h.Flow, h.Request)
+	}
+	t.last = si
 	if si < 0 {
 		t.addFirst(p, h, now)
 		return
@@ -585,14 +593,18 @@ func hashKey(a *netip.AddrPort, flow uint32, id uint64) uint32 {
 	return uint32(h)
 }
 
+// is reports whether s is indexed under the key (a, flow, id).
+func (s *Request) is(a *netip.AddrPort, flow uint32, id uint64) bool {
+	return s.state != stateFree && s.ID == id && s.Flow == flow && s.From.Addr == *a
+}
+
 func (t *Table) lookup(a *netip.AddrPort, flow uint32, id uint64) int32 {
 	for i := hashKey(a, flow, id) & t.mask; ; i = (i + 1) & t.mask {
 		si := t.index[i]
 		if si < 0 {
 			return -1
 		}
-		s := &t.slots[si]
-		if s.ID == id && s.Flow == flow && s.From.Addr == *a {
+		if t.slots[si].is(a, flow, id) {
 			return si
 		}
 	}

@@ -8,6 +8,8 @@ package wirelayer
 
 import (
 	"fmt"
+	"net"
+	"net/netip"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -76,4 +78,26 @@ func decodeSluice(data []byte, p gopacket.PacketBuilder) error {
 // to the sluice layer.
 func RegisterPort(port uint16) {
 	layers.RegisterUDPPortLayerType(layers.UDPPort(port), LayerTypeSluice)
+}
+
+// Frame builds an Ethernet/IPv4/UDP frame carrying one sluice datagram, with
+// valid IPv4 and UDP checksums: for pcap files and test traffic.
+func Frame(srcMAC, dstMAC [6]byte, src, dst netip.AddrPort, datagram []byte) ([]byte, error) {
+	if !src.Addr().Is4() || !dst.Addr().Is4() {
+		return nil, fmt.Errorf("sluice: frame %v -> %v: IPv4 addresses required", src, dst)
+	}
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	eth := &layers.Ethernet{SrcMAC: net.HardwareAddr(srcMAC[:]), DstMAC: net.HardwareAddr(dstMAC[:]), EthernetType: layers.EthernetTypeIPv4}
+	ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, Flags: layers.IPv4DontFragment,
+		SrcIP: net.IP(s4[:]), DstIP: net.IP(d4[:])}
+	udp := &layers.UDP{SrcPort: layers.UDPPort(src.Port()), DstPort: layers.UDPPort(dst.Port())}
+	if err := udp.SetNetworkLayerForChecksum(ip); err != nil {
+		return nil, fmt.Errorf("sluice: frame: %w", err)
+	}
+	buf := gopacket.NewSerializeBuffer()
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true},
+		eth, ip, udp, gopacket.Payload(datagram)); err != nil {
+		return nil, fmt.Errorf("sluice: frame: %w", err)
+	}
+	return buf.Bytes(), nil
 }

@@ -1,0 +1,337 @@
+// Command dpbench measures the dataplane on one core: packets and requests
+// per second through DPDK receive, zero-copy reassembly and batch gather,
+// against the raw rx_burst rate of the same port in the same run (the
+// ceiling), and the allocations per packet.
+//
+// The source is deterministic: a pcap of whole requests (150,528-byte
+// frames in 1 KiB fragments by default) replayed forever by net_pcap
+// (infinite_rx=1). Needs root.
+//
+//	go build -o bin/dpbench ./tools/dpbench && sudo bin/dpbench -duration 5s
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"sluice/dataplane/dpdk"
+	"sluice/dataplane/egress"
+	"sluice/dataplane/ioloop"
+	"sluice/dataplane/reasm"
+	"sluice/dataplane/wire"
+	"sluice/dataplane/wire/wirelayer"
+)
+
+type options struct {
+	duration   time.Duration
+	rounds     int
+	requests   int
+	size       int
+	frag       int
+	batch      int
+	burst      int
+	jsonOut    string
+	cpuProfile string
+}
+
+// result is one measured phase.
+type result struct {
+	Phase          string  `json:"phase"`
+	Seconds        float64 `json:"seconds"`
+	Packets        uint64  `json:"packets"`
+	Requests       uint64  `json:"requests"`
+	PPS            float64 `json:"pps"`
+	RPS            float64 `json:"rps"`
+	GbpsPayload    float64 `json:"gbps_payload"`
+	AllocsPerPkt   float64 `json:"allocs_per_packet"`
+	BytesGathered  uint64  `json:"bytes_gathered"`
+	ReassemblyDrop uint64  `json:"reassembly_drops"`
+}
+
+func main() {
+	var o options
+	flag.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measured phase")
+	flag.IntVar(&o.rounds, "rounds", 3, "raw/full phase pairs, interleaved; the median is reported")
+	flag.IntVar(&o.requests, "requests", 32, "distinct requests in the replayed pcap")
+	flag.IntVar(&o.size, "size", 150528, "request payload bytes (224x224x3)")
+	flag.IntVar(&o.frag, "frag", 1024, "fragment payload bytes")
+	flag.IntVar(&o.batch, "batch", 8, "requests per gathered batch")
+	flag.IntVar(&o.burst, "burst", 64, "rx burst size")
+	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases to this file")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "dpbench:", err)
+		os.Exit(1)
+	}
+}
+
+var (
+	benchIP   = netip.MustParseAddr("10.99.0.1")
+	clientIP  = netip.MustParseAddrPort("10.99.0.2:40000")
+	benchMAC  = [6]byte{0x02, 0, 0, 0, 0, 1}
+	clientMAC = [6]byte{0x02, 0, 0, 0, 0, 2}
+)
+
+// writePcap writes o.requests whole requests, fragments in order.
+func writePcap(path string, o options) (frames int, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	w := pcapgo.NewWriter(f)
+	if err := w.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
+		return 0, err
+	}
+	payload := make([]byte, o.size)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	dst := netip.AddrPortFrom(benchIP, wire.DefaultPort)
+	for id := 1; id <= o.requests; id++ {
+		ds, err := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 1, Flow: 1, Request: uint64(id)}, payload, o.frag)
+		if err != nil {
+			return 0, err
+		}
+		for _, d := range ds {
+			fr, err := wirelayer.Frame(clientMAC, benchMAC, clientIP, dst, d)
+			if err != nil {
+				return 0, err
+			}
+			ci := gopacketCapture(len(fr))
+			if err := w.WritePacket(ci, fr); err != nil {
+				return 0, err
+			}
+			frames++
+		}
+	}
+	return frames, nil
+}
+
+// gatherSink gathers each completed request into the next slot of the
+// batch tensor as soon as it completes, while its fragments are still in
+// cache, and gives it back at once: the packet buffers return to the pool
+// as soon as their bytes are in the tensor.
+type gatherSink struct {
+	table    *reasm.Table
+	slot     int
+	batch    int
+	tensor   []byte
+	stride   int
+	batches  uint64
+	gathered uint64
+	err      error
+}
+
+func (s *gatherSink) Deliver(r *reasm.Request) {
+	off := s.slot * s.stride
+	if err := s.table.Gather(s.tensor[off:off+s.stride], r); err != nil && s.err == nil {
+		s.err = err
+	}
+	s.gathered += uint64(r.TotalLen)
+	s.table.Done(r)
+	if s.slot++; s.slot == s.batch {
+		s.slot = 0
+		s.batches++
+	}
+}
+
+func run(o options) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (DPDK)")
+	}
+	dir, err := os.MkdirTemp("", "dpbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	pcapPath := filepath.Join(dir, "requests.pcap")
+	frames, err := writePcap(pcapPath, o)
+	if err != nil {
+		return fmt.Errorf("pcap: %w", err)
+	}
+	if err := dpdk.InitEAL(dpdk.DefaultEALArgs()); err != nil {
+		return err
+	}
+	defer dpdk.CleanupEAL()
+	port, err := dpdk.Open(dpdk.Config{
+		Vdev:     "net_pcap0,rx_pcap=" + pcapPath + ",infinite_rx=1",
+		IP:       benchIP,
+		UDPPort:  wire.DefaultPort,
+		Burst:    o.burst,
+		PoolSize: uint32(frames + 16384),
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return err
+	}
+	defer port.Close()
+
+	out, err := egress.New(egress.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	sink := &gatherSink{batch: o.batch, tensor: make([]byte, o.batch*o.size), stride: o.size}
+	lcfg := ioloop.DefaultConfig()
+	lcfg.Burst = o.burst
+	loop, err := ioloop.New(lcfg, port, out, sink, nil)
+	if err != nil {
+		return err
+	}
+	rcfg := reasm.DefaultConfig()
+	// Fewer slots than distinct requests in the pcap, so a replayed
+	// request id finds its old slot recycled and counts as new.
+	rcfg.MaxRequests = min(16, o.requests/2)
+	rcfg.MaxHeldFragments = 8192
+	rcfg.Timeout = time.Second
+	table, err := loop.NewTable(rcfg)
+	if err != nil {
+		return err
+	}
+	sink.table = table
+
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	fmt.Printf("dpbench: %s, %d requests x %d B in %d B fragments (%d frames), batch %d, burst %d, %v x %d rounds, GOMAXPROCS %d\n",
+		dpdk.Version(), o.requests, o.size, o.frag, frames, o.batch, o.burst, o.duration, o.rounds, runtime.GOMAXPROCS(0))
+
+	// warm up: fill the PMD's replay ring and the caches
+	rawPhase(port, o, 300*time.Millisecond)
+	fullPhase(loop, port, sink, o, 300*time.Millisecond)
+
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var raws, fulls []result
+	for r := 0; r < o.rounds; r++ {
+		raws = append(raws, rawPhase(port, o, o.duration))
+		fulls = append(fulls, fullPhase(loop, port, sink, o, o.duration))
+	}
+	if sink.err != nil {
+		return sink.err
+	}
+	raw, full := median(raws), median(fulls)
+	ratio := full.PPS / raw.PPS
+	fmt.Println()
+	fmt.Println("| phase | packets/s | requests/s | payload Gbit/s | allocs/packet |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, r := range []result{raw, full} {
+		fmt.Printf("| %s | %.3f M | %.0f | %.2f | %.4f |\n", r.Phase, r.PPS/1e6, r.RPS, r.GbpsPayload, r.AllocsPerPkt)
+	}
+	fmt.Printf("\nreassembly+gather / raw rx = %.3f (target >= 0.80); full path %.3f Mpps (target >= 1.2 Mpps)\n", ratio, full.PPS/1e6)
+	fmt.Printf("rounds (Mpps raw/full):")
+	for i := range raws {
+		fmt.Printf(" %.3f/%.3f", raws[i].PPS/1e6, fulls[i].PPS/1e6)
+	}
+	fmt.Println()
+	if d := table.C.TotalDrops(); d != 0 {
+		fmt.Printf("reassembly drops: %d:", d)
+		for _, r := range reasm.Reasons() {
+			if n := table.C.Drops(r); n > 0 {
+				fmt.Printf(" %s=%d", r, n)
+			}
+		}
+		fmt.Println()
+	}
+	if o.jsonOut != "" {
+		b, _ := json.MarshalIndent(map[string]any{"raw": raw, "full": full, "ratio": ratio, "rounds_raw": raws, "rounds_full": fulls}, "", "  ")
+		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func median(rs []result) result {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b result) int {
+		switch {
+		case a.PPS < b.PPS:
+			return -1
+		case a.PPS > b.PPS:
+			return 1
+		}
+		return 0
+	})
+	return s[len(s)/2]
+}
+
+// rawPhase polls rx_burst and frees the mbufs at once: the ceiling.
+func rawPhase(port *dpdk.Port, o options, d time.Duration) result {
+	var pkts uint64
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	start := time.Now()
+	end := start.Add(d)
+	for i := 0; ; i++ {
+		pkts += uint64(port.RxRaw(o.burst))
+		if i&255 == 0 && time.Now().After(end) {
+			break
+		}
+	}
+	el := time.Since(start).Seconds()
+	runtime.ReadMemStats(&ms1)
+	return result{Phase: "raw rx_burst", Seconds: el, Packets: pkts, PPS: float64(pkts) / el,
+		RPS:          float64(pkts) / el / float64(wire.FragCountFor(uint32(o.size), uint32(o.frag))),
+		GbpsPayload:  float64(pkts) * float64(o.frag) * 8 / el / 1e9,
+		AllocsPerPkt: float64(ms1.Mallocs-ms0.Mallocs) / float64(max(pkts, 1))}
+}
+
+// fullPhase runs the I/O loop: rx, reassembly, gather, release.
+func fullPhase(loop *ioloop.Loop, port *dpdk.Port, sink *gatherSink, o options, d time.Duration) result {
+	s0 := port.Stats()
+	c0, g0, d0 := loop.Table().C.Completed.Load(), sink.gathered, loop.Table().C.TotalDrops()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	start := time.Now()
+	end := start.Add(d)
+	now := loop.Now()
+	for i := 0; ; i++ {
+		if _, err := loop.Poll(now); err != nil {
+			panic(err)
+		}
+		if i&255 == 0 {
+			if time.Now().After(end) {
+				break
+			}
+			now = loop.Now()
+		}
+	}
+	el := time.Since(start).Seconds()
+	runtime.ReadMemStats(&ms1)
+	s1 := port.Stats()
+	pkts := s1.RxPackets - s0.RxPackets
+	reqs := loop.Table().C.Completed.Load() - c0
+	return result{Phase: "rx + reassembly + gather", Seconds: el, Packets: pkts, Requests: reqs,
+		PPS: float64(pkts) / el, RPS: float64(reqs) / el,
+		GbpsPayload:    float64(sink.gathered-g0) * 8 / el / 1e9,
+		AllocsPerPkt:   float64(ms1.Mallocs-ms0.Mallocs) / float64(max(pkts, 1)),
+		BytesGathered:  sink.gathered - g0,
+		ReassemblyDrop: loop.Table().C.TotalDrops() - d0}
+}
+
+func gopacketCapture(n int) gopacket.CaptureInfo {
+	return gopacket.CaptureInfo{Timestamp: time.Unix(0, 0), CaptureLength: n, Length: n}
+}
