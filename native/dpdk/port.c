@@ -169,8 +169,14 @@ int sl_port_open(const struct sl_port_cfg *cfg, struct sl_port **out,
 		}
 		ret = rte_dev_probe(cfg->devargs);
 		if (ret != 0) {
-			sl_errf(err, errlen, "rte_dev_probe(%s): %s",
-				cfg->devargs, rte_strerror(-ret));
+			/* Drivers return -1 as often as -errno: the reason is
+			 * in the EAL log. */
+			sl_errf(err, errlen,
+				"rte_dev_probe(%s) failed (%d%s%s); the driver's "
+				"reason is in the EAL log", cfg->devargs, ret,
+				ret < -1 ? ": " : "",
+				ret < -1 ? rte_strerror(-ret) : "");
+			ret = ret < -1 ? ret : -ENODEV;
 			goto fail;
 		}
 		p->hotplugged = 1;
