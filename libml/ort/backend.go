@@ -258,6 +258,9 @@ func (b *Backend) loadModel(name string, data []byte, opts ModelOptions) (*model
 			return nil, fmt.Errorf("input %q has dynamic dimensions %v: set ModelOptions.InputShape (or fix the graph's input dims)", in.Name, in.Dims)
 		}
 	}
+	if len(in.Dims) == 0 {
+		return nil, fmt.Errorf("input %q is a scalar: not supported (onnxruntime_go needs rank ≥ 1)", in.Name)
+	}
 	m.inShape = per
 	m.inSize = int(prod(per))
 
@@ -286,6 +289,10 @@ func (b *Backend) loadModel(name string, data []byte, opts ModelOptions) (*model
 			m.sess.Destroy()
 			return nil, fmt.Errorf("probe output shape: %w", err)
 		}
+	}
+	if len(outDims) == 0 {
+		m.sess.Destroy()
+		return nil, fmt.Errorf("output %q is a scalar: not supported (onnxruntime_go needs rank ≥ 1)", out.Name)
 	}
 	switch {
 	case m.batched:
