@@ -40,7 +40,8 @@ func requestPayload(id uint64, total int) []byte {
 }
 
 // buildMix makes valid fragments of several requests (reordered, one VLAN
-// tagged, one with IP options, one with UDP checksum 0, a duplicate), a tiny
+// tagged, one with IP options, one with UDP checksum 0, a duplicate, a late
+// fragment after its request completed), a tiny
 // padded datagram and a truncated sluice header (both reach the driver's
 // caller), and one or more frames for every filter reason.
 func buildMix(t testing.TB) *replayMix {
@@ -89,10 +90,11 @@ func buildMix(t testing.TB) *replayMix {
 	s.ipOpts = true
 	deliver(udpFrame(t, s), r2[1], true)
 	deliver(udpFrame(t, toUs(r1[3])), r1[3], true)
+	deliver(udpFrame(t, toUs(r1[0])), r1[0], true) // duplicate
 	deliver(udpFrame(t, toUs(r2[2])), r2[2], true)
 	deliver(udpFrame(t, toUs(r1[1])), r1[1], true)
 	deliver(udpFrame(t, toUs(r3[0])), r3[0], true)
-	deliver(udpFrame(t, toUs(r1[1])), r1[1], true) // duplicate
+	deliver(udpFrame(t, toUs(r1[1])), r1[1], true) // again, after completion: late
 	s = toUs(r4[0])
 	s.noUDPSum = true
 	deliver(udpFrame(t, s), r4[0], true)
@@ -190,7 +192,7 @@ func buildMix(t testing.TB) *replayMix {
 	filter(FilterSegmented, false, udpFrame(t, toUs(make([]byte, 3000))))
 
 	m.frames = frames
-	m.reasmDrops = map[string]uint64{"duplicate": 1, "truncated": 2}
+	m.reasmDrops = map[string]uint64{"duplicate": 1, "late": 1, "truncated": 2}
 	return m
 }
 
