@@ -1,0 +1,475 @@
+// Package cpu is libml's "cpu" backend: models compiled by libml/engine run
+// as C kernels (native/cpu) on a pool of pinned worker threads, GEMMs
+// through single-threaded OpenBLAS calls.
+//
+// Every instance owns a stream (preemption flag, execution index, kernel
+// queue) and an activation arena; the weights are loaded once per model and
+// shared by every instance made with LinkModel. InferBatch launches the
+// whole kernel sequence of the batch's plan on the instance's stream in one
+// cgo call and waits for it.
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"sluice/libml"
+	"sluice/libml/engine"
+	"sluice/libml/graph"
+	ncpu "sluice/native/cpu"
+)
+
+// Backend is the cpu backend. Make it with New; it is safe for concurrent
+// use (one InferBatch at a time per instance).
+type Backend struct {
+	mu        sync.Mutex
+	pool      *ncpu.Pool
+	units     int
+	instances int
+	models    int
+}
+
+var _ libml.Backend = (*Backend)(nil)
+
+// New returns an uninitialized backend.
+func New() *Backend { return &Backend{} }
+
+// Name is "cpu".
+func (b *Backend) Name() string { return "cpu" }
+
+// Init starts cfg.Units worker threads (all CPUs when 0).
+func (b *Backend) Init(ctx context.Context, cfg libml.BackendConfig) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pool != nil {
+		return errors.New("cpu: Init: already initialized")
+	}
+	units := cfg.Units
+	if units <= 0 {
+		units = runtime.NumCPU()
+	}
+	if units > ncpu.MaxUnits {
+		units = ncpu.MaxUnits
+	}
+	p, err := ncpu.NewPool(units, cfg.PinUnits)
+	if err != nil {
+		return fmt.Errorf("cpu: Init: %w", err)
+	}
+	b.pool, b.units = p, units
+	return nil
+}
+
+// Deinit stops the workers. Every instance must be closed first.
+func (b *Backend) Deinit() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pool == nil {
+		return errors.New("cpu: Deinit: not initialized")
+	}
+	if b.instances > 0 {
+		return fmt.Errorf("cpu: Deinit: %d instances still open", b.instances)
+	}
+	b.pool.Close()
+	b.pool = nil
+	return nil
+}
+
+// Units is the number of worker threads.
+func (b *Backend) Units() int { return b.units }
+
+func (b *Backend) ready() error {
+	if b.pool == nil {
+		return errors.New("cpu: backend not initialized (call Init)")
+	}
+	return nil
+}
+
+// model is a loaded model, shared by its instances.
+type model struct {
+	name     string
+	eng      *engine.Model
+	wptr     unsafe.Pointer
+	wbytes   int
+	batched  bool
+	inShape  []int64 // per request
+	outShape []int64
+	mu       sync.Mutex
+	progs    map[int]*program
+	refs     int
+	closed   bool
+}
+
+// program is a compiled program plus its C-side constants.
+type program struct {
+	p      *engine.Program
+	cptr   unsafe.Pointer
+	cbytes int
+	aux    []unsafe.Pointer
+	auxN   []int
+}
+
+func (pr *program) free() {
+	ncpu.Free(pr.cptr, pr.cbytes)
+	for i, a := range pr.aux {
+		ncpu.Free(a, pr.auxN[i])
+	}
+	pr.cptr, pr.aux = nil, nil
+}
+
+// LoadModel compiles g and loads its weights into C memory; it returns the
+// model's first instance.
+func (b *Backend) LoadModel(ctx context.Context, name string, g *graph.Graph) (libml.Instance, error) {
+	b.mu.Lock()
+	err := b.ready()
+	units := b.units
+	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	m, err := loadModel(name, g, units)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: LoadModel %q: %w", name, err)
+	}
+	inst, err := b.newInstance(m)
+	if err != nil {
+		m.release()
+		return nil, fmt.Errorf("cpu: LoadModel %q: %w", name, err)
+	}
+	return inst, nil
+}
+
+func loadModel(name string, g *graph.Graph, units int) (*model, error) {
+	m := &model{name: name, progs: map[int]*program{}}
+	alloc := func(n int) ([]float32, error) {
+		p, err := ncpu.Alloc(n * 4)
+		if err != nil {
+			return nil, err
+		}
+		m.wptr, m.wbytes = p, n*4
+		return unsafe.Slice((*float32)(p), n), nil
+	}
+	em, err := engine.Load(g, engine.Options{Units: units, Alloc: alloc})
+	if err != nil {
+		ncpu.Free(m.wptr, m.wbytes)
+		return nil, err
+	}
+	m.eng = em
+	m.batched = em.BatchDynamic()
+	in, out := em.Inputs(), em.Outputs()
+	m.inShape = perRequest(in[0].Dims)
+	m.outShape = perRequest(out[0].Dims)
+	if m.batched && len(in) == 1 && len(out) == 1 {
+		// resolve the per-request output shape by compiling for batch 1
+		p, err := m.program(1)
+		if err != nil {
+			m.release()
+			return nil, err
+		}
+		m.outShape = append([]int64{}, p.p.Outputs[0].Shape[1:]...)
+	} else if !m.batched && len(in) == 1 && len(out) == 1 {
+		p, err := m.program(0)
+		if err != nil {
+			m.release()
+			return nil, err
+		}
+		m.outShape = perRequest(p.p.Outputs[0].Shape)
+	}
+	return m, nil
+}
+
+// perRequest drops a leading batch dimension of 1 (or a dynamic one).
+func perRequest(d []int64) []int64 {
+	if len(d) > 0 && d[0] <= 1 {
+		return append([]int64{}, d[1:]...)
+	}
+	return append([]int64{}, d...)
+}
+
+// program returns the model's program for a batch size (0: the declared
+// shapes of a model without a dynamic batch dimension), compiling it once.
+func (m *model) program(batch int) (*program, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.progs[batch]; ok {
+		return p, nil
+	}
+	var ep *engine.Program
+	var err error
+	if batch == 0 {
+		shapes := map[string][]int64{}
+		for _, in := range m.eng.Inputs() {
+			shapes[in.Name] = in.Dims
+		}
+		ep, err = m.eng.Compile(shapes)
+	} else {
+		ep, err = m.eng.CompileBatch(batch)
+	}
+	if err != nil {
+		return nil, err
+	}
+	pr, err := newProgram(ep)
+	if err != nil {
+		return nil, err
+	}
+	m.progs[batch] = pr
+	return pr, nil
+}
+
+// newProgram copies a program's constants and gather indices to C memory.
+func newProgram(ep *engine.Program) (*program, error) {
+	pr := &program{p: ep}
+	var err error
+	if len(ep.Consts) > 0 {
+		pr.cbytes = len(ep.Consts) * 4
+		if pr.cptr, err = ncpu.Alloc(pr.cbytes); err != nil {
+			return nil, err
+		}
+		copy(unsafe.Slice((*float32)(pr.cptr), len(ep.Consts)), ep.Consts)
+	}
+	pr.aux = make([]unsafe.Pointer, len(ep.Kernels))
+	pr.auxN = make([]int, len(ep.Kernels))
+	for i := range ep.Kernels {
+		if a := ep.Kernels[i].Aux; len(a) > 0 {
+			pr.auxN[i] = len(a) * 8
+			if pr.aux[i], err = ncpu.Alloc(pr.auxN[i]); err != nil {
+				pr.free()
+				return nil, err
+			}
+			copy(unsafe.Slice((*int64)(pr.aux[i]), len(a)), a)
+		}
+	}
+	return pr, nil
+}
+
+func (m *model) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.progs {
+		p.free()
+	}
+	m.progs = nil
+	ncpu.Free(m.wptr, m.wbytes)
+	m.wptr = nil
+	m.closed = true
+}
+
+// LinkModel makes another instance of base's model sharing its weights and
+// compiled programs. It allocates a stream only; activations are allocated
+// by ConfigureBatch.
+func (b *Backend) LinkModel(ctx context.Context, base libml.Instance) (libml.Instance, error) {
+	bi, ok := base.(*Instance)
+	if !ok || bi.b != b {
+		return nil, errors.New("cpu: LinkModel: instance is not from this backend")
+	}
+	bi.mu.Lock()
+	closed := bi.closed
+	bi.mu.Unlock()
+	if closed {
+		return nil, errors.New("cpu: LinkModel: base instance is closed")
+	}
+	inst, err := b.newInstance(bi.m)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: LinkModel %q: %w", bi.m.name, err)
+	}
+	return inst, nil
+}
+
+// ConfigureBatch prepares inst for batches of 1..maxBatch: plans are
+// compiled (once per model), the activation arena is sized for the largest
+// and every batch size's kernels are materialized.
+func (b *Backend) ConfigureBatch(inst libml.Instance, maxBatch int) error {
+	in, ok := inst.(*Instance)
+	if !ok || in.b != b {
+		return errors.New("cpu: ConfigureBatch: instance is not from this backend")
+	}
+	if err := in.configure(maxBatch); err != nil {
+		return fmt.Errorf("cpu: ConfigureBatch %q: %w", in.m.name, err)
+	}
+	return nil
+}
+
+// InferBatch runs one batch: in holds batch inputs back to back, out
+// receives batch outputs.
+func (b *Backend) InferBatch(ctx context.Context, inst libml.Instance, batch int, in, out []float32) error {
+	i, ok := inst.(*Instance)
+	if !ok || i.b != b {
+		return errors.New("cpu: InferBatch: instance is not from this backend")
+	}
+	return i.InferBatch(ctx, batch, in, out)
+}
+
+// RunGraph compiles g for the shapes of the given inputs and runs it once:
+// a convenience for conformance tests. Float inputs run as runtime tensors;
+// integer inputs are baked in as constants. It returns every graph output.
+func (b *Backend) RunGraph(ctx context.Context, g *graph.Graph, inputs map[string]*graph.Tensor) (map[string]*graph.Tensor, error) {
+	b.mu.Lock()
+	err := b.ready()
+	units, pool := b.units, b.pool
+	b.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	gg := *g
+	gg.Initializers = append([]*graph.Tensor{}, g.Initializers...)
+	shapes := map[string][]int64{}
+	floats := map[string][]float32{}
+	var ins []graph.ValueInfo
+	for _, vi := range g.Inputs {
+		t, ok := inputs[vi.Name]
+		if g.Initializer(vi.Name) != nil {
+			if ok {
+				return nil, fmt.Errorf("cpu: RunGraph: input %q is an initializer", vi.Name)
+			}
+			continue
+		}
+		if !ok {
+			return nil, fmt.Errorf("cpu: RunGraph: no value for input %q", vi.Name)
+		}
+		et, err := engine.FromGraph(t)
+		if err != nil {
+			return nil, fmt.Errorf("cpu: RunGraph: input %q: %w", vi.Name, err)
+		}
+		if et.IsFloat() {
+			vi.Dims = append([]int64{}, et.Shape...)
+			vi.DType = graph.Float32
+			ins = append(ins, vi)
+			shapes[vi.Name] = et.Shape
+			floats[vi.Name] = et.F
+		} else {
+			c := et.ToGraph(vi.Name)
+			gg.Initializers = append(gg.Initializers, c)
+		}
+	}
+	gg.Inputs = ins
+	if len(ins) == 0 {
+		return nil, errors.New("cpu: RunGraph: the graph has no float32 input to run")
+	}
+	m := &model{name: g.Name, progs: map[int]*program{}}
+	alloc := func(n int) ([]float32, error) {
+		p, err := ncpu.Alloc(n * 4)
+		if err != nil {
+			return nil, err
+		}
+		m.wptr, m.wbytes = p, n*4
+		return unsafe.Slice((*float32)(p), n), nil
+	}
+	em, err := engine.Load(&gg, engine.Options{Units: units, Alloc: alloc})
+	if err != nil {
+		ncpu.Free(m.wptr, m.wbytes)
+		return nil, fmt.Errorf("cpu: RunGraph: %w", err)
+	}
+	m.eng = em
+	defer m.release()
+	ep, err := em.Compile(shapes)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: RunGraph: %w", err)
+	}
+	pr, err := newProgram(ep)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: RunGraph: %w", err)
+	}
+	m.progs[0] = pr
+	arenaBytes := int(ep.ArenaFloats) * 4
+	arena, err := ncpu.Alloc(arenaBytes)
+	if err != nil {
+		return nil, err
+	}
+	defer ncpu.Free(arena, arenaBytes)
+	ks, err := materialize(pr, m, arena, units)
+	if err != nil {
+		return nil, err
+	}
+	defer ks.Free()
+	st, err := pool.NewStream(1024)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	for _, bnd := range ep.Inputs {
+		copy(arenaSlice(arena, bnd.Off, bnd.Size()), floats[bnd.Name])
+	}
+	if err := runAll(ctx, st, ks, ep, 0); err != nil {
+		return nil, fmt.Errorf("cpu: RunGraph: %w", err)
+	}
+	res := map[string]*graph.Tensor{}
+	for _, bnd := range ep.Outputs {
+		data := append([]float32{}, arenaSlice(arena, bnd.Off, bnd.Size())...)
+		res[bnd.Name] = &graph.Tensor{Name: bnd.Name, DType: graph.Float32, Dims: append([]int64{}, bnd.Shape...), F32: data}
+	}
+	return res, nil
+}
+
+func arenaSlice(base unsafe.Pointer, off, n int64) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Add(base, off*4)), n)
+}
+
+// materialize fills C kernel descriptors for program pr over an arena.
+func materialize(pr *program, m *model, arena unsafe.Pointer, units int) (*ncpu.Kernels, error) {
+	ep := pr.p
+	ks, err := ncpu.NewKernels(len(ep.Kernels))
+	if err != nil {
+		return nil, err
+	}
+	ptr := func(r engine.Ref) unsafe.Pointer {
+		switch r.Space {
+		case engine.SpaceArena:
+			return unsafe.Add(arena, r.Off*4)
+		case engine.SpaceWeights:
+			return unsafe.Add(m.wptr, r.Off*4)
+		case engine.SpaceConsts:
+			return unsafe.Add(pr.cptr, r.Off*4)
+		}
+		return nil
+	}
+	for i := range ep.Kernels {
+		k := &ep.Kernels[i]
+		d := ncpu.Desc{Op: int32(k.Op), Flags: k.Flags, Out: ptr(k.Out), Aux: pr.aux[i], P: k.P, F: k.F}
+		for j := range k.In {
+			d.In[j] = ptr(k.In[j])
+		}
+		if err := ks.Set(i, &d, units); err != nil {
+			ks.Free()
+			return nil, fmt.Errorf("kernel %d (%s %s): %w", i, k.Ops, k.Name, err)
+		}
+	}
+	return ks, nil
+}
+
+// runAll runs kernels from start to the end, restoring after preemptions
+// from the interrupted kernel's idempotent group entry, until done or ctx
+// ends.
+func runAll(ctx context.Context, st *ncpu.Stream, ks *ncpu.Kernels, ep *engine.Program, mask uint64) error {
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, st.Preempt)
+		defer stop()
+	}
+	start := 0
+	for {
+		st.Restore()
+		st.ResetIndex()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s, err := st.Run(ks, start, mask)
+		if err != nil {
+			return err
+		}
+		if s == ncpu.Done {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			st.Restore()
+			return err
+		}
+		idx := int(st.ExecIndex())
+		if idx < start {
+			idx = start // evicted before any block of the restart ran
+		}
+		start = ep.IdemEntry[idx]
+	}
+}

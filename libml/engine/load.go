@@ -1,0 +1,426 @@
+// Package engine is libml's model compiler: it turns a graph.Graph into a
+// linear sequence of kernels (ARCHITECTURE.md §3) with a static buffer plan
+// per batch size.
+//
+// Load does the batch-independent work once per model: it checks every
+// operator is supported, folds constant subgraphs, folds BatchNormalization
+// into the preceding convolution, and copies the weights the kernels read
+// into one arena that every instance of the model shares. Compile does the
+// per-shape work: shape inference, folding of shape arithmetic, operator
+// fusion (bias, residual add, activation into GEMM / convolution
+// epilogues), lowering to kernels, in-place choices, the activation arena
+// plan, and the idempotent groups a preempted run restarts from (REEF §4.4).
+//
+// The package is pure Go: backends (libml/cpu) turn a Program into their
+// own kernel descriptors.
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+
+	"sluice/libml/graph"
+)
+
+// Options configure Load and Compile.
+type Options struct {
+	// Units is the number of compute units kernels are tiled for (0 = 1).
+	Units int
+	// Alloc allocates the weight arena (n float32s). nil allocates Go
+	// memory; backends pass C memory so kernels can hold pointers to it.
+	Alloc func(n int) ([]float32, error)
+	// NoInPlace disables in-place elementwise kernels (every kernel is then
+	// idempotent on its own).
+	NoInPlace bool
+	// NoFusion disables operator fusion (tests use it to run each operator
+	// as its own kernel).
+	NoFusion bool
+}
+
+// Model is a loaded model: its graph after load-time rewriting and its
+// weights, shared by every program compiled from it.
+type Model struct {
+	name    string
+	opset   int64
+	nodes   []graph.Node
+	consts  map[string]*Tensor
+	inputs  []graph.ValueInfo
+	outputs []graph.ValueInfo
+	weights []float32
+	wOff    map[string]int64
+	opts    Options
+	// FoldedBN counts BatchNormalization nodes folded into convolutions.
+	FoldedBN int
+}
+
+// UnsupportedError reports an operator the engine cannot run.
+type UnsupportedError struct {
+	Op, Domain, Node string
+}
+
+func (e *UnsupportedError) Error() string {
+	op := e.Op
+	if e.Domain != "" && e.Domain != "ai.onnx" {
+		op = e.Domain + "::" + e.Op
+	}
+	return fmt.Sprintf("unsupported operator %s (node %q); supported: %s",
+		op, e.Node, strings.Join(SupportedOps(), ", "))
+}
+
+// Load checks and rewrites g and loads its weights. g is not modified;
+// float initializers are copied into the weight arena.
+func Load(g *graph.Graph, opts Options) (*Model, error) {
+	if g == nil {
+		return nil, fmt.Errorf("engine: nil graph")
+	}
+	if opts.Units < 1 {
+		opts.Units = 1
+	}
+	opset := g.Opset
+	if opset == 0 {
+		opset = 17
+	}
+	m := &Model{name: g.Name, opset: opset, consts: map[string]*Tensor{}, opts: opts}
+	for _, n := range g.Nodes {
+		if (n.Domain != "" && n.Domain != "ai.onnx") || !Supported(n.Op) {
+			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
+		}
+	}
+	for _, t := range g.Initializers {
+		c, err := FromGraph(t)
+		if err != nil {
+			return nil, fmt.Errorf("engine: load %q: initializer: %w", g.Name, err)
+		}
+		m.consts[t.Name] = c
+	}
+	for _, in := range g.Inputs {
+		if _, ok := m.consts[in.Name]; !ok {
+			m.inputs = append(m.inputs, in)
+		}
+	}
+	if len(m.inputs) == 0 {
+		return nil, fmt.Errorf("engine: load %q: the graph has no runtime input", g.Name)
+	}
+	m.outputs = append(m.outputs, g.Outputs...)
+	if len(m.outputs) == 0 {
+		return nil, fmt.Errorf("engine: load %q: the graph has no output", g.Name)
+	}
+	// fold constant subgraphs
+	for i := range g.Nodes {
+		n := g.Nodes[i]
+		n.Inputs = append([]string{}, n.Inputs...)
+		n.Outputs = append([]string{}, n.Outputs...)
+		if allConst(&n, m.consts) {
+			ins := make([]*Tensor, len(n.Inputs))
+			for j, name := range n.Inputs {
+				if name != "" {
+					ins[j] = m.consts[name]
+				}
+			}
+			outs, err := Eval(&n, opset, ins)
+			if err != nil {
+				return nil, fmt.Errorf("engine: load %q: folding: %w", g.Name, err)
+			}
+			for j, o := range n.Outputs {
+				if o != "" && j < len(outs) {
+					m.consts[o] = outs[j]
+				}
+			}
+			continue
+		}
+		m.nodes = append(m.nodes, n)
+	}
+	if err := m.foldBatchNorm(); err != nil {
+		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
+	}
+	m.dropDead()
+	if err := m.loadWeights(); err != nil {
+		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
+	}
+	return m, nil
+}
+
+func allConst(n *graph.Node, consts map[string]*Tensor) bool {
+	if n.Op == "Constant" {
+		return true
+	}
+	any := false
+	for _, in := range n.Inputs {
+		if in == "" {
+			continue
+		}
+		if _, ok := consts[in]; !ok {
+			return false
+		}
+		any = true
+	}
+	return any || n.Op == "ConstantOfShape" || n.Op == "Range"
+}
+
+// consumers counts the readers of each value (graph outputs count as one).
+func (m *Model) consumers() map[string]int {
+	c := map[string]int{}
+	for i := range m.nodes {
+		for _, in := range m.nodes[i].Inputs {
+			if in != "" {
+				c[in]++
+			}
+		}
+	}
+	for _, o := range m.outputs {
+		c[o.Name] += 1 << 20 // never fused away
+	}
+	return c
+}
+
+// foldBatchNorm folds BatchNormalization into a preceding Conv or
+// ConvTranspose whose output only it reads: W' = W*s, B' = (B-mean)*s+beta
+// with s = gamma/sqrt(var+eps).
+func (m *Model) foldBatchNorm() error {
+	cons := m.consumers()
+	prod := map[string]int{}
+	for i := range m.nodes {
+		for _, o := range m.nodes[i].Outputs {
+			prod[o] = i
+		}
+	}
+	drop := map[int]bool{}
+	for i := range m.nodes {
+		bn := &m.nodes[i]
+		if bn.Op != "BatchNormalization" || len(bn.Inputs) < 5 {
+			continue
+		}
+		if len(bn.Outputs) > 1 {
+			extra := false
+			for _, o := range bn.Outputs[1:] {
+				extra = extra || o != ""
+			}
+			if extra {
+				continue
+			}
+		}
+		pi, ok := prod[bn.Inputs[0]]
+		if !ok || drop[pi] || cons[bn.Inputs[0]] != 1 {
+			continue
+		}
+		cv := &m.nodes[pi]
+		if cv.Op != "Conv" && cv.Op != "ConvTranspose" {
+			continue
+		}
+		var p [4]*Tensor
+		okp := true
+		for j := range p {
+			p[j] = m.consts[bn.Inputs[j+1]]
+			okp = okp && p[j] != nil && p[j].IsFloat()
+		}
+		w := m.consts[cv.Inputs[1]]
+		if !okp || w == nil || !w.IsFloat() || len(w.Shape) < 3 {
+			continue
+		}
+		var b *Tensor
+		if len(cv.Inputs) > 2 && cv.Inputs[2] != "" {
+			b = m.consts[cv.Inputs[2]]
+			if b == nil || !b.IsFloat() {
+				continue
+			}
+		}
+		G := cv.AttrInt("group", 1)
+		var M int64
+		if cv.Op == "Conv" {
+			M = w.Shape[0]
+		} else {
+			M = w.Shape[1] * G
+		}
+		for j := range p {
+			if p[j].Len() != M {
+				return fmt.Errorf("BatchNormalization %q: %d channels, convolution %q has %d", bn.Name, p[j].Len(), cv.Name, M)
+			}
+		}
+		eps := float64(bn.AttrFloat("epsilon", 1e-5))
+		s := make([]float64, M)
+		nb := NewFloat([]int64{M}, nil)
+		for c := int64(0); c < M; c++ {
+			s[c] = float64(p[0].F[c]) / math.Sqrt(float64(p[3].F[c])+eps)
+			bv := 0.0
+			if b != nil {
+				bv = float64(b.F[c])
+			}
+			nb.F[c] = float32((bv-float64(p[2].F[c]))*s[c] + float64(p[1].F[c]))
+		}
+		nw := NewFloat(w.Shape, nil)
+		per := numel(w.Shape[2:])
+		if cv.Op == "Conv" {
+			inner := numel(w.Shape[1:])
+			for j := range nw.F {
+				nw.F[j] = float32(float64(w.F[j]) * s[int64(j)/inner])
+			}
+		} else {
+			Mg := w.Shape[1]
+			Cg := w.Shape[0] / G
+			for j := range nw.F {
+				ic := int64(j) / (Mg * per)
+				oc := (ic/Cg)*Mg + int64(j)/per%Mg
+				nw.F[j] = float32(float64(w.F[j]) * s[oc])
+			}
+		}
+		wn, bname := cv.Name+"#W_bn", cv.Name+"#B_bn"
+		for m.consts[wn] != nil || m.consts[bname] != nil {
+			wn, bname = wn+"'", bname+"'"
+		}
+		m.consts[wn], m.consts[bname] = nw, nb
+		ins := []string{cv.Inputs[0], wn, bname}
+		cv.Inputs = ins
+		cv.Outputs = []string{bn.Outputs[0]}
+		drop[i] = true
+		m.FoldedBN++
+	}
+	if len(drop) > 0 {
+		kept := m.nodes[:0]
+		for i := range m.nodes {
+			if !drop[i] {
+				kept = append(kept, m.nodes[i])
+			}
+		}
+		m.nodes = kept
+	}
+	return nil
+}
+
+// dropDead removes nodes none of whose outputs is read.
+func (m *Model) dropDead() {
+	live := map[string]bool{}
+	for _, o := range m.outputs {
+		live[o.Name] = true
+	}
+	keep := make([]bool, len(m.nodes))
+	for i := len(m.nodes) - 1; i >= 0; i-- {
+		n := &m.nodes[i]
+		for _, o := range n.Outputs {
+			if live[o] {
+				keep[i] = true
+			}
+		}
+		if keep[i] {
+			for _, in := range n.Inputs {
+				if in != "" {
+					live[in] = true
+				}
+			}
+		}
+	}
+	kept := m.nodes[:0]
+	for i := range m.nodes {
+		if keep[i] {
+			kept = append(kept, m.nodes[i])
+		}
+	}
+	m.nodes = kept
+	for name := range m.consts {
+		if !live[name] {
+			delete(m.consts, name)
+		}
+	}
+}
+
+// loadWeights copies every float constant the remaining nodes (or the
+// outputs) read into one arena, 16-float aligned.
+func (m *Model) loadWeights() error {
+	var names []string
+	for name, t := range m.consts {
+		if t.IsFloat() {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	m.wOff = map[string]int64{}
+	var total int64
+	for _, name := range names {
+		m.wOff[name] = total
+		total += (m.consts[name].Len() + 15) &^ 15
+	}
+	if total == 0 {
+		total = 16
+	}
+	alloc := m.opts.Alloc
+	if alloc == nil {
+		alloc = func(n int) ([]float32, error) { return make([]float32, n), nil }
+	}
+	w, err := alloc(int(total))
+	if err != nil {
+		return fmt.Errorf("weights (%d floats): %w", total, err)
+	}
+	if int64(len(w)) < total {
+		return fmt.Errorf("weights: allocator gave %d floats, want %d", len(w), total)
+	}
+	for _, name := range names {
+		t := m.consts[name]
+		off := m.wOff[name]
+		n := t.Len()
+		copy(w[off:off+n], t.F)
+		// keep the constant, backed by the arena (the original may go)
+		m.consts[name] = &Tensor{DType: graph.Float32, Shape: t.Shape, F: w[off : off+n : off+n]}
+	}
+	m.weights = w[:total]
+	return nil
+}
+
+// Name is the graph's name.
+func (m *Model) Name() string { return m.name }
+
+// Opset is the default-domain operator set version.
+func (m *Model) Opset() int64 { return m.opset }
+
+// Inputs are the runtime inputs (graph inputs that are not initializers).
+func (m *Model) Inputs() []graph.ValueInfo { return m.inputs }
+
+// Outputs are the graph outputs.
+func (m *Model) Outputs() []graph.ValueInfo { return m.outputs }
+
+// Weights is the weight arena every program of the model reads.
+func (m *Model) Weights() []float32 { return m.weights }
+
+// WeightBytes is the size of the weight arena.
+func (m *Model) WeightBytes() int64 { return int64(len(m.weights)) * 4 }
+
+// NumNodes is the number of nodes left after load-time folding.
+func (m *Model) NumNodes() int { return len(m.nodes) }
+
+// Units is the unit count kernels are tiled for.
+func (m *Model) Units() int { return m.opts.Units }
+
+// BatchShapes returns the runtime input shapes for a batch size: every
+// input's first dimension becomes batch (it must be dynamic or equal batch);
+// every other dimension must be fixed.
+func (m *Model) BatchShapes(batch int) (map[string][]int64, error) {
+	out := map[string][]int64{}
+	for _, in := range m.inputs {
+		if len(in.Dims) == 0 {
+			return nil, fmt.Errorf("input %q is a scalar: no batch dimension", in.Name)
+		}
+		s := append([]int64{}, in.Dims...)
+		if s[0] > 0 && s[0] != int64(batch) {
+			return nil, fmt.Errorf("input %q has a fixed first dimension %d, not a batch of %d", in.Name, s[0], batch)
+		}
+		s[0] = int64(batch)
+		for i, d := range s[1:] {
+			if d <= 0 {
+				return nil, fmt.Errorf("input %q: dimension %d is dynamic; give its size", in.Name, i+1)
+			}
+		}
+		out[in.Name] = s
+	}
+	return out, nil
+}
+
+// BatchDynamic reports whether every input's first dimension is dynamic
+// (not fixed in the graph).
+func (m *Model) BatchDynamic() bool {
+	for _, in := range m.inputs {
+		if len(in.Dims) == 0 || in.Dims[0] > 0 {
+			return false
+		}
+	}
+	return true
+}

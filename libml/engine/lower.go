@@ -1,0 +1,1049 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+
+	"sluice/libml/graph"
+)
+
+// Limits of the im2col workspace path for convolutions with few output
+// positions (floats).
+const im2colWorkspaceMax = 16 << 20
+
+func (c *compiler) lower(g *group) error {
+	n := c.node(g)
+	switch {
+	case isAliasOp(n.Op):
+		return c.lowerAlias(g)
+	case n.Op == "Conv":
+		return c.lowerConv(g)
+	case n.Op == "ConvTranspose":
+		return c.lowerConvTranspose(g)
+	case n.Op == "Gemm":
+		return c.lowerGemm(g)
+	case n.Op == "MatMul":
+		return c.lowerMatMul(g)
+	case n.Op == "BatchNormalization":
+		return c.lowerBatchNorm(g)
+	case n.Op == "Pow":
+		if e := c.vals[n.Inputs[1]]; e != nil && e.buf == -1 && e.t.Len() == 1 {
+			return c.lowerUnaryCode(g, ActPowC, float32(e.t.at(0)), 0)
+		}
+		return c.lowerBinary(g)
+	case unaryActs[n.Op] != 0:
+		act, a, b, err := actParams(n, c.m.opset, c.tensors(n))
+		if err != nil {
+			return err
+		}
+		return c.lowerUnaryCode(g, act, a, b)
+	case binaryOps[n.Op] != 0 || n.Op == "Add":
+		return c.lowerBinary(g)
+	case n.Op == "Concat":
+		return c.lowerConcat(g)
+	case n.Op == "Transpose":
+		return c.lowerTranspose(g)
+	case n.Op == "Slice":
+		return c.lowerSlice(g)
+	case n.Op == "Split":
+		return c.lowerSplit(g)
+	case n.Op == "Expand":
+		return c.lowerExpand(g)
+	case n.Op == "Gather":
+		return c.lowerGather(g)
+	case n.Op == "MaxPool" || n.Op == "AveragePool":
+		return c.lowerPool(g)
+	case n.Op == "GlobalAveragePool" || n.Op == "GlobalMaxPool":
+		return c.lowerGlobalPool(g)
+	case n.Op == "Softmax" || n.Op == "LogSoftmax":
+		return c.lowerSoftmax(g)
+	case n.Op == "LayerNormalization":
+		return c.lowerLayerNorm(g)
+	case reduceOps[n.Op] != 0 || n.Op == "ReduceMean":
+		return c.lowerReduce(g)
+	case n.Op == "Resize" || n.Op == "Upsample":
+		return c.lowerResize(g)
+	}
+	return fmt.Errorf("operator %s has no kernel: its inputs must be constants", n.Op)
+}
+
+func (c *compiler) draft(g *group, op Op) draft {
+	n := c.node(g)
+	return draft{k: Kernel{Op: op, Name: n.Name, Ops: c.opsName(g)}}
+}
+
+func (c *compiler) setAct(d *draft, g *group) {
+	d.k.P[PAct] = int64(g.act)
+	d.k.F[FActA] = g.a
+	d.k.F[FActB] = g.b
+}
+
+// rtIn returns a runtime input value (error for a constant one).
+func (c *compiler) rtIn(n *graph.Node, i int) (*cval, error) {
+	if i >= len(n.Inputs) {
+		return nil, fmt.Errorf("input %d missing", i)
+	}
+	v, err := c.val(n.Inputs[i])
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (c *compiler) optOperand(n *graph.Node, i int) (operand, error) {
+	if i >= len(n.Inputs) || n.Inputs[i] == "" {
+		return noOperand, nil
+	}
+	return c.operand(n.Inputs[i])
+}
+
+func (c *compiler) lowerAlias(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	out, err := c.val(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	out.buf = x.buf
+	return nil
+}
+
+// ---- GEMM -----------------------------------------------------------------------
+
+type gemmSpec struct {
+	M, N, K, tA, tB, lda, ldb, ldc int64
+	bd, sA, sB, sC, sBias          [3]int64
+	biasMode                       int64
+	alpha                          float32
+}
+
+func (s *gemmSpec) set(k *Kernel) {
+	p := &k.P
+	p[0], p[1], p[2], p[3], p[4] = s.M, s.N, s.K, s.tA, s.tB
+	p[5], p[6], p[7] = s.lda, s.ldb, s.ldc
+	for i := 0; i < 3; i++ {
+		bd := s.bd[i]
+		if bd == 0 {
+			bd = 1
+		}
+		p[8+i] = bd
+		p[11+i], p[14+i], p[17+i], p[20+i] = s.sA[i], s.sB[i], s.sC[i], s.sBias[i]
+	}
+	p[23] = s.biasMode
+	k.F[0] = s.alpha
+}
+
+func (c *compiler) lowerGemm(g *group) error {
+	n := c.node(g)
+	a, err := c.val(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	b, err := c.val(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	ta, tb := n.AttrInt("transA", 0) != 0, n.AttrInt("transB", 0) != 0
+	alpha, beta := n.AttrFloat("alpha", 1), n.AttrFloat("beta", 1)
+	M, K := a.t.Shape[0], a.t.Shape[1]
+	if ta {
+		M, K = K, M
+	}
+	N := b.t.Shape[1]
+	if tb {
+		N = b.t.Shape[0]
+	}
+	s := gemmSpec{M: M, N: N, K: K, lda: a.t.Shape[1], ldb: b.t.Shape[1], ldc: N, alpha: alpha}
+	if ta {
+		s.tA = 1
+	}
+	if tb {
+		s.tB = 1
+	}
+	d := c.draft(g, OpGemm)
+	if d.in[0], err = c.operand(n.Inputs[0]); err != nil {
+		return err
+	}
+	if d.in[1], err = c.operand(n.Inputs[1]); err != nil {
+		return err
+	}
+	if len(n.Inputs) > 2 && n.Inputs[2] != "" {
+		cv, err := c.val(n.Inputs[2])
+		if err != nil {
+			return err
+		}
+		cs := cv.t.Shape
+		switch {
+		case cv.buf == -1:
+			data := make([]float32, cv.t.Len())
+			for i, v := range cv.t.F {
+				data[i] = v * beta
+			}
+			switch {
+			case cv.t.Len() == 1:
+				full := make([]float32, N)
+				for i := range full {
+					full[i] = data[0]
+				}
+				d.in[2], s.biasMode = c.newConst(full), 2
+			case cv.t.Len() == N && (len(cs) == 1 || cs[0] == 1):
+				d.in[2], s.biasMode = c.newConst(data), 2
+			case len(cs) == 2 && cs[1] == 1 && cs[0] == M:
+				d.in[2], s.biasMode = c.newConst(data), 1
+			case len(cs) == 2 && cs[0] == M && cs[1] == N:
+				d.in[3] = c.newConst(data)
+			default:
+				return fmt.Errorf("C %v does not broadcast to [%d %d]", cs, M, N)
+			}
+		case beta == 1 && eqShape(cs, []int64{M, N}):
+			d.in[3], _ = c.operand(n.Inputs[2])
+		case beta == 1 && cv.t.Len() == N && (len(cs) == 1 || cs[0] == 1):
+			d.in[2], _ = c.operand(n.Inputs[2])
+			s.biasMode = 2
+		default:
+			return fmt.Errorf("runtime C %v with beta %g is not supported", cs, beta)
+		}
+	}
+	if g.res != "" {
+		if d.in[3], err = c.operand(g.res); err != nil {
+			return err
+		}
+	}
+	s.set(&d.k)
+	c.setAct(&d, g)
+	if d.out, _, err = c.output(c.outName(g)); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+// collapse merges adjacent dimensions that are contiguous in every stride
+// set and drops size-1 dimensions.
+func collapse(dims []int64, strides ...[]int64) ([]int64, [][]int64) {
+	var od []int64
+	os := make([][]int64, len(strides))
+	for i, d := range dims {
+		if d == 1 {
+			continue
+		}
+		if len(od) > 0 {
+			last := len(od) - 1
+			merge := true
+			for k, s := range strides {
+				if os[k][last] != s[i]*d {
+					merge = false
+				}
+			}
+			if merge {
+				od[last] *= d
+				for k, s := range strides {
+					os[k][last] = s[i]
+				}
+				continue
+			}
+		}
+		od = append(od, d)
+		for k, s := range strides {
+			os[k] = append(os[k], s[i])
+		}
+	}
+	if len(od) == 0 {
+		od = []int64{1}
+		for k := range os {
+			os[k] = []int64{1}
+		}
+	}
+	return od, os
+}
+
+func (c *compiler) lowerMatMul(g *group) error {
+	n := c.node(g)
+	a, err := c.val(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	b, err := c.val(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	as, bs := a.t.Shape, b.t.Shape
+	if len(as) == 1 {
+		as = []int64{1, as[0]}
+	}
+	if len(bs) == 1 {
+		bs = []int64{bs[0], 1}
+	}
+	M, K, N := as[len(as)-2], as[len(as)-1], bs[len(bs)-1]
+	s := gemmSpec{N: N, K: K, lda: K, ldb: N, ldc: N, alpha: 1}
+	if len(bs) == 2 {
+		// B is one matrix: every row of A's batch is one GEMM row
+		s.M = numel(as[:len(as)-1])
+	} else {
+		s.M = M
+		batch, err := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
+		if err != nil {
+			return err
+		}
+		sa, sb := bstrides(as[:len(as)-2], batch), bstrides(bs[:len(bs)-2], batch)
+		sc := stridesOf(batch)
+		for i := range batch {
+			sa[i] *= M * K
+			sb[i] *= K * N
+			sc[i] *= M * N
+		}
+		dims, st := collapse(batch, sa, sb, sc)
+		if len(dims) > 3 {
+			return fmt.Errorf("batch dimensions %v do not collapse to 3", batch)
+		}
+		for i := range dims {
+			s.bd[i] = dims[i]
+			s.sA[i], s.sB[i], s.sC[i] = st[0][i], st[1][i], st[2][i]
+		}
+	}
+	d := c.draft(g, OpGemm)
+	if d.in[0], err = c.operand(n.Inputs[0]); err != nil {
+		return err
+	}
+	if d.in[1], err = c.operand(n.Inputs[1]); err != nil {
+		return err
+	}
+	if g.bias != "" {
+		if d.in[2], err = c.operand(g.bias); err != nil {
+			return err
+		}
+		s.biasMode = 2
+	}
+	if g.res != "" {
+		if d.in[3], err = c.operand(g.res); err != nil {
+			return err
+		}
+	}
+	s.set(&d.k)
+	c.setAct(&d, g)
+	if d.out, _, err = c.output(c.outName(g)); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+// ---- convolution ----------------------------------------------------------------
+
+// convP lays out the 16 convolution parameters (1-D becomes H = 1).
+func convP(xs []int64, cout, grp int64, gm geom) [16]int64 {
+	var p [16]int64
+	p[0], p[1], p[4], p[5] = xs[0], xs[1], cout, grp
+	if len(gm.out) == 2 {
+		p[2], p[3], p[6], p[7] = xs[2], xs[3], gm.k[0], gm.k[1]
+		p[8], p[9], p[10], p[11] = gm.s[0], gm.s[1], gm.pb[0], gm.pb[1]
+		p[12], p[13], p[14], p[15] = gm.d[0], gm.d[1], gm.out[0], gm.out[1]
+	} else {
+		p[2], p[3], p[6], p[7] = 1, xs[2], 1, gm.k[0]
+		p[8], p[9], p[10], p[11] = 1, gm.s[0], 0, gm.pb[0]
+		p[12], p[13], p[14], p[15] = 1, gm.d[0], 1, gm.out[0]
+	}
+	return p
+}
+
+func (c *compiler) lowerConv(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	w, err := c.val(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	if w.buf != -1 {
+		return fmt.Errorf("runtime convolution weights are not supported")
+	}
+	xs := x.t.Shape
+	if len(xs) != 3 && len(xs) != 4 {
+		return fmt.Errorf("only 1-D and 2-D convolutions (X %v)", xs)
+	}
+	G := n.AttrInt("group", 1)
+	gm, err := convGeom(n, xs[2:], w.t.Shape[2:], false)
+	if err != nil {
+		return err
+	}
+	Cout := w.t.Shape[0]
+	p := convP(xs, Cout, G, gm)
+	N, C := xs[0], xs[1]
+	H, W := p[2], p[3]
+	OHW := p[14] * p[15]
+	Cg, Mg := C/G, Cout/G
+	Kd := Cg * p[6] * p[7]
+	wop, err := c.operand(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	bias, err := c.optOperand(n, 2)
+	if err != nil {
+		return err
+	}
+	if g.bias != "" {
+		if bias, err = c.operand(g.bias); err != nil {
+			return err
+		}
+	}
+	var res operand
+	if g.res != "" {
+		if res, err = c.operand(g.res); err != nil {
+			return err
+		}
+	}
+	xop, _ := c.operand(n.Inputs[0])
+	units := int64(c.m.opts.Units)
+	pointwise := p[6] == 1 && p[7] == 1 && p[8] == 1 && p[9] == 1 && p[10] == 0 && p[11] == 0 &&
+		OHW == H*W
+	switch {
+	case G == C && G > 1:
+		d := c.draft(g, OpDWConv)
+		copy(d.k.P[:16], p[:])
+		d.in = [MaxIn]operand{xop, wop, bias, res}
+		c.setAct(&d, g)
+		if d.out, _, err = c.output(c.outName(g)); err != nil {
+			return err
+		}
+		c.emit(d)
+	case pointwise:
+		d := c.draft(g, OpGemm)
+		s := gemmSpec{M: Mg, N: OHW, K: Cg, lda: Cg, ldb: OHW, ldc: OHW, alpha: 1,
+			bd: [3]int64{N, G, 1}, sA: [3]int64{0, Mg * Cg}, sB: [3]int64{C * OHW, Cg * OHW},
+			sC: [3]int64{Cout * OHW, Mg * OHW}, sBias: [3]int64{0, Mg}}
+		if bias.sp != SpaceNone {
+			s.biasMode = 1
+		}
+		s.set(&d.k)
+		d.in = [MaxIn]operand{wop, xop, bias, res}
+		c.setAct(&d, g)
+		if d.out, _, err = c.output(c.outName(g)); err != nil {
+			return err
+		}
+		c.emit(d)
+	case N*G*((OHW+63)/64) < 4*units && N*G*Kd*OHW <= im2colWorkspaceMax:
+		ws := c.newBuf(N * G * Kd * OHW)
+		d := c.draft(g, OpIm2col)
+		d.k.Ops = "im2col"
+		copy(d.k.P[:16], p[:])
+		d.in[0] = xop
+		d.out = operand{sp: SpaceArena, buf: ws}
+		c.emit(d)
+		d2 := c.draft(g, OpGemm)
+		s := gemmSpec{M: Mg, N: OHW, K: Kd, lda: Kd, ldb: OHW, ldc: OHW, alpha: 1,
+			bd: [3]int64{N, G, 1}, sA: [3]int64{0, Mg * Kd}, sB: [3]int64{G * Kd * OHW, Kd * OHW},
+			sC: [3]int64{Cout * OHW, Mg * OHW}, sBias: [3]int64{0, Mg}}
+		if bias.sp != SpaceNone {
+			s.biasMode = 1
+		}
+		s.set(&d2.k)
+		d2.in = [MaxIn]operand{wop, {sp: SpaceArena, buf: ws}, bias, res}
+		c.setAct(&d2, g)
+		if d2.out, _, err = c.output(c.outName(g)); err != nil {
+			return err
+		}
+		c.emit(d2)
+	default:
+		d := c.draft(g, OpConv)
+		copy(d.k.P[:16], p[:])
+		d.in = [MaxIn]operand{xop, wop, bias, res}
+		c.setAct(&d, g)
+		if d.out, _, err = c.output(c.outName(g)); err != nil {
+			return err
+		}
+		c.emit(d)
+	}
+	return nil
+}
+
+func (c *compiler) lowerConvTranspose(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	w, err := c.val(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	if w.buf != -1 {
+		return fmt.Errorf("runtime convolution weights are not supported")
+	}
+	xs := x.t.Shape
+	if len(xs) != 3 && len(xs) != 4 {
+		return fmt.Errorf("only 1-D and 2-D transposed convolutions (X %v)", xs)
+	}
+	G := n.AttrInt("group", 1)
+	gm, _, err := convTGeom(n, xs[2:], w.t.Shape[2:])
+	if err != nil {
+		return err
+	}
+	Mg := w.t.Shape[1]
+	Cout := Mg * G
+	p := convP(xs, Cout, G, gm)
+	N, C := xs[0], xs[1]
+	HW := p[2] * p[3]
+	Cg := C / G
+	Mk := Mg * p[6] * p[7]
+	wop, _ := c.operand(n.Inputs[1])
+	xop, _ := c.operand(n.Inputs[0])
+	bias, err := c.optOperand(n, 2)
+	if err != nil {
+		return err
+	}
+	ws := c.newBuf(N * G * Mk * HW)
+	d := c.draft(g, OpGemm)
+	d.k.Ops = "ConvTranspose:gemm"
+	s := gemmSpec{M: Mk, N: HW, K: Cg, tA: 1, lda: Mk, ldb: HW, ldc: HW, alpha: 1,
+		bd: [3]int64{N, G, 1}, sA: [3]int64{0, Cg * Mk}, sB: [3]int64{C * HW, Cg * HW},
+		sC: [3]int64{G * Mk * HW, Mk * HW}}
+	s.set(&d.k)
+	d.in[0], d.in[1] = wop, xop
+	d.out = operand{sp: SpaceArena, buf: ws}
+	c.emit(d)
+	d2 := c.draft(g, OpCol2im)
+	copy(d2.k.P[:16], p[:])
+	d2.in[0] = operand{sp: SpaceArena, buf: ws}
+	d2.in[1] = bias
+	c.setAct(&d2, g)
+	if d2.out, _, err = c.output(c.outName(g)); err != nil {
+		return err
+	}
+	c.emit(d2)
+	return nil
+}
+
+// ---- normalization ----------------------------------------------------------------
+
+func (c *compiler) lowerBatchNorm(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	if len(x.t.Shape) < 2 {
+		return fmt.Errorf("X %v: rank < 2", x.t.Shape)
+	}
+	C := x.t.Shape[1]
+	var p [4]*Tensor
+	for i := range p {
+		v, err := c.val(n.Inputs[i+1])
+		if err != nil {
+			return err
+		}
+		if v.buf != -1 {
+			return fmt.Errorf("runtime BatchNormalization parameters are not supported")
+		}
+		p[i] = v.t
+	}
+	eps := float64(n.AttrFloat("epsilon", 1e-5))
+	scale, shift := make([]float32, C), make([]float32, C)
+	for i := int64(0); i < C; i++ {
+		s := p[0].at(i) / math.Sqrt(p[3].at(i)+eps)
+		scale[i] = float32(s)
+		shift[i] = float32(p[1].at(i) - p[2].at(i)*s)
+	}
+	d := c.draft(g, OpChAffine)
+	d.k.P[0], d.k.P[1], d.k.P[2] = x.t.Shape[0], C, numel(x.t.Shape[2:])
+	d.in[0], _ = c.operand(n.Inputs[0])
+	d.in[1], d.in[2] = c.newConst(scale), c.newConst(shift)
+	c.setAct(&d, g)
+	if err := c.outMaybeInPlace(&d, g, n.Inputs[0]); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+// outMaybeInPlace gives the group's output the buffer of value in when the
+// group is its last reader, marking the kernel in-place; else a new buffer.
+func (c *compiler) outMaybeInPlace(d *draft, g *group, in string) error {
+	on := c.outName(g)
+	ov, err := c.val(on)
+	if err != nil {
+		return err
+	}
+	if c.inPlace(in, ov.t.Shape) {
+		ov.buf = c.vals[in].buf
+		d.out = operand{sp: SpaceArena, buf: ov.buf}
+		d.k.Flags |= FlagInPlace
+		return nil
+	}
+	d.out, _, err = c.output(on)
+	return err
+}
+
+func (c *compiler) lowerLayerNorm(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	axis, err := normAxis(n.AttrInt("axis", -1), int64(len(x.t.Shape)))
+	if err != nil {
+		return err
+	}
+	norm := x.t.Shape[axis:]
+	cols := numel(norm)
+	d := c.draft(g, OpLayerNorm)
+	d.k.P[0], d.k.P[1] = x.t.Len()/cols, cols
+	d.k.F[0] = n.AttrFloat("epsilon", 1e-5)
+	d.in[0], _ = c.operand(n.Inputs[0])
+	for i := 1; i <= 2; i++ {
+		if i >= len(n.Inputs) || n.Inputs[i] == "" {
+			continue
+		}
+		v, err := c.val(n.Inputs[i])
+		if err != nil {
+			return err
+		}
+		switch {
+		case v.t.Len() == cols:
+			d.in[i], _ = c.operand(n.Inputs[i])
+		case v.buf == -1:
+			e := copyStrided(v.t, norm, bstrides(v.t.Shape, norm), 0)
+			d.in[i] = c.newConst(e.F)
+		default:
+			return fmt.Errorf("runtime scale / bias %v does not cover %v", v.t.Shape, norm)
+		}
+	}
+	if err := c.outMaybeInPlace(&d, g, n.Inputs[0]); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+func (c *compiler) lowerSoftmax(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	def := int64(-1)
+	if c.m.opset < 13 {
+		def = 1
+	}
+	axis, err := normAxis(n.AttrInt("axis", def), int64(len(x.t.Shape)))
+	if err != nil {
+		return err
+	}
+	outer, cnt, inner := softmaxDims(x.t.Shape, axis, c.m.opset)
+	d := c.draft(g, OpSoftmax)
+	d.k.P[0], d.k.P[1], d.k.P[2] = outer, cnt, inner
+	if n.Op == "LogSoftmax" {
+		d.k.P[3] = 1
+	}
+	d.in[0], _ = c.operand(n.Inputs[0])
+	if err := c.outMaybeInPlace(&d, g, n.Inputs[0]); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+// ---- elementwise ---------------------------------------------------------------------
+
+func (c *compiler) lowerUnaryCode(g *group, act int, a, b float32) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	d := c.draft(g, OpUnary)
+	d.k.P[0] = max(x.t.Len(), 1)
+	d.k.P[PAct] = int64(act)
+	d.k.F[FActA], d.k.F[FActB] = a, b
+	d.in[0], _ = c.operand(n.Inputs[0])
+	if err := c.outMaybeInPlace(&d, g, n.Inputs[0]); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+func (c *compiler) lowerBinary(g *group) error {
+	n := c.node(g)
+	if len(n.Inputs) != 2 {
+		return fmt.Errorf("%d inputs: only 2 are supported", len(n.Inputs))
+	}
+	a, err := c.val(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	b, err := c.val(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	out, err := c.val(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	os := out.t.Shape
+	dims, st := collapse(os, bstrides(a.t.Shape, os), bstrides(b.t.Shape, os))
+	if len(dims) > MaxRank {
+		return fmt.Errorf("broadcast of %v and %v needs rank %d > %d", a.t.Shape, b.t.Shape, len(dims), MaxRank)
+	}
+	d := c.draft(g, OpBinary)
+	d.k.P[0] = int64(binaryOps[n.Op])
+	d.k.P[1] = int64(len(dims))
+	for i := range dims {
+		d.k.P[2+i], d.k.P[8+i], d.k.P[14+i] = dims[i], st[0][i], st[1][i]
+	}
+	if d.in[0], err = c.operand(n.Inputs[0]); err != nil {
+		return err
+	}
+	if d.in[1], err = c.operand(n.Inputs[1]); err != nil {
+		return err
+	}
+	c.setAct(&d, g)
+	on := c.outName(g)
+	switch {
+	case n.Inputs[0] != n.Inputs[1] && a.buf >= 0 && c.inPlace(n.Inputs[0], os):
+		err = c.outMaybeInPlace(&d, g, n.Inputs[0])
+	case n.Inputs[0] != n.Inputs[1] && b.buf >= 0 && c.inPlace(n.Inputs[1], os):
+		err = c.outMaybeInPlace(&d, g, n.Inputs[1])
+	default:
+		d.out, _, err = c.output(on)
+	}
+	if err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+// ---- data movement -------------------------------------------------------------------
+
+// copyKernel emits a COPY of the view (dims, sin) at src+soff into the view
+// (dims, sout) at dst+doff.
+func (c *compiler) copyKernel(g *group, ops string, src operand, soff int64, dst operand, doff int64,
+	dims, sin, sout []int64) error {
+	cd, st := collapse(dims, sin, sout)
+	if len(cd) > MaxRank {
+		return fmt.Errorf("copy of rank %d > %d", len(cd), MaxRank)
+	}
+	d := c.draft(g, OpCopy)
+	if ops != "" {
+		d.k.Ops = ops
+	}
+	d.k.P[0] = int64(len(cd))
+	for i := range cd {
+		d.k.P[1+i], d.k.P[7+i], d.k.P[13+i] = cd[i], st[0][i], st[1][i]
+	}
+	src.off += soff
+	dst.off += doff
+	d.in[0] = src
+	d.out = dst
+	c.emit(d)
+	return nil
+}
+
+func (c *compiler) lowerConcat(g *group) error {
+	n := c.node(g)
+	on := n.Outputs[0]
+	dst, ov, err := c.output(on)
+	if err != nil {
+		return err
+	}
+	os := ov.t.Shape
+	axis, err := normAxis(n.AttrInt("axis", 0), int64(len(os)))
+	if err != nil {
+		return err
+	}
+	outer, inner := numel(os[:axis]), numel(os[axis+1:])
+	var at int64
+	for _, in := range n.Inputs {
+		v, err := c.val(in)
+		if err != nil {
+			return err
+		}
+		di := v.t.Shape[axis]
+		if di > 0 {
+			src, err := c.operand(in)
+			if err != nil {
+				return err
+			}
+			if err := c.copyKernel(g, "", src, 0, dst, at*inner, []int64{outer, di * inner},
+				[]int64{di * inner, 1}, []int64{os[axis] * inner, 1}); err != nil {
+				return err
+			}
+		}
+		at += di
+	}
+	return nil
+}
+
+func (c *compiler) lowerTranspose(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	perm, err := transposePerm(n, len(x.t.Shape))
+	if err != nil {
+		return err
+	}
+	st := stridesOf(x.t.Shape)
+	dims := make([]int64, len(perm))
+	sin := make([]int64, len(perm))
+	for i, p := range perm {
+		dims[i], sin[i] = x.t.Shape[p], st[p]
+	}
+	src, _ := c.operand(n.Inputs[0])
+	dst, _, err := c.output(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	return c.copyKernel(g, "", src, 0, dst, 0, dims, sin, stridesOf(dims))
+}
+
+func (c *compiler) evFor(n *graph.Node) *ev {
+	return &ev{n: n, opset: c.m.opset, ins: c.tensors(n)}
+}
+
+func (c *compiler) lowerSlice(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	starts, ends, axes, steps, err := c.evFor(n).sliceArgs()
+	if err != nil {
+		return err
+	}
+	shape, strides, off, err := sliceView(x.t.Shape, starts, ends, axes, steps)
+	if err != nil {
+		return err
+	}
+	src, _ := c.operand(n.Inputs[0])
+	dst, _, err := c.output(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	if numel(shape) == 0 {
+		return nil
+	}
+	return c.copyKernel(g, "", src, off, dst, 0, shape, strides, stridesOf(shape))
+}
+
+func (c *compiler) lowerSplit(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	e := c.evFor(n)
+	axis, err := normAxis(n.AttrInt("axis", 0), int64(len(x.t.Shape)))
+	if err != nil {
+		return err
+	}
+	sizes, err := e.splitSizes(x.t.Shape[axis])
+	if err != nil {
+		return err
+	}
+	src, _ := c.operand(n.Inputs[0])
+	var start int64
+	for i, sz := range sizes {
+		shape, strides, off, err := sliceView(x.t.Shape, []int64{start}, []int64{start + sz}, []int64{axis}, nil)
+		if err != nil {
+			return err
+		}
+		start += sz
+		if n.Outputs[i] == "" {
+			continue
+		}
+		dst, _, err := c.output(n.Outputs[i])
+		if err != nil {
+			return err
+		}
+		if numel(shape) == 0 {
+			continue
+		}
+		if err := c.copyKernel(g, "", src, off, dst, 0, shape, strides, stridesOf(shape)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *compiler) lowerExpand(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	src, _ := c.operand(n.Inputs[0])
+	dst, ov, err := c.output(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	os := ov.t.Shape
+	return c.copyKernel(g, "", src, 0, dst, 0, os, bstrides(x.t.Shape, os), stridesOf(os))
+}
+
+func (c *compiler) lowerGather(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	iv, err := c.val(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	if iv.buf != -1 {
+		return fmt.Errorf("runtime Gather indices are not supported")
+	}
+	axis, err := normAxis(n.AttrInt("axis", 0), int64(len(x.t.Shape)))
+	if err != nil {
+		return err
+	}
+	d := c.draft(g, OpGather)
+	xs := x.t.Shape
+	d.k.P[0], d.k.P[1], d.k.P[2], d.k.P[3] = numel(xs[:axis]), xs[axis], numel(xs[axis+1:]), iv.t.Len()
+	d.k.Aux = append([]int64{}, iv.t.ints()...)
+	d.in[0], _ = c.operand(n.Inputs[0])
+	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
+		return err
+	}
+	if iv.t.Len() == 0 || numel(xs[:axis])*numel(xs[axis+1:]) == 0 {
+		return nil
+	}
+	c.emit(d)
+	return nil
+}
+
+// ---- pooling, reduction, resize ------------------------------------------------------------
+
+func (c *compiler) lowerPool(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	xs := x.t.Shape
+	gm, err := convGeom(n, xs[2:], n.AttrInts("kernel_shape", nil), true)
+	if err != nil {
+		return err
+	}
+	d := c.draft(g, OpPool)
+	p := poolParams(xs, gm, n)
+	copy(d.k.P[:17], p[:])
+	d.in[0], _ = c.operand(n.Inputs[0])
+	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+func (c *compiler) lowerGlobalPool(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	xs := x.t.Shape
+	d := c.draft(g, OpGPool)
+	d.k.P[0], d.k.P[1] = xs[0]*xs[1], numel(xs[2:])
+	if n.Op == "GlobalAveragePool" {
+		d.k.P[2] = 1
+	}
+	d.in[0], _ = c.operand(n.Inputs[0])
+	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+func (c *compiler) lowerReduce(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	e := c.evFor(n)
+	xs := append([]int64{}, x.t.Shape...)
+	axes, err := e.reduceAxes(int64(len(xs)))
+	if err != nil {
+		return err
+	}
+	on := n.Outputs[0]
+	if len(axes) == 0 {
+		ov, _ := c.val(on)
+		ov.buf = x.buf
+		return nil
+	}
+	// runs of consecutive axes
+	var runs [][2]int64
+	for _, a := range axes {
+		if len(runs) > 0 && runs[len(runs)-1][1] == a {
+			runs[len(runs)-1][1] = a + 1
+		} else {
+			runs = append(runs, [2]int64{a, a + 1})
+		}
+	}
+	mode := int64(reduceOps[n.Op])
+	if len(runs) > 1 && mode == RedL2 {
+		return fmt.Errorf("ReduceL2 over non-adjacent axes %v is not supported", axes)
+	}
+	src, _ := c.operand(n.Inputs[0])
+	for i, r := range runs {
+		d := c.draft(g, OpReduce)
+		d.k.P[0], d.k.P[1], d.k.P[2] = numel(xs[:r[0]]), numel(xs[r[0]:r[1]]), numel(xs[r[1]:])
+		m := mode
+		if i > 0 && mode == RedSumSq {
+			m = RedSum
+		}
+		d.k.P[3] = m
+		for j := r[0]; j < r[1]; j++ {
+			xs[j] = 1
+		}
+		d.in[0] = src
+		if i == len(runs)-1 {
+			if d.out, _, err = c.output(on); err != nil {
+				return err
+			}
+		} else {
+			d.out = operand{sp: SpaceArena, buf: c.newBuf(numel(xs))}
+		}
+		c.emit(d)
+		src = d.out
+	}
+	return nil
+}
+
+func (c *compiler) lowerResize(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	rs, err := c.evFor(n).resizeSpec(x.t)
+	if err != nil {
+		return err
+	}
+	xs := x.t.Shape
+	r := len(xs)
+	H, W, OH, OW := int64(1), xs[r-1], int64(1), rs.out[r-1]
+	if r >= 4 {
+		H, OH = xs[r-2], rs.out[r-2]
+	}
+	d := c.draft(g, OpResize)
+	d.k.P[0], d.k.P[1], d.k.P[2], d.k.P[3], d.k.P[4] = x.t.Len()/(H*W), H, W, OH, OW
+	d.k.P[5], d.k.P[6], d.k.P[7] = rs.mode, rs.coord, rs.nearest
+	d.k.F[0], d.k.F[1] = rs.scaleH, rs.scaleW
+	d.in[0], _ = c.operand(n.Inputs[0])
+	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}

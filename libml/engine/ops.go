@@ -1,0 +1,185 @@
+package engine
+
+import (
+	"sort"
+)
+
+// Op is a kernel operation. The numbering is the C engine's (enum sk_op in
+// native/cpu/sluice_cpu.h); libml/cpu's tests check that they agree.
+type Op int32
+
+// Kernel operations.
+const (
+	OpNop       Op = 0
+	OpGemm      Op = 1
+	OpConv      Op = 2
+	OpIm2col    Op = 3
+	OpDWConv    Op = 4
+	OpCol2im    Op = 5
+	OpPool      Op = 6
+	OpGPool     Op = 7
+	OpUnary     Op = 8
+	OpBinary    Op = 9
+	OpChAffine  Op = 10
+	OpSoftmax   Op = 11
+	OpLayerNorm Op = 12
+	OpReduce    Op = 13
+	OpCopy      Op = 14
+	OpResize    Op = 15
+	OpGather    Op = 16
+	OpCount     Op = 17
+)
+
+var opNames = [...]string{"nop", "gemm", "conv", "im2col", "dwconv", "col2im",
+	"pool", "gpool", "unary", "binary", "chaffine", "softmax", "layernorm",
+	"reduce", "copy", "resize", "gather"}
+
+func (o Op) String() string {
+	if o >= 0 && int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return "op?"
+}
+
+// Activation and unary codes (enum sk_act).
+const (
+	ActNone        = 0
+	ActRelu        = 1
+	ActClip        = 2
+	ActSigmoid     = 3
+	ActHardSigmoid = 4
+	ActHardSwish   = 5
+	ActTanh        = 6
+	ActGelu        = 7
+	ActGeluTanh    = 8
+	ActLeakyRelu   = 9
+	ActExp         = 10
+	ActLog         = 11
+	ActNeg         = 12
+	ActAbs         = 13
+	ActSqrt        = 14
+	ActRecip       = 15
+	ActErf         = 16
+	ActFloor       = 17
+	ActCeil        = 18
+	ActPowC        = 19
+	ActAffine      = 20
+	ActSoftplus    = 21
+	ActElu         = 22
+	ActIdentity    = 23
+	ActRound       = 24
+	ActSin         = 25
+	ActCos         = 26
+	ActCount       = 27
+)
+
+// Binary codes (enum sk_binop).
+const (
+	BinAdd   = 0
+	BinSub   = 1
+	BinMul   = 2
+	BinDiv   = 3
+	BinPow   = 4
+	BinMax   = 5
+	BinMin   = 6
+	BinPRelu = 7
+	BinCount = 8
+)
+
+// Reduce codes (enum sk_reduce).
+const (
+	RedMean  = 0
+	RedSum   = 1
+	RedMax   = 2
+	RedMin   = 3
+	RedProd  = 4
+	RedSumSq = 5
+	RedL2    = 6
+	RedCount = 7
+)
+
+// Kernel table sizes and shared slots (sluice_cpu.h).
+const (
+	MaxIn   = 8
+	NumP    = 32
+	NumF    = 8
+	MaxRank = 6
+	// PAct is the p slot of a fused activation; FActA and FActB its float
+	// parameters.
+	PAct  = 31
+	FActA = 6
+	FActB = 7
+	// FlagInPlace marks a kernel that reads and writes the same memory: it
+	// is not idempotent on its own.
+	FlagInPlace = 1
+)
+
+// unaryActs maps elementwise ONNX ops to their activation code.
+var unaryActs = map[string]int{
+	"Relu": ActRelu, "Sigmoid": ActSigmoid, "HardSigmoid": ActHardSigmoid,
+	"HardSwish": ActHardSwish, "Tanh": ActTanh, "LeakyRelu": ActLeakyRelu,
+	"Exp": ActExp, "Log": ActLog, "Neg": ActNeg, "Abs": ActAbs,
+	"Sqrt": ActSqrt, "Reciprocal": ActRecip, "Erf": ActErf,
+	"Floor": ActFloor, "Ceil": ActCeil, "Softplus": ActSoftplus,
+	"Elu": ActElu, "Round": ActRound, "Sin": ActSin, "Cos": ActCos,
+	"Clip": ActClip, "Gelu": ActGelu,
+}
+
+var binaryOps = map[string]int{
+	"Add": BinAdd, "Sub": BinSub, "Mul": BinMul, "Div": BinDiv,
+	"Pow": BinPow, "Max": BinMax, "Min": BinMin, "PRelu": BinPRelu,
+}
+
+var reduceOps = map[string]int{
+	"ReduceMean": RedMean, "ReduceSum": RedSum, "ReduceMax": RedMax,
+	"ReduceMin": RedMin, "ReduceProd": RedProd,
+	"ReduceSumSquare": RedSumSq, "ReduceL2": RedL2,
+}
+
+// runtimeOps are the ONNX operators the engine runs on float32 tensors.
+var runtimeOps = []string{
+	"Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "Ceil",
+	"Clip", "Concat", "Conv", "ConvTranspose", "Cos", "Div", "Dropout",
+	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "Gelu",
+	"Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
+	"HardSwish", "Identity", "LayerNormalization", "LeakyRelu", "Log",
+	"LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "PRelu",
+	"Pow", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
+	"ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
+	"Resize", "Round", "Sigmoid", "Sin", "Slice", "Softmax", "Softplus",
+	"Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze",
+	"Upsample",
+}
+
+// foldOnlyOps are evaluated at load or compile time when their inputs are
+// constants (shape arithmetic); they have no kernel.
+var foldOnlyOps = []string{
+	"And", "Constant", "ConstantOfShape", "Equal", "Greater", "Less", "Not",
+	"Or", "Range", "Shape", "Size", "Where",
+}
+
+var supportedSet = func() map[string]bool {
+	m := map[string]bool{}
+	for _, o := range runtimeOps {
+		m[o] = true
+	}
+	for _, o := range foldOnlyOps {
+		m[o] = true
+	}
+	return m
+}()
+
+// SupportedOps is the sorted list of ONNX operators (default domain) the
+// engine accepts. Those in foldOnlyOps must have constant inputs (after
+// shapes are known).
+func SupportedOps() []string {
+	out := make([]string, 0, len(supportedSet))
+	for o := range supportedSet {
+		out = append(out, o)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Supported reports whether op (default domain) is accepted.
+func Supported(op string) bool { return supportedSet[op] }

@@ -1,0 +1,341 @@
+/*
+ * conv.c: convolution kernels.
+ *   CONV    im2col of one output tile into the unit's scratch, then one
+ *           sgemm per block (the weights stay whole; tiles split the output
+ *           positions, and output channels only when the positions are few);
+ *   IM2COL  im2col into a workspace (for small outputs: one im2col feeds a
+ *           GEMM kernel tiled over channels);
+ *   DWCONV  depthwise (and channel-multiplier) convolution, direct;
+ *   COL2IM  the gather form of col2im that finishes ConvTranspose.
+ * Params: see sluice_cpu.h (0 N 1 C 2 H 3 W 4 Cout 5 G 6 KH 7 KW 8 SH 9 SW
+ * 10 PT 11 PL 12 DH 13 DW 14 OH 15 OW).
+ */
+#include "sluice_cpu.h"
+
+#include <cblas.h>
+#include <string.h>
+
+#define CONV_BLOCK_MAX 8e6
+
+static int conv_params_ok(const sk_kernel *k)
+{
+	const int64_t *p = k->p;
+	for (int i = 0; i < 16; i++)
+		if (p[i] < 0)
+			return 0;
+	return p[0] > 0 && p[1] > 0 && p[2] > 0 && p[3] > 0 && p[4] > 0 &&
+	       p[5] > 0 && p[6] > 0 && p[7] > 0 && p[8] > 0 && p[9] > 0 &&
+	       p[12] > 0 && p[13] > 0 && p[14] > 0 && p[15] > 0 &&
+	       p[1] % p[5] == 0 && p[4] % p[5] == 0;
+}
+
+/* im2col of output positions [p0, p0+pl) of one group: col is
+ * (Cg*KH*KW) x pl with leading dimension ldc. */
+SK_MV static void im2col_tile(const float *x, int64_t Cg, int64_t H, int64_t W,
+			      int64_t KH, int64_t KW, int64_t SH, int64_t SW,
+			      int64_t PT, int64_t PL, int64_t DH, int64_t DW,
+			      int64_t OW, int64_t p0, int64_t pl, float *col,
+			      int64_t ldc)
+{
+	for (int64_t c = 0; c < Cg; c++) {
+		const float *xc = x + c * H * W;
+		for (int64_t kh = 0; kh < KH; kh++) {
+			for (int64_t kw = 0; kw < KW; kw++) {
+				float *dst = col + ((c * KH + kh) * KW + kw) * ldc;
+				int64_t p = p0;
+				while (p < p0 + pl) {
+					int64_t oh = p / OW, ow = p % OW;
+					int64_t seg = SK_MIN(OW - ow, p0 + pl - p);
+					int64_t ih = oh * SH - PT + kh * DH;
+					float *d = dst + (p - p0);
+					if (ih < 0 || ih >= H) {
+						memset(d, 0, (size_t)seg * 4);
+					} else {
+						const float *xr = xc + ih * W;
+						int64_t iw0 = ow * SW - PL + kw * DW;
+						if (SW == 1) {
+							int64_t lo = SK_MIN(SK_MAX(-iw0, 0), seg);
+							int64_t hi = SK_MAX(SK_MIN(W - iw0, seg), lo);
+							if (lo > 0)
+								memset(d, 0, (size_t)lo * 4);
+							if (hi > lo)
+								memcpy(d + lo, xr + iw0 + lo, (size_t)(hi - lo) * 4);
+							if (seg > hi)
+								memset(d + hi, 0, (size_t)(seg - hi) * 4);
+						} else {
+							for (int64_t j = 0; j < seg; j++) {
+								int64_t iw = iw0 + j * SW;
+								d[j] = (iw >= 0 && iw < W) ? xr[iw] : 0.0f;
+							}
+						}
+					}
+					p += seg;
+				}
+			}
+		}
+	}
+}
+
+/* ---- CONV ------------------------------------------------------------ */
+
+void sk_prep_conv(sk_kernel *k, int units)
+{
+	if (!conv_params_ok(k)) {
+		k->grid = -1;
+		return;
+	}
+	const int64_t *p = k->p;
+	int64_t N = p[0], C = p[1], G = p[5], Cout = p[4];
+	int64_t Kd = C / G * p[6] * p[7], Mg = Cout / G, OHW = p[14] * p[15];
+	double total = 2.0 * (double)Mg * (double)Kd * (double)OHW * (double)(N * G);
+	double want = total / CONV_BLOCK_MAX;
+	if (want < units * 4)
+		want = units * 4;
+	int64_t per = (int64_t)(want / (double)(N * G) + 0.999);
+	if (per < 1)
+		per = 1;
+	int64_t ht = SK_CDIV(OHW, per);
+	if (ht < 64)
+		ht = 64;
+	ht = SK_CDIV(ht, 16) * 16;
+	if (ht > OHW)
+		ht = OHW;
+	int64_t htiles = SK_CDIV(OHW, ht);
+	int64_t mt = Mg;
+	if (htiles < per) {
+		int64_t mtiles = SK_CDIV(per, htiles);
+		mt = SK_CDIV(Mg, mtiles);
+		if (mt < 32)
+			mt = 32;
+		mt = SK_CDIV(mt, 8) * 8;
+		if (mt > Mg)
+			mt = Mg;
+	}
+	k->t[0] = ht;
+	k->t[1] = htiles;
+	k->t[2] = mt;
+	k->t[3] = SK_CDIV(Mg, mt);
+	k->grid = N * G * htiles * k->t[3];
+	k->scratch = Kd * ht;
+}
+
+void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t C = p[1], H = p[2], W = p[3], Cout = p[4], G = p[5];
+	int64_t KH = p[6], KW = p[7], OW = p[15], OHW = p[14] * p[15];
+	int64_t Cg = C / G, Mg = Cout / G, Kd = Cg * KH * KW;
+	int64_t ht = k->t[0], htiles = k->t[1], mt = k->t[2], mtiles = k->t[3];
+	int64_t hi = blk % htiles;
+	int64_t mi = (blk / htiles) % mtiles;
+	int64_t g = (blk / (htiles * mtiles)) % G;
+	int64_t n = blk / (htiles * mtiles * G);
+	int64_t p0 = hi * ht, pl = SK_MIN(ht, OHW - p0);
+	int64_t m0 = mi * mt, ml = SK_MIN(mt, Mg - m0);
+	float *col = sk_scratch(ctx, Kd * pl);
+	if (!col)
+		return;
+	im2col_tile(k->in[0] + (n * C + g * Cg) * H * W, Cg, H, W, KH, KW, p[8],
+		    p[9], p[10], p[11], p[12], p[13], OW, p0, pl, col, pl);
+	SK_POLL(ctx);
+	int64_t oc0 = g * Mg + m0;
+	float *y = k->out + (n * Cout + oc0) * OHW + p0;
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ml, (int)pl,
+		    (int)Kd, 1.0f, k->in[1] + oc0 * Kd, (int)Kd, col, (int)pl,
+		    0.0f, y, (int)OHW);
+	SK_POLL(ctx);
+	const float *bias = k->in[2] ? k->in[2] + oc0 : NULL;
+	const float *res = k->in[3] ? k->in[3] + (n * Cout + oc0) * OHW + p0 : NULL;
+	if (bias || res || p[SKP_ACT])
+		sk_epilogue(y, ml, pl, OHW, bias, NULL, res, OHW, (int)p[SKP_ACT],
+			    k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+}
+
+/* ---- IM2COL ------------------------------------------------------------ */
+
+void sk_prep_im2col(sk_kernel *k, int units)
+{
+	if (!conv_params_ok(k)) {
+		k->grid = -1;
+		return;
+	}
+	const int64_t *p = k->p;
+	int64_t rows = p[1] / p[5]; /* input channels per group */
+	int64_t per = SK_CDIV(units * 4, p[0] * p[5]);
+	int64_t ct = SK_CDIV(rows, per);
+	if (ct < 1)
+		ct = 1;
+	k->t[0] = ct;
+	k->t[1] = SK_CDIV(rows, ct);
+	k->grid = p[0] * p[5] * k->t[1];
+}
+
+void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t C = p[1], H = p[2], W = p[3], G = p[5], KH = p[6], KW = p[7];
+	int64_t OHW = p[14] * p[15], Cg = C / G, Kd = Cg * KH * KW;
+	int64_t ct = k->t[0], ctiles = k->t[1];
+	int64_t ci = blk % ctiles, ng = blk / ctiles;
+	int64_t n = ng / G, g = ng % G;
+	int64_t c0 = ci * ct, cl = SK_MIN(ct, Cg - c0);
+	(void)ctx;
+	float *col = k->out + ng * Kd * OHW + c0 * KH * KW * OHW;
+	im2col_tile(k->in[0] + (n * C + g * Cg + c0) * H * W, cl, H, W, KH, KW,
+		    p[8], p[9], p[10], p[11], p[12], p[13], p[15], 0, OHW, col, OHW);
+}
+
+/* ---- DWCONV ------------------------------------------------------------ */
+
+void sk_prep_dwconv(sk_kernel *k, int units)
+{
+	if (!conv_params_ok(k) || k->p[5] != k->p[1]) {
+		k->grid = -1;
+		return;
+	}
+	const int64_t *p = k->p;
+	int64_t N = p[0], Cout = p[4];
+	double per_ch = (double)p[14] * p[15] * p[6] * p[7];
+	/* at least ~64k MACs per block, at least 4 blocks per unit if possible */
+	int64_t want = units * 4;
+	int64_t byWork = (int64_t)(per_ch * Cout * N / 65536.0);
+	if (want > byWork)
+		want = byWork > 0 ? byWork : 1;
+	int64_t per = SK_CDIV(want, N);
+	int64_t ct = SK_CDIV(Cout, per);
+	if (ct < 1)
+		ct = 1;
+	k->t[0] = ct;
+	k->t[1] = SK_CDIV(Cout, ct);
+	k->grid = N * k->t[1];
+}
+
+SK_MV static void dw_plane(const float *x, const float *w, float *y, float bias,
+			   const float *res, int64_t H, int64_t W, int64_t KH,
+			   int64_t KW, int64_t SH, int64_t SW, int64_t PT,
+			   int64_t PL, int64_t DH, int64_t DW, int64_t OH,
+			   int64_t OW)
+{
+	for (int64_t oh = 0; oh < OH; oh++) {
+		float *yr = y + oh * OW;
+		for (int64_t ow = 0; ow < OW; ow++)
+			yr[ow] = bias;
+		for (int64_t kh = 0; kh < KH; kh++) {
+			int64_t ih = oh * SH - PT + kh * DH;
+			if (ih < 0 || ih >= H)
+				continue;
+			const float *xr = x + ih * W;
+			for (int64_t kw = 0; kw < KW; kw++) {
+				float wv = w[kh * KW + kw];
+				int64_t off = kw * DW - PL;
+				int64_t lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
+				int64_t hi = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1;
+				if (hi > OW)
+					hi = OW;
+				if (SW == 1) {
+					const float *xs = xr + off;
+					for (int64_t ow = lo; ow < hi; ow++)
+						yr[ow] += wv * xs[ow];
+				} else if (SW == 2) {
+					const float *xs = xr + off;
+					for (int64_t ow = lo; ow < hi; ow++)
+						yr[ow] += wv * xs[2 * ow];
+				} else {
+					for (int64_t ow = lo; ow < hi; ow++)
+						yr[ow] += wv * xr[ow * SW + off];
+				}
+			}
+		}
+		if (res) {
+			const float *rr = res + oh * OW;
+			for (int64_t ow = 0; ow < OW; ow++)
+				yr[ow] += rr[ow];
+		}
+	}
+}
+
+void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t C = p[1], H = p[2], W = p[3], Cout = p[4], KH = p[6], KW = p[7];
+	int64_t OH = p[14], OW = p[15], mult = Cout / C;
+	int64_t ct = k->t[0], ctiles = k->t[1];
+	int64_t n = blk / ctiles, c0 = (blk % ctiles) * ct;
+	int64_t c1 = SK_MIN(c0 + ct, Cout);
+	for (int64_t oc = c0; oc < c1; oc++) {
+		SK_POLL(ctx);
+		int64_t ic = oc / mult;
+		float *y = k->out + (n * Cout + oc) * OH * OW;
+		const float *res = k->in[3] ? k->in[3] + (n * Cout + oc) * OH * OW : NULL;
+		dw_plane(k->in[0] + (n * C + ic) * H * W, k->in[1] + oc * KH * KW, y,
+			 k->in[2] ? k->in[2][oc] : 0.0f, res, H, W, KH, KW, p[8],
+			 p[9], p[10], p[11], p[12], p[13], OH, OW);
+		if (p[SKP_ACT])
+			sk_act_apply(y, OH * OW, (int)p[SKP_ACT], k->f[SKF_ACT_A],
+				     k->f[SKF_ACT_B]);
+	}
+}
+
+/* ---- COL2IM (ConvTranspose) -------------------------------------------- */
+
+void sk_prep_col2im(sk_kernel *k, int units)
+{
+	if (!conv_params_ok(k)) {
+		k->grid = -1;
+		return;
+	}
+	int64_t N = k->p[0], Cout = k->p[4];
+	int64_t per = SK_CDIV(units * 4, N);
+	int64_t ct = SK_CDIV(Cout, per);
+	if (ct < 1)
+		ct = 1;
+	k->t[0] = ct;
+	k->t[1] = SK_CDIV(Cout, ct);
+	k->grid = N * k->t[1];
+}
+
+void sk_block_col2im(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t H = p[2], W = p[3], Cout = p[4], G = p[5], KH = p[6], KW = p[7];
+	int64_t SH = p[8], SW = p[9], PT = p[10], PL = p[11], DH = p[12], DW = p[13];
+	int64_t OH = p[14], OW = p[15], Mg = Cout / G, HW = H * W;
+	int64_t ct = k->t[0], ctiles = k->t[1];
+	int64_t n = blk / ctiles, c0 = (blk % ctiles) * ct;
+	int64_t c1 = SK_MIN(c0 + ct, Cout);
+	const float *bias = k->in[1];
+	for (int64_t oc = c0; oc < c1; oc++) {
+		SK_POLL(ctx);
+		int64_t g = oc / Mg, c = oc % Mg;
+		const float *col = k->in[0] + ((n * G + g) * Mg + c) * KH * KW * HW;
+		float *y = k->out + (n * Cout + oc) * OH * OW;
+		float b = bias ? bias[oc] : 0.0f;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			float *yr = y + oh * OW;
+			for (int64_t ow = 0; ow < OW; ow++)
+				yr[ow] = b;
+			for (int64_t kh = 0; kh < KH; kh++) {
+				int64_t th = oh + PT - kh * DH;
+				if (th < 0 || th % SH)
+					continue;
+				int64_t ih = th / SH;
+				if (ih >= H)
+					continue;
+				for (int64_t kw = 0; kw < KW; kw++) {
+					const float *cr = col + (kh * KW + kw) * HW + ih * W;
+					for (int64_t ow = 0; ow < OW; ow++) {
+						int64_t tw = ow + PL - kw * DW;
+						if (tw < 0 || tw % SW)
+							continue;
+						int64_t iw = tw / SW;
+						if (iw < W)
+							yr[ow] += cr[iw];
+					}
+				}
+			}
+		}
+		if (p[SKP_ACT])
+			sk_act_apply(y, OH * OW, (int)p[SKP_ACT], k->f[SKF_ACT_A],
+				     k->f[SKF_ACT_B]);
+	}
+}

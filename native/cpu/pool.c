@@ -1,0 +1,130 @@
+/*
+ * pool.c: max / average pooling and global pooling. Blocks are chunks of
+ * (n, c) planes.
+ */
+#include "sluice_cpu.h"
+
+#include <float.h>
+
+static int64_t plane_chunk(int64_t planes, int64_t per_plane, int units)
+{
+	int64_t want = units * 4;
+	int64_t by_work = planes * per_plane / 16384;
+	if (want > by_work)
+		want = by_work > 0 ? by_work : 1;
+	return sk_split(planes, want, 1);
+}
+
+void sk_prep_pool(sk_kernel *k, int units)
+{
+	const int64_t *p = k->p;
+	for (int i = 0; i < 17; i++)
+		if (p[i] < 0) {
+			k->grid = -1;
+			return;
+		}
+	if (p[0] < 1 || p[3] < 1 || p[4] < 1 || p[5] < 1 || p[6] < 1 || p[7] < 1 ||
+	    p[8] < 1 || p[11] < 1 || p[12] < 1) {
+		k->grid = -1;
+		return;
+	}
+	int64_t ct = plane_chunk(p[0], p[3] * p[4] * p[5] * p[6], units);
+	k->t[0] = ct;
+	k->grid = SK_CDIV(p[0], ct);
+}
+
+SK_MV static void pool_plane(const float *x, float *y, const int64_t *p)
+{
+	int64_t H = p[1], W = p[2], OH = p[3], OW = p[4], KH = p[5], KW = p[6];
+	int64_t SH = p[7], SW = p[8], PT = p[9], PL = p[10], DH = p[11], DW = p[12];
+	int64_t mode = p[13], incl = p[14], PB = p[15], PR = p[16];
+	for (int64_t oh = 0; oh < OH; oh++) {
+		int64_t h0 = oh * SH - PT;
+		for (int64_t ow = 0; ow < OW; ow++) {
+			int64_t w0 = ow * SW - PL;
+			if (mode == 0) {
+				float m = -FLT_MAX;
+				int any = 0;
+				for (int64_t kh = 0; kh < KH; kh++) {
+					int64_t ih = h0 + kh * DH;
+					if (ih < 0 || ih >= H)
+						continue;
+					for (int64_t kw = 0; kw < KW; kw++) {
+						int64_t iw = w0 + kw * DW;
+						if (iw < 0 || iw >= W)
+							continue;
+						float v = x[ih * W + iw];
+						m = v > m ? v : m;
+						any = 1;
+					}
+				}
+				y[oh * OW + ow] = any ? m : 0.0f;
+			} else {
+				float s = 0;
+				int64_t cnt = 0;
+				for (int64_t kh = 0; kh < KH; kh++) {
+					int64_t ih = h0 + kh * DH;
+					if (ih < 0 || ih >= H)
+						continue;
+					for (int64_t kw = 0; kw < KW; kw++) {
+						int64_t iw = w0 + kw * DW;
+						if (iw < 0 || iw >= W)
+							continue;
+						s += x[ih * W + iw];
+						cnt++;
+					}
+				}
+				if (incl) {
+					int64_t he = SK_MIN(h0 + (KH - 1) * DH + 1, H + PB);
+					int64_t we = SK_MIN(w0 + (KW - 1) * DW + 1, W + PR);
+					cnt = ((he - h0 + DH - 1) / DH) * ((we - w0 + DW - 1) / DW);
+				}
+				y[oh * OW + ow] = cnt ? s / (float)cnt : 0.0f;
+			}
+		}
+	}
+}
+
+void sk_block_pool(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t ct = k->t[0];
+	int64_t c0 = blk * ct, c1 = SK_MIN(c0 + ct, p[0]);
+	int64_t HW = p[1] * p[2], OHW = p[3] * p[4];
+	for (int64_t c = c0; c < c1; c++) {
+		SK_POLL(ctx);
+		pool_plane(k->in[0] + c * HW, k->out + c * OHW, p);
+	}
+}
+
+void sk_prep_gpool(sk_kernel *k, int units)
+{
+	if (k->p[0] < 1 || k->p[1] < 1) {
+		k->grid = -1;
+		return;
+	}
+	int64_t ct = plane_chunk(k->p[0], k->p[1], units);
+	k->t[0] = ct;
+	k->grid = SK_CDIV(k->p[0], ct);
+}
+
+SK_MV void sk_block_gpool(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	int64_t HW = k->p[1], ct = k->t[0];
+	int64_t c0 = blk * ct, c1 = SK_MIN(c0 + ct, k->p[0]);
+	(void)ctx;
+	for (int64_t c = c0; c < c1; c++) {
+		const float *x = k->in[0] + c * HW;
+		if (k->p[2] == 0) {
+			float m = x[0];
+			for (int64_t i = 1; i < HW; i++)
+				m = x[i] > m ? x[i] : m;
+			k->out[c] = m;
+		} else {
+			float s = 0;
+			for (int64_t i = 0; i < HW; i++)
+				s += x[i];
+			k->out[c] = s / (float)HW;
+		}
+	}
+}

@@ -1,0 +1,124 @@
+/*
+ * resize.c: 2-D resize of the last two dimensions, nearest or (bi)linear,
+ * with ONNX's coordinate transformation and nearest rounding modes. Blocks
+ * are chunks of planes.
+ */
+#include "sluice_cpu.h"
+
+#include <math.h>
+
+void sk_prep_resize(sk_kernel *k, int units)
+{
+	const int64_t *p = k->p;
+	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 1 || p[4] < 1 ||
+	    p[5] < 0 || p[5] > 1 || p[6] < 0 || p[6] > 3 || p[7] < 0 || p[7] > 3 ||
+	    !(k->f[0] > 0) || !(k->f[1] > 0)) {
+		k->grid = -1;
+		return;
+	}
+	int64_t want = units * 4;
+	int64_t by = p[0] * p[3] * p[4] / 16384;
+	if (want > by)
+		want = by;
+	if (want < 1)
+		want = 1;
+	k->t[0] = sk_split(p[0], want, 1);
+	k->grid = SK_CDIV(p[0], k->t[0]);
+	k->scratch = 3 * p[4] + 16; /* per-column source indices and weights */
+}
+
+static float src_coord(int64_t o, float scale, int64_t in_len, int64_t out_len,
+		       int coord)
+{
+	switch (coord) {
+	case 1: /* asymmetric */
+		return (float)o / scale;
+	case 2: /* align_corners */
+		return out_len == 1 ? 0.0f
+				    : (float)o * (float)(in_len - 1) / (float)(out_len - 1);
+	case 3: /* pytorch_half_pixel */
+		return out_len > 1 ? ((float)o + 0.5f) / scale - 0.5f : 0.0f;
+	default: /* half_pixel */
+		return ((float)o + 0.5f) / scale - 0.5f;
+	}
+}
+
+static int64_t nearest_idx(float x, int mode, int64_t len)
+{
+	int64_t i;
+	switch (mode) {
+	case 1: /* round_prefer_ceil */
+		i = (int64_t)floorf(x + 0.5f);
+		break;
+	case 2:
+		i = (int64_t)floorf(x);
+		break;
+	case 3:
+		i = (int64_t)ceilf(x);
+		break;
+	default: { /* round_prefer_floor */
+		float f = floorf(x);
+		i = (x - f == 0.5f) ? (int64_t)f : (int64_t)floorf(x + 0.5f);
+		break;
+	}
+	}
+	return i < 0 ? 0 : (i >= len ? len - 1 : i);
+}
+
+void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t H = p[1], W = p[2], OH = p[3], OW = p[4];
+	int mode = (int)p[5], coord = (int)p[6], nm = (int)p[7];
+	int64_t c0 = blk * k->t[0], c1 = SK_MIN(c0 + k->t[0], p[0]);
+	float *sc = sk_scratch(ctx, 3 * OW + 16);
+	if (!sc)
+		return;
+	int64_t *xi0 = (int64_t *)sc; /* 2*OW floats worth of int64 pairs */
+	float *wx = sc + 2 * OW;
+	for (int64_t ow = 0; ow < OW; ow++) {
+		float x = src_coord(ow, k->f[1], W, OW, coord);
+		if (mode == 0) {
+			xi0[ow] = nearest_idx(x, nm, W);
+			wx[ow] = 0;
+		} else {
+			if (x < 0)
+				x = 0;
+			if (x > (float)(W - 1))
+				x = (float)(W - 1);
+			int64_t x0 = (int64_t)floorf(x);
+			xi0[ow] = x0;
+			wx[ow] = x - (float)x0;
+		}
+	}
+	for (int64_t c = c0; c < c1; c++) {
+		SK_POLL(ctx);
+		const float *xp = k->in[0] + c * H * W;
+		float *yp = k->out + c * OH * OW;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			float y = src_coord(oh, k->f[0], H, OH, coord);
+			float *yr = yp + oh * OW;
+			if (mode == 0) {
+				const float *xr = xp + nearest_idx(y, nm, H) * W;
+				for (int64_t ow = 0; ow < OW; ow++)
+					yr[ow] = xr[xi0[ow]];
+				continue;
+			}
+			if (y < 0)
+				y = 0;
+			if (y > (float)(H - 1))
+				y = (float)(H - 1);
+			int64_t y0 = (int64_t)floorf(y);
+			int64_t y1 = y0 + 1 < H ? y0 + 1 : H - 1;
+			float wy = y - (float)y0;
+			const float *r0 = xp + y0 * W, *r1 = xp + y1 * W;
+			for (int64_t ow = 0; ow < OW; ow++) {
+				int64_t x0 = xi0[ow];
+				int64_t x1 = x0 + 1 < W ? x0 + 1 : W - 1;
+				float a = r0[x0] + (r0[x1] - r0[x0]) * wx[ow];
+				float b = r1[x0] + (r1[x1] - r1[x0]) * wx[ow];
+				yr[ow] = a + (b - a) * wy;
+			}
+		}
+	}
+}

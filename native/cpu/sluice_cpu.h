@@ -1,0 +1,337 @@
+/*
+ * sluice_cpu.h: the CPU engine's kernels and worker-pool runtime, the one
+ * header the Go side (package sluice/native/cpu) sees.
+ *
+ * Execution model (ARCHITECTURE.md §3, REEF §2.1/§4):
+ *   - a kernel (sk_kernel) is a grid of independent blocks; every block
+ *     writes a disjoint tile of the output and is idempotent;
+ *   - units (pinned worker pthreads of an sk_pool) execute blocks;
+ *   - a stream (sk_stream) = {preemption flag, execution index, queue of
+ *     launched kernels}; sk_launch appends a kernel, kernels of one stream run
+ *     in order, blocks of one kernel run in parallel on the units named by the
+ *     launch's unit mask;
+ *   - every block starts with the preemption prologue: if the stream's flag is
+ *     set the block exits at once (lazy eviction), else it records the
+ *     kernel's execution index. Long blocks poll the flag in their loops
+ *     (SK_POLL). Building with -DSK_CHECKS=0 compiles the prologue and the
+ *     polls out (used by the overhead benchmark only).
+ *
+ * All float tensors are float32, NCHW, contiguous unless a kernel says
+ * otherwise. Every pointer a kernel holds is C memory.
+ */
+#ifndef SLUICE_CPU_H
+#define SLUICE_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef SK_CHECKS
+#define SK_CHECKS 1
+#endif
+
+#define SK_MAX_IN 8
+#define SK_NP 32
+#define SK_NF 8
+#define SK_NT 8
+#define SK_MAX_UNITS 64
+#define SK_MAX_RANK 6
+
+/* Kernel operations. Keep in step with libml/engine/ops.go. */
+enum sk_op {
+	SK_OP_NOP = 0,
+	SK_OP_GEMM = 1,      /* batched C = act(alpha*op(A)op(B) + bias + res) */
+	SK_OP_CONV = 2,      /* conv with im2col per output tile + sgemm */
+	SK_OP_IM2COL = 3,    /* im2col into a workspace (small outputs) */
+	SK_OP_DWCONV = 4,    /* depthwise conv, direct */
+	SK_OP_COL2IM = 5,    /* gather form of col2im (ConvTranspose) */
+	SK_OP_POOL = 6,      /* max / average pooling */
+	SK_OP_GPOOL = 7,     /* global average / max pooling */
+	SK_OP_UNARY = 8,     /* elementwise unary (activation codes) */
+	SK_OP_BINARY = 9,    /* broadcasting binary, rank <= 6 */
+	SK_OP_CHAFFINE = 10, /* per-channel y = x*scale[c] + shift[c] (BN) */
+	SK_OP_SOFTMAX = 11,  /* softmax / log-softmax over one axis */
+	SK_OP_LAYERNORM = 12,/* layer normalization over the last dims */
+	SK_OP_REDUCE = 13,   /* reduce over one (flattened) axis */
+	SK_OP_COPY = 14,     /* strided copy rank <= 6 (transpose, slice, concat, expand) */
+	SK_OP_RESIZE = 15,   /* 2-D resize, nearest / linear */
+	SK_OP_GATHER = 16,   /* gather along an axis with constant indices */
+	SK_OP_COUNT = 17
+};
+
+/* Activation / unary codes (p[SKP_ACT] of fused epilogues, SK_OP_UNARY). */
+enum sk_act {
+	SK_ACT_NONE = 0,
+	SK_ACT_RELU = 1,
+	SK_ACT_CLIP = 2,        /* min f[A], max f[B] */
+	SK_ACT_SIGMOID = 3,
+	SK_ACT_HARDSIGMOID = 4, /* max(0, min(1, a*x+b)) */
+	SK_ACT_HARDSWISH = 5,
+	SK_ACT_TANH = 6,
+	SK_ACT_GELU = 7,        /* erf form */
+	SK_ACT_GELU_TANH = 8,
+	SK_ACT_LEAKYRELU = 9,   /* alpha f[A] */
+	SK_ACT_EXP = 10,
+	SK_ACT_LOG = 11,
+	SK_ACT_NEG = 12,
+	SK_ACT_ABS = 13,
+	SK_ACT_SQRT = 14,
+	SK_ACT_RECIP = 15,
+	SK_ACT_ERF = 16,
+	SK_ACT_FLOOR = 17,
+	SK_ACT_CEIL = 18,
+	SK_ACT_POWC = 19,       /* x^f[A] */
+	SK_ACT_AFFINE = 20,     /* f[A]*x + f[B] */
+	SK_ACT_SOFTPLUS = 21,
+	SK_ACT_ELU = 22,        /* alpha f[A] */
+	SK_ACT_IDENTITY = 23,
+	SK_ACT_ROUND = 24,
+	SK_ACT_SIN = 25,
+	SK_ACT_COS = 26,
+	SK_ACT_COUNT = 27
+};
+
+/* Binary codes (SK_OP_BINARY p[0]). */
+enum sk_binop {
+	SK_BIN_ADD = 0,
+	SK_BIN_SUB = 1,
+	SK_BIN_MUL = 2,
+	SK_BIN_DIV = 3,
+	SK_BIN_POW = 4,
+	SK_BIN_MAX = 5,
+	SK_BIN_MIN = 6,
+	SK_BIN_PRELU = 7, /* x < 0 ? x*z : x */
+	SK_BIN_COUNT = 8
+};
+
+/* Reduce codes (SK_OP_REDUCE p[3]). */
+enum sk_reduce {
+	SK_RED_MEAN = 0,
+	SK_RED_SUM = 1,
+	SK_RED_MAX = 2,
+	SK_RED_MIN = 3,
+	SK_RED_PROD = 4,
+	SK_RED_SUMSQ = 5,
+	SK_RED_L2 = 6,
+	SK_RED_COUNT = 7
+};
+
+/* Slots shared by every kernel with a fused epilogue. */
+#define SKP_ACT 31
+#define SKF_ACT_A 6
+#define SKF_ACT_B 7
+
+/* Kernel flags. */
+#define SK_KF_INPLACE 1 /* reads and writes the same memory: not idempotent */
+
+/*
+ * Parameter layouts (p = int64 params, f = float params, in = inputs):
+ *
+ * GEMM     in A,B,bias,res. p: 0 M 1 N 2 K 3 transA 4 transB 5 lda 6 ldb
+ *          7 ldc 8..10 batch dims 11..13 A batch strides 14..16 B strides
+ *          17..19 C strides (res uses the C layout) 20..22 bias strides
+ *          23 bias mode (0 none, 1 per row, 2 per column). f: 0 alpha.
+ * CONV, IM2COL, DWCONV, COL2IM
+ *          in X,W,bias,res (COL2IM: in col,bias). p: 0 N 1 C 2 H 3 W 4 Cout
+ *          5 G 6 KH 7 KW 8 SH 9 SW 10 PT 11 PL 12 DH 13 DW 14 OH 15 OW.
+ *          IM2COL writes col[N][G][C/G*KH*KW][OH*OW]. COL2IM reads
+ *          col[N][G][Cout/G*KH*KW][H*W] and writes Y[N][Cout][OH][OW].
+ * POOL     p: 0 planes 1 H 2 W 3 OH 4 OW 5 KH 6 KW 7 SH 8 SW 9 PT 10 PL
+ *          11 DH 12 DW 13 mode (0 max, 1 avg) 14 count_include_pad
+ *          15 PB 16 PR (for count_include_pad windows).
+ * GPOOL    p: 0 planes 1 HW 2 mode (0 max, 1 avg).
+ * UNARY    p: 0 n. act in p[SKP_ACT].
+ * BINARY   in A,B. p: 0 binop 1 rank 2..7 out dims 8..13 A strides
+ *          14..19 B strides (0 where broadcast). act in p[SKP_ACT].
+ * CHAFFINE in X,scale,shift. p: 0 N 1 C 2 inner. act in p[SKP_ACT].
+ * SOFTMAX  p: 0 outer 1 n 2 inner 3 log.
+ * LAYERNORM in X,scale,bias (nullable). p: 0 rows 1 cols. f: 0 eps.
+ * REDUCE   p: 0 outer 1 r 2 inner 3 mode.
+ * COPY     p: 0 rank 1..6 dims 7..12 in strides 13..18 out strides.
+ * RESIZE   p: 0 planes 1 H 2 W 3 OH 4 OW 5 mode (0 nearest, 1 linear)
+ *          6 coord (0 half_pixel, 1 asymmetric, 2 align_corners,
+ *          3 pytorch_half_pixel) 7 nearest (0 round_prefer_floor,
+ *          1 round_prefer_ceil, 2 floor, 3 ceil). f: 0 scale_h 1 scale_w.
+ * GATHER   aux = indices. p: 0 outer 1 axis 2 inner 3 nidx.
+ */
+
+/* A kernel: one launchable unit of work. Filled by the Go side, then
+ * sk_kernel_prepare computes the grid and tiling for a unit count. */
+typedef struct sk_kernel {
+	int32_t op;
+	int32_t flags;
+	int64_t grid;       /* number of blocks (set by prepare) */
+	int64_t scratch;    /* per-unit scratch floats a block needs (prepare) */
+	float *out;
+	const float *in[SK_MAX_IN];
+	const int64_t *aux;
+	int64_t p[SK_NP];
+	float f[SK_NF];
+	int64_t t[SK_NT];   /* tiling (prepare) */
+	/* statistics, updated when the stream profiles */
+	int64_t stat_blocks;
+	int64_t stat_block_ns;
+	int64_t stat_runs;
+	int64_t stat_wall_ns;
+	int64_t stat_t0;
+} sk_kernel;
+
+/* Per-unit context handed to every block. */
+typedef struct sk_ctx {
+	int unit;
+	const volatile int32_t *flag; /* the stream's preemption flag */
+	float *scratch;
+	int64_t scratch_cap;
+} sk_ctx;
+
+/* Kernel table entries. */
+typedef void (*sk_block_fn)(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+typedef void (*sk_prep_fn)(sk_kernel *k, int units);
+
+typedef struct sk_pool sk_pool;
+typedef struct sk_stream sk_stream;
+
+/* Status codes. */
+#define SK_OK 0
+#define SK_PREEMPTED 1
+#define SK_ERR -1
+
+/* ---- runtime ---------------------------------------------------------- */
+
+/* sk_pool_create starts units worker threads (pinned to cores round-robin
+ * when pin != 0). Returns NULL on failure. */
+sk_pool *sk_pool_create(int units, int pin);
+/* sk_pool_destroy stops the workers; every stream must be destroyed. */
+void sk_pool_destroy(sk_pool *p);
+int sk_pool_units(const sk_pool *p);
+/* sk_checks reports whether preemption checks are compiled in. */
+int sk_checks(void);
+
+/* sk_stream_create makes a stream whose queue holds up to cap launched
+ * kernels (rounded up to a power of two). */
+sk_stream *sk_stream_create(sk_pool *p, int cap);
+/* sk_stream_destroy frees an idle stream. */
+void sk_stream_destroy(sk_stream *s);
+/* sk_launch appends kernel k with execution index idx to s, runnable on the
+ * units in mask (0 = all). Returns SK_OK, or SK_ERR when the queue is full. */
+int sk_launch(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask);
+/* sk_stream_sync waits until every launched kernel has completed or been
+ * evicted; returns SK_OK or SK_PREEMPTED (the flag was set). */
+int sk_stream_sync(sk_stream *s);
+/* sk_run launches ks[start..n) (execution indices start..n-1) on s, waiting
+ * for queue space as needed, then waits: one call per batch inference. */
+int sk_run(sk_stream *s, sk_kernel *ks, int n, int start, uint64_t mask);
+/* sk_stream_preempt sets the preemption flag: queued kernels are evicted,
+ * running blocks exit at their next check. */
+void sk_stream_preempt(sk_stream *s);
+/* sk_stream_restore clears the flag (after sync) so the stream runs again. */
+void sk_stream_restore(sk_stream *s);
+/* sk_stream_flag returns the flag's address (Go may store to it). */
+int32_t *sk_stream_flag(sk_stream *s);
+/* sk_stream_exec_index is the execution index last recorded by a block
+ * prologue (-1 when none ran since the last reset). */
+int64_t sk_stream_exec_index(const sk_stream *s);
+void sk_stream_reset_index(sk_stream *s);
+/* sk_stream_profile turns per-block timing on or off. */
+void sk_stream_profile(sk_stream *s, int on);
+/* sk_stream_preempt_at is a test hook: the stream preempts itself when a
+ * unit claims block blk of the kernel with execution index idx (idx < 0
+ * disarms). */
+void sk_stream_preempt_at(sk_stream *s, int64_t idx, int64_t blk);
+
+/* sk_alloc returns bytes of zeroed, 64-byte aligned memory (fresh pages for
+ * large sizes, so untouched memory costs no RSS); sk_free releases it. */
+void *sk_alloc(size_t bytes);
+void sk_free(void *ptr, size_t bytes);
+
+/* ---- kernels ---------------------------------------------------------- */
+
+/* sk_kernel_prepare validates k and computes grid, tiling and scratch for a
+ * pool of units. Returns SK_OK or SK_ERR. */
+int sk_kernel_prepare(sk_kernel *k, int units);
+/* sk_kernel_run_block runs one block of k (the prologue excepted). */
+void sk_kernel_run_block(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+
+/* sk_blas_init pins OpenBLAS to one thread per call (our pool owns the
+ * threads). */
+void sk_blas_init(void);
+
+/* Kernel families (one file each). */
+void sk_prep_gemm(sk_kernel *k, int units);
+void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_conv(sk_kernel *k, int units);
+void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_im2col(sk_kernel *k, int units);
+void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_dwconv(sk_kernel *k, int units);
+void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_col2im(sk_kernel *k, int units);
+void sk_block_col2im(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_pool(sk_kernel *k, int units);
+void sk_block_pool(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_gpool(sk_kernel *k, int units);
+void sk_block_gpool(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_unary(sk_kernel *k, int units);
+void sk_block_unary(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_binary(sk_kernel *k, int units);
+void sk_block_binary(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_chaffine(sk_kernel *k, int units);
+void sk_block_chaffine(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_softmax(sk_kernel *k, int units);
+void sk_block_softmax(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_layernorm(sk_kernel *k, int units);
+void sk_block_layernorm(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_reduce(sk_kernel *k, int units);
+void sk_block_reduce(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_copy(sk_kernel *k, int units);
+void sk_block_copy(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_resize(sk_kernel *k, int units);
+void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_gather(sk_kernel *k, int units);
+void sk_block_gather(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+
+/* ---- helpers shared by the kernel files -------------------------------- */
+
+/* SK_POLL returns from the enclosing block when the stream is preempted. */
+#if SK_CHECKS
+#define SK_POLL(ctx)                                                   \
+	do {                                                           \
+		if (__atomic_load_n((ctx)->flag, __ATOMIC_RELAXED))     \
+			return;                                        \
+	} while (0)
+#else
+#define SK_POLL(ctx) ((void)(ctx))
+#endif
+
+/* SK_MV builds a function for AVX2+FMA and for baseline x86-64 and picks one
+ * at load time, so the binary runs on any x86-64 host. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SK_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SK_MV
+#endif
+
+/* sk_scratch returns the unit's scratch buffer, at least n floats. */
+float *sk_scratch(sk_ctx *ctx, int64_t n);
+
+/* sk_split divides total items into about want chunks of at least min
+ * items; returns the chunk size. */
+int64_t sk_split(int64_t total, int64_t want, int64_t min);
+
+/* sk_epilogue applies bias, residual and activation to a rows x cols tile
+ * of y (leading dimension ldy). bias_row / bias_col may be NULL; res (ldr)
+ * may be NULL. */
+void sk_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
+		 const float *bias_row, const float *bias_col,
+		 const float *res, int64_t ldr, int act, float a, float b);
+
+/* sk_act_apply applies activation act in place to n floats. */
+void sk_act_apply(float *x, int64_t n, int act, float a, float b);
+
+/* sk_act1 applies activation act to one value. */
+float sk_act1(float x, int act, float a, float b);
+
+#define SK_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SK_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SK_CDIV(a, b) (((a) + (b) - 1) / (b))
+
+#endif /* SLUICE_CPU_H */
