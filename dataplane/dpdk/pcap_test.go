@@ -318,6 +318,12 @@ func checkTxCapture(t *testing.T, frames [][]byte, mac [6]byte, d dataplane.Data
 // checkReplyFrame decodes a frame sent by TxBurst and checks every header.
 func checkReplyFrame(t *testing.T, fr []byte, mac [6]byte, src netip.Addr, d dataplane.Datagram) {
 	t.Helper()
+	checkReplyFrameFrom(t, fr, mac, src, serverPort, d)
+}
+
+// checkReplyFrameFrom is checkReplyFrame for a source port.
+func checkReplyFrameFrom(t *testing.T, fr []byte, mac [6]byte, src netip.Addr, sport uint16, d dataplane.Datagram) {
+	t.Helper()
 	pk := gopacket.NewPacket(fr, layers.LayerTypeEthernet, gopacket.Default)
 	eth, _ := pk.Layer(layers.LayerTypeEthernet).(*layers.Ethernet)
 	ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
@@ -331,7 +337,7 @@ func checkReplyFrame(t *testing.T, fr []byte, mac [6]byte, src netip.Addr, d dat
 	if !bytes.Equal(ip.SrcIP, src.AsSlice()) || !bytes.Equal(ip.DstIP, d.To.Addr.Addr().AsSlice()) || ip.TTL != 64 {
 		t.Errorf("reply IP %v -> %v ttl %d", ip.SrcIP, ip.DstIP, ip.TTL)
 	}
-	if int(udp.SrcPort) != int(serverPort) || int(udp.DstPort) != int(d.To.Addr.Port()) || udp.Checksum != 0 {
+	if int(udp.SrcPort) != int(sport) || int(udp.DstPort) != int(d.To.Addr.Port()) || udp.Checksum != 0 {
 		t.Errorf("reply UDP %d -> %d csum %#x", udp.SrcPort, udp.DstPort, udp.Checksum)
 	}
 	var sum uint32

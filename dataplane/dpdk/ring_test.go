@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"sluice/dataplane"
 	"sluice/dataplane/wire"
@@ -63,8 +64,14 @@ func TestRingLoopback(t *testing.T) {
 		t.Errorf("BufInUse with %d frames in the ring = %d, want %d", len(dgs), got, base+uint64(len(dgs)))
 	}
 	var got [][]byte
+	base0, size := p.Region()
 	ok := pollUntil(t, p, 2*time.Second, func(pk *dataplane.Packet) {
 		got = append(got, bytes.Clone(pk.Data))
+		// Zero copy: Data and the mbuf lie in the port's region.
+		d := uintptr(unsafe.Pointer(unsafe.SliceData(pk.Data)))
+		if d < base0 || d+uintptr(len(pk.Data)) > base0+size || uintptr(pk.Buf) < base0 || uintptr(pk.Buf) >= base0+size {
+			t.Errorf("packet at %#x (mbuf %#x) outside region %#x+%d", d, pk.Buf, base0, size)
+		}
 		if pk.From.Addr != self.Addr || pk.From.MAC != p.MAC() || pk.From.Local != self.Addr {
 			t.Errorf("From = %+v", pk.From)
 		}
