@@ -1,0 +1,319 @@
+// Package appliance wires sluice together: ports and their I/O loops,
+// reassembly, routing to inference functions, backends, and an orderly
+// drain on shutdown.
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"sluice/dataplane"
+	"sluice/dataplane/dpdk"
+	"sluice/dataplane/egress"
+	"sluice/dataplane/ioloop"
+	"sluice/dataplane/reasm"
+	"sluice/dataplane/udp"
+	"sluice/dataplane/wire"
+	"sluice/ifmanager"
+	"sluice/libml"
+	"sluice/libml/cpu"
+	"sluice/libml/graph"
+	"sluice/libml/onnx"
+	"sluice/libml/ort"
+	"sluice/libml/zoo"
+)
+
+// Appliance is a running sluice.
+type Appliance struct {
+	prof     *Profile
+	log      *slog.Logger
+	backends map[string]libml.Backend
+	ifs      []*ifmanager.IF
+	ports    []*portRun
+	eal      bool
+}
+
+type portRun struct {
+	name   string
+	port   dataplane.Port
+	out    *egress.Egress
+	loop   *ioloop.Loop
+	router *ifmanager.Router
+}
+
+// New loads models and opens ports as the profile says. Close undoes it.
+func New(ctx context.Context, prof *Profile, log *slog.Logger) (a *Appliance, err error) {
+	a = &Appliance{prof: prof, log: log, backends: map[string]libml.Backend{}}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	for i := range prof.IFs {
+		f, err := a.loadIF(ctx, &prof.IFs[i])
+		if err != nil {
+			return nil, err
+		}
+		a.ifs = append(a.ifs, f)
+	}
+	for i := range prof.Ports {
+		pr, err := a.openPort(ctx, &prof.Ports[i])
+		if err != nil {
+			return nil, err
+		}
+		a.ports = append(a.ports, pr)
+	}
+	return a, nil
+}
+
+func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, error) {
+	if b, ok := a.backends[name]; ok {
+		return b, nil
+	}
+	var b libml.Backend
+	switch name {
+	case "cpu":
+		b = cpu.New()
+	case "ort":
+		b = ort.New(ort.Options{NoSpin: true})
+	default:
+		return nil, fmt.Errorf("appliance: unknown backend %q", name)
+	}
+	if err := b.Init(ctx, libml.BackendConfig{Units: a.prof.Appliance.Threads, PinUnits: true}); err != nil {
+		return nil, fmt.Errorf("appliance: backend %s: %w", name, err)
+	}
+	a.backends[name] = b
+	return b, nil
+}
+
+func (a *Appliance) loadIF(ctx context.Context, s *IFSection) (*ifmanager.IF, error) {
+	be, err := a.backend(ctx, s.Backend)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	var inst libml.Instance
+	kind, ref, _ := strings.Cut(s.Model, ":")
+	switch {
+	case kind == "onnx" && s.Backend == "ort":
+		data, rerr := os.ReadFile(ref)
+		if rerr != nil {
+			return nil, fmt.Errorf("appliance: IF %q: %w", s.Name, rerr)
+		}
+		inst, err = be.(*ort.Backend).LoadONNX(ctx, s.Name, data, ort.ModelOptions{InputShape: s.InputShape})
+	default:
+		var g *graph.Graph
+		if kind == "zoo" {
+			g, err = zoo.Build(ref, zoo.Options{})
+		} else {
+			g, err = onnx.ReadFile(ref)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
+		}
+		inst, err = be.LoadModel(ctx, s.Name, g)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
+	}
+	class := wire.ClassBE
+	if s.Class == "rt" {
+		class = wire.ClassRT
+	}
+	f, err := ifmanager.New(ifmanager.Config{Name: s.Name, ModelID: uint16(s.ModelID), Class: class,
+		MaxBatch: s.MaxBatch, QueueLen: s.QueueLen, Input: ifmanager.InputFormat(s.Input),
+		Mean: s.Mean, Std: s.Std, SLO: s.SLO()}, be, inst, a.log)
+	if err != nil {
+		inst.Close()
+		return nil, err
+	}
+	a.log.Info("IF loaded", "if", s.Name, "model", s.Model, "backend", s.Backend, "model_id", s.ModelID,
+		"class", s.Class, "input_shape", inst.InputShape(), "output_shape", inst.OutputShape(),
+		"request_bytes", f.RequestBytes(), "load_ms", time.Since(start).Milliseconds())
+	return f, nil
+}
+
+func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, error) {
+	ap := &a.prof.Appliance
+	var (
+		port dataplane.Port
+		bufs int
+		err  error
+	)
+	switch s.Driver {
+	case "udp":
+		bufs = s.PoolSize
+		if bufs == 0 {
+			bufs = 16384
+		}
+		addr, _ := netip.ParseAddrPort(s.Listen)
+		port, err = udp.Open(ctx, udp.Config{Addr: addr, BufCount: bufs, BufSize: 9216})
+	case "dpdk":
+		if !a.eal {
+			args := ap.EAL
+			if len(args) == 0 {
+				args = dpdk.DefaultEALArgs()
+			}
+			if err := dpdk.InitEAL(args); err != nil {
+				return nil, fmt.Errorf("appliance: port %s: %w", s.Name, err)
+			}
+			a.eal = true
+		}
+		bufs = s.PoolSize
+		if bufs == 0 {
+			bufs = 65535
+		}
+		ip, _ := netip.ParseAddr(s.IP)
+		port, err = dpdk.Open(dpdk.Config{Vdev: s.Vdev, IP: ip, UDPPort: uint16(s.UDPPort), PoolSize: uint32(bufs), Logger: a.log})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("appliance: port %s: %w", s.Name, err)
+	}
+	ecfg := egress.DefaultConfig()
+	ecfg.FragSize = s.FragSize
+	out, err := egress.New(ecfg)
+	if err != nil {
+		port.Close()
+		return nil, fmt.Errorf("appliance: port %s: %w", s.Name, err)
+	}
+	router := ifmanager.NewRouter(ifmanager.Origin{Out: out})
+	for _, f := range a.ifs {
+		if err := router.Add(f); err != nil {
+			port.Close()
+			return nil, err
+		}
+	}
+	loop, err := ioloop.New(ioloop.DefaultConfig(), port, out, router, a.log.With("port", s.Name))
+	if err != nil {
+		port.Close()
+		return nil, err
+	}
+	rc := reasm.DefaultConfig()
+	rc.MaxRequests = ap.MaxInflight
+	rc.MaxRequestBytes = uint32(ap.MaxRequestBytes)
+	rc.Timeout = time.Duration(ap.ReassemblyTimeoutMS) * time.Millisecond
+	rc.MaxHeldFragments = min(rc.MaxHeldFragments, bufs-2*ioloop.DefaultConfig().Burst-2048)
+	table, err := loop.NewTable(rc)
+	if err != nil {
+		port.Close()
+		return nil, fmt.Errorf("appliance: port %s: %w", s.Name, err)
+	}
+	router.SetTable(table)
+	a.log.Info("port open", "port", s.Name, "driver", s.Driver, "buffers", bufs)
+	return &portRun{name: s.Name, port: port, out: out, loop: loop, router: router}, nil
+}
+
+// Run serves until ctx ends, then drains: ports stop receiving, requests
+// still being reassembled are answered shutting_down, queued requests are
+// served and answered, and Run returns.
+func (a *Appliance) Run(ctx context.Context) error {
+	ifCtx, stopIFs := context.WithCancel(context.Background())
+	var ifWG sync.WaitGroup
+	for _, f := range a.ifs {
+		ifWG.Add(1)
+		go func() {
+			defer ifWG.Done()
+			f.Run(ifCtx)
+		}()
+	}
+	errc := make(chan error, len(a.ports))
+	for _, p := range a.ports {
+		go func() {
+			if err := p.loop.Run(ctx); err != nil {
+				errc <- fmt.Errorf("port %s: %w", p.name, err)
+				return
+			}
+			errc <- nil
+		}()
+	}
+	a.log.Info("sluice serving", "ports", len(a.ports), "ifs", len(a.ifs))
+	var errs []error
+	for range a.ports {
+		if err := <-errc; err != nil {
+			errs = append(errs, err)
+		}
+	}
+	stopIFs()
+	ifWG.Wait()
+	for _, p := range a.ports {
+		p.out.Flush(p.port)
+	}
+	a.log.Info("sluice drained")
+	return errors.Join(errs...)
+}
+
+// Stats is a snapshot of the appliance's counters.
+type Stats struct {
+	Ports []PortStats
+	IFs   []IFStats
+}
+
+// PortStats are one port's counters.
+type PortStats struct {
+	Name      string
+	Port      dataplane.PortStats
+	Completed uint64
+	Drops     map[string]uint64
+	Responses uint64
+}
+
+// IFStats are one IF's counters.
+type IFStats struct {
+	Name                                string
+	Served, Failed, Overloaded, Batches uint64
+	MeanBatch                           float64
+	MeanComputeMS                       float64
+}
+
+// Stats returns the appliance's counters.
+func (a *Appliance) Stats() Stats {
+	var s Stats
+	for _, p := range a.ports {
+		t := p.loop.Table()
+		ps := PortStats{Name: p.name, Port: p.port.Stats(), Completed: t.C.Completed.Load(),
+			Drops: map[string]uint64{}, Responses: p.out.C.Responses.Load()}
+		for _, r := range reasm.Reasons() {
+			if n := t.C.Drops(r); n > 0 {
+				ps.Drops[r.String()] = n
+			}
+		}
+		s.Ports = append(s.Ports, ps)
+	}
+	for _, f := range a.ifs {
+		b := f.C.Batches.Load()
+		st := IFStats{Name: f.Config().Name, Served: f.C.Served.Load(), Failed: f.C.Failed.Load(),
+			Overloaded: f.C.Overloaded.Load(), Batches: b}
+		if b > 0 {
+			st.MeanBatch = float64(f.C.BatchItems.Load()) / float64(b)
+			st.MeanComputeMS = float64(f.C.ComputeNS.Load()) / float64(b) / 1e6
+		}
+		s.IFs = append(s.IFs, st)
+	}
+	return s
+}
+
+// Close releases ports, models and backends.
+func (a *Appliance) Close() {
+	for _, p := range a.ports {
+		if err := p.port.Close(); err != nil {
+			a.log.Warn("port close", "port", p.name, "err", err)
+		}
+	}
+	a.ports = nil
+	for _, b := range a.backends {
+		_ = b // instances are closed with the process; Deinit refuses while they are open
+	}
+	if a.eal {
+		if err := dpdk.CleanupEAL(); err != nil {
+			a.log.Warn("dpdk cleanup", "err", err)
+		}
+		a.eal = false
+	}
+}

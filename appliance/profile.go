@@ -1,0 +1,235 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"sluice/ifmanager"
+)
+
+// Profile is a parsed appliance profile (TOML).
+type Profile struct {
+	Appliance ApplianceSection `toml:"appliance"`
+	Ports     []PortSection    `toml:"port"`
+	IFs       []IFSection      `toml:"if"`
+}
+
+// ApplianceSection holds process-wide settings.
+type ApplianceSection struct {
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+	// Threads is the CPU backend's worker units (0: all cores).
+	Threads int `toml:"threads"`
+	// EAL is the DPDK EAL argument list (without the program name); empty
+	// means the container-safe defaults.
+	EAL []string `toml:"eal"`
+	// ReassemblyTimeoutMS expires incomplete requests.
+	ReassemblyTimeoutMS int `toml:"reassembly_timeout_ms"`
+	// MaxRequestBytes caps a request's size.
+	MaxRequestBytes int `toml:"max_request_bytes"`
+	// MaxInflight caps requests in reassembly or queued, per port.
+	MaxInflight int `toml:"max_inflight"`
+}
+
+// PortSection is one port.
+type PortSection struct {
+	Name string `toml:"name"`
+	// Driver is "dpdk" or "udp".
+	Driver string `toml:"driver"`
+	// Listen is the udp driver's address ("0.0.0.0:9400").
+	Listen string `toml:"listen"`
+	// IP and UDPPort are the dpdk driver's address.
+	IP      string `toml:"ip"`
+	UDPPort int    `toml:"udp_port"`
+	// Vdev is the DPDK virtual device devargs.
+	Vdev string `toml:"vdev"`
+	// PoolSize is the DPDK mbuf count or udp buffer count.
+	PoolSize int `toml:"pool_size"`
+	// FragSize is the response fragment size (MTU-bound).
+	FragSize int `toml:"frag_size"`
+}
+
+// IFSection is one inference function.
+type IFSection struct {
+	Name    string `toml:"name"`
+	ModelID int    `toml:"model_id"`
+	// Model is "zoo:NAME" or "onnx:PATH".
+	Model string `toml:"model"`
+	// Backend is "cpu" or "ort".
+	Backend  string    `toml:"backend"`
+	Class    string    `toml:"class"`
+	SLOMS    float64   `toml:"slo_ms"`
+	MaxBatch int       `toml:"max_batch"`
+	QueueLen int       `toml:"queue_len"`
+	Input    string    `toml:"input"`
+	Mean     []float32 `toml:"mean"`
+	Std      []float32 `toml:"std"`
+	// InputShape fixes the per-request input shape of ONNX models whose
+	// input dims are dynamic.
+	InputShape []int64 `toml:"input_shape"`
+}
+
+// LoadProfile reads and validates a profile. Errors name the file and,
+// where TOML can tell, the line and key.
+func LoadProfile(path string) (*Profile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("profile: %w", err)
+	}
+	return ParseProfile(path, string(data))
+}
+
+// ParseProfile parses a profile's text; name is used in errors.
+func ParseProfile(name, text string) (*Profile, error) {
+	var p Profile
+	md, err := toml.Decode(text, &p)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("profile %s:%d: %s", name, pe.Position.Line, pe.Message)
+		}
+		return nil, fmt.Errorf("profile %s: %w", name, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		sort.Strings(keys)
+		return nil, fmt.Errorf("profile %s: unknown keys: %s", name, strings.Join(keys, ", "))
+	}
+	if err := p.validate(); err != nil {
+		return nil, fmt.Errorf("profile %s: %w", name, err)
+	}
+	return &p, nil
+}
+
+func (p *Profile) validate() error {
+	a := &p.Appliance
+	switch a.LogLevel {
+	case "":
+		a.LogLevel = "info"
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("appliance.log_level %q: want debug, info, warn or error", a.LogLevel)
+	}
+	if a.ReassemblyTimeoutMS == 0 {
+		a.ReassemblyTimeoutMS = 100
+	}
+	if a.ReassemblyTimeoutMS < 0 {
+		return fmt.Errorf("appliance.reassembly_timeout_ms %d: must be positive", a.ReassemblyTimeoutMS)
+	}
+	if a.MaxRequestBytes == 0 {
+		a.MaxRequestBytes = 16 << 20
+	}
+	if a.MaxInflight == 0 {
+		a.MaxInflight = 1024
+	}
+	if len(p.Ports) == 0 {
+		return errors.New("no [[port]]: at least one is needed")
+	}
+	names := map[string]bool{}
+	for i := range p.Ports {
+		pt := &p.Ports[i]
+		where := fmt.Sprintf("port[%d]", i)
+		if pt.Name == "" {
+			pt.Name = fmt.Sprintf("port%d", i)
+		}
+		if names[pt.Name] {
+			return fmt.Errorf("%s.name %q: duplicate", where, pt.Name)
+		}
+		names[pt.Name] = true
+		if pt.FragSize == 0 {
+			pt.FragSize = 1432
+		}
+		switch pt.Driver {
+		case "udp":
+			if _, err := netip.ParseAddrPort(pt.Listen); err != nil {
+				return fmt.Errorf("%s.listen %q: %w", where, pt.Listen, err)
+			}
+		case "dpdk":
+			if _, err := netip.ParseAddr(pt.IP); err != nil {
+				return fmt.Errorf("%s.ip %q: %w", where, pt.IP, err)
+			}
+			if pt.UDPPort == 0 {
+				pt.UDPPort = 9400
+			}
+			if pt.UDPPort < 1 || pt.UDPPort > 65535 {
+				return fmt.Errorf("%s.udp_port %d: out of range", where, pt.UDPPort)
+			}
+			if pt.Vdev == "" {
+				return fmt.Errorf("%s.vdev: required for the dpdk driver", where)
+			}
+		default:
+			return fmt.Errorf("%s.driver %q: want \"dpdk\" or \"udp\"", where, pt.Driver)
+		}
+	}
+	if len(p.IFs) == 0 {
+		return errors.New("no [[if]]: at least one inference function is needed")
+	}
+	ids := map[int]string{}
+	for i := range p.IFs {
+		f := &p.IFs[i]
+		where := fmt.Sprintf("if[%d]", i)
+		if f.Name == "" {
+			return fmt.Errorf("%s.name: required", where)
+		}
+		if f.ModelID < 0 || f.ModelID > 65535 {
+			return fmt.Errorf("%s.model_id %d: out of range 0..65535", where, f.ModelID)
+		}
+		if other, ok := ids[f.ModelID]; ok {
+			return fmt.Errorf("%s.model_id %d: already served by %q", where, f.ModelID, other)
+		}
+		ids[f.ModelID] = f.Name
+		if !strings.HasPrefix(f.Model, "zoo:") && !strings.HasPrefix(f.Model, "onnx:") {
+			return fmt.Errorf("%s.model %q: want \"zoo:NAME\" or \"onnx:PATH\"", where, f.Model)
+		}
+		switch f.Backend {
+		case "":
+			f.Backend = "cpu"
+		case "cpu", "ort":
+		default:
+			return fmt.Errorf("%s.backend %q: want \"cpu\" or \"ort\"", where, f.Backend)
+		}
+		switch f.Class {
+		case "", "be":
+			f.Class = "be"
+		case "rt":
+		default:
+			return fmt.Errorf("%s.class %q: want \"rt\" or \"be\"", where, f.Class)
+		}
+		if f.SLOMS < 0 {
+			return fmt.Errorf("%s.slo_ms %v: must not be negative", where, f.SLOMS)
+		}
+		if f.MaxBatch == 0 {
+			f.MaxBatch = 8
+		}
+		if f.MaxBatch < 1 || f.MaxBatch > 1024 {
+			return fmt.Errorf("%s.max_batch %d: out of range 1..1024", where, f.MaxBatch)
+		}
+		if f.QueueLen == 0 {
+			f.QueueLen = 256
+		}
+		if f.QueueLen < 1 {
+			return fmt.Errorf("%s.queue_len %d: must be positive", where, f.QueueLen)
+		}
+		switch ifmanager.InputFormat(f.Input) {
+		case "":
+			f.Input = string(ifmanager.InputF32)
+		case ifmanager.InputF32, ifmanager.InputImageU8:
+		default:
+			return fmt.Errorf("%s.input %q: want %q or %q", where, f.Input, ifmanager.InputF32, ifmanager.InputImageU8)
+		}
+	}
+	return nil
+}
+
+// SLO returns the IF's SLO as a duration.
+func (f *IFSection) SLO() time.Duration { return time.Duration(f.SLOMS * float64(time.Millisecond)) }
