@@ -106,8 +106,10 @@ type Config struct {
 	// DataRoom is the frame bytes each mbuf holds after the 128-byte
 	// headroom. Frames are never chained: received frames longer than this
 	// are dropped (reason segmented), and TxBurst refuses datagrams whose
-	// frame would not fit. Raise it (up to 65407) for jumbo frames; the
-	// device MTU is raised to match. Default 2048.
+	// frame would not fit (Port.MaxPayload). Above the default, the device
+	// MTU is raised to DataRoom-18 (a tagged frame fills the data room),
+	// and Open fails if the device cannot: jumbo frames up to 65407.
+	// Default 2048 (MTU left as the device has it, normally 1500).
 	DataRoom uint32
 	// Hugepages says where the buffer region comes from. Default
 	// HugepagesAuto.
@@ -191,7 +193,8 @@ func (cfg Config) normalize() (Config, error) {
 }
 
 // MaxPayload returns the largest datagram payload (after the sluice header)
-// that TxBurst can send in one frame with this data room.
+// that one mbuf of this data room holds. A port also keeps frames within its
+// MTU: Port.MaxPayload is the exact limit.
 func MaxPayload(dataRoom uint32) int {
 	n := int(dataRoom) - txHeaderLen - wire.HeaderLen
 	if m := 65535 - 20 - 8 - wire.HeaderLen; n > m {

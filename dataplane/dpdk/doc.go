@@ -70,8 +70,8 @@
 // MAP_HUGETLB when the host has free hugepages (Config.Hugepages), else
 // anonymous memory locked with mlock. It is registered with
 // rte_extmem_register, with each page's IOVA, and mapped for device DMA with
-// rte_dev_dma_map where the device supports it (PCI under VFIO; vdevs do not
-// DMA). The pool is created empty and populated on the region
+// rte_dev_dma_map where the bus supports it (a real mapping for PCI under
+// VFIO, a no-op for vdevs, which do not DMA). The pool is created empty and populated on the region
 // (rte_mempool_populate_virt), objects packed back to back inside each
 // IOVA-contiguous run. Region returns the base and size so that the CUDA
 // backend can pin the same memory (cuMemHostRegister) and gather payloads on

@@ -16,7 +16,7 @@ const txHeaderLen = 14 + 20 + 8
 // Errors TxBurst returns for datagrams it cannot send (wrapped with the
 // port name and the datagram's index).
 var (
-	ErrTooLarge  = errors.New("datagram does not fit one mbuf (raise Config.DataRoom)")
+	ErrTooLarge  = errors.New("datagram frame exceeds the MTU or one mbuf (see Port.MaxPayload, Config.DataRoom)")
 	ErrNoMAC     = errors.New("destination MAC is zero")
 	ErrNotIPv4   = errors.New("destination is not an IPv4 address and port")
 	ErrClosed    = errors.New("dpdk: port closed")

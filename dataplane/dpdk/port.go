@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"sluice/dataplane"
+	"sluice/dataplane/wire"
 )
 
 // ErrBuffersHeld is returned (wrapped) by Close when receive buffers were not
@@ -44,7 +45,9 @@ type Port struct {
 	rx     []C.struct_sl_rx_meta // C array, burst entries
 	txData []*C.uint8_t          // C array, burst entries
 	txLen  []C.uint16_t          // C array, burst entries
-	txRoom int
+	txRoom int                   // bytes writable in one transmit mbuf
+	txMax  int                   // largest frame TxBurst sends: min(txRoom, MTU+14)
+	mtu    int
 	ipID   uint16
 
 	region     uintptr
@@ -69,8 +72,10 @@ type RegionInfo struct {
 	// Locked is true when the region cannot be swapped out (hugepages,
 	// or mlock succeeded).
 	Locked bool
-	// DMAMapped is true when rte_dev_dma_map succeeded for the device
-	// (PCI devices under VFIO); vdevs do not DMA and report false.
+	// DMAMapped is true when rte_dev_dma_map accepted the region for the
+	// device: a real mapping for PCI devices under VFIO, a no-op the vdev
+	// bus accepts for vdevs (they do not DMA). False when the bus does not
+	// support it (ENOTSUP), which Open tolerates.
 	DMAMapped bool
 }
 
@@ -137,7 +142,9 @@ func Open(cfg Config) (*Port, error) {
 		txData: unsafe.Slice(info.tx_data, cfg.Burst),
 		txLen:  unsafe.Slice(info.tx_len, cfg.Burst),
 		txRoom: int(info.tx_room),
+		mtu:    int(info.mtu),
 	}
+	p.txMax = min(p.txRoom, p.mtu+14)
 	for i := range p.mac {
 		p.mac[i] = byte(info.mac[i])
 	}
@@ -153,7 +160,7 @@ func Open(cfg Config) (*Port, error) {
 	}
 	p.log.Info("dpdk: port open", "driver", p.driver, "port_id", p.id,
 		"mac", net.HardwareAddr(p.mac[:]).String(), "ip", p.ip, "udp_port", cfg.UDPPort,
-		"mbufs", uint32(info.pool_capacity), "data_room", cfg.DataRoom,
+		"mbufs", uint32(info.pool_capacity), "data_room", cfg.DataRoom, "mtu", p.mtu,
 		"region_bytes", p.regionSize, "hugepages", p.regionInfo.Hugepages, "locked", p.regionInfo.Locked)
 	if !p.regionInfo.Locked {
 		p.log.Warn("dpdk: buffer region is not locked in memory (mlock failed; raise RLIMIT_MEMLOCK or run as root)")
@@ -182,6 +189,13 @@ func (p *Port) MAC() [6]byte { return p.mac }
 
 // IP returns the port's IPv4 address.
 func (p *Port) IP() netip.Addr { return p.ip }
+
+// MTU returns the device's MTU.
+func (p *Port) MTU() int { return p.mtu }
+
+// MaxPayload returns the largest datagram payload (after the sluice header)
+// TxBurst sends: the frame must fit both one mbuf and the device's MTU.
+func (p *Port) MaxPayload() int { return p.txMax - txHeaderLen - wire.HeaderLen }
 
 // Config returns the port's configuration with defaults filled in.
 func (p *Port) Config() Config { return p.cfg }
@@ -288,7 +302,7 @@ func (p *Port) TxBurst(dgs []dataplane.Datagram) (int, error) {
 		k := 0
 		var bad error
 		for ; k < len(chunk); k++ {
-			if _, err := frameLen(&chunk[k], p.txRoom); err != nil {
+			if _, err := frameLen(&chunk[k], p.txMax); err != nil {
 				bad = fmt.Errorf("dpdk: tx %s: datagram %d: %w", p.name, total+k, err)
 				break
 			}

@@ -205,7 +205,7 @@ func TestRingTxErrors(t *testing.T) {
 	self := selfEndpoint(p)
 	ok := datagram(self, fragments(1, 1, 1, 64, 64)[0])
 	big := ok
-	big.Payload = make([]byte, MaxPayload(p.Config().DataRoom)+1)
+	big.Payload = make([]byte, p.MaxPayload()+1)
 	noMAC := ok
 	noMAC.To.MAC = [6]byte{}
 	v6 := ok
@@ -227,9 +227,12 @@ func TestRingTxErrors(t *testing.T) {
 	}
 	// The largest payload that fits does go through.
 	fit := ok
-	fit.Payload = make([]byte, MaxPayload(p.Config().DataRoom))
+	fit.Payload = make([]byte, p.MaxPayload())
 	if n, err := p.TxBurst([]dataplane.Datagram{fit}); n != 1 || err != nil {
 		t.Errorf("TxBurst(max payload) = %d, %v", n, err)
+	}
+	if p.MTU() != 1500 || p.MaxPayload() != wire.DefaultFragSize {
+		t.Errorf("MTU %d, MaxPayload %d; want 1500, %d", p.MTU(), p.MaxPayload(), wire.DefaultFragSize)
 	}
 	pollUntil(t, p, 2*time.Second, nil, func() bool { return p.Stats().RxPackets == 7 })
 	assertBufs(t, p, base)
@@ -244,6 +247,9 @@ func TestRingJumbo(t *testing.T) {
 	dgs := make([]dataplane.Datagram, len(frags))
 	for i, f := range frags {
 		dgs[i] = datagram(selfEndpoint(p), f)
+	}
+	if p.MTU() != 9216-18 || p.MaxPayload() < 9000 {
+		t.Errorf("jumbo port: MTU %d, MaxPayload %d", p.MTU(), p.MaxPayload())
 	}
 	if n, err := p.TxBurst(dgs); n != len(dgs) || err != nil {
 		t.Fatalf("TxBurst = %d, %v", n, err)

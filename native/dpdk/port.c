@@ -231,11 +231,21 @@ int sl_port_open(const struct sl_port_cfg *cfg, struct sl_port **out,
 
 	memset(&conf, 0, sizeof(conf));
 	if (cfg->data_room > RTE_MBUF_DEFAULT_DATAROOM) {
+		/* Jumbo: an MTU whose frames (with one VLAN tag) fill the
+		 * data room. The CRC is stripped on receive. */
 		uint32_t mtu = cfg->data_room - RTE_ETHER_HDR_LEN -
-			       RTE_VLAN_HLEN - RTE_ETHER_CRC_LEN;
+			       RTE_VLAN_HLEN;
 
-		if (dev_info.max_mtu != 0 && mtu > dev_info.max_mtu)
-			mtu = dev_info.max_mtu;
+		if (mtu > UINT16_MAX)
+			mtu = UINT16_MAX;
+		if (dev_info.max_mtu != 0 && mtu > dev_info.max_mtu) {
+			sl_errf(err, errlen,
+				"data room %u needs MTU %u but %s (%s) allows "
+				"at most %u", cfg->data_room, mtu, p->name,
+				dev_info.driver_name, dev_info.max_mtu);
+			ret = -EINVAL;
+			goto fail;
+		}
 		conf.rxmode.mtu = mtu;
 	}
 	ret = rte_eth_dev_configure(p->port_id, 1, 1, &conf);
@@ -284,6 +294,8 @@ int sl_port_open(const struct sl_port_cfg *cfg, struct sl_port **out,
 	info->pool_capacity = p->pool->size;
 	info->tx_room = rte_pktmbuf_data_room_size(p->pool) -
 			RTE_PKTMBUF_HEADROOM;
+	if (rte_eth_dev_get_mtu(p->port_id, &info->mtu) != 0)
+		info->mtu = RTE_ETHER_MTU;
 	info->huge = p->region.huge;
 	info->locked = p->region.locked;
 	info->dma_mapped = p->dma_mapped;

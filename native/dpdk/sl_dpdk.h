@@ -89,6 +89,8 @@ struct sl_port_info {
 	uint8_t mac[6];
 	uint32_t pool_capacity;
 	uint32_t tx_room;          /* bytes writable at each tx data pointer */
+	uint16_t mtu;              /* the device's MTU after configuration */
+	uint16_t pad16;
 	uint32_t huge;             /* region is on hugepages */
 	uint32_t locked;           /* region is mlock'ed (or hugepages) */
 	uint32_t dma_mapped;       /* rte_dev_dma_map succeeded */
