@@ -23,7 +23,7 @@ import (
 
 // ErrBuffersHeld is returned (wrapped) by Close when receive buffers were not
 // released: the pool and its region are then left allocated so that the
-// holders never read freed memory.
+// holders never read freed memory, until a later Close finds them back.
 var ErrBuffersHeld = errors.New("buffers still held by callers")
 
 // Port is one DPDK ethdev with one receive and one transmit queue, its own
@@ -215,7 +215,7 @@ func (p *Port) RegionInfo() RegionInfo { return p.regionInfo }
 func (p *Port) LinkUp() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed.Load() {
+	if p.final != nil {
 		return false
 	}
 	return C.sl_port_link_up(p.c) != 0
@@ -391,7 +391,11 @@ func (p *Port) cstats() C.struct_sl_stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.final != nil {
-		return *p.final
+		st := *p.final
+		if p.c != nil { // closing, buffers still held
+			st.buf_in_use = C.uint64_t(C.sl_port_in_use(p.c))
+		}
+		return st
 	}
 	var st C.struct_sl_stats
 	C.sl_port_stats(p.c, &st)
@@ -399,31 +403,33 @@ func (p *Port) cstats() C.struct_sl_stats {
 }
 
 // Close stops the device, removes it if Open hot-plugged it, and frees the
-// pool and the region. Every buffer from RxBurst must have been released;
-// if some were not, Close leaves the pool and region allocated and returns
-// an error wrapping ErrBuffersHeld. Stats keep returning the final counters.
-// Close is idempotent.
+// pool and the region. Every buffer from RxBurst should have been released
+// first: if some were not, Close leaves the pool and region allocated (the
+// holders may still read them and Release them) and returns an error
+// wrapping ErrBuffersHeld; call Close again after releasing them. The port
+// stops receiving and sending at the first Close; Stats keep returning the
+// final counters. Close is idempotent.
 func (p *Port) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed.Load() {
+	if p.c == nil {
 		return nil
 	}
-	var st C.struct_sl_stats
-	C.sl_port_stats(p.c, &st)
-	p.closed.Store(true)
+	if p.final == nil {
+		var st C.struct_sl_stats
+		C.sl_port_stats(p.c, &st)
+		p.final = &st
+		p.closed.Store(true)
+	}
 	start := time.Now()
 	var e cErr
 	rc := C.sl_port_close(p.c, e.ptr(), errBufLen)
-	if rc != -C.int(syscall.EBUSY) {
-		st.buf_in_use = 0
-	}
-	p.final = &st
-	p.c = nil
-	switch {
-	case rc == -C.int(syscall.EBUSY):
+	if rc == -C.int(syscall.EBUSY) {
 		return fmt.Errorf("dpdk: close %s: %s: %w", p.name, e.String(), ErrBuffersHeld)
-	case rc != 0:
+	}
+	p.final.buf_in_use = 0
+	p.c = nil
+	if rc != 0 {
 		return fmt.Errorf("dpdk: close %s: %s: %w", p.name, e.String(), syscall.Errno(-rc))
 	}
 	p.log.Info("dpdk: port closed", "took", time.Since(start).Round(time.Microsecond))

@@ -136,11 +136,20 @@ func TestRingHeldBuffers(t *testing.T) {
 	if _, err := p.RxBurst(pkts); !errors.Is(err, ErrClosed) {
 		t.Errorf("RxBurst after Close = %v, want ErrClosed", err)
 	}
+	if got := p.Stats().BufInUse; got != base+15 {
+		t.Errorf("BufInUse after refused Close = %d, want %d", got, base+15)
+	}
 	// The buffers are still readable and can still be released (into the
-	// pool that Close left allocated).
+	// pool that Close left allocated); then Close finishes.
 	p.Release(held[5:])
 	if err := p.Close(); err != nil {
 		t.Errorf("second Close = %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Errorf("third Close = %v", err)
+	}
+	if st := p.Stats(); st.BufInUse != 0 || st.RxPackets != 20 {
+		t.Errorf("final stats %+v", st)
 	}
 }
 

@@ -57,8 +57,9 @@ static void drain_rx(struct sl_port *p)
 
 /* Undoes whatever sl_port_open did. If mbufs are still out of the pool after
  * the device is gone (a caller did not release them), the pool and region
- * are left allocated (leaked) so that those callers do not touch freed
- * memory, and -EBUSY is returned. */
+ * are left allocated so that those callers do not touch freed memory, and
+ * -EBUSY is returned; p stays valid, and calling teardown again (after the
+ * release) finishes the job. */
 static int teardown(struct sl_port *p, char *err, size_t errlen)
 {
 	int ret = 0, r;
@@ -105,7 +106,7 @@ static int teardown(struct sl_port *p, char *err, size_t errlen)
 			sl_errf(err, errlen,
 				"%s: %u mbufs still held by callers; pool and "
 				"region left allocated", p->name, out);
-			return -EBUSY; /* p is leaked on purpose */
+			return -EBUSY; /* p stays for a later retry */
 		}
 		rte_mempool_free(p->pool);
 		p->pool = NULL;
@@ -317,6 +318,11 @@ fail:
 int sl_port_close(struct sl_port *p, char *err, size_t errlen)
 {
 	return teardown(p, err, errlen);
+}
+
+uint32_t sl_port_in_use(struct sl_port *p)
+{
+	return p->pool ? rte_mempool_in_use_count(p->pool) : 0;
 }
 
 void sl_port_stats(struct sl_port *p, struct sl_stats *out)

@@ -130,8 +130,12 @@ int sl_port_open(const struct sl_port_cfg *cfg, struct sl_port **out,
 		 struct sl_port_info *info, char *err, size_t errlen);
 /* Stops, closes and (if hot-plugged) removes the device, then frees the pool
  * and the region. Returns 0, or a negative errno if something could not be
- * undone (the rest is still released). */
+ * undone (the rest is still released). Returns -EBUSY, keeping the pool,
+ * the region and p, while mbufs are out of the pool: call it again once they
+ * are released. */
 int sl_port_close(struct sl_port *p, char *err, size_t errlen);
+/* mbufs out of the port's pool. */
+uint32_t sl_port_in_use(struct sl_port *p);
 void sl_port_stats(struct sl_port *p, struct sl_stats *out);
 /* Link state: 1 up, 0 down. */
 int sl_port_link_up(struct sl_port *p);
