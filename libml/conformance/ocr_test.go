@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 
 	"sluice/libml"
@@ -31,8 +32,8 @@ var (
 	// upright and turned by 180°.
 	clsCase = ocrCase{ocrClassifier, []int64{3, 48, 192}, 8}
 	// The detector at a reduced 3×160×320 (multiples of 32, as the model
-	// needs), one image: it is the heavy one.
-	detCase = ocrCase{ocrDetector, []int64{3, 160, 320}, 1}
+	// needs), two images: it is the heavy one.
+	detCase = ocrCase{ocrDetector, []int64{3, 160, 320}, 2}
 )
 
 // clsSeeds are TextLine seeds the classifier reads with confidence (above
@@ -135,5 +136,54 @@ func checkOrientation(t *testing.T, probs []float32, n int) {
 		if k := argmax(p); k != r%2 || p[k] < 0.75 {
 			t.Errorf("request %d (turned %v): probabilities %v", r, r%2 == 1, p)
 		}
+	}
+}
+
+// TestOCRCPU runs PaddleOCR's classifier and detector through the cpu
+// engine (decoded by libml/onnx, input dimensions fixed, batch dynamic)
+// and through ONNX Runtime on the same deterministic inputs: the
+// classifier's top-1 must agree on every request, and every output of
+// both models must be within OCRTol.
+func TestOCRCPU(t *testing.T) {
+	for _, c := range []ocrCase{clsCase, detCase} {
+		t.Run(c.file, func(t *testing.T) {
+			path := ModelPath(t, c.file)
+			ob := ortBackend(t)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, want := ortReference(t, ob, c, data)
+			g, err := onnx.Decode(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.Inputs[0].Dims = append([]int64{-1}, c.shape...)
+			g.Inputs[0].DimParams = nil
+			cb := cpuBackend(t)
+			inst, err := cb.LoadModel(context.Background(), c.file, g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer inst.Close()
+			if !slices.Equal(inst.OutputShape(), ref.OutputShape()) {
+				t.Fatalf("output shape %v, ONNX Runtime %v", inst.OutputShape(), ref.OutputShape())
+			}
+			got := runInstance(t, cb, inst, c.batch, ocrInputs(c))
+			d := MaxAbsDiff(got, want)
+			t.Logf("%s: max abs diff %.3g over %d outputs (batch %d)", c.file, d, len(want), c.batch)
+			if d > OCRTol || len(got) != len(want) {
+				t.Errorf("max abs diff %g above %g", d, OCRTol)
+			}
+			if c.file == ocrClassifier {
+				n := inst.OutputSize()
+				for r := 0; r < c.batch; r++ {
+					if a, b := argmax(got[r*n:(r+1)*n]), argmax(want[r*n:(r+1)*n]); a != b {
+						t.Errorf("request %d: top-1 %d, ONNX Runtime %d (%v vs %v)", r, a, b, got[r*n:(r+1)*n], want[r*n:(r+1)*n])
+					}
+				}
+				checkOrientation(t, got, n)
+			}
+		})
 	}
 }

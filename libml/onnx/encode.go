@@ -235,8 +235,9 @@ func encodeValueInfo(vi *graph.ValueInfo) ([]byte, error) {
 	if vi.DType == graph.Undefined {
 		return nil, fmt.Errorf("no element type")
 	}
-	if vi.DimParams != nil && len(vi.DimParams) != len(vi.Dims) {
-		return nil, fmt.Errorf("%d dim params for %d dims", len(vi.DimParams), len(vi.Dims))
+	params, err := dimParams(vi)
+	if err != nil {
+		return nil, err
 	}
 	tensorType := func(tb []byte) []byte {
 		tb = putVarint(tb, 1, int64(vi.DType))
@@ -251,8 +252,8 @@ func encodeValueInfo(vi *graph.ValueInfo) ([]byte, error) {
 					switch {
 					case d >= 0:
 						return putVarint(db, 1, d)
-					case vi.DimParams != nil && vi.DimParams[i] != "":
-						return putString(db, 2, vi.DimParams[i])
+					case params != nil && params[i] != "":
+						return putString(db, 2, params[i])
 					}
 					return db
 				})
@@ -266,6 +267,27 @@ func encodeValueInfo(vi *graph.ValueInfo) ([]byte, error) {
 		return putMessage(tb, 1, tensorType)
 	})
 	return b, nil
+}
+
+// dimParams returns vi's symbolic dimension names parallel to its Dims.
+// DimParams may be parallel to Dims already, or name just the dynamic
+// dimensions in order (as the zoo writes {"batch"} for [-1 3 224 224]).
+func dimParams(vi *graph.ValueInfo) ([]string, error) {
+	if vi.DimParams == nil || len(vi.DimParams) == len(vi.Dims) {
+		return vi.DimParams, nil
+	}
+	params := make([]string, len(vi.Dims))
+	k := 0
+	for i, d := range vi.Dims {
+		if d < 0 && k < len(vi.DimParams) {
+			params[i] = vi.DimParams[k]
+			k++
+		}
+	}
+	if k != len(vi.DimParams) {
+		return nil, fmt.Errorf("%d dim params for dims %v", len(vi.DimParams), vi.Dims)
+	}
+	return params, nil
 }
 
 // EncodeTensor serializes t as a TensorProto (raw_data, little-endian).

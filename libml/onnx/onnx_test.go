@@ -256,6 +256,7 @@ func TestEncodeErrors(t *testing.T) {
 		{"count", &graph.Graph{Initializers: []*graph.Tensor{{Name: "w", DType: graph.Float32, Dims: []int64{2}, F32: []float32{1}}}}, `initializer "w": float32[2] has 2 elements, F32 has 1`},
 		{"kind", &graph.Graph{Nodes: []graph.Node{{Op: "Relu", Attrs: []graph.Attr{{Name: "a"}}}}}, `attribute "a": unknown kind 0`},
 		{"dtype", &graph.Graph{Inputs: []graph.ValueInfo{{Name: "x"}}}, `input "x": no element type`},
+		{"dim params", &graph.Graph{Inputs: []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 3}, DimParams: []string{"a", "b", "c"}}}}, "3 dim params for dims [-1 3]"},
 		{"float ints", &graph.Graph{Initializers: []*graph.Tensor{{Name: "w", DType: graph.Int64, F32: []float32{1}}}}, "int64 tensor with float values"},
 	}
 	for _, c := range cases {
@@ -263,6 +264,23 @@ func TestEncodeErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got error %v, want one containing %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestCompactDimParams checks DimParams naming only the dynamic dims.
+func TestCompactDimParams(t *testing.T) {
+	g := sampleGraph()
+	g.Inputs[0].DimParams = []string{"N"}
+	b, err := Encode(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Inputs[0].DimParams, []string{"N", "", ""}) {
+		t.Errorf("dim params %q", got.Inputs[0].DimParams)
 	}
 }
 
