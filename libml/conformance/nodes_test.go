@@ -143,10 +143,7 @@ func TestNodeTestsCPU(t *testing.T) {
 		RequireDeps(t, "libonnx-testdata", os.ErrNotExist)
 	}
 	be := cpuBackend(t)
-	supported := map[string]bool{}
-	for _, op := range engine.SupportedOps() {
-		supported[op] = true
-	}
+	supported := supportedOps()
 	covered := map[string]int{}
 	var kernels, folded, skipped, partial, allRuntime int
 	for _, name := range names {
@@ -195,6 +192,39 @@ func TestNodeTestsCPU(t *testing.T) {
 	sort.Strings(uncovered)
 	t.Logf("node tests passed: %d through kernels (%d of them also with every input at run time), %d through the constant folder; %d with an output skipped; %d skipped (nodeSkips)", kernels, allRuntime, folded, partial, skipped)
 	t.Logf("supported operators without a passing node test: %v", uncovered)
+}
+
+// TestNodeTestsCPUInstances runs the node tests that go through the
+// kernels once more through the cpu backend's production path: one
+// runtime input, one output, LoadModel, ConfigureBatch and InferBatch (the
+// batch read off the instance's input shape).
+func TestNodeTestsCPUInstances(t *testing.T) {
+	names := NodeTestNames()
+	if len(names) == 0 {
+		RequireDeps(t, "libonnx-testdata", os.ErrNotExist)
+	}
+	be := cpuBackend(t)
+	passed := 0
+	for _, name := range names {
+		nt, err := LoadNodeTest(name)
+		if err != nil || !allSupported(nt.Ops(), supportedOps()) || !kernelPath(nt) || nodeSkip(name, "") != "" {
+			continue
+		}
+		if err := runNodeTest(context.Background(), be, nt); err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		passed++
+	}
+	t.Logf("%d node tests pass through LoadModel / InferBatch", passed)
+}
+
+func supportedOps() map[string]bool {
+	m := map[string]bool{}
+	for _, op := range engine.SupportedOps() {
+		m[op] = true
+	}
+	return m
 }
 
 func allSupported(ops []string, supported map[string]bool) bool {
@@ -350,9 +380,15 @@ func asType(got, want *graph.Tensor) *graph.Tensor {
 	return c
 }
 
-// pruneOutputs drops the node outputs nothing reads (optional outputs
-// such as LayerNormalization's Mean or Dropout's mask, once the test no
-// longer asks for them), as an exporter omits them. g's nodes are copied.
+// optionalOutputs are operators whose outputs after the first are
+// optional (training statistics, masks, indices).
+var optionalOutputs = map[string]bool{
+	"Dropout": true, "LayerNormalization": true, "MaxPool": true, "BatchNormalization": true,
+}
+
+// pruneOutputs drops the optional node outputs nothing reads (such as
+// LayerNormalization's Mean or Dropout's mask, once the test no longer asks
+// for them), as an exporter omits them. g's nodes are copied.
 func pruneOutputs(g *graph.Graph) *graph.Graph {
 	used := map[string]bool{}
 	for _, vi := range g.Outputs {
@@ -366,6 +402,9 @@ func pruneOutputs(g *graph.Graph) *graph.Graph {
 	c := *g
 	c.Nodes = slices.Clone(g.Nodes)
 	for i := range c.Nodes {
+		if !optionalOutputs[c.Nodes[i].Op] {
+			continue
+		}
 		outs := slices.Clone(c.Nodes[i].Outputs)
 		for k := 1; k < len(outs); k++ {
 			if !used[outs[k]] {

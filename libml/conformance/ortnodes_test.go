@@ -135,7 +135,7 @@ func ortBackend(t testing.TB) *ort.Backend {
 	if err != nil {
 		RequireDeps(t, "ONNX Runtime", err)
 	}
-	b := ort.New(ort.Options{IntraOpThreads: 1, NoSpin: true})
+	b := ort.New(ort.Options{IntraOpThreads: 1, NoSpin: true, Quiet: true})
 	if err := b.Init(context.Background(), libml.BackendConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,9 @@ type Options struct {
 	// NoSpin stops idle intra-op threads from spinning (less CPU burnt
 	// between runs, a little more latency).
 	NoSpin bool
+	// Quiet keeps ONNX Runtime from logging anything short of a fatal
+	// error to stderr (errors still come back as Go errors).
+	Quiet bool
 }
 
 // Backend is the ort backend. Create it with New; it is safe for concurrent
@@ -115,6 +118,9 @@ func (b *Backend) sessionOptions() (*ortgo.SessionOptions, error) {
 	}
 	if err == nil {
 		err = so.SetInterOpNumThreads(1)
+	}
+	if err == nil && b.opts.Quiet {
+		err = so.SetLogSeverityLevel(ortgo.LoggingLevelFatal)
 	}
 	if err == nil && b.opts.NoSpin {
 		err = so.AddSessionConfigEntry("session.intra_op.allow_spinning", "0")
