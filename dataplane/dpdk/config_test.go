@@ -131,6 +131,9 @@ func TestPutFrame(t *testing.T) {
 // Open before InitEAL, a failing InitEAL and its repetition, and
 // InitEAL/Open after CleanupEAL.
 func TestEALProcessState(t *testing.T) {
+	if !Available {
+		t.Skip("this build has no DPDK")
+	}
 	if os.Getenv("SLUICE_DPDK_CHILD") == "eal-state" {
 		ealStateChild(t)
 		return

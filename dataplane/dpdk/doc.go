@@ -89,7 +89,8 @@
 // Receive and transmit share the pool: size PoolSize for the receive ring,
 // the buffers reassembly may hold, and a burst of transmit. Close refuses to
 // free a pool whose buffers are still held (ErrBuffersHeld) and leaves it
-// allocated instead, so holders never read freed memory.
+// allocated, so holders never read freed memory; Close again after Release
+// finishes the job.
 //
 // # Threads
 //

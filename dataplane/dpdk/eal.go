@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package dpdk
 
 /*
@@ -7,7 +9,6 @@ package dpdk
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -17,14 +18,8 @@ import (
 	"unsafe"
 )
 
-// Errors about the process-wide EAL state.
-var (
-	// ErrEALNotInitialized is returned by Open before InitEAL succeeded.
-	ErrEALNotInitialized = errors.New("dpdk: EAL not initialized (call dpdk.InitEAL first)")
-	// ErrEALClosed is returned by InitEAL and Open after CleanupEAL: DPDK
-	// cannot start its EAL twice in one process.
-	ErrEALClosed = errors.New("dpdk: EAL already cleaned up in this process")
-)
+// Available reports whether this build includes DPDK (Linux with cgo).
+const Available = true
 
 // eal is the process-wide EAL state. rte_eal_init can run once per process
 // and never again, even after rte_eal_cleanup; this is the one piece of
@@ -36,29 +31,6 @@ var eal struct {
 	err        error
 	closed     bool
 	runtimeDir string
-}
-
-// FilePrefix is the --file-prefix DefaultEALArgs uses: "sluice-<pid>",
-// unique per process, so that concurrent test binaries and appliances never
-// share /var/run/dpdk/<prefix>.
-func FilePrefix() string { return fmt.Sprintf("sluice-%d", os.Getpid()) }
-
-// DefaultEALArgs returns EAL arguments that work in containers and VMs
-// without hugepages or PCI devices: main lcore 0, 256 MiB of anonymous EAL
-// memory, no shared config files, no telemetry socket, and a per-process
-// file prefix. extra is appended (for example "--vdev=net_ring0" or
-// "--log-level=lib.eal:debug").
-func DefaultEALArgs(extra ...string) []string {
-	args := []string{
-		"-l", "0",
-		"--no-huge",
-		"--no-pci",
-		"-m", "256",
-		"--no-shconf",
-		"--no-telemetry",
-		"--file-prefix", FilePrefix(),
-	}
-	return append(args, extra...)
 }
 
 // InitEAL starts DPDK's Environment Abstraction Layer with args (EAL

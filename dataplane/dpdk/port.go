@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 package dpdk
 
 /*
@@ -6,7 +8,6 @@ package dpdk
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -20,11 +21,6 @@ import (
 	"sluice/dataplane"
 	"sluice/dataplane/wire"
 )
-
-// ErrBuffersHeld is returned (wrapped) by Close when receive buffers were not
-// released: the pool and its region are then left allocated so that the
-// holders never read freed memory, until a later Close finds them back.
-var ErrBuffersHeld = errors.New("buffers still held by callers")
 
 // Port is one DPDK ethdev with one receive and one transmit queue, its own
 // mbuf pool and buffer region. It implements dataplane.Port: RxBurst,
@@ -62,22 +58,6 @@ type Port struct {
 }
 
 var _ dataplane.Port = (*Port)(nil)
-
-// RegionInfo describes a port's buffer region.
-type RegionInfo struct {
-	Base, Size uintptr
-	PageSize   uintptr
-	// Hugepages is true when the region is on hugepages (MAP_HUGETLB).
-	Hugepages bool
-	// Locked is true when the region cannot be swapped out (hugepages,
-	// or mlock succeeded).
-	Locked bool
-	// DMAMapped is true when rte_dev_dma_map accepted the region for the
-	// device: a real mapping for PCI devices under VFIO, a no-op the vdev
-	// bus accepts for vdevs (they do not DMA). False when the bus does not
-	// support it (ENOTSUP), which Open tolerates.
-	DMAMapped bool
-}
 
 // Open hot-plugs cfg.Vdev (if set), opens the ethdev cfg.PortName, builds its
 // buffer region and mbuf pool, configures one rx and one tx queue and starts
@@ -434,35 +414,4 @@ func (p *Port) Close() error {
 	}
 	p.log.Info("dpdk: port closed", "took", time.Since(start).Round(time.Microsecond))
 	return nil
-}
-
-// Rate is the result of MeasureRawRx.
-type Rate struct {
-	Packets uint64
-	Elapsed time.Duration
-}
-
-// PPS returns packets per second.
-func (r Rate) PPS() float64 {
-	if r.Elapsed <= 0 {
-		return 0
-	}
-	return float64(r.Packets) / r.Elapsed.Seconds()
-}
-
-// MeasureRawRx polls p with RxRaw for d and returns how many frames it
-// received: the rate at which the device alone delivers frames, with no
-// parsing and no Go-side work, which bounds any pipeline built on the port.
-// Use a source that never runs dry (net_pcap with infinite_rx=1).
-func MeasureRawRx(p *Port, d time.Duration) Rate {
-	var n uint64
-	start := time.Now()
-	deadline := start.Add(d)
-	for i := 0; ; i++ {
-		n += uint64(p.RxRaw(p.burst))
-		if i&255 == 255 && time.Now().After(deadline) {
-			break
-		}
-	}
-	return Rate{Packets: n, Elapsed: time.Since(start)}
 }

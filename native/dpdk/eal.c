@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 /*
  * eal.c - EAL start and stop. rte_eal_init runs once per process; Go guards
  * that (dataplane/dpdk.InitEAL).

@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 /*
  * port.c - open, configure, start and close one ethdev with its own pool.
  */

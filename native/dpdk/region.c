@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 /*
  * region.c - the packet-buffer region and the mbuf pool that lives in it.
  *

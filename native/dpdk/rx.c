@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 /*
  * rx.c - the receive burst: one call receives, parses, filters and answers
  * ARP for up to a burst of frames.

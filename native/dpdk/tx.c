@@ -1,3 +1,5 @@
+//go:build linux && cgo
+
 /*
  * tx.c - the transmit burst (allocate in bulk, Go writes the frames, send in
  * bulk) and the bulk release of receive buffers.
