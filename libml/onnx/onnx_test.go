@@ -372,6 +372,8 @@ func FuzzDecode(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _, _ = DecodeSignature(b)
+		_, _ = DecodeTensor(b)
 		m, err := DecodeModel(b)
 		if err != nil {
 			return
@@ -384,6 +386,5 @@ func FuzzDecode(f *testing.F) {
 		if _, err := DecodeModel(eb); err != nil {
 			t.Fatalf("encoded model does not decode: %v", err)
 		}
-		_, _ = DecodeTensor(b)
 	})
 }

@@ -109,12 +109,13 @@ func (b *Backend) Threads() int {
 }
 
 func (b *Backend) sessionOptions() (*ortgo.SessionOptions, error) {
+	threads := b.Threads()
 	so, err := ortgo.NewSessionOptions()
 	if err != nil {
 		return nil, err
 	}
-	if b.threads > 0 {
-		err = so.SetIntraOpNumThreads(b.threads)
+	if threads > 0 {
+		err = so.SetIntraOpNumThreads(threads)
 	}
 	if err == nil {
 		err = so.SetInterOpNumThreads(1)
