@@ -108,7 +108,21 @@ type echoLoad struct {
 	done    chan struct{}
 }
 
-func newEchoLoad(conn *net.UDPConn, to netip.AddrPort, n int) *echoLoad {
+func newEchoLoad(t testing.TB, conn *net.UDPConn, to netip.AddrPort, n int) *echoLoad {
+	t.Helper()
+	// Room for every reply even if the reader is not scheduled for a
+	// while (2 cores, one busy polling): SO_RCVBUFFORCE passes rmem_max.
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20)
+	})
+	if serr != nil {
+		t.Fatalf("SO_RCVBUFFORCE: %v", serr)
+	}
 	l := &echoLoad{conn: conn, to: to, done: make(chan struct{})}
 	// n fragments of requests of 8 x 1000 bytes.
 	for req := uint64(1); len(l.frags) < n; req++ {
@@ -256,7 +270,7 @@ func TestAfPacketVeth(t *testing.T) {
 	}
 	defer conn.Close()
 	const n = 2000
-	load := newEchoLoad(conn, netip.AddrPortFrom(dpdkIP, serverPort), n)
+	load := newEchoLoad(t, conn, netip.AddrPortFrom(dpdkIP, serverPort), n)
 	stop := make(chan struct{})
 	sendErr := make(chan error, 1)
 	go func() {
@@ -317,7 +331,7 @@ func TestTap(t *testing.T) {
 	}
 	defer conn.Close()
 	const n = 500
-	load := newEchoLoad(conn, netip.AddrPortFrom(dpdkIP, serverPort), n)
+	load := newEchoLoad(t, conn, netip.AddrPortFrom(dpdkIP, serverPort), n)
 	stop := make(chan struct{})
 	sendErr := make(chan error, 1)
 	go func() {
