@@ -60,6 +60,11 @@ var ErrConfig = errors.New("dpdk: invalid config")
 // Config describes one port. The zero value of every numeric field means its
 // default.
 type Config struct {
+	// EAL, when set, are the EAL arguments (see DefaultEALArgs) that Open
+	// passes to InitEAL. The EAL starts once per process: every port that
+	// sets EAL must set the same arguments. Empty: InitEAL must have been
+	// called.
+	EAL []string
 	// Vdev is the virtual device to hot-plug when the port opens, as EAL
 	// devargs: the device name, then comma-separated driver options, for
 	// example "net_pcap0,rx_pcap=/tmp/in.pcap",

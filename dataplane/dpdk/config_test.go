@@ -198,6 +198,18 @@ func TestEALOnce(t *testing.T) {
 	if !EALInitialized() {
 		t.Error("EALInitialized = false")
 	}
+	// Config.EAL: the same arguments are fine, others are refused.
+	ip := netip.MustParseAddr("10.99.0.1")
+	p, err := Open(Config{EAL: DefaultEALArgs(), Vdev: "net_ring_eal", IP: ip, UDPPort: 1, PoolSize: 2047, RxDesc: 128})
+	if err != nil {
+		t.Errorf("Open with Config.EAL = the running arguments: %v", err)
+	} else {
+		p.Close()
+	}
+	if _, err := Open(Config{EAL: []string{"-l", "1"}, Vdev: "net_ring_eal", IP: ip, UDPPort: 1}); err == nil ||
+		!strings.Contains(err.Error(), "dpdk: open net_ring_eal: dpdk: EAL already initialized") {
+		t.Errorf("Open with other Config.EAL = %v", err)
+	}
 	if d := RuntimeDir(); d != filepath.Join("/var/run/dpdk", FilePrefix()) {
 		t.Errorf("RuntimeDir = %q", d)
 	}

@@ -10,7 +10,9 @@
 // gives arguments that work in containers without hugepages or PCI devices
 // ("-l 0 --no-huge --no-pci -m 256 --no-shconf --no-telemetry
 // --file-prefix sluice-<pid>"); append --vdev or --allow options as needed.
-// CleanupEAL, at exit, releases the EAL and removes /var/run/dpdk/<prefix>.
+// Config.EAL may carry the arguments instead: Open then calls InitEAL with
+// them. CleanupEAL, at exit, releases the EAL and removes
+// /var/run/dpdk/<prefix>.
 // rte_eal_init runs on a throw-away OS thread: no Go thread stays pinned to
 // the main lcore or registered as one.
 //

@@ -61,12 +61,17 @@ var _ dataplane.Port = (*Port)(nil)
 
 // Open hot-plugs cfg.Vdev (if set), opens the ethdev cfg.PortName, builds its
 // buffer region and mbuf pool, configures one rx and one tx queue and starts
-// it. InitEAL must have succeeded. Close undoes all of it, so one process can
+// it. The EAL must be up: InitEAL succeeded, or cfg.EAL starts it. Close undoes all of it, so one process can
 // open and close many ports in turn.
 func Open(cfg Config) (*Port, error) {
 	cfg, err := cfg.normalize()
 	if err != nil {
 		return nil, err
+	}
+	if len(cfg.EAL) > 0 {
+		if err := InitEAL(cfg.EAL); err != nil {
+			return nil, fmt.Errorf("dpdk: open %s: %w", cfg.PortName, err)
+		}
 	}
 	eal.mu.Lock()
 	ready, closed := eal.tried && eal.err == nil, eal.closed
