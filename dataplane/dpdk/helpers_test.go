@@ -2,7 +2,6 @@ package dpdk
 
 import (
 	"fmt"
-	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -140,5 +139,3 @@ func datagram(to dataplane.Endpoint, b []byte) dataplane.Datagram {
 	d.Payload = b[wire.HeaderLen:]
 	return d
 }
-
-var _ = netip.Addr{}

@@ -5,7 +5,6 @@ package dpdk
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -437,5 +436,3 @@ func TestMemif(t *testing.T) {
 	assertBufs(t, srv, baseS)
 	assertBufs(t, cli, baseC)
 }
-
-var _ = errors.New
