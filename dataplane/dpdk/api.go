@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -46,6 +47,19 @@ func DefaultEALArgs(extra ...string) []string {
 		"--file-prefix", FilePrefix(),
 	}
 	return append(args, extra...)
+}
+
+// filePrefixOf returns the --file-prefix value in EAL args, or "".
+func filePrefixOf(args []string) string {
+	for i, a := range args {
+		if v, ok := strings.CutPrefix(a, "--file-prefix="); ok {
+			return v
+		}
+		if a == "--file-prefix" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }
 
 // RegionInfo describes a port's buffer region.

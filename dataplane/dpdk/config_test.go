@@ -64,6 +64,22 @@ func TestConfigNormalize(t *testing.T) {
 	}
 }
 
+func TestFilePrefixOf(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{DefaultEALArgs(), FilePrefix()},
+		{[]string{"-l", "0", "--file-prefix=abc"}, "abc"},
+		{[]string{"-l", "0"}, ""},
+		{[]string{"--file-prefix"}, ""},
+	} {
+		if got := filePrefixOf(tc.args); got != tc.want {
+			t.Errorf("filePrefixOf(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
 func TestFilterReasonNames(t *testing.T) {
 	seen := map[string]bool{}
 	for r := FilterReason(0); r < NumFilterReasons; r++ {

@@ -11,6 +11,7 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -61,8 +62,14 @@ func InitEAL(args []string) error {
 	eal.tried = true
 	eal.args = slices.Clone(args)
 	eal.err = initEAL(eal.args)
-	// Set even on failure: EAL may have created the directory already.
-	eal.runtimeDir = C.GoString(C.sl_eal_runtime_dir())
+	// Only a directory named after our own --file-prefix is ever removed
+	// by CleanupEAL: never the shared default (/var/run/dpdk/rte), and never
+	// one a failed init did not get to set up.
+	if pfx := filePrefixOf(args); pfx != "" {
+		if d := C.GoString(C.sl_eal_runtime_dir()); filepath.Base(d) == pfx {
+			eal.runtimeDir = d
+		}
+	}
 	return eal.err
 }
 
@@ -103,7 +110,8 @@ func EALInitialized() bool {
 }
 
 // RuntimeDir returns the EAL runtime directory (/var/run/dpdk/<prefix> as
-// root), or "" before InitEAL.
+// root) that CleanupEAL removes: set when the EAL arguments name a
+// --file-prefix, "" otherwise.
 func RuntimeDir() string {
 	eal.mu.Lock()
 	defer eal.mu.Unlock()
@@ -111,7 +119,8 @@ func RuntimeDir() string {
 }
 
 // CleanupEAL releases the EAL (rte_eal_cleanup) and removes its runtime
-// directory. Every port must be closed first. The EAL cannot be started
+// directory when the EAL arguments gave it a --file-prefix of its own (as
+// DefaultEALArgs does). Every port must be closed first. The EAL cannot be started
 // again in this process. It is a no-op when the EAL never started.
 func CleanupEAL() error {
 	eal.mu.Lock()
@@ -127,7 +136,7 @@ func CleanupEAL() error {
 			err = fmt.Errorf("dpdk: rte_eal_cleanup: errno %d", -int(rc))
 		}
 	}
-	if d := eal.runtimeDir; d != "" && strings.HasPrefix(d, "/") && strings.Count(d, "/") >= 2 {
+	if d := eal.runtimeDir; d != "" && filepath.IsAbs(d) && strings.Count(d, "/") >= 2 {
 		if rerr := os.RemoveAll(d); rerr != nil && err == nil {
 			err = fmt.Errorf("dpdk: remove runtime dir: %w", rerr)
 		}
