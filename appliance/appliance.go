@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"sluice/dataplane"
@@ -38,6 +39,8 @@ type Appliance struct {
 	ifs      []*ifmanager.IF
 	ports    []*portRun
 	eal      bool
+	// metricsAddr is the metrics listener's address (a string).
+	metricsAddr atomic.Value
 }
 
 type portRun struct {
@@ -49,8 +52,11 @@ type portRun struct {
 }
 
 // New loads models and opens ports as the profile says. Close undoes it.
-func New(ctx context.Context, prof *Profile, log *slog.Logger) (a *Appliance, err error) {
-	a = &Appliance{prof: prof, log: log, backends: map[string]libml.Backend{}}
+func New(ctx context.Context, prof *Profile, log *slog.Logger) (_ *Appliance, err error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	a := &Appliance{prof: prof, log: log, backends: map[string]libml.Backend{}}
 	defer func() {
 		if err != nil {
 			a.Close()
@@ -118,6 +124,11 @@ func (a *Appliance) loadIF(ctx context.Context, s *IFSection) (*ifmanager.IF, er
 		if err != nil {
 			return nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
 		}
+		if len(s.InputShape) > 0 {
+			if err := fixInputShape(g, s.InputShape); err != nil {
+				return nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
+			}
+		}
 		inst, err = be.LoadModel(ctx, s.Name, g)
 	}
 	if err != nil {
@@ -138,6 +149,32 @@ func (a *Appliance) loadIF(ctx context.Context, s *IFSection) (*ifmanager.IF, er
 		"class", s.Class, "input_shape", inst.InputShape(), "output_shape", inst.OutputShape(),
 		"request_bytes", f.RequestBytes(), "load_ms", time.Since(start).Milliseconds())
 	return f, nil
+}
+
+// fixInputShape gives the graph's data input (the one input that is not an
+// initializer) the per-request shape, keeping a leading batch dimension.
+func fixInputShape(g *graph.Graph, shape []int64) error {
+	var data []int
+	for i, in := range g.Inputs {
+		if g.Initializer(in.Name) == nil {
+			data = append(data, i)
+		}
+	}
+	if len(data) != 1 {
+		return fmt.Errorf("input_shape: the model has %d data inputs, want 1", len(data))
+	}
+	in := &g.Inputs[data[0]]
+	if len(in.Dims) != len(shape)+1 {
+		return fmt.Errorf("input_shape %v: input %q has %d dimensions including the batch", shape, in.Name, len(in.Dims))
+	}
+	for i, d := range shape {
+		if old := in.Dims[i+1]; old > 0 && old != d {
+			return fmt.Errorf("input_shape %v: dimension %d of input %q is fixed at %d", shape, i+1, in.Name, old)
+		}
+		in.Dims[i+1] = d
+	}
+	in.DimParams = nil
+	return nil
 }
 
 func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, error) {
@@ -214,6 +251,14 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 // still being reassembled are answered shutting_down, queued requests are
 // served and answered, and Run returns.
 func (a *Appliance) Run(ctx context.Context) error {
+	var ready atomic.Bool
+	if m := a.prof.Appliance.Metrics; m != "off" {
+		hctx, stopHTTP := context.WithCancel(context.Background())
+		defer stopHTTP()
+		if err := a.serveHTTP(hctx, m, &ready); err != nil {
+			return err
+		}
+	}
 	ifCtx, stopIFs := context.WithCancel(context.Background())
 	var ifWG sync.WaitGroup
 	for _, f := range a.ifs {
@@ -233,8 +278,11 @@ func (a *Appliance) Run(ctx context.Context) error {
 			errc <- nil
 		}()
 	}
+	ready.Store(true)
 	a.log.Info("sluice serving", "ports", len(a.ports), "ifs", len(a.ifs))
 	var errs []error
+	<-ctx.Done()
+	ready.Store(false) // draining: no longer ready for new work
 	for range a.ports {
 		if err := <-errc; err != nil {
 			errs = append(errs, err)
@@ -247,6 +295,17 @@ func (a *Appliance) Run(ctx context.Context) error {
 	}
 	a.log.Info("sluice drained")
 	return errors.Join(errs...)
+}
+
+// PortAddr returns the local address of a udp port (useful when the
+// profile listens on port 0), or false.
+func (a *Appliance) PortAddr(name string) (netip.AddrPort, bool) {
+	for _, p := range a.ports {
+		if u, ok := p.port.(*udp.Port); ok && p.name == name {
+			return u.LocalAddr(), true
+		}
+	}
+	return netip.AddrPort{}, false
 }
 
 // Stats is a snapshot of the appliance's counters.

@@ -36,6 +36,9 @@ type ApplianceSection struct {
 	MaxRequestBytes int `toml:"max_request_bytes"`
 	// MaxInflight caps requests in reassembly or queued, per port.
 	MaxInflight int `toml:"max_inflight"`
+	// Metrics is the HTTP address of /metrics, /healthz and /readyz; "off"
+	// disables it.
+	Metrics string `toml:"metrics"`
 }
 
 // PortSection is one port.
@@ -131,6 +134,14 @@ func (p *Profile) validate() error {
 	}
 	if a.MaxInflight == 0 {
 		a.MaxInflight = 1024
+	}
+	if a.Metrics == "" {
+		a.Metrics = "127.0.0.1:9401"
+	}
+	if a.Metrics != "off" {
+		if _, err := netip.ParseAddrPort(a.Metrics); err != nil {
+			return fmt.Errorf("appliance.metrics %q: want host:port or \"off\": %w", a.Metrics, err)
+		}
 	}
 	if len(p.Ports) == 0 {
 		return errors.New("no [[port]]: at least one is needed")

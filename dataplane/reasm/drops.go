@@ -72,7 +72,11 @@ type Counters struct {
 	Completed atomic.Uint64 // requests completed and handed to the handler
 	Released  atomic.Uint64 // completed requests given back with Done
 	Answered  atomic.Uint64 // requests refused with an error response
-	drops     [numReasons]atomic.Uint64
+	// HeldFragments and Assembling mirror the table's levels for readers on
+	// other goroutines; the I/O loop refreshes them on every Expire.
+	HeldFragments atomic.Int64
+	Assembling    atomic.Int64
+	drops         [numReasons]atomic.Uint64
 }
 
 // Drops returns the count for one reason.

@@ -434,6 +434,8 @@ func (t *Table) Expire(now int64) int {
 		}
 		t.retire(s)
 	}
+	t.C.HeldFragments.Store(int64(t.fragHeld))
+	t.C.Assembling.Store(int64(t.assembling))
 	return n
 }
 

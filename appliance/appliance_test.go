@@ -1,0 +1,230 @@
+package appliance
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/dataplane/dptest"
+	"sluice/dataplane/wire"
+	"sluice/libml"
+	"sluice/libml/cpu"
+	"sluice/libml/onnx"
+)
+
+// classifierPath returns the PaddleOCR text-angle classifier that make deps
+// fetches (a real trained model: 3x48x192 -> 2).
+func classifierPath(t *testing.T) string {
+	dir, err := onnx.ModelsDir()
+	if err == nil {
+		p := filepath.Join(dir, "ch_ppocr_mobile_v2.0_cls_infer.onnx")
+		if _, err = os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("SLUICE_REQUIRE_DEPS") == "1" {
+		t.Fatalf("PaddleOCR classifier missing (run make deps): %v", err)
+	}
+	t.Skipf("PaddleOCR classifier missing (run make deps): %v", err)
+	return ""
+}
+
+func f32bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func TestApplianceServesOverUDP(t *testing.T) {
+	model := classifierPath(t)
+	text := fmt.Sprintf(`
+[appliance]
+log_level = "warn"
+threads = 2
+metrics = "127.0.0.1:0"
+
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+
+[[if]]
+name = "cls"
+model_id = 7
+model = "onnx:%s"
+backend = "cpu"
+class = "rt"
+max_batch = 4
+queue_len = 64
+input = "f32"
+input_shape = [3, 48, 192]
+`, model)
+	prof, err := ParseProfile("test.toml", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := New(ctx, prof, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	addr, ok := a.PortAddr("udp0")
+	if !ok {
+		t.Fatal("no udp port address")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+
+	// reference: the same model on its own backend instance
+	ref := cpu.New()
+	if err := ref.Init(ctx, libml.BackendConfig{Units: 1}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := onnx.ReadFile(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fixInputShape(g, []int64{3, 48, 192}); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := ref.LoadModel(ctx, "ref", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ref.ConfigureBatch(inst, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadBuffer(8 << 20)
+	cl := dptest.NewClient(conn, 11, 1400)
+	const n = 40
+	want := map[uint64][]float32{}
+	for id := uint64(1); id <= n; id++ {
+		in := make([]float32, inst.InputSize())
+		for i := range in {
+			in[i] = float32(math.Sin(float64(id)*0.37+float64(i)*0.01)) * 0.8
+		}
+		out := make([]float32, inst.OutputSize())
+		if err := ref.InferBatch(ctx, inst, 1, in, out); err != nil {
+			t.Fatal(err)
+		}
+		want[id] = out
+		if err := cl.Send(addr, 7, id, wire.FlagRT, f32bytes(in)); err != nil {
+			t.Fatal(err)
+		}
+		if id%8 == 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	_ = cl.Send(addr, 8, 1000, 0, []byte("nobody serves model 8"))
+	_ = cl.Send(addr, 7, 1001, 0, []byte("wrong size for model 7"))
+	for id := uint64(1); id <= n; id++ {
+		r, ok := cl.Wait(id, 20*time.Second)
+		if !ok {
+			t.Fatalf("request %d: no response", id)
+		}
+		if r.Status != wire.StatusOK || len(r.Output) != 4*len(want[id]) {
+			t.Fatalf("request %d: status %v, %d output bytes", id, r.Status, len(r.Output))
+		}
+		for i, w := range want[id] {
+			got := math.Float32frombits(binary.LittleEndian.Uint32(r.Output[4*i:]))
+			if math.Abs(float64(got-w)) > 1e-4 {
+				t.Fatalf("request %d output %d: got %v want %v", id, i, got, w)
+			}
+		}
+	}
+	if r, ok := cl.Wait(1000, 5*time.Second); !ok || r.Status != wire.StatusUnknownModel {
+		t.Fatalf("unknown model: %v %v", ok, r.Status)
+	}
+	if r, ok := cl.Wait(1001, 5*time.Second); !ok || r.Status != wire.StatusBadInput {
+		t.Fatalf("bad input: %v %v", ok, r.Status)
+	}
+
+	// metrics
+	body := scrape(t, a)
+	for _, m := range []string{`sluice_requests_total{port="udp0"} 42`, `sluice_if_served_total{class="rt",if="cls"} 40`,
+		`sluice_drops_total{port="udp0",reason="unknown_model"} 1`, `sluice_pool_buffers_in_use{port="udp0"} 0`} {
+		if !strings.Contains(body, m) {
+			t.Errorf("metrics lack %q", m)
+		}
+	}
+
+	// drain: requests sent right before the stop are all answered
+	for id := uint64(2001); id <= 2010; id++ {
+		_ = cl.Send(addr, 7, id, 0, f32bytes(make([]float32, inst.InputSize())))
+	}
+	time.Sleep(20 * time.Millisecond)
+	stop()
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+	for id := uint64(2001); id <= 2010; id++ {
+		if r, ok := cl.Wait(id, 5*time.Second); !ok || (r.Status != wire.StatusOK && r.Status != wire.StatusShuttingDown) {
+			t.Fatalf("request %d during drain: answered=%v status=%v", id, ok, r.Status)
+		}
+	}
+	if s := a.Stats(); s.Ports[0].Port.BufInUse != 0 {
+		t.Fatalf("%d buffers in use after drain", s.Ports[0].Port.BufInUse)
+	}
+	if d := cl.Duplicates(); d != 0 {
+		t.Fatalf("%d duplicate response fragments", d)
+	}
+}
+
+func scrape(t *testing.T, a *Appliance) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for a.MetricsAddr() == "" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func TestProfileErrors(t *testing.T) {
+	for _, tc := range []struct{ text, want string }{
+		{"[appliance]\nbogus = 1\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:resnet18\"\n", "unknown keys: appliance.bogus"},
+		{"[appliance\n", "test.toml:2"},
+		{"[[port]]\ndriver=\"carrier-pigeon\"\n", `port[0].driver "carrier-pigeon"`},
+		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nmodel_id=1\n[[if]]\nname=\"b\"\nmodel=\"zoo:y\"\nmodel_id=1\n", "already served"},
+		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nclass=\"urgent\"\n", `if[0].class "urgent"`},
+	} {
+		_, err := ParseProfile("test.toml", tc.text)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("profile %q: error %v, want it to contain %q", tc.text, err, tc.want)
+		}
+	}
+}
+
+func TestShippedProfilesParse(t *testing.T) {
+	for _, p := range []string{"../profiles/default.toml", "../profiles/demo.toml"} {
+		if _, err := LoadProfile(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}

@@ -1,0 +1,148 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"sluice/dataplane/reasm"
+	"sluice/dataplane/wire"
+)
+
+// collector exports the appliance's counters at scrape time: the hot path
+// only bumps its own atomics, and nothing is copied until Prometheus asks.
+type collector struct {
+	a *Appliance
+
+	rxPackets, rxBytes, txPackets, txBytes, rxFiltered, rxMissed, txFailed *prometheus.Desc
+	bufInUse, bufCap, heldFrags, assembling                                *prometheus.Desc
+	completed, drops, responses, egressFull                                *prometheus.Desc
+	served, failed, overloaded, queueDepth, batches, batchItems, compute   *prometheus.Desc
+}
+
+func newCollector(a *Appliance) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("sluice_"+name, help, labels, nil)
+	}
+	return &collector{a: a,
+		rxPackets:  d("rx_packets_total", "Sluice datagrams received by the port driver.", "port"),
+		rxBytes:    d("rx_bytes_total", "UDP payload bytes of received sluice datagrams.", "port"),
+		txPackets:  d("tx_packets_total", "Datagrams transmitted.", "port"),
+		txBytes:    d("tx_bytes_total", "UDP payload bytes transmitted.", "port"),
+		rxFiltered: d("rx_filtered_total", "Frames the driver consumed or discarded before they became sluice datagrams (ARP, other traffic).", "port"),
+		rxMissed:   d("rx_missed_total", "Packets the device or kernel dropped for lack of buffers.", "port"),
+		txFailed:   d("tx_failed_total", "Datagrams the driver could not transmit.", "port"),
+		bufInUse:   d("pool_buffers_in_use", "Receive buffers out of the port's pool.", "port"),
+		bufCap:     d("pool_buffers_capacity", "Size of the port's receive buffer pool.", "port"),
+		heldFrags:  d("reassembly_held_fragments", "Packet buffers held by reassembly (in-flight and queued requests).", "port"),
+		assembling: d("reassembly_assembling", "Requests still collecting fragments.", "port"),
+		completed:  d("requests_total", "Requests reassembled completely.", "port"),
+		drops:      d("drops_total", "Datagrams or requests dropped or refused, by reason.", "port", "reason"),
+		responses:  d("responses_total", "Responses transmitted, by status.", "port", "status"),
+		egressFull: d("egress_queue_full_total", "Responses refused because the egress queue was full.", "port"),
+		served:     d("if_served_total", "Requests answered ok.", "if", "class"),
+		failed:     d("if_failed_total", "Admitted requests answered with an error.", "if", "class"),
+		overloaded: d("if_overloaded_total", "Requests refused because the IF queue was full.", "if", "class"),
+		queueDepth: d("if_queue_depth", "Requests waiting in the IF queue.", "if", "class"),
+		batches:    d("if_batches_total", "Batches run.", "if", "class"),
+		batchItems: d("if_batch_items_total", "Requests in batches run (divide by batches for the mean batch size).", "if", "class"),
+		compute:    d("if_compute_seconds_total", "Time spent in model inference.", "if", "class"),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	for _, p := range c.a.ports {
+		n := p.name
+		s := p.port.Stats()
+		counter(c.rxPackets, s.RxPackets, n)
+		counter(c.rxBytes, s.RxBytes, n)
+		counter(c.txPackets, s.TxPackets, n)
+		counter(c.txBytes, s.TxBytes, n)
+		counter(c.rxFiltered, s.RxFiltered, n)
+		counter(c.rxMissed, s.RxMissed, n)
+		counter(c.txFailed, s.TxFailed, n)
+		gauge(c.bufInUse, float64(s.BufInUse), n)
+		gauge(c.bufCap, float64(s.BufCapacity), n)
+		t := p.loop.Table()
+		gauge(c.heldFrags, float64(t.C.HeldFragments.Load()), n)
+		gauge(c.assembling, float64(t.C.Assembling.Load()), n)
+		counter(c.completed, t.C.Completed.Load(), n)
+		for _, r := range reasm.Reasons() {
+			counter(c.drops, t.C.Drops(r), n, r.String())
+		}
+		counter(c.drops, p.router.Unknown.Load(), n, "unknown_model")
+		for st := range p.out.C.ByStatus {
+			if v := p.out.C.ByStatus[st].Load(); v > 0 || st <= int(wire.StatusBadInput) {
+				counter(c.responses, v, n, wire.Status(st).String())
+			}
+		}
+		counter(c.egressFull, p.out.C.QueueFull.Load(), n)
+	}
+	for _, f := range c.a.ifs {
+		cfg := f.Config()
+		l := []string{cfg.Name, cfg.Class.String()}
+		counter(c.served, f.C.Served.Load(), l...)
+		counter(c.failed, f.C.Failed.Load(), l...)
+		counter(c.overloaded, f.C.Overloaded.Load(), l...)
+		gauge(c.queueDepth, float64(f.QueueDepth()), l...)
+		counter(c.batches, f.C.Batches.Load(), l...)
+		counter(c.batchItems, f.C.BatchItems.Load(), l...)
+		ch <- prometheus.MustNewConstMetric(c.compute, prometheus.CounterValue, float64(f.C.ComputeNS.Load())/1e9, l...)
+	}
+}
+
+// MetricsAddr is the address the metrics server listens on, once it does.
+func (a *Appliance) MetricsAddr() string {
+	s, _ := a.metricsAddr.Load().(string)
+	return s
+}
+
+// serveHTTP serves /metrics, /healthz and /readyz on addr until ctx ends.
+func (a *Appliance) serveHTTP(ctx context.Context, addr string, ready *atomic.Bool) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(a), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("appliance: metrics listener: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	a.metricsAddr.Store(ln.Addr().String())
+	a.log.Info("metrics listening", "addr", ln.Addr().String())
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("metrics server", "err", err)
+		}
+	}()
+	return nil
+}
