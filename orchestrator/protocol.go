@@ -1,0 +1,379 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"math"
+)
+
+// Command names, as in a request's cmd field.
+const (
+	CmdDeploy        = "deploy"
+	CmdRemove        = "remove"
+	CmdResize        = "resize"
+	CmdSwap          = "swap"
+	CmdSetBatch      = "set-batch"
+	CmdReloadProfile = "reload-profile"
+	CmdStatus        = "status"
+	CmdDrain         = "drain"
+)
+
+// Commands lists every command name, in documentation order.
+func Commands() []string {
+	return []string{CmdDeploy, CmdRemove, CmdResize, CmdSwap, CmdSetBatch,
+		CmdReloadProfile, CmdStatus, CmdDrain}
+}
+
+// Limits on request fields.
+const (
+	// MaxIDLen bounds a request id, in bytes.
+	MaxIDLen = 128
+	// MaxBatchLimit bounds max_batch and min_batch.
+	MaxBatchLimit = 1024
+	// MaxDrainTimeoutMS bounds drain's timeout_ms (10 minutes).
+	MaxDrainTimeoutMS = 600_000
+	// DefaultMaxRequestBytes is the default cap on a request's size.
+	DefaultMaxRequestBytes = 1 << 20
+)
+
+// Request is one command request on the wire.
+type Request struct {
+	// ID identifies the request; the reply carries it back. Non-empty, at
+	// most MaxIDLen bytes. Reusing an id makes the request a retry.
+	ID string `json:"id"`
+	// Cmd is the command name (CmdDeploy, ...).
+	Cmd string `json:"cmd"`
+	// Args are the command's arguments, an object; absent or null means
+	// no arguments.
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// Reply is one reply on the wire: OK with Data, or not OK with Error.
+type Reply struct {
+	ID    string          `json:"id"`
+	OK    bool            `json:"ok"`
+	Data  json.RawMessage `json:"data,omitempty"`
+	Error *Error          `json:"error,omitempty"`
+}
+
+// DeployArgs are deploy's arguments: start a new IF. Zero optional fields
+// take the appliance's defaults (those of a profile's [[if]] table).
+type DeployArgs struct {
+	// Name names the IF (required; letters, digits, '-', '_', '.').
+	Name string `json:"name"`
+	// ModelID is the wire model id routed to the IF (required, 0..65535).
+	ModelID uint16 `json:"model_id"`
+	// Model is "zoo:NAME" or "onnx:PATH" (required).
+	Model string `json:"model"`
+	// Backend is "cpu" or "ort".
+	Backend string `json:"backend,omitempty"`
+	// Class is "rt" or "be".
+	Class string `json:"class,omitempty"`
+	// SLOMS is the latency objective in milliseconds (>= 0).
+	SLOMS float64 `json:"slo_ms,omitempty"`
+	// MaxBatch bounds a batch (1..MaxBatchLimit).
+	MaxBatch int `json:"max_batch,omitempty"`
+	// QueueLen bounds the IF's queue (>= 1).
+	QueueLen int `json:"queue_len,omitempty"`
+	// Input is the payload format, "f32" or "u8-hwc".
+	Input string `json:"input,omitempty"`
+	// Mean and Std normalize u8-hwc channels.
+	Mean []float32 `json:"mean,omitempty"`
+	Std  []float32 `json:"std,omitempty"`
+	// InputShape fixes dynamic input dims of ONNX models.
+	InputShape []int64 `json:"input_shape,omitempty"`
+	// Share is the starting resource share, 0 < share <= 1; 0 lets the
+	// appliance choose (a profile's knee point, else 30%).
+	Share float64 `json:"share,omitempty"`
+}
+
+// RemoveArgs are remove's arguments: stop an IF after its queue empties.
+type RemoveArgs struct {
+	// Name is the IF (required).
+	Name string `json:"name"`
+}
+
+// RemoveResult is remove's reply data.
+type RemoveResult struct {
+	// Name is the removed IF.
+	Name string `json:"name"`
+}
+
+// ResizeArgs are resize's arguments: give an IF a new resource share
+// (through a shadow swap). Exactly one of Share and Units is set.
+type ResizeArgs struct {
+	// Name is the IF (required).
+	Name string `json:"name"`
+	// Share is the fraction of the accelerator, 0 < share <= 1.
+	Share float64 `json:"share,omitempty"`
+	// Units is a count of execution units (SMs on a GPU, worker threads on
+	// the CPU), >= 1.
+	Units int `json:"units,omitempty"`
+}
+
+// SwapArgs are swap's arguments: prepare a shadow IF and switch to it
+// between batches. Unset fields keep the active IF's value; with none set
+// the shadow is a fresh copy of the active IF.
+type SwapArgs struct {
+	// Name is the IF (required).
+	Name string `json:"name"`
+	// Model replaces the model ("zoo:NAME" or "onnx:PATH").
+	Model string `json:"model,omitempty"`
+	// Share replaces the share, 0 < share <= 1.
+	Share float64 `json:"share,omitempty"`
+	// MaxBatch replaces the batch bound (1..MaxBatchLimit).
+	MaxBatch int `json:"max_batch,omitempty"`
+}
+
+// SwapResult is swap's reply data.
+type SwapResult struct {
+	// IF is the new active IF.
+	IF IFStatus `json:"if"`
+	// PrepareMS is how long the shadow took to load and warm up.
+	PrepareMS float64 `json:"prepare_ms"`
+	// GapUS is the idle gap of the switch, in microseconds.
+	GapUS float64 `json:"gap_us"`
+}
+
+// SetBatchArgs are set-batch's arguments: change an IF's batch bounds
+// (adaptive batching then works between them).
+type SetBatchArgs struct {
+	// Name is the IF (required).
+	Name string `json:"name"`
+	// MaxBatch is the new upper bound (required, 1..MaxBatchLimit).
+	MaxBatch int `json:"max_batch"`
+	// MinBatch is the lower bound (1..MaxBatch); 0 keeps it.
+	MinBatch int `json:"min_batch,omitempty"`
+}
+
+// ReloadArgs are reload-profile's arguments: read a profile and apply the
+// differences (new IFs deployed, missing ones removed, changed ones swapped).
+type ReloadArgs struct {
+	// Path is the profile file as the appliance sees it; empty means the
+	// profile the appliance was started with.
+	Path string `json:"path,omitempty"`
+}
+
+// ReloadResult is reload-profile's reply data.
+type ReloadResult struct {
+	// Path is the profile that was applied.
+	Path string `json:"path"`
+	// Added, Removed, Changed and Unchanged name the IFs by outcome.
+	Added     []string `json:"added"`
+	Removed   []string `json:"removed"`
+	Changed   []string `json:"changed"`
+	Unchanged []string `json:"unchanged"`
+}
+
+// StatusArgs are status's arguments.
+type StatusArgs struct {
+	// Name limits the reply to one IF (not_found if there is none).
+	Name string `json:"name,omitempty"`
+}
+
+// StatusReply is status's reply data.
+type StatusReply struct {
+	// Version is the appliance's version string.
+	Version string `json:"version,omitempty"`
+	// UptimeS is the appliance's uptime in seconds.
+	UptimeS float64 `json:"uptime_s"`
+	// Draining is true once a drain has started.
+	Draining bool `json:"draining"`
+	// IFs are the IFs, sorted by name.
+	IFs []IFStatus `json:"ifs"`
+}
+
+// IFStatus describes one IF.
+type IFStatus struct {
+	Name     string  `json:"name"`
+	ModelID  uint16  `json:"model_id"`
+	Model    string  `json:"model"`
+	Backend  string  `json:"backend"`
+	Class    string  `json:"class"`
+	SLOMS    float64 `json:"slo_ms"`
+	MaxBatch int     `json:"max_batch"`
+	MinBatch int     `json:"min_batch,omitempty"`
+	QueueLen int     `json:"queue_len"`
+	// Queued is the current queue depth.
+	Queued int `json:"queued"`
+	// Share is the current resource share (0..1).
+	Share float64 `json:"share"`
+	// Units is the current count of execution units, when known.
+	Units int `json:"units,omitempty"`
+	// State is "starting", "active", "swapping", "draining" or "stopped".
+	State string `json:"state"`
+	// Served, Failed and Overloaded count requests answered ok, answered
+	// with an error after admission, and refused at admission.
+	Served     uint64 `json:"served"`
+	Failed     uint64 `json:"failed"`
+	Overloaded uint64 `json:"overloaded"`
+	// P99MS is the recent 99th-percentile latency, when known.
+	P99MS float64 `json:"p99_ms,omitempty"`
+}
+
+// DrainArgs are drain's arguments: stop admitting requests, finish the
+// queued ones, and report.
+type DrainArgs struct {
+	// TimeoutMS bounds the wait (0: the appliance's default, at most
+	// MaxDrainTimeoutMS).
+	TimeoutMS int `json:"timeout_ms,omitempty"`
+}
+
+// DrainResult is drain's reply data.
+type DrainResult struct {
+	// Drained is true when every queued request was answered in time.
+	Drained bool `json:"drained"`
+	// Pending counts requests still queued when the wait ended.
+	Pending int `json:"pending"`
+	// ElapsedMS is how long the drain took.
+	ElapsedMS float64 `json:"elapsed_ms"`
+}
+
+// validator is implemented by argument types with checks beyond JSON
+// decoding; the server calls it before the handler.
+type validator interface {
+	validate() *Error
+}
+
+func validName(field, s string) *Error {
+	if s == "" {
+		return Errorf(CodeBadRequest, "args.%s: must not be empty", field)
+	}
+	if len(s) > 64 {
+		return Errorf(CodeBadRequest, "args.%s: longer than 64 bytes", field)
+	}
+	for _, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+			r == '-' || r == '_' || r == '.'
+		if !ok {
+			return Errorf(CodeBadRequest, "args.%s %q: only letters, digits, '-', '_' and '.' are allowed", field, s)
+		}
+	}
+	return nil
+}
+
+func validShare(v float64) *Error {
+	if math.IsNaN(v) || v <= 0 || v > 1 {
+		return Errorf(CodeBadRequest, "args.share %v: want 0 < share <= 1", v)
+	}
+	return nil
+}
+
+func validBatch(field string, v int) *Error {
+	if v < 1 || v > MaxBatchLimit {
+		return Errorf(CodeBadRequest, "args.%s %d: out of range 1..%d", field, v, MaxBatchLimit)
+	}
+	return nil
+}
+
+func (a *DeployArgs) validate() *Error {
+	if e := validName("name", a.Name); e != nil {
+		return e
+	}
+	if a.Model == "" {
+		return Errorf(CodeBadRequest, "args.model: must not be empty")
+	}
+	switch a.Backend {
+	case "", "cpu", "ort":
+	default:
+		return Errorf(CodeBadRequest, "args.backend %q: want \"cpu\" or \"ort\"", a.Backend)
+	}
+	switch a.Class {
+	case "", "rt", "be":
+	default:
+		return Errorf(CodeBadRequest, "args.class %q: want \"rt\" or \"be\"", a.Class)
+	}
+	if math.IsNaN(a.SLOMS) || a.SLOMS < 0 {
+		return Errorf(CodeBadRequest, "args.slo_ms %v: must not be negative", a.SLOMS)
+	}
+	if a.MaxBatch != 0 {
+		if e := validBatch("max_batch", a.MaxBatch); e != nil {
+			return e
+		}
+	}
+	if a.QueueLen < 0 {
+		return Errorf(CodeBadRequest, "args.queue_len %d: must be positive", a.QueueLen)
+	}
+	switch a.Input {
+	case "", "f32", "u8-hwc":
+	default:
+		return Errorf(CodeBadRequest, "args.input %q: want \"f32\" or \"u8-hwc\"", a.Input)
+	}
+	if a.Std != nil && a.Mean != nil && len(a.Std) != len(a.Mean) {
+		return Errorf(CodeBadRequest, "args.std has %d values, args.mean %d: want the same count", len(a.Std), len(a.Mean))
+	}
+	for i, d := range a.InputShape {
+		if d < 1 {
+			return Errorf(CodeBadRequest, "args.input_shape[%d] %d: want >= 1", i, d)
+		}
+	}
+	if a.Share != 0 {
+		return validShare(a.Share)
+	}
+	return nil
+}
+
+func (a *RemoveArgs) validate() *Error { return validName("name", a.Name) }
+
+func (a *ResizeArgs) validate() *Error {
+	if e := validName("name", a.Name); e != nil {
+		return e
+	}
+	switch {
+	case a.Share != 0 && a.Units != 0:
+		return Errorf(CodeBadRequest, "args: give share or units, not both")
+	case a.Share != 0:
+		return validShare(a.Share)
+	case a.Units < 0:
+		return Errorf(CodeBadRequest, "args.units %d: want >= 1", a.Units)
+	case a.Units == 0:
+		return Errorf(CodeBadRequest, "args: share or units is required")
+	}
+	return nil
+}
+
+func (a *SwapArgs) validate() *Error {
+	if e := validName("name", a.Name); e != nil {
+		return e
+	}
+	if a.Share != 0 {
+		if e := validShare(a.Share); e != nil {
+			return e
+		}
+	}
+	if a.MaxBatch != 0 {
+		return validBatch("max_batch", a.MaxBatch)
+	}
+	return nil
+}
+
+func (a *SetBatchArgs) validate() *Error {
+	if e := validName("name", a.Name); e != nil {
+		return e
+	}
+	if e := validBatch("max_batch", a.MaxBatch); e != nil {
+		return e
+	}
+	if a.MinBatch != 0 {
+		if e := validBatch("min_batch", a.MinBatch); e != nil {
+			return e
+		}
+		if a.MinBatch > a.MaxBatch {
+			return Errorf(CodeBadRequest, "args.min_batch %d: above max_batch %d", a.MinBatch, a.MaxBatch)
+		}
+	}
+	return nil
+}
+
+func (a *StatusArgs) validate() *Error {
+	if a.Name != "" {
+		return validName("name", a.Name)
+	}
+	return nil
+}
+
+func (a *DrainArgs) validate() *Error {
+	if a.TimeoutMS < 0 || a.TimeoutMS > MaxDrainTimeoutMS {
+		return Errorf(CodeBadRequest, "args.timeout_ms %d: out of range 0..%d", a.TimeoutMS, MaxDrainTimeoutMS)
+	}
+	return nil
+}
