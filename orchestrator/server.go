@@ -128,6 +128,9 @@ type Server struct {
 	zap    *zmq.Socket
 	wakeRx *zmq.Socket
 	wakeTx *zmq.Socket
+	// ipcPath and ipcFile identify the bound ipc socket file.
+	ipcPath string
+	ipcFile os.FileInfo
 
 	// runCtx is the context commands derive from; set before any
 	// goroutine that reads it starts.
@@ -334,6 +337,11 @@ func (s *Server) bind() error {
 		if err := os.Chmod(ipcPath, s.cfg.SocketMode); err != nil {
 			return fmt.Errorf("orchestrator: endpoint %s: %w", s.cfg.Endpoint, err)
 		}
+		fi, err := os.Stat(ipcPath)
+		if err != nil {
+			return fmt.Errorf("orchestrator: endpoint %s: %w", s.cfg.Endpoint, err)
+		}
+		s.ipcPath, s.ipcFile = ipcPath, fi
 	}
 	ep, err := r.GetLastEndpoint()
 	if err != nil {
@@ -378,6 +386,14 @@ func (s *Server) closeSockets() {
 	if s.zctx != nil {
 		s.zctx.Term()
 		s.zctx = nil
+	}
+	// libzmq leaves the socket file behind; remove it unless another
+	// server has replaced it since.
+	if s.ipcFile != nil {
+		if fi, err := os.Stat(s.ipcPath); err == nil && os.SameFile(fi, s.ipcFile) {
+			os.Remove(s.ipcPath)
+		}
+		s.ipcFile = nil
 	}
 }
 
