@@ -231,7 +231,7 @@ func (c *compiler) shapes() error {
 			if !ok {
 				return fmt.Errorf("node %q (%s): input %q is not produced by any earlier node", n.Name, n.Op, name)
 			}
-			if v.buf >= 0 {
+			if v.buf != -1 {
 				ins[j] = &Tensor{DType: v.t.DType, Shape: v.t.Shape}
 				known = false
 			} else {
@@ -307,13 +307,13 @@ func (c *compiler) fuse() map[int]*group {
 	for _, o := range c.m.outputs {
 		outputs[o.Name] = true
 	}
+	absorbed := map[int]bool{}
 	only := func(v string) (int, bool) {
-		if outputs[v] || len(readers[v]) != 1 {
+		if outputs[v] || len(readers[v]) != 1 || absorbed[readers[v][0]] {
 			return 0, false
 		}
 		return readers[v][0], true
 	}
-	absorbed := map[int]bool{}
 	last := map[int]*group{}
 	for i, n := range c.rt {
 		if absorbed[i] {
@@ -348,10 +348,10 @@ func (c *compiler) fuse() map[int]*group {
 				}
 			}
 		}
-		for _, j := range g.nodes[1:] {
+		for _, j := range g.nodes {
 			absorbed[j] = true
-			c.prog.Fused++
 		}
+		c.prog.Fused += len(g.nodes) - 1
 		last[g.nodes[len(g.nodes)-1]] = g
 	}
 	return last

@@ -2096,22 +2096,26 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 	return rs, nil
 }
 
+// srcCoord maps an output coordinate to the input, in float32 like ONNX
+// Runtime (the rounding of nearest modes depends on it).
 func srcCoord(o int64, scale float64, in, out int64, coord int64) float64 {
+	s := float32(scale)
+	x := float32(o)
 	switch coord {
 	case 1:
-		return float64(o) / scale
+		return float64(x / s)
 	case 2:
 		if out == 1 {
 			return 0
 		}
-		return float64(o) * float64(in-1) / float64(out-1)
+		return float64(x * float32(in-1) / float32(out-1))
 	case 3:
 		if out > 1 {
-			return (float64(o)+0.5)/scale - 0.5
+			return float64((x+0.5)/s - 0.5)
 		}
 		return 0
 	}
-	return (float64(o)+0.5)/scale - 0.5
+	return float64((x+0.5)/s - 0.5)
 }
 
 func nearestIdx(x float64, mode int64, n int64) int64 {

@@ -21,7 +21,7 @@ static int conv_params_ok(const sk_kernel *k)
 {
 	const int64_t *p = k->p;
 	for (int i = 0; i < 16; i++)
-		if (p[i] < 0)
+		if (p[i] < 0 && !(k->op == SK_OP_COL2IM && (i == 10 || i == 11)))
 			return 0;
 	return p[0] > 0 && p[1] > 0 && p[2] > 0 && p[3] > 0 && p[4] > 0 &&
 	       p[5] > 0 && p[6] > 0 && p[7] > 0 && p[8] > 0 && p[9] > 0 &&

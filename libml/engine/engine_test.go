@@ -1,0 +1,366 @@
+package engine
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"sluice/libml/graph"
+)
+
+func ia(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+
+func ramp(n int, scale float32) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = float32((i*7)%13-6) * scale
+	}
+	return out
+}
+
+// convBlock is x -> Conv -> BN -> Relu -> Conv -> BN -> Add(x) -> Relu.
+func convBlock() *graph.Graph {
+	g := &graph.Graph{Name: "block", Opset: 17,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4, 8, 8}}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32}}}
+	add := func(name string, dims []int64, data []float32) {
+		g.Initializers = append(g.Initializers, &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims, F32: data})
+	}
+	for _, p := range []string{"1", "2"} {
+		add("w"+p, []int64{4, 4, 3, 3}, ramp(144, 0.05))
+		add("g"+p, []int64{4}, []float32{1, 0.5, 2, 1})
+		add("b"+p, []int64{4}, []float32{0.1, 0, -0.1, 0.2})
+		add("m"+p, []int64{4}, []float32{0, 0.1, 0.2, 0})
+		add("v"+p, []int64{4}, []float32{1, 2, 0.5, 1})
+	}
+	pads := ia("pads", 1, 1, 1, 1)
+	g.Nodes = []graph.Node{
+		{Name: "c1", Op: "Conv", Inputs: []string{"x", "w1"}, Outputs: []string{"t1"}, Attrs: []graph.Attr{pads}},
+		{Name: "bn1", Op: "BatchNormalization", Inputs: []string{"t1", "g1", "b1", "m1", "v1"}, Outputs: []string{"t2"}},
+		{Name: "r1", Op: "Relu", Inputs: []string{"t2"}, Outputs: []string{"t3"}},
+		{Name: "c2", Op: "Conv", Inputs: []string{"t3", "w2"}, Outputs: []string{"t4"}, Attrs: []graph.Attr{pads}},
+		{Name: "bn2", Op: "BatchNormalization", Inputs: []string{"t4", "g2", "b2", "m2", "v2"}, Outputs: []string{"t5"}},
+		{Name: "a", Op: "Add", Inputs: []string{"t5", "x"}, Outputs: []string{"t6"}},
+		{Name: "r2", Op: "Relu", Inputs: []string{"t6"}, Outputs: []string{"y"}},
+	}
+	return g
+}
+
+func TestSupportedOpsSorted(t *testing.T) {
+	ops := SupportedOps()
+	if !sort.StringsAreSorted(ops) {
+		t.Fatal("not sorted")
+	}
+	for _, want := range []string{"Conv", "ConvTranspose", "Gemm", "MatMul", "BatchNormalization", "MaxPool",
+		"AveragePool", "GlobalAveragePool", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Gelu", "Erf",
+		"Add", "Mul", "Sub", "Div", "Concat", "Reshape", "Flatten", "Transpose", "Resize", "Softmax",
+		"LayerNormalization", "Shape", "Gather", "Unsqueeze", "Squeeze", "Constant", "Slice", "Pow", "Sqrt",
+		"ReduceMean", "Identity", "Dropout"} {
+		if !Supported(want) {
+			t.Errorf("%s not supported", want)
+		}
+	}
+}
+
+func TestLoadFoldsBatchNormAndFuses(t *testing.T) {
+	g := convBlock()
+	before := len(g.Nodes)
+	m, err := Load(g, Options{Units: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Nodes) != before || g.Nodes[0].Inputs[1] != "w1" {
+		t.Fatal("Load modified the graph")
+	}
+	if m.FoldedBN != 2 {
+		t.Fatalf("folded %d BatchNormalization nodes, want 2", m.FoldedBN)
+	}
+	p, err := m.CompileBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for _, k := range p.Kernels {
+		if k.Op != OpIm2col {
+			ops = append(ops, k.Ops)
+		}
+	}
+	if want := []string{"Conv+Relu", "Conv+Add+Relu"}; !reflect.DeepEqual(ops, want) {
+		t.Fatalf("kernels %v, want %v\n%s", ops, want, p)
+	}
+	if p.Fused != 3 {
+		t.Fatalf("fused %d, want 3", p.Fused)
+	}
+	// the folded weights hold W*gamma/sqrt(var+eps)
+	w := m.consts["c2#W_bn"]
+	if w == nil {
+		t.Fatal("no folded weight")
+	}
+	if got, want := w.F[36], float32(ramp(144, 0.05)[36]*0.5/float32(1.4142101)); abs32(got-want) > 1e-5 {
+		t.Fatalf("folded weight %v, want %v", got, want)
+	}
+}
+
+func abs32(x float32) float32 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// TestPlanKeepsLiveData checks the arena plan on a branchy graph: no kernel
+// writes over data another kernel still has to read.
+func TestPlanKeepsLiveData(t *testing.T) {
+	for _, g := range []*graph.Graph{convBlock(), branchy()} {
+		m, err := Load(g, Options{Units: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, batch := range []int{1, 3} {
+			p, err := m.CompileBatch(batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := checkPlan(p); err != nil {
+				t.Fatalf("%s batch %d: %v\n%s", g.Name, batch, err, p)
+			}
+		}
+	}
+}
+
+// checkPlan verifies that between the write of a buffer and each read of
+// it, no other buffer overlapping it was written.
+func checkPlan(p *Program) error {
+	type w struct {
+		r Range
+		k int
+	}
+	var writes []w
+	for _, b := range p.Inputs {
+		writes = append(writes, w{Range{b.Off, (b.Size() + 15) &^ 15}, -1})
+	}
+	for i, k := range p.Kernels {
+		for _, r := range k.Reads {
+			// the newest write overlapping r must be r itself
+			for j := len(writes) - 1; j >= 0; j-- {
+				x := writes[j].r
+				if x.Off < r.Off+r.Len && r.Off < x.Off+x.Len {
+					if x != r {
+						return errorf("kernel %d (%s) reads %v, last overwritten by kernel %d writing %v", i, k.Ops, r, writes[j].k, x)
+					}
+					break
+				}
+			}
+		}
+		for _, r := range k.Writes {
+			writes = append(writes, w{r, i})
+		}
+	}
+	return nil
+}
+
+type planErr string
+
+func (e planErr) Error() string { return string(e) }
+
+func errorf(f string, a ...any) error { return planErr(strings.TrimSpace(sprintf(f, a...))) }
+
+// branchy has parallel branches, a concat, a split and an in-place chain.
+func branchy() *graph.Graph {
+	g := &graph.Graph{Name: "branchy", Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 8, 6, 6}}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32}, {Name: "z", DType: graph.Float32}}}
+	g.Initializers = []*graph.Tensor{
+		{Name: "w", DType: graph.Float32, Dims: []int64{8, 8, 1, 1}, F32: ramp(64, 0.1)},
+		{Name: "w3", DType: graph.Float32, Dims: []int64{8, 8, 3, 3}, F32: ramp(576, 0.02)},
+		{Name: "sp", DType: graph.Int64, Dims: []int64{2}, I64: []int64{4, 12}},
+	}
+	g.Nodes = []graph.Node{
+		{Name: "a", Op: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{"a"}},
+		{Name: "b", Op: "Conv", Inputs: []string{"x", "w3"}, Outputs: []string{"b"}, Attrs: []graph.Attr{ia("pads", 1, 1, 1, 1)}},
+		{Name: "e", Op: "Exp", Inputs: []string{"a"}, Outputs: []string{"e"}},
+		{Name: "s", Op: "Sigmoid", Inputs: []string{"e"}, Outputs: []string{"s"}},
+		{Name: "c", Op: "Concat", Inputs: []string{"s", "b"}, Outputs: []string{"c"}, Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 1}}},
+		{Name: "p", Op: "Split", Inputs: []string{"c", "sp"}, Outputs: []string{"p1", "p2"}, Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 1}}},
+		{Name: "t", Op: "Tanh", Inputs: []string{"p1"}, Outputs: []string{"y"}},
+		{Name: "m", Op: "Mul", Inputs: []string{"p2", "p2"}, Outputs: []string{"z"}},
+	}
+	return g
+}
+
+// TestIdempotentGroups checks that in-place kernels restart from the kernel
+// that produced the data they overwrite.
+func TestIdempotentGroups(t *testing.T) {
+	m, err := Load(branchy(), Options{Units: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.CompileBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.InPlace == 0 {
+		t.Fatalf("no in-place kernel\n%s", p)
+	}
+	for i, k := range p.Kernels {
+		e := p.IdemEntry[i]
+		if k.Idempotent() && e != i {
+			t.Fatalf("idempotent kernel %d restarts at %d", i, e)
+		}
+		if !k.Idempotent() {
+			if e >= i {
+				t.Fatalf("in-place kernel %d (%s) restarts at %d\n%s", i, k.Ops, e, p)
+			}
+			if !groupIdempotent(p.Kernels[e : i+1]) {
+				t.Fatalf("group %d..%d not idempotent", e, i)
+			}
+			if e+1 <= i && groupIdempotent(p.Kernels[e+1:i+1]) {
+				t.Fatalf("group %d..%d is not minimal", e, i)
+			}
+		}
+	}
+	// with in-place off, every kernel is its own group
+	m2, _ := Load(branchy(), Options{Units: 2, NoInPlace: true})
+	p2, err := m2.CompileBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range p2.IdemEntry {
+		if e != i || !p2.Kernels[i].Idempotent() {
+			t.Fatalf("NoInPlace: kernel %d restarts at %d", i, e)
+		}
+	}
+	if p2.ArenaFloats < p.ArenaFloats {
+		t.Fatalf("in-place arena %d larger than without %d", p.ArenaFloats, p2.ArenaFloats)
+	}
+}
+
+func TestIdempotentEntriesSynthetic(t *testing.T) {
+	A, B, C := Range{0, 16}, Range{16, 16}, Range{32, 16}
+	ks := []Kernel{
+		{Reads: []Range{A}, Writes: []Range{B}},                    // 0: B = f(A)
+		{Reads: []Range{B}, Writes: []Range{B}, Flags: FlagInPlace}, // 1: B = g(B)
+		{Reads: []Range{B}, Writes: []Range{A}},                    // 2: A = h(B) (A reused)
+		{Reads: []Range{A}, Writes: []Range{A}, Flags: FlagInPlace}, // 3: A = k(A)
+		{Reads: []Range{A, C}, Writes: []Range{B}},                 // 4
+	}
+	got := IdempotentEntries(ks)
+	want := []int{0, 0, 2, 2, 4}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("entries %v, want %v", got, want)
+	}
+}
+
+// TestShapeSubgraphFolds checks Shape -> Gather -> Unsqueeze -> Concat ->
+// Reshape folds away per batch size.
+func TestShapeSubgraphFolds(t *testing.T) {
+	g := &graph.Graph{Name: "shape", Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 3, 4}}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32}},
+		Initializers: []*graph.Tensor{{Name: "i0", DType: graph.Int64, I64: []int64{0}},
+			{Name: "ax", DType: graph.Int64, Dims: []int64{1}, I64: []int64{0}},
+			{Name: "m1", DType: graph.Int64, Dims: []int64{1}, I64: []int64{-1}}},
+		Nodes: []graph.Node{
+			{Name: "sh", Op: "Shape", Inputs: []string{"x"}, Outputs: []string{"s"}},
+			{Name: "ga", Op: "Gather", Inputs: []string{"s", "i0"}, Outputs: []string{"n"}},
+			{Name: "un", Op: "Unsqueeze", Inputs: []string{"n", "ax"}, Outputs: []string{"n1"}},
+			{Name: "cc", Op: "Concat", Inputs: []string{"n1", "m1"}, Outputs: []string{"shape"}, Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt}}},
+			{Name: "rs", Op: "Reshape", Inputs: []string{"x", "shape"}, Outputs: []string{"t"}},
+			{Name: "r", Op: "Relu", Inputs: []string{"t"}, Outputs: []string{"y"}},
+		}}
+	m, err := Load(g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, batch := range []int{1, 5} {
+		p, err := m.CompileBatch(batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Kernels) != 1 || p.Kernels[0].Op != OpUnary {
+			t.Fatalf("batch %d: %s", batch, p)
+		}
+		if want := []int64{int64(batch), 12}; !reflect.DeepEqual(p.Outputs[0].Shape, want) {
+			t.Fatalf("output shape %v, want %v", p.Outputs[0].Shape, want)
+		}
+	}
+}
+
+func TestRuntimeIntegerTensorRejected(t *testing.T) {
+	g := &graph.Graph{Name: "argmax", Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Nodes:   []graph.Node{{Name: "eq", Op: "Equal", Inputs: []string{"x", "x"}, Outputs: []string{"y"}}}}
+	m, err := Load(g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.CompileBatch(1)
+	if err == nil || !strings.Contains(err.Error(), "runtime bool tensor") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestReferenceKnownValues pins the reference evaluator to hand-computed
+// results (ONNX's documented examples).
+func TestReferenceKnownValues(t *testing.T) {
+	// ONNX test_basic_conv_with_padding
+	x := make([]float32, 25)
+	for i := range x {
+		x[i] = float32(i)
+	}
+	w := []float32{1, 1, 1, 1, 1, 1, 1, 1, 1}
+	n := graph.Node{Op: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{"y"}, Attrs: []graph.Attr{ia("kernel_shape", 3, 3), ia("pads", 1, 1, 1, 1)}}
+	out, err := Eval(&n, 11, []*Tensor{NewFloat([]int64{1, 1, 5, 5}, x), NewFloat([]int64{1, 1, 3, 3}, w)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []float32{12, 21, 27, 33, 24, 33, 54, 63, 72, 51, 63, 99, 108, 117, 81, 93, 144, 153, 162, 111, 72, 111, 117, 123, 84}
+	if !reflect.DeepEqual(out[0].F, want) {
+		t.Fatalf("conv %v", out[0].F)
+	}
+	// ONNX Resize example: linear, half_pixel, 2x2 -> 4x4 row 0
+	n = graph.Node{Op: "Resize", Inputs: []string{"x", "", "s"}, Outputs: []string{"y"}, Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "linear"}}}
+	out, err = Eval(&n, 13, []*Tensor{NewFloat([]int64{1, 1, 2, 2}, []float32{1, 2, 3, 4}), nil, NewFloat([]int64{4}, []float32{1, 1, 2, 2})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out[0].F[:4]; !reflect.DeepEqual(got, []float32{1, 1.25, 1.75, 2}) {
+		t.Fatalf("resize row 0 %v", got)
+	}
+	// ConvTranspose: ONNX test_convtranspose_1d
+	n = graph.Node{Op: "ConvTranspose", Inputs: []string{"x", "w"}, Outputs: []string{"y"}}
+	out, err = Eval(&n, 11, []*Tensor{NewFloat([]int64{1, 1, 3}, []float32{0, 1, 2}), NewFloat([]int64{1, 2, 3}, []float32{1, 1, 1, 1, 1, 1})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out[0].F, []float32{0, 1, 3, 3, 2, 0, 1, 3, 3, 2}) {
+		t.Fatalf("convtranspose %v", out[0].F)
+	}
+	// MaxPool with ceil_mode: ONNX test_maxpool_2d_ceil
+	xs := make([]float32, 16)
+	for i := range xs {
+		xs[i] = float32(i + 1)
+	}
+	n = graph.Node{Op: "MaxPool", Inputs: []string{"x"}, Outputs: []string{"y"}, Attrs: []graph.Attr{ia("kernel_shape", 3, 3), ia("strides", 2, 2), {Name: "ceil_mode", Kind: graph.AttrInt, I: 1}}}
+	out, err = Eval(&n, 11, []*Tensor{NewFloat([]int64{1, 1, 4, 4}, xs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(out[0].F, []float32{11, 12, 15, 16}) {
+		t.Fatalf("maxpool ceil %v", out[0].F)
+	}
+}
+
+func TestUnsupportedError(t *testing.T) {
+	g := &graph.Graph{Name: "u", Inputs: []graph.ValueInfo{{Name: "x", Dims: []int64{1}}},
+		Nodes: []graph.Node{{Name: "n1", Op: "Loop", Inputs: []string{"x"}, Outputs: []string{"y"}}}}
+	_, err := Load(g, Options{})
+	if err == nil || !strings.Contains(err.Error(), `unsupported operator Loop (node "n1"); supported: Abs, Add`) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func sprintf(f string, a ...any) string { return fmt.Sprintf(f, a...) }
