@@ -36,9 +36,13 @@ type opCase struct {
 func attrInts(name string, v ...int64) graph.Attr {
 	return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v}
 }
-func attrInt(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
-func attrF(name string, v float32) graph.Attr  { return graph.Attr{Name: name, Kind: graph.AttrFloat, F: v} }
-func attrS(name, v string) graph.Attr           { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
+func attrInt(name string, v int64) graph.Attr {
+	return graph.Attr{Name: name, Kind: graph.AttrInt, I: v}
+}
+func attrF(name string, v float32) graph.Attr {
+	return graph.Attr{Name: name, Kind: graph.AttrFloat, F: v}
+}
+func attrS(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
 
 // nd builds a one-node case whose output is "y".
 func nd(op string, ins []string, attrs ...graph.Attr) []graph.Node {

@@ -10,7 +10,9 @@ import (
 	"sluice/libml/graph"
 )
 
-func ia(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+func ia(name string, v ...int64) graph.Attr {
+	return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v}
+}
 
 func ramp(n int, scale float32) []float32 {
 	out := make([]float32, n)
@@ -240,11 +242,11 @@ func TestIdempotentGroups(t *testing.T) {
 func TestIdempotentEntriesSynthetic(t *testing.T) {
 	A, B, C := Range{0, 16}, Range{16, 16}, Range{32, 16}
 	ks := []Kernel{
-		{Reads: []Range{A}, Writes: []Range{B}},                    // 0: B = f(A)
+		{Reads: []Range{A}, Writes: []Range{B}},                     // 0: B = f(A)
 		{Reads: []Range{B}, Writes: []Range{B}, Flags: FlagInPlace}, // 1: B = g(B)
-		{Reads: []Range{B}, Writes: []Range{A}},                    // 2: A = h(B) (A reused)
+		{Reads: []Range{B}, Writes: []Range{A}},                     // 2: A = h(B) (A reused)
 		{Reads: []Range{A}, Writes: []Range{A}, Flags: FlagInPlace}, // 3: A = k(A)
-		{Reads: []Range{A, C}, Writes: []Range{B}},                 // 4
+		{Reads: []Range{A, C}, Writes: []Range{B}},                  // 4
 	}
 	got := IdempotentEntries(ks)
 	want := []int{0, 0, 2, 2, 4}
