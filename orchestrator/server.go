@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -641,7 +642,7 @@ func (s *Server) execute(j *job) {
 		rep.Error = toError(o.err, j.cmd.name, timeout)
 		s.log.Warn("control command failed", append(attrs, "code", rep.Error.Code, "error", rep.Error.Message)...)
 	} else {
-		data, err := json.Marshal(o.data)
+		data, err := encodeJSON(o.data)
 		if err != nil {
 			rep.OK = false
 			rep.Error = Errorf(CodeInternal, "encoding the %s reply: %v", j.cmd.name, err)
@@ -718,11 +719,23 @@ func (s *Server) deliverResults() {
 
 // marshalReply encodes a reply; it cannot fail for our types.
 func marshalReply(r Reply) []byte {
-	b, err := json.Marshal(r)
+	b, err := encodeJSON(r)
 	if err != nil {
-		b, _ = json.Marshal(Reply{ID: r.ID, Error: Errorf(CodeInternal, "encoding the reply: %v", err)})
+		b, _ = encodeJSON(Reply{ID: r.ID, Error: Errorf(CodeInternal, "encoding the reply: %v", err)})
 	}
 	return b
+}
+
+// encodeJSON is json.Marshal without HTML escaping, which would mangle
+// CURVE keys and messages ("<" as \u003c) for no benefit here.
+func encodeJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // clientName renders a ZeroMQ routing identity for logs: as text when it

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"sluice/orchestrator"
+	"sluice/orchestrator/orchtest"
+)
+
+var seed = orchestrator.IFStatus{Name: "cls", ModelID: 1, Model: "zoo:mlp", Backend: "cpu", Class: "be",
+	SLOMS: 20, MaxBatch: 8, QueueLen: 256, Queued: 3, Share: 0.3, State: "active", Served: 1200, P99MS: 7.25}
+
+// server runs a control server for fake until the test ends.
+func server(t *testing.T, cfg orchestrator.ServerConfig, fake *orchtest.Fake) *orchestrator.Server {
+	t.Helper()
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = "ipc://" + filepath.Join(t.TempDir(), "c.sock")
+	}
+	s, err := orchestrator.NewServer(cfg, fake, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+// ifctl runs the command line in-process.
+func ifctl(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb, func(k string) string { return env[k] })
+	return code, out.String(), errb.String()
+}
+
+func TestHumanOutput(t *testing.T) {
+	fake := orchtest.New(seed)
+	srv := server(t, orchestrator.ServerConfig{}, fake)
+	env := map[string]string{"SLUICE_CONTROL": srv.Endpoint()}
+
+	code, out, errs := ifctl(t, env, "status")
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errs)
+	}
+	wantStatus := `sluice fake: serving, up 13s, 1 IFs
+
+NAME  ID  MODEL    BACKEND  CLASS  SLO   BATCH  QUEUE  SHARE  STATE   SERVED  FAILED  OVERLOADED  P99
+cls   1   zoo:mlp  cpu      be     20ms  8      3/256  30%    active  1200    0       0           7.25ms
+`
+	if out != wantStatus {
+		t.Errorf("status output:\n%s\nwant:\n%s", out, wantStatus)
+	}
+
+	code, out, errs = ifctl(t, env, "deploy", "-name", "det", "-model", "zoo:resnet18", "-model-id", "3",
+		"-class", "rt", "-slo-ms", "25", "-backend", "ort", "-max-batch", "16", "-queue-len", "64",
+		"-input", "u8-hwc", "-mean", "0.485,0.456,0.406", "-std", "0.229,0.224,0.225", "-input-shape", "3,224,224", "-share", "0.4")
+	if code != 0 || !strings.HasPrefix(out, "deployed det\nNAME ") || !strings.Contains(out, "det   3   zoo:resnet18") {
+		t.Fatalf("deploy: %d %q %s", code, out, errs)
+	}
+	wantDeploy := orchestrator.DeployArgs{Name: "det", ModelID: 3, Model: "zoo:resnet18", Backend: "ort", Class: "rt",
+		SLOMS: 25, MaxBatch: 16, QueueLen: 64, Input: "u8-hwc", Mean: []float32{0.485, 0.456, 0.406},
+		Std: []float32{0.229, 0.224, 0.225}, InputShape: []int64{3, 224, 224}, Share: 0.4}
+	if got := fake.Calls()[1].Args; !reflect.DeepEqual(got, wantDeploy) {
+		t.Errorf("deploy args:\n got %+v\nwant %+v", got, wantDeploy)
+	}
+
+	steps := []struct {
+		args []string
+		want string
+		call orchtest.Call
+	}{
+		{[]string{"resize", "-name", "det", "-share", "0.5"}, "resized det\n",
+			orchtest.Call{Cmd: "resize", Args: orchestrator.ResizeArgs{Name: "det", Share: 0.5}}},
+		{[]string{"resize", "-name", "det", "-units", "12"}, "12 units",
+			orchtest.Call{Cmd: "resize", Args: orchestrator.ResizeArgs{Name: "det", Units: 12}}},
+		{[]string{"swap", "-name", "det"}, "swapped det (prepared in 1.5ms, idle gap 42µs)\n",
+			orchtest.Call{Cmd: "swap", Args: orchestrator.SwapArgs{Name: "det"}}},
+		{[]string{"swap", "-name", "det", "-model", "zoo:resnet34", "-share", "0.2", "-max-batch", "4"}, "zoo:resnet34",
+			orchtest.Call{Cmd: "swap", Args: orchestrator.SwapArgs{Name: "det", Model: "zoo:resnet34", Share: 0.2, MaxBatch: 4}}},
+		{[]string{"set-batch", "-name", "det", "-max", "8", "-min", "2"}, "2-8",
+			orchtest.Call{Cmd: "set-batch", Args: orchestrator.SetBatchArgs{Name: "det", MaxBatch: 8, MinBatch: 2}}},
+		{[]string{"reload-profile", "-path", "/etc/p.toml"}, "reloaded /etc/p.toml: 0 added, 0 removed, 0 changed, 2 unchanged\n",
+			orchtest.Call{Cmd: "reload-profile", Args: orchestrator.ReloadArgs{Path: "/etc/p.toml"}}},
+		{[]string{"status", "-name", "det"}, "sluice fake: serving",
+			orchtest.Call{Cmd: "status", Args: orchestrator.StatusArgs{Name: "det"}}},
+		{[]string{"remove", "-name", "det"}, "removed det\n",
+			orchtest.Call{Cmd: "remove", Args: orchestrator.RemoveArgs{Name: "det"}}},
+		{[]string{"drain", "-wait", "2s"}, "drained in 500µs\n",
+			orchtest.Call{Cmd: "drain", Args: orchestrator.DrainArgs{TimeoutMS: 2000}}},
+		{[]string{"drain"}, "drained in 500µs\n",
+			orchtest.Call{Cmd: "drain", Args: orchestrator.DrainArgs{TimeoutMS: 30000}}},
+	}
+	for _, s := range steps {
+		n := fake.CallCount()
+		code, out, errs := ifctl(t, env, s.args...)
+		if code != 0 || !strings.Contains(out, s.want) {
+			t.Errorf("%v: exit %d, stdout %q (want %q), stderr %q", s.args, code, out, s.want, errs)
+			continue
+		}
+		calls := fake.Calls()
+		if len(calls) != n+1 || !reflect.DeepEqual(calls[n], s.call) {
+			t.Errorf("%v: handler calls %+v, want %+v", s.args, calls[n:], s.call)
+		}
+	}
+
+	// A relative profile path is made absolute for an ipc endpoint.
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if code, _, errs := ifctl(t, env, "reload-profile", "-path", "p.toml"); code != 0 {
+		t.Fatal(errs)
+	}
+	calls := fake.Calls()
+	if got := calls[len(calls)-1].Args.(orchestrator.ReloadArgs).Path; got != filepath.Join(dir, "p.toml") {
+		t.Errorf("reload path = %q", got)
+	}
+}
+
+func TestJSONOutput(t *testing.T) {
+	fake := orchtest.New(seed)
+	srv := server(t, orchestrator.ServerConfig{}, fake)
+	env := map[string]string{"SLUICE_CONTROL": srv.Endpoint()}
+
+	// -json before or after the command.
+	for _, args := range [][]string{{"--json", "status"}, {"status", "-json"}} {
+		code, out, errs := ifctl(t, env, args...)
+		if code != 0 {
+			t.Fatalf("%v: %d %s", args, code, errs)
+		}
+		var rep struct {
+			ID   string                   `json:"id"`
+			OK   bool                     `json:"ok"`
+			Data orchestrator.StatusReply `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || !rep.OK || rep.ID == "" ||
+			len(rep.Data.IFs) != 1 || !reflect.DeepEqual(rep.Data.IFs[0], seed) {
+			t.Errorf("%v: %q (%v)", args, out, err)
+		}
+	}
+	code, out, errs := ifctl(t, env, "-json", "-id", "my-id", "remove", "-name", "nope")
+	if code != 1 {
+		t.Errorf("failing command exit %d", code)
+	}
+	if want := `{"id":"my-id","ok":false,"error":{"code":"not_found","message":"no IF named \"nope\""}}` + "\n"; out != want {
+		t.Errorf("error reply %q, want %q", out, want)
+	}
+	if !strings.Contains(errs, "not_found") {
+		t.Errorf("stderr %q", errs)
+	}
+}
+
+func TestErrorsAndUsage(t *testing.T) {
+	fake := orchtest.New(seed)
+	srv := server(t, orchestrator.ServerConfig{}, fake)
+	env := map[string]string{"SLUICE_CONTROL": srv.Endpoint()}
+	cases := []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"remove", "-name", "nope"}, 1, `ifctl remove: not_found: no IF named "nope"`},
+		{[]string{"deploy", "-name", "cls", "-model", "zoo:m", "-model-id", "9"}, 1, "conflict: IF \"cls\" exists"},
+		{[]string{"reload-profile", "-path", "/bad.toml"}, 1, "invalid_profile"},
+		{[]string{"set-batch", "-name", "cls", "-max", "4", "-min", "9"}, 1, "bad_request: args.min_batch 9: above max_batch 4"},
+		{[]string{}, 2, "no command"},
+		{[]string{"explode"}, 2, `unknown command "explode"`},
+		{[]string{"deploy", "-name", "x", "-model-id", "3"}, 2, "-model is required"},
+		{[]string{"deploy", "-name", "x", "-model", "zoo:m", "-model-id", "70000"}, 2, "out of range"},
+		{[]string{"deploy", "-name", "x", "-model", "zoo:m", "-model-id", "3", "-mean", "a,b"}, 2, "not a number"},
+		{[]string{"resize", "-name", "cls"}, 2, "exactly one of -share and -units"},
+		{[]string{"resize", "-name", "cls", "-share", "0.2", "-units", "3"}, 2, "exactly one"},
+		{[]string{"set-batch", "-name", "cls"}, 2, "-max is required"},
+		{[]string{"remove"}, 2, "-name is required"},
+		{[]string{"status", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"status", "-bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"-bogus", "status"}, 2, "flag provided but not defined"},
+		{[]string{"drain", "-wait", "11m"}, 2, "out of range"},
+		{[]string{"help", "explode"}, 2, "unknown command"},
+		{[]string{"-endpoint", "tcp://127.0.0.1:1", "status"}, 2, "tcp needs CURVE"},
+		{[]string{"-key-file", "/nonexistent", "status"}, 2, "-key-file needs -server-key"},
+	}
+	for _, tc := range cases {
+		n := fake.CallCount()
+		code, _, errs := ifctl(t, env, tc.args...)
+		if code != tc.code || !strings.Contains(errs, tc.stderr) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errs, tc.code, tc.stderr)
+		}
+		if tc.code == 2 && fake.CallCount() != n {
+			t.Errorf("%v: usage error reached the handler", tc.args)
+		}
+	}
+	code, _, errs := ifctl(t, map[string]string{"SLUICE_CONTROL": "ipc://" + t.TempDir() + "/none.sock"}, "status")
+	if code != 1 || !strings.Contains(errs, "is sluice running?") {
+		t.Errorf("no socket: %d %q", code, errs)
+	}
+	for _, args := range [][]string{{"-h"}, {"help"}, {"help", "deploy"}, {"deploy", "-h"}} {
+		code, out, _ := ifctl(t, env, args...)
+		if code != 0 || !strings.Contains(out, "usage: ifctl") {
+			t.Errorf("%v: %d %q", args, code, out)
+		}
+	}
+}
+
+// TestRetryWithSameID: with -id and -client-id, a repeated command is
+// answered from the server's cache, not run twice.
+func TestRetryWithSameID(t *testing.T) {
+	fake := orchtest.New(seed)
+	srv := server(t, orchestrator.ServerConfig{}, fake)
+	env := map[string]string{"SLUICE_CONTROL": srv.Endpoint()}
+	args := []string{"-json", "-id", "deploy-1", "-client-id", "ops-script", "deploy", "-name", "n", "-model", "zoo:m", "-model-id", "5"}
+	_, out1, _ := ifctl(t, env, args...)
+	code, out2, errs := ifctl(t, env, args...)
+	if code != 0 || out1 != out2 || !strings.Contains(out1, `"ok":true`) {
+		t.Fatalf("retry: %d %q vs %q (%s)", code, out1, out2, errs)
+	}
+	if n := fake.CallCount(); n != 1 {
+		t.Errorf("handler called %d times", n)
+	}
+}
+
+// TestCurveKeygen: keys made by `ifctl keygen` work against a CURVE
+// server; other keys are refused.
+func TestCurveKeygen(t *testing.T) {
+	dir := t.TempDir()
+	serverFile, clientFile, strangerFile := filepath.Join(dir, "server.key"), filepath.Join(dir, "client.key"), filepath.Join(dir, "stranger.key")
+	for _, f := range []string{serverFile, clientFile, strangerFile} {
+		if code, out, errs := ifctl(t, nil, "keygen", "-o", f); code != 0 || !strings.Contains(out, "public-key = ") {
+			t.Fatalf("keygen: %d %q %q", code, out, errs)
+		}
+	}
+	code, out, _ := ifctl(t, nil, "-json", "keygen")
+	var kj map[string]string
+	if code != 0 || json.Unmarshal([]byte(out), &kj) != nil || len(kj["public_key"]) != 40 || len(kj["secret_key"]) != 40 {
+		t.Errorf("keygen -json: %q", out)
+	}
+	sk, _ := orchestrator.ReadKeyFile(serverFile)
+	ck, _ := orchestrator.ReadKeyFile(clientFile)
+	fake := orchtest.New(seed)
+	srv := server(t, orchestrator.ServerConfig{Endpoint: "tcp://127.0.0.1:0", CurveServerSecretKey: sk.Secret,
+		AllowedClientKeys: []string{ck.Public}}, fake)
+	env := map[string]string{"SLUICE_CONTROL": srv.Endpoint(), "SLUICE_SERVER_KEY": sk.Public}
+	if code, out, errs := ifctl(t, env, "-key-file", clientFile, "status"); code != 0 || !strings.Contains(out, "cls") {
+		t.Errorf("allowed key: %d %q %q", code, out, errs)
+	}
+	env = map[string]string{"SLUICE_CONTROL": srv.Endpoint(), "SLUICE_CLIENT_KEY_FILE": strangerFile}
+	code, _, errs := ifctl(t, env, "-server-key-file", serverFile, "-timeout", "3s", "drain")
+	if code != 1 || !strings.Contains(errs, "client key not allowed") {
+		t.Errorf("stranger key: %d %q", code, errs)
+	}
+	if fake.Draining() || fake.CallCount() != 1 {
+		t.Errorf("refused client reached the handler: %+v", fake.Calls())
+	}
+}
+
+// TestBinary builds ifctl and checks the process's exit codes and output.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "ifctl")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	fake := orchtest.New(seed)
+	srv := server(t, orchestrator.ServerConfig{}, fake)
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+	}{
+		{[]string{"status"}, 0, "NAME"},
+		{[]string{"--json", "status"}, 0, `"ok":true`},
+		{[]string{"remove", "-name", "nope"}, 1, "not_found"},
+		{[]string{"resize"}, 2, "-name is required"},
+	} {
+		cmd := exec.Command(bin, tc.args...)
+		cmd.Env = append(os.Environ(), "SLUICE_CONTROL="+srv.Endpoint())
+		out, _ := cmd.CombinedOutput()
+		if cmd.ProcessState.ExitCode() != tc.code || !strings.Contains(string(out), tc.out) {
+			t.Errorf("ifctl %v: exit %d, output %q; want %d, %q", tc.args, cmd.ProcessState.ExitCode(), out, tc.code, tc.out)
+		}
+	}
+}

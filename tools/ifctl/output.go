@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"sluice/orchestrator"
+)
+
+// printStatus prints the appliance line and the IF table.
+func printStatus(w io.Writer, r orchestrator.StatusReply) {
+	state := "serving"
+	if r.Draining {
+		state = "draining"
+	}
+	version := ""
+	if r.Version != "" {
+		version = " " + r.Version
+	}
+	up := time.Duration(r.UptimeS * float64(time.Second)).Round(time.Second)
+	fmt.Fprintf(w, "sluice%s: %s, up %s, %d IFs\n", version, state, up, len(r.IFs))
+	if len(r.IFs) > 0 {
+		fmt.Fprintln(w)
+		printIFs(w, r.IFs)
+	}
+}
+
+// printIFs prints IFs as an aligned table.
+func printIFs(w io.Writer, ifs []orchestrator.IFStatus) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tID\tMODEL\tBACKEND\tCLASS\tSLO\tBATCH\tQUEUE\tSHARE\tSTATE\tSERVED\tFAILED\tOVERLOADED\tP99")
+	for _, s := range ifs {
+		batch := strconv.Itoa(s.MaxBatch)
+		if s.MinBatch > 0 {
+			batch = fmt.Sprintf("%d-%d", s.MinBatch, s.MaxBatch)
+		}
+		share := fmt.Sprintf("%.0f%%", s.Share*100)
+		if s.Units > 0 {
+			share = fmt.Sprintf("%d units", s.Units)
+		}
+		slo, p99 := "-", "-"
+		if s.SLOMS > 0 {
+			slo = fmtMS(s.SLOMS)
+		}
+		if s.P99MS > 0 {
+			p99 = fmtMS(s.P99MS)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%d\t%d\t%s\n",
+			s.Name, s.ModelID, s.Model, s.Backend, s.Class, slo, batch, s.Queued, s.QueueLen,
+			share, s.State, s.Served, s.Failed, s.Overloaded, p99)
+	}
+	tw.Flush()
+}
+
+// printReload prints what a profile reload did.
+func printReload(w io.Writer, r orchestrator.ReloadResult) {
+	fmt.Fprintf(w, "reloaded %s: %d added, %d removed, %d changed, %d unchanged\n",
+		r.Path, len(r.Added), len(r.Removed), len(r.Changed), len(r.Unchanged))
+	for _, l := range []struct {
+		name  string
+		names []string
+	}{{"added", r.Added}, {"removed", r.Removed}, {"changed", r.Changed}} {
+		if len(l.names) > 0 {
+			fmt.Fprintf(w, "  %s: %s\n", l.name, strings.Join(l.names, ", "))
+		}
+	}
+}
+
+// fmtMS renders milliseconds as a short duration ("25ms", "1.5ms", "42µs").
+func fmtMS(ms float64) string {
+	d := time.Duration(ms * float64(time.Millisecond))
+	switch {
+	case d >= time.Second:
+		d = d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		d = d.Round(10 * time.Microsecond)
+	default:
+		d = d.Round(time.Microsecond)
+	}
+	return d.String()
+}
