@@ -344,6 +344,17 @@ func opCases() []opCase {
 			{Name: "r", Op: "Relu", Inputs: []string{"u"}, Outputs: []string{"y"}}},
 			ins: []tin{{name: "a", shape: []int64{64, 65}}, {name: "b", shape: []int64{65}, lo: -3, hi: 1}}},
 
+		{name: "max_variadic3", nodes: nd("Max", []string{"a", "b", "c"}),
+			ins: []tin{{name: "a", shape: []int64{3, 4}}, {name: "b", shape: []int64{4}}, {name: "c", shape: []int64{3, 1}, konst: true}}},
+		{name: "min_single", nodes: []graph.Node{{Name: "m", Op: "Min", Inputs: []string{"a"}, Outputs: []string{"t"}}, {Name: "r", Op: "Relu", Inputs: []string{"t"}, Outputs: []string{"y"}}},
+			ins: []tin{{name: "a", shape: []int64{3, 4}}}},
+		{name: "sum_mean", nodes: []graph.Node{{Name: "s", Op: "Sum", Inputs: []string{"a", "b", "c"}, Outputs: []string{"t"}}, {Name: "m", Op: "Mean", Inputs: []string{"t", "a"}, Outputs: []string{"y"}}},
+			ins: []tin{{name: "a", shape: []int64{2, 3, 4}}, {name: "b", shape: []int64{2, 3, 4}}, {name: "c", shape: []int64{1, 4}}}},
+		{name: "pow_int_exponent", nodes: nd("Pow", []string{"a", "e"}),
+			ins: []tin{{name: "a", shape: []int64{3, 4}}, {name: "e", shape: []int64{4}, ints: []int64{0, 1, 2, 3}}}},
+		{name: "resize_nearest_tf_half_pixel", opset: 13, nodes: nd("Resize", []string{"x", "", "sc"}, attrS("mode", "nearest"), attrS("coordinate_transformation_mode", "tf_half_pixel_for_nn")),
+			ins: []tin{{name: "x", shape: x4(1, 2, 8, 8)}, {name: "sc", shape: []int64{4}, data: []float32{1, 1, 0.6, 0.6}, konst: true}}},
+
 		// fusions
 		{name: "conv_bn_relu", nodes: []graph.Node{
 			{Name: "c", Op: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInts("pads", 1, 1, 1, 1)}},

@@ -105,6 +105,7 @@ type cval struct {
 
 type cbuf struct {
 	size          int64
+	zero          bool // holds no element: kernels writing it are dropped
 	input, output bool
 	def, last     int
 	off           int64
@@ -180,7 +181,7 @@ func (m *Model) compile(shapes map[string][]int64) (*Program, error) {
 			return nil, fmt.Errorf("input %q: shape %v, the graph says rank %d", in.Name, s, len(in.Dims))
 		}
 		for i, d := range s {
-			if d < 1 || (in.Dims[i] > 0 && in.Dims[i] != d) {
+			if d < 0 || (in.Dims[i] > 0 && in.Dims[i] != d) {
 				return nil, fmt.Errorf("input %q: shape %v does not match %v", in.Name, s, in.Dims)
 			}
 		}
@@ -335,7 +336,7 @@ func (c *compiler) fuse() map[int]*group {
 					}
 				}
 			}
-			if actHeads[n.Op] {
+			if actHeads[n.Op] && (binaryOps[n.Op] == 0 && n.Op != "Add" || len(n.Inputs) == 2) {
 				if j, ok := only(cur); ok {
 					an := c.rt[j]
 					if _, isAct := unaryActs[an.Op]; isAct && an.Inputs[0] == cur {
@@ -471,10 +472,11 @@ func isAliasOp(op string) bool {
 // ---- buffers and operands ------------------------------------------------------
 
 func (c *compiler) newBuf(size int64) int {
-	if size < 1 {
+	zero := size < 1
+	if zero {
 		size = 1
 	}
-	c.bufs = append(c.bufs, &cbuf{size: size, def: 1 << 30, last: -1})
+	c.bufs = append(c.bufs, &cbuf{size: size, zero: zero, def: 1 << 30, last: -1})
 	return len(c.bufs) - 1
 }
 
@@ -500,7 +502,13 @@ func (c *compiler) operand(name string) (operand, error) {
 		return noOperand, fmt.Errorf("value %q used before it is computed", name)
 	}
 	if !v.t.IsFloat() {
-		return noOperand, fmt.Errorf("value %q is an integer tensor", name)
+		// an integer constant read by a float kernel (Pow's exponent)
+		if off, ok := c.constOff[name]; ok {
+			return operand{sp: SpaceConsts, off: off}, nil
+		}
+		o := c.newConst(v.t.floats())
+		c.constOff[name] = o.off
+		return o, nil
 	}
 	if off, ok := c.m.wOff[name]; ok && c.m.consts[name] == v.t {
 		return operand{sp: SpaceWeights, off: off}, nil
@@ -561,6 +569,9 @@ func (c *compiler) isGraphOutputBuf(buf int) bool {
 
 // emit appends a kernel and updates buffer lifetimes.
 func (c *compiler) emit(d draft) {
+	if d.out.sp == SpaceArena && c.bufs[d.out.buf].zero {
+		return
+	}
 	idx := len(c.drafts)
 	for _, o := range d.in {
 		if o.sp == SpaceArena {

@@ -37,6 +37,8 @@ func (c *compiler) lower(g *group) error {
 			return err
 		}
 		return c.lowerUnaryCode(g, act, a, b)
+	case n.Op == "Sum" || n.Op == "Mean" || ((n.Op == "Max" || n.Op == "Min") && len(n.Inputs) != 2):
+		return c.lowerVariadic(g)
 	case binaryOps[n.Op] != 0 || n.Op == "Add":
 		return c.lowerBinary(g)
 	case n.Op == "Concat":
@@ -715,6 +717,91 @@ func (c *compiler) lowerBinary(g *group) error {
 		return err
 	}
 	c.emit(d)
+	return nil
+}
+
+// binaryKernel emits out = op(a, b) with broadcasting.
+func (c *compiler) binaryKernel(g *group, op int, a operand, as []int64, b operand, bs []int64, out operand, os []int64) error {
+	dims, st := collapse(os, bstrides(as, os), bstrides(bs, os))
+	if len(dims) > MaxRank {
+		return fmt.Errorf("broadcast of %v and %v needs rank %d > %d", as, bs, len(dims), MaxRank)
+	}
+	d := c.draft(g, OpBinary)
+	d.k.P[0] = int64(op)
+	d.k.P[1] = int64(len(dims))
+	for i := range dims {
+		d.k.P[2+i], d.k.P[8+i], d.k.P[14+i] = dims[i], st[0][i], st[1][i]
+	}
+	d.in[0], d.in[1], d.out = a, b, out
+	c.emit(d)
+	return nil
+}
+
+// lowerVariadic lowers Max, Min, Sum and Mean over any number of inputs as
+// a chain of binary kernels.
+func (c *compiler) lowerVariadic(g *group) error {
+	n := c.node(g)
+	op := BinAdd
+	switch n.Op {
+	case "Max":
+		op = BinMax
+	case "Min":
+		op = BinMin
+	}
+	out, err := c.val(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	first, err := c.val(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	if len(n.Inputs) == 1 {
+		if first.buf < 0 {
+			return fmt.Errorf("constant input")
+		}
+		out.buf = first.buf
+		return nil
+	}
+	acc, err := c.operand(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	accShape := first.t.Shape
+	for i := 1; i < len(n.Inputs); i++ {
+		v, err := c.val(n.Inputs[i])
+		if err != nil {
+			return err
+		}
+		b, err := c.operand(n.Inputs[i])
+		if err != nil {
+			return err
+		}
+		os, err := broadcastShape(accShape, v.t.Shape)
+		if err != nil {
+			return err
+		}
+		var dst operand
+		if i == len(n.Inputs)-1 && n.Op != "Mean" {
+			if dst, _, err = c.output(n.Outputs[0]); err != nil {
+				return err
+			}
+		} else {
+			dst = operand{sp: SpaceArena, buf: c.newBuf(numel(os))}
+		}
+		if err := c.binaryKernel(g, op, acc, accShape, b, v.t.Shape, dst, os); err != nil {
+			return err
+		}
+		acc, accShape = dst, os
+	}
+	if n.Op == "Mean" {
+		dst, _, err := c.output(n.Outputs[0])
+		if err != nil {
+			return err
+		}
+		k := c.newConst([]float32{float32(len(n.Inputs))})
+		return c.binaryKernel(g, BinDiv, acc, accShape, k, []int64{}, dst, accShape)
+	}
 	return nil
 }
 

@@ -147,8 +147,8 @@ var runtimeOps = []string{
 	"Pow", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
 	"ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
 	"Resize", "Round", "Sigmoid", "Sin", "Slice", "Softmax", "Softplus",
-	"Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze",
-	"Upsample",
+	"Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Transpose",
+	"Unsqueeze", "Upsample",
 }
 
 // foldOnlyOps are evaluated at load or compile time when their inputs are

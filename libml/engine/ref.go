@@ -105,6 +105,9 @@ func init() {
 	for op := range binaryOps {
 		refOps[op] = refBinary
 	}
+	for _, op := range []string{"Max", "Min", "Sum", "Mean"} {
+		refOps[op] = refVariadic
+	}
 	for _, op := range []string{"Equal", "Greater", "Less", "And", "Or"} {
 		refOps[op] = refBinary
 	}
@@ -751,10 +754,11 @@ func refPool(e *ev) ([]*Tensor, error) {
 	}
 	p := poolParams(x.Shape, g, e.n)
 	y := NewFloat(oshape, nil)
+	xf := x.floats()
 	H, W, OH, OW, KH, KW := p[1], p[2], p[3], p[4], p[5], p[6]
 	SH, SW, PT, PL, DH, DW, avg, incl, PB, PR := p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16]
 	for pl := int64(0); pl < p[0]; pl++ {
-		xs := x.F[pl*H*W:]
+		xs := xf[pl*H*W:]
 		for oh := int64(0); oh < OH; oh++ {
 			for ow := int64(0); ow < OW; ow++ {
 				m := math.Inf(-1)
@@ -795,6 +799,14 @@ func refPool(e *ev) ([]*Tensor, error) {
 				y.F[(pl*OH+oh)*OW+ow] = float32(out)
 			}
 		}
+	}
+	if !x.IsFloat() {
+		yi := NewInt(oshape, nil)
+		yi.DType = x.DType
+		for i, v := range y.F {
+			yi.I[i] = int64(v)
+		}
+		return one(yi)
 	}
 	return one(y)
 }
@@ -1034,10 +1046,43 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-func refBinary(e *ev) ([]*Tensor, error) {
-	if (e.n.Op == "Max" || e.n.Op == "Min") && len(e.ins) != 2 {
-		return nil, fmt.Errorf("%s with %d inputs: only 2 are supported", e.n.Op, len(e.ins))
+// refVariadic folds Max, Min, Sum and Mean over any number of inputs.
+func refVariadic(e *ev) ([]*Tensor, error) {
+	if len(e.ins) == 0 {
+		return nil, fmt.Errorf("no inputs")
 	}
+	op := e.n.Op
+	if op == "Sum" || op == "Mean" {
+		op = "Add"
+	}
+	acc, err := e.need(0)
+	if err != nil {
+		return nil, err
+	}
+	acc = alias(acc, acc.Shape)
+	for i := 1; i < len(e.ins); i++ {
+		b, err := e.need(i)
+		if err != nil {
+			return nil, err
+		}
+		n := graph.Node{Op: op, Name: e.n.Name}
+		out, err := refBinary(&ev{n: &n, opset: e.opset, ins: []*Tensor{acc, b}})
+		if err != nil {
+			return nil, err
+		}
+		acc = out[0]
+	}
+	if e.n.Op == "Mean" && acc.known() && acc.IsFloat() {
+		y := NewFloat(acc.Shape, nil)
+		for i, v := range acc.F {
+			y.F[i] = v / float32(len(e.ins))
+		}
+		acc = y
+	}
+	return one(acc)
+}
+
+func refBinary(e *ev) ([]*Tensor, error) {
 	a, err := e.need(0)
 	if err != nil {
 		return nil, err
@@ -2074,6 +2119,8 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		rs.coord = 2
 	case "pytorch_half_pixel":
 		rs.coord = 3
+	case "tf_half_pixel_for_nn":
+		rs.coord = 4
 	default:
 		return rs, fmt.Errorf("coordinate_transformation_mode %q is not supported", coord)
 	}
@@ -2114,6 +2161,8 @@ func srcCoord(o int64, scale float64, in, out int64, coord int64) float64 {
 			return float64((x+0.5)/s - 0.5)
 		}
 		return 0
+	case 4:
+		return float64((x + 0.5) / s)
 	}
 	return float64((x+0.5)/s - 0.5)
 }

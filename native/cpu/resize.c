@@ -11,7 +11,7 @@ void sk_prep_resize(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
 	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 1 || p[4] < 1 ||
-	    p[5] < 0 || p[5] > 1 || p[6] < 0 || p[6] > 3 || p[7] < 0 || p[7] > 3 ||
+	    p[5] < 0 || p[5] > 1 || p[6] < 0 || p[6] > 4 || p[7] < 0 || p[7] > 3 ||
 	    !(k->f[0] > 0) || !(k->f[1] > 0)) {
 		k->grid = -1;
 		return;
@@ -38,6 +38,8 @@ static float src_coord(int64_t o, float scale, int64_t in_len, int64_t out_len,
 				    : (float)o * (float)(in_len - 1) / (float)(out_len - 1);
 	case 3: /* pytorch_half_pixel */
 		return out_len > 1 ? ((float)o + 0.5f) / scale - 0.5f : 0.0f;
+	case 4: /* tf_half_pixel_for_nn */
+		return ((float)o + 0.5f) / scale;
 	default: /* half_pixel */
 		return ((float)o + 0.5f) / scale - 0.5f;
 	}

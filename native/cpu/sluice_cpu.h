@@ -149,7 +149,7 @@ enum sk_reduce {
  * COPY     p: 0 rank 1..6 dims 7..12 in strides 13..18 out strides.
  * RESIZE   p: 0 planes 1 H 2 W 3 OH 4 OW 5 mode (0 nearest, 1 linear)
  *          6 coord (0 half_pixel, 1 asymmetric, 2 align_corners,
- *          3 pytorch_half_pixel) 7 nearest (0 round_prefer_floor,
+ *          3 pytorch_half_pixel, 4 tf_half_pixel_for_nn) 7 nearest (0 round_prefer_floor,
  *          1 round_prefer_ceil, 2 floor, 3 ceil). f: 0 scale_h 1 scale_w.
  * GATHER   aux = indices. p: 0 outer 1 axis 2 inner 3 nidx.
  */
