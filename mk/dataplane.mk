@@ -6,7 +6,7 @@ BENCH_TARGETS += bench-dataplane
 BINARIES += dpbench=./tools/dpbench
 
 FUZZ_TIME ?= 15s
-DPBENCH_FLAGS ?= -duration 3s -rounds 5
+DPBENCH_FLAGS ?= -duration 1s -rounds 11
 
 .PHONY: fuzz-reasm bench-dataplane
 

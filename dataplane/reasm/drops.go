@@ -68,7 +68,7 @@ func Reasons() []Reason {
 // Counters are the reassembler's cumulative counts. They are written by the
 // I/O loop and may be read from any goroutine.
 type Counters struct {
-	Fragments atomic.Uint64 // fragments accepted into a request
+	Fragments atomic.Uint64 // fragments accepted into a request (refreshed on every Expire)
 	Completed atomic.Uint64 // requests completed and handed to the handler
 	Released  atomic.Uint64 // completed requests given back with Done
 	Answered  atomic.Uint64 // requests refused with an error response

@@ -163,6 +163,8 @@ type Table struct {
 	hdr wire.Header
 	// last is the slot the previous fragment belonged to, or -1.
 	last int32
+	// fragments counts accepted fragments; Expire publishes it to C.
+	fragments uint64
 }
 
 type fragRef struct {
@@ -274,13 +276,27 @@ func (t *Table) Add(p *dataplane.Packet, now int64) {
 		t.release = append(t.release, p.Buf)
 		return
 	}
-	fs, err := wire.FragSize(h)
-	if err != nil || fs != s.fragSize {
+	if !fits(h, s) {
 		t.fail(s, ReasonInconsistent, wire.StatusMalformed)
 		t.release = append(t.release, p.Buf)
 		return
 	}
 	t.store(s, p, h, now)
+}
+
+// fits reports whether a fragment of an existing request describes the
+// same geometry as the request's first fragment did (wire.FragSize checked
+// that one in full): fragment i sits at i*S and carries S bytes, or the
+// rest if it is the last. It needs no division, unlike wire.FragSize.
+func fits(h *wire.Header, s *Request) bool {
+	off := uint64(h.FragIndex) * uint64(s.fragSize)
+	if uint64(h.Offset) != off {
+		return false
+	}
+	if h.FragIndex == s.FragCount-1 {
+		return off+uint64(h.PayloadLen) == uint64(s.TotalLen)
+	}
+	return uint32(h.PayloadLen) == s.fragSize
 }
 
 func decodeReason(err error) Reason {
@@ -375,7 +391,7 @@ func (t *Table) store(s *Request, p *dataplane.Packet, h *wire.Header, now int64
 	*w |= bit
 	s.received++
 	s.LastNS = now
-	t.C.Fragments.Add(1)
+	t.fragments++
 	if s.received == s.FragCount {
 		t.unlinkExpiry(s)
 		t.assembling--
@@ -434,9 +450,15 @@ func (t *Table) Expire(now int64) int {
 		}
 		t.retire(s)
 	}
+	t.publish()
+	return n
+}
+
+// publish refreshes the counters other goroutines read.
+func (t *Table) publish() {
+	t.C.Fragments.Store(t.fragments)
 	t.C.HeldFragments.Store(int64(t.fragHeld))
 	t.C.Assembling.Store(int64(t.assembling))
-	return n
 }
 
 // Shutdown answers every request still assembling with shutting_down and
@@ -455,6 +477,7 @@ func (t *Table) Shutdown() {
 		}
 		t.retire(s)
 	}
+	t.publish()
 }
 
 // Done gives a completed request back: its packet buffers will be released
