@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"sluice/dataplane"
+	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
 )
 
@@ -19,20 +20,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// requireRoot skips the test when not root, or fails it when the
-// environment says root tests must run (SLUICE_REQUIRE_ROOT=1, set by
-// `make test` as root) so that CI cannot pass by skipping.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("SLUICE_REQUIRE_ROOT") == "1" {
-		t.Fatal("this test needs root (DPDK, network namespaces) and SLUICE_REQUIRE_ROOT=1")
-	}
-	t.Skip("needs root (DPDK, network namespaces); set SLUICE_REQUIRE_ROOT=1 to make this a failure")
-}
-
 // needEAL starts the process's EAL once (root only).
 func needEAL(t testing.TB) {
 	t.Helper()
@@ -42,7 +29,7 @@ func needEAL(t testing.TB) {
 		}
 		t.Skip("this build has no DPDK (needs linux and cgo)")
 	}
-	requireRoot(t)
+	dptest.RequireRoot(t)
 	if err := InitEAL(DefaultEALArgs()); err != nil {
 		t.Fatalf("InitEAL: %v", err)
 	}

@@ -9,10 +9,7 @@ import (
 	"math/big"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,17 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"sluice/dataplane"
+	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
 )
-
-// run runs a command and fails the test if it fails.
-func run(t testing.TB, name string, args ...string) {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
 
 // runQuiet runs a cleanup command and ignores its result.
 func runQuiet(name string, args ...string) {
@@ -65,35 +54,6 @@ func disableIPv6(ns, ifname string) {
 		args = append([]string{"ip", "netns", "exec", ns}, args...)
 	}
 	runQuiet(args[0], args[1:]...)
-}
-
-// udpInNetns opens a UDP socket bound to laddr inside network namespace ns.
-// The socket is created on a locked OS thread that has entered the
-// namespace; that thread then exits, so no other goroutine ever runs in the
-// namespace, and the socket stays in it.
-func udpInNetns(ns string, laddr netip.AddrPort) (*net.UDPConn, error) {
-	type result struct {
-		c   *net.UDPConn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with us
-		f, err := os.Open("/var/run/netns/" + ns)
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("setns %s: %w", ns, err)}
-			return
-		}
-		c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(laddr))
-		ch <- result{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
 }
 
 // echoLoad is a kernel-side sender of request fragments and a counter of
@@ -245,17 +205,17 @@ func TestAfPacketVeth(t *testing.T) {
 	dpdkIP := netip.MustParseAddr(fmt.Sprintf("10.99.%d.1", x))
 	peerIP := netip.MustParseAddr(fmt.Sprintf("10.99.%d.2", x))
 
-	run(t, "ip", "netns", "add", ns)
+	dptest.Run(t, "ip", "netns", "add", ns)
 	t.Cleanup(func() { runQuiet("ip", "netns", "del", ns) })
-	run(t, "ip", "link", "add", vethA, "type", "veth", "peer", "name", vethB)
+	dptest.Run(t, "ip", "link", "add", vethA, "type", "veth", "peer", "name", vethB)
 	t.Cleanup(func() { runQuiet("ip", "link", "del", vethA) })
 	disableIPv6("", vethA)
-	run(t, "ip", "link", "set", vethB, "netns", ns)
-	run(t, "ip", "link", "set", vethA, "up")
-	run(t, "ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+	dptest.Run(t, "ip", "link", "set", vethB, "netns", ns)
+	dptest.Run(t, "ip", "link", "set", vethA, "up")
+	dptest.Run(t, "ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
 	disableIPv6(ns, vethB)
-	run(t, "ip", "netns", "exec", ns, "ip", "addr", "add", peerIP.String()+"/24", "dev", vethB)
-	run(t, "ip", "netns", "exec", ns, "ip", "link", "set", vethB, "up")
+	dptest.Run(t, "ip", "netns", "exec", ns, "ip", "addr", "add", peerIP.String()+"/24", "dev", vethB)
+	dptest.Run(t, "ip", "netns", "exec", ns, "ip", "link", "set", vethB, "up")
 
 	p := openPort(t, Config{
 		Vdev: fmt.Sprintf("net_af_packet_%s,iface=%s,framecnt=32768,qpairs=1", id, vethA),
@@ -263,7 +223,7 @@ func TestAfPacketVeth(t *testing.T) {
 	})
 	base := p.Stats().BufInUse
 
-	conn, err := udpInNetns(ns, netip.AddrPortFrom(peerIP, 0))
+	conn, err := dptest.UDPInNetns(ns, netip.AddrPortFrom(peerIP, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,8 +281,8 @@ func TestTap(t *testing.T) {
 	t.Cleanup(func() { runQuiet("ip", "link", "del", ifname) })
 	base := p.Stats().BufInUse
 	disableIPv6("", ifname)
-	run(t, "ip", "addr", "add", kernIP.String()+"/24", "dev", ifname)
-	run(t, "ip", "link", "set", ifname, "up")
+	dptest.Run(t, "ip", "addr", "add", kernIP.String()+"/24", "dev", ifname)
+	dptest.Run(t, "ip", "link", "set", ifname, "up")
 
 	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(kernIP, 0)))
 	if err != nil {
