@@ -480,3 +480,44 @@ func TestKernelMetadata(t *testing.T) {
 		}
 	}
 }
+
+// TestZooMatchesReference runs small zoo models end to end and compares
+// with the reference evaluator on the original graph (so load-time
+// rewrites, BatchNormalization folding and GELU fusion included, are
+// checked too).
+func TestZooMatchesReference(t *testing.T) {
+	b := newTestBackend(t, 2)
+	for _, c := range []struct {
+		name string
+		opt  zoo.Options
+	}{
+		{"bert", zoo.Options{Layers: 2, SeqLen: 16, Hidden: 64, Heads: 4, FF: 128, Seed: 3}},
+		{"mobilenetv2", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 4}},
+		{"squeezenet11", zoo.Options{Height: 48, Width: 48, Classes: 10, Seed: 5}},
+		{"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 6}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := zoo.Build(c.name, c.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst := loadZoo(t, b, c.name, c.opt, 2)
+			defer inst.Close()
+			in := zoo.Input(8, 2*inst.InputSize())
+			got := runOnce(t, inst, 2, in)
+			vals := map[string]*engine.Tensor{}
+			for _, init := range g.Initializers {
+				vals[init.Name], _ = engine.FromGraph(init)
+			}
+			shape := append([]int64{2}, inst.InputShape()...)
+			vals[g.Inputs[0].Name] = engine.NewFloat(shape, in)
+			ref, err := refRun(g, vals)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := closeTo(got, ref[g.Outputs[0].Name].F, 2e-4); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

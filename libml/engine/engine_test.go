@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"sluice/libml/graph"
+	"sluice/libml/zoo"
 )
 
 func ia(name string, v ...int64) graph.Attr {
@@ -366,3 +367,27 @@ func TestUnsupportedError(t *testing.T) {
 }
 
 func sprintf(f string, a ...any) string { return fmt.Sprintf(f, a...) }
+
+// TestGeluRewrite checks the Erf spelling of GELU becomes one Gelu fused
+// into the preceding MatMul's epilogue.
+func TestGeluRewrite(t *testing.T) {
+	g := zoo.BERT(zoo.Options{Layers: 1, SeqLen: 8, Hidden: 16, Heads: 2, FF: 32})
+	m, err := Load(g, Options{Units: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.CompileBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, k := range p.Kernels {
+		if strings.Contains(k.Ops, "Erf") || strings.Contains(k.Ops, "Div") {
+			t.Fatalf("kernel %s left unfused\n%s", k.Ops, p)
+		}
+		found = found || k.Ops == "MatMul+Add+Gelu"
+	}
+	if !found {
+		t.Fatalf("no MatMul+Add+Gelu kernel\n%s", p)
+	}
+}

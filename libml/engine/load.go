@@ -135,6 +135,7 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 	if err := m.foldBatchNorm(); err != nil {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
 	}
+	m.fuseGelu()
 	m.dropDead()
 	if err := m.loadWeights(); err != nil {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
@@ -286,6 +287,143 @@ func (m *Model) foldBatchNorm() error {
 		m.nodes = kept
 	}
 	return nil
+}
+
+// scalarConst returns the value of a one-element float constant.
+func (m *Model) scalarConst(name string) (float64, bool) {
+	t := m.consts[name]
+	if t == nil || t.Len() != 1 || !t.known() {
+		return 0, false
+	}
+	return t.at(0), true
+}
+
+// fuseGelu rewrites GELU as exporters spell it through Erf,
+// x * 0.5 * (1 + erf(x / sqrt 2)) in its usual orders, into one Gelu node,
+// which then fuses into the preceding GEMM's epilogue.
+func (m *Model) fuseGelu() {
+	cons := m.consumers()
+	prod := map[string]int{}
+	readers := map[string][]int{}
+	for i := range m.nodes {
+		for _, o := range m.nodes[i].Outputs {
+			prod[o] = i
+		}
+		for _, in := range m.nodes[i].Inputs {
+			readers[in] = append(readers[in], i)
+		}
+	}
+	near := func(v, want float64) bool { return math.Abs(v-want) < 1e-4*math.Max(1, math.Abs(want)) }
+	// other returns the input of binary node n that is not v
+	other := func(n *graph.Node, v string) string {
+		if len(n.Inputs) != 2 {
+			return ""
+		}
+		if n.Inputs[0] == v {
+			return n.Inputs[1]
+		}
+		if n.Inputs[1] == v {
+			return n.Inputs[0]
+		}
+		return ""
+	}
+	single := func(v string) (int, bool) {
+		if cons[v] != 1 || len(readers[v]) != 1 {
+			return 0, false
+		}
+		return readers[v][0], true
+	}
+	drop := map[int]bool{}
+	for ei := range m.nodes {
+		erf := &m.nodes[ei]
+		if erf.Op != "Erf" || drop[ei] {
+			continue
+		}
+		di, ok := prod[erf.Inputs[0]]
+		if !ok || cons[erf.Inputs[0]] != 1 {
+			continue
+		}
+		dn := &m.nodes[di]
+		if len(dn.Inputs) != 2 {
+			continue
+		}
+		x := dn.Inputs[0]
+		c, ok := m.scalarConst(dn.Inputs[1])
+		switch {
+		case dn.Op == "Div" && ok && near(c, math.Sqrt2):
+		case dn.Op == "Mul" && ok && near(c, 1/math.Sqrt2):
+		case dn.Op == "Mul":
+			if c2, ok2 := m.scalarConst(dn.Inputs[0]); ok2 && near(c2, 1/math.Sqrt2) {
+				x = dn.Inputs[1]
+				break
+			}
+			continue
+		default:
+			continue
+		}
+		ai, ok := single(erf.Outputs[0])
+		if !ok || m.nodes[ai].Op != "Add" {
+			continue
+		}
+		an := &m.nodes[ai]
+		if one, ok := m.scalarConst(other(an, erf.Outputs[0])); !ok || one != 1 {
+			continue
+		}
+		// x * a * 0.5 in any grouping: collect the product chain from a
+		mi, ok := single(an.Outputs[0])
+		if !ok || m.nodes[mi].Op != "Mul" {
+			continue
+		}
+		mn := &m.nodes[mi]
+		o := other(mn, an.Outputs[0])
+		var final int
+		var chain []int
+		switch {
+		case o == x: // Mul(x, a) then Mul(., 0.5)
+			fi, ok := single(mn.Outputs[0])
+			if !ok || m.nodes[fi].Op != "Mul" {
+				continue
+			}
+			if h, ok := m.scalarConst(other(&m.nodes[fi], mn.Outputs[0])); !ok || h != 0.5 {
+				continue
+			}
+			final, chain = fi, []int{mi}
+		default:
+			if h, ok := m.scalarConst(o); ok && h == 0.5 { // Mul(a, 0.5) then Mul(x, .)
+				fi, ok := single(mn.Outputs[0])
+				if !ok || m.nodes[fi].Op != "Mul" || other(&m.nodes[fi], mn.Outputs[0]) != x {
+					continue
+				}
+				final, chain = fi, []int{mi}
+				break
+			}
+			// Mul(Mul(x, 0.5), a)
+			pi, ok := prod[o]
+			if !ok || cons[o] != 1 || m.nodes[pi].Op != "Mul" || other(&m.nodes[pi], x) == "" {
+				continue
+			}
+			if h, ok := m.scalarConst(other(&m.nodes[pi], x)); !ok || h != 0.5 {
+				continue
+			}
+			final, chain = mi, []int{pi}
+		}
+		fn := &m.nodes[final]
+		out := fn.Outputs[0]
+		*fn = graph.Node{Name: erf.Name + "#gelu", Op: "Gelu", Inputs: []string{x}, Outputs: []string{out}}
+		for _, i := range append(chain, di, ei, ai) {
+			drop[i] = true
+		}
+	}
+	if len(drop) == 0 {
+		return
+	}
+	kept := m.nodes[:0]
+	for i := range m.nodes {
+		if !drop[i] {
+			kept = append(kept, m.nodes[i])
+		}
+	}
+	m.nodes = kept
 }
 
 // dropDead removes nodes none of whose outputs is read.

@@ -95,6 +95,10 @@ void sk_prep_conv(sk_kernel *k, int units)
 	if (per < 1)
 		per = 1;
 	int64_t ht = SK_CDIV(OHW, per);
+	/* the im2col tile (Kd x ht) and the output tile (Mg x ht) stay in cache */
+	int64_t cap = SK_MIN(65536 / SK_MAX(Kd, 1), 32768 / SK_MAX(Mg, 1));
+	if (ht > cap)
+		ht = cap;
 	if (ht < 64)
 		ht = 64;
 	ht = SK_CDIV(ht, 16) * 16;
@@ -208,6 +212,7 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	k->t[0] = ct;
 	k->t[1] = SK_CDIV(Cout, ct);
 	k->grid = N * k->t[1];
+	k->scratch = p[3] + 16;
 }
 
 SK_MV static void dw_plane(const float *x, const float *w, float *y, float bias,
@@ -254,6 +259,65 @@ SK_MV static void dw_plane(const float *x, const float *w, float *y, float bias,
 	}
 }
 
+/* dw3x3_plane: 3x3 depthwise, dilation 1, stride 1 or 2, any padding. Rows
+ * outside the input read a zero row, so the interior loop has no branches
+ * and vectorizes; the border columns take the bounds-checked path. */
+SK_MV static void dw3x3_plane(const float *x, const float *w, float *y, float bias,
+			      const float *res, int64_t H, int64_t W, int64_t S,
+			      int64_t PT, int64_t PL, int64_t OH, int64_t OW,
+			      const float *zero)
+{
+	float w00 = w[0], w01 = w[1], w02 = w[2], w10 = w[3], w11 = w[4], w12 = w[5];
+	float w20 = w[6], w21 = w[7], w22 = w[8];
+	/* interior: 0 <= ow*S - PL and ow*S - PL + 2 <= W - 1 */
+	int64_t lo = SK_CDIV(PL, S), hi = (W - 3 + PL) < 0 ? 0 : (W - 3 + PL) / S + 1;
+	if (hi > OW)
+		hi = OW;
+	if (lo > hi)
+		lo = hi;
+	for (int64_t oh = 0; oh < OH; oh++) {
+		const float *r[3];
+		for (int k = 0; k < 3; k++) {
+			int64_t ih = oh * S - PT + k;
+			r[k] = (ih >= 0 && ih < H) ? x + ih * W : zero;
+		}
+		const float *r0 = r[0] - PL, *r1 = r[1] - PL, *r2 = r[2] - PL;
+		float *yr = y + oh * OW;
+		if (S == 1) {
+			for (int64_t ow = lo; ow < hi; ow++)
+				yr[ow] = bias + w00 * r0[ow] + w01 * r0[ow + 1] + w02 * r0[ow + 2] +
+					 w10 * r1[ow] + w11 * r1[ow + 1] + w12 * r1[ow + 2] +
+					 w20 * r2[ow] + w21 * r2[ow + 1] + w22 * r2[ow + 2];
+		} else {
+			for (int64_t ow = lo; ow < hi; ow++) {
+				int64_t i = 2 * ow;
+				yr[ow] = bias + w00 * r0[i] + w01 * r0[i + 1] + w02 * r0[i + 2] +
+					 w10 * r1[i] + w11 * r1[i + 1] + w12 * r1[i + 2] +
+					 w20 * r2[i] + w21 * r2[i + 1] + w22 * r2[i + 2];
+			}
+		}
+		for (int64_t ow = 0; ow < OW; ow++) {
+			if (ow == lo && hi > lo) {
+				ow = hi - 1;
+				continue;
+			}
+			float acc = bias;
+			for (int kw = 0; kw < 3; kw++) {
+				int64_t iw = ow * S - PL + kw;
+				if (iw < 0 || iw >= W)
+					continue;
+				acc += w[kw] * r[0][iw] + w[3 + kw] * r[1][iw] + w[6 + kw] * r[2][iw];
+			}
+			yr[ow] = acc;
+		}
+		if (res) {
+			const float *rr = res + oh * OW;
+			for (int64_t ow = 0; ow < OW; ow++)
+				yr[ow] += rr[ow];
+		}
+	}
+}
+
 void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -262,14 +326,29 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t ct = k->t[0], ctiles = k->t[1];
 	int64_t n = blk / ctiles, c0 = (blk % ctiles) * ct;
 	int64_t c1 = SK_MIN(c0 + ct, Cout);
+	int fast = KH == 3 && KW == 3 && p[12] == 1 && p[13] == 1 && p[8] == p[9] &&
+		   (p[8] == 1 || p[8] == 2);
+	const float *zero = NULL;
+	if (fast) {
+		float *z = sk_scratch(ctx, W + 16);
+		if (!z)
+			return;
+		memset(z, 0, (size_t)(W + 16) * 4);
+		zero = z;
+	}
 	for (int64_t oc = c0; oc < c1; oc++) {
 		SK_POLL(ctx);
 		int64_t ic = oc / mult;
 		float *y = k->out + (n * Cout + oc) * OH * OW;
 		const float *res = k->in[3] ? k->in[3] + (n * Cout + oc) * OH * OW : NULL;
-		dw_plane(k->in[0] + (n * C + ic) * H * W, k->in[1] + oc * KH * KW, y,
-			 k->in[2] ? k->in[2][oc] : 0.0f, res, H, W, KH, KW, p[8],
-			 p[9], p[10], p[11], p[12], p[13], OH, OW);
+		if (fast)
+			dw3x3_plane(k->in[0] + (n * C + ic) * H * W, k->in[1] + oc * 9, y,
+				    k->in[2] ? k->in[2][oc] : 0.0f, res, H, W, p[8], p[10],
+				    p[11], OH, OW, zero);
+		else
+			dw_plane(k->in[0] + (n * C + ic) * H * W, k->in[1] + oc * KH * KW, y,
+				 k->in[2] ? k->in[2][oc] : 0.0f, res, H, W, KH, KW, p[8],
+				 p[9], p[10], p[11], p[12], p[13], OH, OW);
 		if (p[SKP_ACT])
 			sk_act_apply(y, OH * OW, (int)p[SKP_ACT], k->f[SKF_ACT_A],
 				     k->f[SKF_ACT_B]);

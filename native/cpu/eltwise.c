@@ -70,9 +70,17 @@ void sk_prep_binary(sk_kernel *k, int units)
 		want = n / ELT_CHUNK;
 	if (want < 1)
 		want = 1;
-	int64_t rt = sk_split(rows, want, 1);
+	/* blocks are row chunks; when rows are few, columns are split too */
+	int64_t ct = inner;
+	if (rows < want)
+		ct = SK_CDIV(sk_split(inner, SK_CDIV(want, rows), 1024), 16) * 16;
+	if (ct > inner)
+		ct = inner;
+	int64_t rt = ct < inner ? 1 : sk_split(rows, want, 1);
 	k->t[0] = rt;
-	k->grid = SK_CDIV(rows, rt);
+	k->t[1] = ct;
+	k->t[2] = SK_CDIV(inner, ct);
+	k->grid = SK_CDIV(rows, rt) * k->t[2];
 }
 
 SK_MV static void bin_row(int op, float *y, const float *a, const float *b,
@@ -139,11 +147,14 @@ void sk_block_binary(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int r = (int)p[1];
 	const int64_t *dims = p + 2, *sa = p + 8, *sb = p + 14;
 	int64_t inner = dims[r - 1];
-	int64_t rt = k->t[0];
+	int64_t rt = k->t[0], ct = k->t[1], ctiles = k->t[2];
 	int64_t rows = 1;
 	for (int i = 0; i < r - 1; i++)
 		rows *= dims[i];
-	int64_t r0 = blk * rt, r1 = SK_MIN(r0 + rt, rows);
+	int64_t ci = blk % ctiles, ri = blk / ctiles;
+	int64_t r0 = ri * rt, r1 = SK_MIN(r0 + rt, rows);
+	int64_t j0 = ci * ct, jn = SK_MIN(ct, inner - j0);
+	int64_t ia = sa[r - 1], ib = sb[r - 1];
 	int act = (int)p[SKP_ACT];
 	for (int64_t row = r0; row < r1; row++) {
 		if (((row - r0) & 15) == 0)
@@ -156,11 +167,14 @@ void sk_block_binary(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			oa += idx * sa[i];
 			ob += idx * sb[i];
 		}
-		float *y = k->out + row * inner;
-		bin_row(op, y, k->in[0] + oa, k->in[1] + ob, inner, sa[r - 1],
-			sb[r - 1]);
-		if (act)
-			sk_act_apply(y, inner, act, k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+		for (int64_t j = 0; j < jn; j += ELT_SUB) {
+			int64_t m = SK_MIN((int64_t)ELT_SUB, jn - j);
+			int64_t c = j0 + j;
+			float *y = k->out + row * inner + c;
+			bin_row(op, y, k->in[0] + oa + c * ia, k->in[1] + ob + c * ib, m, ia, ib);
+			if (act)
+				sk_act_apply(y, m, act, k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ void sk_blas_init(void)
 /* Work aimed at per block (flops), and the least worth a block. */
 #define GEMM_BLOCK_MAX 8e6
 #define GEMM_BLOCK_MIN 5e5
+#define GEMM_TILE_MAX 32768.0 /* floats of C per block (128 KiB) */
 
 void sk_prep_gemm(sk_kernel *k, int units)
 {
@@ -55,6 +56,13 @@ void sk_prep_gemm(sk_kernel *k, int units)
 			if (mt > M)
 				mt = M;
 		}
+	}
+	/* keep the output tile cache-resident for the epilogue */
+	while ((double)mt * (double)nt > GEMM_TILE_MAX && nt > 128) {
+		nt = SK_CDIV(nt / 2, 16) * 16;
+	}
+	while ((double)mt * (double)nt > GEMM_TILE_MAX && mt > 64) {
+		mt = SK_CDIV(mt / 2, 8) * 8;
 	}
 	k->t[0] = mt;
 	k->t[1] = nt;

@@ -33,54 +33,89 @@ void sk_prep_pool(sk_kernel *k, int units)
 	k->grid = SK_CDIV(p[0], ct);
 }
 
+/* pool_plane pools one plane row by row: for each kernel tap the valid
+ * output columns form one range, so the inner loops are branch-free. */
 SK_MV static void pool_plane(const float *x, float *y, const int64_t *p)
 {
 	int64_t H = p[1], W = p[2], OH = p[3], OW = p[4], KH = p[5], KW = p[6];
 	int64_t SH = p[7], SW = p[8], PT = p[9], PL = p[10], DH = p[11], DW = p[12];
 	int64_t mode = p[13], incl = p[14], PB = p[15], PR = p[16];
+	/* columns with at least one valid tap: [clo, chi) */
+	int64_t clo = OW, chi = 0;
+	for (int64_t kw = 0; kw < KW; kw++) {
+		int64_t off = kw * DW - PL;
+		int64_t lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
+		int64_t hi = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1;
+		hi = SK_MIN(hi, OW);
+		if (lo < hi) {
+			clo = SK_MIN(clo, lo);
+			chi = SK_MAX(chi, hi);
+		}
+	}
 	for (int64_t oh = 0; oh < OH; oh++) {
-		int64_t h0 = oh * SH - PT;
-		for (int64_t ow = 0; ow < OW; ow++) {
-			int64_t w0 = ow * SW - PL;
-			if (mode == 0) {
-				float m = -FLT_MAX;
-				int any = 0;
-				for (int64_t kh = 0; kh < KH; kh++) {
-					int64_t ih = h0 + kh * DH;
-					if (ih < 0 || ih >= H)
-						continue;
-					for (int64_t kw = 0; kw < KW; kw++) {
-						int64_t iw = w0 + kw * DW;
-						if (iw < 0 || iw >= W)
-							continue;
-						float v = x[ih * W + iw];
-						m = v > m ? v : m;
-						any = 1;
-					}
+		float *yr = y + oh * OW;
+		int64_t h0 = oh * SH - PT, rows = 0;
+		float init = mode == 0 ? -FLT_MAX : 0.0f;
+		for (int64_t ow = 0; ow < OW; ow++)
+			yr[ow] = init;
+		for (int64_t kh = 0; kh < KH; kh++) {
+			int64_t ih = h0 + kh * DH;
+			if (ih < 0 || ih >= H)
+				continue;
+			rows++;
+			const float *xr = x + ih * W;
+			for (int64_t kw = 0; kw < KW; kw++) {
+				int64_t off = kw * DW - PL;
+				int64_t lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
+				int64_t hi = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1;
+				hi = SK_MIN(hi, OW);
+				const float *xs = xr + off;
+				if (mode == 0) {
+					if (SW == 1)
+						for (int64_t ow = lo; ow < hi; ow++)
+							yr[ow] = xs[ow] > yr[ow] ? xs[ow] : yr[ow];
+					else if (SW == 2)
+						for (int64_t ow = lo; ow < hi; ow++)
+							yr[ow] = xs[2 * ow] > yr[ow] ? xs[2 * ow] : yr[ow];
+					else
+						for (int64_t ow = lo; ow < hi; ow++)
+							yr[ow] = xs[ow * SW] > yr[ow] ? xs[ow * SW] : yr[ow];
+				} else {
+					if (SW == 1)
+						for (int64_t ow = lo; ow < hi; ow++)
+							yr[ow] += xs[ow];
+					else
+						for (int64_t ow = lo; ow < hi; ow++)
+							yr[ow] += xs[ow * SW];
 				}
-				y[oh * OW + ow] = any ? m : 0.0f;
-			} else {
-				float s = 0;
-				int64_t cnt = 0;
-				for (int64_t kh = 0; kh < KH; kh++) {
-					int64_t ih = h0 + kh * DH;
-					if (ih < 0 || ih >= H)
-						continue;
-					for (int64_t kw = 0; kw < KW; kw++) {
-						int64_t iw = w0 + kw * DW;
-						if (iw < 0 || iw >= W)
-							continue;
-						s += x[ih * W + iw];
-						cnt++;
-					}
-				}
-				if (incl) {
-					int64_t he = SK_MIN(h0 + (KH - 1) * DH + 1, H + PB);
-					int64_t we = SK_MIN(w0 + (KW - 1) * DW + 1, W + PR);
-					cnt = ((he - h0 + DH - 1) / DH) * ((we - w0 + DW - 1) / DW);
-				}
-				y[oh * OW + ow] = cnt ? s / (float)cnt : 0.0f;
 			}
+		}
+		if (rows == 0) {
+			for (int64_t ow = 0; ow < OW; ow++)
+				yr[ow] = 0;
+			continue;
+		}
+		for (int64_t ow = 0; ow < OW; ow++) {
+			if (ow < clo || ow >= chi) {
+				yr[ow] = 0; /* the window holds padding only */
+				continue;
+			}
+			if (mode == 0)
+				continue;
+			int64_t w0 = ow * SW - PL, cnt;
+			if (incl) {
+				int64_t he = SK_MIN(h0 + (KH - 1) * DH + 1, H + PB);
+				int64_t we = SK_MIN(w0 + (KW - 1) * DW + 1, W + PR);
+				cnt = ((he - h0 + DH - 1) / DH) * ((we - w0 + DW - 1) / DW);
+			} else {
+				int64_t cols = 0;
+				for (int64_t kw = 0; kw < KW; kw++) {
+					int64_t iw = w0 + kw * DW;
+					cols += iw >= 0 && iw < W;
+				}
+				cnt = rows * cols;
+			}
+			yr[ow] = cnt ? yr[ow] / (float)cnt : 0.0f;
 		}
 	}
 }

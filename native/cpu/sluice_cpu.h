@@ -25,6 +25,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Kernels never read errno nor rely on floating-point traps; without these
+ * GCC cannot if-convert float selects, and the activation loops (erf, exp,
+ * clamps) stay scalar. cgo's flag allow-list has no -fno-trapping-math. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "no-math-errno")
+#endif
+
 #ifndef SK_CHECKS
 #define SK_CHECKS 1
 #endif

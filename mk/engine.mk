@@ -1,0 +1,29 @@
+# mk/engine.mk: libml's CPU inference engine (native/cpu kernels and worker
+# pool, libml/engine compiler, libml/cpu backend, libml/zoo models).
+#
+#   make bench-engine    latency of the zoo models on the cpu backend (and
+#                        ONNX Runtime when libml/ort finds its library),
+#                        preemption-check overhead, RSS, load times;
+#                        prints a markdown report. ENGINEBENCH_FLAGS adds
+#                        flags (e.g. -models resnet18 -time 5s -units 2).
+#   make check-native-cpu  the C kernels compile -Wall -Wextra clean, with
+#                        and without the preemption checks (part of make test).
+
+ENGINEBENCH_FLAGS ?=
+
+BENCH_TARGETS += bench-engine
+TEST_EXTRA += check-native-cpu
+
+.PHONY: bench-engine check-native-cpu
+
+check-native-cpu:
+	@for chk in 1 0; do for f in native/cpu/*.c; do \
+	  gcc -std=gnu11 -O2 -Wall -Wextra -Werror -DSK_CHECKS=$$chk -fsyntax-only \
+	    $$(pkg-config --cflags openblas) $$f || exit 1; \
+	done; done; echo "native/cpu: C kernels compile -Wall -Wextra clean"
+
+bench-engine: deps
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/enginebench ./tools/enginebench
+	$(GO) build -tags sluice_nopreempt -o $(BIN)/enginebench-nochk ./tools/enginebench
+	$(BIN)/enginebench -nochk $(BIN)/enginebench-nochk $(ENGINEBENCH_FLAGS)

@@ -1,0 +1,474 @@
+// Command enginebench measures libml's CPU engine on the zoo models:
+// latency at each batch size (with ONNX Runtime at the same thread count
+// when libml/ort can load it), the cost of the preemption checks (a second
+// binary built with -tags sluice_nopreempt), resident memory per instance,
+// and load time with and without LinkModel. It prints a markdown report.
+//
+// Every measurement runs in a child process of its own, so peak RSS is per
+// model and the backends do not disturb each other.
+//
+//	enginebench [-models resnet18,mobilenetv2,resnet50] [-batches 1,8]
+//	            [-units N] [-time 3s] [-nochk path] [-ort=true] [-json file]
+//	enginebench -profile resnet18 -batch 1   # per-kernel times
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"sluice/libml"
+	"sluice/libml/cpu"
+	"sluice/libml/ort"
+	"sluice/libml/zoo"
+	ncpu "sluice/native/cpu"
+)
+
+// Result is one child's measurements.
+type Result struct {
+	Model, Backend string
+	Checks         bool
+	Units          int
+	Version        string `json:",omitempty"`
+	Error          string `json:",omitempty"`
+	// LoadMs is LoadModel (weights in, batch-1 plan compiled); ConfigMs
+	// ConfigureBatch(max batch); LinkMs LinkModel + ConfigureBatch.
+	LoadMs, ConfigMs, LinkMs float64
+	WeightMB                 float64
+	Kernels                  int
+	// RSS in MB: before loading, after the first instance is configured,
+	// after a linked second instance is configured; peak over the run.
+	RSSBaseMB, RSSLoadedMB, RSSLinkedMB, PeakRSSMB float64
+	// ArenaMB is the activation arena of one instance (max batch).
+	ArenaMB float64
+	Lat     []Lat
+}
+
+// Lat is the latency of one batch size.
+type Lat struct {
+	Batch              int
+	MedianMs, P90Ms    float64
+	MinMs              float64
+	Iters              int
+	ImagesPerS         float64
+	GFLOPs, GFLOPsPerS float64 `json:",omitempty"`
+}
+
+func main() {
+	models := flag.String("models", "resnet18,mobilenetv2,resnet50", "zoo models")
+	batches := flag.String("batches", "1,8", "batch sizes")
+	units := flag.Int("units", runtime.NumCPU(), "compute units (and ONNX Runtime intra-op threads)")
+	dur := flag.Duration("time", 3*time.Second, "measuring time per model and batch size")
+	nochk := flag.String("nochk", "", "enginebench built with -tags sluice_nopreempt, for the check overhead")
+	withORT := flag.Bool("ort", true, "compare with ONNX Runtime when libml/ort can load it")
+	rounds := flag.Int("rounds", 2, "alternating rounds of checked / unchecked runs")
+	jsonOut := flag.String("json", "", "also write the results as JSON here")
+	child := flag.String("child", "", "(internal) measure one model: backend:model")
+	profile := flag.String("profile", "", "print per-kernel times of one model")
+	batch := flag.Int("batch", 1, "batch size for -profile")
+	pin := flag.Bool("pin", false, "pin compute units to cores")
+	flag.Parse()
+	bs, err := parseInts(*batches)
+	if err != nil {
+		fatal(err)
+	}
+	switch {
+	case *child != "":
+		backend, model, _ := strings.Cut(*child, ":")
+		r := measure(backend, model, bs, *units, *dur, *pin)
+		if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+			fatal(err)
+		}
+	case *profile != "":
+		if err := profileModel(*profile, *batch, *units, *pin); err != nil {
+			fatal(err)
+		}
+	default:
+		if err := report(strings.Split(*models, ","), *batches, *units, *dur, *nochk, *withORT, *rounds, *jsonOut, *pin); err != nil {
+			fatal(err)
+		}
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "enginebench:", err)
+	os.Exit(1)
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("bad batch size %q", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// gflop is the multiply-add work of one request of the standard zoo models
+// at 224x224 (2 flops per MAC).
+var gflop = map[string]float64{"resnet18": 3.64, "resnet50": 8.18, "mobilenetv2": 0.60, "vgg16": 30.9, "squeezenet11": 0.70}
+
+// rssMB reads VmRSS and VmHWM from /proc/self/status.
+func rssMB() (rss, hwm float64) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, k := range []string{"VmRSS:", "VmHWM:"} {
+			if strings.HasPrefix(line, k) {
+				fs := strings.Fields(line)
+				if len(fs) >= 2 {
+					v, _ := strconv.ParseFloat(fs[1], 64)
+					if k == "VmRSS:" {
+						rss = v / 1024
+					} else {
+						hwm = v / 1024
+					}
+				}
+			}
+		}
+	}
+	return rss, hwm
+}
+
+func settle() float64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	r, _ := rssMB()
+	return r
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// measure runs in a child: one backend, one model.
+func measure(backend, model string, batches []int, units int, dur time.Duration, pin bool) (r Result) {
+	r = Result{Model: model, Backend: backend, Checks: ncpu.ChecksCompiled(), Units: units}
+	ctx := context.Background()
+	maxB := 0
+	for _, b := range batches {
+		maxB = max(maxB, b)
+	}
+	var be libml.Backend
+	switch backend {
+	case "cpu":
+		be = cpu.New()
+	case "ort":
+		be = ort.New(ort.Options{IntraOpThreads: units, Quiet: true})
+	default:
+		r.Error = "unknown backend " + backend
+		return r
+	}
+	if err := be.Init(ctx, libml.BackendConfig{Units: units, PinUnits: pin}); err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	defer be.Deinit()
+	if backend == "ort" {
+		r.Version = ort.Version()
+	}
+	g, err := zoo.Build(model, zoo.Options{})
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.WeightMB = float64(g.WeightBytes()) / 1e6
+	r.RSSBaseMB = settle()
+	t0 := time.Now()
+	inst, err := be.LoadModel(ctx, model, g)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.LoadMs = ms(time.Since(t0))
+	defer inst.Close()
+	t0 = time.Now()
+	if err := be.ConfigureBatch(inst, maxB); err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.ConfigMs = ms(time.Since(t0))
+	g = nil // the engine holds its own copy of the weights
+	if ci, ok := inst.(*cpu.Instance); ok {
+		r.ArenaMB = float64(ci.ArenaBytes()) / 1e6
+		if p, err := ci.Program(1); err == nil {
+			r.Kernels = len(p.Kernels)
+		}
+	}
+	isz, osz := inst.InputSize(), inst.OutputSize()
+	in := zoo.Input(1, maxB*isz)
+	out := make([]float32, maxB*osz)
+	if err := be.InferBatch(ctx, inst, maxB, in, out); err != nil { // touch the arena
+		r.Error = err.Error()
+		return r
+	}
+	r.RSSBaseMB = min(r.RSSBaseMB, settle())
+	r.RSSLoadedMB = settle()
+	t0 = time.Now()
+	second, err := be.LinkModel(ctx, inst)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	if err := be.ConfigureBatch(second, maxB); err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.LinkMs = ms(time.Since(t0))
+	if err := be.InferBatch(ctx, second, maxB, in, out); err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.RSSLinkedMB = settle()
+	second.Close()
+	for _, b := range batches {
+		// warm up, then measure for dur (at least 5, at most 200 runs)
+		for i := 0; i < 2; i++ {
+			if err := be.InferBatch(ctx, inst, b, in, out); err != nil {
+				r.Error = err.Error()
+				return r
+			}
+		}
+		var ts []float64
+		start := time.Now()
+		for len(ts) < 5 || (time.Since(start) < dur && len(ts) < 200) {
+			t := time.Now()
+			if err := be.InferBatch(ctx, inst, b, in, out); err != nil {
+				r.Error = err.Error()
+				return r
+			}
+			ts = append(ts, ms(time.Since(t)))
+		}
+		sort.Float64s(ts)
+		l := Lat{Batch: b, MedianMs: ts[len(ts)/2], P90Ms: ts[len(ts)*9/10], MinMs: ts[0], Iters: len(ts)}
+		l.ImagesPerS = float64(b) / (l.MedianMs / 1000)
+		if gf, ok := gflop[model]; ok {
+			l.GFLOPs = gf * float64(b)
+			l.GFLOPsPerS = l.GFLOPs / (l.MedianMs / 1000)
+		}
+		r.Lat = append(r.Lat, l)
+	}
+	_, r.PeakRSSMB = rssMB()
+	return r
+}
+
+// runChild runs bin as a child measuring backend:model.
+func runChild(bin, backend, model, batches string, units int, dur time.Duration, pin bool) Result {
+	args := []string{"-child", backend + ":" + model, "-batches", batches, "-units", strconv.Itoa(units),
+		"-time", dur.String(), fmt.Sprintf("-pin=%v", pin)}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	outb, err := cmd.Output()
+	var r Result
+	if jerr := json.Unmarshal(outb, &r); jerr != nil {
+		msg := fmt.Sprintf("child %s %s: %v", backend, model, err)
+		if err == nil {
+			msg = fmt.Sprintf("child %s %s: %v", backend, model, jerr)
+		}
+		return Result{Model: model, Backend: backend, Error: msg}
+	}
+	return r
+}
+
+func report(models []string, batches string, units int, dur time.Duration, nochk string, withORT bool,
+	rounds int, jsonOut string, pin bool) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if !ncpu.ChecksCompiled() {
+		return errors.New("run the checked build (this one was built with -tags sluice_nopreempt)")
+	}
+	ortNote := "ONNX Runtime not compared (-ort=false)"
+	if withORT {
+		lib, err := ort.LibraryPath()
+		if err == nil {
+			_, err = os.Stat(lib)
+		}
+		if err != nil {
+			withORT = false
+			ortNote = fmt.Sprintf("ONNX Runtime not compared: %v", err)
+		}
+	}
+	var all []Result
+	type pair struct{ chk, nochk []Result }
+	over := map[string]*pair{}
+	for _, m := range models {
+		fmt.Fprintf(os.Stderr, "enginebench: %s\n", m)
+		p := &pair{}
+		over[m] = p
+		for i := 0; i < max(rounds, 1); i++ {
+			r := runChild(self, "cpu", m, batches, units, dur, pin)
+			p.chk = append(p.chk, r)
+			if nochk != "" {
+				p.nochk = append(p.nochk, runChild(nochk, "cpu", m, batches, units, dur, pin))
+			}
+			if nochk == "" {
+				break
+			}
+		}
+		all = append(all, best(p.chk))
+		if withORT {
+			r := runChild(self, "ort", m, batches, units, dur, pin)
+			all = append(all, r)
+			if r.Version != "" {
+				ortNote = fmt.Sprintf("ONNX Runtime %s with %d intra-op threads", r.Version, units)
+			}
+		}
+	}
+	w := os.Stdout
+	host, _ := os.Hostname()
+	fmt.Fprintf(w, "## libml CPU engine benchmark\n\n")
+	fmt.Fprintf(w, "Host %s, %d CPUs, %d compute units (pinned: %v), Go %s, %s. %s.\n\n",
+		host, runtime.NumCPU(), units, pin, runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 MST"), ortNote)
+	fmt.Fprintf(w, "Latency per batch (median of repeated runs, %v per model and batch size; weights are seeded, untrained; 224x224 inputs).\n\n", dur)
+	fmt.Fprintf(w, "| model | backend | batch | median ms | p90 ms | images/s | GFLOP/s |\n|---|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range all {
+		if r.Error != "" {
+			fmt.Fprintf(w, "| %s | %s | – | error: %s | | | |\n", r.Model, r.Backend, strings.ReplaceAll(r.Error, "|", "/"))
+			continue
+		}
+		for _, l := range r.Lat {
+			fmt.Fprintf(w, "| %s | %s | %d | %.2f | %.2f | %.1f | %.1f |\n", r.Model, r.Backend, l.Batch, l.MedianMs, l.P90Ms, l.ImagesPerS, l.GFLOPsPerS)
+		}
+	}
+	if nochk != "" {
+		fmt.Fprintf(w, "\nPreemption checks (prologue + in-block polls) compiled in vs out (-tags sluice_nopreempt); best median of %d alternating runs each; goal: within 2%%.\n\n", rounds)
+		fmt.Fprintf(w, "| model | batch | checks in ms | checks out ms | overhead |\n|---|---:|---:|---:|---:|\n")
+		for _, m := range models {
+			p := over[m]
+			a, b := best(p.chk), best(p.nochk)
+			if a.Error != "" || b.Error != "" {
+				fmt.Fprintf(w, "| %s | – | error: %s %s | | |\n", m, a.Error, b.Error)
+				continue
+			}
+			for i, l := range a.Lat {
+				if i < len(b.Lat) {
+					fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %+.1f%% |\n", m, l.Batch, l.MedianMs, b.Lat[i].MedianMs,
+						100*(l.MedianMs-b.Lat[i].MedianMs)/b.Lat[i].MedianMs)
+				}
+			}
+		}
+	}
+	fmt.Fprintf(w, "\nMemory and load time (one process per row; RSS after GC; the linked instance shares the weights and adds its own activation arena, configured for the largest batch).\n\n")
+	fmt.Fprintf(w, "| model | backend | weights MB | arena MB | RSS loaded MB | + linked instance MB | peak RSS MB | load ms | configure ms | LinkModel+configure ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range all {
+		if r.Error != "" {
+			continue
+		}
+		arena := "–"
+		if r.Backend == "cpu" {
+			arena = fmt.Sprintf("%.1f", r.ArenaMB)
+		}
+		fmt.Fprintf(w, "| %s | %s | %.1f | %s | %.1f | %+.1f | %.1f | %.1f | %.1f | %.1f |\n", r.Model, r.Backend, r.WeightMB, arena,
+			r.RSSLoadedMB-r.RSSBaseMB, r.RSSLinkedMB-r.RSSLoadedMB, r.PeakRSSMB, r.LoadMs, r.ConfigMs, r.LinkMs)
+	}
+	if jsonOut != "" {
+		var buf strings.Builder
+		enc := json.NewEncoder(&buf)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{"results": all, "overhead": over}); err != nil {
+			return err
+		}
+		if err := os.WriteFile(jsonOut, []byte(buf.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// best keeps, per batch size, the run with the lowest median.
+func best(rs []Result) Result {
+	if len(rs) == 0 {
+		return Result{Error: "no run"}
+	}
+	out := rs[0]
+	for _, r := range rs[1:] {
+		if r.Error != "" {
+			continue
+		}
+		if out.Error != "" {
+			out = r
+			continue
+		}
+		for i := range out.Lat {
+			if i < len(r.Lat) && r.Lat[i].MedianMs < out.Lat[i].MedianMs {
+				out.Lat[i] = r.Lat[i]
+			}
+		}
+	}
+	return out
+}
+
+// profileModel prints per-kernel metadata and measured times.
+func profileModel(model string, batch, units int, pin bool) error {
+	ctx := context.Background()
+	be := cpu.New()
+	if err := be.Init(ctx, libml.BackendConfig{Units: units, PinUnits: pin}); err != nil {
+		return err
+	}
+	defer be.Deinit()
+	g, err := zoo.Build(model, zoo.Options{})
+	if err != nil {
+		return err
+	}
+	inst, err := be.LoadModel(ctx, model, g)
+	if err != nil {
+		return err
+	}
+	defer inst.Close()
+	if err := be.ConfigureBatch(inst, batch); err != nil {
+		return err
+	}
+	ci := inst.(*cpu.Instance)
+	in, _ := ci.Input(batch)
+	copy(in, zoo.Input(1, len(in)))
+	if _, err := ci.Profile(ctx, batch, 2); err != nil {
+		return err
+	}
+	ks, err := ci.Profile(ctx, batch, 5)
+	if err != nil {
+		return err
+	}
+	var total float64
+	for _, k := range ks {
+		total += k.WallNs
+	}
+	w := io.Writer(os.Stdout)
+	fmt.Fprintf(w, "%s batch %d: %d kernels, %.2f ms (sum of kernel times)\n", model, batch, len(ks), total/1e6)
+	fmt.Fprintf(w, "%4s %-9s %-24s %-22s %5s %5s %10s %10s %6s\n", "#", "op", "ops", "node", "grid", "units", "block us", "kernel us", "%")
+	for _, k := range ks {
+		idem := ""
+		if !k.Idempotent {
+			idem = fmt.Sprintf(" in-place, restart at %d", k.IdemEntry)
+		}
+		fmt.Fprintf(w, "%4d %-9s %-24s %-22s %5d %5d %10.1f %10.1f %5.1f%s\n", k.Index, k.Op, trunc(k.Ops, 24), trunc(k.Name, 22),
+			k.Grid, k.MaxUnits, k.BlockNs/1e3, k.WallNs/1e3, 100*k.WallNs/total, idem)
+	}
+	return nil
+}
+
+func trunc(s string, n int) string {
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
