@@ -1,0 +1,21 @@
+//go:build !linux || !cgo
+
+package cuda
+
+import "fmt"
+
+// Open reports ErrNoDriver: this build has no cgo (or is not linux), so
+// it cannot load libcuda.
+func Open() (*Driver, error) {
+	return nil, fmt.Errorf("%w: built without cgo", ErrNoDriver)
+}
+
+func openLib(string) (*Driver, error) { return Open() }
+
+// Available reports false, logging why through logf (when non-nil).
+func Available(logf func(format string, args ...any)) bool {
+	if logf != nil {
+		logf("cuda: GPU backend unavailable: built without cgo")
+	}
+	return false
+}

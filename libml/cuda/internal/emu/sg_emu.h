@@ -1,0 +1,1 @@
+../../../../native/cuda/emu/sg_emu.h

@@ -1,0 +1,1 @@
+../../../../native/cuda/sg_mm.h

@@ -1,0 +1,1 @@
+../../../../native/cuda/pad.cu

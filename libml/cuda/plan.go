@@ -1,0 +1,301 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Launch is the shape of one kernel launch.
+type Launch struct {
+	// Kernel is the entry name.
+	Kernel string
+	// Grid is the number of blocks (Threads threads each).
+	Grid int
+}
+
+// errTooBig: kernels index elements with 32-bit integers.
+var errTooBig = errors.New("tensor of 2^31 elements or more")
+
+func cdiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func elemGrid(n int64) int64 { return cdiv(n, ElemsPerBlock) }
+
+// Plan chooses the grid and tiling of op's kernel for arguments a, whose
+// P and F are in the CPU engine's layout (native/cpu/sluice_cpu.h). It
+// sets a.T (tiling; a.T[TBase] = 0) and returns the launch. It checks the
+// parameters the kernels trust: sizes positive, every tensor below 2^31
+// elements, required pointers set.
+func Plan(op Op, a *Args) (Launch, error) {
+	name := op.KernelName()
+	if name == "" {
+		return Launch{}, fmt.Errorf("cuda: plan: no kernel for operation %v", op)
+	}
+	a.T = [NumT]int64{}
+	g, err := plan(op, a)
+	if err != nil {
+		return Launch{}, fmt.Errorf("cuda: plan %v: %w", op, err)
+	}
+	if g > math.MaxInt32 {
+		return Launch{}, fmt.Errorf("cuda: plan %v: grid of %d blocks", op, g)
+	}
+	if a.Out == 0 || a.In[0] == 0 {
+		return Launch{}, fmt.Errorf("cuda: plan %v: output or first input missing", op)
+	}
+	return Launch{Kernel: name, Grid: int(g)}, nil
+}
+
+// atLeast1 checks that every listed parameter is at least 1.
+func atLeast1(p []int64, idx ...int) error {
+	for _, i := range idx {
+		if p[i] < 1 {
+			return fmt.Errorf("p[%d] = %d, want >= 1", i, p[i])
+		}
+	}
+	return nil
+}
+
+// positive checks that every listed parameter is at least 1 and that
+// their product (an element count) fits in 31 bits.
+func positive(p []int64, idx ...int) (int64, error) {
+	n := int64(1)
+	for _, i := range idx {
+		if p[i] < 1 {
+			return 0, fmt.Errorf("p[%d] = %d, want >= 1", i, p[i])
+		}
+		if n > math.MaxInt32/p[i] {
+			return 0, errTooBig
+		}
+		n *= p[i]
+	}
+	return n, nil
+}
+
+func plan(op Op, a *Args) (int64, error) {
+	p := a.P[:]
+	switch op {
+	case OpGemm:
+		if _, err := positive(p, 0, 1); err != nil {
+			return 0, err
+		}
+		if p[2] < 0 {
+			return 0, fmt.Errorf("K = %d", p[2])
+		}
+		nb, err := positive(p, 8, 9, 10)
+		if err != nil {
+			return 0, err
+		}
+		if a.In[1] == 0 {
+			return 0, errors.New("B missing")
+		}
+		mt, nt := cdiv(p[0], Tile), cdiv(p[1], Tile)
+		a.T[0], a.T[1] = mt, nt
+		return nb * mt * nt, nil
+	case OpConv, OpIm2col, OpDWConv, OpCol2im:
+		return planConv(op, a)
+	case OpPool:
+		for i := 0; i <= 16; i++ {
+			if p[i] < 0 {
+				return 0, fmt.Errorf("p[%d] = %d", i, p[i])
+			}
+		}
+		if _, err := positive(p, 0, 1, 2); err != nil {
+			return 0, err
+		}
+		if err := atLeast1(p, 5, 6, 7, 8, 11, 12); err != nil {
+			return 0, err
+		}
+		n, err := positive(p, 0, 3, 4)
+		if err != nil {
+			return 0, err
+		}
+		if p[13] != 0 && p[13] != 1 {
+			return 0, fmt.Errorf("pool mode %d", p[13])
+		}
+		return elemGrid(n), nil
+	case OpGPool:
+		if _, err := positive(p, 0, 1); err != nil {
+			return 0, err
+		}
+		if p[1] < ElemsPerBlock {
+			a.T[0] = 1 // a plane per warp
+			return cdiv(p[0], Threads/32), nil
+		}
+		return p[0], nil
+	case OpUnary:
+		n, err := positive(p, 0)
+		if err != nil {
+			return 0, err
+		}
+		if p[PAct] < 0 || p[PAct] > 26 {
+			return 0, fmt.Errorf("activation %d", p[PAct])
+		}
+		return elemGrid(n), nil
+	case OpBinary:
+		r := p[1]
+		if p[0] < 0 || p[0] > 7 {
+			return 0, fmt.Errorf("binary op %d", p[0])
+		}
+		if r < 1 || r > 6 {
+			return 0, fmt.Errorf("rank %d", r)
+		}
+		idx := make([]int, r)
+		for i := range idx {
+			idx[i] = 2 + i
+		}
+		n, err := positive(p, idx...)
+		if err != nil {
+			return 0, err
+		}
+		if a.In[1] == 0 {
+			return 0, errors.New("B missing")
+		}
+		// both operands in the output's own contiguous layout: no index
+		// arithmetic
+		contig, s := true, int64(1)
+		for i := int(r) - 1; i >= 0; i-- {
+			if p[8+i] != s || p[14+i] != s {
+				contig = false
+			}
+			s *= p[2+i]
+		}
+		if contig {
+			a.T[0] = 1
+		}
+		return elemGrid(n), nil
+	case OpChAffine:
+		n, err := positive(p, 0, 1, 2)
+		if err != nil {
+			return 0, err
+		}
+		if a.In[1] == 0 || a.In[2] == 0 {
+			return 0, errors.New("scale or shift missing")
+		}
+		return elemGrid(n), nil
+	case OpSoftmax, OpReduce:
+		if _, err := positive(p, 0, 1, 2); err != nil {
+			return 0, err
+		}
+		if op == OpReduce && (p[3] < 0 || p[3] > 6) {
+			return 0, fmt.Errorf("reduce mode %d", p[3])
+		}
+		rows := p[0] * p[2]
+		if p[2] >= 32 || p[1] < 64 {
+			a.T[0] = 1 // a row per thread
+			return cdiv(rows, Threads), nil
+		}
+		return rows, nil
+	case OpLayerNorm:
+		if _, err := positive(p, 0, 1); err != nil {
+			return 0, err
+		}
+		return p[0], nil
+	case OpCopy:
+		r := p[0]
+		if r < 1 || r > 6 {
+			return 0, fmt.Errorf("rank %d", r)
+		}
+		idx := make([]int, r)
+		for i := range idx {
+			idx[i] = 1 + i
+		}
+		n, err := positive(p, idx...)
+		if err != nil {
+			return 0, err
+		}
+		return elemGrid(n), nil
+	case OpResize:
+		if _, err := positive(p, 0, 1, 2); err != nil {
+			return 0, err
+		}
+		n, err := positive(p, 0, 3, 4)
+		if err != nil {
+			return 0, err
+		}
+		if p[5] < 0 || p[5] > 1 || p[6] < 0 || p[6] > 3 || p[7] < 0 || p[7] > 3 {
+			return 0, fmt.Errorf("mode %d coord %d nearest %d", p[5], p[6], p[7])
+		}
+		if !(a.F[0] > 0) || !(a.F[1] > 0) {
+			return 0, fmt.Errorf("scales %g, %g", a.F[0], a.F[1])
+		}
+		return elemGrid(n), nil
+	case OpGather:
+		if err := atLeast1(p, 0, 1, 2, 3); err != nil {
+			return 0, err
+		}
+		n, err := positive(p, 0, 2, 3)
+		if err != nil {
+			return 0, err
+		}
+		if a.Aux == 0 {
+			return 0, errors.New("indices missing")
+		}
+		return elemGrid(n), nil
+	}
+	return 0, fmt.Errorf("unknown operation %d", op)
+}
+
+func planConv(op Op, a *Args) (int64, error) {
+	p := a.P[:]
+	for i := 0; i < 16; i++ {
+		if p[i] < 0 && !(op == OpCol2im && (i == 10 || i == 11)) {
+			return 0, fmt.Errorf("p[%d] = %d", i, p[i])
+		}
+	}
+	if err := atLeast1(p, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 14, 15); err != nil {
+		return 0, err
+	}
+	N, C, Cout, G := p[0], p[1], p[4], p[5]
+	if C%G != 0 || Cout%G != 0 {
+		return 0, fmt.Errorf("channels %d -> %d not divisible by %d groups", C, Cout, G)
+	}
+	if _, err := positive(p, 0, 1, 2, 3); err != nil { // input
+		return 0, err
+	}
+	out, err := positive(p, 0, 4, 14, 15)
+	if err != nil {
+		return 0, err
+	}
+	ohw := p[14] * p[15]
+	switch op {
+	case OpConv:
+		if a.In[1] == 0 {
+			return 0, errors.New("weights missing")
+		}
+		mt, pt := cdiv(Cout/G, Tile), cdiv(ohw, Tile)
+		a.T[0], a.T[1] = mt, pt
+		return N * G * mt * pt, nil
+	case OpIm2col:
+		kd := C / G * p[6] * p[7]
+		n := N * G
+		if n > math.MaxInt32/kd || n*kd > math.MaxInt32/ohw {
+			return 0, errTooBig
+		}
+		return elemGrid(n * kd * ohw), nil
+	case OpDWConv:
+		if G != C || Cout%C != 0 {
+			return 0, fmt.Errorf("depthwise with %d groups over %d -> %d channels", G, C, Cout)
+		}
+		if a.In[1] == 0 {
+			return 0, errors.New("weights missing")
+		}
+		return elemGrid(out), nil
+	default: // OpCol2im
+		return elemGrid(out), nil
+	}
+}
+
+// PlanBatchGather is the launch of the batch gather over n fragments,
+// perBlock to a block (at least 1); it sets a.P[0] and a.T.
+func PlanBatchGather(a *Args, n, perBlock int) (Launch, error) {
+	if n < 0 || perBlock < 1 {
+		return Launch{}, fmt.Errorf("cuda: batch gather of %d fragments, %d per block", n, perBlock)
+	}
+	if a.Out == 0 || (n > 0 && a.Aux == 0) {
+		return Launch{}, errors.New("cuda: batch gather: batch tensor or descriptors missing")
+	}
+	a.T = [NumT]int64{}
+	a.P[0] = int64(n)
+	a.T[0] = int64(perBlock)
+	return Launch{Kernel: KernelBatchGather, Grid: int(cdiv(int64(n), int64(perBlock)))}, nil
+}
