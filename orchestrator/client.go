@@ -277,16 +277,32 @@ func (c *Client) Do(ctx context.Context, req Request) (Reply, []byte, error) {
 	if c.sock == nil {
 		return Reply{}, nil, errors.New("orchestrator: client is closed")
 	}
-	if _, err := c.sock.SendBytes(body, zmq.DONTWAIT); err != nil {
-		return Reply{}, nil, fmt.Errorf("orchestrator: sending %s to %s: %w", req.Cmd, c.endpoint, err)
-	}
+	sent := false
 	for {
-		if err := ctx.Err(); err != nil {
-			what := fmt.Errorf("orchestrator: %s (id %s) to %s: no reply: %w", req.Cmd, req.ID, c.endpoint, err)
-			if c.handshakeErr != nil {
-				return Reply{}, nil, fmt.Errorf("%w (%w)", what, c.handshakeErr)
+		if !sent {
+			// DEALER refuses to queue while it has no connection (between
+			// reconnects): keep trying until the deadline.
+			_, err := c.sock.SendBytes(body, zmq.DONTWAIT)
+			switch {
+			case err == nil:
+				sent = true
+				c.poller.Update(0, zmq.POLLIN)
+			case zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN):
+				c.poller.Update(0, zmq.POLLIN|zmq.POLLOUT)
+			default:
+				return Reply{}, nil, fmt.Errorf("orchestrator: sending %s to %s: %w", req.Cmd, c.endpoint, err)
 			}
-			return Reply{}, nil, what
+		}
+		if err := ctx.Err(); err != nil {
+			what := "no reply"
+			if !sent {
+				what = "not connected"
+			}
+			err := fmt.Errorf("orchestrator: %s (id %s) to %s: %s: %w", req.Cmd, req.ID, c.endpoint, what, err)
+			if c.handshakeErr != nil {
+				return Reply{}, nil, fmt.Errorf("%w (%w)", err, c.handshakeErr)
+			}
+			return Reply{}, nil, err
 		}
 		wait := 100 * time.Millisecond
 		if dl, ok := ctx.Deadline(); ok {
@@ -302,6 +318,9 @@ func (c *Client) Do(ctx context.Context, req Request) (Reply, []byte, error) {
 					return Reply{}, nil, fmt.Errorf("orchestrator: %s: %w", req.Cmd, herr)
 				}
 				continue
+			}
+			if p.Events&zmq.POLLIN == 0 {
+				continue // writable: the send is retried above
 			}
 			rep, raw, ok, err := c.readReply(req.ID)
 			if err != nil {

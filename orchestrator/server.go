@@ -123,7 +123,9 @@ type Server struct {
 	endpoint string
 
 	// ZeroMQ objects; the sockets other than wakeTx belong to the
-	// goroutine running Run, wakeTx to the waker goroutine.
+	// goroutine running Run; wakeTx is used under resMu by any goroutine
+	// (the mutex provides the memory barrier libzmq needs to move a socket
+	// between threads).
 	zctx   *zmq.Context
 	router *zmq.Socket
 	zap    *zmq.Socket
@@ -136,18 +138,21 @@ type Server struct {
 	// runCtx is the context commands derive from; set before any
 	// goroutine that reads it starts.
 	runCtx context.Context
-	// Worker goroutines post results here and poke wake; the waker
-	// goroutine turns a poke into a message on wakeTx so that the socket
-	// goroutine's poll returns.
-	resMu   sync.Mutex
-	results []result
-	wake    chan struct{}
+	// Worker goroutines post results here and send one message on
+	// wakeTx (unless one is pending) so that the socket goroutine's poll
+	// returns.
+	resMu       sync.Mutex
+	results     []result
+	wakePending bool
 
 	serial    chan *job     // mutating commands, in order
 	statusSem chan struct{} // status commands running
 	wg        sync.WaitGroup
 
 	cache *replyCache // socket goroutine only
+	// refusals is when each refused CURVE key was last logged (socket
+	// goroutine only).
+	refusals map[string]time.Time
 }
 
 type serverState int
@@ -192,10 +197,10 @@ func NewServer(cfg ServerConfig, h Handler, logger *slog.Logger) (*Server, error
 		h:         h,
 		log:       logger.With("component", "orchestrator"),
 		cmds:      commandTable(),
-		wake:      make(chan struct{}, 1),
 		serial:    make(chan *job, cfg.QueueLen),
 		statusSem: make(chan struct{}, cfg.MaxConcurrentStatus),
 		cache:     newReplyCache(cfg.ReplyCacheSize, cfg.ReplyCacheClients, cfg.ReplyCacheTTL),
+		refusals:  make(map[string]time.Time),
 	}
 	scheme, _, ok := strings.Cut(cfg.Endpoint, "://")
 	if !ok || (scheme != "ipc" && scheme != "tcp") {
@@ -313,6 +318,12 @@ func (s *Server) bind() error {
 	}
 	if err := r.SetRouterMandatory(1); err != nil {
 		return fmt.Errorf("orchestrator: ZMQ_ROUTER_MANDATORY: %w", err)
+	}
+	// A client that reconnects with a fixed identity (to retry a request
+	// id from a new process) takes the identity over instead of being
+	// ignored while the server still holds the old connection.
+	if err := r.SetRouterHandover(true); err != nil {
+		return fmt.Errorf("orchestrator: ZMQ_ROUTER_HANDOVER: %w", err)
 	}
 	// Requests over the cap get an error reply; far over it, libzmq drops
 	// the connection rather than buffer them.
@@ -439,17 +450,21 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("control server listening", "endpoint", s.Endpoint(), "curve", s.publicKey != "")
 
 	s.wg.Add(2)
-	go s.waker(runCtx)
 	go s.executor()
+	// The end of runCtx must wake the poll. Run always cancels runCtx, so
+	// this runs exactly once and is waited for below.
+	context.AfterFunc(runCtx, func() {
+		defer s.wg.Done()
+		s.poke()
+	})
 
 	err := s.loop(runCtx)
 
 	// Stop: refuse what is queued, cancel what runs, wait, flush replies.
 	cancel()
 	close(s.serial)
-	s.wg.Wait()
+	s.wg.Wait() // no goroutine but this one uses the sockets now
 	s.deliverResults()
-	s.wakeTx = nil // closed by the waker
 	s.closeSockets()
 	s.mu.Lock()
 	s.state = stateStopped
@@ -649,7 +664,11 @@ func (s *Server) execute(j *job) {
 			s.log.Error("control reply not encodable", append(attrs, "error", err)...)
 		} else {
 			rep.Data = data
-			s.log.Info("control command done", attrs...)
+			level := slog.LevelInfo
+			if !j.cmd.mutating {
+				level = slog.LevelDebug // status is polled; keep the log for changes
+			}
+			s.log.Log(context.Background(), level, "control command done", attrs...)
 		}
 	}
 	s.post(result{job: j, reply: marshalReply(rep), final: true})
@@ -670,27 +689,26 @@ func (s *Server) call(ctx context.Context, j *job) (o outcome) {
 // post hands a result to the socket goroutine.
 func (s *Server) post(r result) {
 	s.resMu.Lock()
+	defer s.resMu.Unlock()
 	s.results = append(s.results, r)
-	s.resMu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.wakeLocked()
 }
 
-// waker turns posts into wake-up messages for the socket goroutine's poll
-// and owns wakeTx.
-func (s *Server) waker(ctx context.Context) {
-	defer s.wg.Done()
-	defer s.wakeTx.Close()
-	for {
-		select {
-		case <-s.wake:
-			s.wakeTx.Send("", zmq.DONTWAIT) // one pending wake-up is enough
-		case <-ctx.Done():
-			s.wakeTx.Send("", zmq.DONTWAIT)
-			return
-		}
+// poke wakes the socket goroutine (when Run's context ends).
+func (s *Server) poke() {
+	s.resMu.Lock()
+	defer s.resMu.Unlock()
+	s.wakeLocked()
+}
+
+// wakeLocked makes the socket goroutine's poll return; one pending
+// wake-up is enough. resMu must be held.
+func (s *Server) wakeLocked() {
+	if s.wakePending || s.wakeTx == nil {
+		return
+	}
+	if _, err := s.wakeTx.Send("", zmq.DONTWAIT); err == nil {
+		s.wakePending = true
 	}
 }
 
@@ -700,6 +718,7 @@ func (s *Server) deliverResults() {
 	s.resMu.Lock()
 	rs := s.results
 	s.results = nil
+	s.wakePending = false
 	s.resMu.Unlock()
 	now := time.Now()
 	for _, r := range rs {

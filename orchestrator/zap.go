@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	zmq "github.com/pebbe/zmq4"
 )
@@ -38,13 +39,29 @@ func (s *Server) serveZAP() {
 		}
 		key := zmq.Z85encode(string(creds[0]))
 		if !s.allowAny && !s.allowed[key] {
-			s.log.Warn("control connection refused: client key not allowed", "address", address, "client_key", key)
+			if s.shouldLogRefusal(key) {
+				s.log.Warn("control connection refused: client key not allowed", "address", address, "client_key", key)
+			}
 			s.zap.SendMessage(version, reqID, "400", "client key not allowed", "", "")
 			continue
 		}
 		s.log.Debug("control connection accepted", "address", address, "client_key", key)
 		s.zap.SendMessage(version, reqID, "200", "OK", key, "")
 	}
+}
+
+// shouldLogRefusal rate-limits refusal logs to one a minute per client
+// key: a refused client keeps reconnecting. Socket goroutine only.
+func (s *Server) shouldLogRefusal(key string) bool {
+	now := time.Now()
+	if last, ok := s.refusals[key]; ok && now.Sub(last) < time.Minute {
+		return false
+	}
+	if len(s.refusals) >= 1024 {
+		clear(s.refusals)
+	}
+	s.refusals[key] = now
+	return true
 }
 
 // z85Alphabet is ZeroMQ's Z85 alphabet (RFC 32).
