@@ -21,13 +21,21 @@ import (
 // Status may run concurrently with one of them. Every method must return
 // soon after ctx is done: the server waits for running calls when it stops.
 type Handler interface {
+	// Deploy starts a new IF and returns its status.
 	Deploy(ctx context.Context, args DeployArgs) (IFStatus, error)
+	// Remove stops an IF once its queue is empty.
 	Remove(ctx context.Context, args RemoveArgs) error
+	// Resize gives an IF a new share (through a shadow swap).
 	Resize(ctx context.Context, args ResizeArgs) (IFStatus, error)
+	// Swap replaces an IF by a shadow IF between batches.
 	Swap(ctx context.Context, args SwapArgs) (SwapResult, error)
+	// SetBatch changes an IF's batch bounds.
 	SetBatch(ctx context.Context, args SetBatchArgs) (IFStatus, error)
+	// ReloadProfile reads a profile and applies the differences.
 	ReloadProfile(ctx context.Context, args ReloadArgs) (ReloadResult, error)
+	// Status describes the appliance and its IFs (or one IF).
 	Status(ctx context.Context, args StatusArgs) (StatusReply, error)
+	// Drain stops admission and waits for queued requests.
 	Drain(ctx context.Context, args DrainArgs) (DrainResult, error)
 }
 

@@ -80,6 +80,7 @@ func (g *globals) register(fs *flag.FlagSet, getenv func(string) string) {
 // usageError is a command-line mistake (exit 2).
 type usageError struct{ msg string }
 
+// Error returns the message.
 func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error {
