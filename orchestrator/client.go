@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,13 +44,13 @@ type Client struct {
 	cfg      ClientConfig
 	endpoint string
 	idPrefix string
+	seq      atomic.Uint64
 
 	mu     sync.Mutex // guards everything below
 	zctx   *zmq.Context
 	sock   *zmq.Socket
 	mon    *zmq.Socket
 	poller *zmq.Poller
-	seq    uint64
 	// handshakeErr is the last failed handshake, reported when a call
 	// gets no reply.
 	handshakeErr *HandshakeError
@@ -202,10 +203,7 @@ func (c *Client) closeLocked() error {
 
 // NewRequestID returns a fresh request id, unique to this client.
 func (c *Client) NewRequestID() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seq++
-	return fmt.Sprintf("%s-%d", c.idPrefix, c.seq)
+	return fmt.Sprintf("%s-%d", c.idPrefix, c.seq.Add(1))
 }
 
 // Call sends cmd with args (any JSON-encodable value; nil for none) and
