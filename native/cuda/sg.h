@@ -399,6 +399,29 @@ SG_DEV float sg_act(float x, int act, float a, float b)
 	}
 }
 
+/* sg_act_fast inlines the activations common in epilogues and calls the
+ * out-of-line sg_act_call for the rest, so an unrolled loop does not inline
+ * a copy of every activation per element. */
+__attribute__((noinline))
+#ifndef SG_EMU
+__attribute__((device))
+#endif
+__attribute__((unused)) static float sg_act_call(float x, int act, float a, float b)
+{
+	return sg_act(x, act, a, b);
+}
+
+SG_DEV float sg_act_fast(float x, int act, float a, float b)
+{
+	if (act == SG_ACT_NONE)
+		return x;
+	if (act == SG_ACT_RELU)
+		return x > 0 ? x : 0;
+	if (act == SG_ACT_CLIP)
+		return x < a ? a : (x > b ? b : x);
+	return sg_act_call(x, act, a, b);
+}
+
 /* ---- block reductions (all SG_THREADS threads must call) -------------- */
 
 SG_DEV float sg_warp_sum(float v)

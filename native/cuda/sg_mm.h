@@ -110,27 +110,4 @@ struct sg_ld_b {
 	}
 };
 
-/* sg_act_fast inlines the activations common in epilogues and calls the
- * out-of-line sg_act_call for the rest, so a 16-output epilogue does not
- * inline sixteen copies of every activation. */
-__attribute__((noinline))
-#ifndef SG_EMU
-__attribute__((device))
-#endif
-static float sg_act_call(float x, int act, float a, float b)
-{
-	return sg_act(x, act, a, b);
-}
-
-SG_DEV float sg_act_fast(float x, int act, float a, float b)
-{
-	if (act == SG_ACT_NONE)
-		return x;
-	if (act == SG_ACT_RELU)
-		return x > 0 ? x : 0;
-	if (act == SG_ACT_CLIP)
-		return x < a ? a : (x > b ? b : x);
-	return sg_act_call(x, act, a, b);
-}
-
 #endif /* SG_MM_H */
