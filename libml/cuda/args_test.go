@@ -4,9 +4,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
 	"strings"
 	"testing"
 )
+
+// gpuWanted: SLUICE_GPU=1 asks for the GPU tests (a missing GPU then
+// fails them instead of skipping).
+func gpuWanted() bool { return os.Getenv("SLUICE_GPU") == "1" }
 
 // The sg_args layout: every field at its C offset, little endian.
 func TestArgsEncode(t *testing.T) {

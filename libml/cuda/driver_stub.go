@@ -2,7 +2,12 @@
 
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+)
+
+var logOnce sync.Once
 
 // Open reports ErrNoDriver: this build has no cgo (or is not linux), so
 // it cannot load libcuda.
@@ -12,10 +17,10 @@ func Open() (*Driver, error) {
 
 func openLib(string) (*Driver, error) { return Open() }
 
-// Available reports false, logging why through logf (when non-nil).
+// Available reports false; the first call with a logf logs why.
 func Available(logf func(format string, args ...any)) bool {
 	if logf != nil {
-		logf("cuda: GPU backend unavailable: built without cgo")
+		logOnce.Do(func() { logf("cuda: GPU backend unavailable: built without cgo") })
 	}
 	return false
 }

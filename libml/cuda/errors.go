@@ -23,6 +23,8 @@ type Error struct {
 	Msg  string
 }
 
+// Error formats the call, the driver's name of the result and its
+// description.
 func (e *Error) Error() string {
 	name := e.Name
 	if name == "" {

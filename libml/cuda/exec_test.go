@@ -5,7 +5,6 @@ package cuda
 import (
 	"encoding/binary"
 	"math"
-	"os"
 	"sync"
 	"testing"
 
@@ -40,17 +39,25 @@ type hostBuf interface {
 	Get() []byte
 }
 
-func gpuWanted() bool { return os.Getenv("SLUICE_GPU") == "1" }
-
 // ---- the emulator ------------------------------------------------------
 
-type emuExec struct{ opt emu.Options }
+// emuExec runs kernels on the emulator. With twice set, every launch
+// runs two times (a re-executed kernel must give the same result: blocks
+// are idempotent, REEF §4.4).
+type emuExec struct {
+	opt   emu.Options
+	twice bool
+}
 
 func (e *emuExec) Name() string {
+	n := "emu"
 	if e.opt.Reverse {
-		return "emu-reverse"
+		n += "-reverse"
 	}
-	return "emu"
+	if e.twice {
+		n += "-twice"
+	}
+	return n
 }
 func (e *emuExec) SMs() int {
 	if e.opt.SMs > 0 {
@@ -72,7 +79,18 @@ func (e *emuExec) Launch(kernel string, grid int, params []byte) error {
 	if grid == 0 {
 		return nil
 	}
+	if err := emu.Launch(kernel, grid, Threads, params, e.opt); err != nil || !e.twice {
+		return err
+	}
 	return emu.Launch(kernel, grid, Threads, params, e.opt)
+}
+
+// runsPerLaunch is how many times ex runs each launched kernel.
+func runsPerLaunch(ex executor) int {
+	if e, ok := ex.(*emuExec); ok && e.twice {
+		return 2
+	}
+	return 1
 }
 
 type emuHost struct {
@@ -174,10 +192,11 @@ func (h gpuHost) Dev() uint64  { return h.h.Dev }
 func (h gpuHost) Set(b []byte) { copy(h.h.Bytes(), b) }
 func (h gpuHost) Get() []byte  { return append([]byte(nil), h.h.Bytes()...) }
 
-// forEach runs fn on every executor.
+// forEach runs fn on every executor: the emulator in block order, the
+// emulator last block first with every kernel run twice, and the GPU.
 func forEach(t *testing.T, fn func(t *testing.T, ex executor)) {
 	t.Helper()
-	exs := []executor{&emuExec{}}
+	exs := []executor{&emuExec{}, &emuExec{opt: emu.Options{Reverse: true}, twice: true}}
 	if gpuWanted() {
 		g, err := openGPU()
 		if err != nil {

@@ -104,7 +104,11 @@ func TestKernelBinary(t *testing.T) {
 			}
 			closeTo(t, fmt.Sprintf("binop %d", op), download(t, ex, a.Out, n), want, tol)
 		}
-		// the contiguous fast path, and an in-place Mul (out == A)
+		// the contiguous fast path, and an in-place Mul (out == A): not
+		// idempotent, so not for the executor that runs kernels twice
+		if runsPerLaunch(ex) > 1 {
+			return
+		}
 		A, B := randVec(r, 3000, -2, 2), randVec(r, 3000, -2, 2)
 		var a Args
 		a.In[0], a.In[1] = upload(t, ex, A), upload(t, ex, B)

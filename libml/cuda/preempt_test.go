@@ -229,8 +229,8 @@ func TestTraceRing(t *testing.T) {
 			t.Fatal(err)
 		}
 		launchOn(t, ex, l, st, 0x1234, &a)
-		if s := readState(t, ex, st); s.RingHead != 2*uint64(l.Grid) {
-			t.Errorf("ring head %d, want %d", s.RingHead, 2*l.Grid)
+		if s := readState(t, ex, st); s.RingHead != uint64(2*l.Grid*runsPerLaunch(ex)) {
+			t.Errorf("ring head %d, want %d", s.RingHead, 2*l.Grid*runsPerLaunch(ex))
 		}
 		words := ring.Get()
 		starts, ends := map[int]bool{}, map[int]bool{}
