@@ -279,14 +279,15 @@ const PadMaxBE = 4
 const (
 	padKernSize = 464
 	// PadCtlSize is the size of sg_pad_ctl.
-	PadCtlSize = 56 + padKernSize*PadMaxBE
+	PadCtlSize = 80 + padKernSize*PadMaxBE
 	offPadNext = 0
 	offPadDone = 20
-	offPadNBE  = 40
-	offPadSMs  = 44
-	offPadOp   = 48
-	offPadGrid = 52
-	offPadBE   = 56
+	offPadLost = 40
+	offPadNBE  = 60
+	offPadSMs  = 64
+	offPadOp   = 68
+	offPadGrid = 72
+	offPadBE   = 80
 )
 
 // PadKernel is a best-effort kernel of a padded launch: Grid blocks
@@ -312,13 +313,17 @@ type PadCtl struct {
 	BE     []PadKernel
 }
 
-// Encode returns the control block, counters zeroed.
+// Encode returns the control block, ready for a launch: claim and done
+// counters zeroed, no block lost.
 func (c *PadCtl) Encode() ([]byte, error) {
 	if len(c.BE) > PadMaxBE {
 		return nil, fmt.Errorf("cuda: padded launch with %d best-effort kernels (max %d)", len(c.BE), PadMaxBE)
 	}
 	b := make([]byte, PadCtlSize)
 	le := binary.LittleEndian
+	for k := 0; k <= PadMaxBE; k++ {
+		le.PutUint32(b[offPadLost+4*k:], math.MaxUint32)
+	}
 	le.PutUint32(b[offPadNBE:], uint32(len(c.BE)))
 	le.PutUint32(b[offPadSMs:], c.RTSMs)
 	le.PutUint32(b[offPadOp:], uint32(c.RTOp))
@@ -337,13 +342,33 @@ func (c *PadCtl) Encode() ([]byte, error) {
 	return b, nil
 }
 
-// PadDone reads how many blocks of the RT kernel and of each BE kernel a
-// padded launch finished, from its control block copied back.
-func PadDone(ctl []byte) (rt uint32, be [PadMaxBE]uint32) {
+// PadResult is what a padded launch got done. Index 0 is the RT kernel,
+// 1+i the BE kernel i.
+type PadResult struct {
+	// Done counts the blocks that finished.
+	Done [1 + PadMaxBE]uint32
+	// Resume is the first block (relative to the kernel's T[TBase]) that
+	// may not have run: every block before it did. The host relaunches
+	// blocks Resume .. Grid-1 (blocks after Resume that did run run again:
+	// they are idempotent). Resume equals Grid when the kernel finished.
+	Resume [1 + PadMaxBE]uint32
+}
+
+// Result reads a padded launch's outcome from its control block copied
+// back from the device (c is the launch's description).
+func (c *PadCtl) Result(ctl []byte) PadResult {
 	le := binary.LittleEndian
-	rt = le.Uint32(ctl[offPadDone:])
-	for i := range be {
-		be[i] = le.Uint32(ctl[offPadDone+4*(i+1):])
+	var r PadResult
+	for k := 0; k <= PadMaxBE; k++ {
+		r.Done[k] = le.Uint32(ctl[offPadDone+4*k:])
+		grid := c.RTGrid
+		if k > 0 {
+			if k > len(c.BE) {
+				continue
+			}
+			grid = c.BE[k-1].Grid
+		}
+		r.Resume[k] = min(le.Uint32(ctl[offPadLost+4*k:]), le.Uint32(ctl[offPadNext+4*k:]), grid)
 	}
-	return rt, be
+	return r
 }

@@ -104,16 +104,21 @@ func TestPadCtlEncode(t *testing.T) {
 		t.Fatal(err)
 	}
 	le := binary.LittleEndian
-	if len(b) != PadCtlSize || le.Uint32(b[40:]) != 1 || le.Uint32(b[44:]) != 3 || le.Uint32(b[48:]) != 1 ||
-		le.Uint32(b[52:]) != 10 || le.Uint64(b[56+80:]) != 1234 || le.Uint64(b[56+432:]) != 0x55 ||
-		le.Uint32(b[56+448:]) != 8 || le.Uint32(b[56+452:]) != 7 || le.Uint32(b[56+460:]) != 8 {
+	if len(b) != PadCtlSize || le.Uint32(b[60:]) != 1 || le.Uint32(b[64:]) != 3 || le.Uint32(b[68:]) != 1 ||
+		le.Uint32(b[72:]) != 10 || le.Uint64(b[80+80:]) != 1234 || le.Uint64(b[80+432:]) != 0x55 ||
+		le.Uint32(b[80+448:]) != 8 || le.Uint32(b[80+452:]) != 7 || le.Uint32(b[80+460:]) != 8 ||
+		le.Uint32(b[40:]) != math.MaxUint32 || le.Uint32(b[0:]) != 0 {
 		t.Errorf("control block misplaced")
 	}
+	// RT: 10 claimed, 10 done. BE 0: 6 claimed, 5 done, block 3 cut.
+	le.PutUint32(b[0:], 12)
 	le.PutUint32(b[20:], 10)
+	le.PutUint32(b[4:], 6)
 	le.PutUint32(b[24:], 5)
-	rt, be := PadDone(b)
-	if rt != 10 || be[0] != 5 {
-		t.Errorf("PadDone %d %v", rt, be)
+	le.PutUint32(b[44:], 3)
+	res := c.Result(b)
+	if res.Done[0] != 10 || res.Resume[0] != 10 || res.Done[1] != 5 || res.Resume[1] != 3 {
+		t.Errorf("Result %+v", res)
 	}
 	c.BE = make([]PadKernel, PadMaxBE+1)
 	if _, err := c.Encode(); err == nil {

@@ -67,8 +67,8 @@ func newPadCase(t *testing.T, ex executor, r *rand.Rand) *padCase {
 }
 
 // run launches the padded kernel: RT blocks on SMs [0, rtSMs), BE 0 and
-// BE 1 on halves of the rest; returns the blocks each finished.
-func (p *padCase) run(t *testing.T, ex executor, physical int) (rt uint32, be [PadMaxBE]uint32) {
+// BE 1 on halves of the rest; returns the outcome.
+func (p *padCase) run(t *testing.T, ex executor, physical int) PadResult {
 	n := ex.SMs()
 	rtSMs := max(1, n/4)
 	mid := rtSMs + (n-rtSMs)/2
@@ -86,40 +86,48 @@ func (p *padCase) run(t *testing.T, ex executor, physical int) (rt uint32, be [P
 		t.Fatal(err)
 	}
 	ex.Read(t, cb, cp)
-	return PadDone(cb)
+	return ctl.Result(cb)
 }
 
-// check verifies the RT result and the BE blocks that ran, then finishes
-// the BE kernels with ordinary launches from where padding left them.
-func (p *padCase) check(t *testing.T, ex executor, rt uint32, be [PadMaxBE]uint32) {
-	if int(rt) != p.rtL.Grid {
-		t.Errorf("RT blocks done %d of %d", rt, p.rtL.Grid)
+// check verifies the blocks of each kernel before its resume point (and,
+// when no stream was preempted, that no block past it wrote), then
+// relaunches every kernel from there with ordinary launches and verifies
+// the whole results.
+func (p *padCase) check(t *testing.T, ex executor, res PadResult, preempted bool) {
+	got := download(t, ex, p.rt.Out, len(p.rtWant))
+	if int(res.Resume[0]) == p.rtL.Grid {
+		closeTo(t, "RT gemm", got, p.rtWant, tol)
 	}
-	closeTo(t, "RT gemm", download(t, ex, p.rt.Out, len(p.rtWant)), p.rtWant, tol)
 	got0 := download(t, ex, p.be0.Out, p.n0)
-	k := int(be[0]) * ElemsPerBlock
+	k := int(res.Resume[1]) * ElemsPerBlock
 	closeTo(t, "BE unary, padded part", got0[:k], p.be0W[:k], tol)
-	if !allSentinel(got0[k:]) {
-		t.Errorf("BE unary wrote past its %d finished blocks", be[0])
+	if !preempted && !allSentinel(got0[k:]) {
+		t.Errorf("BE unary wrote past its %d finished blocks", res.Done[1])
 	}
 	got1 := download(t, ex, p.be1.Out, len(p.be1W))
-	k = int(be[1]) * p.cols1
+	k = int(res.Resume[2]) * p.cols1
 	closeTo(t, "BE layernorm, padded part", got1[:k], p.be1W[:k], tol)
-	if !allSentinel(got1[k:]) {
-		t.Errorf("BE layernorm wrote past its %d finished blocks", be[1])
+	if !preempted && !allSentinel(got1[k:]) {
+		t.Errorf("BE layernorm wrote past its %d finished blocks", res.Done[2])
 	}
-	for _, f := range []struct {
-		a    *Args
-		l    Launch
-		done uint32
-		st   uint64
-	}{{p.be0, p.be0L, be[0], p.be0St}, {p.be1, p.be1L, be[1], p.be1St}} {
+	plain := &emuExec{}
+	var rex executor = plain
+	if _, ok := ex.(*gpuExec); ok {
+		rex = ex
+	}
+	for i, f := range []struct {
+		a  *Args
+		l  Launch
+		st uint64
+	}{{p.rt, p.rtL, p.rtSt}, {p.be0, p.be0L, p.be0St}, {p.be1, p.be1L, p.be1St}} {
+		setFlag(t, rex, f.st, 0)
 		rest := *f.a
-		rest.T[TBase] = int64(f.done)
-		if err := ex.Launch(f.l.Kernel, f.l.Grid-int(f.done), Pack(f.st, 5, &rest)); err != nil {
+		rest.T[TBase] = int64(res.Resume[i])
+		if err := rex.Launch(f.l.Kernel, f.l.Grid-int(res.Resume[i]), Pack(f.st, 5, &rest)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	closeTo(t, "RT gemm, finished", download(t, ex, p.rt.Out, len(p.rtWant)), p.rtWant, tol)
 	closeTo(t, "BE unary, finished", download(t, ex, p.be0.Out, p.n0), p.be0W, tol)
 	closeTo(t, "BE layernorm, finished", download(t, ex, p.be1.Out, len(p.be1W)), p.be1W, tol)
 }
@@ -143,19 +151,22 @@ func TestPad(t *testing.T) {
 		t.Run(ex.Name(), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(41, 42))
 			p := newPadCase(t, ex, r)
-			rt, be := p.run(t, ex, 2*ex.SMs())
-			t.Logf("RT %d/%d blocks, BE unary %d/%d, BE layernorm %d/%d", rt, p.rtL.Grid,
-				be[0], p.be0L.Grid, be[1], p.be1L.Grid)
-			if ex.Name() == "emu-reverse" && (be[0] != 0 || int(be[1]) != p.be1L.Grid) {
-				t.Errorf("reversed emulation: BE blocks done %v", be[:2])
+			res := p.run(t, ex, 2*ex.SMs())
+			t.Logf("RT %d/%d blocks, BE unary %d/%d, BE layernorm %d/%d", res.Done[0], p.rtL.Grid,
+				res.Done[1], p.be0L.Grid, res.Done[2], p.be1L.Grid)
+			if int(res.Done[0]) != p.rtL.Grid || res.Resume != res.Done {
+				t.Errorf("RT unfinished or blocks lost without preemption: %+v", res)
 			}
-			if be[1] > 0 && readState(t, ex, p.be1St).Exec != 4 {
+			if ex.Name() == "emu-reverse" && (res.Done[1] != 0 || int(res.Done[2]) != p.be1L.Grid) {
+				t.Errorf("reversed emulation: BE blocks done %v", res.Done[1:3])
+			}
+			if res.Done[2] > 0 && readState(t, ex, p.be1St).Exec != 4 {
 				t.Errorf("BE 1 execution index not recorded")
 			}
 			if readState(t, ex, p.rtSt).Exec != 1 {
 				t.Errorf("RT execution index not recorded")
 			}
-			p.check(t, ex, rt, be)
+			p.check(t, ex, res, false)
 		})
 	}
 }
@@ -168,13 +179,54 @@ func TestPadPreemptedBE(t *testing.T) {
 	r := rand.New(rand.NewPCG(43, 44))
 	p := newPadCase(t, ex, r)
 	setFlag(t, ex, p.be1St, 1)
-	rt, be := p.run(t, ex, 2*ex.SMs())
-	if be[0] != 0 || be[1] != 0 {
-		t.Errorf("BE done %v with BE 1 preempted", be[:2])
+	res := p.run(t, ex, 2*ex.SMs())
+	if res.Done[1] != 0 || res.Done[2] != 0 || int(res.Done[0]) != p.rtL.Grid {
+		t.Errorf("done %v with BE 1 preempted", res.Done)
 	}
 	if s := readState(t, ex, p.be1St); s.Exec != -1 {
 		t.Errorf("preempted BE 1 recorded execution index %d", s.Exec)
 	}
-	setFlag(t, ex, p.be1St, 0)
-	p.check(t, ex, rt, be)
+	p.check(t, ex, res, true)
+}
+
+// A BE stream preempted while its blocks run in a padded launch: the
+// block cut short is reported lost, and the kernel resumes from it.
+func TestPadPreemptedBEMidBlock(t *testing.T) {
+	r := rand.New(rand.NewPCG(47, 48))
+	ex := &emuExec{opt: emu.Options{Reverse: true}}
+	p := newPadCase(t, ex, r)
+	// physical block 15 (SM 7: BE 1's) takes layer-norm rows one after
+	// another; its 20th barrier falls in the third row's block
+	ex.opt = emu.Options{Reverse: true, Preempt: true, PreemptBlock: 15, PreemptAfterSyncs: 20, PreemptAddr: p.be1St}
+	res := p.run(t, ex, 2*ex.SMs())
+	if res.Resume[2] == 0 || int(res.Resume[2]) >= p.be1L.Grid || res.Resume[2] > res.Done[2] {
+		t.Errorf("BE 1 preempted mid-block: %+v", res)
+	}
+	if int(res.Done[0]) != p.rtL.Grid {
+		t.Errorf("RT unfinished: %+v", res)
+	}
+	t.Logf("BE 1: %d blocks done, resume at %d", res.Done[2], res.Resume[2])
+	p.check(t, ex, res, true)
+}
+
+// When the RT stream is preempted during a padded launch, no block takes
+// more work: the launch ends with the RT kernel unfinished, and the RT
+// kernel is restored by running it again (it is idempotent).
+func TestPadPreemptedRT(t *testing.T) {
+	// physical block 0 (an RT SM) runs RT blocks one after another; the
+	// flag is set at its 12th barrier, the last of the first RT block
+	// (prologue 1, then per block: claim, load, 4 K slices x 2, done),
+	// which is then reported lost, conservatively
+	ex := &emuExec{opt: emu.Options{Preempt: true, PreemptBlock: 0, PreemptAfterSyncs: 12}}
+	r := rand.New(rand.NewPCG(45, 46))
+	p := newPadCase(t, ex, r)
+	res := p.run(t, ex, 2*ex.SMs())
+	if int(res.Resume[0]) >= p.rtL.Grid || res.Done[1] != 0 || res.Done[2] != 0 {
+		t.Errorf("after the RT stream was preempted: %+v", res)
+	}
+	if s := readState(t, ex, p.rtSt); s.Flag != 1 || s.Exec != 1 {
+		t.Errorf("RT state %+v", s)
+	}
+	t.Logf("RT: %d blocks done, resume at %d", res.Done[0], res.Resume[0])
+	p.check(t, ex, res, true)
 }

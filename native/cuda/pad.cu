@@ -13,15 +13,19 @@
  *     BE block never outlives the RT kernel by more than one BE block:
  *     REEF's Rule 1 bounds that by the selector), then help with RT
  *     blocks left unclaimed, then exit.
- * After the launch, done[1+i] says how many blocks of BE kernel i ran
- * (blocks base .. base+done-1): the host launches the rest later with
- * t[SG_T_BASE] advanced.
+ * After the launch, every block of kernel k (0 = RT, 1+i = BE i) below
+ * min(lost[k], next[k], grid) has run: the host relaunches the rest with
+ * t[SG_T_BASE] advanced that far. A block whose stream was preempted
+ * while it ran may have stopped early: it lowers lost[k] instead of
+ * counting in done[k] (blocks finish out of order, so done[k] alone
+ * cannot say which ones ran).
  *
  * The candidate kernels' bodies are the family files' bodies, inlined
  * behind one switch: REEF's "global function pointers" without a jump.
  * All kernels share SG_THREADS threads per block. Each kernel's blocks
  * check its own stream's flag: a preempted BE stream stops taking blocks
- * and its running blocks exit at their next poll, while RT blocks go on.
+ * and its running blocks exit at their next poll, while RT blocks go on;
+ * when the RT stream is preempted, no block takes any more work.
  *
  * Parameters: the usual three (RT stream state, RT execution index, RT
  * arguments) and 3: sg_pad *pad.
@@ -59,15 +63,18 @@ typedef struct sg_pad_kern {
 	sg_u32 sm_hi;  /* 460 */
 } sg_pad_kern;
 
-/* The control block of a padded launch (56 + 464 * SG_PAD_MAX_BE bytes). */
+/* The control block of a padded launch (80 + 464 * SG_PAD_MAX_BE bytes).
+ * The host sets next and done to 0 and lost to ~0 before each launch. */
 typedef struct sg_pad_ctl {
 	sg_u32 next[1 + SG_PAD_MAX_BE]; /*  0 claim counters: RT, BE 0.. */
-	sg_u32 done[1 + SG_PAD_MAX_BE]; /* 20 finished blocks: RT, BE 0.. */
-	sg_u32 nbe;                     /* 40 BE kernels */
-	sg_u32 rt_sms;                  /* 44 SMs [0, rt_sms) run RT blocks */
-	int rt_op;                      /* 48 */
-	sg_u32 rt_grid;                 /* 52 RT blocks: t[SG_T_BASE] .. */
-	sg_pad_kern be[SG_PAD_MAX_BE];  /* 56 */
+	sg_u32 done[1 + SG_PAD_MAX_BE]; /* 20 blocks finished */
+	sg_u32 lost[1 + SG_PAD_MAX_BE]; /* 40 lowest block cut by preemption */
+	sg_u32 nbe;                     /* 60 BE kernels */
+	sg_u32 rt_sms;                  /* 64 SMs [0, rt_sms) run RT blocks */
+	int rt_op;                      /* 68 */
+	sg_u32 rt_grid;                 /* 72 RT blocks: t[SG_T_BASE] .. */
+	sg_u32 _pad;                    /* 76 */
+	sg_pad_kern be[SG_PAD_MAX_BE];  /* 80 */
 } sg_pad_ctl;
 
 SG_DEV void sg_run_op(int op, const sg_args &a, sg_i64 blk, sg_state *st)
@@ -158,7 +165,10 @@ SG_KERNEL void sg_pad(sg_state *st, sg_i64 idx, const sg_args a, sg_pad_ctl *pad
 		if (t == 0) {
 			int w = SG_PAD_NONE;
 			sg_u32 v = 0;
-			if (role == SG_PAD_RT) {
+			if (st->flag) {
+				/* the RT stream is preempted: the launch dies */
+				role = SG_PAD_NONE;
+			} else if (role == SG_PAD_RT) {
 				v = sg_atomic_add32(&pad->next[0], 1);
 				if (v < rt_grid)
 					w = SG_PAD_RT;
@@ -218,7 +228,10 @@ SG_KERNEL void sg_pad(sg_state *st, sg_i64 idx, const sg_args a, sg_pad_ctl *pad
 		sg_sync();
 		if (t == 0) {
 			sg_fence();
-			sg_atomic_add32(&pad->done[w + 1], 1);
+			if (ks->flag)
+				sg_atomic_min32(&pad->lost[w + 1], v);
+			else
+				sg_atomic_add32(&pad->done[w + 1], 1);
 		}
 	}
 	sg_leave(st, idx, sg_bid());

@@ -87,6 +87,10 @@ SG_DEV sg_u64 sg_atomic_add64(sg_u64 *p, sg_u64 v)
 {
 	return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
+SG_DEV sg_u32 sg_atomic_min32(sg_u32 *p, sg_u32 v)
+{
+	return __atomic_fetch_min(p, v, __ATOMIC_RELAXED);
+}
 /* A GPU-scope fence: earlier writes are visible before later ones. */
 SG_DEV void sg_fence(void) { __nvvm_membar_gl(); }
 

@@ -8,8 +8,9 @@
  *
  * Test hooks: the SM count behind %smid (block b runs on SM b % nsm), and
  * a preemption trigger: when block `pre_block` of the launch has
- * completed `pre_syncs` barriers, the emulator sets the launch's stream
- * flag (its first parameter), as the host would mid-kernel.
+ * completed `pre_syncs` barriers, the emulator sets a stream flag (by
+ * default the launch's own, its first parameter), as the host would
+ * mid-kernel.
  */
 #include "sg_emu_api.h"
 
@@ -217,7 +218,8 @@ int sg_emu_kernels(char *buf, int len)
 
 int sg_emu_launch(const char *name, unsigned grid, unsigned block,
 		  const void *params, int nsm, int reverse, long long pre_block,
-		  long long pre_syncs, char *err, int errlen)
+		  long long pre_syncs, unsigned long long pre_flag, char *err,
+		  int errlen)
 {
 	reg *r = registry;
 	while (r && strcmp(r->name, name) != 0)
@@ -244,6 +246,8 @@ int sg_emu_launch(const char *name, unsigned grid, unsigned block,
 	E.nsm = nsm > 0 ? (sg_u32)nsm : 1;
 	int *flag;
 	memcpy(&flag, params, sizeof flag); /* parameter 0: the stream state */
+	if (pre_flag)
+		flag = (int *)(uintptr_t)pre_flag;
 	for (sg_u32 i = 0; i < grid; i++) {
 		sg_u32 b = reverse ? grid - 1 - i : i;
 		E.bid = b;

@@ -54,6 +54,13 @@ SG_DEV sg_u64 sg_atomic_add64(sg_u64 *p, sg_u64 v)
 	*p = o + v;
 	return o;
 }
+SG_DEV sg_u32 sg_atomic_min32(sg_u32 *p, sg_u32 v)
+{
+	sg_u32 o = *p;
+	if (v < o)
+		*p = v;
+	return o;
+}
 SG_DEV void sg_fence(void) {}
 SG_DEV float sg_ex2(float x) { return exp2f(x); }
 SG_DEV float sg_lg2(float x) { return log2f(x); }

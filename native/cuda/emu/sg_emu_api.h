@@ -16,12 +16,13 @@ int sg_emu_kernels(char *buf, int len);
 /* sg_emu_launch runs kernel name over grid blocks of block threads with
  * the packed parameter buffer params (the PTX layout). nsm: SMs behind
  * %smid. reverse: run the blocks last to first. If pre_block >= 0, the
- * stream flag (parameter 0) is set before block pre_block starts
- * (pre_syncs <= 0) or once it has completed pre_syncs barriers. Returns
- * 0, or -1 with a message in err. */
+ * flag at pre_flag (0: the launch's stream flag, parameter 0) is set
+ * before block pre_block starts (pre_syncs <= 0) or once it has completed
+ * pre_syncs barriers. Returns 0, or -1 with a message in err. */
 int sg_emu_launch(const char *name, unsigned grid, unsigned block,
 		  const void *params, int nsm, int reverse, long long pre_block,
-		  long long pre_syncs, char *err, int errlen);
+		  long long pre_syncs, unsigned long long pre_flag, char *err,
+		  int errlen);
 
 #ifdef __cplusplus
 }

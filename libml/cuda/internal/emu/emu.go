@@ -53,6 +53,9 @@ type Options struct {
 	Preempt           bool
 	PreemptBlock      int64
 	PreemptAfterSyncs int64
+	// PreemptAddr is the address of the flag to set (0: the launch's
+	// own stream flag, at its parameter 0).
+	PreemptAddr uint64
 }
 
 // Kernels lists the kernels the emulator knows.
@@ -94,7 +97,8 @@ func Launch(name string, grid, block int, params []byte, opt Options) error {
 		rev = 1
 	}
 	rc := C.sg_emu_launch(cname, C.uint(grid), C.uint(block), cp, C.int(opt.SMs), rev,
-		C.longlong(pre), C.longlong(opt.PreemptAfterSyncs), &errbuf[0], C.int(len(errbuf)))
+		C.longlong(pre), C.longlong(opt.PreemptAfterSyncs), C.ulonglong(opt.PreemptAddr),
+		&errbuf[0], C.int(len(errbuf)))
 	mu.Unlock()
 	if rc != 0 {
 		return errors.New("emu: " + C.GoString(&errbuf[0]))
