@@ -71,7 +71,7 @@ cuda-deps:
 	  dpkg-deb --fsys-tarfile $$deb | tar -x -C $(CUDA_DIR) ./usr/bin/ptxas && \
 	  echo "ptxas from $$(basename $$deb)" > $(CUDA_DIR)/ptxas.source && \
 	  rm -rf $(CUDA_APT) || { rm -rf $(CUDA_APT); echo "cuda-deps: could not fetch ptxas" >&2; exit 1; }; \
-	  $(PTXAS) --version | tail -1; \
+	  $(PTXAS) --version | grep release; \
 	fi
 
 cuda-ptx: cuda-deps
@@ -103,3 +103,12 @@ cuda-ptx: cuda-deps
 	  fi; \
 	fi
 	@echo "cuda-ptx: $(words $(CUDA_SRCS)) files, PTX in $(CUDA_PTX_DIR)"
+
+# `make cuda-gpu-bin`: the libml/cuda test binary, to carry to a GPU
+# machine (it needs nothing else: the PTX is embedded). There:
+#   SLUICE_GPU=1 ./cuda.test -test.v
+#   SLUICE_GPU=1 ./cuda.test -test.run - -test.bench GPU
+.PHONY: cuda-gpu-bin
+cuda-gpu-bin:
+	@mkdir -p $(BIN)
+	$(GO) test -c -o $(BIN)/cuda.test ./libml/cuda/

@@ -144,11 +144,12 @@ func openGPU() (*gpuExec, error) {
 func (g *gpuExec) Name() string { return "gpu" }
 func (g *gpuExec) SMs() int     { return g.dev.SMs }
 func (g *gpuExec) Alloc(t testing.TB, n int) uint64 {
+	n = max(4, (n+3)&^3) // whole words for the memset
 	p, err := g.dev.Alloc(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.dev.Memset32(p, 0, (n+3)/4); err != nil {
+	if err := g.dev.Memset32(p, 0, n/4); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.dev.Free(p) })
