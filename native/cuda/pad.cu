@@ -5,10 +5,9 @@
  * best-effort (BE) kernels in one launch. Blocks pick their work by the
  * SM they landed on (%smid): blocks on SMs [0, rt_sms) run RT blocks,
  * blocks on a BE kernel's SM range [sm_lo, sm_hi) run that kernel's
- * blocks. %smid values need not be contiguous (an H100 has 132 SMs among
- * 144 ids): the ranges are in %smid values, which the host can learn with
- * sg_clock; a block on an SM outside every range only helps the RT
- * kernel. Work is claimed through counters in the sg_pad control block
+ * blocks. PTX does not promise contiguous %smid values: the ranges are
+ * in %smid values, which the host can learn with sg_clock; a block on an
+ * SM outside every range only helps the RT kernel. Work is claimed through counters in the sg_pad control block
  * (device memory, counters zeroed by the host before each launch), so
  * every RT block runs exactly once whatever the placement:
  *   - RT-SM blocks claim RT blocks until there are none left;
