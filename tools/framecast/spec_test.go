@@ -106,14 +106,14 @@ func TestParseArgs(t *testing.T) {
 		t.Errorf("default stream: %+v, %v", cfg.Streams, err)
 	}
 	for args, want := range map[string]string{
-		"-duration 0s":                            "-duration 0s",
-		"-timeout -1s":                            "-timeout -1s",
-		"-frag 0":                                 "-frag 0: want 1..65467",
-		"-frames 0":                               "-frames 0",
-		"-flow 4294967296":                        "-flow 4294967296",
-		"-frag 1 -stream model=1,size=100000":     "more than 65535: raise -frag",
-		"-stream model=1,rate=x":                  `rate "x"`,
-		"stray":                                   `unexpected argument "stray"`,
+		"-duration 0s":                        "-duration 0s",
+		"-timeout -1s":                        "-timeout -1s",
+		"-frag 0":                             "-frag 0: want 1..65467",
+		"-frames 0":                           "-frames 0",
+		"-flow 4294967296":                    "-flow 4294967296",
+		"-frag 1 -stream model=1,size=100000": "more than 65535: raise -frag",
+		"-stream model=1,rate=x":              `rate "x"`,
+		"stray":                               `unexpected argument "stray"`,
 		"-flow 4294967295 -stream model=1 -stream model=2": "flow ids past 4294967295",
 	} {
 		_, _, err := parseArgs(strings.Fields(args), io.Discard)
