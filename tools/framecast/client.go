@@ -185,9 +185,10 @@ func (c *client) sweepEvery() time.Duration {
 	return max(time.Millisecond, min(10*time.Millisecond, c.cfg.Timeout/10))
 }
 
-// runStreams sends for the run's duration (or until ctx ends), waits for
-// the last responses (at most -timeout), and stops every goroutine it
-// started. It returns how long the streams sent.
+// runStreams sends for the run's duration (or until ctx ends, or every
+// stream's arrivals run out), waits for the last responses (at most
+// -timeout), and stops every goroutine it started. It returns the send
+// window that rates are computed over.
 func (c *client) runStreams(ctx context.Context, progress *progressOut) time.Duration {
 	c.mu.Lock()
 	c.start = time.Now()
@@ -211,7 +212,12 @@ func (c *client) runStreams(ctx context.Context, progress *progressOut) time.Dur
 		senders.Go(func() { c.send(sendCtx, st) })
 	}
 	senders.Wait()
-	sending := min(time.Since(c.start), c.cfg.Duration)
+	// Rates are per -duration even when a stream's arrivals ran out
+	// early; an interrupted run counts the time it sent.
+	sending := c.cfg.Duration
+	if ctx.Err() != nil {
+		sending = min(time.Since(c.start), c.cfg.Duration)
+	}
 	c.drain(time.Now().Add(c.cfg.Timeout + 2*c.sweepEvery()))
 	close(stopAux)
 	aux.Wait()

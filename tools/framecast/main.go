@@ -38,8 +38,14 @@ func main() {
 		}
 		os.Exit(2)
 	}
+	// The first interrupt stops sending (the report still comes, after
+	// the last responses); a second one kills.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	var prog *progressOut
 	if !quiet {
 		prog = &progressOut{w: os.Stderr, tty: isTerminal(os.Stderr), width: func() int { return terminalWidth(os.Stderr) }}

@@ -53,6 +53,7 @@ func scrapeBatches(ctx context.Context, url string) (map[ifKey]batchCounts, erro
 	if err != nil {
 		return nil, fmt.Errorf("metrics %s: %w", url, err)
 	}
+	req.Close = true // leave no idle connection (nor its goroutines) behind
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
