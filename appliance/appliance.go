@@ -33,14 +33,38 @@ import (
 
 // Appliance is a running sluice.
 type Appliance struct {
-	prof     *Profile
 	log      *slog.Logger
+	metrics  *metricsSet
+	started  time.Time
+	draining atomic.Bool
+
+	mu       sync.Mutex // guards everything below
+	prof     *Profile
+	path     string // the profile's file, for reloads ("" when parsed from text)
 	backends map[string]libml.Backend
-	ifs      []*ifmanager.IF
+	ifs      map[string]*ifRun
+	order    []string // IF names in profile order
 	ports    []*portRun
 	eal      bool
+	running  bool
+	ifCtx    context.Context
+	ifWG     sync.WaitGroup
+
 	// metricsAddr is the metrics listener's address (a string).
 	metricsAddr atomic.Value
+	// controlEndpoint is the bound control endpoint (a string).
+	controlEndpoint atomic.Value
+}
+
+// ifRun is one IF and what the appliance knows about it.
+type ifRun struct {
+	spec IFSection
+	f    *ifmanager.IF
+	obs  *ifObserver
+	// tuner is the self-tuning share state (nil without auto_share).
+	tuner atomic.Pointer[ifmanager.ShareTuner]
+	// arrivals is the admitted count at the last tuning round.
+	arrivals uint64
 }
 
 type portRun struct {
@@ -52,23 +76,28 @@ type portRun struct {
 }
 
 // New loads models and opens ports as the profile says. Close undoes it.
+// path is the profile's file, used by reloads without a path.
 func New(ctx context.Context, prof *Profile, log *slog.Logger) (_ *Appliance, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &Appliance{prof: prof, log: log, backends: map[string]libml.Backend{}}
+	a := &Appliance{prof: prof, log: log, backends: map[string]libml.Backend{}, ifs: map[string]*ifRun{},
+		metrics: newMetricsSet(), started: time.Now()}
+	a.metrics.registerCollector(a)
 	defer func() {
 		if err != nil {
 			a.Close()
 		}
 	}()
 	for i := range prof.IFs {
-		f, err := a.loadIF(ctx, &prof.IFs[i])
+		r, err := a.loadIF(ctx, prof.IFs[i])
 		if err != nil {
 			return nil, err
 		}
-		a.ifs = append(a.ifs, f)
+		a.ifs[r.spec.Name] = r
+		a.order = append(a.order, r.spec.Name)
 	}
+	a.applyShares(false)
 	for i := range prof.Ports {
 		pr, err := a.openPort(ctx, &prof.Ports[i])
 		if err != nil {
@@ -77,6 +106,13 @@ func New(ctx context.Context, prof *Profile, log *slog.Logger) (_ *Appliance, er
 		a.ports = append(a.ports, pr)
 	}
 	return a, nil
+}
+
+// SetProfilePath records the file the profile came from, for reloads.
+func (a *Appliance) SetProfilePath(path string) {
+	a.mu.Lock()
+	a.path = path
+	a.mu.Unlock()
 }
 
 func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, error) {
@@ -99,19 +135,19 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 	return b, nil
 }
 
-func (a *Appliance) loadIF(ctx context.Context, s *IFSection) (*ifmanager.IF, error) {
+// loadInstance loads the model an IF section names.
+func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backend, libml.Instance, error) {
 	be, err := a.backend(ctx, s.Backend)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	start := time.Now()
 	var inst libml.Instance
 	kind, ref, _ := strings.Cut(s.Model, ":")
 	switch {
 	case kind == "onnx" && s.Backend == "ort":
 		data, rerr := os.ReadFile(ref)
 		if rerr != nil {
-			return nil, fmt.Errorf("appliance: IF %q: %w", s.Name, rerr)
+			return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, rerr)
 		}
 		inst, err = be.(*ort.Backend).LoadONNX(ctx, s.Name, data, ort.ModelOptions{InputShape: s.InputShape})
 	default:
@@ -122,33 +158,50 @@ func (a *Appliance) loadIF(ctx context.Context, s *IFSection) (*ifmanager.IF, er
 			g, err = onnx.ReadFile(ref)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
+			return nil, nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
 		}
 		if len(s.InputShape) > 0 {
 			if err := fixInputShape(g, s.InputShape); err != nil {
-				return nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
+				return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
 			}
 		}
 		inst, err = be.LoadModel(ctx, s.Name, g)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
+		return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
+	}
+	return be, inst, nil
+}
+
+// loadIF loads an IF's model and makes the IF (not yet started or routed).
+func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
+	start := time.Now()
+	be, inst, err := a.loadInstance(ctx, &s)
+	if err != nil {
+		return nil, err
 	}
 	class := wire.ClassBE
 	if s.Class == "rt" {
 		class = wire.ClassRT
 	}
+	obs := a.metrics.observer(s.Name, s.Class)
 	f, err := ifmanager.New(ifmanager.Config{Name: s.Name, ModelID: uint16(s.ModelID), Class: class,
-		MaxBatch: s.MaxBatch, QueueLen: s.QueueLen, Input: ifmanager.InputFormat(s.Input),
-		Mean: s.Mean, Std: s.Std, SLO: s.SLO()}, be, inst, a.log)
+		MinBatch: s.MinBatch, MaxBatch: s.MaxBatch, QueueLen: s.QueueLen, Input: ifmanager.InputFormat(s.Input),
+		Mean: s.Mean, Std: s.Std, SLO: s.SLO(), Batching: s.Batching, Share: s.Share}, be, inst, obs, a.log)
 	if err != nil {
-		inst.Close()
+		_ = inst.Close()
 		return nil, err
+	}
+	r := &ifRun{spec: s, f: f, obs: obs}
+	obs.run = r
+	if s.AutoShare {
+		r.tuner.Store(ifmanager.NewShareTuner(s.SLO()))
 	}
 	a.log.Info("IF loaded", "if", s.Name, "model", s.Model, "backend", s.Backend, "model_id", s.ModelID,
 		"class", s.Class, "input_shape", inst.InputShape(), "output_shape", inst.OutputShape(),
-		"request_bytes", f.RequestBytes(), "load_ms", time.Since(start).Milliseconds())
-	return f, nil
+		"request_bytes", f.RequestBytes(), "share", s.Share, "auto_share", s.AutoShare,
+		"load_ms", time.Since(start).Milliseconds())
+	return r, nil
 }
 
 // fixInputShape gives the graph's data input (the one input that is not an
@@ -221,8 +274,8 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 		return nil, fmt.Errorf("appliance: port %s: %w", s.Name, err)
 	}
 	router := ifmanager.NewRouter(ifmanager.Origin{Out: out})
-	for _, f := range a.ifs {
-		if err := router.Add(f); err != nil {
+	for _, name := range a.order {
+		if err := router.Add(a.ifs[name].f); err != nil {
 			port.Close()
 			return nil, err
 		}
@@ -252,22 +305,45 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 // served and answered, and Run returns.
 func (a *Appliance) Run(ctx context.Context) error {
 	var ready atomic.Bool
+	hctx, stopAux := context.WithCancel(context.Background())
+	defer stopAux()
 	if m := a.prof.Appliance.Metrics; m != "off" {
-		hctx, stopHTTP := context.WithCancel(context.Background())
-		defer stopHTTP()
 		if err := a.serveHTTP(hctx, m, &ready); err != nil {
 			return err
 		}
 	}
-	ifCtx, stopIFs := context.WithCancel(context.Background())
-	var ifWG sync.WaitGroup
-	for _, f := range a.ifs {
-		ifWG.Add(1)
+	var auxWG sync.WaitGroup
+	defer auxWG.Wait()
+	if a.prof.Appliance.Control != "off" {
+		srv, err := a.newControlServer()
+		if err != nil {
+			return err
+		}
+		if err := srv.Listen(); err != nil {
+			return fmt.Errorf("appliance: control: %w", err)
+		}
+		a.controlEndpoint.Store(srv.Endpoint())
+		a.log.Info("control listening", "endpoint", srv.Endpoint())
+		auxWG.Add(1)
 		go func() {
-			defer ifWG.Done()
-			f.Run(ifCtx)
+			defer auxWG.Done()
+			if err := srv.Run(hctx); err != nil {
+				a.log.Error("control server", "err", err)
+			}
 		}()
 	}
+	ifCtx, stopIFs := context.WithCancel(context.Background())
+	a.mu.Lock()
+	a.ifCtx, a.running = ifCtx, true
+	for _, name := range a.order {
+		a.startIF(a.ifs[name])
+	}
+	a.mu.Unlock()
+	auxWG.Add(1)
+	go func() {
+		defer auxWG.Done()
+		a.tuneShares(hctx)
+	}()
 	errc := make(chan error, len(a.ports))
 	for _, p := range a.ports {
 		go func() {
@@ -279,22 +355,36 @@ func (a *Appliance) Run(ctx context.Context) error {
 		}()
 	}
 	ready.Store(true)
-	a.log.Info("sluice serving", "ports", len(a.ports), "ifs", len(a.ifs))
-	var errs []error
+	a.log.Info("sluice serving", "ports", len(a.ports), "ifs", len(a.order))
 	<-ctx.Done()
 	ready.Store(false) // draining: no longer ready for new work
+	a.log.Info("draining")
+	var errs []error
 	for range a.ports {
 		if err := <-errc; err != nil {
 			errs = append(errs, err)
 		}
 	}
+	stopAux()
 	stopIFs()
-	ifWG.Wait()
+	a.ifWG.Wait()
+	a.mu.Lock()
+	a.running = false
+	a.mu.Unlock()
 	for _, p := range a.ports {
 		p.out.Flush(p.port)
 	}
 	a.log.Info("sluice drained")
 	return errors.Join(errs...)
+}
+
+// startIF runs r's worker; a.mu must be held.
+func (a *Appliance) startIF(r *ifRun) {
+	a.ifWG.Add(1)
+	go func() {
+		defer a.ifWG.Done()
+		r.f.Run(a.ifCtx)
+	}()
 }
 
 // PortAddr returns the local address of a udp port (useful when the
@@ -345,7 +435,14 @@ func (a *Appliance) Stats() Stats {
 		}
 		s.Ports = append(s.Ports, ps)
 	}
-	for _, f := range a.ifs {
+	a.mu.Lock()
+	runs := make([]*ifRun, 0, len(a.order))
+	for _, name := range a.order {
+		runs = append(runs, a.ifs[name])
+	}
+	a.mu.Unlock()
+	for _, r := range runs {
+		f := r.f
 		b := f.C.Batches.Load()
 		st := IFStats{Name: f.Config().Name, Served: f.C.Served.Load(), Failed: f.C.Failed.Load(),
 			Overloaded: f.C.Overloaded.Load(), Batches: b}
@@ -366,9 +463,6 @@ func (a *Appliance) Close() {
 		}
 	}
 	a.ports = nil
-	for _, b := range a.backends {
-		_ = b // instances are closed with the process; Deinit refuses while they are open
-	}
 	if a.eal {
 		if err := dpdk.CleanupEAL(); err != nil {
 			a.log.Warn("dpdk cleanup", "err", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,7 @@ type collector struct {
 	bufInUse, bufCap, heldFrags, assembling                                *prometheus.Desc
 	completed, drops, responses, egressFull                                *prometheus.Desc
 	served, failed, overloaded, queueDepth, batches, batchItems, compute   *prometheus.Desc
+	share, batchLimit, swaps, under                                        *prometheus.Desc
 }
 
 func newCollector(a *Appliance) *collector {
@@ -54,6 +56,10 @@ func newCollector(a *Appliance) *collector {
 		batches:    d("if_batches_total", "Batches run.", "if", "class"),
 		batchItems: d("if_batch_items_total", "Requests in batches run (divide by batches for the mean batch size).", "if", "class"),
 		compute:    d("if_compute_seconds_total", "Time spent in model inference.", "if", "class"),
+		share:      d("if_share", "The IF's resource share (fraction of the compute units).", "if", "class"),
+		batchLimit: d("if_batch_limit", "The batch limit SLAB currently allows.", "if", "class"),
+		swaps:      d("if_swaps_total", "Shadow swaps completed.", "if", "class"),
+		under:      d("if_underprovisioned", "1 when the IF missed its SLO at batch 1 five times in a row.", "if", "class"),
 	}
 }
 
@@ -66,7 +72,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
 	}
-	for _, p := range c.a.ports {
+	c.a.mu.Lock()
+	ports := c.a.ports
+	c.a.mu.Unlock()
+	for _, p := range ports {
 		n := p.name
 		s := p.port.Stats()
 		counter(c.rxPackets, s.RxPackets, n)
@@ -93,9 +102,25 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.egressFull, p.out.C.QueueFull.Load(), n)
 	}
-	for _, f := range c.a.ifs {
+	c.a.mu.Lock()
+	runs := make([]*ifRun, 0, len(c.a.order))
+	for _, name := range c.a.order {
+		runs = append(runs, c.a.ifs[name])
+	}
+	c.a.mu.Unlock()
+	for _, r := range runs {
+		f := r.f
 		cfg := f.Config()
 		l := []string{cfg.Name, cfg.Class.String()}
+		st := f.Status()
+		gauge(c.share, st.Share, l...)
+		gauge(c.batchLimit, float64(st.BatchLimit), l...)
+		counter(c.swaps, st.Swaps, l...)
+		under := 0.0
+		if st.UnderProvisioned {
+			under = 1
+		}
+		gauge(c.under, under, l...)
 		counter(c.served, f.C.Served.Load(), l...)
 		counter(c.failed, f.C.Failed.Load(), l...)
 		counter(c.overloaded, f.C.Overloaded.Load(), l...)
@@ -114,10 +139,8 @@ func (a *Appliance) MetricsAddr() string {
 
 // serveHTTP serves /metrics, /healthz and /readyz on addr until ctx ends.
 func (a *Appliance) serveHTTP(ctx context.Context, addr string, ready *atomic.Bool) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(newCollector(a), prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
@@ -146,3 +169,87 @@ func (a *Appliance) serveHTTP(ctx context.Context, addr string, ready *atomic.Bo
 	}()
 	return nil
 }
+
+// metricsSet holds the appliance's registry and the histograms the IFs
+// observe into.
+type metricsSet struct {
+	reg                             *prometheus.Registry
+	request, queue, compute, gather *prometheus.HistogramVec
+	batch                           *prometheus.HistogramVec
+	swapGap                         *prometheus.HistogramVec
+	responses                       *prometheus.CounterVec
+	shareChanges                    *prometheus.CounterVec
+}
+
+func newMetricsSet() *metricsSet {
+	lat := []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+	m := &metricsSet{reg: prometheus.NewRegistry(),
+		request: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_request_duration_seconds",
+			Help: "Server-side request latency: first fragment received to result computed.", Buckets: lat}, []string{"if", "class"}),
+		queue: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_queue_duration_seconds",
+			Help: "Time a request waited in its IF queue.", Buckets: lat}, []string{"if", "class"}),
+		compute: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_compute_duration_seconds",
+			Help: "Model inference time per batch.", Buckets: lat}, []string{"if", "class"}),
+		gather: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_gather_duration_seconds",
+			Help: "Gather and input conversion time per batch.", Buckets: lat}, []string{"if", "class"}),
+		batch: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_batch_size",
+			Help: "Requests per batch.", Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128}}, []string{"if", "class"}),
+		swapGap: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_swap_gap_seconds",
+			Help:    "Idle gap of the IF's worker at a shadow swap.",
+			Buckets: []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2}}, []string{"if", "class"}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_if_responses_total",
+			Help: "Requests answered by the IF, by status."}, []string{"if", "class", "status"}),
+		shareChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_share_changes_total",
+			Help: "Share changes made by the self-tuning allocator."}, []string{"if", "class"}),
+	}
+	m.reg.MustRegister(m.request, m.queue, m.compute, m.gather, m.batch, m.swapGap, m.responses, m.shareChanges,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metricsSet) registerCollector(a *Appliance) { m.reg.MustRegister(newCollector(a)) }
+
+// observer returns the ifmanager.Observer for one IF.
+func (m *metricsSet) observer(name, class string) *ifObserver {
+	o := &ifObserver{
+		request: m.request.WithLabelValues(name, class), queue: m.queue.WithLabelValues(name, class),
+		compute: m.compute.WithLabelValues(name, class), gather: m.gather.WithLabelValues(name, class),
+		batch: m.batch.WithLabelValues(name, class), swapGap: m.swapGap.WithLabelValues(name, class),
+	}
+	for st := wire.StatusOK; st <= wire.StatusBadInput; st++ {
+		o.status[st] = m.responses.WithLabelValues(name, class, st.String())
+	}
+	return o
+}
+
+// ifObserver turns an IF's measurements into metrics and feeds its share
+// tuner.
+type ifObserver struct {
+	request, queue, compute, gather, batch, swapGap prometheus.Observer
+	status                                          [16]prometheus.Counter
+	run                                             *ifRun
+	tunerMu                                         sync.Mutex
+}
+
+func (o *ifObserver) Request(st wire.Status, queue, compute, total time.Duration) {
+	o.queue.Observe(queue.Seconds())
+	o.request.Observe(total.Seconds())
+	if c := o.status[st&15]; c != nil {
+		c.Inc()
+	}
+}
+
+func (o *ifObserver) Batch(n int, gather, compute, latency time.Duration) {
+	o.batch.Observe(float64(n))
+	o.gather.Observe(gather.Seconds())
+	o.compute.Observe(compute.Seconds())
+	if r := o.run; r != nil {
+		if tu := r.tuner.Load(); tu != nil {
+			o.tunerMu.Lock()
+			tu.ObserveBatch(n, latency, compute)
+			o.tunerMu.Unlock()
+		}
+	}
+}
+
+func (o *ifObserver) Swap(gap time.Duration) { o.swapGap.Observe(gap.Seconds()) }

@@ -39,6 +39,15 @@ type ApplianceSection struct {
 	// Metrics is the HTTP address of /metrics, /healthz and /readyz; "off"
 	// disables it.
 	Metrics string `toml:"metrics"`
+	// Control is the ZeroMQ control endpoint (ipc:// or tcp://); "off"
+	// disables it.
+	Control string `toml:"control"`
+	// ControlCurveSecretKey and ControlClientKeys turn on CURVE for a tcp://
+	// control endpoint (Z85 keys; see `ifctl keygen`).
+	ControlCurveSecretKey string   `toml:"control_curve_secret_key"`
+	ControlClientKeys     []string `toml:"control_client_keys"`
+	// ShareIntervalMS is how often self-tuning shares are recomputed.
+	ShareIntervalMS int `toml:"share_interval_ms"`
 }
 
 // PortSection is one port.
@@ -77,6 +86,15 @@ type IFSection struct {
 	// InputShape fixes the per-request input shape of ONNX models whose
 	// input dims are dynamic.
 	InputShape []int64 `toml:"input_shape"`
+	// MinBatch bounds SLAB from below.
+	MinBatch int `toml:"min_batch"`
+	// Batching is "slab" (default), "aimd" or "fixed".
+	Batching string `toml:"batching"`
+	// Share is the IF's initial resource share (0..1], its knee point when
+	// profiled; 0 means 0.3 with auto_share, else the whole machine.
+	Share float64 `toml:"share"`
+	// AutoShare turns on GSLICE's self-tuning share for this IF.
+	AutoShare bool `toml:"auto_share"`
 }
 
 // LoadProfile reads and validates a profile. Errors name the file and,
@@ -138,6 +156,18 @@ func (p *Profile) validate() error {
 	if a.Metrics == "" {
 		a.Metrics = "127.0.0.1:9401"
 	}
+	if a.Control == "" {
+		a.Control = "ipc:///run/sluice/control.sock"
+	}
+	if a.Control != "off" && !strings.HasPrefix(a.Control, "ipc://") && !strings.HasPrefix(a.Control, "tcp://") {
+		return fmt.Errorf("appliance.control %q: want ipc://PATH, tcp://HOST:PORT or \"off\"", a.Control)
+	}
+	if a.ShareIntervalMS == 0 {
+		a.ShareIntervalMS = 500
+	}
+	if a.ShareIntervalMS < 10 {
+		return fmt.Errorf("appliance.share_interval_ms %d: at least 10", a.ShareIntervalMS)
+	}
 	if a.Metrics != "off" {
 		if _, err := netip.ParseAddrPort(a.Metrics); err != nil {
 			return fmt.Errorf("appliance.metrics %q: want host:port or \"off\": %w", a.Metrics, err)
@@ -186,58 +216,93 @@ func (p *Profile) validate() error {
 		return errors.New("no [[if]]: at least one inference function is needed")
 	}
 	ids := map[int]string{}
+	ifNames := map[string]bool{}
 	for i := range p.IFs {
 		f := &p.IFs[i]
-		where := fmt.Sprintf("if[%d]", i)
-		if f.Name == "" {
-			return fmt.Errorf("%s.name: required", where)
+		if err := f.validate(fmt.Sprintf("if[%d]", i)); err != nil {
+			return err
 		}
-		if f.ModelID < 0 || f.ModelID > 65535 {
-			return fmt.Errorf("%s.model_id %d: out of range 0..65535", where, f.ModelID)
+		if ifNames[f.Name] {
+			return fmt.Errorf("if[%d].name %q: duplicate", i, f.Name)
 		}
+		ifNames[f.Name] = true
 		if other, ok := ids[f.ModelID]; ok {
-			return fmt.Errorf("%s.model_id %d: already served by %q", where, f.ModelID, other)
+			return fmt.Errorf("if[%d].model_id %d: already served by %q", i, f.ModelID, other)
 		}
 		ids[f.ModelID] = f.Name
-		if !strings.HasPrefix(f.Model, "zoo:") && !strings.HasPrefix(f.Model, "onnx:") {
-			return fmt.Errorf("%s.model %q: want \"zoo:NAME\" or \"onnx:PATH\"", where, f.Model)
+	}
+	return nil
+}
+
+// validate checks one [[if]] table (also used for deploy commands) and
+// fills its defaults; where names it in errors.
+func (f *IFSection) validate(where string) error {
+	if f.Name == "" {
+		return fmt.Errorf("%s.name: required", where)
+	}
+	if f.ModelID < 0 || f.ModelID > 65535 {
+		return fmt.Errorf("%s.model_id %d: out of range 0..65535", where, f.ModelID)
+	}
+	if !strings.HasPrefix(f.Model, "zoo:") && !strings.HasPrefix(f.Model, "onnx:") {
+		return fmt.Errorf("%s.model %q: want \"zoo:NAME\" or \"onnx:PATH\"", where, f.Model)
+	}
+	switch f.Backend {
+	case "":
+		f.Backend = "cpu"
+	case "cpu", "ort":
+	default:
+		return fmt.Errorf("%s.backend %q: want \"cpu\" or \"ort\"", where, f.Backend)
+	}
+	switch f.Class {
+	case "", "be":
+		f.Class = "be"
+	case "rt":
+	default:
+		return fmt.Errorf("%s.class %q: want \"rt\" or \"be\"", where, f.Class)
+	}
+	if f.SLOMS < 0 {
+		return fmt.Errorf("%s.slo_ms %v: must not be negative", where, f.SLOMS)
+	}
+	if f.MaxBatch == 0 {
+		f.MaxBatch = 8
+	}
+	if f.MaxBatch < 1 || f.MaxBatch > 1024 {
+		return fmt.Errorf("%s.max_batch %d: out of range 1..1024", where, f.MaxBatch)
+	}
+	if f.MinBatch == 0 {
+		f.MinBatch = 1
+	}
+	if f.MinBatch < 1 || f.MinBatch > f.MaxBatch {
+		return fmt.Errorf("%s.min_batch %d: must be 1..max_batch (%d)", where, f.MinBatch, f.MaxBatch)
+	}
+	switch f.Batching {
+	case "":
+		f.Batching = "slab"
+	case "slab", "aimd", "fixed":
+	default:
+		return fmt.Errorf("%s.batching %q: want slab, aimd or fixed", where, f.Batching)
+	}
+	if f.Share < 0 || f.Share > 1 {
+		return fmt.Errorf("%s.share %v: must be in (0, 1]", where, f.Share)
+	}
+	if f.Share == 0 {
+		f.Share = 1
+		if f.AutoShare {
+			f.Share = 0.3
 		}
-		switch f.Backend {
-		case "":
-			f.Backend = "cpu"
-		case "cpu", "ort":
-		default:
-			return fmt.Errorf("%s.backend %q: want \"cpu\" or \"ort\"", where, f.Backend)
-		}
-		switch f.Class {
-		case "", "be":
-			f.Class = "be"
-		case "rt":
-		default:
-			return fmt.Errorf("%s.class %q: want \"rt\" or \"be\"", where, f.Class)
-		}
-		if f.SLOMS < 0 {
-			return fmt.Errorf("%s.slo_ms %v: must not be negative", where, f.SLOMS)
-		}
-		if f.MaxBatch == 0 {
-			f.MaxBatch = 8
-		}
-		if f.MaxBatch < 1 || f.MaxBatch > 1024 {
-			return fmt.Errorf("%s.max_batch %d: out of range 1..1024", where, f.MaxBatch)
-		}
-		if f.QueueLen == 0 {
-			f.QueueLen = 256
-		}
-		if f.QueueLen < 1 {
-			return fmt.Errorf("%s.queue_len %d: must be positive", where, f.QueueLen)
-		}
-		switch ifmanager.InputFormat(f.Input) {
-		case "":
-			f.Input = string(ifmanager.InputF32)
-		case ifmanager.InputF32, ifmanager.InputImageU8:
-		default:
-			return fmt.Errorf("%s.input %q: want %q or %q", where, f.Input, ifmanager.InputF32, ifmanager.InputImageU8)
-		}
+	}
+	if f.QueueLen == 0 {
+		f.QueueLen = 256
+	}
+	if f.QueueLen < 1 {
+		return fmt.Errorf("%s.queue_len %d: must be positive", where, f.QueueLen)
+	}
+	switch ifmanager.InputFormat(f.Input) {
+	case "":
+		f.Input = string(ifmanager.InputF32)
+	case ifmanager.InputF32, ifmanager.InputImageU8:
+	default:
+		return fmt.Errorf("%s.input %q: want %q or %q", where, f.Input, ifmanager.InputF32, ifmanager.InputImageU8)
 	}
 	return nil
 }

@@ -1,8 +1,11 @@
 // Package ifmanager runs inference functions (IFs): a model instance with
 // its profile, a bounded queue of reassembled requests, and a worker that
-// batches them, gathers their payloads into the input tensor, runs the
-// model and answers each request. The Router hands requests from the
-// dataplane to the IF serving their model id.
+// batches them (SLAB), gathers their payloads into the input tensor, runs
+// the model and answers each request. Shares, batch bounds and even the
+// model are changed by shadow swaps: a standby instance linked to the same
+// weights is prepared and warmed while the active one serves, and the
+// worker switches between batches, losing nothing. The Router hands
+// requests from the dataplane to the IF serving their model id.
 package ifmanager
 
 import (
@@ -16,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"sluice/dataplane"
 	"sluice/dataplane/egress"
 	"sluice/dataplane/reasm"
 	"sluice/dataplane/wire"
@@ -44,8 +48,8 @@ type Config struct {
 	ModelID uint16
 	// Class is the IF's scheduling class.
 	Class wire.Class
-	// MaxBatch bounds a batch.
-	MaxBatch int
+	// MinBatch and MaxBatch bound the batch; SLAB adapts between them.
+	MinBatch, MaxBatch int
 	// QueueLen bounds the queue; requests beyond it are answered
 	// overloaded.
 	QueueLen int
@@ -54,9 +58,35 @@ type Config struct {
 	// Mean and Std normalize InputImageU8 channels (after scaling to
 	// [0,1]); zero Std means 1.
 	Mean, Std []float32
-	// SLO is the latency objective, for reporting.
+	// SLO is the latency objective: SLAB keeps batches within it. Zero
+	// means batches of MaxBatch whenever that many are queued.
 	SLO time.Duration
+	// Batching is "slab" (default), "aimd" (Clipper's) or "fixed".
+	Batching string
+	// Share is the IF's resource share (0..1]; Units its unit mask on the
+	// CPU backend (0: all units).
+	Share float64
+	Units uint64
 }
+
+// Observer receives an IF's measurements; the appliance turns them into
+// metrics. Calls come from the IF's worker goroutine.
+type Observer interface {
+	// Request reports one answered request: time in the queue, in its
+	// batch's gather+compute, and from its first fragment to its answer.
+	Request(status wire.Status, queue, compute, total time.Duration)
+	// Batch reports one batch of n requests: its gather and compute times,
+	// and its oldest request's time from first fragment to result.
+	Batch(n int, gather, compute, latency time.Duration)
+	// Swap reports one completed swap and its idle gap.
+	Swap(gap time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Request(wire.Status, time.Duration, time.Duration, time.Duration) {}
+func (nopObserver) Batch(int, time.Duration, time.Duration, time.Duration)           {}
+func (nopObserver) Swap(time.Duration)                                               {}
 
 // Origin is where a request came from: the reassembly table holding its
 // fragments and the egress that answers it.
@@ -66,9 +96,9 @@ type Origin struct {
 }
 
 type item struct {
-	r        *reasm.Request
-	o        *Origin
-	enqueued time.Time
+	r      *reasm.Request
+	o      *Origin
+	queued int64 // dataplane.Now() at admission
 }
 
 // Counters are an IF's cumulative counts.
@@ -79,36 +109,89 @@ type Counters struct {
 	Batches    atomic.Uint64
 	BatchItems atomic.Uint64
 	ComputeNS  atomic.Uint64
+	GatherNS   atomic.Uint64
+	Swaps      atomic.Uint64
+	// LastSwapGapNS is the idle gap of the latest swap.
+	LastSwapGapNS atomic.Int64
+	// Arrivals counts admitted requests (for the share tuner).
+	Arrivals atomic.Uint64
+}
+
+// active is what the worker runs: the instance and its buffers.
+type active struct {
+	inst  libml.Instance
+	units uint64
+	share float64
+	max   int
+	stage []byte
+	in    []float32
+	out   []float32
 }
 
 // IF is one inference function.
 type IF struct {
-	cfg   Config
-	be    libml.Backend
-	inst  libml.Instance
-	log   *slog.Logger
-	queue chan item
-	C     Counters
+	cfg  Config
+	be   libml.Backend
+	log  *slog.Logger
+	obs  Observer
+	C    Counters
+	base libml.Instance // the instance whose weights shadows link to
+
+	queue   chan item
+	ctl     chan func()
+	closing atomic.Bool
+	stopped chan struct{}
 
 	inElems, outElems int
 	inBytes           int
 	channels, hw      int
-	stage             []byte    // gathered payloads, MaxBatch*inBytes
-	in, out           []float32 // model input and output tensors
-	batch             []item
-	closing           atomic.Bool
+
+	// owned by the worker
+	act      *active
+	batcher  BatchPolicy
+	batch    []item
+	minBatch int
+
+	// per-channel input normalization for InputImageU8
+	scale, bias []float32
+
+	// status snapshot for other goroutines
+	mu          sync.Mutex
+	limit       int
+	underProv   bool
+	bottleneck  string
+	shareNow    float64
+	maxBatchNow int
+	unitsNow    uint64
 }
 
+// ErrStopped is returned for operations on an IF that has stopped.
+var ErrStopped = errors.New("ifmanager: IF stopped")
+
 // New makes an IF around a loaded instance and configures its batch size.
-func New(cfg Config, be libml.Backend, inst libml.Instance, log *slog.Logger) (*IF, error) {
+// The IF owns inst from here on.
+func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *slog.Logger) (*IF, error) {
 	if cfg.MaxBatch < 1 || cfg.QueueLen < 1 {
 		return nil, fmt.Errorf("ifmanager: IF %q: max_batch and queue_len must be positive", cfg.Name)
+	}
+	if cfg.MinBatch < 1 {
+		cfg.MinBatch = 1
+	}
+	if cfg.MinBatch > cfg.MaxBatch {
+		return nil, fmt.Errorf("ifmanager: IF %q: min_batch %d > max_batch %d", cfg.Name, cfg.MinBatch, cfg.MaxBatch)
+	}
+	if cfg.Share <= 0 || cfg.Share > 1 {
+		cfg.Share = 1
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	f := &IF{cfg: cfg, be: be, inst: inst, log: log.With("if", cfg.Name),
-		queue: make(chan item, cfg.QueueLen), inElems: inst.InputSize(), outElems: inst.OutputSize()}
+	if obs == nil {
+		obs = nopObserver{}
+	}
+	f := &IF{cfg: cfg, be: be, base: inst, log: log.With("if", cfg.Name), obs: obs,
+		queue: make(chan item, cfg.QueueLen), ctl: make(chan func()), stopped: make(chan struct{}),
+		inElems: inst.InputSize(), outElems: inst.OutputSize(), bottleneck: "unknown"}
 	switch cfg.Input {
 	case InputF32, "":
 		f.cfg.Input = InputF32
@@ -126,17 +209,64 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, log *slog.Logger) (*
 	default:
 		return nil, fmt.Errorf("ifmanager: IF %q: unknown input format %q (want %q or %q)", cfg.Name, cfg.Input, InputF32, InputImageU8)
 	}
-	if err := be.ConfigureBatch(inst, cfg.MaxBatch); err != nil {
-		return nil, fmt.Errorf("ifmanager: IF %q: %w", cfg.Name, err)
+	switch cfg.Batching {
+	case "", "slab":
+		s := NewSLAB(cfg.SLO, cfg.MinBatch, cfg.MaxBatch)
+		s.UnderProvisioned = func() {
+			f.mu.Lock()
+			f.underProv = true
+			f.mu.Unlock()
+			f.log.Warn("under-provisioned: SLO missed at batch 1 five times in a row", "slo", cfg.SLO)
+		}
+		f.batcher = s
+	case "aimd":
+		f.batcher = NewAIMD(cfg.SLO, cfg.MinBatch, cfg.MaxBatch)
+	case "fixed":
+		f.batcher = &FixedBatch{N: cfg.MaxBatch}
+	default:
+		return nil, fmt.Errorf("ifmanager: IF %q: unknown batching %q (want slab, aimd or fixed)", cfg.Name, cfg.Batching)
 	}
-	f.stage = make([]byte, cfg.MaxBatch*f.inBytes)
-	f.in = make([]float32, cfg.MaxBatch*f.inElems)
-	f.out = make([]float32, cfg.MaxBatch*f.outElems)
-	f.batch = make([]item, 0, cfg.MaxBatch)
+	f.minBatch = cfg.MinBatch
+	if f.cfg.Input == InputImageU8 {
+		f.scale, f.bias = make([]float32, f.channels), make([]float32, f.channels)
+		for ch := range f.scale {
+			m, s := float32(0), float32(1)
+			if len(cfg.Mean) > 0 {
+				m = cfg.Mean[ch]
+			}
+			if len(cfg.Std) > 0 && cfg.Std[ch] != 0 {
+				s = cfg.Std[ch]
+			}
+			f.scale[ch], f.bias[ch] = 1/(255*s), -m/s
+		}
+	}
+	act, err := f.prepare(inst, cfg.MaxBatch, cfg.Units, cfg.Share)
+	if err != nil {
+		return nil, err
+	}
+	f.act = act
+	f.limit, f.shareNow, f.maxBatchNow, f.unitsNow = f.batcher.Limit(), cfg.Share, cfg.MaxBatch, cfg.Units
 	return f, nil
 }
 
-// Config returns the IF's profile.
+// unitSetter is implemented by instances whose compute units can be
+// restricted (the cpu backend's).
+type unitSetter interface{ SetUnits(mask uint64) }
+
+// prepare configures inst for batches up to max on units and allocates its
+// buffers: everything a swap needs done before the switch.
+func (f *IF) prepare(inst libml.Instance, max int, units uint64, share float64) (*active, error) {
+	if err := f.be.ConfigureBatch(inst, max); err != nil {
+		return nil, fmt.Errorf("ifmanager: IF %q: %w", f.cfg.Name, err)
+	}
+	if us, ok := inst.(unitSetter); ok {
+		us.SetUnits(units)
+	}
+	return &active{inst: inst, units: units, share: share, max: max,
+		stage: make([]byte, max*f.inBytes), in: make([]float32, max*f.inElems), out: make([]float32, max*f.outElems)}, nil
+}
+
+// Config returns the IF's profile as created.
 func (f *IF) Config() Config { return f.cfg }
 
 // RequestBytes is the payload size a request must have.
@@ -148,6 +278,40 @@ func (f *IF) ResponseBytes() int { return 4 * f.outElems }
 // QueueDepth is the number of queued requests.
 func (f *IF) QueueDepth() int { return len(f.queue) }
 
+// Status is a snapshot of an IF's state.
+type Status struct {
+	Name        string
+	ModelID     uint16
+	Class       wire.Class
+	SLO         time.Duration
+	BatchLimit  int
+	MaxBatch    int
+	Share       float64
+	QueueDepth  int
+	Served      uint64
+	Failed      uint64
+	Overloaded  uint64
+	Swaps       uint64
+	LastSwapGap time.Duration
+	// UnderProvisioned is set when SLAB saw five SLO misses at batch 1 in
+	// a row (and cleared when the SLO is met again).
+	UnderProvisioned bool
+	// Bottleneck is "cpu" when gathering and converting inputs takes longer
+	// than the model, "compute" otherwise.
+	Bottleneck string
+}
+
+// Status returns the IF's state.
+func (f *IF) Status() Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return Status{Name: f.cfg.Name, ModelID: f.cfg.ModelID, Class: f.cfg.Class, SLO: f.cfg.SLO,
+		BatchLimit: f.limit, MaxBatch: f.maxBatchNow, Share: f.shareNow, QueueDepth: len(f.queue),
+		Served: f.C.Served.Load(), Failed: f.C.Failed.Load(), Overloaded: f.C.Overloaded.Load(),
+		Swaps: f.C.Swaps.Load(), LastSwapGap: time.Duration(f.C.LastSwapGapNS.Load()),
+		UnderProvisioned: f.underProv, Bottleneck: f.bottleneck}
+}
+
 // Enqueue admits r without blocking; it reports false when the queue is
 // full or the IF is stopping, and the caller must answer r.
 func (f *IF) Enqueue(r *reasm.Request, o *Origin) bool {
@@ -155,7 +319,8 @@ func (f *IF) Enqueue(r *reasm.Request, o *Origin) bool {
 		return false
 	}
 	select {
-	case f.queue <- item{r: r, o: o, enqueued: time.Now()}:
+	case f.queue <- item{r: r, o: o, queued: dataplane.Now()}:
+		f.C.Arrivals.Add(1)
 		return true
 	default:
 		f.C.Overloaded.Add(1)
@@ -163,9 +328,18 @@ func (f *IF) Enqueue(r *reasm.Request, o *Origin) bool {
 	}
 }
 
-// Run serves batches until ctx ends, then answers everything still queued
-// and returns.
+// Closing reports whether the IF stopped admitting requests.
+func (f *IF) Closing() bool { return f.closing.Load() }
+
+// Run serves batches until ctx ends or Stop is called, then answers
+// everything still queued, closes its instance and returns.
 func (f *IF) Run(ctx context.Context) {
+	defer close(f.stopped)
+	defer func() {
+		if err := f.act.inst.Close(); err != nil {
+			f.log.Warn("closing instance", "err", err)
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -174,16 +348,207 @@ func (f *IF) Run(ctx context.Context) {
 				f.serveBatch(<-f.queue)
 			}
 			return
+		case fn := <-f.ctl:
+			if fn == nil { // Stop
+				for len(f.queue) > 0 {
+					f.serveBatch(<-f.queue)
+				}
+				return
+			}
+			fn()
 		case it := <-f.queue:
 			f.serveBatch(it)
 		}
 	}
 }
 
-// serveBatch serves first and whatever else is queued, up to MaxBatch.
+// Stop stops admission, waits until the queue is served and the worker
+// has exited, or until ctx ends.
+func (f *IF) Stop(ctx context.Context) error {
+	f.closing.Store(true)
+	select {
+	case f.ctl <- nil:
+	case <-f.stopped:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ifmanager: stop %q: %w", f.cfg.Name, ctx.Err())
+	}
+	select {
+	case <-f.stopped:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("ifmanager: stop %q: %w", f.cfg.Name, ctx.Err())
+	}
+}
+
+// do runs fn on the worker between batches and waits for it.
+func (f *IF) do(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	select {
+	case f.ctl <- func() { fn(); close(done) }:
+	case <-f.stopped:
+		return ErrStopped
+	case <-ctx.Done():
+		return fmt.Errorf("ifmanager: %q: %w", f.cfg.Name, ctx.Err())
+	}
+	select {
+	case <-done:
+		return nil
+	case <-f.stopped:
+		return ErrStopped
+	}
+}
+
+// SetBatch changes the batch bounds, between batches.
+func (f *IF) SetBatch(ctx context.Context, min, max int) error {
+	if min < 1 || max < min {
+		return fmt.Errorf("ifmanager: IF %q: batch bounds %d..%d invalid", f.cfg.Name, min, max)
+	}
+	f.mu.Lock()
+	cur := f.maxBatchNow
+	f.mu.Unlock()
+	if max > cur {
+		// Bigger batches need bigger buffers and plans: a swap.
+		if _, err := f.Swap(ctx, SwapSpec{MaxBatch: max}); err != nil {
+			return err
+		}
+	}
+	return f.do(ctx, func() {
+		f.minBatch = min
+		f.batcher.SetBounds(min, max)
+		f.mu.Lock()
+		f.limit = f.batcher.Limit()
+		f.mu.Unlock()
+	})
+}
+
+// SetSLO changes the SLO SLAB batches against, between batches.
+func (f *IF) SetSLO(ctx context.Context, slo time.Duration) error {
+	return f.do(ctx, func() {
+		f.batcher.SetSLO(slo)
+		f.mu.Lock()
+		f.cfg.SLO = slo
+		f.limit = f.batcher.Limit()
+		f.mu.Unlock()
+	})
+}
+
+// Units is the active instance's unit mask.
+func (f *IF) Units() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.unitsNow
+}
+
+// SetUnitsBeforeStart sets the unit mask and share of an IF whose worker
+// has not started (at appliance start-up); later changes go through Swap.
+func (f *IF) SetUnitsBeforeStart(mask uint64, share float64) {
+	if us, ok := f.act.inst.(unitSetter); ok {
+		us.SetUnits(mask)
+	}
+	f.act.units, f.act.share = mask, share
+	f.mu.Lock()
+	f.unitsNow, f.shareNow = mask, share
+	f.mu.Unlock()
+}
+
+// SwapSpec says what a swap changes; zero fields keep the current value.
+type SwapSpec struct {
+	// Instance, when set, replaces the model (a model update); otherwise
+	// the shadow links the active instance's weights.
+	Instance libml.Instance
+	MaxBatch int
+	Share    float64
+	Units    uint64
+	SetUnits bool
+}
+
+// SwapResult describes a finished swap.
+type SwapResult struct {
+	// Prepare is how long building and warming the shadow took, while the
+	// active instance kept serving.
+	Prepare time.Duration
+	// Gap is the worker's idle time at the switch.
+	Gap time.Duration
+}
+
+// Swap prepares a shadow instance as spec says (linked to the same weights
+// unless spec brings a new model), warms it with one batch, and switches to
+// it between batches. Requests keep flowing; none is lost or answered
+// twice. The old instance is closed after the switch.
+func (f *IF) Swap(ctx context.Context, spec SwapSpec) (SwapResult, error) {
+	start := time.Now()
+	var cur *active
+	if err := f.do(ctx, func() { cur = f.act }); err != nil {
+		return SwapResult{}, err
+	}
+	max, units, share := cur.max, cur.units, cur.share
+	if spec.MaxBatch > 0 {
+		max = spec.MaxBatch
+	}
+	if spec.SetUnits {
+		units = spec.Units
+	}
+	if spec.Share > 0 {
+		share = spec.Share
+	}
+	inst := spec.Instance
+	if inst == nil {
+		var err error
+		inst, err = f.be.LinkModel(ctx, f.base)
+		if err != nil {
+			return SwapResult{}, fmt.Errorf("ifmanager: swap %q: shadow: %w", f.cfg.Name, err)
+		}
+	} else if inst.InputSize() != f.inElems || inst.OutputSize() != f.outElems {
+		return SwapResult{}, fmt.Errorf("ifmanager: swap %q: the new model's input/output sizes (%d/%d) differ from the IF's (%d/%d)",
+			f.cfg.Name, inst.InputSize(), inst.OutputSize(), f.inElems, f.outElems)
+	}
+	shadow, err := f.prepare(inst, max, units, share)
+	if err == nil {
+		// warm: one full batch through the shadow
+		err = f.be.InferBatch(ctx, inst, max, shadow.in, shadow.out)
+	}
+	if err != nil {
+		_ = inst.Close()
+		return SwapResult{}, fmt.Errorf("ifmanager: swap %q: warm-up: %w", f.cfg.Name, err)
+	}
+	prep := time.Since(start)
+	var old *active
+	var gap time.Duration
+	err = f.do(ctx, func() {
+		t0 := time.Now()
+		old, f.act = f.act, shadow
+		if max != cur.max {
+			f.batcher.SetBounds(min(f.minBatch, max), max)
+		}
+		gap = time.Since(t0)
+		f.mu.Lock()
+		f.shareNow, f.maxBatchNow, f.limit, f.unitsNow = share, max, f.batcher.Limit(), units
+		f.mu.Unlock()
+	})
+	if err != nil {
+		_ = inst.Close()
+		return SwapResult{}, err
+	}
+	// Later shadows link the weights through the new active instance.
+	f.base = inst
+	f.C.Swaps.Add(1)
+	f.C.LastSwapGapNS.Store(int64(gap))
+	f.obs.Swap(gap)
+	if cerr := old.inst.Close(); cerr != nil {
+		f.log.Warn("closing the replaced instance", "err", cerr)
+	}
+	f.log.Info("swapped", "prepare", prep, "gap", gap, "max_batch", max, "share", share)
+	return SwapResult{Prepare: prep, Gap: gap}, nil
+}
+
+// serveBatch serves first and whatever else is queued, up to the batch
+// limit.
 func (f *IF) serveBatch(first item) {
+	a := f.act
+	limit := min(f.batcher.Limit(), a.max)
 	b := append(f.batch[:0], first)
-	for len(b) < f.cfg.MaxBatch {
+	for len(b) < limit {
 		select {
 		case it := <-f.queue:
 			b = append(b, it)
@@ -194,60 +559,83 @@ func (f *IF) serveBatch(first item) {
 	}
 	// Gather: each payload is copied once, from its packet buffers into
 	// the staging tensor; the buffers go back to the driver right after.
+	t0 := dataplane.Now()
 	n := 0
 	for _, it := range b {
 		r := it.r
 		st := wire.StatusOK
 		if int(r.TotalLen) != f.inBytes {
 			st = wire.StatusBadInput
-		} else if err := it.o.Table.Gather(f.stage[n*f.inBytes:(n+1)*f.inBytes], r); err != nil {
+		} else if err := it.o.Table.Gather(a.stage[n*f.inBytes:(n+1)*f.inBytes], r); err != nil {
 			st = wire.StatusInternal
 		}
 		if st != wire.StatusOK {
-			f.answer(it, st, nil)
+			f.answer(it, st, nil, t0, t0)
 			continue
 		}
 		b[n] = it
 		n++
 	}
 	b = b[:n]
+	f.batch = b[:0]
 	if n == 0 {
 		return
 	}
-	f.convert(n)
-	start := time.Now()
-	err := f.be.InferBatch(context.Background(), f.inst, n, f.in[:n*f.inElems], f.out[:n*f.outElems])
-	f.C.ComputeNS.Add(uint64(time.Since(start)))
+	f.convert(a, n)
+	t1 := dataplane.Now()
+	err := f.be.InferBatch(context.Background(), a.inst, n, a.in[:n*f.inElems], a.out[:n*f.outElems])
+	t2 := dataplane.Now()
+	gather, compute := time.Duration(t1-t0), time.Duration(t2-t1)
+	f.C.GatherNS.Add(uint64(gather))
+	f.C.ComputeNS.Add(uint64(compute))
 	f.C.Batches.Add(1)
 	f.C.BatchItems.Add(uint64(n))
 	if err != nil {
+		f.obs.Batch(n, gather, compute, 0)
 		f.log.Error("inference failed", "batch", n, "err", err)
 		for _, it := range b {
-			f.answer(it, wire.StatusInternal, nil)
+			f.answer(it, wire.StatusInternal, nil, t0, t2)
 		}
 		return
 	}
+	// SLAB learns from the oldest request's time to its result.
+	oldest := b[0].r.FirstNS
+	for _, it := range b {
+		oldest = min(oldest, it.r.FirstNS)
+	}
+	f.batcher.Observe(n, time.Duration(t2-oldest))
+	f.obs.Batch(n, gather, compute, time.Duration(t2-oldest))
+	f.mu.Lock()
+	f.limit = f.batcher.Limit()
+	if gather > compute {
+		f.bottleneck = "cpu"
+	} else {
+		f.bottleneck = "compute"
+	}
+	f.mu.Unlock()
 	outBytes := 4 * f.outElems
 	buf := make([]byte, n*outBytes) // one allocation per batch, owned by egress until sent
 	for i, it := range b {
 		o := buf[i*outBytes : (i+1)*outBytes]
-		for k, v := range f.out[i*f.outElems : (i+1)*f.outElems] {
+		for k, v := range a.out[i*f.outElems : (i+1)*f.outElems] {
 			binary.LittleEndian.PutUint32(o[4*k:], math.Float32bits(v))
 		}
-		f.answer(it, wire.StatusOK, o)
+		f.answer(it, wire.StatusOK, o, t0, t2)
 	}
 }
 
 // answer gives r back to its table and queues its response.
-func (f *IF) answer(it item, st wire.Status, out []byte) {
+func (f *IF) answer(it item, st wire.Status, out []byte, gathered, computed int64) {
 	r := it.r
 	resp := egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st, Output: out}
+	first := r.FirstNS
 	it.o.Table.Done(r)
 	if st == wire.StatusOK {
 		f.C.Served.Add(1)
 	} else {
 		f.C.Failed.Add(1)
 	}
+	f.obs.Request(st, time.Duration(gathered-it.queued), time.Duration(computed-gathered), time.Duration(computed-first))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := it.o.Out.SendWait(ctx, &resp); err != nil {
@@ -256,86 +644,24 @@ func (f *IF) answer(it item, st wire.Status, out []byte) {
 }
 
 // convert turns the staged payloads of n requests into the input tensor.
-func (f *IF) convert(n int) {
+func (f *IF) convert(a *active, n int) {
 	switch f.cfg.Input {
 	case InputF32:
 		for i := 0; i < n*f.inElems; i++ {
-			f.in[i] = math.Float32frombits(binary.LittleEndian.Uint32(f.stage[4*i:]))
+			a.in[i] = math.Float32frombits(binary.LittleEndian.Uint32(a.stage[4*i:]))
 		}
 	case InputImageU8:
 		c, hw := f.channels, f.hw
-		var scale, bias [16]float32
-		for ch := 0; ch < c && ch < 16; ch++ {
-			m, s := float32(0), float32(1)
-			if len(f.cfg.Mean) > 0 {
-				m = f.cfg.Mean[ch]
-			}
-			if len(f.cfg.Std) > 0 && f.cfg.Std[ch] != 0 {
-				s = f.cfg.Std[ch]
-			}
-			scale[ch], bias[ch] = 1/(255*s), -m/s
-		}
 		for b := 0; b < n; b++ {
-			src := f.stage[b*f.inBytes : (b+1)*f.inBytes]
-			dst := f.in[b*f.inElems : (b+1)*f.inElems]
+			src := a.stage[b*f.inBytes : (b+1)*f.inBytes]
+			dst := a.in[b*f.inElems : (b+1)*f.inElems]
 			for ch := 0; ch < c; ch++ {
 				d := dst[ch*hw : (ch+1)*hw]
-				sc, bi := scale[ch&15], bias[ch&15]
+				sc, bi := f.scale[ch], f.bias[ch]
 				for p := 0; p < hw; p++ {
 					d[p] = float32(src[p*c+ch])*sc + bi
 				}
 			}
 		}
 	}
-}
-
-// Router is an ioloop.Sink: it hands each completed request to the IF
-// serving its model id, answering unknown_model and overloaded itself.
-type Router struct {
-	origin Origin
-	mu     sync.RWMutex
-	ifs    map[uint16]*IF
-	// Unknown counts requests for models no IF serves.
-	Unknown atomic.Uint64
-}
-
-// NewRouter makes a router for one port.
-func NewRouter(o Origin) *Router { return &Router{origin: o, ifs: map[uint16]*IF{}} }
-
-// SetTable sets the origin's table once the I/O loop made it.
-func (rt *Router) SetTable(t *reasm.Table) { rt.origin.Table = t }
-
-// ErrDuplicateModel is returned by Add for a model id already routed.
-var ErrDuplicateModel = errors.New("ifmanager: model id already served")
-
-// Add routes f's model id to f.
-func (rt *Router) Add(f *IF) error {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if _, ok := rt.ifs[f.cfg.ModelID]; ok {
-		return fmt.Errorf("%w: %d", ErrDuplicateModel, f.cfg.ModelID)
-	}
-	rt.ifs[f.cfg.ModelID] = f
-	return nil
-}
-
-// Deliver implements ioloop.Sink.
-func (rt *Router) Deliver(r *reasm.Request) {
-	rt.mu.RLock()
-	f := rt.ifs[r.Model]
-	rt.mu.RUnlock()
-	st := wire.StatusUnknownModel
-	if f != nil {
-		if f.Enqueue(r, &rt.origin) {
-			return
-		}
-		st = wire.StatusOverloaded
-		if f.closing.Load() {
-			st = wire.StatusShuttingDown
-		}
-	} else {
-		rt.Unknown.Add(1)
-	}
-	_ = rt.origin.Out.Send(&egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st})
-	rt.origin.Table.Done(r)
 }

@@ -53,7 +53,6 @@ type Loop struct {
 	sink   Sink
 	log    *slog.Logger
 	pkts   []dataplane.Packet
-	epoch  time.Time
 	reject egress.Response
 }
 
@@ -70,7 +69,7 @@ func New(cfg Config, port dataplane.Port, out *egress.Egress, sink Sink, log *sl
 		log = slog.Default()
 	}
 	return &Loop{cfg: cfg, port: port, out: out, sink: sink, log: log,
-		pkts: make([]dataplane.Packet, cfg.Burst), epoch: time.Now()}, nil
+		pkts: make([]dataplane.Packet, cfg.Burst)}, nil
 }
 
 // NewTable makes the loop's reassembly table, checking that its fragment
@@ -91,8 +90,8 @@ func (l *Loop) NewTable(cfg reasm.Config) (*reasm.Table, error) {
 // Table returns the loop's reassembly table.
 func (l *Loop) Table() *reasm.Table { return l.table }
 
-// Now is the loop's clock: nanoseconds since the loop was made.
-func (l *Loop) Now() int64 { return int64(time.Since(l.epoch)) }
+// Now is the loop's clock, dataplane.Now.
+func (l *Loop) Now() int64 { return dataplane.Now() }
 
 // Complete implements reasm.Handler.
 func (l *Loop) Complete(r *reasm.Request) { l.sink.Deliver(r) }

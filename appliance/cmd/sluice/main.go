@@ -45,6 +45,26 @@ func run(path string, statsEvery time.Duration) error {
 		return err
 	}
 	defer a.Close()
+	a.SetProfilePath(path)
+	// SIGHUP reloads the profile; one that does not validate changes
+	// nothing.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if res, err := a.Reload(ctx, path); err != nil {
+					log.Error("reload rejected; the old profile stays", "path", path, "err", err)
+				} else {
+					log.Info("reload applied", "added", res.Added, "removed", res.Removed, "changed", res.Changed)
+				}
+			}
+		}
+	}()
 	if statsEvery > 0 {
 		go func() {
 			t := time.NewTicker(statsEvery)

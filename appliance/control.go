@@ -1,0 +1,582 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"time"
+
+	"sluice/ifmanager"
+	"sluice/orchestrator"
+)
+
+// newControlServer makes the ZeroMQ control server over this appliance.
+func (a *Appliance) newControlServer() (*orchestrator.Server, error) {
+	ap := a.prof.Appliance
+	cfg := orchestrator.ServerConfig{Endpoint: ap.Control, CurveServerSecretKey: ap.ControlCurveSecretKey,
+		AllowedClientKeys: ap.ControlClientKeys}
+	srv, err := orchestrator.NewServer(cfg, &controlHandler{a: a}, a.log.With("component", "control"))
+	if err != nil {
+		return nil, fmt.Errorf("appliance: control: %w", err)
+	}
+	return srv, nil
+}
+
+// ControlEndpoint is the bound control endpoint, once Run listens.
+func (a *Appliance) ControlEndpoint() string {
+	s, _ := a.controlEndpoint.Load().(string)
+	return s
+}
+
+// controlHandler implements orchestrator.Handler over the appliance.
+type controlHandler struct{ a *Appliance }
+
+var _ orchestrator.Handler = (*controlHandler)(nil)
+
+func notFound(name string) error {
+	return orchestrator.Errorf(orchestrator.CodeNotFound, "no IF named %q", name)
+}
+
+// lookup returns the running IF called name.
+func (a *Appliance) lookup(name string) (*ifRun, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.ifs[name]
+	if !ok {
+		return nil, notFound(name)
+	}
+	return r, nil
+}
+
+func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
+	a.mu.Lock()
+	spec := r.spec
+	a.mu.Unlock()
+	st := r.f.Status()
+	state := "serving"
+	switch {
+	case r.f.Closing():
+		state = "stopping"
+	case st.UnderProvisioned:
+		state = "underprovisioned"
+	}
+	return orchestrator.IFStatus{Name: spec.Name, ModelID: uint16(spec.ModelID), Model: spec.Model,
+		Backend: spec.Backend, Class: spec.Class, SLOMS: spec.SLOMS, MaxBatch: st.MaxBatch,
+		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share,
+		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded}
+}
+
+func unitsOf(mask uint64) int {
+	n := 0
+	for ; mask != 0; mask &= mask - 1 {
+		n++
+	}
+	return n
+}
+
+// Deploy implements orchestrator.Handler.
+func (h *controlHandler) Deploy(ctx context.Context, args orchestrator.DeployArgs) (orchestrator.IFStatus, error) {
+	spec := IFSection{Name: args.Name, ModelID: int(args.ModelID), Model: args.Model, Backend: args.Backend,
+		Class: args.Class, SLOMS: args.SLOMS, MaxBatch: args.MaxBatch, QueueLen: args.QueueLen, Input: args.Input,
+		Mean: args.Mean, Std: args.Std, InputShape: args.InputShape, Share: args.Share}
+	if err := spec.validate("deploy"); err != nil {
+		return orchestrator.IFStatus{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "%v", err)
+	}
+	r, err := h.a.Deploy(ctx, spec)
+	if err != nil {
+		return orchestrator.IFStatus{}, err
+	}
+	return h.a.ifStatus(r), nil
+}
+
+// Deploy loads and starts a new IF and routes its model id on every port.
+func (a *Appliance) Deploy(ctx context.Context, spec IFSection) (*ifRun, error) {
+	if a.draining.Load() {
+		return nil, orchestrator.Errorf(orchestrator.CodeConflict, "the appliance is draining")
+	}
+	a.mu.Lock()
+	for _, r := range a.ifs {
+		if r.spec.Name == spec.Name {
+			a.mu.Unlock()
+			return nil, orchestrator.Errorf(orchestrator.CodeConflict, "an IF named %q exists", spec.Name)
+		}
+		if r.spec.ModelID == spec.ModelID {
+			a.mu.Unlock()
+			return nil, orchestrator.Errorf(orchestrator.CodeConflict, "model id %d is served by %q", spec.ModelID, r.spec.Name)
+		}
+	}
+	a.mu.Unlock()
+	r, err := a.loadIF(ctx, spec)
+	if err != nil {
+		return nil, orchestrator.Errorf(orchestrator.CodeBadRequest, "%v", err)
+	}
+	a.mu.Lock()
+	a.ifs[spec.Name] = r
+	a.order = append(a.order, spec.Name)
+	if a.running {
+		a.startIF(r)
+	}
+	for _, p := range a.ports {
+		if err := p.router.Add(r.f); err != nil {
+			a.mu.Unlock()
+			return nil, orchestrator.Errorf(orchestrator.CodeConflict, "%v", err)
+		}
+	}
+	a.mu.Unlock()
+	a.applyShares(true)
+	a.log.Info("IF deployed", "if", spec.Name)
+	return r, nil
+}
+
+// Remove implements orchestrator.Handler.
+func (h *controlHandler) Remove(ctx context.Context, args orchestrator.RemoveArgs) error {
+	return h.a.Remove(ctx, args.Name)
+}
+
+// Remove stops routing to an IF, serves what it has queued, and unloads it.
+func (a *Appliance) Remove(ctx context.Context, name string) error {
+	r, err := a.lookup(name)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	for _, p := range a.ports {
+		p.router.Remove(r.f)
+	}
+	running := a.running
+	a.mu.Unlock()
+	if running {
+		if err := r.f.Stop(ctx); err != nil {
+			return orchestrator.Errorf(orchestrator.CodeUnavailable, "%v", err)
+		}
+	}
+	a.mu.Lock()
+	delete(a.ifs, name)
+	a.order = slices.DeleteFunc(a.order, func(n string) bool { return n == name })
+	a.mu.Unlock()
+	a.applyShares(true)
+	a.log.Info("IF removed", "if", name)
+	return nil
+}
+
+// Resize implements orchestrator.Handler: a new share through a swap.
+func (h *controlHandler) Resize(ctx context.Context, args orchestrator.ResizeArgs) (orchestrator.IFStatus, error) {
+	r, err := h.a.lookup(args.Name)
+	if err != nil {
+		return orchestrator.IFStatus{}, err
+	}
+	share := args.Share
+	total := h.a.totalUnits()
+	if args.Units > 0 {
+		if args.Units > total {
+			return orchestrator.IFStatus{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "units %d: only %d exist", args.Units, total)
+		}
+		share = float64(args.Units) / float64(total)
+	}
+	if share <= 0 || share > 1 {
+		return orchestrator.IFStatus{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "give share in (0, 1] or units")
+	}
+	h.a.mu.Lock()
+	r.spec.Share = share
+	r.spec.AutoShare = false // an operator's share stays until changed
+	r.tuner.Store(nil)
+	h.a.mu.Unlock()
+	if err := h.a.applySharesCtx(ctx, true); err != nil {
+		return orchestrator.IFStatus{}, err
+	}
+	return h.a.ifStatus(r), nil
+}
+
+// Swap implements orchestrator.Handler.
+func (h *controlHandler) Swap(ctx context.Context, args orchestrator.SwapArgs) (orchestrator.SwapResult, error) {
+	r, err := h.a.lookup(args.Name)
+	if err != nil {
+		return orchestrator.SwapResult{}, err
+	}
+	spec := ifmanager.SwapSpec{MaxBatch: args.MaxBatch, Share: args.Share}
+	if args.Share < 0 || args.Share > 1 || args.MaxBatch < 0 {
+		return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "share must be in (0, 1], max_batch positive")
+	}
+	if args.Share > 0 {
+		spec.Units, spec.SetUnits = h.a.unitsFor(r, args.Share)
+	}
+	h.a.mu.Lock()
+	newSpec := r.spec
+	h.a.mu.Unlock()
+	if args.Model != "" && args.Model != newSpec.Model {
+		newSpec.Model = args.Model
+		if err := newSpec.validate("swap"); err != nil {
+			return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "%v", err)
+		}
+		_, inst, err := h.a.loadInstance(ctx, &newSpec)
+		if err != nil {
+			return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "%v", err)
+		}
+		spec.Instance = inst
+	}
+	res, err := r.f.Swap(ctx, spec)
+	if err != nil {
+		return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeUnavailable, "%v", err)
+	}
+	h.a.mu.Lock()
+	r.spec.Model = newSpec.Model
+	if args.MaxBatch > 0 {
+		r.spec.MaxBatch = args.MaxBatch
+	}
+	if args.Share > 0 {
+		r.spec.Share = args.Share
+	}
+	h.a.mu.Unlock()
+	return orchestrator.SwapResult{IF: h.a.ifStatus(r), PrepareMS: float64(res.Prepare) / 1e6, GapUS: float64(res.Gap) / 1e3}, nil
+}
+
+// SetBatch implements orchestrator.Handler.
+func (h *controlHandler) SetBatch(ctx context.Context, args orchestrator.SetBatchArgs) (orchestrator.IFStatus, error) {
+	r, err := h.a.lookup(args.Name)
+	if err != nil {
+		return orchestrator.IFStatus{}, err
+	}
+	minB := args.MinBatch
+	if minB == 0 {
+		minB = 1
+	}
+	if args.MaxBatch < 1 || args.MaxBatch > 1024 || minB > args.MaxBatch {
+		return orchestrator.IFStatus{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "batch bounds %d..%d: want 1 <= min <= max <= 1024", minB, args.MaxBatch)
+	}
+	if err := r.f.SetBatch(ctx, minB, args.MaxBatch); err != nil {
+		return orchestrator.IFStatus{}, orchestrator.Errorf(orchestrator.CodeUnavailable, "%v", err)
+	}
+	h.a.mu.Lock()
+	r.spec.MinBatch, r.spec.MaxBatch = minB, args.MaxBatch
+	h.a.mu.Unlock()
+	return h.a.ifStatus(r), nil
+}
+
+// ReloadProfile implements orchestrator.Handler.
+func (h *controlHandler) ReloadProfile(ctx context.Context, args orchestrator.ReloadArgs) (orchestrator.ReloadResult, error) {
+	return h.a.Reload(ctx, args.Path)
+}
+
+// Reload reads a profile and applies its IF changes: new IFs are
+// deployed, missing ones removed, changed ones swapped (a new model or
+// batch bound or share) or replaced. A profile that does not validate
+// changes nothing. Port and [appliance] changes need a restart and are
+// reported in the log.
+func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.ReloadResult, error) {
+	a.mu.Lock()
+	if path == "" {
+		path = a.path
+	}
+	old := a.prof
+	a.mu.Unlock()
+	if path == "" {
+		return orchestrator.ReloadResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "no profile path: the appliance was not started from a file")
+	}
+	prof, err := LoadProfile(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return orchestrator.ReloadResult{}, orchestrator.Errorf(orchestrator.CodeNotFound, "%v", err)
+		}
+		return orchestrator.ReloadResult{}, orchestrator.Errorf(orchestrator.CodeInvalidProfile, "%v", err)
+	}
+	if !reflect.DeepEqual(prof.Ports, old.Ports) || !reflect.DeepEqual(prof.Appliance, old.Appliance) {
+		a.log.Warn("reload: [appliance] and [[port]] changes take effect after a restart", "path", path)
+	}
+	res := orchestrator.ReloadResult{Path: path, Added: []string{}, Removed: []string{}, Changed: []string{}, Unchanged: []string{}}
+	want := map[string]IFSection{}
+	for _, s := range prof.IFs {
+		want[s.Name] = s
+	}
+	a.mu.Lock()
+	current := map[string]IFSection{}
+	for name, r := range a.ifs {
+		current[name] = r.spec
+	}
+	a.mu.Unlock()
+	// Removals first, so a model id can move to another IF.
+	for name := range current {
+		if _, ok := want[name]; !ok {
+			if err := a.Remove(ctx, name); err != nil {
+				return res, err
+			}
+			res.Removed = append(res.Removed, name)
+		}
+	}
+	for _, s := range prof.IFs {
+		cur, ok := current[s.Name]
+		switch {
+		case !ok:
+			if _, err := a.Deploy(ctx, s); err != nil {
+				return res, err
+			}
+			res.Added = append(res.Added, s.Name)
+		case reflect.DeepEqual(cur, s):
+			res.Unchanged = append(res.Unchanged, s.Name)
+		default:
+			if err := a.change(ctx, cur, s); err != nil {
+				return res, err
+			}
+			res.Changed = append(res.Changed, s.Name)
+		}
+	}
+	a.mu.Lock()
+	a.prof.IFs = prof.IFs
+	a.mu.Unlock()
+	slices.Sort(res.Removed)
+	a.log.Info("profile reloaded", "path", path, "added", res.Added, "removed", res.Removed, "changed", res.Changed)
+	return res, nil
+}
+
+// change moves an IF from cur to next: by swaps when only the model, batch
+// bounds, share or SLO change; otherwise (model id, class, input, queue)
+// by deploying a replacement under a temporary name and removing the old.
+func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
+	r, err := a.lookup(cur.Name)
+	if err != nil {
+		return err
+	}
+	swappable := cur
+	swappable.Model, swappable.Backend = next.Model, next.Backend
+	swappable.MaxBatch, swappable.MinBatch, swappable.Share, swappable.AutoShare = next.MaxBatch, next.MinBatch, next.Share, next.AutoShare
+	swappable.SLOMS, swappable.Batching = next.SLOMS, next.Batching
+	swappable.InputShape = next.InputShape
+	if !reflect.DeepEqual(swappable, next) || cur.Backend != next.Backend || cur.Batching != next.Batching {
+		// Not a swap: replace the IF. Route the model id to the new IF
+		// only after the old one has stopped taking requests.
+		if err := a.Remove(ctx, cur.Name); err != nil {
+			return err
+		}
+		_, err := a.Deploy(ctx, next)
+		return err
+	}
+	spec := ifmanager.SwapSpec{MaxBatch: next.MaxBatch}
+	if next.Model != cur.Model || !slices.Equal(next.InputShape, cur.InputShape) {
+		_, inst, err := a.loadInstance(ctx, &next)
+		if err != nil {
+			return orchestrator.Errorf(orchestrator.CodeInvalidProfile, "%v", err)
+		}
+		spec.Instance = inst
+	}
+	if _, err := r.f.Swap(ctx, spec); err != nil {
+		return orchestrator.Errorf(orchestrator.CodeUnavailable, "%v", err)
+	}
+	if err := r.f.SetBatch(ctx, next.MinBatch, next.MaxBatch); err != nil {
+		return err
+	}
+	if next.SLOMS != cur.SLOMS {
+		if err := r.f.SetSLO(ctx, next.SLO()); err != nil {
+			return err
+		}
+	}
+	a.mu.Lock()
+	r.spec = next
+	if next.AutoShare && r.tuner.Load() == nil {
+		r.tuner.Store(ifmanager.NewShareTuner(next.SLO()))
+	} else if !next.AutoShare {
+		r.tuner.Store(nil)
+	}
+	a.mu.Unlock()
+	return a.applySharesCtx(ctx, true)
+}
+
+// Status implements orchestrator.Handler.
+func (h *controlHandler) Status(_ context.Context, args orchestrator.StatusArgs) (orchestrator.StatusReply, error) {
+	a := h.a
+	rep := orchestrator.StatusReply{UptimeS: time.Since(a.started).Seconds(), Draining: a.draining.Load(), IFs: []orchestrator.IFStatus{}}
+	a.mu.Lock()
+	var runs []*ifRun
+	for _, name := range a.order {
+		if args.Name == "" || args.Name == name {
+			runs = append(runs, a.ifs[name])
+		}
+	}
+	a.mu.Unlock()
+	if args.Name != "" && len(runs) == 0 {
+		return rep, notFound(args.Name)
+	}
+	for _, r := range runs {
+		rep.IFs = append(rep.IFs, a.ifStatus(r))
+	}
+	return rep, nil
+}
+
+// Drain implements orchestrator.Handler: every port stops admitting new
+// requests (they are answered shutting_down) and the call waits for the IF
+// queues to empty.
+func (h *controlHandler) Drain(ctx context.Context, args orchestrator.DrainArgs) (orchestrator.DrainResult, error) {
+	a := h.a
+	start := time.Now()
+	a.draining.Store(true)
+	a.mu.Lock()
+	for _, p := range a.ports {
+		p.router.SetDraining(true)
+	}
+	a.mu.Unlock()
+	wait := 30 * time.Second
+	if args.TimeoutMS > 0 {
+		wait = time.Duration(args.TimeoutMS) * time.Millisecond
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		pending := a.pending()
+		if pending == 0 {
+			return orchestrator.DrainResult{Drained: true, ElapsedMS: float64(time.Since(start)) / 1e6}, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return orchestrator.DrainResult{Pending: pending, ElapsedMS: float64(time.Since(start)) / 1e6}, nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// pending counts requests queued in IFs or held complete by reassembly.
+func (a *Appliance) pending() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, r := range a.ifs {
+		n += r.f.QueueDepth()
+	}
+	for _, p := range a.ports {
+		c := &p.loop.Table().C
+		n += int(c.Completed.Load() - c.Released.Load())
+	}
+	return n
+}
+
+// totalUnits is the CPU backend's unit count (1 when it has none).
+func (a *Appliance) totalUnits() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if b, ok := a.backends["cpu"].(interface{ Units() int }); ok && b.Units() > 0 {
+		return b.Units()
+	}
+	return 1
+}
+
+// unitsFor is the unit mask an IF would get with share, the others
+// keeping theirs.
+func (a *Appliance) unitsFor(r *ifRun, share float64) (uint64, bool) {
+	a.mu.Lock()
+	names := slices.Clone(a.order)
+	shares := make([]float64, len(names))
+	for i, n := range names {
+		shares[i] = a.ifs[n].spec.Share
+		if a.ifs[n] == r {
+			shares[i] = share
+		}
+	}
+	a.mu.Unlock()
+	masks := a.masks(shares)
+	for i, n := range names {
+		if n == r.spec.Name {
+			return masks[i], true
+		}
+	}
+	return 0, false
+}
+
+// masks turns shares into unit masks: shares are divided max-min fairly,
+// then rounded to whole units.
+func (a *Appliance) masks(shares []float64) []uint64 {
+	total := a.totalUnits()
+	alloc := ifmanager.MaxMinFair(1, shares)
+	return ifmanager.UnitMasks(ifmanager.Units(alloc, total), total)
+}
+
+// applyShares recomputes every IF's units from the shares and swaps the
+// IFs whose units change (swap=false sets them at load time, before any
+// worker runs).
+func (a *Appliance) applyShares(swap bool) {
+	if err := a.applySharesCtx(context.Background(), swap); err != nil {
+		a.log.Warn("applying shares", "err", err)
+	}
+}
+
+func (a *Appliance) applySharesCtx(ctx context.Context, swap bool) error {
+	a.mu.Lock()
+	runs := make([]*ifRun, 0, len(a.order))
+	shares := make([]float64, 0, len(a.order))
+	for _, name := range a.order {
+		r := a.ifs[name]
+		if r.spec.Backend != "cpu" {
+			continue
+		}
+		runs = append(runs, r)
+		shares = append(shares, r.spec.Share)
+	}
+	a.mu.Unlock()
+	if len(runs) == 0 {
+		return nil
+	}
+	masks := a.masks(shares)
+	alloc := ifmanager.MaxMinFair(1, shares)
+	for i, r := range runs {
+		if r.f.Units() == masks[i] {
+			continue
+		}
+		if !swap {
+			r.f.SetUnitsBeforeStart(masks[i], alloc[i])
+			continue
+		}
+		if _, err := r.f.Swap(ctx, ifmanager.SwapSpec{Units: masks[i], SetUnits: true, Share: alloc[i]}); err != nil {
+			return orchestrator.Errorf(orchestrator.CodeUnavailable, "resize %q: %v", r.spec.Name, err)
+		}
+	}
+	return nil
+}
+
+// tuneShares runs GSLICE's self-tuning allocation for IFs with auto_share
+// every share_interval_ms until ctx ends.
+func (a *Appliance) tuneShares(ctx context.Context) {
+	every := time.Duration(a.prof.Appliance.ShareIntervalMS) * time.Millisecond
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			window := now.Sub(last)
+			last = now
+			changed := false
+			a.mu.Lock()
+			runs := make([]*ifRun, 0, len(a.order))
+			for _, name := range a.order {
+				runs = append(runs, a.ifs[name])
+			}
+			a.mu.Unlock()
+			for _, r := range runs {
+				tu := r.tuner.Load()
+				if tu == nil {
+					continue
+				}
+				a.mu.Lock()
+				share := r.spec.Share
+				a.mu.Unlock()
+				arr := r.f.C.Arrivals.Load()
+				r.obs.tunerMu.Lock()
+				tu.ObserveArrivals(int(arr-r.arrivals), window)
+				next, ok := tu.Propose(share, now)
+				r.obs.tunerMu.Unlock()
+				r.arrivals = arr
+				if ok && next != share {
+					a.mu.Lock()
+					r.spec.Share = next
+					a.mu.Unlock()
+					cfg := r.f.Config()
+					a.log.Info("self-tuning share", "if", cfg.Name, "from", share, "to", next)
+					a.metrics.shareChanges.WithLabelValues(cfg.Name, cfg.Class.String()).Inc()
+					changed = true
+				}
+			}
+			if changed {
+				a.applyShares(true)
+			}
+		}
+	}
+}

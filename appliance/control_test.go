@@ -1,0 +1,202 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/dataplane/dptest"
+	"sluice/dataplane/wire"
+	"sluice/orchestrator"
+)
+
+const controlProfile = `
+[appliance]
+log_level = "warn"
+threads = 2
+metrics = "off"
+control = "ipc://%s"
+
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+
+[[if]]
+name = "cls"
+model_id = 7
+model = "onnx:%s"
+backend = "cpu"
+class = "rt"
+slo_ms = 50
+max_batch = 4
+queue_len = 256
+input = "f32"
+input_shape = [3, 48, 192]
+`
+
+// TestControlUnderLoad drives the control plane while requests flow:
+// swaps, a resize, batch changes, an invalid reload, bad commands, a deploy
+// and a remove, and a drain. No request may be lost or answered twice.
+func TestControlUnderLoad(t *testing.T) {
+	model := classifierPath(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "ctl.sock")
+	text := fmt.Sprintf(controlProfile, sock, model)
+	path := filepath.Join(dir, "p.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prof, err := LoadProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := New(ctx, prof, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.SetProfilePath(path)
+	addr, _ := a.PortAddr("udp0")
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+	for a.ControlEndpoint() == "" {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cl, err := orchestrator.Dial("ipc://"+sock, orchestrator.ClientConfig{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadBuffer(8 << 20)
+	client := dptest.NewClient(conn, 3, 1400)
+	payload := f32bytes(make([]float32, 3*48*192))
+
+	// load: 600 requests over about 3 s while commands run
+	const n = 600
+	var sendWG sync.WaitGroup
+	sendWG.Add(1)
+	go func() {
+		defer sendWG.Done()
+		for id := uint64(1); id <= n; id++ {
+			_ = client.Send(addr, 7, id, wire.FlagRT, payload)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+
+	var st orchestrator.StatusReply
+	if st, err = cl.Status(ctx, orchestrator.StatusArgs{}); err != nil || len(st.IFs) != 1 || st.IFs[0].Name != "cls" {
+		t.Fatalf("status: %+v, %v", st, err)
+	}
+	sw, err := cl.Swap(ctx, orchestrator.SwapArgs{Name: "cls"})
+	if err != nil {
+		t.Fatalf("swap: %v", err)
+	}
+	if _, err := cl.Resize(ctx, orchestrator.ResizeArgs{Name: "cls", Share: 0.5}); err != nil {
+		t.Fatalf("resize: %v", err)
+	}
+	if s, err := cl.SetBatch(ctx, orchestrator.SetBatchArgs{Name: "cls", MaxBatch: 8}); err != nil || s.MaxBatch != 8 {
+		t.Fatalf("set-batch: %+v, %v", s, err)
+	}
+	// an invalid profile is refused and changes nothing
+	bad := filepath.Join(dir, "bad.toml")
+	_ = os.WriteFile(bad, []byte("[appliance]\nthreads = \"many\"\n"), 0o644)
+	var oe *orchestrator.Error
+	if _, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{Path: bad}); !errors.As(err, &oe) || oe.Code != orchestrator.CodeInvalidProfile {
+		t.Fatalf("invalid reload: %v", err)
+	}
+	// bad commands
+	if _, err := cl.SetBatch(ctx, orchestrator.SetBatchArgs{Name: "nope", MaxBatch: 4}); !errors.As(err, &oe) || oe.Code != orchestrator.CodeNotFound {
+		t.Fatalf("set-batch on a missing IF: %v", err)
+	}
+	if _, err := cl.Resize(ctx, orchestrator.ResizeArgs{Name: "cls", Share: 3}); !errors.As(err, &oe) || oe.Code != orchestrator.CodeBadRequest {
+		t.Fatalf("resize to 300%%: %v", err)
+	}
+	if _, err := cl.Deploy(ctx, orchestrator.DeployArgs{Name: "dup", ModelID: 7, Model: "onnx:" + model}); !errors.As(err, &oe) || oe.Code != orchestrator.CodeConflict {
+		t.Fatalf("deploy on a taken model id: %v", err)
+	}
+	sendWG.Wait()
+
+	lost, notOK := 0, 0
+	for id := uint64(1); id <= n; id++ {
+		r, ok := client.Wait(id, 10*time.Second)
+		switch {
+		case !ok:
+			lost++
+		case r.Status != wire.StatusOK:
+			notOK++
+			t.Errorf("request %d: %v", id, r.Status)
+		}
+	}
+	if lost != 0 || notOK != 0 {
+		t.Fatalf("%d lost and %d failed of %d requests across swaps and resizes", lost, notOK, n)
+	}
+	t.Logf("swap: prepare %.1f ms, gap %.1f µs", sw.PrepareMS, sw.GapUS)
+	if sw.GapUS <= 0 || math.IsNaN(sw.GapUS) {
+		t.Fatalf("swap gap %v µs not measured", sw.GapUS)
+	}
+
+	// a reload that adds an IF, then one that removes it
+	text2 := text + fmt.Sprintf(`
+[[if]]
+name = "cls2"
+model_id = 8
+model = "onnx:%s"
+input = "f32"
+input_shape = [3, 48, 192]
+max_batch = 2
+`, model)
+	_ = os.WriteFile(path, []byte(text2), 0o644)
+	res, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{})
+	if err != nil || len(res.Added) != 1 || res.Added[0] != "cls2" {
+		t.Fatalf("reload adding cls2: %+v, %v", res, err)
+	}
+	_ = client.Send(addr, 8, 5000, 0, payload)
+	if r, ok := client.Wait(5000, 10*time.Second); !ok || r.Status != wire.StatusOK {
+		t.Fatalf("request to the reloaded IF: %v %v", ok, r.Status)
+	}
+	if err := cl.Remove(ctx, orchestrator.RemoveArgs{Name: "cls2"}); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	_ = client.Send(addr, 8, 5001, 0, payload)
+	if r, ok := client.Wait(5001, 5*time.Second); !ok || r.Status != wire.StatusUnknownModel {
+		t.Fatalf("request after remove: %v %v", ok, r.Status)
+	}
+
+	// drain: new requests are refused, nothing is pending
+	dr, err := cl.Drain(ctx, orchestrator.DrainArgs{TimeoutMS: 5000})
+	if err != nil || !dr.Drained {
+		t.Fatalf("drain: %+v, %v", dr, err)
+	}
+	_ = client.Send(addr, 7, 6000, 0, payload)
+	if r, ok := client.Wait(6000, 5*time.Second); !ok || r.Status != wire.StatusShuttingDown {
+		t.Fatalf("request after drain: %v %v", ok, r.Status)
+	}
+	stop()
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+	if d := client.Duplicates(); d != 0 {
+		t.Fatalf("%d duplicate response fragments", d)
+	}
+	if s := a.Stats(); s.Ports[0].Port.BufInUse != 0 {
+		t.Fatalf("%d buffers in use after the run", s.Ports[0].Port.BufInUse)
+	}
+}

@@ -1,0 +1,94 @@
+package ifmanager
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"sync/atomic"
+
+	"sluice/dataplane/egress"
+	"sluice/dataplane/reasm"
+	"sluice/dataplane/wire"
+)
+
+// Router is an ioloop.Sink: it hands each completed request to the IF
+// serving its model id, and answers unknown_model, overloaded and
+// shutting_down itself. The routing table is an immutable snapshot swapped
+// atomically, so Deliver takes no lock.
+type Router struct {
+	origin Origin
+	mu     sync.Mutex // serializes writers
+	table  atomic.Pointer[map[uint16]*IF]
+	// draining refuses every request with shutting_down.
+	draining atomic.Bool
+	// Unknown counts requests for models no IF serves.
+	Unknown atomic.Uint64
+	// Refused counts requests refused while draining.
+	Refused atomic.Uint64
+}
+
+// NewRouter makes a router for one port.
+func NewRouter(o Origin) *Router {
+	rt := &Router{origin: o}
+	empty := map[uint16]*IF{}
+	rt.table.Store(&empty)
+	return rt
+}
+
+// SetTable sets the origin's table once the I/O loop made it.
+func (rt *Router) SetTable(t *reasm.Table) { rt.origin.Table = t }
+
+// ErrDuplicateModel is returned by Add for a model id already routed.
+var ErrDuplicateModel = errors.New("ifmanager: model id already served")
+
+// Add routes f's model id to f.
+func (rt *Router) Add(f *IF) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	cur := *rt.table.Load()
+	if _, ok := cur[f.cfg.ModelID]; ok {
+		return fmt.Errorf("%w: %d", ErrDuplicateModel, f.cfg.ModelID)
+	}
+	next := maps.Clone(cur)
+	next[f.cfg.ModelID] = f
+	rt.table.Store(&next)
+	return nil
+}
+
+// Remove stops routing model id to f (if f still serves it).
+func (rt *Router) Remove(f *IF) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	cur := *rt.table.Load()
+	if cur[f.cfg.ModelID] != f {
+		return
+	}
+	next := maps.Clone(cur)
+	delete(next, f.cfg.ModelID)
+	rt.table.Store(&next)
+}
+
+// SetDraining makes the router refuse new requests with shutting_down.
+func (rt *Router) SetDraining(on bool) { rt.draining.Store(on) }
+
+// Deliver implements ioloop.Sink.
+func (rt *Router) Deliver(r *reasm.Request) {
+	var st wire.Status
+	switch f := (*rt.table.Load())[r.Model]; {
+	case rt.draining.Load():
+		rt.Refused.Add(1)
+		st = wire.StatusShuttingDown
+	case f == nil:
+		rt.Unknown.Add(1)
+		st = wire.StatusUnknownModel
+	case f.Enqueue(r, &rt.origin):
+		return
+	case f.Closing():
+		st = wire.StatusShuttingDown
+	default:
+		st = wire.StatusOverloaded
+	}
+	_ = rt.origin.Out.Send(&egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st})
+	rt.origin.Table.Done(r)
+}
