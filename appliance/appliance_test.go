@@ -54,6 +54,7 @@ func TestApplianceServesOverUDP(t *testing.T) {
 log_level = "warn"
 threads = 2
 metrics = "127.0.0.1:0"
+control = "off"
 
 [[port]]
 name = "udp0"

@@ -52,6 +52,11 @@ done
 grep -q "sluice serving" "$LOG" || { echo "sluice did not start:"; tail -20 "$LOG"; exit 1; }
 grep -E "IF loaded|port open" "$LOG" | sed 's/^/   /'
 
+# Resolve the appliance's MAC first (DPDK answers ARP; it ignores the ping
+# itself): a frame's first fragments would otherwise overflow the kernel's
+# queue of packets waiting for ARP.
+ip netns exec "$NS" ping -c 1 -W 1 "$APP_IP" >/dev/null 2>&1 || true
+
 echo "== framecast for $DURATION: RT MobileNetV2 at 15 frames/s, BE ResNet-50 at 2 frames/s, 224x224x3 frames"
 ip netns exec "$NS" bin/framecast -target "$APP_IP:9400" -duration "$DURATION" -json /tmp/framecast-demo.json \
   -stream model=1,class=rt,rate=15,size=150528,arrival=poisson \
