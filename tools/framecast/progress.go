@@ -65,7 +65,12 @@ func (c *client) progressLine(now time.Time) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var b strings.Builder
-	fmt.Fprintf(&b, "[%4.0fs/%.0fs] in flight %d", now.Sub(c.start).Seconds(), c.cfg.Duration.Seconds(), c.inFlight)
+	el := now.Sub(c.start)
+	phase := ""
+	if el > c.cfg.Duration {
+		phase = " draining"
+	}
+	fmt.Fprintf(&b, "[%4.0fs/%v%s] in flight %d", el.Seconds(), c.cfg.Duration, phase, c.inFlight)
 	for _, st := range c.streams {
 		r := st.c
 		errs := 0

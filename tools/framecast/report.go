@@ -175,7 +175,7 @@ func (r *Report) rows() []*Row {
 
 // writeMarkdown prints the report as markdown tables.
 func (r *Report) writeMarkdown(w io.Writer) {
-	fmt.Fprintf(w, "framecast: %.1fs sending, %.1fs in all, target %s, flows %d..%d, timeout %gs\n\n",
+	fmt.Fprintf(w, "framecast: send window %.1fs, run %.1fs, target %s, flows %d..%d, timeout %gs\n\n",
 		r.SendSeconds, r.Seconds, r.Target, r.FirstFlow, r.FirstFlow+uint32(max(len(r.Streams), 1)-1), r.TimeoutSeconds)
 	fmt.Fprintln(w, "| stream | sent | ok | errors | lost | dup | mismatch | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | sent/s | ok/s |")
 	fmt.Fprintln(w, "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
