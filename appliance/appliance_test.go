@@ -209,9 +209,11 @@ func scrape(t *testing.T, a *Appliance) string {
 
 func TestProfileErrors(t *testing.T) {
 	for _, tc := range []struct{ text, want string }{
-		{"[appliance]\nbogus = 1\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:resnet18\"\n", "unknown keys: appliance.bogus"},
+		{"[appliance]\nbogus = 1\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:resnet18\"\n", "test.toml:2: unknown keys: appliance.bogus"},
+		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\n[[if]]\nname=\"b\"\nmodel_id=2\nmodel=\"zoo:y\"\nmax_batch = -3\n", "test.toml:11: if[1].max_batch -3"},
+		{"[appliance]\nlog_level = \"loud\"\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", "test.toml:2: appliance.log_level"},
 		{"[appliance\n", "test.toml:2"},
-		{"[[port]]\ndriver=\"carrier-pigeon\"\n", `port[0].driver "carrier-pigeon"`},
+		{"[[port]]\ndriver=\"carrier-pigeon\"\n", `test.toml:2: port[0].driver "carrier-pigeon"`},
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nmodel_id=1\n[[if]]\nname=\"b\"\nmodel=\"zoo:y\"\nmodel_id=1\n", "already served"},
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nclass=\"urgent\"\n", `if[0].class "urgent"`},
 	} {

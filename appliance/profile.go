@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,12 +126,78 @@ func ParseProfile(name, text string) (*Profile, error) {
 			keys[i] = k.String()
 		}
 		sort.Strings(keys)
-		return nil, fmt.Errorf("profile %s: unknown keys: %s", name, strings.Join(keys, ", "))
+		where := name
+		if line := keyLine(text, und[0]); line > 0 {
+			where = fmt.Sprintf("%s:%d", name, line)
+		}
+		return nil, fmt.Errorf("profile %s: unknown keys: %s", where, strings.Join(keys, ", "))
 	}
 	if err := p.validate(); err != nil {
-		return nil, fmt.Errorf("profile %s: %w", name, err)
+		where := name
+		if m := errKey.FindStringSubmatch(err.Error()); m != nil {
+			idx := -1
+			if m[2] != "" {
+				idx, _ = strconv.Atoi(m[2])
+			}
+			if line := findLine(text, m[1], idx, m[3]); line > 0 {
+				where = fmt.Sprintf("%s:%d", name, line)
+			}
+		}
+		return nil, fmt.Errorf("profile %s: %w", where, err)
 	}
 	return &p, nil
+}
+
+// errKey matches the key path validation errors start with:
+// "appliance.log_level ...", "if[2].class ...", "port[0].vdev ...".
+var errKey = regexp.MustCompile(`^(appliance|port|if)(?:\[(\d+)\])?\.([a-z_]+)`)
+
+// keyLine finds the line of an undecoded key such as appliance.bogus or
+// if.batchsize (arrays of tables are not indexed in TOML key paths: the
+// first match wins).
+func keyLine(text string, k toml.Key) int {
+	if len(k) < 2 {
+		return findLine(text, "", -1, k[len(k)-1])
+	}
+	return findLine(text, k[0], -1, k[len(k)-1])
+}
+
+// findLine returns the 1-based line of key inside table (the index-th
+// [[table]] when index >= 0, the first table of that name otherwise), or
+// the table header's line when the key is not written there, or 0.
+func findLine(text, table string, index int, key string) int {
+	lines := strings.Split(text, "\n")
+	inTable := table == ""
+	seen := -1
+	header := 0
+	for i, l := range lines {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "[") {
+			name := strings.Trim(t, "[] \t")
+			if c := strings.IndexByte(name, '#'); c >= 0 {
+				name = strings.TrimSpace(strings.Trim(name[:c], "[] \t"))
+			}
+			if name == table {
+				seen++
+				inTable = index < 0 || seen == index
+				if inTable {
+					header = i + 1
+				}
+			} else {
+				if inTable && table != "" && header > 0 {
+					return header
+				}
+				inTable = false
+			}
+			continue
+		}
+		if inTable {
+			if k, _, ok := strings.Cut(t, "="); ok && strings.TrimSpace(k) == key {
+				return i + 1
+			}
+		}
+	}
+	return header
 }
 
 func (p *Profile) validate() error {
