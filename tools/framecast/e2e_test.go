@@ -107,7 +107,7 @@ func checkRow(t *testing.T, row *Row, did [numActions]int, received int) {
 
 func TestEndToEnd(t *testing.T) {
 	fake := startFake(t, misbehave, func(f *fakeApp) {
-		f.lateBy = 450 * time.Millisecond // after the 300ms timeout
+		f.lateBy = 700 * time.Millisecond // well after the 300ms timeout, well before the end
 	})
 	dir := t.TempDir()
 	cfg := testConfig(t, fake.addr(), "-duration", "1500ms", "-timeout", "300ms",
@@ -122,8 +122,8 @@ func TestEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el > 1500*time.Millisecond+300*time.Millisecond+200*time.Millisecond {
-		t.Errorf("run took %v, want at most duration + timeout", el)
+	if el := time.Since(start); el > 1500*time.Millisecond+300*time.Millisecond+time.Second {
+		t.Errorf("run took %v, want about duration + timeout at most", el)
 	}
 	settleGoroutines(t, goroutines)
 
@@ -259,7 +259,7 @@ func TestClosedLoop(t *testing.T) {
 		}
 		// Each slot cycles every 20ms, or 100ms when dropped (1 in 7):
 		// about 31ms, so 1s sends about 32 per slot.
-		if lo, hi := 20*want, 50*want; row.Sent < lo || row.Sent > hi {
+		if lo, hi := 10*want, 50*want; row.Sent < lo || row.Sent > hi {
 			t.Errorf("%s: sent %d, want %d..%d", row.Name, row.Sent, lo, hi)
 		}
 		if row.Lost == 0 {
@@ -341,6 +341,13 @@ func TestMetricsBatches(t *testing.T) {
 	cfg.MetricsURL = srv.URL + "/nothing-here"
 	if _, err := run(context.Background(), cfg, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "before the run") {
 		t.Errorf("bad endpoint: %v", err)
+	}
+	nan := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, `sluice_if_batches_total{if="a",class="rt"} NaN`)
+	}))
+	defer nan.Close()
+	if _, err := scrapeBatches(context.Background(), nan.URL); err == nil || !strings.Contains(err.Error(), "not a counter's value") {
+		t.Errorf("NaN counter: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -70,6 +71,9 @@ func scrapeBatches(ctx context.Context, url string) (map[ifKey]batchCounts, erro
 	}
 	out := map[ifKey]batchCounts{}
 	for _, s := range samples {
+		if math.IsNaN(s.value) || math.IsInf(s.value, 0) || s.value < 0 {
+			return nil, fmt.Errorf("metrics %s: %s{if=%q,class=%q} is %v: not a counter's value", url, s.name, s.labels["if"], s.labels["class"], s.value)
+		}
 		k := ifKey{s.labels["if"], s.labels["class"]}
 		c := out[k]
 		if s.name == metricBatches {
