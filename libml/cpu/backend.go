@@ -309,10 +309,18 @@ func (b *Backend) RunGraph(ctx context.Context, g *graph.Graph, inputs map[strin
 	b.mu.Lock()
 	err := b.ready()
 	units, pool := b.units, b.pool
+	if err == nil {
+		b.instances++ // keeps Deinit off the pool while this runs
+	}
 	b.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		b.mu.Lock()
+		b.instances--
+		b.mu.Unlock()
+	}()
 	gg := *g
 	gg.Initializers = append([]*graph.Tensor{}, g.Initializers...)
 	shapes := map[string][]int64{}

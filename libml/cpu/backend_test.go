@@ -3,6 +3,7 @@ package cpu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand"
 	"strings"
@@ -519,5 +520,51 @@ func TestZooMatchesReference(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestConcurrentInstances runs linked instances of one model from several
+// goroutines at once (their streams share the units) and checks every
+// output.
+func TestConcurrentInstances(t *testing.T) {
+	b := newTestBackend(t, 2)
+	ctx := context.Background()
+	base := loadZoo(t, b, "mobilenetv2", zoo.Options{Height: 64, Width: 64, Classes: 20, Seed: 8}, 2)
+	defer base.Close()
+	in := zoo.Input(2, 2*base.InputSize())
+	want := runOnce(t, base, 2, in)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		inst, err := b.LinkModel(ctx, base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ConfigureBatch(inst, 2); err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func(inst libml.Instance) {
+			defer wg.Done()
+			defer inst.Close()
+			out := make([]float32, 2*inst.OutputSize())
+			for r := 0; r < 10; r++ {
+				if err := b.InferBatch(ctx, inst, 2, in, out); err != nil {
+					errs <- err
+					return
+				}
+				for i := range want {
+					if out[i] != want[i] {
+						errs <- fmt.Errorf("output %d: %v, want %v", i, out[i], want[i])
+						return
+					}
+				}
+			}
+		}(inst)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #define CONV_BLOCK_MAX 8e6
+#define CONV_SUB_MAX 3.2e7 /* flops per sgemm call inside a block */
 
 static int conv_params_ok(const sk_kernel *k)
 {
@@ -144,9 +145,18 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	SK_POLL(ctx);
 	int64_t oc0 = g * Mg + m0;
 	float *y = k->out + (n * Cout + oc0) * OHW + p0;
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ml, (int)pl,
-		    (int)Kd, 1.0f, k->in[1] + oc0 * Kd, (int)Kd, col, (int)pl,
-		    0.0f, y, (int)OHW);
+	/* heavy tiles run as several sgemm calls over output channels, so the
+	 * preemption flag is polled at least every CONV_SUB_MAX flops */
+	int64_t msub = (int64_t)(CONV_SUB_MAX / (2.0 * (double)pl * (double)Kd));
+	msub = SK_MAX(SK_CDIV(msub, 16) * 16, 16);
+	for (int64_t mm = 0; mm < ml; mm += msub) {
+		if (mm > 0)
+			SK_POLL(ctx);
+		int64_t mc = SK_MIN(msub, ml - mm);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mc, (int)pl,
+			    (int)Kd, 1.0f, k->in[1] + (oc0 + mm) * Kd, (int)Kd, col, (int)pl,
+			    0.0f, y + mm * OHW, (int)OHW);
+	}
 	SK_POLL(ctx);
 	const float *bias = k->in[2] ? k->in[2] + oc0 : NULL;
 	const float *res = k->in[3] ? k->in[3] + (n * Cout + oc0) * OHW + p0 : NULL;

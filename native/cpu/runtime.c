@@ -13,6 +13,23 @@
  * SK_POLL, the unit that sees the flag claims the rest of the kernel in one
  * CAS, and the unit that completes it drops every queued kernel (O(1) queue
  * reset). The stream's execution index tells where to restore from.
+ *
+ * Scheduler support (libml/sched, REEF §4-§5), all opt-in:
+ *   - launches of a block range (sk_launch_range): a kernel whose first
+ *     blocks already ran elsewhere continues where it stopped;
+ *   - a virtual host queue per stream (sk_hq_*): launches append to an
+ *     unbounded list, and at most `window` kernels are in the ring (the
+ *     device queue) at a time; the unit that completes a kernel moves the
+ *     next ones over, so no transmitter thread is needed. sk_hq_preempt
+ *     detaches the list in O(1) and hands it to the pool's collector
+ *     thread, which frees it off the critical path, then sets the flag;
+ *   - timestamps: each launch records when its first block started; a
+ *     stream records when it last drained and when a marked kernel
+ *     started (preemption latency);
+ *   - dynamic kernel padding (sk_pad_*): while an RT stream's kernel leaves
+ *     units idle, those units run blocks of offered best-effort kernels
+ *     that fit the RT kernel's remaining time (rule 1) and memory-bandwidth
+ *     budget (rule 2).
  */
 #define _GNU_SOURCE
 #include "sluice_cpu.h"
@@ -37,9 +54,21 @@ typedef struct sk_slot {
 	sk_kernel *k;
 	int64_t idx;
 	uint64_t mask;
-	int64_t grid;
+	int64_t grid;     /* blocks in this launch */
 	int64_t done;
+	int64_t base;     /* kernel block of the launch's first block */
+	int64_t start_ns; /* when its first block was claimed (0 = not yet) */
+	int64_t est_ns;   /* estimated kernel time (padding), 0 = unknown */
+	int64_t bw;       /* memory-bandwidth demand, MB/s (padding) */
 } sk_slot;
+
+/* A launch waiting in a stream's virtual host queue. */
+typedef struct sk_hq_node {
+	struct sk_hq_node *next;
+	sk_kernel *k;
+	int64_t idx, base, count, est_ns, bw;
+	uint64_t mask;
+} sk_hq_node;
 
 struct sk_stream {
 	_Alignas(64) uint64_t ticket;
@@ -57,6 +86,18 @@ struct sk_stream {
 	sk_slot *ring;
 	sk_pool *pool;
 	int32_t in_use;
+	/* virtual host queue (hq_lock guards the list, the node cache and
+	 * every ring launch of an hq stream) */
+	_Alignas(64) int32_t hq_lock;
+	int32_t hq_on;
+	uint32_t window;
+	int64_t hq_len;
+	sk_hq_node *hq_head, *hq_tail, *hq_free;
+	/* timestamps */
+	_Alignas(64) int64_t drain_ns;
+	uint32_t mark_seq;
+	int32_t mark_armed;
+	int64_t mark_ns;
 };
 
 typedef struct sk_unit {
@@ -78,6 +119,17 @@ struct sk_pool {
 	pthread_mutex_t mu;
 	sk_stream *streams[SK_MAX_STREAMS];
 	sk_unit unit[SK_MAX_UNITS];
+	/* collector of detached host queues */
+	_Alignas(64) sk_hq_node *gc_list;
+	uint32_t gc_gen;
+	int32_t gc_started;
+	int32_t gc_stop;
+	int64_t gc_freed;
+	pthread_t gc_thread;
+	/* dynamic kernel padding */
+	_Alignas(64) sk_pad *pad;
+	int32_t pad_busy; /* units inside a padding block or selection */
+	int32_t pad_noflag;
 };
 
 #define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
@@ -183,28 +235,55 @@ int64_t sk_split(int64_t total, int64_t want, int64_t min)
 
 /* ---- streams ------------------------------------------------------------ */
 
+static void hq_lock(sk_stream *s);
+static void hq_unlock(sk_stream *s);
+static void hq_free_chain(sk_hq_node *n);
+static int hq_pump_locked(sk_stream *s, uint32_t completed);
+static void hq_publish_locked(sk_stream *s, int moved);
+static void pool_kick(sk_pool *p);
+
 static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 {
 	int64_t d = __atomic_add_fetch(&sl->done, n, __ATOMIC_ACQ_REL);
 	if (d < sl->grid)
 		return;
 	sk_kernel *k = sl->k;
-	if (LDR(&s->profile) && k->stat_t0) {
-		__atomic_add_fetch(&k->stat_wall_ns, now_ns() - k->stat_t0,
-				   __ATOMIC_RELAXED);
+	int64_t t0 = __atomic_exchange_n(&k->stat_t0, 0, __ATOMIC_RELAXED);
+	if (LDR(&s->profile) && t0) {
+		__atomic_add_fetch(&k->stat_wall_ns, now_ns() - t0, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&k->stat_runs, 1, __ATOMIC_RELAXED);
-		k->stat_t0 = 0;
 	}
 	uint32_t next = seq + 1;
-	if (__atomic_load_n(&s->flag, __ATOMIC_SEQ_CST))
+	int pumped = 0;
+	if (__atomic_load_n(&s->flag, __ATOMIC_SEQ_CST)) {
 		next = LD(&s->tail); /* reset the queue: evict every queued kernel */
-	ST(&s->completed, next);
-	ST(&s->ticket, (uint64_t)next << 32);
+		ST(&s->completed, next);
+		ST(&s->ticket, (uint64_t)next << 32);
+	} else if (LDR(&s->hq_on)) {
+		/* move host-queue launches into the window: the completion is
+		 * published before the new tail (so tail - completed never
+		 * exceeds the window) and the host-queue length is lowered last
+		 * (so a waiter never sees an empty ring and an empty host queue
+		 * while launches are in transit) */
+		hq_lock(s);
+		pumped = hq_pump_locked(s, next);
+		ST(&s->completed, next);
+		ST(&s->ticket, (uint64_t)next << 32);
+		hq_publish_locked(s, pumped);
+		hq_unlock(s);
+	} else {
+		ST(&s->completed, next);
+		ST(&s->ticket, (uint64_t)next << 32);
+	}
+	if (next == LD(&s->tail))
+		STR(&s->drain_ns, now_ns());
 	/* waiting: 1 = a waiter wants the queue drained, 2 = any completion */
 	__atomic_add_fetch(&s->done_gen, 1, __ATOMIC_SEQ_CST);
 	int32_t w = __atomic_load_n(&s->waiting, __ATOMIC_SEQ_CST);
 	if (w == 2 || (w == 1 && next == LD(&s->tail)))
 		futex(&s->done_gen, FUTEX_WAKE_PRIVATE, INT_MAX);
+	if (pumped)
+		pool_kick(s->pool);
 }
 
 /* try_block claims and runs one block of s's current kernel on unit u.
@@ -236,16 +315,27 @@ static int try_block(sk_stream *s, sk_unit *u)
 		return 1;
 	sk_kernel *k = LDR(&sl->k);
 	int64_t idx = LDR(&sl->idx);
-	if (idx == LDR(&s->pre_idx) && (int64_t)blk == LDR(&s->pre_blk)) {
+	int64_t b = LDR(&sl->base) + (int64_t)blk;
+	if (idx == LDR(&s->pre_idx) && b == LDR(&s->pre_blk)) {
 		STR(&s->pre_idx, -1);
 		__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
 	}
 	int prof = LDR(&s->profile);
 	int64_t t0 = 0;
-	if (prof) {
+	if (blk == 0) {
 		t0 = now_ns();
-		if (blk == 0)
+		ST(&sl->start_ns, t0);
+		if (LDR(&s->mark_armed) && seq == LDR(&s->mark_seq)) {
+			STR(&s->mark_ns, t0);
+			ST(&s->mark_armed, 0);
+		}
+		if (prof)
 			k->stat_t0 = t0;
+		/* a kernel start may open room for padding on idle units */
+		if (LDR(&s->pool->pad))
+			pool_kick(s->pool);
+	} else if (prof) {
+		t0 = now_ns();
 	}
 	u->ctx.flag = &s->flag;
 #if SK_CHECKS
@@ -253,12 +343,12 @@ static int try_block(sk_stream *s, sk_unit *u)
 	if (!__atomic_load_n(&s->flag, __ATOMIC_RELAXED)) {
 		if (LDR(&s->exec_idx) != idx)
 			STR(&s->exec_idx, idx);
-		sk_table[k->op].block(k, blk, &u->ctx);
+		sk_table[k->op].block(k, b, &u->ctx);
 	}
 #else
 	if (LDR(&s->exec_idx) != idx)
 		STR(&s->exec_idx, idx);
-	sk_table[k->op].block(k, blk, &u->ctx);
+	sk_table[k->op].block(k, b, &u->ctx);
 #endif
 	if (prof) {
 		__atomic_add_fetch(&k->stat_block_ns, now_ns() - t0,
@@ -268,6 +358,8 @@ static int try_block(sk_stream *s, sk_unit *u)
 	stream_finish(s, seq, sl, 1);
 	return 1;
 }
+
+static int try_pad(sk_pool *p, sk_unit *u);
 
 static int scan(sk_pool *p, sk_unit *u, int start)
 {
@@ -280,6 +372,8 @@ static int scan(sk_pool *p, sk_unit *u, int start)
 		while (try_block(s, u))
 			did = 1;
 	}
+	if (!did && LDR(&p->pad))
+		did = try_pad(p, u);
 	return did;
 }
 
@@ -379,8 +473,17 @@ void sk_pool_destroy(sk_pool *p)
 	pool_kick(p);
 	for (int i = 0; i < p->units; i++)
 		pthread_join(p->unit[i].thread, NULL);
+	if (p->gc_started) {
+		ST(&p->gc_stop, 1);
+		__atomic_add_fetch(&p->gc_gen, 1, __ATOMIC_SEQ_CST);
+		futex(&p->gc_gen, FUTEX_WAKE_PRIVATE, INT_MAX);
+		pthread_join(p->gc_thread, NULL);
+	}
+	hq_free_chain(p->gc_list);
 	for (int i = 0; i < SK_MAX_STREAMS; i++) {
 		if (p->streams[i]) {
+			hq_free_chain(p->streams[i]->hq_head);
+			hq_free_chain(p->streams[i]->hq_free);
 			free(p->streams[i]->ring);
 			free(p->streams[i]);
 		}
@@ -412,18 +515,9 @@ sk_stream *sk_stream_create(sk_pool *p, int cap)
 			slot = i;
 	}
 	if (!s) {
-		if (slot < 0) {
+		if (slot < 0) { /* every slot holds a stream, none free and big enough */
 			pthread_mutex_unlock(&p->mu);
 			return NULL;
-		}
-		/* reuse a free slot with a too-small ring only if the slot is empty */
-		if (p->streams[slot]) {
-			for (slot = 0; slot < SK_MAX_STREAMS && p->streams[slot]; slot++)
-				;
-			if (slot == SK_MAX_STREAMS) {
-				pthread_mutex_unlock(&p->mu);
-				return NULL;
-			}
 		}
 		s = aligned_alloc(64, (sizeof(sk_stream) + 63) & ~(size_t)63);
 		if (!s) {
@@ -449,6 +543,11 @@ sk_stream *sk_stream_create(sk_pool *p, int cap)
 	s->pre_idx = -1;
 	s->pre_blk = -1;
 	s->waiting = 0;
+	s->hq_on = 0;
+	s->window = 0;
+	s->mark_armed = 0;
+	s->mark_ns = 0;
+	s->drain_ns = 0;
 	ST(&s->completed, LD(&s->tail));
 	ST(&s->ticket, (uint64_t)LD(&s->tail) << 32);
 	s->in_use = 1;
@@ -465,6 +564,14 @@ void sk_stream_destroy(sk_stream *s)
 {
 	if (!s)
 		return;
+	if (LDR(&s->hq_on)) {
+		hq_lock(s);
+		sk_hq_node *h = s->hq_head;
+		s->hq_head = s->hq_tail = NULL;
+		__atomic_store_n(&s->hq_len, 0, __ATOMIC_SEQ_CST);
+		hq_unlock(s);
+		hq_free_chain(h);
+	}
 	sk_stream_preempt(s);
 	sk_stream_sync(s);
 	sk_pool *p = s->pool;
@@ -473,14 +580,10 @@ void sk_stream_destroy(sk_stream *s)
 	pthread_mutex_unlock(&p->mu);
 }
 
-static int launch(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask)
+static void fill_slot(sk_stream *s, uint32_t t, sk_kernel *k, int64_t idx,
+		      uint64_t mask, int64_t base, int64_t count,
+		      int64_t est_ns, int64_t bw)
 {
-	uint32_t t = LDR(&s->tail);
-	uint32_t c = LD(&s->completed);
-	if (t - c >= s->cap)
-		return SK_ERR;
-	if (k->grid < 1)
-		return SK_ERR;
 	mask &= s->pool->all_mask;
 	if (!mask)
 		mask = s->pool->all_mask;
@@ -488,10 +591,33 @@ static int launch(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask)
 	STR(&sl->k, k);
 	STR(&sl->idx, idx);
 	STR(&sl->mask, mask);
-	STR(&sl->grid, k->grid);
+	STR(&sl->grid, count);
 	STR(&sl->done, 0);
+	STR(&sl->base, base);
+	STR(&sl->start_ns, 0);
+	STR(&sl->est_ns, est_ns);
+	STR(&sl->bw, bw);
+}
+
+static int launch_range(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask,
+			int64_t blk0, int64_t blk1)
+{
+	uint32_t t = LDR(&s->tail);
+	uint32_t c = LD(&s->completed);
+	if (t - c >= s->cap)
+		return SK_ERR;
+	if (k->grid < 1 || blk0 < 0 || blk1 > k->grid || blk0 >= blk1)
+		return SK_ERR;
+	fill_slot(s, t, k, idx, mask, blk0, blk1 - blk0, 0, 0);
 	__atomic_store_n(&s->tail, t + 1, __ATOMIC_SEQ_CST);
 	return SK_OK;
+}
+
+static int launch(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask)
+{
+	if (k->grid < 1)
+		return SK_ERR;
+	return launch_range(s, k, idx, mask, 0, k->grid);
 }
 
 int sk_launch(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask)
@@ -502,21 +628,39 @@ int sk_launch(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask)
 	return r;
 }
 
-/* wait_until waits until completed has reached target (wrap-safe) or the
- * queue is drained. */
-static void wait_until(sk_stream *s, uint32_t target, int32_t mode)
+int sk_launch_range(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask,
+		    int64_t blk0, int64_t blk1)
+{
+	int r = launch_range(s, k, idx, mask, blk0, blk1);
+	if (r == SK_OK)
+		pool_kick(s->pool);
+	return r;
+}
+
+/* drained reports whether s has nothing left: an empty ring and, for a
+ * host-queue stream, an empty host queue (read first: it is lowered only
+ * after the ring's tail is published). */
+static int drained(sk_stream *s)
+{
+	if (LDR(&s->hq_on) && __atomic_load_n(&s->hq_len, __ATOMIC_SEQ_CST) > 0)
+		return 0;
+	return LD(&s->completed) == LD(&s->tail);
+}
+
+/* wait_until waits until completed has reached target (wrap-safe; ignored
+ * when target_on is 0) or the stream is drained. */
+static void wait_until(sk_stream *s, uint32_t target, int32_t mode, int target_on)
 {
 	for (;;) {
 		uint32_t g = __atomic_load_n(&s->done_gen, __ATOMIC_SEQ_CST);
 		uint32_t c = LD(&s->completed);
-		uint32_t t = LD(&s->tail);
-		if ((int32_t)(c - target) >= 0 || c == t)
+		if ((target_on && (int32_t)(c - target) >= 0) || drained(s))
 			break;
 		__atomic_store_n(&s->waiting, mode, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(&s->done_gen, __ATOMIC_SEQ_CST) != g)
 			continue;
 		c = LD(&s->completed);
-		if ((int32_t)(c - target) >= 0 || c == LD(&s->tail))
+		if ((target_on && (int32_t)(c - target) >= 0) || drained(s))
 			break;
 		futex(&s->done_gen, FUTEX_WAIT_PRIVATE, g);
 	}
@@ -525,7 +669,10 @@ static void wait_until(sk_stream *s, uint32_t target, int32_t mode)
 
 int sk_stream_sync(sk_stream *s)
 {
-	wait_until(s, LD(&s->tail), 1);
+	/* a plain stream: what was launched before the call; a host-queue
+	 * stream: everything (units keep moving launches into the ring) */
+	int hq = LDR(&s->hq_on);
+	wait_until(s, hq ? 0 : LD(&s->tail), 1, !hq);
 	return __atomic_load_n(&s->flag, __ATOMIC_SEQ_CST) ? SK_PREEMPTED : SK_OK;
 }
 
@@ -548,7 +695,7 @@ int sk_run(sk_stream *s, sk_kernel *ks, int n, int start, uint64_t mask)
 			/* queue full: wait for the oldest kernel, then retry */
 			pool_kick(s->pool);
 			kicked = 1;
-			wait_until(s, LD(&s->completed) + 1, 2);
+			wait_until(s, LD(&s->completed) + 1, 2, 1);
 		}
 		/* start the units on the first kernel at once */
 		if (i == start || kicked)
@@ -580,6 +727,437 @@ void sk_stream_preempt_at(sk_stream *s, int64_t idx, int64_t blk)
 {
 	ST(&s->pre_blk, blk);
 	ST(&s->pre_idx, idx);
+}
+
+/* ---- virtual host queues (REEF §4.2) ------------------------------------ */
+
+static void hq_lock(sk_stream *s)
+{
+	while (__atomic_exchange_n(&s->hq_lock, 1, __ATOMIC_ACQUIRE))
+		while (LDR(&s->hq_lock))
+			cpu_relax();
+}
+
+static void hq_unlock(sk_stream *s) { ST(&s->hq_lock, 0); }
+
+static void hq_free_chain(sk_hq_node *n)
+{
+	while (n) {
+		sk_hq_node *next = n->next;
+		free(n);
+		n = next;
+	}
+}
+
+/* hq_pump_locked fills ring slots from host-queue launches while fewer
+ * than window kernels would be outstanding (completed is the completion
+ * count to assume). It does not publish them: hq_publish_locked does.
+ * Returns how many it filled. */
+static int hq_pump_locked(sk_stream *s, uint32_t completed)
+{
+	int moved = 0;
+	uint32_t t = LDR(&s->tail);
+	while (s->hq_head && t - completed < s->window) {
+		sk_hq_node *n = s->hq_head;
+		s->hq_head = n->next;
+		if (!s->hq_head)
+			s->hq_tail = NULL;
+		fill_slot(s, t, n->k, n->idx, n->mask, n->base, n->count,
+			  n->est_ns, n->bw);
+		t++;
+		n->next = s->hq_free; /* node cache: no free() on this path */
+		s->hq_free = n;
+		moved++;
+	}
+	return moved;
+}
+
+static void hq_publish_locked(sk_stream *s, int moved)
+{
+	if (!moved)
+		return;
+	__atomic_store_n(&s->tail, LDR(&s->tail) + (uint32_t)moved, __ATOMIC_SEQ_CST);
+	__atomic_sub_fetch(&s->hq_len, moved, __ATOMIC_SEQ_CST);
+}
+
+static void *gc_main(void *arg)
+{
+	sk_pool *p = arg;
+	pthread_setname_np(pthread_self(), "sk-hq-gc");
+	while (!LD(&p->gc_stop)) {
+		uint32_t g = __atomic_load_n(&p->gc_gen, __ATOMIC_SEQ_CST);
+		sk_hq_node *n = __atomic_exchange_n(&p->gc_list, NULL, __ATOMIC_ACQ_REL);
+		int64_t freed = 0;
+		while (n) {
+			sk_hq_node *next = n->next;
+			free(n);
+			n = next;
+			freed++;
+		}
+		if (freed)
+			__atomic_add_fetch(&p->gc_freed, freed, __ATOMIC_RELAXED);
+		/* sleep until woken or 1 ms passed: the preempting thread never
+		 * makes a system call to hand over garbage */
+		struct timespec ts = {0, 1000000};
+		if (!LD(&p->gc_stop))
+			syscall(SYS_futex, &p->gc_gen, FUTEX_WAIT_PRIVATE, g, &ts, NULL, 0);
+	}
+	return NULL;
+}
+
+int sk_hq_enable(sk_stream *s, int window)
+{
+	if (window < 1 || (uint32_t)window >= s->cap)
+		return SK_ERR;
+	sk_pool *p = s->pool;
+	pthread_mutex_lock(&p->mu);
+	if (!p->gc_started) {
+		if (pthread_create(&p->gc_thread, NULL, gc_main, p) != 0) {
+			pthread_mutex_unlock(&p->mu);
+			return SK_ERR;
+		}
+		p->gc_started = 1;
+	}
+	pthread_mutex_unlock(&p->mu);
+	hq_lock(s);
+	s->window = (uint32_t)window;
+	ST(&s->hq_on, 1);
+	hq_unlock(s);
+	return SK_OK;
+}
+
+int sk_hq_set_window(sk_stream *s, int window)
+{
+	if (window < 1 || (uint32_t)window >= s->cap)
+		return SK_ERR;
+	hq_lock(s);
+	s->window = (uint32_t)window;
+	int moved = hq_pump_locked(s, LD(&s->completed));
+	hq_publish_locked(s, moved);
+	hq_unlock(s);
+	if (moved)
+		pool_kick(s->pool);
+	return SK_OK;
+}
+
+int64_t sk_hq_push(sk_stream *s, const sk_launch_desc *d, int n, int mark)
+{
+	if (!LDR(&s->hq_on) || n < 0)
+		return -1;
+	/* validate and build the chain outside the lock */
+	sk_hq_node *head = NULL, *tail = NULL;
+	int built = 0;
+	hq_lock(s);
+	sk_hq_node *cache = s->hq_free;
+	s->hq_free = NULL;
+	hq_unlock(s);
+	for (int i = 0; i < n; i++) {
+		sk_kernel *k = d[i].k;
+		int64_t b0 = d[i].blk0, b1 = d[i].blk1;
+		if (b1 <= 0)
+			b1 = k ? k->grid : 0;
+		if (!k || k->grid < 1 || b0 < 0 || b1 > k->grid || b0 >= b1) {
+			hq_free_chain(head);
+			hq_lock(s);
+			if (cache) {
+				sk_hq_node *c = cache;
+				while (c->next)
+					c = c->next;
+				c->next = s->hq_free;
+				s->hq_free = cache;
+			}
+			hq_unlock(s);
+			return -1;
+		}
+		sk_hq_node *nd = cache;
+		if (nd)
+			cache = nd->next;
+		else if (!(nd = malloc(sizeof(*nd))))
+			break;
+		nd->next = NULL;
+		nd->k = k;
+		nd->idx = d[i].idx;
+		nd->base = b0;
+		nd->count = b1 - b0;
+		nd->est_ns = d[i].est_ns;
+		nd->bw = d[i].bw;
+		nd->mask = d[i].mask;
+		if (tail)
+			tail->next = nd;
+		else
+			head = nd;
+		tail = nd;
+		built++;
+	}
+	hq_lock(s);
+	if (cache) { /* give unused cached nodes back */
+		sk_hq_node *c = cache;
+		while (c->next)
+			c = c->next;
+		c->next = s->hq_free;
+		s->hq_free = cache;
+	}
+	if (built < n) {
+		hq_unlock(s);
+		hq_free_chain(head);
+		return -1;
+	}
+	int64_t first = (int64_t)(uint32_t)(LDR(&s->tail) + (uint32_t)LDR(&s->hq_len));
+	if (mark) {
+		STR(&s->mark_ns, 0);
+		STR(&s->mark_seq, (uint32_t)first);
+		ST(&s->mark_armed, 1);
+	}
+	if (head) {
+		if (s->hq_tail)
+			s->hq_tail->next = head;
+		else
+			s->hq_head = head;
+		s->hq_tail = tail;
+		__atomic_add_fetch(&s->hq_len, built, __ATOMIC_SEQ_CST);
+	}
+	int moved = hq_pump_locked(s, LD(&s->completed));
+	hq_publish_locked(s, moved);
+	hq_unlock(s);
+	if (moved)
+		pool_kick(s->pool);
+	return first;
+}
+
+int64_t sk_hq_preempt(sk_stream *s)
+{
+	int64_t t0 = now_ns();
+	/* 1: reset the host queue in O(1): detach the list */
+	hq_lock(s);
+	sk_hq_node *h = s->hq_head, *tl = s->hq_tail;
+	s->hq_head = s->hq_tail = NULL;
+	__atomic_store_n(&s->hq_len, 0, __ATOMIC_SEQ_CST);
+	hq_unlock(s);
+	/* 2: the flag: queued blocks exit at their prologue, running blocks at
+	 * their next check; the ring is dropped by the unit that evicts */
+	__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
+	/* 3: the detached list goes to the collector (one CAS, no syscall) */
+	if (h) {
+		sk_pool *p = s->pool;
+		sk_hq_node *old = __atomic_load_n(&p->gc_list, __ATOMIC_RELAXED);
+		do {
+			tl->next = old;
+		} while (!__atomic_compare_exchange_n(&p->gc_list, &old, h, 1,
+						      __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+	}
+	return t0;
+}
+
+int64_t sk_hq_len(sk_stream *s)
+{
+	return __atomic_load_n(&s->hq_len, __ATOMIC_SEQ_CST);
+}
+
+int64_t sk_pool_gc_freed(const sk_pool *p)
+{
+	return __atomic_load_n(&p->gc_freed, __ATOMIC_RELAXED);
+}
+
+uint32_t sk_stream_outstanding(const sk_stream *s)
+{
+	/* tail first: completion is published before a new tail */
+	uint32_t t = LD(&s->tail);
+	int32_t d = (int32_t)(t - LD(&s->completed));
+	return d > 0 ? (uint32_t)d : 0;
+}
+
+int64_t sk_now_ns(void) { return now_ns(); }
+
+void sk_stream_mark(sk_stream *s, uint32_t seq)
+{
+	STR(&s->mark_ns, 0);
+	STR(&s->mark_seq, seq);
+	ST(&s->mark_armed, 1);
+}
+
+int64_t sk_stream_mark_ns(const sk_stream *s) { return LD(&s->mark_ns); }
+
+int64_t sk_stream_drain_ns(const sk_stream *s) { return LD(&s->drain_ns); }
+
+/* ---- dynamic kernel padding (REEF §5) ------------------------------------ */
+
+static void pad_lock(sk_pad *pad)
+{
+	while (__atomic_exchange_n(&pad->lock, 1, __ATOMIC_ACQUIRE))
+		while (LDR(&pad->lock))
+			cpu_relax();
+}
+
+static void pad_unlock(sk_pad *pad) { ST(&pad->lock, 0); }
+
+static int pad_fits(const sk_pad *pad, const sk_pad_cand *c, int64_t i,
+		    int64_t rem_ns, int64_t rt_bw, int64_t *r1, int64_t *r2)
+{
+	int64_t bn = c->blk_ns[i];
+	if (bn <= 0 || bn >= rem_ns) { /* rule 1 */
+		(*r1)++;
+		return 0;
+	}
+	if (pad->bw_budget > 0 && rt_bw + c->bw[i] > pad->bw_budget) { /* rule 2 */
+		(*r2)++;
+		return 0;
+	}
+	return 1;
+}
+
+/* pad_select_locked picks the next padding block: candidates in order, each
+ * at its cursor; a kernel's version is chosen when its first block is
+ * picked (the fitting version with the shortest kernel time) and kept
+ * until the kernel completes. */
+static int pad_select_locked(sk_pad *pad, int64_t rem_ns, int64_t rt_bw,
+			     int32_t *ko, int32_t *vo, int64_t *blko)
+{
+	int64_t r1 = 0, r2 = 0;
+	int pick = -1;
+	for (int ci = 0; ci < pad->ncand && pick < 0; ci++) {
+		sk_pad_cand *c = &pad->cand[ci];
+		for (;;) {
+			if (c->k >= c->nk)
+				break;
+			if (c->v >= 0) {
+				if (c->next < c->grid) {
+					int64_t i = (int64_t)c->k * c->nver + c->v;
+					if (pad_fits(pad, c, i, rem_ns, rt_bw, &r1, &r2)) {
+						*ko = c->k;
+						*vo = c->v;
+						*blko = c->next++;
+						pick = ci;
+					}
+					break;
+				}
+				if (c->done < c->grid)
+					break; /* its last blocks still run */
+				c->k++;
+				c->v = -1;
+				c->next = c->done = c->grid = 0;
+				continue;
+			}
+			sk_kernel *k0 = c->ver[(int64_t)c->k * c->nver];
+			if (!k0 || k0->op == SK_OP_NOP) { /* nothing to run */
+				c->k++;
+				continue;
+			}
+			int best = -1;
+			for (int v = 0; v < c->nver; v++) {
+				int64_t i = (int64_t)c->k * c->nver + v;
+				if (!c->ver[i])
+					continue;
+				if (!pad_fits(pad, c, i, rem_ns, rt_bw, &r1, &r2))
+					continue;
+				if (best < 0 || c->kern_ns[i] <
+					    c->kern_ns[(int64_t)c->k * c->nver + best])
+					best = v;
+			}
+			if (best >= 0) {
+				c->v = best;
+				c->grid = c->ver[(int64_t)c->k * c->nver + best]->grid;
+				c->next = 1;
+				c->done = 0;
+				*ko = c->k;
+				*vo = best;
+				*blko = 0;
+				pick = ci;
+			}
+			break;
+		}
+	}
+	pad->rule1_rejects += r1;
+	pad->rule2_rejects += r2;
+	return pick;
+}
+
+int sk_pad_select(sk_pad *pad, int64_t rem_ns, int64_t rt_bw, int32_t *k,
+		  int32_t *v, int64_t *blk)
+{
+	pad_lock(pad);
+	int c = pad_select_locked(pad, rem_ns, rt_bw, k, v, blk);
+	pad_unlock(pad);
+	return c;
+}
+
+void sk_pad_complete(sk_pad *pad, int cand, int64_t ns)
+{
+	pad_lock(pad);
+	sk_pad_cand *c = &pad->cand[cand];
+	c->done++;
+	c->blocks++;
+	c->block_ns += ns;
+	pad_unlock(pad);
+}
+
+int sk_pad_add(sk_pad *pad, int cand)
+{
+	if (cand < 0 || cand >= pad->cap)
+		return SK_ERR;
+	pad_lock(pad);
+	if (cand >= pad->ncand)
+		pad->ncand = cand + 1;
+	pad_unlock(pad);
+	return SK_OK;
+}
+
+void sk_pad_start(sk_pool *p, sk_pad *pad)
+{
+	__atomic_store_n(&p->pad, pad, __ATOMIC_SEQ_CST);
+	pool_kick(p);
+}
+
+void sk_pad_stop(sk_pool *p)
+{
+	__atomic_store_n(&p->pad, NULL, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&p->pad_busy, __ATOMIC_SEQ_CST))
+		cpu_relax();
+}
+
+/* try_pad runs one padding block on unit u if the RT stream's running
+ * kernel leaves u idle and a candidate block fits. */
+static int try_pad(sk_pool *p, sk_unit *u)
+{
+	__atomic_add_fetch(&p->pad_busy, 1, __ATOMIC_SEQ_CST);
+	sk_pad *pad = __atomic_load_n(&p->pad, __ATOMIC_SEQ_CST);
+	int got = 0;
+	if (!pad || !pad->rt)
+		goto out;
+	sk_stream *rt = pad->rt;
+	uint64_t t = LD(&rt->ticket);
+	uint32_t seq = (uint32_t)(t >> 32);
+	if ((int32_t)(LD(&rt->tail) - seq) <= 0)
+		goto out; /* no RT kernel */
+	sk_slot *sl = &rt->ring[seq & rt->capmask];
+	uint64_t mask = LDR(&sl->mask);
+	int64_t st = LD(&sl->start_ns), est = LDR(&sl->est_ns), bw = LDR(&sl->bw);
+	if ((mask >> u->id) & 1 || st <= 0 || est <= 0 ||
+	    (uint32_t)(LD(&rt->ticket) >> 32) != seq)
+		goto out; /* u is the RT kernel's, or it has not started */
+	int64_t t0 = now_ns();
+	int32_t k, v;
+	int64_t blk;
+	pad_lock(pad);
+	int c = pad_select_locked(pad, st + est - t0, bw, &k, &v, &blk);
+	pad_unlock(pad);
+	int64_t t1 = now_ns();
+	__atomic_add_fetch(&pad->sel_calls, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&pad->sel_ns, t1 - t0, __ATOMIC_RELAXED);
+	if (t1 - t0 > LDR(&pad->sel_max_ns))
+		STR(&pad->sel_max_ns, t1 - t0);
+	if (c < 0)
+		goto out;
+	sk_pad_cand *cd = &pad->cand[c];
+	sk_kernel *kk = cd->ver[(int64_t)k * cd->nver + v];
+	u->ctx.flag = &p->pad_noflag;
+	sk_table[kk->op].block(kk, blk, &u->ctx);
+	sk_pad_complete(pad, c, now_ns() - t1);
+	/* the candidate's next kernel may now be free for sleeping units */
+	pool_kick(p);
+	got = 1;
+out:
+	__atomic_sub_fetch(&p->pad_busy, 1, __ATOMIC_SEQ_CST);
+	return got;
 }
 
 /* ---- memory --------------------------------------------------------------- */

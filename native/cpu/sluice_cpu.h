@@ -245,6 +245,112 @@ void sk_stream_profile(sk_stream *s, int on);
  * disarms). */
 void sk_stream_preempt_at(sk_stream *s, int64_t idx, int64_t blk);
 
+/* ---- scheduler support (libml/sched; REEF §4-§5) -------------------------
+ *
+ * Block ranges, virtual host queues with a device window, O(1) host-queue
+ * reset, timestamps and dynamic kernel padding. A stream is either driven
+ * by sk_launch / sk_run or, once sk_hq_enable was called, by sk_hq_push
+ * only; never both.
+ */
+
+/* sk_launch_range appends blocks [blk0, blk1) of kernel k (a kernel whose
+ * first blocks already ran continues where it stopped). */
+int sk_launch_range(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask,
+		    int64_t blk0, int64_t blk1);
+
+/* One launch for the host queue. */
+typedef struct sk_launch_desc {
+	sk_kernel *k;
+	int64_t idx;          /* execution index */
+	int64_t blk0, blk1;   /* block range; blk1 <= 0: to the end of the grid */
+	int64_t est_ns;       /* estimated kernel time (RT kernels: padding) */
+	int64_t bw;           /* memory-bandwidth demand, MB/s (padding) */
+	uint64_t mask;        /* units (0 = all) */
+} sk_launch_desc;
+
+/* sk_hq_enable gives s a virtual host queue: at most window kernels
+ * (1 <= window < queue capacity) are in the stream's ring at a time, the
+ * rest wait in the host queue. */
+int sk_hq_enable(sk_stream *s, int window);
+int sk_hq_set_window(sk_stream *s, int window);
+/* sk_hq_push appends n launches; it returns the sequence number the first
+ * one runs under, or -1 on a bad launch. With mark != 0 the stream records
+ * when that first launch starts (sk_stream_mark_ns). */
+int64_t sk_hq_push(sk_stream *s, const sk_launch_desc *d, int n, int mark);
+/* sk_hq_preempt resets the host queue in O(1) (the detached list is freed
+ * by the pool's collector thread) and sets the preemption flag. Returns
+ * the monotonic time of the call, in ns. Wait with sk_stream_sync, then
+ * read sk_stream_exec_index and sk_stream_restore before pushing again. */
+int64_t sk_hq_preempt(sk_stream *s);
+/* sk_hq_len is the number of launches waiting in the host queue. */
+int64_t sk_hq_len(sk_stream *s);
+/* sk_stream_outstanding is the number of ring kernels not yet completed. */
+uint32_t sk_stream_outstanding(const sk_stream *s);
+/* sk_pool_gc_freed counts host-queue nodes freed by the collector. */
+int64_t sk_pool_gc_freed(const sk_pool *p);
+
+/* sk_now_ns is the monotonic clock the timestamps use. */
+int64_t sk_now_ns(void);
+/* sk_stream_mark arms the stream to record when the kernel with sequence
+ * number seq starts (its first block is claimed); sk_stream_mark_ns reads
+ * it (0 = not yet). */
+void sk_stream_mark(sk_stream *s, uint32_t seq);
+int64_t sk_stream_mark_ns(const sk_stream *s);
+/* sk_stream_drain_ns is when the stream last became empty (its last
+ * running block ended). */
+int64_t sk_stream_drain_ns(const sk_stream *s);
+
+/* Dynamic kernel padding. A candidate is one best-effort job offered to
+ * the units the RT stream's running kernel leaves idle: its kernels in
+ * several versions (tile shapes) with profiled times, and a cursor. */
+typedef struct sk_pad_cand {
+	/* set by the caller */
+	sk_kernel *const *ver;  /* [nk * nver]: kernel k, version v; NULL = none */
+	const int64_t *blk_ns;  /* [nk * nver] profiled block time, <= 0 = unknown */
+	const int64_t *kern_ns; /* [nk * nver] profiled kernel time */
+	const int64_t *bw;      /* [nk * nver] MB/s one block moves */
+	int32_t nk, nver;
+	/* cursor (set before the candidate is added, then moved by units):
+	 * kernel k in version v (-1: not chosen), blocks [0, next) claimed
+	 * and [0, done) completed out of grid */
+	int32_t k, v;
+	int64_t next, done, grid;
+	/* statistics */
+	int64_t blocks, block_ns;
+} sk_pad_cand;
+
+typedef struct sk_pad {
+	sk_stream *rt;        /* the RT stream whose kernels are padded */
+	sk_pad_cand *cand;    /* cap candidates; [0, ncand) offered, in order */
+	int32_t cap, ncand;
+	/* rule 2: the RT kernel's demand plus one padding block's must stay
+	 * within this many MB/s (<= 0: no limit) */
+	int64_t bw_budget;
+	/* statistics */
+	int64_t sel_calls, sel_ns, sel_max_ns;
+	int64_t rule1_rejects, rule2_rejects;
+	int32_t lock;
+} sk_pad;
+
+/* sk_pad_start makes the pool's units pad the kernels of pad->rt; a unit
+ * pads only while the RT stream's running kernel (launched with est_ns > 0)
+ * does not include it in its mask, and only with a block whose profiled
+ * time is below the kernel's remaining time (rule 1) and whose bandwidth
+ * fits the budget (rule 2). sk_pad_stop returns once no padding block runs;
+ * the cursors then say where each candidate stands. */
+void sk_pad_start(sk_pool *p, sk_pad *pad);
+void sk_pad_stop(sk_pool *p);
+/* sk_pad_add offers candidate cand (cursor and tables filled) while
+ * padding runs. */
+int sk_pad_add(sk_pad *pad, int cand);
+/* sk_pad_select is the selection alone (tests): for an RT kernel with
+ * rem_ns left and rt_bw MB/s, it claims a block and returns its candidate
+ * (kernel, version, block in *k, *v, *blk), or -1. sk_pad_complete
+ * records a claimed block as done. */
+int sk_pad_select(sk_pad *pad, int64_t rem_ns, int64_t rt_bw, int32_t *k,
+		  int32_t *v, int64_t *blk);
+void sk_pad_complete(sk_pad *pad, int cand, int64_t ns);
+
 /* sk_alloc returns bytes of zeroed, 64-byte aligned memory (fresh pages for
  * large sizes, so untouched memory costs no RSS); sk_free releases it. */
 void *sk_alloc(size_t bytes);

@@ -54,6 +54,17 @@ type Result struct {
 	// ArenaMB is the activation arena of one instance (max batch).
 	ArenaMB float64
 	Lat     []Lat
+	// Preempt: latency from Preempt() to the preempted run returning, at
+	// the largest batch size.
+	Preempt *PreemptStats `json:",omitempty"`
+}
+
+// PreemptStats summarizes preemption latency trials.
+type PreemptStats struct {
+	Batch, Trials, Preempted int
+	MedianUs, P99Us, MaxUs   float64
+	RestoreExtraPct          float64
+	RunMs                    float64
 }
 
 // Lat is the latency of one batch size.
@@ -266,8 +277,70 @@ func measure(backend, model string, batches []int, units int, dur time.Duration,
 		}
 		r.Lat = append(r.Lat, l)
 	}
+	if ci, ok := inst.(*cpu.Instance); ok && ncpu.ChecksCompiled() {
+		r.Preempt = preemptTrials(ci, maxB, in[:maxB*isz])
+	}
 	_, r.PeakRSSMB = rssMB()
 	return r
+}
+
+// preemptTrials preempts runs at random moments and measures how long the
+// run takes to stop (flag seen by running blocks, queue reset, waiter
+// woken), and how much longer preempted-then-restored runs take than
+// uninterrupted ones.
+func preemptTrials(inst *cpu.Instance, batch int, in []float32) *PreemptStats {
+	st := &PreemptStats{Batch: batch, Trials: 40}
+	buf, err := inst.Input(batch)
+	if err != nil {
+		return nil
+	}
+	copy(buf, in)
+	t := time.Now()
+	for i := 0; i < 3; i++ {
+		if _, _, err := inst.Run(batch, 0); err != nil {
+			return nil
+		}
+	}
+	run := time.Since(t) / 3
+	st.RunMs = ms(run)
+	seed := uint64(12345)
+	var lat []float64
+	var total time.Duration
+	for i := 0; i < st.Trials; i++ {
+		seed = seed*6364136223846793005 + 1442695040888963407
+		delay := time.Duration(seed>>33) % run
+		var t0 time.Time
+		timer := make(chan struct{})
+		go func() {
+			time.Sleep(delay)
+			t0 = time.Now()
+			inst.Preempt()
+			close(timer)
+		}()
+		start := time.Now()
+		pre, resume, err := inst.Run(batch, 0)
+		t1 := time.Now()
+		<-timer
+		if err != nil {
+			return nil
+		}
+		if pre {
+			st.Preempted++
+			lat = append(lat, float64(t1.Sub(t0).Nanoseconds())/1000)
+			if _, _, err := inst.Run(batch, resume); err != nil {
+				return nil
+			}
+			total += time.Since(start) - t1.Sub(t0)
+		} else {
+			total += time.Since(start)
+		}
+	}
+	if len(lat) > 0 {
+		sort.Float64s(lat)
+		st.MedianUs, st.P99Us, st.MaxUs = lat[len(lat)/2], lat[len(lat)*99/100], lat[len(lat)-1]
+	}
+	st.RestoreExtraPct = 100 * (float64(total)/float64(st.Trials)/float64(run) - 1)
+	return st
 }
 
 // runChild runs bin as a child measuring backend:model.
@@ -367,6 +440,16 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 				}
 			}
 		}
+	}
+	fmt.Fprintf(w, "\nPreemption latency: a goroutine calls Preempt() at a random moment of a run at the largest batch size; latency is until the preempted run returns (running blocks exit at their next check, queued kernels are dropped, the waiter wakes). Restore re-runs from the interrupted kernel's idempotent group; extra is the mean cost of preempt+restore over an uninterrupted run (timer latency excluded).\n\n")
+	fmt.Fprintf(w, "| model | batch | run ms | preempted/trials | median µs | p99 µs | max µs | restore extra |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range all {
+		if r.Error != "" || r.Preempt == nil {
+			continue
+		}
+		p := r.Preempt
+		fmt.Fprintf(w, "| %s | %d | %.1f | %d/%d | %.0f | %.0f | %.0f | %+.1f%% |\n", r.Model, p.Batch, p.RunMs, p.Preempted, p.Trials,
+			p.MedianUs, p.P99Us, p.MaxUs, p.RestoreExtraPct)
 	}
 	fmt.Fprintf(w, "\nMemory and load time (one process per row; RSS after GC; the linked instance shares the weights and adds its own activation arena, configured for the largest batch).\n\n")
 	fmt.Fprintf(w, "| model | backend | weights MB | arena MB | RSS loaded MB | + linked instance MB | peak RSS MB | load ms | configure ms | LinkModel+configure ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")

@@ -1,0 +1,342 @@
+package cpu
+
+/*
+#include <stdlib.h>
+#include "sluice_cpu.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// This file is the Go face of the runtime's scheduler support (libml/sched,
+// REEF §4-§5): block-range launches, virtual host queues with a device
+// window, O(1) host-queue reset, timestamps and dynamic kernel padding.
+
+// NowNs is the monotonic clock (CLOCK_MONOTONIC, ns) of the runtime's
+// timestamps.
+func NowNs() int64 { return int64(C.sk_now_ns()) }
+
+// GCFreed counts host-queue launches freed by the pool's collector thread
+// (queues reset by HQPreempt).
+func (p *Pool) GCFreed() int64 { return int64(C.sk_pool_gc_freed(p.p)) }
+
+// LaunchRange appends blocks [blk0, blk1) of kernel i of ks (execution
+// index idx) on the units in mask (0 = all).
+func (s *Stream) LaunchRange(ks *Kernels, i int, idx int64, mask uint64, blk0, blk1 int64) error {
+	if i < 0 || i >= ks.n {
+		return fmt.Errorf("cpu: launch kernel %d of %d", i, ks.n)
+	}
+	if C.sk_launch_range(s.s, ks.at(i), C.int64_t(idx), C.uint64_t(mask), C.int64_t(blk0), C.int64_t(blk1)) != C.SK_OK {
+		return fmt.Errorf("cpu: launch blocks [%d, %d) of kernel %d: queue full or bad range", blk0, blk1, i)
+	}
+	return nil
+}
+
+// EnableHQ gives the stream a virtual host queue: Push appends launches to
+// an unbounded list, and at most window of them (1 <= window < the stream's
+// capacity) are outstanding in the stream's ring at a time. Once enabled,
+// the stream is driven by Push only (not Run or Launch).
+func (s *Stream) EnableHQ(window int) error {
+	if C.sk_hq_enable(s.s, C.int(window)) != C.SK_OK {
+		return fmt.Errorf("cpu: host queue window %d: want 1..capacity-1", window)
+	}
+	return nil
+}
+
+// SetWindow changes the device window of a host-queue stream.
+func (s *Stream) SetWindow(window int) error {
+	if C.sk_hq_set_window(s.s, C.int(window)) != C.SK_OK {
+		return fmt.Errorf("cpu: host queue window %d: want 1..capacity-1", window)
+	}
+	return nil
+}
+
+// Push appends launches l[from:to] to the stream's host queue and returns
+// the sequence number the first one runs under. With mark set, the stream
+// records when that first launch starts (MarkNs).
+func (s *Stream) Push(l *Launches, from, to int, mark bool) (uint32, error) {
+	if from < 0 || to > l.n || from > to {
+		return 0, fmt.Errorf("cpu: push launches [%d, %d) of %d", from, to, l.n)
+	}
+	m := C.int(0)
+	if mark {
+		m = 1
+	}
+	r := C.sk_hq_push(s.s, l.at(from), C.int(to-from), m)
+	if r < 0 {
+		return 0, errors.New("cpu: push: no host queue, bad block range or out of memory")
+	}
+	return uint32(r), nil
+}
+
+// HQPreempt resets the host queue in O(1) (the detached launches are freed
+// by the collector thread, off the critical path) and sets the preemption
+// flag: queued blocks exit at their prologue, running blocks at their next
+// check. It returns the call's time (NowNs). Sync, read ExecIndex, then
+// Restore before pushing again.
+func (s *Stream) HQPreempt() int64 { return int64(C.sk_hq_preempt(s.s)) }
+
+// HQLen is the number of launches waiting in the host queue.
+func (s *Stream) HQLen() int64 { return int64(C.sk_hq_len(s.s)) }
+
+// Outstanding is the number of kernels in the stream's ring (the device
+// window) not yet completed.
+func (s *Stream) Outstanding() int { return int(C.sk_stream_outstanding(s.s)) }
+
+// Mark arms the stream to record when the kernel that runs under sequence
+// number seq (from Push) starts; MarkNs reads it (0 = not yet).
+func (s *Stream) Mark(seq uint32) { C.sk_stream_mark(s.s, C.uint32_t(seq)) }
+
+// MarkNs is when the marked kernel's first block was claimed (0 = not yet).
+func (s *Stream) MarkNs() int64 { return int64(C.sk_stream_mark_ns(s.s)) }
+
+// DrainNs is when the stream last became empty: its last running block
+// ended (NowNs clock).
+func (s *Stream) DrainNs() int64 { return int64(C.sk_stream_drain_ns(s.s)) }
+
+// KernelPtr is the C address of kernel i (padding tables).
+func (ks *Kernels) KernelPtr(i int) unsafe.Pointer { return unsafe.Pointer(ks.at(i)) }
+
+// Launches is an array of host-queue launch descriptors in C memory.
+type Launches struct {
+	base *C.sk_launch_desc
+	n    int
+}
+
+// NewLaunches allocates n zeroed descriptors.
+func NewLaunches(n int) (*Launches, error) {
+	if n < 1 {
+		n = 1
+	}
+	p, err := Alloc(n * int(C.sizeof_sk_launch_desc))
+	if err != nil {
+		return nil, err
+	}
+	return &Launches{base: (*C.sk_launch_desc)(p), n: n}, nil
+}
+
+// Len is the number of descriptors.
+func (l *Launches) Len() int { return l.n }
+
+// Free releases the array.
+func (l *Launches) Free() {
+	if l.base != nil {
+		Free(unsafe.Pointer(l.base), l.n*int(C.sizeof_sk_launch_desc))
+		l.base = nil
+	}
+}
+
+func (l *Launches) at(i int) *C.sk_launch_desc {
+	return (*C.sk_launch_desc)(unsafe.Add(unsafe.Pointer(l.base), i*int(C.sizeof_sk_launch_desc)))
+}
+
+// Launch is one host-queue launch.
+type Launch struct {
+	// Kernel is kernel K of Kernels; Idx its execution index.
+	Kernels *Kernels
+	K       int
+	Idx     int64
+	// Blk0, Blk1 is the block range (Blk1 <= 0: to the end of the grid).
+	Blk0, Blk1 int64
+	// EstNs and BW are the kernel's estimated time and bandwidth demand
+	// (MB/s), read by padding units while it runs; 0 = unknown.
+	EstNs, BW int64
+	// Mask selects units (0 = all).
+	Mask uint64
+}
+
+// Set fills descriptor i.
+func (l *Launches) Set(i int, d Launch) {
+	c := l.at(i)
+	c.k = d.Kernels.at(d.K)
+	c.idx = C.int64_t(d.Idx)
+	c.blk0 = C.int64_t(d.Blk0)
+	c.blk1 = C.int64_t(d.Blk1)
+	c.est_ns = C.int64_t(d.EstNs)
+	c.bw = C.int64_t(d.BW)
+	c.mask = C.uint64_t(d.Mask)
+}
+
+// Pad is a dynamic-kernel-padding context (REEF §5): candidates (best-effort
+// jobs) whose blocks fill the units an RT stream's kernels leave idle.
+type Pad struct {
+	p    *C.sk_pad
+	cand *C.sk_pad_cand
+	cap  int
+}
+
+// NewPad allocates a padding context for an RT stream with room for cap
+// candidates; budgetMBs is rule 2's bandwidth budget (<= 0: none).
+func NewPad(rt *Stream, capacity int, budgetMBs int64) (*Pad, error) {
+	if capacity < 1 {
+		capacity = 1
+	}
+	pp, err := Alloc(int(C.sizeof_sk_pad))
+	if err != nil {
+		return nil, err
+	}
+	cp, err := Alloc(capacity * int(C.sizeof_sk_pad_cand))
+	if err != nil {
+		Free(pp, int(C.sizeof_sk_pad))
+		return nil, err
+	}
+	p := &Pad{p: (*C.sk_pad)(pp), cand: (*C.sk_pad_cand)(cp), cap: capacity}
+	if rt != nil {
+		p.p.rt = rt.s
+	}
+	p.p.cand = p.cand
+	p.p.cap = C.int32_t(capacity)
+	p.p.bw_budget = C.int64_t(budgetMBs)
+	return p, nil
+}
+
+// Free releases the context; padding must be stopped.
+func (p *Pad) Free() {
+	if p.p != nil {
+		Free(unsafe.Pointer(p.cand), p.cap*int(C.sizeof_sk_pad_cand))
+		Free(unsafe.Pointer(p.p), int(C.sizeof_sk_pad))
+		p.p = nil
+	}
+}
+
+// Cap is the number of candidate slots.
+func (p *Pad) Cap() int { return p.cap }
+
+func (p *Pad) c(i int) *C.sk_pad_cand {
+	return (*C.sk_pad_cand)(unsafe.Add(unsafe.Pointer(p.cand), i*int(C.sizeof_sk_pad_cand)))
+}
+
+// PadTable is one job's kernels in every version with their profiles, in
+// C memory: the tables a padding candidate points to.
+type PadTable struct {
+	NK, NVer int
+	ver      unsafe.Pointer // [nk*nver]*sk_kernel
+	blk      unsafe.Pointer // [nk*nver]int64
+	kern     unsafe.Pointer
+	bw       unsafe.Pointer
+}
+
+// NewPadTable allocates tables for nk kernels in nver versions.
+func NewPadTable(nk, nver int) (*PadTable, error) {
+	n := nk * nver
+	if n < 1 {
+		return nil, fmt.Errorf("cpu: pad table %dx%d", nk, nver)
+	}
+	t := &PadTable{NK: nk, NVer: nver}
+	var err error
+	for _, f := range []*unsafe.Pointer{&t.ver, &t.blk, &t.kern, &t.bw} {
+		if *f, err = Alloc(n * 8); err != nil {
+			t.Free()
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// Free releases the tables.
+func (t *PadTable) Free() {
+	n := t.NK * t.NVer * 8
+	for _, f := range []*unsafe.Pointer{&t.ver, &t.blk, &t.kern, &t.bw} {
+		Free(*f, n)
+		*f = nil
+	}
+}
+
+// Set fills entry (k, v): the kernel (nil = no such version), its profiled
+// block and kernel times (ns) and a block's bandwidth demand (MB/s).
+func (t *PadTable) Set(k, v int, kernel unsafe.Pointer, blkNs, kernNs, bwMBs int64) {
+	i := k*t.NVer + v
+	*(*unsafe.Pointer)(unsafe.Add(t.ver, i*8)) = kernel
+	*(*int64)(unsafe.Add(t.blk, i*8)) = blkNs
+	*(*int64)(unsafe.Add(t.kern, i*8)) = kernNs
+	*(*int64)(unsafe.Add(t.bw, i*8)) = bwMBs
+}
+
+// Cursor is where a padding candidate stands: kernel K in version V (-1 =
+// not chosen), blocks [0, Next) claimed and [0, Done) completed of Grid.
+type Cursor struct {
+	K, V             int
+	Next, Done, Grid int64
+	// Blocks and BlockNs count padding blocks run and their time.
+	Blocks, BlockNs int64
+}
+
+// SetCand fills candidate slot i with a job's tables and cursor. Call it
+// before Add (or before Start), never for a slot the units may be using.
+func (p *Pad) SetCand(i int, t *PadTable, cur Cursor) error {
+	if i < 0 || i >= p.cap {
+		return fmt.Errorf("cpu: pad candidate %d of %d", i, p.cap)
+	}
+	c := p.c(i)
+	c.ver = (**C.sk_kernel)(t.ver)
+	c.blk_ns = (*C.int64_t)(t.blk)
+	c.kern_ns = (*C.int64_t)(t.kern)
+	c.bw = (*C.int64_t)(t.bw)
+	c.nk = C.int32_t(t.NK)
+	c.nver = C.int32_t(t.NVer)
+	c.k, c.v = C.int32_t(cur.K), C.int32_t(cur.V)
+	c.next, c.done, c.grid = C.int64_t(cur.Next), C.int64_t(cur.Done), C.int64_t(cur.Grid)
+	c.blocks, c.block_ns = 0, 0
+	return nil
+}
+
+// Add offers candidate i (filled by SetCand) to the units.
+func (p *Pad) Add(i int) error {
+	if C.sk_pad_add(p.p, C.int(i)) != C.SK_OK {
+		return fmt.Errorf("cpu: pad candidate %d of %d", i, p.cap)
+	}
+	return nil
+}
+
+// Reset withdraws every candidate; padding must be stopped.
+func (p *Pad) Reset() { p.p.ncand = 0 }
+
+// Cursor reads candidate i's cursor; stable only while padding is stopped.
+func (p *Pad) Cursor(i int) Cursor {
+	c := p.c(i)
+	return Cursor{K: int(c.k), V: int(c.v), Next: int64(c.next), Done: int64(c.done),
+		Grid: int64(c.grid), Blocks: int64(c.blocks), BlockNs: int64(c.block_ns)}
+}
+
+// PadStats are the selection statistics.
+type PadStats struct {
+	// Calls and Ns are selections and their total time; MaxNs the longest.
+	Calls, Ns, MaxNs int64
+	// Rule1 and Rule2 count versions rejected by each rule.
+	Rule1, Rule2 int64
+}
+
+// Stats reads the statistics.
+func (p *Pad) Stats() PadStats {
+	return PadStats{
+		Calls: atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_calls))),
+		Ns:    atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_ns))),
+		MaxNs: atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_max_ns))),
+		Rule1: atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.rule1_rejects))),
+		Rule2: atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.rule2_rejects))),
+	}
+}
+
+// Start makes the pool's units pad the RT stream's kernels.
+func (p *Pad) Start(pool *Pool) { C.sk_pad_start(pool.p, p.p) }
+
+// Stop stops padding; it returns once no padding block runs.
+func (p *Pad) Stop(pool *Pool) { C.sk_pad_stop(pool.p) }
+
+// Select runs the selection rule alone (tests): for an RT kernel with remNs
+// left and rtBW MB/s it claims a block and returns its candidate, kernel,
+// version and block, or cand = -1.
+func (p *Pad) Select(remNs, rtBW int64) (cand, k, v int, blk int64) {
+	var ck, cv C.int32_t
+	var cb C.int64_t
+	r := C.sk_pad_select(p.p, C.int64_t(remNs), C.int64_t(rtBW), &ck, &cv, &cb)
+	return int(r), int(ck), int(cv), int64(cb)
+}
+
+// Complete records a block claimed by Select as done.
+func (p *Pad) Complete(cand int, ns int64) { C.sk_pad_complete(p.p, C.int(cand), C.int64_t(ns)) }

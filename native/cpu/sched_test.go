@@ -1,0 +1,561 @@
+package cpu
+
+import (
+	"math"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// Activation codes used below (sluice_cpu.h enum sk_act).
+const (
+	actAffine = 20 // f[A]*x + f[B]
+	actSin    = 25
+)
+
+// cfloats is a float32 array in C memory.
+type cfloats struct {
+	p unsafe.Pointer
+	n int
+}
+
+func newFloats(t testing.TB, n int, v float32) *cfloats {
+	t.Helper()
+	p, err := Alloc(n * 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &cfloats{p, n}
+	s := f.s()
+	for i := range s {
+		s[i] = v
+	}
+	t.Cleanup(func() { Free(p, n*4) })
+	return f
+}
+
+func (f *cfloats) s() []float32 { return unsafe.Slice((*float32)(f.p), f.n) }
+
+// unary fills kernel i of ks as y = act(x) over n floats.
+func unary(t testing.TB, ks *Kernels, i int, x, y *cfloats, act int64, a, b float32, units int) {
+	t.Helper()
+	d := Desc{Op: OpUnary, Out: y.p}
+	d.In[0] = x.p
+	d.P[0] = int64(x.n)
+	d.P[PAct] = act
+	d.F[FActA], d.F[FActB] = a, b
+	if x.p == y.p {
+		d.Flags = FlagInPlace
+	}
+	if err := ks.Set(i, &d, units); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newPool(t testing.TB, units int) *Pool {
+	t.Helper()
+	p, err := NewPool(units, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func newKernels(t testing.TB, n int) *Kernels {
+	t.Helper()
+	ks, err := NewKernels(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ks.Free)
+	return ks
+}
+
+func newLaunches(t testing.TB, n int) *Launches {
+	t.Helper()
+	l, err := NewLaunches(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Free)
+	return l
+}
+
+// TestLaunchRange runs only the blocks of a range.
+func TestLaunchRange(t *testing.T) {
+	pool := newPool(t, 2)
+	st, err := pool.NewStream(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const n = 1 << 20
+	x, y := newFloats(t, n, 1), newFloats(t, n, 0)
+	ks := newKernels(t, 1)
+	unary(t, ks, 0, x, y, actAffine, 2, 1, 2)
+	grid := ks.Info(0).Grid
+	if grid < 4 {
+		t.Fatalf("grid %d: want >= 4", grid)
+	}
+	if err := st.LaunchRange(ks, 0, 0, 0, 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Sync(); s != Done {
+		t.Fatalf("sync: %v", s)
+	}
+	chunk := (n + int(grid) - 1) / int(grid)
+	ys := y.s()
+	for i := 0; i < n; i += 997 {
+		want := float32(0)
+		if b := i / chunk; b >= 1 && b < 3 {
+			want = 3
+		}
+		if ys[i] != want {
+			t.Fatalf("y[%d] (block %d) = %v, want %v", i, i/chunk, ys[i], want)
+		}
+	}
+	if err := st.LaunchRange(ks, 0, 0, 0, 2, 2); err == nil {
+		t.Fatal("empty range accepted")
+	}
+	if err := st.LaunchRange(ks, 0, 0, 0, 0, grid+1); err == nil {
+		t.Fatal("range past the grid accepted")
+	}
+}
+
+// TestHostQueueWindow: at most window kernels are ever outstanding, the
+// rest wait in the host queue, and everything pushed runs in order.
+func TestHostQueueWindow(t *testing.T) {
+	pool := newPool(t, 2)
+	st, err := pool.NewStream(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.EnableHQ(64); err == nil {
+		t.Fatal("window = capacity accepted")
+	}
+	const window = 3
+	if err := st.EnableHQ(window); err != nil {
+		t.Fatal(err)
+	}
+	// a chain y = x+1 repeated: kernel i adds 1 in place, so the result
+	// counts the kernels that ran
+	const nk, n = 200, 1 << 16
+	x := newFloats(t, n, 0)
+	ks := newKernels(t, nk)
+	l := newLaunches(t, nk)
+	for i := 0; i < nk; i++ {
+		unary(t, ks, i, x, x, actAffine, 1, 1, 2)
+		l.Set(i, Launch{Kernels: ks, K: i, Idx: int64(i)})
+	}
+	seq, err := st.Push(l, 0, nk, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxOut := 0
+	for st.Outstanding() > 0 || st.HQLen() > 0 {
+		o := st.Outstanding()
+		maxOut = max(maxOut, o)
+		if q := st.HQLen(); q > 0 && o == 0 {
+			t.Fatalf("host queue holds %d launches with an empty window", q)
+		}
+		runtime.Gosched()
+	}
+	if s := st.Sync(); s != Done {
+		t.Fatalf("sync: %v", s)
+	}
+	if maxOut > window {
+		t.Fatalf("%d kernels outstanding, window %d", maxOut, window)
+	}
+	if got := x.s()[n-1]; got != nk {
+		t.Fatalf("x = %v after %d in-place +1 kernels", got, nk)
+	}
+	if e := st.ExecIndex(); e != nk-1 {
+		t.Fatalf("exec index %d, want %d", e, nk-1)
+	}
+	// the next push continues the sequence numbers
+	seq2, err := st.Push(l, 0, 1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq2 != seq+nk {
+		t.Fatalf("second push at seq %d, want %d", seq2, seq+nk)
+	}
+	st.Sync()
+	if err := st.SetWindow(1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHostQueueResetLeavesNothing: preempting a stream with a long host
+// queue drops every launch (none runs afterwards), the collector frees
+// them, and the stream is reusable after Restore.
+func TestHostQueueResetLeavesNothing(t *testing.T) {
+	pool := newPool(t, 2)
+	st, err := pool.NewStream(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.EnableHQ(4); err != nil {
+		t.Fatal(err)
+	}
+	// 400 kernels of ~0.1 ms: the run cannot end before the preemption
+	// unless the test is stalled for tens of milliseconds
+	const nk, n = 400, 1 << 20
+	x := newFloats(t, n, 0)
+	ks := newKernels(t, nk)
+	l := newLaunches(t, nk)
+	for i := 0; i < nk; i++ {
+		unary(t, ks, i, x, x, actAffine, 1, 1, 2)
+		l.Set(i, Launch{Kernels: ks, K: i, Idx: int64(i)})
+	}
+	freed0 := pool.GCFreed()
+	if _, err := st.Push(l, 0, nk, false); err != nil {
+		t.Fatal(err)
+	}
+	for st.ExecIndex() < 5 {
+		runtime.Gosched()
+	}
+	t0 := st.HQPreempt()
+	if q := st.HQLen(); q != 0 {
+		t.Fatalf("host queue holds %d launches after the reset", q)
+	}
+	if s := st.Sync(); s != Preempted {
+		t.Fatalf("sync after preempt: %v", s)
+	}
+	if o := st.Outstanding(); o != 0 {
+		t.Fatalf("%d kernels outstanding after the reset", o)
+	}
+	if d := st.DrainNs(); d < t0 {
+		t.Fatalf("drained at %d, before the preempt call at %d", d, t0)
+	}
+	last := st.ExecIndex()
+	if last < 5 || last >= nk-1 {
+		t.Fatalf("exec index %d after preemption", last)
+	}
+	v := x.s()[0]
+	// nothing runs afterwards, not even once the flag is cleared
+	time.Sleep(5 * time.Millisecond)
+	st.Restore()
+	time.Sleep(5 * time.Millisecond)
+	if w := x.s()[0]; w != v {
+		t.Fatalf("x changed from %v to %v after the reset", v, w)
+	}
+	if v > float32(last+1) || v < float32(last-4) {
+		t.Fatalf("x = %v with exec index %d", v, last)
+	}
+	// the collector frees the detached launches (everything not moved to
+	// the window), off the critical path
+	deadline := time.Now().Add(5 * time.Second)
+	want := int64(nk - last - 1 - 4)
+	for pool.GCFreed()-freed0 < want && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := pool.GCFreed() - freed0; got < want {
+		t.Fatalf("collector freed %d launches, want >= %d", got, want)
+	}
+	// the stream runs again
+	st.ResetIndex()
+	if _, err := st.Push(l, 0, 2, false); err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Sync(); s != Done {
+		t.Fatalf("sync after restore: %v", s)
+	}
+	if w := x.s()[0]; w != v+2 {
+		t.Fatalf("x = %v after two more kernels, want %v", w, v+2)
+	}
+}
+
+// TestFlagStopsQueuedAndRunningBlocks: with one unit, a kernel of long
+// blocks is preempted while its first block runs: that block stops at its
+// next in-loop check (a prefix of its tile is written), the queued blocks
+// exit at their prologue (their tiles are untouched), and the queued
+// kernel behind it never starts.
+func TestFlagStopsQueuedAndRunningBlocks(t *testing.T) {
+	if !ChecksCompiled() {
+		t.Skip("preemption checks compiled out")
+	}
+	pool := newPool(t, 1)
+	st, err := pool.NewStream(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.EnableHQ(4); err != nil {
+		t.Fatal(err)
+	}
+	const n = 1 << 24
+	x := newFloats(t, n, 1)
+	y := newFloats(t, n, 0)
+	z := newFloats(t, 1<<16, 0)
+	ks := newKernels(t, 2)
+	unary(t, ks, 0, x, y, actSin, 0, 0, 1)
+	unary(t, ks, 1, z, z, actAffine, 1, 1, 1)
+	grid := int(ks.Info(0).Grid)
+	if grid < 2 {
+		t.Fatalf("grid %d", grid)
+	}
+	chunk := (n + grid - 1) / grid
+	l := newLaunches(t, 2)
+	l.Set(0, Launch{Kernels: ks, K: 0, Idx: 0})
+	l.Set(1, Launch{Kernels: ks, K: 1, Idx: 1})
+	if _, err := st.Push(l, 0, 2, true); err != nil {
+		t.Fatal(err)
+	}
+	ys := y.s()
+	// wait until block 0 has written its first values
+	for ys[0] == 0 {
+		runtime.Gosched()
+	}
+	t0 := st.HQPreempt()
+	if s := st.Sync(); s != Preempted {
+		t.Fatalf("sync: %v", s)
+	}
+	if m := st.MarkNs(); m == 0 || m > t0 {
+		t.Fatalf("kernel start %d, preempt %d", m, t0)
+	}
+	want := float32(math.Sin(1))
+	// block 0: a processed prefix, then untouched floats
+	done := 0
+	for done < chunk && ys[done] == want {
+		done++
+	}
+	if done == chunk {
+		t.Fatalf("block 0 ran to its end (%d floats): the flag did not stop it", chunk)
+	}
+	for i := done; i < chunk; i++ {
+		if ys[i] != 0 {
+			t.Fatalf("block 0: y[%d] = %v after the stop at %d", i, ys[i], done)
+		}
+	}
+	// later blocks never started
+	for i := chunk; i < n; i += 101 {
+		if ys[i] != 0 {
+			t.Fatalf("queued block %d ran (y[%d] = %v)", i/chunk, i, ys[i])
+		}
+	}
+	if z.s()[0] != 0 {
+		t.Fatal("the queued kernel ran")
+	}
+	if e := st.ExecIndex(); e != 0 {
+		t.Fatalf("exec index %d, want 0", e)
+	}
+	t.Logf("block 0 stopped after %d of %d floats; drained %.1f us after the preempt call",
+		done, chunk, float64(st.DrainNs()-t0)/1e3)
+}
+
+// padFixture builds a padding context with synthetic tables: candidate c
+// has nk kernels in nver versions; blk[c][k][v] etc.
+type padFixture struct {
+	pad    *Pad
+	tables []*PadTable
+	ks     *Kernels
+}
+
+func newPadFixture(t *testing.T, blk, kern, bw [][][]int64) *padFixture {
+	t.Helper()
+	f := &padFixture{}
+	var err error
+	if f.pad, err = NewPad(nil, len(blk), 1000); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.pad.Free)
+	// real kernels give the grids: version v of every kernel has grid 2+v
+	x := newFloats(t, 1<<20, 0)
+	f.ks = newKernels(t, 4)
+	for v := 0; v < 4; v++ {
+		d := Desc{Op: OpUnary, Out: x.p}
+		d.In[0] = x.p
+		d.P[0] = int64(x.n)
+		if err := f.ks.Set(v, &d, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for c := range blk {
+		nk, nver := len(blk[c]), len(blk[c][0])
+		tb, err := NewPadTable(nk, nver)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(tb.Free)
+		for k := 0; k < nk; k++ {
+			for v := 0; v < nver; v++ {
+				tb.Set(k, v, f.ks.KernelPtr(v%4), blk[c][k][v], kern[c][k][v], bw[c][k][v])
+			}
+		}
+		f.tables = append(f.tables, tb)
+		if err := f.pad.SetCand(c, tb, Cursor{V: -1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.pad.Add(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// TestPadSelectRules: selection never returns a block that breaks rule 1
+// (block time below the RT kernel's remaining time) or rule 2 (bandwidth
+// within budget), prefers the fitting version with the shortest kernel
+// time, keeps a kernel's version until it completes, and waits for a
+// kernel's last blocks before the next kernel.
+func TestPadSelectRules(t *testing.T) {
+	// candidate 0: 2 kernels x 2 versions; candidate 1: 1 kernel x 1 version
+	blk := [][][]int64{{{500, 100}, {50, 0}}, {{10}}}
+	kern := [][][]int64{{{1000, 1500}, {200, 0}}, {{40}}}
+	bw := [][][]int64{{{100, 100}, {900, 0}}, {{10}}}
+	f := newPadFixture(t, blk, kern, bw)
+	gridOf := func(v int) int64 { return f.ks.Info(v).Grid }
+
+	// rem 80: no version of c0.k0 fits rule 1 (500, 100) -> c1
+	c, k, v, b := f.pad.Select(80, 0)
+	if c != 1 || k != 0 || v != 0 || b != 0 {
+		t.Fatalf("rem 80: got cand %d k %d v %d blk %d, want c1 k0 v0 b0", c, k, v, b)
+	}
+	f.pad.Complete(c, 1)
+	// rem 600: both versions fit, version 0 has the shorter kernel time
+	c, k, v, b = f.pad.Select(600, 0)
+	if c != 0 || k != 0 || v != 0 || b != 0 {
+		t.Fatalf("rem 600: got c%d k%d v%d b%d", c, k, v, b)
+	}
+	// rem 200: c0 is committed to version 0 (block 500): rule 1 rejects it
+	// and c1 has nothing left after its grid... take its remaining blocks
+	for {
+		c, k, v, b = f.pad.Select(200, 0)
+		if c < 0 {
+			break
+		}
+		if c == 0 {
+			t.Fatalf("rem 200: picked c0 k%d v%d (block time %d)", k, v, blk[0][k][v])
+		}
+		f.pad.Complete(c, 1)
+	}
+	// c0 continues version 0 only with enough time; claim all its blocks
+	g := gridOf(0)
+	var claimed []int64
+	for i := int64(1); i < g; i++ {
+		c, k, v, b = f.pad.Select(600, 0)
+		if c != 0 || k != 0 || v != 0 {
+			t.Fatalf("block %d: got c%d k%d v%d", i, c, k, v)
+		}
+		claimed = append(claimed, b)
+	}
+	// all claimed, one still running: kernel 1 must wait
+	if c, k, _, _ = f.pad.Select(1e9, 0); c == 0 {
+		t.Fatalf("picked kernel %d of c0 before kernel 0 completed", k)
+	}
+	for range g {
+		f.pad.Complete(0, 1)
+	}
+	// kernel 1: version 0 only (version 1 has no profile); rule 2: RT 200 +
+	// 900 > budget 1000
+	if c, k, v, _ = f.pad.Select(1e9, 200); c == 0 {
+		t.Fatalf("rule 2 broken: picked c0 k%d v%d at 200+%d MB/s, budget 1000", k, v, bw[0][k][v])
+	}
+	c, k, v, b = f.pad.Select(1e9, 100)
+	if c != 0 || k != 1 || v != 0 || b != 0 {
+		t.Fatalf("rt bw 100: got c%d k%d v%d b%d, want c0 k1 v0 b0", c, k, v, b)
+	}
+	st := f.pad.Stats()
+	if st.Rule1 == 0 || st.Rule2 == 0 {
+		t.Fatalf("rejections not counted: %+v", st)
+	}
+	cur := f.pad.Cursor(0)
+	if cur.K != 1 || cur.V != 0 || cur.Next != 1 {
+		t.Fatalf("cursor %+v", cur)
+	}
+}
+
+// TestPaddingRunsOnIdleUnits: an RT kernel restricted to unit 0 with an
+// estimated time leaves unit 1 idle; a best-effort chain offered for
+// padding runs there, its result is exact, and no padding block starts
+// once the RT kernel is over.
+func TestPaddingRunsOnIdleUnits(t *testing.T) {
+	pool := newPool(t, 2)
+	rt, err := pool.NewStream(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if err := rt.EnableHQ(4); err != nil {
+		t.Fatal(err)
+	}
+	// RT: one long kernel on unit 0 (sin over 8M floats, ~tens of ms)
+	rx, ry := newFloats(t, 1<<23, 1), newFloats(t, 1<<23, 0)
+	rks := newKernels(t, 1)
+	unary(t, rks, 0, rx, ry, actSin, 0, 0, 2)
+	// BE: 8 in-place +1 kernels over 256K floats, two versions (tilings)
+	const nk = 8
+	bx := newFloats(t, 1<<18, 0)
+	v0, v1 := newKernels(t, nk), newKernels(t, nk)
+	for i := 0; i < nk; i++ {
+		unary(t, v0, i, bx, bx, actAffine, 1, 1, 2)
+		unary(t, v1, i, bx, bx, actAffine, 1, 1, 16)
+	}
+	tb, err := NewPadTable(nk, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Free()
+	for i := 0; i < nk; i++ {
+		tb.Set(i, 0, v0.KernelPtr(i), 100_000, 200_000, 10)
+		tb.Set(i, 1, v1.KernelPtr(i), 20_000, 250_000, 10)
+	}
+	pad, err := NewPad(rt, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pad.Free()
+	if err := pad.SetCand(0, tb, Cursor{V: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pad.Add(0); err != nil {
+		t.Fatal(err)
+	}
+	pad.Start(pool)
+	l := newLaunches(t, 1)
+	l.Set(0, Launch{Kernels: rks, K: 0, EstNs: int64(5 * time.Second), BW: 1, Mask: 1})
+	t0 := NowNs()
+	if _, err := rt.Push(l, 0, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	if s := rt.Sync(); s != Done {
+		t.Fatalf("rt: %v", s)
+	}
+	rtEnd := NowNs()
+	pad.Stop(pool)
+	cur := pad.Cursor(0)
+	if cur.K != nk {
+		t.Fatalf("padding did not finish the chain: cursor %+v (RT ran %.1f ms)", cur, float64(rtEnd-t0)/1e6)
+	}
+	for i, v := range bx.s() {
+		if v != nk {
+			t.Fatalf("bx[%d] = %v, want %d", i, v, nk)
+		}
+	}
+	st := pad.Stats()
+	t.Logf("%d padding blocks, %d selections, mean %.0f ns, max %d ns", cur.Blocks, st.Calls, float64(st.Ns)/float64(max(st.Calls, 1)), st.MaxNs)
+
+	// rule 1 at run time: an RT kernel with a tiny estimate leaves no room
+	for i := 0; i < nk; i++ {
+		tb.Set(i, 0, v0.KernelPtr(i), 100_000, 200_000, 10)
+		tb.Set(i, 1, v1.KernelPtr(i), 100_000, 250_000, 10)
+	}
+	if err := pad.SetCand(0, tb, Cursor{V: -1}); err != nil {
+		t.Fatal(err)
+	}
+	pad.Start(pool)
+	l.Set(0, Launch{Kernels: rks, K: 0, EstNs: 50_000, Mask: 1})
+	if _, err := rt.Push(l, 0, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	rt.Sync()
+	pad.Stop(pool)
+	if cur := pad.Cursor(0); cur.Blocks != 0 || cur.Next != 0 {
+		t.Fatalf("padded blocks of 100 us into an RT kernel estimated at 50 us: %+v", cur)
+	}
+}
