@@ -37,11 +37,15 @@ type Config struct {
 	// DrainTimeout bounds how long Run waits, after its context ends, for
 	// outstanding requests to be given back and their responses sent.
 	DrainTimeout time.Duration
+	// DrainQuiet is how long the port must stay silent, once its context
+	// ended, before the loop stops receiving.
+	DrainQuiet time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Burst: 32, Spin: 2000, IdleSleep: 200 * time.Microsecond, DrainTimeout: 5 * time.Second}
+	return Config{Burst: 32, Spin: 2000, IdleSleep: 200 * time.Microsecond, DrainTimeout: 5 * time.Second,
+		DrainQuiet: 50 * time.Millisecond}
 }
 
 // Loop is one port's I/O loop.
@@ -123,10 +127,9 @@ func (l *Loop) Poll(now int64) (bool, error) {
 	return n > 0 || sent > 0, nil
 }
 
-// Run polls until ctx ends, then drains: requests still assembling are
-// answered shutting_down, and the loop keeps transmitting until every
-// completed request has been given back and answered, or DrainTimeout
-// passes.
+// Run polls until ctx ends, then drains (see drain): every request that
+// reaches the port is answered, and Run returns once the port is quiet and
+// nothing is outstanding, or DrainTimeout passes.
 func (l *Loop) Run(ctx context.Context) error {
 	if l.table == nil {
 		return errors.New("ioloop: NewTable was not called")
@@ -157,22 +160,57 @@ func (l *Loop) Run(ctx context.Context) error {
 	return l.drain()
 }
 
+// Drainer is implemented by sinks that can refuse new requests while the
+// loop drains (they answer them shutting_down).
+type Drainer interface {
+	SetDraining(on bool)
+}
+
+// drain keeps receiving, so that every request that reaches the port is
+// answered (new ones shutting_down by a Drainer sink), until nothing has
+// arrived for DrainQuiet and every admitted request has been answered,
+// or DrainTimeout passes. Then requests still being reassembled are
+// answered shutting_down and the last responses are sent.
 func (l *Loop) drain() error {
-	l.table.Shutdown()
-	deadline := time.Now().Add(l.cfg.DrainTimeout)
+	if d, ok := l.sink.(Drainer); ok {
+		d.SetDraining(true)
+	}
+	start := time.Now()
+	deadline := start.Add(l.cfg.DrainTimeout)
+	quiet := start
+	var err error
 	for {
+		busy, perr := l.Poll(l.Now())
+		if perr != nil {
+			err = perr
+			break
+		}
+		now := time.Now()
+		if busy {
+			quiet = now
+		}
+		if l.table.Outstanding() == 0 && l.out.Pending() == 0 && now.Sub(quiet) >= l.cfg.DrainQuiet {
+			break
+		}
+		if now.After(deadline) {
+			l.log.Warn("ioloop: drain timed out", "outstanding", l.table.Outstanding(), "pending_responses", l.out.Pending())
+			err = fmt.Errorf("ioloop: drain: %d requests still outstanding after %v", l.table.Outstanding(), l.cfg.DrainTimeout)
+			break
+		}
+		if !busy {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	l.table.Shutdown()
+	for i := 0; i < 100 && (l.table.Outstanding() > 0 || l.out.Pending() > 0 || i == 0); i++ {
 		l.table.DrainDone()
 		if rel := l.table.TakeReleased(); len(rel) > 0 {
 			l.port.Release(rel)
 		}
 		l.out.Flush(l.port)
-		if l.table.Outstanding() == 0 && l.out.Pending() == 0 {
-			return nil
+		if i > 0 {
+			time.Sleep(time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			l.log.Warn("ioloop: drain timed out", "outstanding", l.table.Outstanding(), "pending_responses", l.out.Pending())
-			return fmt.Errorf("ioloop: drain: %d requests still outstanding after %v", l.table.Outstanding(), l.cfg.DrainTimeout)
-		}
-		time.Sleep(100 * time.Microsecond)
 	}
+	return err
 }

@@ -229,7 +229,9 @@ func TestLoopShutdownAnswersEverything(t *testing.T) {
 	}
 	time.Sleep(5 * time.Millisecond)
 	stop()
-	if st, _, ok := col.response(t, 1); !ok || st != wire.StatusShuttingDown {
+	// The drain keeps the port open for DrainQuiet, longer than this
+	// table's 20 ms timeout: the incomplete request may time out first.
+	if st, _, ok := col.response(t, 1); !ok || (st != wire.StatusShuttingDown && st != wire.StatusTimedOut) {
 		t.Fatalf("incomplete request: ok=%v status=%v", ok, st)
 	}
 	if st, _, ok := col.response(t, 2); !ok || st != wire.StatusOK {
