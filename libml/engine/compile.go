@@ -402,6 +402,11 @@ func (c *compiler) residual(head, add *graph.Node, cur string) (string, string) 
 		}
 		return "bias", other
 	case "MatMul":
+		// a per-column bias needs the GEMM's N to be the output's last
+		// dimension (not so with a 1-D B)
+		if b := c.vals[head.Inputs[1]]; b == nil || len(b.t.Shape) < 2 {
+			return "", ""
+		}
 		if ov.t.Len() != s[len(s)-1] || (len(ov.t.Shape) > 0 && ov.t.Shape[len(ov.t.Shape)-1] != s[len(s)-1]) {
 			return "", ""
 		}

@@ -737,6 +737,20 @@ func (c *compiler) binaryKernel(g *group, op int, a operand, as []int64, b opera
 	return nil
 }
 
+// copyValue copies value in into a new buffer for value out.
+func (c *compiler) copyValue(g *group, in, out string) error {
+	src, err := c.operand(in)
+	if err != nil {
+		return err
+	}
+	dst, ov, err := c.output(out)
+	if err != nil {
+		return err
+	}
+	n := max(ov.t.Len(), 1)
+	return c.copyKernel(g, "", src, 0, dst, 0, []int64{n}, []int64{1}, []int64{1})
+}
+
 // lowerVariadic lowers Max, Min, Sum and Mean over any number of inputs as
 // a chain of binary kernels.
 func (c *compiler) lowerVariadic(g *group) error {
@@ -748,20 +762,12 @@ func (c *compiler) lowerVariadic(g *group) error {
 	case "Min":
 		op = BinMin
 	}
-	out, err := c.val(n.Outputs[0])
-	if err != nil {
-		return err
-	}
 	first, err := c.val(n.Inputs[0])
 	if err != nil {
 		return err
 	}
 	if len(n.Inputs) == 1 {
-		if first.buf < 0 {
-			return fmt.Errorf("constant input")
-		}
-		out.buf = first.buf
-		return nil
+		return c.copyValue(g, n.Inputs[0], n.Outputs[0])
 	}
 	acc, err := c.operand(n.Inputs[0])
 	if err != nil {
@@ -1064,9 +1070,7 @@ func (c *compiler) lowerReduce(g *group) error {
 	}
 	on := n.Outputs[0]
 	if len(axes) == 0 {
-		ov, _ := c.val(on)
-		ov.buf = x.buf
-		return nil
+		return c.copyValue(g, n.Inputs[0], on)
 	}
 	// runs of consecutive axes
 	var runs [][2]int64

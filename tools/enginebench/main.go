@@ -90,6 +90,7 @@ func main() {
 	profile := flag.String("profile", "", "print per-kernel times of one model")
 	batch := flag.Int("batch", 1, "batch size for -profile")
 	pin := flag.Bool("pin", false, "pin compute units to cores")
+	trials := flag.Int("preempt-trials", 30, "preemption latency trials per model (0: none)")
 	flag.Parse()
 	bs, err := parseInts(*batches)
 	if err != nil {
@@ -98,7 +99,7 @@ func main() {
 	switch {
 	case *child != "":
 		backend, model, _ := strings.Cut(*child, ":")
-		r := measure(backend, model, bs, *units, *dur, *pin)
+		r := measure(backend, model, bs, *units, *dur, *pin, *trials)
 		if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
 			fatal(err)
 		}
@@ -107,7 +108,7 @@ func main() {
 			fatal(err)
 		}
 	default:
-		if err := report(strings.Split(*models, ","), *batches, *units, *dur, *nochk, *withORT, *rounds, *jsonOut, *pin); err != nil {
+		if err := report(strings.Split(*models, ","), *batches, *units, *dur, *nochk, *withORT, *rounds, *jsonOut, *pin, *trials); err != nil {
 			fatal(err)
 		}
 	}
@@ -171,7 +172,7 @@ func settle() float64 {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // measure runs in a child: one backend, one model.
-func measure(backend, model string, batches []int, units int, dur time.Duration, pin bool) (r Result) {
+func measure(backend, model string, batches []int, units int, dur time.Duration, pin bool, trials int) (r Result) {
 	r = Result{Model: model, Backend: backend, Checks: ncpu.ChecksCompiled(), Units: units}
 	ctx := context.Background()
 	maxB := 0
@@ -277,8 +278,8 @@ func measure(backend, model string, batches []int, units int, dur time.Duration,
 		}
 		r.Lat = append(r.Lat, l)
 	}
-	if ci, ok := inst.(*cpu.Instance); ok && ncpu.ChecksCompiled() {
-		r.Preempt = preemptTrials(ci, maxB, in[:maxB*isz])
+	if ci, ok := inst.(*cpu.Instance); ok && ncpu.ChecksCompiled() && trials > 0 {
+		r.Preempt = preemptTrials(ci, maxB, in[:maxB*isz], trials)
 	}
 	_, r.PeakRSSMB = rssMB()
 	return r
@@ -288,8 +289,8 @@ func measure(backend, model string, batches []int, units int, dur time.Duration,
 // run takes to stop (flag seen by running blocks, queue reset, waiter
 // woken), and how much longer preempted-then-restored runs take than
 // uninterrupted ones.
-func preemptTrials(inst *cpu.Instance, batch int, in []float32) *PreemptStats {
-	st := &PreemptStats{Batch: batch, Trials: 40}
+func preemptTrials(inst *cpu.Instance, batch int, in []float32, trials int) *PreemptStats {
+	st := &PreemptStats{Batch: batch, Trials: trials}
 	buf, err := inst.Input(batch)
 	if err != nil {
 		return nil
@@ -344,9 +345,9 @@ func preemptTrials(inst *cpu.Instance, batch int, in []float32) *PreemptStats {
 }
 
 // runChild runs bin as a child measuring backend:model.
-func runChild(bin, backend, model, batches string, units int, dur time.Duration, pin bool) Result {
+func runChild(bin, backend, model, batches string, units int, dur time.Duration, pin bool, trials int) Result {
 	args := []string{"-child", backend + ":" + model, "-batches", batches, "-units", strconv.Itoa(units),
-		"-time", dur.String(), fmt.Sprintf("-pin=%v", pin)}
+		"-time", dur.String(), fmt.Sprintf("-pin=%v", pin), "-preempt-trials", strconv.Itoa(trials)}
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	outb, err := cmd.Output()
@@ -362,7 +363,7 @@ func runChild(bin, backend, model, batches string, units int, dur time.Duration,
 }
 
 func report(models []string, batches string, units int, dur time.Duration, nochk string, withORT bool,
-	rounds int, jsonOut string, pin bool) error {
+	rounds int, jsonOut string, pin bool, trials int) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -370,6 +371,7 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 	if !ncpu.ChecksCompiled() {
 		return errors.New("run the checked build (this one was built with -tags sluice_nopreempt)")
 	}
+	loadStart := loadavg()
 	ortNote := "ONNX Runtime not compared (-ort=false)"
 	if withORT {
 		lib, err := ort.LibraryPath()
@@ -389,10 +391,14 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 		p := &pair{}
 		over[m] = p
 		for i := 0; i < max(rounds, 1); i++ {
-			r := runChild(self, "cpu", m, batches, units, dur, pin)
+			tr := 0
+			if i == 0 {
+				tr = trials
+			}
+			r := runChild(self, "cpu", m, batches, units, dur, pin, tr)
 			p.chk = append(p.chk, r)
 			if nochk != "" {
-				p.nochk = append(p.nochk, runChild(nochk, "cpu", m, batches, units, dur, pin))
+				p.nochk = append(p.nochk, runChild(nochk, "cpu", m, batches, units, dur, pin, 0))
 			}
 			if nochk == "" {
 				break
@@ -400,7 +406,11 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 		}
 		all = append(all, best(p.chk))
 		if withORT {
-			r := runChild(self, "ort", m, batches, units, dur, pin)
+			var ors []Result
+			for i := 0; i < max(rounds, 1); i++ {
+				ors = append(ors, runChild(self, "ort", m, batches, units, dur, pin, 0))
+			}
+			r := best(ors)
 			all = append(all, r)
 			if r.Version != "" {
 				ortNote = fmt.Sprintf("ONNX Runtime %s with %d intra-op threads", r.Version, units)
@@ -412,7 +422,7 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 	fmt.Fprintf(w, "## libml CPU engine benchmark\n\n")
 	fmt.Fprintf(w, "Host %s, %d CPUs, %d compute units (pinned: %v), Go %s, %s. %s.\n\n",
 		host, runtime.NumCPU(), units, pin, runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 MST"), ortNote)
-	fmt.Fprintf(w, "Latency per batch (median of repeated runs, %v per model and batch size; weights are seeded, untrained; 224x224 inputs).\n\n", dur)
+	fmt.Fprintf(w, "Latency per batch: median of repeated runs (%v per model and batch size, best median of %d child processes per backend); seeded, untrained weights; 224x224 inputs. Load average at start: %s (the host is shared; other jobs' load shows as noise).\n\n", dur, max(rounds, 1), loadStart)
 	fmt.Fprintf(w, "| model | backend | batch | median ms | p90 ms | images/s | GFLOP/s |\n|---|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range all {
 		if r.Error != "" {
@@ -478,15 +488,31 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 	return nil
 }
 
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
 // best keeps, per batch size, the run with the lowest median.
 func best(rs []Result) Result {
 	if len(rs) == 0 {
 		return Result{Error: "no run"}
 	}
 	out := rs[0]
+	out.Lat = append([]Lat{}, out.Lat...)
 	for _, r := range rs[1:] {
 		if r.Error != "" {
 			continue
+		}
+		if out.Preempt == nil {
+			out.Preempt = r.Preempt
 		}
 		if out.Error != "" {
 			out = r
