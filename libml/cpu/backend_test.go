@@ -568,3 +568,51 @@ func TestConcurrentInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLaunchPerKernel drives a plan kernel by kernel on the instance's
+// stream, as a scheduler would (one unit for even kernels, all units for
+// odd ones), and checks the output.
+func TestLaunchPerKernel(t *testing.T) {
+	b := newTestBackend(t, 2)
+	inst := loadZoo(t, b, "squeezenet11", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 2}, 1)
+	defer inst.Close()
+	in := zoo.Input(3, inst.InputSize())
+	want := runOnce(t, inst, 1, in)
+	ks, err := inst.KernelArray(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, _ := inst.Input(1)
+	copy(buf, in)
+	out, _ := inst.Output(1)
+	for i := range out {
+		out[i] = 0
+	}
+	st := inst.Stream()
+	st.Restore()
+	for k := 0; k < ks.Len(); k++ {
+		mask := uint64(1)
+		if k%2 == 1 {
+			mask = 0
+		}
+		if err := st.Launch(ks, k, int64(k), mask); err != nil {
+			t.Fatal(err)
+		}
+		if k%5 == 4 {
+			if st.Sync() != ncpu.Done {
+				t.Fatal("preempted")
+			}
+		}
+	}
+	if st.Sync() != ncpu.Done {
+		t.Fatal("preempted")
+	}
+	if got := st.ExecIndex(); got != int64(ks.Len()-1) {
+		t.Fatalf("execution index %d, want %d", got, ks.Len()-1)
+	}
+	for i := range want {
+		if out[i] != want[i] {
+			t.Fatalf("output %d: %v, want %v", i, out[i], want[i])
+		}
+	}
+}

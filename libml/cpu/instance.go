@@ -404,3 +404,24 @@ func (i *Instance) Output(batch int) ([]float32, error) {
 	b := p.pr.p.Outputs[0]
 	return arenaSlice(i.arena, b.Off, b.Size()), nil
 }
+
+// Stream is the instance's stream (preemption flag, execution index,
+// queue), for a scheduler that launches kernels one at a time with
+// ncpu.Stream.Launch on unit masks of its choosing. It must not be used
+// while InferBatch or Run runs on the instance.
+func (i *Instance) Stream() *ncpu.Stream { return i.stream }
+
+// KernelArray returns the materialized kernels of a batch size's plan (with
+// Program(batch), their metadata) for per-kernel launches on Stream.
+func (i *Instance) KernelArray(batch int) (*ncpu.Kernels, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return nil, err
+	}
+	return p.ks, nil
+}
+
+// Units is the number of compute units of the backend.
+func (i *Instance) Units() int { return i.b.units }
