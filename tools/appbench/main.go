@@ -1,0 +1,300 @@
+// Command appbench measures the appliance end to end: a real sluice
+// (kernel UDP on loopback, the cpu backend) serving ResNet-18 at batch 1,
+// driven at several loads; it reports client-side p50/p99 latency per class
+// and the appliance's own overhead, end to end minus the model's compute
+// time measured on the same backend in the same run.
+//
+//	go build -o bin/appbench ./tools/appbench && bin/appbench
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"sluice/appliance"
+	"sluice/dataplane/dptest"
+	"sluice/dataplane/wire"
+	"sluice/libml"
+	"sluice/libml/cpu"
+	"sluice/libml/zoo"
+)
+
+type options struct {
+	model    string
+	duration time.Duration
+	loads    []float64
+	threads  int
+	warm     int
+	jsonOut  string
+}
+
+type row struct {
+	Setup       string  `json:"setup"`
+	Load        float64 `json:"load"`
+	Class       string  `json:"class"`
+	RatePerS    float64 `json:"rate_per_s"`
+	Sent        int     `json:"sent"`
+	OK          int     `json:"ok"`
+	P50MS       float64 `json:"p50_ms"`
+	P99MS       float64 `json:"p99_ms"`
+	MeanMS      float64 `json:"mean_ms"`
+	ComputeMS   float64 `json:"compute_ms"`
+	OverheadMS  float64 `json:"overhead_ms"`
+	OverheadPct float64 `json:"overhead_pct"`
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.model, "model", "resnet18", "zoo model")
+	flag.DurationVar(&o.duration, "duration", 6*time.Second, "time per load point")
+	flag.IntVar(&o.threads, "threads", 0, "cpu backend units (0: all cores)")
+	flag.IntVar(&o.warm, "warm", 20, "model runs to measure compute time")
+	flag.StringVar(&o.jsonOut, "json", "", "also write the rows as JSON")
+	flag.Parse()
+	o.loads = []float64{0.1, 0.3, 0.6, 0.9}
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "appbench:", err)
+		os.Exit(1)
+	}
+}
+
+func percentile(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func mean(v []float64) float64 {
+	var t float64
+	for _, x := range v {
+		t += x
+	}
+	return t / float64(max(len(v), 1))
+}
+
+// computeTime measures the model alone at batch 1 on its own backend.
+func computeTime(ctx context.Context, o options) ([]float64, error) {
+	be := cpu.New()
+	if err := be.Init(ctx, libml.BackendConfig{Units: o.threads, PinUnits: true}); err != nil {
+		return nil, err
+	}
+	defer be.Deinit()
+	g, err := zoo.Build(o.model, zoo.Options{})
+	if err != nil {
+		return nil, err
+	}
+	inst, err := be.LoadModel(ctx, o.model, g)
+	if err != nil {
+		return nil, err
+	}
+	defer inst.Close()
+	if err := be.ConfigureBatch(inst, 1); err != nil {
+		return nil, err
+	}
+	in := zoo.Input(1, inst.InputSize())
+	out := make([]float32, inst.OutputSize())
+	var ms []float64
+	for i := 0; i < o.warm+3; i++ {
+		t := time.Now()
+		if err := be.InferBatch(ctx, inst, 1, in, out); err != nil {
+			return nil, err
+		}
+		if i >= 3 {
+			ms = append(ms, float64(time.Since(t))/1e6)
+		}
+	}
+	return ms, nil
+}
+
+func run(o options) error {
+	ctx := context.Background()
+	comp, err := computeTime(ctx, o)
+	if err != nil {
+		return fmt.Errorf("compute baseline: %w", err)
+	}
+	computeMS := percentile(comp, 50)
+	fmt.Printf("appbench: %s at batch 1, cpu backend, model compute alone (all units) p50 %.2f ms (mean %.2f, p99 %.2f, %d runs)\n",
+		o.model, computeMS, mean(comp), percentile(comp, 99), len(comp))
+
+	var rows []row
+	for _, mixed := range []bool{false, true} {
+		rs, err := phase(ctx, o, mixed, computeMS)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, rs...)
+	}
+	fmt.Println("| IFs | load (of capacity) | class | rate/s | sent | ok | p50 ms | p99 ms | mean ms | compute in the IF, mean ms | overhead mean ms | overhead % of compute |")
+	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rows {
+		fmt.Printf("| %s | %.1f | %s | %.1f | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n",
+			r.Setup, r.Load, r.Class, r.RatePerS, r.Sent, r.OK, r.P50MS, r.P99MS, r.MeanMS, r.ComputeMS, r.OverheadMS, r.OverheadPct)
+	}
+	if o.jsonOut != "" {
+		b, _ := json.MarshalIndent(map[string]any{"compute_ms": comp, "rows": rows}, "", "  ")
+		return os.WriteFile(o.jsonOut, b, 0o644)
+	}
+	return nil
+}
+
+// phase runs one appliance set-up: an RT IF alone (all units), or an RT
+// and a BE IF (one share each), at each load, and reports per class. The
+// overhead is the mean end-to-end latency minus the mean compute time the
+// IF itself measured over the same load point.
+func phase(ctx context.Context, o options, mixed bool, computeMS float64) ([]row, error) {
+	ifs := `
+[[if]]
+name = "rt"
+model_id = 1
+model = "zoo:%[1]s"
+class = "rt"
+max_batch = 1
+batching = "fixed"
+queue_len = 1024
+input = "u8-hwc"
+`
+	if mixed {
+		ifs += `
+[[if]]
+name = "be"
+model_id = 2
+model = "zoo:%[1]s"
+class = "be"
+max_batch = 1
+batching = "fixed"
+queue_len = 1024
+input = "u8-hwc"
+`
+	}
+	prof, err := appliance.ParseProfile("appbench", fmt.Sprintf(`
+[appliance]
+log_level = "warn"
+threads = %d
+metrics = "off"
+control = "off"
+[[port]]
+driver = "udp"
+listen = "127.0.0.1:0"
+`, o.threads)+fmt.Sprintf(ifs, o.model))
+	if err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	a, err := appliance.New(ctx, prof, log)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	addr, _ := a.PortAddr("port0")
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+	defer func() {
+		stop()
+		<-runErr
+	}()
+	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetReadBuffer(16 << 20)
+	_ = conn.SetWriteBuffer(16 << 20)
+	cl := dptest.NewClient(conn, 77, wire.DefaultFragSize)
+	frame := make([]byte, 224*224*3)
+	for i := range frame {
+		frame[i] = byte(i * 13)
+	}
+	id := uint64(0)
+	// capacity: a short closed-loop probe of the RT IF as configured
+	probe := time.Now()
+	k := 0
+	for time.Since(probe) < 2*time.Second {
+		id++
+		_ = cl.Send(addr, 1, id, 0, frame)
+		if _, ok := cl.Wait(id, 5*time.Second); !ok {
+			break
+		}
+		k++
+	}
+	capRT := float64(k) / time.Since(probe).Seconds()
+	setup := "rt alone"
+	if mixed {
+		setup = "rt + be"
+	}
+	fmt.Printf("%s: closed-loop capacity of the RT IF at batch 1: %.1f requests/s\n", setup, capRT)
+	ifStats := func() map[string]appliance.IFStats {
+		m := map[string]appliance.IFStats{}
+		for _, f := range a.Stats().IFs {
+			m[f.Name] = f
+		}
+		return m
+	}
+	var rows []row
+	for _, load := range o.loads {
+		rate := load * capRT
+		type sent struct {
+			id    uint64
+			class string
+			at    time.Time
+		}
+		var reqs []sent
+		before := ifStats()
+		interval := time.Duration(float64(time.Second) / rate)
+		start := time.Now()
+		next := start
+		for time.Since(start) < o.duration {
+			if d := time.Until(next); d > 0 {
+				time.Sleep(d)
+			}
+			id++
+			reqs = append(reqs, sent{id, "rt", time.Now()})
+			_ = cl.Send(addr, 1, id, wire.FlagRT, frame)
+			if mixed {
+				id++
+				reqs = append(reqs, sent{id, "be", time.Now()})
+				_ = cl.Send(addr, 2, id, 0, frame)
+			}
+			next = next.Add(interval)
+		}
+		lat := map[string][]float64{}
+		count := map[string]int{}
+		for _, r := range reqs {
+			count[r.class]++
+			resp, ok := cl.Wait(r.id, 5*time.Second)
+			if ok && resp.Status == wire.StatusOK {
+				lat[r.class] = append(lat[r.class], float64(resp.At.Sub(r.at))/1e6)
+			}
+		}
+		after := ifStats()
+		classes := []string{"rt"}
+		if mixed {
+			classes = append(classes, "be")
+		}
+		for _, c := range classes {
+			b0, b1 := before[c], after[c]
+			comp := math.NaN()
+			if nb := float64(b1.Batches - b0.Batches); nb > 0 {
+				comp = (b1.MeanComputeMS*float64(b1.Batches) - b0.MeanComputeMS*float64(b0.Batches)) / nb
+			}
+			m := mean(lat[c])
+			rows = append(rows, row{Setup: setup, Load: load, Class: c, RatePerS: rate, Sent: count[c], OK: len(lat[c]),
+				P50MS: percentile(lat[c], 50), P99MS: percentile(lat[c], 99), MeanMS: m, ComputeMS: comp,
+				OverheadMS: m - comp, OverheadPct: 100 * (m - comp) / comp})
+		}
+	}
+	return rows, nil
+}
