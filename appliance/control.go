@@ -580,3 +580,12 @@ func (a *Appliance) tuneShares(ctx context.Context) {
 		}
 	}
 }
+
+// Swap runs a shadow swap of the IF called name (see ifmanager.IF.Swap).
+func (a *Appliance) Swap(ctx context.Context, name string, spec ifmanager.SwapSpec) (ifmanager.SwapResult, error) {
+	r, err := a.lookup(name)
+	if err != nil {
+		return ifmanager.SwapResult{}, err
+	}
+	return r.f.Swap(ctx, spec)
+}

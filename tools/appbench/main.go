@@ -23,6 +23,7 @@ import (
 	"sluice/appliance"
 	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
+	"sluice/ifmanager"
 	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/zoo"
@@ -35,6 +36,7 @@ type options struct {
 	threads  int
 	warm     int
 	jsonOut  string
+	swaps    int
 }
 
 type row struct {
@@ -59,6 +61,7 @@ func main() {
 	flag.IntVar(&o.threads, "threads", 0, "cpu backend units (0: all cores)")
 	flag.IntVar(&o.warm, "warm", 20, "model runs to measure compute time")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the rows as JSON")
+	flag.IntVar(&o.swaps, "swaps", 50, "shadow swaps to run under load (RT IF alone)")
 	flag.Parse()
 	o.loads = []float64{0.1, 0.3, 0.6, 0.9}
 	if err := run(o); err != nil {
@@ -137,7 +140,7 @@ func run(o options) error {
 		}
 		rows = append(rows, rs...)
 	}
-	fmt.Println("| IFs | load (of capacity) | class | rate/s | sent | ok | p50 ms | p99 ms | mean ms | compute in the IF, mean ms | overhead mean ms | overhead % of compute |")
+	fmt.Println("| IFs | load per stream (of the RT IF's capacity) | class | rate/s | sent | ok | p50 ms | p99 ms | mean ms | compute in the IF, mean ms | overhead mean ms | overhead % of compute |")
 	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		fmt.Printf("| %s | %.1f | %s | %.1f | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n",
@@ -296,5 +299,60 @@ listen = "127.0.0.1:0"
 				OverheadMS: m - comp, OverheadPct: 100 * (m - comp) / comp})
 		}
 	}
+	if !mixed && o.swaps > 0 {
+		if err := swapUnderLoad(ctx, o, a, cl, addr, frame, &id, capRT*0.5); err != nil {
+			return nil, err
+		}
+	}
 	return rows, nil
+}
+
+// swapUnderLoad runs o.swaps shadow swaps of the RT IF while requests
+// arrive at rate, and reports the idle gap of each and whether any request
+// was lost.
+func swapUnderLoad(ctx context.Context, o options, a *appliance.Appliance, cl *dptest.Client, addr netip.AddrPort,
+	frame []byte, id *uint64, rate float64) error {
+	done := make(chan struct{})
+	sentc := make(chan []uint64, 1)
+	go func() {
+		var ids []uint64
+		interval := time.Duration(float64(time.Second) / rate)
+		for {
+			select {
+			case <-done:
+				sentc <- ids
+				return
+			case <-time.After(interval):
+				*id++
+				ids = append(ids, *id)
+				_ = cl.Send(addr, 1, *id, wire.FlagRT, frame)
+			}
+		}
+	}()
+	var gaps, preps []float64
+	for i := 0; i < o.swaps; i++ {
+		res, err := a.Swap(ctx, "rt", ifmanager.SwapSpec{})
+		if err != nil {
+			close(done)
+			return fmt.Errorf("swap %d: %w", i, err)
+		}
+		gaps = append(gaps, float64(res.Gap)/1e3)
+		preps = append(preps, float64(res.Prepare)/1e6)
+	}
+	close(done)
+	ids := <-sentc
+	lost, bad := 0, 0
+	for _, r := range ids {
+		resp, ok := cl.Wait(r, 5*time.Second)
+		switch {
+		case !ok:
+			lost++
+		case resp.Status != wire.StatusOK:
+			bad++
+		}
+	}
+	fmt.Printf("\nshadow swaps under load (%.1f requests/s): %d swaps, idle gap p50 %.2f µs, p99 %.2f µs, max %.2f µs; "+
+		"shadow preparation (link + configure + warm) p50 %.1f ms; %d requests during the swaps, %d lost, %d not ok, %d duplicate fragments\n\n",
+		rate, len(gaps), percentile(gaps, 50), percentile(gaps, 99), percentile(gaps, 100), percentile(preps, 50), len(ids), lost, bad, cl.Duplicates())
+	return nil
 }
