@@ -428,7 +428,10 @@ func (c *compiler) lowerConv(g *group) error {
 			return err
 		}
 		c.emit(d)
-	case N*G*((OHW+63)/64) < 4*units && N*G*Kd*OHW <= im2colWorkspaceMax:
+	case (OHW < 256 || N*G*((OHW+63)/64) < 4*units) && N*G*Kd*OHW <= im2colWorkspaceMax:
+		// few output positions per image: one im2col feeds a GEMM tiled
+		// over output channels (tiling the positions would leave the
+		// blocks tiny or repeat the im2col per channel tile)
 		ws := c.newBuf(N * G * Kd * OHW)
 		d := c.draft(g, OpIm2col)
 		d.k.Ops = "im2col"

@@ -107,8 +107,10 @@ void sk_prep_conv(sk_kernel *k, int units)
 		ht = OHW;
 	int64_t htiles = SK_CDIV(OHW, ht);
 	int64_t mt = Mg;
-	if (htiles < per) {
-		int64_t mtiles = SK_CDIV(per, htiles);
+	/* split output channels only when the position tiles cannot keep the
+	 * units busy: every channel tile repeats the im2col */
+	if (N * G * htiles < 4 * (int64_t)units) {
+		int64_t mtiles = SK_CDIV(4 * (int64_t)units, N * G * htiles);
 		mt = SK_CDIV(Mg, mtiles);
 		if (mt < 32)
 			mt = 32;

@@ -12,10 +12,15 @@ void sk_blas_init(void)
 	openblas_set_num_threads(1);
 }
 
-/* Work aimed at per block (flops), and the least worth a block. */
-#define GEMM_BLOCK_MAX 8e6
+/* Work aimed at per block (flops), the least worth a block, the largest
+ * output tile (floats, so the epilogue runs in cache) and the work of one
+ * sgemm call between preemption checks inside a block. */
+#define GEMM_BLOCK_MAX 3.2e7
 #define GEMM_BLOCK_MIN 5e5
-#define GEMM_TILE_MAX 32768.0 /* floats of C per block (128 KiB) */
+#define GEMM_TILE_MAX 32768
+#define GEMM_CALL_MAX 8e6
+
+static int64_t round_up(int64_t x, int64_t m) { return SK_MAX(SK_CDIV(x, m) * m, m); }
 
 void sk_prep_gemm(sk_kernel *k, int units)
 {
@@ -37,37 +42,34 @@ void sk_prep_gemm(sk_kernel *k, int units)
 	int64_t per = (int64_t)(want / (double)nb + 0.999);
 	if (per < 1)
 		per = 1;
-	/* split N first (keeps A, often the weights, whole), then M */
-	int64_t nt = N, mt = M;
-	if (per > 1) {
-		nt = SK_CDIV(N, per);
-		if (nt < 64)
-			nt = 64;
-		nt = SK_CDIV(nt, 16) * 16;
-		if (nt > N)
-			nt = N;
-		int64_t ntiles = SK_CDIV(N, nt);
-		if (ntiles < per) {
-			int64_t mtiles = SK_CDIV(per, ntiles);
-			mt = SK_CDIV(M, mtiles);
-			if (mt < 16)
-				mt = 16;
-			mt = SK_CDIV(mt, 8) * 8;
-			if (mt > M)
-				mt = M;
-		}
-	}
-	/* keep the output tile cache-resident for the epilogue */
-	while ((double)mt * (double)nt > GEMM_TILE_MAX && nt > 128) {
-		nt = SK_CDIV(nt / 2, 16) * 16;
-	}
-	while ((double)mt * (double)nt > GEMM_TILE_MAX && mt > 64) {
-		mt = SK_CDIV(mt / 2, 8) * 8;
+	/* halve the larger tile side (keeping both >= 64 while possible, so
+	 * sgemm runs near its peak) until there are enough tiles and the
+	 * output tile fits the cache */
+	int64_t mt = M, nt = N;
+	for (;;) {
+		int64_t tiles = SK_CDIV(M, mt) * SK_CDIV(N, nt);
+		if (tiles >= per && mt * nt <= GEMM_TILE_MAX)
+			break;
+		if (nt >= mt && nt > 64)
+			nt = round_up(nt / 2, 16);
+		else if (mt > 64)
+			mt = round_up(mt / 2, 8);
+		else if (nt > 16)
+			nt = round_up(nt / 2, 16);
+		else if (mt > 16)
+			mt = round_up(mt / 2, 8);
+		else
+			break;
+		mt = SK_MIN(mt, M);
+		nt = SK_MIN(nt, N);
 	}
 	k->t[0] = mt;
 	k->t[1] = nt;
 	k->t[2] = SK_CDIV(M, mt);
 	k->t[3] = SK_CDIV(N, nt);
+	/* rows per sgemm call inside a block */
+	int64_t sub = (int64_t)(GEMM_CALL_MAX / (2.0 * (double)nt * (double)SK_MAX(K, 1)));
+	k->t[4] = SK_MIN(round_up(sub, 32), mt);
 	k->grid = nb * k->t[2] * k->t[3];
 }
 
@@ -93,10 +95,16 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	float *C = k->out + offc + m0 * ldc + n0;
 	SK_POLL(ctx);
 	if (K > 0) {
-		cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-			    tb ? CblasTrans : CblasNoTrans, (int)ml, (int)nl,
-			    (int)K, k->f[0], A, (int)lda, B, (int)ldb, 0.0f, C,
-			    (int)ldc);
+		int64_t sub = k->t[4] > 0 ? k->t[4] : ml;
+		for (int64_t r = 0; r < ml; r += sub) {
+			if (r > 0)
+				SK_POLL(ctx);
+			int64_t rl = SK_MIN(sub, ml - r);
+			cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+				    tb ? CblasTrans : CblasNoTrans, (int)rl, (int)nl,
+				    (int)K, k->f[0], A + (ta ? r : r * lda), (int)lda, B,
+				    (int)ldb, 0.0f, C + r * ldc, (int)ldc);
+		}
 	} else {
 		for (int64_t r = 0; r < ml; r++)
 			for (int64_t c = 0; c < nl; c++)

@@ -562,8 +562,13 @@ func profileModel(model string, batch, units int, pin bool) error {
 		total += k.WallNs
 	}
 	w := io.Writer(os.Stdout)
-	fmt.Fprintf(w, "%s batch %d: %d kernels, %.2f ms (sum of kernel times)\n", model, batch, len(ks), total/1e6)
+	var cpuSum float64
+	for _, k := range ks {
+		cpuSum += k.BlockNs * float64(k.Grid)
+	}
+	fmt.Fprintf(w, "%s batch %d: %d kernels, %.2f ms (sum of kernel times), %.2f ms of unit time in blocks\n", model, batch, len(ks), total/1e6, cpuSum/1e6)
 	fmt.Fprintf(w, "%4s %-9s %-24s %-22s %5s %5s %10s %10s %6s\n", "#", "op", "ops", "node", "grid", "units", "block us", "kernel us", "%")
+	fmt.Fprintf(w, "     (block us: mean time of one block; kernel us: wall time of the kernel)\n")
 	for _, k := range ks {
 		idem := ""
 		if !k.Idempotent {
