@@ -19,6 +19,7 @@ void sk_blas_init(void)
 #define GEMM_BLOCK_MIN 5e5
 #define GEMM_TILE_MAX 32768
 #define GEMM_CALL_MAX 8e6
+#define GEMM_BYTES_MAX 4e6
 
 static int64_t round_up(int64_t x, int64_t m) { return SK_MAX(SK_CDIV(x, m) * m, m); }
 
@@ -33,9 +34,14 @@ void sk_prep_gemm(sk_kernel *k, int units)
 	double work = 2.0 * (double)M * (double)N * (double)(K ? K : 1);
 	double total = work * (double)nb;
 	double want = total / GEMM_BLOCK_MAX;
+	/* memory-bound shapes (a fully connected layer at batch 1) stream
+	 * their operands: bound the bytes a block reads too */
+	double bytes = 4.0 * ((double)M + (double)N) * (double)K * (double)nb;
+	if (want < bytes / GEMM_BYTES_MAX)
+		want = bytes / GEMM_BYTES_MAX;
 	if (want < units * 4)
 		want = units * 4;
-	if (want > total / GEMM_BLOCK_MIN)
+	if (want > total / GEMM_BLOCK_MIN && bytes < GEMM_BYTES_MAX * units * 4)
 		want = total / GEMM_BLOCK_MIN;
 	if (want < 1)
 		want = 1;
