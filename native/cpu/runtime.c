@@ -49,6 +49,7 @@
 
 #define SK_MAX_STREAMS 256
 #define SK_SPIN_NS 60000 /* how long an idle unit spins before sleeping */
+#define SK_SPIN_BUSY_NS 20000000 /* the same while its streams have work */
 
 typedef struct sk_slot {
 	sk_kernel *k;
@@ -282,7 +283,11 @@ static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 	int32_t w = __atomic_load_n(&s->waiting, __ATOMIC_SEQ_CST);
 	if (w == 2 || (w == 1 && next == LD(&s->tail)))
 		futex(&s->done_gen, FUTEX_WAKE_PRIVATE, INT_MAX);
-	if (pumped)
+	/* the next kernel's blocks are claimable now: wake units that went to
+	 * sleep while the last blocks of this one ran (else a long tail block
+	 * leaves the rest of the run to one unit) */
+	if (pumped || ((int32_t)(LD(&s->tail) - next) > 0 &&
+		       __atomic_load_n(&s->pool->sleepers, __ATOMIC_SEQ_CST)))
 		pool_kick(s->pool);
 }
 
@@ -377,6 +382,24 @@ static int scan(sk_pool *p, sk_unit *u, int start)
 	return did;
 }
 
+/* pending reports whether a stream has launched kernels not yet completed
+ * whose current kernel may run on unit u. */
+static int pending(sk_pool *p, sk_unit *u)
+{
+	int n = LD(&p->nstreams);
+	for (int j = 0; j < n; j++) {
+		sk_stream *s = LD(&p->streams[j]);
+		if (!s)
+			continue;
+		uint32_t c = LD(&s->completed);
+		if (c == LD(&s->tail))
+			continue;
+		if ((LDR(&s->ring[c & s->capmask].mask) >> u->id) & 1)
+			return 1;
+	}
+	return 0;
+}
+
 static void *unit_main(void *arg)
 {
 	sk_unit *u = arg;
@@ -396,7 +419,11 @@ static void *unit_main(void *arg)
 			continue;
 		int64_t t0 = now_ns();
 		int found = 0;
-		while (now_ns() - t0 < SK_SPIN_NS && !LD(&p->stop)) {
+		/* spin while a stream this unit serves has kernels in flight (the
+		 * next kernel starts when the last blocks of this one end: a unit
+		 * asleep then wakes too late), else SK_SPIN_NS, then sleep */
+		int64_t spin = pending(p, u) ? SK_SPIN_BUSY_NS : SK_SPIN_NS;
+		while (now_ns() - t0 < spin && !LD(&p->stop)) {
 			for (int i = 0; i < 64; i++)
 				cpu_relax();
 			if (scan(p, u, start)) {
