@@ -65,7 +65,9 @@
 	X(cuGreenCtxCreate, CUresult, (CUgreenCtx *, CUdevResourceDesc, CUdevice, unsigned)) \
 	X(cuGreenCtxDestroy, CUresult, (CUgreenCtx))                           \
 	X(cuCtxFromGreenCtx, CUresult, (CUcontext *, CUgreenCtx))              \
-	X(cuGreenCtxStreamCreate, CUresult, (CUstream *, CUgreenCtx, unsigned, int))
+	X(cuGreenCtxStreamCreate, CUresult, (CUstream *, CUgreenCtx, unsigned, int)) \
+	X(cuDevicePrimaryCtxRetain, CUresult, (CUcontext *, CUdevice))         \
+	X(cuDevicePrimaryCtxRelease_v2, CUresult, (CUdevice))
 
 #define SL_FIELD(name, ret, args) ret(*name) args;
 static struct {
@@ -370,4 +372,18 @@ CUresult sl_cu_green_stream(CUgreenCtx g, CUcontext c, CUstream *s, int prio)
 	CTX(c);
 	/* CU_STREAM_NON_BLOCKING = 1, required for green-context streams */
 	return F.cuGreenCtxStreamCreate(s, g, 1, prio);
+}
+
+CUresult sl_cu_primary_retain(CUcontext *c, CUdevice d)
+{
+	if (!F.cuDevicePrimaryCtxRetain || !F.cuDevicePrimaryCtxRelease_v2)
+		return SL_NOT_SUPPORTED;
+	return F.cuDevicePrimaryCtxRetain(c, d);
+}
+
+CUresult sl_cu_primary_release(CUdevice d)
+{
+	if (!F.cuDevicePrimaryCtxRelease_v2)
+		return SL_NOT_SUPPORTED;
+	return F.cuDevicePrimaryCtxRelease_v2(d);
 }

@@ -47,6 +47,10 @@ CUresult sl_cu_device_mem(size_t *bytes, CUdevice d);
 CUresult sl_cu_ctx_create(CUcontext *c, unsigned flags, CUdevice d);
 CUresult sl_cu_ctx_destroy(CUcontext c);
 CUresult sl_cu_ctx_sync(CUcontext c);
+/* The device's primary context (optional entry points: CUDA_ERROR_NOT_SUPPORTED
+ * when missing). Green contexts share its memory. */
+CUresult sl_cu_primary_retain(CUcontext *c, CUdevice d);
+CUresult sl_cu_primary_release(CUdevice d);
 
 CUresult sl_cu_module_load(CUcontext c, CUmodule *m, const void *image,
 			   char *log, unsigned loglen);

@@ -102,6 +102,8 @@ type Device struct {
 	ctx   C.CUcontext
 	green C.CUgreenCtx
 	owner bool
+	// primary: ctx is the device's retained primary context
+	primary bool
 	// Name is the device's name, SMs its multiprocessor count (of the
 	// partition, for a green context), CC its compute capability.
 	Name string
@@ -120,10 +122,42 @@ const (
 
 // Device opens device ordinal with a new context.
 func (d *Driver) Device(ordinal int) (*Device, error) {
+	dv, err := d.describe(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	dv.owner = true
+	if err := check("cuCtxCreate", C.sl_cu_ctx_create(&dv.ctx, 0, dv.dev)); err != nil {
+		return nil, err
+	}
+	return dv, nil
+}
+
+// Primary opens device ordinal through its primary context, retained
+// until Close. Green contexts share the primary context's memory (and
+// retain it themselves), so a process that partitions the device
+// allocates through the primary context: buffers allocated there are
+// visible to kernels in every partition. A driver without the
+// primary-context entry points gives an *Error (CUDA_ERROR_NOT_SUPPORTED).
+func (d *Driver) Primary(ordinal int) (*Device, error) {
+	dv, err := d.describe(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	if err := check("cuDevicePrimaryCtxRetain", C.sl_cu_primary_retain(&dv.ctx, dv.dev)); err != nil {
+		return nil, err
+	}
+	dv.primary = true
+	return dv, nil
+}
+
+// describe looks device ordinal up: name, SMs, compute capability,
+// memory; no context yet.
+func (d *Driver) describe(ordinal int) (*Device, error) {
 	if ordinal < 0 || ordinal >= d.Devices {
 		return nil, fmt.Errorf("cuda: device %d of %d", ordinal, d.Devices)
 	}
-	dv := &Device{owner: true}
+	dv := &Device{}
 	if err := check("cuDeviceGet", C.sl_cu_device_get(&dv.dev, C.int(ordinal))); err != nil {
 		return nil, err
 	}
@@ -147,9 +181,6 @@ func (d *Driver) Device(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	dv.Memory = int64(mem)
-	if err := check("cuCtxCreate", C.sl_cu_ctx_create(&dv.ctx, 0, dv.dev)); err != nil {
-		return nil, err
-	}
 	return dv, nil
 }
 
@@ -180,6 +211,10 @@ func (dv *Device) Close() error {
 		err := check("cuGreenCtxDestroy", C.sl_cu_green_destroy(dv.green))
 		dv.green, dv.ctx = nil, nil
 		return err
+	}
+	if dv.primary && dv.ctx != nil {
+		dv.ctx = nil
+		return check("cuDevicePrimaryCtxRelease", C.sl_cu_primary_release(dv.dev))
 	}
 	if dv.ctx == nil || !dv.owner {
 		return nil

@@ -46,6 +46,8 @@ CUresult cuDeviceGetAttribute(int *v, int a, int d)
 CUresult cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; *b = (size_t)1 << 30; return OK; }
 CUresult cuCtxCreate_v2(void **c, unsigned f, int d) { (void)f; (void)d; *c = cur = CTX1; return OK; }
 CUresult cuCtxDestroy_v2(void *c) { return c == CTX1 ? OK : 201; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = CTX1; return d == 0 ? OK : 101; }
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { return d == 0 ? OK : 101; }
 CUresult cuCtxSetCurrent(void *c) { cur = c; return need_ctx(); }
 CUresult cuCtxSynchronize(void) { return need_ctx(); }
 

@@ -1,0 +1,735 @@
+package cuda
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"sluice/libml"
+	"sluice/libml/engine"
+)
+
+// Instance is one instance of a model on the cuda backend: an activation
+// arena, a stream state (preemption flag, execution index) and a stream
+// in device memory of its own, the model's weights shared.
+type Instance struct {
+	b *Backend
+	m *model
+
+	mu       sync.Mutex // one run, gather or reconfiguration at a time
+	closed   bool
+	maxBatch int
+	arena    uint64
+	arenaN   int
+	state    uint64
+	plans    map[int]*kplan
+	ln       *lane
+	// stage is pinned host memory: the state template and read-back,
+	// then the batch's inputs and outputs.
+	stage  pinned
+	stageN int
+	inOff  int
+	outOff int
+	// desc holds the batch gather's fragment descriptors; gathered is the
+	// batch size whose input a gather has queued (0: none).
+	desc     pinned
+	descN    int
+	gathered int
+
+	// preemption: pmu orders Preempt against the start and end of a run
+	pmu     sync.Mutex
+	running bool
+	req     atomic.Bool
+
+	stats struct {
+		runs, launches, preemptions, lastResume atomic.Int64
+	}
+}
+
+// Offsets in the staging buffer: the template a run writes into the
+// stream state (flag clear, execution index -1), and where the state is
+// read back to.
+const (
+	stageReset = 0
+	stageState = 16
+	stageData  = 32
+)
+
+// lane is where an instance's kernels run: a context (the backend's
+// device, or a green-context partition the instance owns), a stream in it
+// and the events of the stream's device window.
+type lane struct {
+	ctx gpuCtx
+	own bool
+	s   gpuStream
+	ev  []gpuEvent
+}
+
+func newLane(ctx gpuCtx, own bool, window int) (*lane, error) {
+	l := &lane{ctx: ctx, own: own}
+	var err error
+	if l.s, err = ctx.NewStream(0); err != nil {
+		return nil, err
+	}
+	for k := 0; k < window; k++ {
+		e, err := ctx.NewEvent()
+		if err != nil {
+			l.close()
+			return nil, err
+		}
+		l.ev = append(l.ev, e)
+	}
+	return l, nil
+}
+
+func (l *lane) close() error {
+	var errs []error
+	for _, e := range l.ev {
+		errs = append(errs, e.Close())
+	}
+	if l.s != nil {
+		errs = append(errs, l.s.Close())
+	}
+	if l.own {
+		errs = append(errs, l.ctx.Close())
+	}
+	l.ev, l.s = nil, nil
+	return errors.Join(errs...)
+}
+
+// kplan is a program's kernels planned over this instance's memory.
+type kplan struct {
+	pr       *program
+	launches []launchRec
+}
+
+// launchRec is one kernel launch: grid 0 for a kernel with nothing to
+// launch.
+type launchRec struct {
+	kernel string
+	grid   int
+	params []byte
+}
+
+var _ libml.Instance = (*Instance)(nil)
+
+func (b *Backend) newInstance(m *model) (*Instance, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.ready(); err != nil {
+		return nil, err
+	}
+	i := &Instance{b: b, m: m, plans: map[int]*kplan{}}
+	var err error
+	if i.state, err = b.dev.Alloc(StateSize); err != nil {
+		return nil, fmt.Errorf("stream state: %w", err)
+	}
+	fresh, _ := EncodeState(0, 0)
+	if err := b.dev.Write(i.state, fresh); err != nil {
+		b.dev.Free(i.state)
+		return nil, fmt.Errorf("stream state: %w", err)
+	}
+	ctx, own := b.dev, false
+	if b.share > 0 {
+		if ctx, err = b.dev.Partition(b.share); err != nil {
+			b.dev.Free(i.state)
+			return nil, fmt.Errorf("SM share: %w", err)
+		}
+		own = true
+	}
+	if i.ln, err = newLane(ctx, own, b.opts.Window); err != nil {
+		if own {
+			ctx.Close()
+		}
+		b.dev.Free(i.state)
+		return nil, err
+	}
+	m.mu.Lock()
+	m.refs++
+	m.mu.Unlock()
+	b.instances++
+	return i, nil
+}
+
+// Model is the name the model was loaded under.
+func (i *Instance) Model() string { return i.m.name }
+
+// InputShape is the per-request input shape.
+func (i *Instance) InputShape() []int64 { return append([]int64{}, i.m.inShape...) }
+
+// OutputShape is the per-request output shape.
+func (i *Instance) OutputShape() []int64 { return append([]int64{}, i.m.outShape...) }
+
+// InputSize is the per-request input element count.
+func (i *Instance) InputSize() int { return int(prod(i.m.inShape)) }
+
+// OutputSize is the per-request output element count.
+func (i *Instance) OutputSize() int { return int(prod(i.m.outShape)) }
+
+func prod(s []int64) int64 {
+	n := int64(1)
+	for _, d := range s {
+		n *= d
+	}
+	return n
+}
+
+// Batched reports whether the model has a dynamic batch dimension; models
+// without one run a batch as one program execution per request.
+func (i *Instance) Batched() bool { return i.m.batched }
+
+// WeightBytes is the size of the model's shared weights in device memory.
+func (i *Instance) WeightBytes() int64 { return int64(i.m.wbytes) }
+
+// ModelDeviceBytes is the device memory of the model, shared by its
+// instances: weights and the compiled programs' constants.
+func (i *Instance) ModelDeviceBytes() int64 { return i.m.deviceBytes() }
+
+// DeviceBytes is the device memory this instance owns: its activation
+// arena and its stream state. Weights belong to the model.
+func (i *Instance) DeviceBytes() int64 {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return int64(i.arenaN) + StateSize
+}
+
+// ArenaBytes is the size of the activation arena.
+func (i *Instance) ArenaBytes() int64 {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return int64(i.arenaN)
+}
+
+// SMs is the SM count the instance's kernels run on: its partition's, or
+// the whole device's.
+func (i *Instance) SMs() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.ln == nil {
+		return 0
+	}
+	return i.ln.ctx.SMs()
+}
+
+// SetSMs binds the instance to a green context of its own with a
+// partition of at least sms SMs (the driver rounds up to its granularity:
+// SMs tells what it got); sms 0 returns it to the whole device. The
+// instance keeps its memory (partitions share the device's), so a shadow
+// IF is LinkModel plus SetSMs, ready once its kernels are loaded. Errors
+// wrap ErrNoGreen when the driver has no green contexts.
+func (i *Instance) SetSMs(sms int) error {
+	if sms < 0 {
+		return fmt.Errorf("cuda: SetSMs(%d)", sms)
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
+		return errors.New("cuda: SetSMs: instance is closed")
+	}
+	ctx, own := i.b.dev, false
+	if sms > 0 {
+		var err error
+		if ctx, err = i.b.dev.Partition(sms); err != nil {
+			return fmt.Errorf("cuda: SetSMs(%d): %w", sms, err)
+		}
+		own = true
+	}
+	ln, err := newLane(ctx, own, i.b.opts.Window)
+	if err != nil {
+		if own {
+			ctx.Close()
+		}
+		return fmt.Errorf("cuda: SetSMs(%d): %w", sms, err)
+	}
+	old := i.ln
+	if err := old.s.Sync(); err != nil {
+		ln.close()
+		return fmt.Errorf("cuda: SetSMs(%d): %w", sms, err)
+	}
+	i.ln = ln
+	i.gathered = 0 // a queued gather ran on the old stream: gather again
+	if err := old.close(); err != nil {
+		return fmt.Errorf("cuda: SetSMs(%d): closing the old stream: %w", sms, err)
+	}
+	return nil
+}
+
+// Close frees the instance's device memory and stream; the weights go
+// with the model's last instance.
+func (i *Instance) Close() error {
+	i.mu.Lock()
+	if i.closed {
+		i.mu.Unlock()
+		return errors.New("cuda: instance already closed")
+	}
+	i.closed = true
+	dev := i.b.dev
+	var errs []error
+	if i.ln != nil {
+		errs = append(errs, i.ln.s.Sync(), i.ln.close())
+	}
+	i.freeArena()
+	if i.desc != nil {
+		errs = append(errs, i.desc.Free())
+		i.desc = nil
+	}
+	errs = append(errs, dev.Free(i.state))
+	i.mu.Unlock()
+	m := i.m
+	m.mu.Lock()
+	m.refs--
+	last := m.refs == 0
+	m.mu.Unlock()
+	if last {
+		m.release()
+	}
+	i.b.mu.Lock()
+	i.b.instances--
+	i.b.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cuda: Close: %w", err)
+	}
+	return nil
+}
+
+func (i *Instance) freeArena() {
+	i.plans = map[int]*kplan{}
+	if i.arena != 0 {
+		i.b.dev.Free(i.arena)
+		i.arena, i.arenaN = 0, 0
+	}
+	if i.stage != nil {
+		i.stage.Free()
+		i.stage, i.stageN = nil, 0
+	}
+	i.maxBatch, i.gathered = 0, 0
+}
+
+// batchKeys are the program keys a configured instance needs.
+func (i *Instance) batchKeys(maxBatch int) []int {
+	if !i.m.batched {
+		return []int{0}
+	}
+	keys := make([]int, maxBatch)
+	for b := range keys {
+		keys[b] = b + 1
+	}
+	return keys
+}
+
+func (i *Instance) configure(maxBatch int) error {
+	if maxBatch < 1 {
+		return fmt.Errorf("max batch %d < 1", maxBatch)
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.closed {
+		return errors.New("instance is closed")
+	}
+	keys := i.batchKeys(maxBatch)
+	progs := make([]*program, len(keys))
+	var arena int64
+	for j, k := range keys {
+		p, err := i.m.program(k)
+		if err != nil {
+			return err
+		}
+		progs[j] = p
+		arena = max(arena, p.p.ArenaFloats)
+	}
+	i.freeArena()
+	dev := i.b.dev
+	var err error
+	i.arenaN = int(arena) * 4
+	if i.arena, err = dev.Alloc(i.arenaN); err != nil {
+		i.arenaN = 0
+		return fmt.Errorf("activation arena of %d bytes: %w", arena*4, err)
+	}
+	isz, osz := i.InputSize(), i.OutputSize()
+	i.inOff = stageData
+	i.outOff = i.inOff + 4*maxBatch*isz
+	i.stageN = i.outOff + 4*maxBatch*osz
+	if i.stage, err = dev.HostAlloc(i.stageN); err != nil {
+		i.freeArena()
+		return fmt.Errorf("staging buffer: %w", err)
+	}
+	reset, _ := EncodeState(0, 0)
+	i.stage.Put(stageReset, reset[:16])
+	for j, k := range keys {
+		p, err := i.materialize(progs[j])
+		if err != nil {
+			i.freeArena()
+			return err
+		}
+		i.plans[k] = p
+	}
+	i.maxBatch = maxBatch
+	return nil
+}
+
+// materialize plans every kernel of pr over this instance's arena and
+// stream state: grid, tiling and the packed parameters of its launch.
+func (i *Instance) materialize(pr *program) (*kplan, error) {
+	ep := pr.p
+	addr := func(r engine.Ref) uint64 {
+		switch r.Space {
+		case engine.SpaceArena:
+			return i.arena + 4*uint64(r.Off)
+		case engine.SpaceWeights:
+			return i.m.w + 4*uint64(r.Off)
+		case engine.SpaceConsts:
+			return pr.consts + 4*uint64(r.Off)
+		}
+		return 0
+	}
+	p := &kplan{pr: pr, launches: make([]launchRec, len(ep.Kernels))}
+	for k := range ep.Kernels {
+		kk := &ep.Kernels[k]
+		if kk.Op == engine.OpNop {
+			continue
+		}
+		a := Args{Out: addr(kk.Out), Aux: pr.aux[k], P: kk.P, F: kk.F}
+		for j := range kk.In {
+			a.In[j] = addr(kk.In[j])
+		}
+		l, err := Plan(Op(kk.Op), &a)
+		if err != nil {
+			return nil, fmt.Errorf("kernel %d (%s %s): %w", k, kk.Ops, kk.Name, err)
+		}
+		p.launches[k] = launchRec{kernel: l.Kernel, grid: l.Grid, params: Pack(i.state, int64(k), &a)}
+	}
+	return p, nil
+}
+
+// MaxBatch is the configured largest batch (0 before ConfigureBatch).
+func (i *Instance) MaxBatch() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.maxBatch
+}
+
+func (i *Instance) planFor(batch int) (*kplan, error) {
+	if i.closed {
+		return nil, errors.New("instance is closed")
+	}
+	if i.maxBatch == 0 {
+		return nil, errors.New("ConfigureBatch was not called")
+	}
+	if batch < 1 || batch > i.maxBatch {
+		return nil, fmt.Errorf("batch %d outside 1..%d", batch, i.maxBatch)
+	}
+	key := batch
+	if !i.m.batched {
+		key = 0
+	}
+	return i.plans[key], nil
+}
+
+// singleIO checks that the program has one input and one output.
+func (i *Instance) singleIO(ep *engine.Program) error {
+	if len(ep.Inputs) != 1 || len(ep.Outputs) != 1 {
+		return fmt.Errorf("the model has %d inputs and %d outputs; InferBatch needs one of each",
+			len(ep.Inputs), len(ep.Outputs))
+	}
+	return nil
+}
+
+// InferBatch runs one batch (see libml.Backend.InferBatch): the inputs
+// are copied to the arena, the program runs on the instance's stream
+// (preempted runs restore; ctx's cancellation preempts and returns its
+// error) and the outputs are copied back.
+func (i *Instance) InferBatch(ctx context.Context, batch int, in, out []float32) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if err := i.inferBatch(ctx, batch, in, out); err != nil {
+		return fmt.Errorf("cuda: InferBatch %q: %w", i.m.name, err)
+	}
+	return nil
+}
+
+func (i *Instance) inferBatch(ctx context.Context, batch int, in, out []float32) error {
+	p, err := i.planFor(batch)
+	if err != nil {
+		return err
+	}
+	ep := p.pr.p
+	if err := i.singleIO(ep); err != nil {
+		return err
+	}
+	isz, osz := i.InputSize(), i.OutputSize()
+	if len(in) < batch*isz || len(out) < batch*osz {
+		return fmt.Errorf("batch %d needs %d inputs and %d outputs, got %d and %d",
+			batch, batch*isz, batch*osz, len(in), len(out))
+	}
+	i.gathered = 0
+	ib, ob := ep.Inputs[0], ep.Outputs[0]
+	i.stage.Put(i.inOff, f32view(in[:batch*isz]))
+	reqs, per := 1, batch
+	if !i.m.batched {
+		reqs, per = batch, 1
+	}
+	for r := 0; r < reqs; r++ {
+		n := 4 * per * isz
+		if err := i.ln.s.WriteAsync(i.arena+4*uint64(ib.Off), i.stage, i.inOff+r*n, n); err != nil {
+			return err
+		}
+		if err := i.runAll(ctx, p, &readBack{off: i.outOff + r*4*per*osz, src: ob.Off, n: 4 * per * osz}); err != nil {
+			return err
+		}
+	}
+	i.stage.Get(i.outOff, f32view(out[:batch*osz]))
+	return nil
+}
+
+// readBack is an output copy queued after a run's last kernel: n bytes
+// from arena element off src into the staging buffer at off.
+type readBack struct {
+	off int
+	src int64
+	n   int
+}
+
+// runAll runs a plan from its first kernel to the end, restoring after
+// preemptions from the interrupted kernel's idempotent group, until done
+// or ctx ends (then it returns ctx's error).
+func (i *Instance) runAll(ctx context.Context, p *kplan, out *readBack) error {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { i.Preempt() })
+		defer stop()
+	}
+	start := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		preempted, resume, err := i.run(p, start, out)
+		if err != nil {
+			return err
+		}
+		if !preempted {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		start = resume
+	}
+}
+
+// run runs kernels start.. of p once through the virtual host queue:
+// the stream state is reset, then kernels are launched in order, at most
+// the window outstanding on the device (the host waits on the event of
+// the kernel Window launches back). A preemption request stops the
+// launches (the host queue's reset, O(1)); the stream then drains (queued
+// kernels exit in their prologue, running blocks at their next poll) and
+// the state is read back. The run was preempted when the flag is set or
+// kernels were left unlaunched; resume is then the first kernel of the
+// idempotent group of the last kernel that started (REEF §4.4).
+func (i *Instance) run(p *kplan, start int, out *readBack) (preempted bool, resume int, err error) {
+	ln, n := i.ln, len(p.launches)
+	i.pmu.Lock()
+	i.running = true
+	i.req.Store(false)
+	i.pmu.Unlock()
+	defer func() {
+		i.pmu.Lock()
+		i.running = false
+		i.pmu.Unlock()
+	}()
+	i.stats.runs.Add(1)
+	if err := ln.s.WriteAsync(i.state, i.stage, stageReset, 16); err != nil {
+		return false, 0, err
+	}
+	w := len(ln.ev)
+	next, q := start, 0
+	for ; next < n; next++ {
+		if i.req.Load() {
+			break
+		}
+		l := &p.launches[next]
+		if l.grid == 0 {
+			continue
+		}
+		ev := ln.ev[q%w]
+		if q >= w {
+			// the window is full: wait for the kernel w launches back
+			if err := ev.Sync(); err != nil {
+				return false, 0, err
+			}
+			if i.req.Load() {
+				break
+			}
+		}
+		if err := ln.s.Launch(l.kernel, l.grid, l.params); err != nil {
+			return false, 0, fmt.Errorf("kernel %d: %w", next, err)
+		}
+		if err := ev.Record(ln.s); err != nil {
+			return false, 0, err
+		}
+		q++
+	}
+	i.stats.launches.Add(int64(q))
+	if out != nil && next == n {
+		if err := ln.s.ReadAsync(i.stage, out.off, i.arena+4*uint64(out.src), out.n); err != nil {
+			return false, 0, err
+		}
+	}
+	if err := ln.s.ReadAsync(i.stage, stageState, i.state, 16); err != nil {
+		return false, 0, err
+	}
+	if err := ln.s.Sync(); err != nil {
+		return false, 0, err
+	}
+	// a Preempt under way finishes its flag write before this returns
+	i.pmu.Lock()
+	i.running = false
+	i.pmu.Unlock()
+	var st [16]byte
+	i.stage.Get(stageState, st[:])
+	flag := int32(binary.LittleEndian.Uint32(st[StateFlag:]))
+	exec := int64(binary.LittleEndian.Uint64(st[StateExec:]))
+	if flag == 0 && next == n {
+		return false, 0, nil
+	}
+	idx := int(min(exec, int64(n-1)))
+	if idx < start {
+		idx = start // no kernel of this run started
+	}
+	resume = p.pr.p.IdemEntry[idx]
+	i.stats.preemptions.Add(1)
+	i.stats.lastResume.Store(int64(resume))
+	return true, resume, nil
+}
+
+// Preempt preempts the instance's running program, if any: the host
+// queue stops, the stream's flag is set in device memory (Preempt returns
+// once it is there) and the launched kernels die within a block or an
+// in-loop poll. InferBatch then restores from the interrupted kernel's
+// idempotent group; Run reports where to resume. Without a run under way
+// it does nothing.
+func (i *Instance) Preempt() error {
+	i.pmu.Lock()
+	defer i.pmu.Unlock()
+	if !i.running || i.req.Load() {
+		return nil
+	}
+	i.req.Store(true)
+	return i.b.setFlag(i.state)
+}
+
+// Stats are an instance's execution counters.
+type Stats struct {
+	// Runs counts program executions (restores included), Launches the
+	// kernels launched, Preemptions the runs preempted.
+	Runs, Launches, Preemptions int64
+	// LastResume is the kernel the last preempted run restarts from.
+	LastResume int
+}
+
+// Stats returns the instance's counters.
+func (i *Instance) Stats() Stats {
+	return Stats{Runs: i.stats.runs.Load(), Launches: i.stats.launches.Load(),
+		Preemptions: i.stats.preemptions.Load(), LastResume: int(i.stats.lastResume.Load())}
+}
+
+// Program returns the compiled program used for a batch size.
+func (i *Instance) Program(batch int) (*engine.Program, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return nil, err
+	}
+	return p.pr.p, nil
+}
+
+// Launches returns the kernel launches of a batch size's plan, one per
+// engine kernel (Grid 0: nothing to launch).
+func (i *Instance) Launches(batch int) ([]Launch, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Launch, len(p.launches))
+	for k, l := range p.launches {
+		out[k] = Launch{Kernel: l.kernel, Grid: l.grid}
+	}
+	return out, nil
+}
+
+// SetInput copies a batch's inputs into the arena (for Run).
+func (i *Instance) SetInput(batch int, in []float32) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return fmt.Errorf("cuda: SetInput: %w", err)
+	}
+	if err := i.singleIO(p.pr.p); err != nil {
+		return fmt.Errorf("cuda: SetInput: %w", err)
+	}
+	n := int(p.pr.p.Inputs[0].Size())
+	if len(in) != n {
+		return fmt.Errorf("cuda: SetInput: batch %d takes %d values, got %d", batch, n, len(in))
+	}
+	i.gathered = 0
+	i.stage.Put(i.inOff, f32view(in))
+	if err := i.ln.s.WriteAsync(i.arena+4*uint64(p.pr.p.Inputs[0].Off), i.stage, i.inOff, 4*n); err != nil {
+		return fmt.Errorf("cuda: SetInput: %w", err)
+	}
+	if err := i.ln.s.Sync(); err != nil {
+		return fmt.Errorf("cuda: SetInput: %w", err)
+	}
+	return nil
+}
+
+// Output copies a batch's outputs out of the arena (after Run).
+func (i *Instance) Output(batch int, out []float32) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return fmt.Errorf("cuda: Output: %w", err)
+	}
+	if err := i.singleIO(p.pr.p); err != nil {
+		return fmt.Errorf("cuda: Output: %w", err)
+	}
+	ob := p.pr.p.Outputs[0]
+	if len(out) != int(ob.Size()) {
+		return fmt.Errorf("cuda: Output: batch %d gives %d values, got room for %d", batch, ob.Size(), len(out))
+	}
+	if err := i.ln.s.ReadAsync(i.stage, i.outOff, i.arena+4*uint64(ob.Off), 4*len(out)); err != nil {
+		return fmt.Errorf("cuda: Output: %w", err)
+	}
+	if err := i.ln.s.Sync(); err != nil {
+		return fmt.Errorf("cuda: Output: %w", err)
+	}
+	i.stage.Get(i.outOff, f32view(out))
+	return nil
+}
+
+// Run is the scheduler's entry: it runs kernels start.. of a batch's
+// plan once (inputs already in place: SetInput or Gather) and reports
+// whether the run was preempted; if so, resume is the kernel to restart
+// from (the interrupted kernel's idempotent group entry).
+func (i *Instance) Run(batch, start int) (preempted bool, resume int, err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return false, 0, fmt.Errorf("cuda: Run: %w", err)
+	}
+	if start < 0 || start > len(p.launches) {
+		return false, 0, fmt.Errorf("cuda: Run: start %d outside 0..%d", start, len(p.launches))
+	}
+	preempted, resume, err = i.run(p, start, nil)
+	if err != nil {
+		return false, 0, fmt.Errorf("cuda: Run: %w", err)
+	}
+	return preempted, resume, nil
+}
