@@ -239,6 +239,7 @@ int64_t sk_split(int64_t total, int64_t want, int64_t min)
 static void hq_lock(sk_stream *s);
 static void hq_unlock(sk_stream *s);
 static void hq_free_chain(sk_hq_node *n);
+static void hq_reset(sk_stream *s);
 static int hq_pump_locked(sk_stream *s, uint32_t completed);
 static void hq_publish_locked(sk_stream *s, int moved);
 static void pool_kick(sk_pool *p);
@@ -257,7 +258,11 @@ static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 	uint32_t next = seq + 1;
 	int pumped = 0;
 	if (__atomic_load_n(&s->flag, __ATOMIC_SEQ_CST)) {
-		next = LD(&s->tail); /* reset the queue: evict every queued kernel */
+		/* reset the queue: evict every queued kernel (and the host queue,
+		 * when the flag was set without sk_hq_preempt) */
+		if (LDR(&s->hq_on))
+			hq_reset(s);
+		next = LD(&s->tail);
 		ST(&s->completed, next);
 		ST(&s->ticket, (uint64_t)next << 32);
 	} else if (LDR(&s->hq_on)) {
@@ -951,19 +956,15 @@ int64_t sk_hq_push(sk_stream *s, const sk_launch_desc *d, int n, int mark)
 	return first;
 }
 
-int64_t sk_hq_preempt(sk_stream *s)
+/* hq_reset detaches the host queue in O(1) and hands it to the collector
+ * (one CAS, no system call). */
+static void hq_reset(sk_stream *s)
 {
-	int64_t t0 = now_ns();
-	/* 1: reset the host queue in O(1): detach the list */
 	hq_lock(s);
 	sk_hq_node *h = s->hq_head, *tl = s->hq_tail;
 	s->hq_head = s->hq_tail = NULL;
 	__atomic_store_n(&s->hq_len, 0, __ATOMIC_SEQ_CST);
 	hq_unlock(s);
-	/* 2: the flag: queued blocks exit at their prologue, running blocks at
-	 * their next check; the ring is dropped by the unit that evicts */
-	__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
-	/* 3: the detached list goes to the collector (one CAS, no syscall) */
 	if (h) {
 		sk_pool *p = s->pool;
 		sk_hq_node *old = __atomic_load_n(&p->gc_list, __ATOMIC_RELAXED);
@@ -972,6 +973,17 @@ int64_t sk_hq_preempt(sk_stream *s)
 		} while (!__atomic_compare_exchange_n(&p->gc_list, &old, h, 1,
 						      __ATOMIC_RELEASE, __ATOMIC_RELAXED));
 	}
+}
+
+int64_t sk_hq_preempt(sk_stream *s)
+{
+	int64_t t0 = now_ns();
+	/* 1: reset the host queue in O(1): detach the list (the collector
+	 * frees it) */
+	hq_reset(s);
+	/* 2: the flag: queued blocks exit at their prologue, running blocks at
+	 * their next check; the ring is dropped by the unit that evicts */
+	__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
 	return t0;
 }
 
@@ -1117,15 +1129,33 @@ void sk_pad_complete(sk_pad *pad, int cand, int64_t ns)
 	pad_unlock(pad);
 }
 
-int sk_pad_add(sk_pad *pad, int cand)
+int sk_pad_set(sk_pad *pad, int cand, const sk_pad_cand *src)
 {
 	if (cand < 0 || cand >= pad->cap)
 		return SK_ERR;
 	pad_lock(pad);
+	pad->cand[cand] = *src;
 	if (cand >= pad->ncand)
 		pad->ncand = cand + 1;
 	pad_unlock(pad);
 	return SK_OK;
+}
+
+int sk_pad_get(sk_pad *pad, int cand, sk_pad_cand *dst)
+{
+	if (cand < 0 || cand >= pad->cap)
+		return SK_ERR;
+	pad_lock(pad);
+	*dst = pad->cand[cand];
+	pad_unlock(pad);
+	return SK_OK;
+}
+
+void sk_pad_reset(sk_pad *pad)
+{
+	pad_lock(pad);
+	pad->ncand = 0;
+	pad_unlock(pad);
 }
 
 void sk_pad_start(sk_pool *p, sk_pad *pad)
@@ -1164,8 +1194,11 @@ static int try_pad(sk_pool *p, sk_unit *u)
 	int64_t t0 = now_ns();
 	int32_t k, v;
 	int64_t blk;
+	sk_kernel *kk = NULL;
 	pad_lock(pad);
 	int c = pad_select_locked(pad, st + est - t0, bw, &k, &v, &blk);
+	if (c >= 0)
+		kk = pad->cand[c].ver[(int64_t)k * pad->cand[c].nver + v];
 	pad_unlock(pad);
 	int64_t t1 = now_ns();
 	__atomic_add_fetch(&pad->sel_calls, 1, __ATOMIC_RELAXED);
@@ -1174,8 +1207,6 @@ static int try_pad(sk_pool *p, sk_unit *u)
 		STR(&pad->sel_max_ns, t1 - t0);
 	if (c < 0)
 		goto out;
-	sk_pad_cand *cd = &pad->cand[c];
-	sk_kernel *kk = cd->ver[(int64_t)k * cd->nver + v];
 	u->ctx.flag = &p->pad_noflag;
 	sk_table[kk->op].block(kk, blk, &u->ctx);
 	sk_pad_complete(pad, c, now_ns() - t1);

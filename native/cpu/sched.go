@@ -207,10 +207,6 @@ func (p *Pad) Free() {
 // Cap is the number of candidate slots.
 func (p *Pad) Cap() int { return p.cap }
 
-func (p *Pad) c(i int) *C.sk_pad_cand {
-	return (*C.sk_pad_cand)(unsafe.Add(unsafe.Pointer(p.cand), i*int(C.sizeof_sk_pad_cand)))
-}
-
 // PadTable is one job's kernels in every version with their profiles, in
 // C memory: the tables a padding candidate points to.
 type PadTable struct {
@@ -266,39 +262,36 @@ type Cursor struct {
 	Blocks, BlockNs int64
 }
 
-// SetCand fills candidate slot i with a job's tables and cursor. Call it
-// before Add (or before Start), never for a slot the units may be using.
+// SetCand fills candidate slot i with a job's tables (nil: an empty slot)
+// and cursor and offers it to the units. A slot may be replaced only while
+// no block of it runs: padding stopped, or its cursor past its last
+// kernel.
 func (p *Pad) SetCand(i int, t *PadTable, cur Cursor) error {
 	if i < 0 || i >= p.cap {
 		return fmt.Errorf("cpu: pad candidate %d of %d", i, p.cap)
 	}
-	c := p.c(i)
-	c.ver = (**C.sk_kernel)(t.ver)
-	c.blk_ns = (*C.int64_t)(t.blk)
-	c.kern_ns = (*C.int64_t)(t.kern)
-	c.bw = (*C.int64_t)(t.bw)
-	c.nk = C.int32_t(t.NK)
-	c.nver = C.int32_t(t.NVer)
+	var c C.sk_pad_cand
+	if t != nil {
+		c.ver = (**C.sk_kernel)(t.ver)
+		c.blk_ns = (*C.int64_t)(t.blk)
+		c.kern_ns = (*C.int64_t)(t.kern)
+		c.bw = (*C.int64_t)(t.bw)
+		c.nk = C.int32_t(t.NK)
+		c.nver = C.int32_t(t.NVer)
+	}
 	c.k, c.v = C.int32_t(cur.K), C.int32_t(cur.V)
 	c.next, c.done, c.grid = C.int64_t(cur.Next), C.int64_t(cur.Done), C.int64_t(cur.Grid)
-	c.blocks, c.block_ns = 0, 0
-	return nil
-}
-
-// Add offers candidate i (filled by SetCand) to the units.
-func (p *Pad) Add(i int) error {
-	if C.sk_pad_add(p.p, C.int(i)) != C.SK_OK {
-		return fmt.Errorf("cpu: pad candidate %d of %d", i, p.cap)
-	}
+	C.sk_pad_set(p.p, C.int(i), &c)
 	return nil
 }
 
 // Reset withdraws every candidate; padding must be stopped.
-func (p *Pad) Reset() { p.p.ncand = 0 }
+func (p *Pad) Reset() { C.sk_pad_reset(p.p) }
 
-// Cursor reads candidate i's cursor; stable only while padding is stopped.
+// Cursor reads candidate i's cursor.
 func (p *Pad) Cursor(i int) Cursor {
-	c := p.c(i)
+	var c C.sk_pad_cand
+	C.sk_pad_get(p.p, C.int(i), &c)
 	return Cursor{K: int(c.k), V: int(c.v), Next: int64(c.next), Done: int64(c.done),
 		Grid: int64(c.grid), Blocks: int64(c.blocks), BlockNs: int64(c.block_ns)}
 }

@@ -391,9 +391,6 @@ func newPadFixture(t *testing.T, blk, kern, bw [][][]int64) *padFixture {
 		if err := f.pad.SetCand(c, tb, Cursor{V: -1}); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.pad.Add(c); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return f
 }
@@ -513,9 +510,6 @@ func TestPaddingRunsOnIdleUnits(t *testing.T) {
 	if err := pad.SetCand(0, tb, Cursor{V: -1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := pad.Add(0); err != nil {
-		t.Fatal(err)
-	}
 	pad.Start(pool)
 	l := newLaunches(t, 1)
 	l.Set(0, Launch{Kernels: rks, K: 0, EstNs: int64(5 * time.Second), BW: 1, Mask: 1})
@@ -557,5 +551,50 @@ func TestPaddingRunsOnIdleUnits(t *testing.T) {
 	pad.Stop(pool)
 	if cur := pad.Cursor(0); cur.Blocks != 0 || cur.Next != 0 {
 		t.Fatalf("padded blocks of 100 us into an RT kernel estimated at 50 us: %+v", cur)
+	}
+}
+
+// TestFlagResetsHostQueue: a flag set without HQPreempt (the PreemptAt
+// hook, Stream.Preempt) also drops the host queue, so Sync returns.
+func TestFlagResetsHostQueue(t *testing.T) {
+	pool := newPool(t, 2)
+	st, err := pool.NewStream(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.EnableHQ(2); err != nil {
+		t.Fatal(err)
+	}
+	const nk, n = 50, 1 << 16
+	x := newFloats(t, n, 0)
+	ks := newKernels(t, nk)
+	l := newLaunches(t, nk)
+	for i := 0; i < nk; i++ {
+		unary(t, ks, i, x, x, actAffine, 1, 1, 2)
+		l.Set(i, Launch{Kernels: ks, K: i, Idx: int64(i)})
+	}
+	st.PreemptAt(10, 0)
+	if _, err := st.Push(l, 0, nk, false); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Status)
+	go func() { done <- st.Sync() }()
+	select {
+	case s := <-done:
+		if s != Preempted {
+			t.Fatalf("sync: %v", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sync hangs after a hook preemption")
+	}
+	if q := st.HQLen(); q != 0 {
+		t.Fatalf("host queue holds %d launches", q)
+	}
+	if e := st.ExecIndex(); e != 9 {
+		t.Fatalf("exec index %d, want 9", e)
+	}
+	if v := x.s()[0]; v != 10 {
+		t.Fatalf("x = %v, want 10", v)
 	}
 }

@@ -340,9 +340,14 @@ typedef struct sk_pad {
  * the cursors then say where each candidate stands. */
 void sk_pad_start(sk_pool *p, sk_pad *pad);
 void sk_pad_stop(sk_pool *p);
-/* sk_pad_add offers candidate cand (cursor and tables filled) while
- * padding runs. */
-int sk_pad_add(sk_pad *pad, int cand);
+/* sk_pad_set copies *src into candidate slot cand and offers it (slots
+ * [0, ncand) are offered; a slot with nk = 0 is empty); sk_pad_get reads
+ * a slot back. Both may run while padding runs. A slot may be replaced
+ * only while no block of it runs: padding stopped, or its cursor past its
+ * last kernel. sk_pad_reset withdraws every slot (padding stopped). */
+int sk_pad_set(sk_pad *pad, int cand, const sk_pad_cand *src);
+int sk_pad_get(sk_pad *pad, int cand, sk_pad_cand *dst);
+void sk_pad_reset(sk_pad *pad);
 /* sk_pad_select is the selection alone (tests): for an RT kernel with
  * rem_ns left and rt_bw MB/s, it claims a block and returns its candidate
  * (kernel, version, block in *k, *v, *blk), or -1. sk_pad_complete

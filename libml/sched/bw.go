@@ -1,0 +1,45 @@
+package sched
+
+import (
+	"sync"
+	"time"
+)
+
+var (
+	bwOnce sync.Once
+	bwMBs  int64
+)
+
+// MeasureBandwidth is the memory bandwidth of the machine in MB/s: two
+// goroutines copying 32 MiB buffers for ~50 ms (measured once per
+// process). Padding's rule 2 budgets against it.
+func MeasureBandwidth() int64 {
+	bwOnce.Do(func() {
+		const n = 32 << 20
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var bytes int64
+		t0 := time.Now()
+		for g := 0; g < 2; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a, b := make([]byte, n), make([]byte, n)
+				var moved int64
+				for time.Since(t0) < 50*time.Millisecond {
+					copy(b, a)
+					moved += 2 * n
+				}
+				mu.Lock()
+				bytes += moved
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		bwMBs = int64(float64(bytes) / time.Since(t0).Seconds() / 1e6)
+		if bwMBs <= 0 {
+			bwMBs = 1
+		}
+	})
+	return bwMBs
+}

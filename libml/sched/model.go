@@ -1,0 +1,462 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"sluice/libml/engine"
+	"sluice/libml/graph"
+	ncpu "sluice/native/cpu"
+)
+
+// ModelOptions configure Scheduler.Load.
+type ModelOptions struct {
+	// Batch is the batch size every job of the model runs at (default 1).
+	Batch int
+	// Versions are the tilings of the multi-version kernels (REEF §5.3):
+	// each entry is the unit count a version's kernels are tiled for.
+	// Version 0 is always the pool's unit count (the fastest kernels, the
+	// ones jobs run); the others only feed padding. Default: {units,
+	// 4*units, 1}. Dominated versions are pruned after profiling.
+	Versions []int
+	// Profile gives measured kernel profiles (tools/kprof); nil profiles
+	// the model at load time with ProfileRuns runs.
+	Profile     *ModelProfile
+	ProfileRuns int
+	// Idem gives idempotent groups computed by tools/idemcheck; nil uses
+	// the compiler's static analysis (engine.Program.IdemEntry).
+	Idem *IdemMeta
+	// Cuts are SPLIT's block boundaries (tools/splitter): kernel indices
+	// where a new block starts. nil: SplitCuts are computed at load time
+	// with the default genetic-algorithm settings when the policy is
+	// "split".
+	Cuts []int
+	// NoInPlace compiles without in-place kernels.
+	NoInPlace bool
+}
+
+// Model is a model compiled for the scheduler at one batch size: its
+// kernel program, weights in C memory, per-kernel profiles in every
+// version, idempotent groups and SPLIT cut points. Instances (activation
+// arenas) are made on demand, one per job in flight.
+type Model struct {
+	name  string
+	batch int
+	units int
+	eng   *engine.Model
+	prog  *engine.Program
+	// weights, constants and gather indices (C memory)
+	wptr   unsafe.Pointer
+	wbytes int
+	cptr   unsafe.Pointer
+	cbytes int
+	aux    []unsafe.Pointer
+	auxN   []int
+	tiles  []int // version -> tile units
+	prof   *ModelProfile
+	idem   []int
+	cuts   []int
+	// remain[i] is the profiled time of kernels i.. (SRPT, SPLIT)
+	remain []float64
+	// launch index of each kernel (NOP kernels have none)
+	live []int
+	mu   sync.Mutex
+	free []*instance
+	all  []*instance
+	// closed is set by Scheduler.Close
+	closed bool
+}
+
+// Name is the name the model was loaded under.
+func (m *Model) Name() string { return m.name }
+
+// Batch is the batch size of the model's jobs.
+func (m *Model) Batch() int { return m.batch }
+
+// Kernels is the number of kernels of the program.
+func (m *Model) Kernels() int { return len(m.prog.Kernels) }
+
+// Program is the compiled program.
+func (m *Model) Program() *engine.Program { return m.prog }
+
+// Profile is the model's kernel profile.
+func (m *Model) Profile() *ModelProfile { return m.prof }
+
+// IdemEntries are the restart points of the kernels: a job preempted
+// while kernel i ran restarts at IdemEntries()[i].
+func (m *Model) IdemEntries() []int { return append([]int(nil), m.idem...) }
+
+// Cuts are SPLIT's block boundaries (nil unless set or computed).
+func (m *Model) Cuts() []int { return append([]int(nil), m.cuts...) }
+
+// StandaloneNs is the profiled time of one job run alone.
+func (m *Model) StandaloneNs() float64 { return m.remain[0] }
+
+// InputSize and OutputSize are the element counts of a job's input and
+// output (the whole batch).
+func (m *Model) InputSize() int  { return int(m.prog.Inputs[0].Size()) }
+func (m *Model) OutputSize() int { return int(m.prog.Outputs[0].Size()) }
+
+func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model, error) {
+	if opt.Batch <= 0 {
+		opt.Batch = 1
+	}
+	m := &Model{name: name, batch: opt.Batch, units: units}
+	alloc := func(n int) ([]float32, error) {
+		p, err := ncpu.Alloc(n * 4)
+		if err != nil {
+			return nil, err
+		}
+		m.wptr, m.wbytes = p, n*4
+		return unsafe.Slice((*float32)(p), n), nil
+	}
+	em, err := engine.Load(g, engine.Options{Units: units, Alloc: alloc, NoInPlace: opt.NoInPlace})
+	if err != nil {
+		ncpu.Free(m.wptr, m.wbytes)
+		return nil, err
+	}
+	m.eng = em
+	var ep *engine.Program
+	if em.BatchDynamic() {
+		ep, err = em.CompileBatch(opt.Batch)
+	} else {
+		if opt.Batch != 1 {
+			m.release()
+			return nil, fmt.Errorf("model has a fixed batch size: Batch %d not allowed", opt.Batch)
+		}
+		shapes := map[string][]int64{}
+		for _, in := range em.Inputs() {
+			shapes[in.Name] = in.Dims
+		}
+		ep, err = em.Compile(shapes)
+	}
+	if err != nil {
+		m.release()
+		return nil, err
+	}
+	if len(ep.Inputs) != 1 || len(ep.Outputs) != 1 {
+		m.release()
+		return nil, fmt.Errorf("model has %d inputs and %d outputs; the scheduler runs models with one of each", len(ep.Inputs), len(ep.Outputs))
+	}
+	m.prog = ep
+	if len(ep.Consts) > 0 {
+		m.cbytes = len(ep.Consts) * 4
+		if m.cptr, err = ncpu.Alloc(m.cbytes); err != nil {
+			m.release()
+			return nil, err
+		}
+		copy(unsafe.Slice((*float32)(m.cptr), len(ep.Consts)), ep.Consts)
+	}
+	m.aux = make([]unsafe.Pointer, len(ep.Kernels))
+	m.auxN = make([]int, len(ep.Kernels))
+	for i := range ep.Kernels {
+		if a := ep.Kernels[i].Aux; len(a) > 0 {
+			m.auxN[i] = len(a) * 8
+			if m.aux[i], err = ncpu.Alloc(m.auxN[i]); err != nil {
+				m.release()
+				return nil, err
+			}
+			copy(unsafe.Slice((*int64)(m.aux[i]), len(a)), a)
+		}
+	}
+	m.tiles = []int{units}
+	vers := opt.Versions
+	if vers == nil {
+		vers = []int{units, 4 * units, 1}
+	}
+	for _, v := range vers {
+		if v < 1 || v > 64*ncpu.MaxUnits {
+			m.release()
+			return nil, fmt.Errorf("version tiled for %d units", v)
+		}
+		dup := false
+		for _, t := range m.tiles {
+			dup = dup || t == v
+		}
+		if !dup {
+			m.tiles = append(m.tiles, v)
+		}
+	}
+	m.live = make([]int, len(ep.Kernels)+1)
+	n := 0
+	for i := range ep.Kernels {
+		m.live[i] = n
+		if ep.Kernels[i].Op != engine.OpNop {
+			n++
+		}
+	}
+	m.live[len(ep.Kernels)] = n
+	m.idem = append([]int(nil), ep.IdemEntry...)
+	if opt.Idem != nil {
+		if err := opt.Idem.check(m); err != nil {
+			m.release()
+			return nil, err
+		}
+		m.idem = append([]int(nil), opt.Idem.Entry...)
+	}
+	if opt.Cuts != nil {
+		if err := checkCuts(opt.Cuts, len(ep.Kernels)); err != nil {
+			m.release()
+			return nil, err
+		}
+		m.cuts = append([]int(nil), opt.Cuts...)
+	}
+	return m, nil
+}
+
+// release frees the model's C memory; its instances must be freed.
+func (m *Model) release() {
+	for _, in := range m.all {
+		in.freeMem()
+	}
+	m.all, m.free = nil, nil
+	for i, a := range m.aux {
+		ncpu.Free(a, m.auxN[i])
+	}
+	m.aux = nil
+	ncpu.Free(m.cptr, m.cbytes)
+	ncpu.Free(m.wptr, m.wbytes)
+	m.cptr, m.wptr = nil, nil
+}
+
+// setProfile installs a profile (checking it matches the program) and
+// derives the remaining-time table.
+func (m *Model) setProfile(p *ModelProfile) error {
+	if p.Model != "" && p.Model != m.name {
+		return fmt.Errorf("profile is for model %q", p.Model)
+	}
+	if len(p.Kernels) != len(m.prog.Kernels) {
+		return fmt.Errorf("profile has %d kernels, the program %d", len(p.Kernels), len(m.prog.Kernels))
+	}
+	if p.Batch != 0 && p.Batch != m.batch {
+		return fmt.Errorf("profile is for batch %d, the model runs batch %d", p.Batch, m.batch)
+	}
+	for i := range p.Kernels {
+		kp := &p.Kernels[i]
+		if len(kp.Versions) == 0 {
+			return fmt.Errorf("profile: kernel %d has no versions", i)
+		}
+		if kp.Op != "" && kp.Op != m.prog.Kernels[i].Op.String() {
+			return fmt.Errorf("profile: kernel %d is %s, the program's is %s", i, kp.Op, m.prog.Kernels[i].Op)
+		}
+	}
+	m.prof = p
+	m.remain = make([]float64, len(m.prog.Kernels)+1)
+	for i := len(m.prog.Kernels) - 1; i >= 0; i-- {
+		m.remain[i] = m.remain[i+1] + p.Kernels[i].Versions[0].KernNs
+	}
+	return nil
+}
+
+// kernNs is kernel i's profiled time (version 0).
+func (m *Model) kernNs(i int) float64 { return m.prof.Kernels[i].Versions[0].KernNs }
+
+// instance is one activation arena with the model's kernels materialized
+// over it in every version, its host-queue launch arrays and padding
+// tables.
+type instance struct {
+	m      *Model
+	arena  unsafe.Pointer
+	arenaN int
+	ver    []*ncpu.Kernels // per version
+	// launches of version 0 for BE lanes (no mask) and RT lanes (unit
+	// masks and estimates for padding); the last entry is scratch for a
+	// lane's first launch
+	beL, rtL *ncpu.Launches
+	pad      *ncpu.PadTable
+}
+
+// acquire returns a free instance of the model, making one if needed.
+func (m *Model) acquire() (*instance, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errors.New("model is closed")
+	}
+	if n := len(m.free); n > 0 {
+		in := m.free[n-1]
+		m.free = m.free[:n-1]
+		return in, nil
+	}
+	in, err := m.newInstance()
+	if err != nil {
+		return nil, err
+	}
+	m.all = append(m.all, in)
+	return in, nil
+}
+
+func (m *Model) releaseInstance(in *instance) {
+	m.mu.Lock()
+	m.free = append(m.free, in)
+	m.mu.Unlock()
+}
+
+func (m *Model) newInstance() (*instance, error) {
+	in := &instance{m: m}
+	in.arenaN = int(m.prog.ArenaFloats) * 4
+	var err error
+	if in.arena, err = ncpu.Alloc(in.arenaN); err != nil {
+		return nil, err
+	}
+	for _, tu := range m.tiles {
+		ks, err := m.materialize(in.arena, tu)
+		if err != nil {
+			in.freeMem()
+			return nil, err
+		}
+		in.ver = append(in.ver, ks)
+	}
+	if m.prof != nil {
+		if err := in.buildTables(); err != nil {
+			in.freeMem()
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// buildTables fills the launch arrays and padding tables from the
+// profile.
+func (in *instance) buildTables() error {
+	m := in.m
+	nl := m.live[len(m.prog.Kernels)]
+	var err error
+	if in.beL, err = ncpu.NewLaunches(nl + 1); err != nil {
+		return err
+	}
+	if in.rtL, err = ncpu.NewLaunches(nl + 1); err != nil {
+		return err
+	}
+	nk, nv := len(m.prog.Kernels), len(m.tiles)
+	if in.pad, err = ncpu.NewPadTable(nk, nv); err != nil {
+		return err
+	}
+	k0 := in.ver[0]
+	for i := range m.prog.Kernels {
+		kp := &m.prof.Kernels[i]
+		for v := 0; v < nv; v++ {
+			var vp *VersionProfile
+			if v < len(kp.Versions) {
+				vp = &kp.Versions[v]
+			}
+			if vp == nil || vp.Pruned || vp.BlockNs <= 0 || m.prog.Kernels[i].Op == engine.OpNop {
+				if v == 0 {
+					in.pad.Set(i, 0, k0.KernelPtr(i), 0, 0, 0)
+				} else {
+					in.pad.Set(i, v, nil, 0, 0, 0)
+				}
+				continue
+			}
+			in.pad.Set(i, v, in.ver[v].KernelPtr(i), int64(vp.BlockNs), int64(vp.KernNs), vp.BlockBW)
+		}
+		if m.prog.Kernels[i].Op == engine.OpNop {
+			continue
+		}
+		li := m.live[i]
+		in.beL.Set(li, ncpu.Launch{Kernels: k0, K: i, Idx: int64(i)})
+		v0 := &kp.Versions[0]
+		grid := int(k0.Info(i).Grid)
+		var mask uint64
+		if grid < m.units {
+			mask = (uint64(1) << grid) - 1
+		}
+		in.rtL.Set(li, ncpu.Launch{Kernels: k0, K: i, Idx: int64(i), EstNs: int64(v0.KernNs), BW: v0.KernBW, Mask: mask})
+	}
+	return nil
+}
+
+func (in *instance) freeMem() {
+	for _, ks := range in.ver {
+		ks.Free()
+	}
+	in.ver = nil
+	if in.beL != nil {
+		in.beL.Free()
+		in.rtL.Free()
+		in.beL, in.rtL = nil, nil
+	}
+	if in.pad != nil {
+		in.pad.Free()
+		in.pad = nil
+	}
+	ncpu.Free(in.arena, in.arenaN)
+	in.arena = nil
+}
+
+// arenaSlice is n floats of the arena at offset off.
+func (in *instance) arenaSlice(off, n int64) []float32 {
+	return unsafe.Slice((*float32)(unsafe.Add(in.arena, off*4)), n)
+}
+
+func (in *instance) input() []float32 {
+	b := in.m.prog.Inputs[0]
+	return in.arenaSlice(b.Off, b.Size())
+}
+
+func (in *instance) output() []float32 {
+	b := in.m.prog.Outputs[0]
+	return in.arenaSlice(b.Off, b.Size())
+}
+
+// materialize fills C kernel descriptors over an arena, tiled for tu
+// units.
+func (m *Model) materialize(arena unsafe.Pointer, tu int) (*ncpu.Kernels, error) {
+	ep := m.prog
+	ks, err := ncpu.NewKernels(len(ep.Kernels))
+	if err != nil {
+		return nil, err
+	}
+	ptr := func(r engine.Ref) unsafe.Pointer {
+		switch r.Space {
+		case engine.SpaceArena:
+			return unsafe.Add(arena, r.Off*4)
+		case engine.SpaceWeights:
+			return unsafe.Add(m.wptr, r.Off*4)
+		case engine.SpaceConsts:
+			return unsafe.Add(m.cptr, r.Off*4)
+		}
+		return nil
+	}
+	for i := range ep.Kernels {
+		k := &ep.Kernels[i]
+		d := ncpu.Desc{Op: int32(k.Op), Flags: k.Flags, Out: ptr(k.Out), Aux: m.aux[i], P: k.P, F: k.F}
+		for j := range k.In {
+			d.In[j] = ptr(k.In[j])
+		}
+		if err := ks.Set(i, &d, tu); err != nil {
+			ks.Free()
+			return nil, fmt.Errorf("kernel %d (%s %s): %w", i, k.Ops, k.Name, err)
+		}
+	}
+	return ks, nil
+}
+
+// kernelBytes is the activation memory kernel i reads and writes, in
+// bytes (its bandwidth estimate; weights are not counted).
+func (m *Model) kernelBytes(i int) int64 {
+	k := &m.prog.Kernels[i]
+	var n int64
+	for _, r := range k.Reads {
+		n += r.Len
+	}
+	for _, r := range k.Writes {
+		n += r.Len
+	}
+	return n * 4
+}
+
+func checkCuts(cuts []int, n int) error {
+	if !sort.IntsAreSorted(cuts) {
+		return fmt.Errorf("cuts %v are not sorted", cuts)
+	}
+	for i, c := range cuts {
+		if c <= 0 || c >= n || (i > 0 && c == cuts[i-1]) {
+			return fmt.Errorf("cut %d outside 1..%d or repeated", c, n-1)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,278 @@
+package sched
+
+import (
+	ncpu "sluice/native/cpu"
+)
+
+// reef is REEF's policy (§3-§5): one RT queue served one job at a time on
+// the RT stream, BE queues each on its own stream. Normal mode runs the BE
+// streams concurrently. An RT arrival switches to RT mode: every running
+// BE stream is preempted (host queue reset, flag), the RT job starts at
+// once, and while its kernels leave units idle the units pad them with
+// blocks of the suspended BE jobs. When the RT queue is empty the
+// scheduler returns to normal mode and restores the BE jobs.
+type reef struct {
+	s      *Scheduler
+	rt     *lane
+	be     []*lane
+	rtQ    fifo
+	beQ    []fifo
+	rtMode bool
+	pad    *ncpu.Pad // nil without padding
+	padOn  bool
+	offer  []bool // BE lane i's job is offered to padding
+	rec    *preemptRec
+}
+
+func newReef(s *Scheduler) (*reef, error) {
+	r := &reef{s: s, rt: s.lanes[0], be: s.lanes[1:], beQ: make([]fifo, s.cfg.BEQueues)}
+	r.offer = make([]bool, len(r.be))
+	if !s.cfg.NoPadding {
+		var err error
+		if r.pad, err = ncpu.NewPad(r.rt.st, len(r.be), s.bw); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *reef) submit(j *Job) {
+	if j.Class == RT {
+		r.rtQ.push(j)
+		if !r.rtMode {
+			r.enterRT()
+		}
+		if !r.rt.busy && r.rt.job == nil {
+			r.startRT()
+		}
+		return
+	}
+	r.beQ[j.Queue].push(j)
+	l := r.be[j.Queue]
+	if l.job == nil {
+		r.next(l)
+	}
+}
+
+// next binds the next job of BE lane l's queue and starts it (normal mode)
+// or offers it to padding (RT mode).
+func (r *reef) next(l *lane) {
+	q := &r.beQ[l.id-1]
+	for l.job == nil && q.len() > 0 {
+		j := q.pop()
+		if err := r.s.begin(l, j); err != nil {
+			l.job = nil
+			j.Err = err
+			r.s.finish(j)
+			continue
+		}
+	}
+	if l.job == nil {
+		return
+	}
+	if !r.rtMode {
+		r.s.run(l, len(l.job.Model.prog.Kernels), false, false)
+	} else {
+		r.offerPad(l)
+	}
+}
+
+// enterRT switches to RT mode: every running BE stream is preempted.
+func (r *reef) enterRT() {
+	r.rtMode = true
+	r.s.stats.ModeSwitches++
+	var rec *preemptRec
+	for _, l := range r.be {
+		if !l.busy || l.preempted {
+			continue
+		}
+		t := r.s.preempt(l)
+		if rec == nil {
+			rec = &preemptRec{t0: t}
+		}
+		rec.waiting++
+		l.rec = rec
+	}
+	r.rec = rec
+	if r.pad != nil {
+		r.pad.Reset()
+		for i := range r.be {
+			r.offer[i] = false
+			r.pad.SetCand(i, nil, ncpu.Cursor{V: -1})
+		}
+		for _, l := range r.be {
+			if l.job != nil && !l.busy {
+				r.offerPad(l)
+			}
+		}
+		r.pad.Start(r.s.pool)
+		r.padOn = true
+	}
+}
+
+// startRT starts the next RT job on the RT stream.
+func (r *reef) startRT() {
+	for r.rtQ.len() > 0 {
+		j := r.rtQ.pop()
+		if err := r.s.begin(r.rt, j); err != nil {
+			r.rt.job = nil
+			j.Err = err
+			r.s.finish(j)
+			continue
+		}
+		mark := r.rec != nil && !r.rec.rtDone && r.rec.rtStart == 0
+		r.s.run(r.rt, len(j.Model.prog.Kernels), r.pad != nil, mark)
+		return
+	}
+}
+
+// exitRT returns to normal mode: padding stops, finished BE jobs complete
+// and the others are restored.
+func (r *reef) exitRT() {
+	r.rtMode = false
+	r.collectPad(true)
+	for _, l := range r.be {
+		if l.busy {
+			continue // still draining: restored when its waiter reports
+		}
+		if l.job == nil {
+			r.next(l)
+		} else {
+			r.s.run(l, len(l.job.Model.prog.Kernels), false, false)
+		}
+	}
+}
+
+func (r *reef) segDone(l *lane, preempted bool) {
+	s := r.s
+	if l == r.rt {
+		j := l.job
+		l.job = nil
+		s.finish(j)
+		if rec := r.rec; rec != nil && !rec.rtDone {
+			rec.rtStart = l.st.MarkNs()
+			rec.rtDone = true
+			s.finalize(rec)
+			r.rec = nil
+		}
+		if r.rtQ.len() > 0 {
+			r.collectPad(false)
+			r.startRT()
+		} else {
+			r.exitRT()
+		}
+		return
+	}
+	if preempted && l.preempted {
+		s.restorePoint(l)
+		if rec := l.rec; rec != nil {
+			rec.drain = max(rec.drain, l.st.DrainNs())
+			rec.waiting--
+			l.rec = nil
+			s.finalize(rec)
+		}
+		if !r.rtMode {
+			s.run(l, len(l.job.Model.prog.Kernels), false, false)
+		} else {
+			r.offerPad(l)
+		}
+		return
+	}
+	j := l.job
+	l.job = nil
+	s.finish(j)
+	r.next(l)
+}
+
+// offerPad offers BE lane l's job to padding.
+func (r *reef) offerPad(l *lane) {
+	if r.pad == nil || l.job == nil {
+		return
+	}
+	i := l.id - 1
+	j := l.job
+	cur := ncpu.Cursor{K: j.pos, V: -1}
+	if j.posBlk > 0 {
+		cur.V, cur.Next, cur.Done = j.posVer, j.posBlk, j.posBlk
+		cur.Grid = j.Model.prof.Kernels[j.pos].Versions[j.posVer].Grid
+	}
+	r.pad.SetCand(i, j.inst.pad, cur)
+	r.offer[i] = true
+}
+
+// collectPad reads the padding cursors back into the jobs: with stop,
+// padding ends first; without, only jobs that padding finished are
+// collected (their candidates are idle) and their lanes' next jobs
+// offered.
+func (r *reef) collectPad(stop bool) {
+	if r.pad == nil || !r.padOn {
+		return
+	}
+	if stop {
+		r.pad.Stop(r.s.pool)
+		r.padOn = false
+	}
+	for i, l := range r.be {
+		if !r.offer[i] || l.job == nil {
+			continue
+		}
+		cur := r.pad.Cursor(i)
+		j := l.job
+		nk := len(j.Model.prog.Kernels)
+		if cur.K >= nk {
+			r.offer[i] = false
+			r.s.stats.PadBlocks += cur.Blocks
+			r.s.stats.PadNs += cur.BlockNs
+			r.s.stats.PadJobs++
+			j.PadBlocks += cur.Blocks
+			l.job = nil
+			r.s.finish(j)
+			if !stop {
+				r.pad.SetCand(i, nil, ncpu.Cursor{V: -1})
+				r.next(l)
+			}
+			continue
+		}
+		if !stop {
+			continue
+		}
+		r.offer[i] = false
+		r.s.stats.PadBlocks += cur.Blocks
+		r.s.stats.PadNs += cur.BlockNs
+		j.PadBlocks += cur.Blocks
+		switch {
+		case cur.V < 0:
+			j.pos, j.posVer, j.posBlk = cur.K, 0, 0
+		case cur.Done >= cur.Grid:
+			j.pos, j.posVer, j.posBlk = cur.K+1, 0, 0
+		case cur.Done == 0:
+			j.pos, j.posVer, j.posBlk = cur.K, 0, 0
+		default:
+			j.pos, j.posVer, j.posBlk = cur.K, cur.V, cur.Done
+		}
+		if j.pos >= nk {
+			l.job = nil
+			r.s.stats.PadJobs++
+			r.s.finish(j)
+		}
+	}
+}
+
+func (r *reef) drop() []*Job {
+	out := r.rtQ.drain()
+	for i := range r.beQ {
+		out = append(out, r.beQ[i].drain()...)
+	}
+	if r.pad != nil && r.padOn {
+		r.pad.Stop(r.s.pool)
+		r.padOn = false
+	}
+	return out
+}
+
+func (r *reef) close() {
+	if r.pad != nil {
+		r.pad.Free()
+		r.pad = nil
+	}
+}

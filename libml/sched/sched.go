@@ -1,0 +1,738 @@
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"sluice/libml/graph"
+	ncpu "sluice/native/cpu"
+)
+
+// Policy names a scheduling policy.
+type Policy string
+
+// The policies (ARCHITECTURE.md §3).
+const (
+	// PolicyREEF: RT mode preempts best-effort work (reset-based
+	// preemption), restores it afterwards, and pads RT kernels with
+	// best-effort blocks.
+	PolicyREEF Policy = "reef"
+	// PolicySeq runs one job at a time, RT first, no preemption
+	// (Clockwork-like).
+	PolicySeq Policy = "seq"
+	// PolicyConc runs every queue's jobs concurrently, no priority
+	// (multi-stream, Triton-like).
+	PolicyConc Policy = "conc"
+	// PolicySRPT dispatches kernels of the job with the shortest remaining
+	// time, with deficit-counter fairness (Paella §6).
+	PolicySRPT Policy = "srpt"
+	// PolicySplit runs models as evenly sized blocks of kernels and
+	// reorders jobs by greedy response-ratio preemption at block
+	// boundaries (SPLIT §3.4).
+	PolicySplit Policy = "split"
+)
+
+// Policies lists the policies.
+func Policies() []Policy {
+	return []Policy{PolicyREEF, PolicySeq, PolicyConc, PolicySRPT, PolicySplit}
+}
+
+// ParsePolicy checks a policy name.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies() {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("sched: unknown policy %q (have reef, seq, conc, srpt, split)", s)
+}
+
+// Class is a job's scheduling class.
+type Class int
+
+// Classes.
+const (
+	// RT jobs are latency-critical (real-time).
+	RT Class = iota
+	// BE jobs are best-effort.
+	BE
+)
+
+func (c Class) String() string {
+	if c == RT {
+		return "RT"
+	}
+	return "BE"
+}
+
+// Config configures a Scheduler.
+type Config struct {
+	// Policy is the scheduling policy (default reef).
+	Policy Policy
+	// Units is the number of worker units (default: all CPUs); PinUnits
+	// pins them to cores.
+	Units    int
+	PinUnits bool
+	// Window is the device window: kernels outstanding per stream, the
+	// rest wait in the stream's host queue (REEF §4.2; default 4).
+	Window int
+	// BEQueues is the number of best-effort queues, each bound to its own
+	// stream (default 4).
+	BEQueues int
+	// NoPadding turns dynamic kernel padding off (reef).
+	NoPadding bool
+	// PadBudgetMBs is padding's rule-2 budget: an RT kernel's bandwidth
+	// plus a padding block's must stay below it (MB/s). 0: 80% of the
+	// bandwidth measured at New; < 0: no limit.
+	PadBudgetMBs int64
+	// FairThreshold is SRPT's deficit threshold (Paella §6; default 8
+	// kernels): above it, the oldest job of the user with the largest
+	// deficit runs instead of the shortest one.
+	FairThreshold float64
+	// QuantumNs is how much profiled work srpt dispatches per decision
+	// (default 300 us; at least one kernel).
+	QuantumNs float64
+	// Alpha is SPLIT's latency target multiple: a job violates its target
+	// when its latency exceeds Alpha times its standalone time (default
+	// 4).
+	Alpha float64
+	// SplitBlocks is the number of blocks SPLIT cuts a model into when it
+	// has no cuts; 0 picks 2..8 blocks by SPLIT eq. 1 (SplitBest).
+	// SplitGA tunes the genetic algorithm.
+	SplitBlocks int
+	SplitGA     GAConfig
+}
+
+func (c *Config) defaults() error {
+	if c.Policy == "" {
+		c.Policy = PolicyREEF
+	}
+	if _, err := ParsePolicy(string(c.Policy)); err != nil {
+		return err
+	}
+	if c.Units <= 0 {
+		c.Units = runtime.NumCPU()
+	}
+	if c.Units > ncpu.MaxUnits {
+		c.Units = ncpu.MaxUnits
+	}
+	if c.Window <= 0 {
+		c.Window = 4
+	}
+	if c.Window >= streamCap {
+		return fmt.Errorf("sched: window %d: want < %d", c.Window, streamCap)
+	}
+	if c.BEQueues <= 0 {
+		c.BEQueues = 4
+	}
+	if c.BEQueues > 32 {
+		return fmt.Errorf("sched: %d BE queues: want <= 32", c.BEQueues)
+	}
+	if c.FairThreshold <= 0 {
+		c.FairThreshold = 8
+	}
+	if c.QuantumNs <= 0 {
+		c.QuantumNs = 300e3
+	}
+	if c.Alpha <= 0 {
+		c.Alpha = 4
+	}
+	return nil
+}
+
+// streamCap is the ring capacity of the scheduler's streams.
+const streamCap = 64
+
+// ErrClosed is the error of jobs the scheduler dropped when it closed.
+var ErrClosed = errors.New("sched: scheduler closed")
+
+// Job is one inference of a model. Fill Model, Class, Queue and In, then
+// Submit; Wait (or Done) reports completion.
+type Job struct {
+	Model *Model
+	Class Class
+	// Queue is the BE queue (0..BEQueues-1); RT jobs share the RT queue.
+	Queue int
+	// User identifies the submitter for SRPT's fairness (default: the
+	// queue, RT jobs -1).
+	User int
+	// In is the input (Model.InputSize floats); Out, when not nil,
+	// receives the output (Model.OutputSize floats).
+	In, Out []float32
+	// Arrival is when the request arrived (Now clock); 0 means at Submit.
+	Arrival int64
+	// Done, when set, is called once the job has finished (from a
+	// scheduler goroutine; it must not block).
+	Done func(*Job)
+
+	// Results, valid after completion. Times are on the Now clock.
+	Submitted, Started, Finished int64
+	// Preemptions counts reset-based preemptions; ReexecNs is the
+	// profiled time of the kernels restores ran a second time.
+	Preemptions int
+	ReexecNs    float64
+	// PadBlocks counts blocks that ran as padding of RT kernels.
+	PadBlocks int64
+	Err       error
+
+	inst   *instance
+	pos    int   // kernels [0, pos) are complete...
+	posVer int   // ...and blocks [0, posBlk) of kernel pos in version posVer
+	posBlk int64 //
+	segTo  int
+	order  int64
+	done   chan struct{}
+}
+
+// Wait blocks until the job has finished and returns its error.
+func (j *Job) Wait() error {
+	<-j.done
+	return j.Err
+}
+
+// LatencyNs is Finished - Arrival.
+func (j *Job) LatencyNs() int64 { return j.Finished - j.Arrival }
+
+// Now is the scheduler's clock (CLOCK_MONOTONIC, ns).
+func Now() int64 { return ncpu.NowNs() }
+
+// Stats are the scheduler's counters.
+type Stats struct {
+	// Jobs counts finished jobs per class.
+	Jobs [2]int64
+	// Preemptions counts RT-mode entries that preempted running BE work;
+	// PreemptNs holds each one's latency: from the first preempt call to
+	// the moment every preempted stream was drained and the RT job's first
+	// kernel had started (up to 1<<20 samples).
+	Preemptions int64
+	PreemptNs   []int64
+	// Restores counts BE restores after preemption; ReexecNs sums the
+	// profiled time of the kernels they re-ran.
+	Restores int64
+	ReexecNs float64
+	// PadBlocks and PadNs count blocks run as padding and their time;
+	// PadJobs BE jobs finished entirely by padding.
+	PadBlocks, PadNs int64
+	PadJobs          int64
+	// PadSelect are padding's selection statistics (calls, time, rule
+	// rejections).
+	PadSelect ncpu.PadStats
+	// ModeSwitches counts normal -> RT mode switches.
+	ModeSwitches int64
+}
+
+// Scheduler runs jobs on a pool of units under one policy. Its methods are
+// safe for concurrent use.
+type Scheduler struct {
+	cfg    Config
+	pool   *ncpu.Pool
+	mu     sync.Mutex
+	models []*Model
+	lanes  []*lane
+	pol    policy
+	stats  Stats
+	closed bool
+	order  int64
+	fire   []*Job
+	wg     sync.WaitGroup
+	bw     int64
+	// logSegs records every segment launched (tests)
+	logSegs bool
+	segs    []segEv
+}
+
+// segEv is one launched segment: kernels [from, to) of job on lane.
+type segEv struct {
+	job      *Job
+	lane     int
+	from, to int
+}
+
+// policy is one scheduling policy; every method runs with s.mu held.
+type policy interface {
+	submit(j *Job)
+	// segDone: lane l's segment completed or (preempted) was preempted and
+	// has drained.
+	segDone(l *lane, preempted bool)
+	// drop removes every queued job (Close).
+	drop() []*Job
+	close()
+}
+
+// New starts a scheduler: a pool of units and the streams its policy
+// needs.
+func New(cfg Config) (*Scheduler, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	pool, err := ncpu.NewPool(cfg.Units, cfg.PinUnits)
+	if err != nil {
+		return nil, fmt.Errorf("sched: %w", err)
+	}
+	s := &Scheduler{cfg: cfg, pool: pool}
+	if cfg.PadBudgetMBs == 0 {
+		s.bw = MeasureBandwidth() * 8 / 10
+	} else if cfg.PadBudgetMBs > 0 {
+		s.bw = cfg.PadBudgetMBs
+	}
+	nl := 1
+	switch cfg.Policy {
+	case PolicyREEF, PolicyConc:
+		nl = 1 + cfg.BEQueues
+	}
+	for i := 0; i < nl; i++ {
+		l, err := s.newLane(i)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.lanes = append(s.lanes, l)
+	}
+	switch cfg.Policy {
+	case PolicyREEF:
+		s.pol, err = newReef(s)
+	case PolicySeq:
+		s.pol = newSeq(s)
+	case PolicyConc:
+		s.pol = newConc(s)
+	case PolicySRPT:
+		s.pol = newSRPT(s)
+	case PolicySplit:
+		s.pol = newSplit(s)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Config is the configuration in effect (defaults filled in).
+func (s *Scheduler) Config() Config { return s.cfg }
+
+// Units is the number of worker units.
+func (s *Scheduler) Units() int { return s.cfg.Units }
+
+// Pool is the scheduler's worker pool (profilers and tests).
+func (s *Scheduler) Pool() *ncpu.Pool { return s.pool }
+
+// Load compiles a model for the scheduler, loads its weights and profiles
+// its kernels (unless opt.Profile is given). Load models before submitting
+// their jobs; it runs the profile on the scheduler's units.
+func (s *Scheduler) Load(name string, g *graph.Graph, opt ModelOptions) (*Model, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	m, err := loadModel(name, g, s.cfg.Units, opt)
+	if err != nil {
+		return nil, fmt.Errorf("sched: load %q: %w", name, err)
+	}
+	p := opt.Profile
+	if p == nil {
+		if p, err = profileModel(s.pool, m, opt.ProfileRuns); err != nil {
+			m.release()
+			return nil, fmt.Errorf("sched: load %q: %w", name, err)
+		}
+	}
+	if err := m.setProfile(p); err != nil {
+		m.release()
+		return nil, fmt.Errorf("sched: load %q: %w", name, err)
+	}
+	if m.cuts == nil && s.cfg.Policy == PolicySplit {
+		var res SplitResult
+		if s.cfg.SplitBlocks > 0 {
+			res = SplitModel(p, s.cfg.SplitBlocks, s.cfg.SplitGA)
+		} else {
+			res = SplitBest(p, 8, s.cfg.SplitGA)
+		}
+		m.cuts = res.Cuts
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		m.release()
+		return nil, ErrClosed
+	}
+	s.models = append(s.models, m)
+	return m, nil
+}
+
+// Submit queues a job. It returns an error for a bad job; otherwise the
+// job completes later (Wait, Done).
+func (s *Scheduler) Submit(j *Job) error {
+	if j.Model == nil {
+		return errors.New("sched: job without a model")
+	}
+	if len(j.In) != j.Model.InputSize() {
+		return fmt.Errorf("sched: job input has %d floats, model %q wants %d", len(j.In), j.Model.name, j.Model.InputSize())
+	}
+	if j.Out != nil && len(j.Out) != j.Model.OutputSize() {
+		return fmt.Errorf("sched: job output has %d floats, model %q makes %d", len(j.Out), j.Model.name, j.Model.OutputSize())
+	}
+	if j.Class != RT && j.Class != BE {
+		return fmt.Errorf("sched: job class %d", j.Class)
+	}
+	if j.Class == BE && (j.Queue < 0 || j.Queue >= s.cfg.BEQueues) {
+		return fmt.Errorf("sched: BE queue %d outside 0..%d", j.Queue, s.cfg.BEQueues-1)
+	}
+	now := Now()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	if j.User == 0 && j.Class == BE {
+		j.User = j.Queue
+	} else if j.User == 0 {
+		j.User = -1
+	}
+	j.Submitted = now
+	if j.Arrival == 0 {
+		j.Arrival = now
+	}
+	j.Started, j.Finished, j.Preemptions, j.ReexecNs, j.PadBlocks, j.Err = 0, 0, 0, 0, 0, nil
+	j.pos, j.posVer, j.posBlk, j.inst = 0, 0, 0, nil
+	j.done = make(chan struct{})
+	s.order++
+	j.order = s.order
+	s.pol.submit(j)
+	fire := s.takeFire()
+	s.mu.Unlock()
+	complete(fire)
+	return nil
+}
+
+// submitAll submits jobs in one critical section: nothing runs between
+// their arrivals (scripted arrival sequences in tests).
+func (s *Scheduler) submitAll(js ...*Job) {
+	now := Now()
+	s.mu.Lock()
+	for _, j := range js {
+		if j.User == 0 && j.Class == BE {
+			j.User = j.Queue
+		} else if j.User == 0 {
+			j.User = -1
+		}
+		j.Submitted, j.Arrival = now, now
+		j.done = make(chan struct{})
+		s.order++
+		j.order = s.order
+		s.pol.submit(j)
+	}
+	fire := s.takeFire()
+	s.mu.Unlock()
+	complete(fire)
+}
+
+// Stats returns a copy of the counters.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.PreemptNs = append([]int64(nil), s.stats.PreemptNs...)
+	if r, ok := s.pol.(*reef); ok && r.pad != nil {
+		st.PadSelect = r.pad.Stats()
+	}
+	return st
+}
+
+// ResetStats zeroes the counters.
+func (s *Scheduler) ResetStats() {
+	s.mu.Lock()
+	s.stats = Stats{}
+	s.mu.Unlock()
+}
+
+// Close stops the scheduler: running jobs are preempted, every unfinished
+// job ends with ErrClosed, and the models and the pool are freed.
+func (s *Scheduler) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	var dropped []*Job
+	if s.pol != nil {
+		dropped = s.pol.drop()
+	}
+	for _, l := range s.lanes {
+		if l.busy {
+			l.st.HQPreempt()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.mu.Lock()
+	if s.pol != nil {
+		s.pol.close()
+	}
+	for _, l := range s.lanes {
+		if l.job != nil {
+			dropped = append(dropped, l.job)
+			l.job = nil
+		}
+	}
+	for _, j := range dropped {
+		if j.inst != nil {
+			j.Model.releaseInstance(j.inst)
+			j.inst = nil
+		}
+		j.Err = ErrClosed
+		j.Finished = Now()
+	}
+	fire := append(s.takeFire(), dropped...)
+	for _, l := range s.lanes {
+		l.st.Close()
+	}
+	for _, m := range s.models {
+		m.mu.Lock()
+		m.closed = true
+		m.mu.Unlock()
+		m.release()
+	}
+	s.models = nil
+	s.mu.Unlock()
+	complete(fire)
+	s.pool.Close()
+	return nil
+}
+
+func (s *Scheduler) takeFire() []*Job {
+	f := s.fire
+	s.fire = nil
+	return f
+}
+
+func complete(js []*Job) {
+	for _, j := range js {
+		if j.Done != nil {
+			j.Done(j)
+		}
+		close(j.done)
+	}
+}
+
+// ---- lanes ---------------------------------------------------------------
+
+// lane is a stream with a virtual host queue and device window, and the
+// job bound to it.
+type lane struct {
+	id   int
+	st   *ncpu.Stream
+	job  *Job
+	busy bool // a segment is in flight (a waiter goroutine runs)
+	// the segment in flight: kernels [from, to), the first from block blk
+	// of version ver
+	from, ver int
+	blk       int64
+	to        int
+	preempted bool
+	rec       *preemptRec
+}
+
+func (s *Scheduler) newLane(id int) (*lane, error) {
+	st, err := s.pool.NewStream(streamCap)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.EnableHQ(s.cfg.Window); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &lane{id: id, st: st}, nil
+}
+
+// begin binds j to l (acquiring an instance and copying the input the
+// first time j runs).
+func (s *Scheduler) begin(l *lane, j *Job) error {
+	l.job = j
+	if j.inst != nil {
+		return nil
+	}
+	in, err := j.Model.acquire()
+	if err != nil {
+		return err
+	}
+	j.inst = in
+	copy(in.input(), j.In)
+	j.Started = Now()
+	return nil
+}
+
+// run launches kernels [j.pos, to) of l's job (the first from its saved
+// block and version) on l and starts a waiter. rt selects the launches
+// with unit masks and estimates (padding); mark records the first
+// kernel's start.
+func (s *Scheduler) run(l *lane, to int, rt, mark bool) {
+	if s.logSegs {
+		s.segs = append(s.segs, segEv{l.job, l.id, l.job.pos, to})
+	}
+	s.push(l, to, rt, mark)
+	l.busy = true
+	s.wg.Add(1)
+	go s.wait(l)
+}
+
+// push launches the segment without a waiter (run; tests).
+func (s *Scheduler) push(l *lane, to int, rt, mark bool) {
+	j := l.job
+	in := j.inst
+	m := j.Model
+	L := in.beL
+	if rt {
+		L = in.rtL
+	}
+	l.from, l.ver, l.blk, l.to = j.pos, j.posVer, j.posBlk, to
+	l.preempted = false
+	l.st.Restore()
+	l.st.ResetIndex()
+	lo, hi := m.live[j.pos], m.live[to]
+	var err error
+	if lo < hi {
+		if j.posBlk > 0 || j.posVer > 0 {
+			// the first kernel continues in its version from its block
+			scratch := L.Len() - 1
+			k := j.pos
+			var est, bw int64
+			var mask uint64
+			if rt {
+				vp := &m.prof.Kernels[k].Versions[j.posVer]
+				est, bw = int64(vp.KernNs), vp.KernBW
+			}
+			L.Set(scratch, ncpu.Launch{Kernels: in.ver[j.posVer], K: k, Idx: int64(k), Blk0: j.posBlk, EstNs: est, BW: bw, Mask: mask})
+			if _, err = l.st.Push(L, scratch, scratch+1, mark); err == nil {
+				_, err = l.st.Push(L, lo+1, hi, false)
+			}
+		} else {
+			_, err = l.st.Push(L, lo, hi, mark)
+		}
+	}
+	if err != nil {
+		// a bug: every launch is validated when the tables are built
+		panic(fmt.Sprintf("sched: push %s kernels [%d, %d): %v", m.name, j.pos, to, err))
+	}
+}
+
+// wait blocks until l's segment has completed or drained after
+// preemption, then lets the policy act.
+func (s *Scheduler) wait(l *lane) {
+	defer s.wg.Done()
+	st := l.st.Sync()
+	s.mu.Lock()
+	l.busy = false
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	preempted := st == ncpu.Preempted
+	if !preempted {
+		j := l.job
+		j.pos, j.posVer, j.posBlk = l.to, 0, 0
+	}
+	s.pol.segDone(l, preempted)
+	fire := s.takeFire()
+	s.mu.Unlock()
+	complete(fire)
+}
+
+// preempt resets l's host queue and sets its flag; the waiter reports the
+// drain. Returns the call's time.
+func (s *Scheduler) preempt(l *lane) int64 {
+	l.preempted = true
+	return l.st.HQPreempt()
+}
+
+// restorePoint moves l's job to where it restarts after a preemption
+// (REEF §4.4): the interrupted kernel if it is idempotent, else the first
+// kernel of its minimal idempotent group.
+func (s *Scheduler) restorePoint(l *lane) {
+	j := l.job
+	m := j.Model
+	idx := int(l.st.ExecIndex())
+	l.st.Restore()
+	l.st.ResetIndex()
+	j.Preemptions++
+	s.stats.Restores++
+	if idx < l.from || idx >= len(m.prog.Kernels) {
+		// nothing of the segment started: keep the position
+		return
+	}
+	e := m.idem[idx]
+	if e == idx && idx == l.from {
+		// the first kernel again, from the block it started at
+		j.pos, j.posVer, j.posBlk = l.from, l.ver, l.blk
+	} else {
+		j.pos, j.posVer, j.posBlk = e, 0, 0
+	}
+	// the kernels completed before the interrupted one are run again
+	var re float64
+	for k := e; k < idx; k++ {
+		re += m.kernNs(k)
+	}
+	j.ReexecNs += re
+	s.stats.ReexecNs += re
+}
+
+// finish completes l's job: the output is copied out, the instance freed
+// and the job's completion queued.
+func (s *Scheduler) finish(j *Job) {
+	j.Finished = Now()
+	if j.inst != nil {
+		if j.Out != nil {
+			copy(j.Out, j.inst.output())
+		}
+		j.Model.releaseInstance(j.inst)
+		j.inst = nil
+	}
+	s.stats.Jobs[j.Class]++
+	s.fire = append(s.fire, j)
+}
+
+// preemptRec measures one RT-mode entry's preemption latency.
+type preemptRec struct {
+	t0      int64 // first preempt call
+	waiting int   // preempted lanes not drained yet
+	drain   int64 // latest drain
+	rtStart int64 // the RT job's first kernel start (0 = unknown yet)
+	rtDone  bool
+}
+
+func (s *Scheduler) finalize(r *preemptRec) {
+	if r.waiting > 0 || !r.rtDone {
+		return
+	}
+	end := max(r.drain, r.rtStart)
+	if end <= 0 || r.rtStart == 0 {
+		return
+	}
+	s.stats.Preemptions++
+	if len(s.stats.PreemptNs) < 1<<20 {
+		s.stats.PreemptNs = append(s.stats.PreemptNs, end-r.t0)
+	}
+}
+
+// fifo is a queue of jobs.
+type fifo struct{ q []*Job }
+
+func (f *fifo) push(j *Job) { f.q = append(f.q, j) }
+func (f *fifo) len() int    { return len(f.q) }
+func (f *fifo) pop() *Job {
+	if len(f.q) == 0 {
+		return nil
+	}
+	j := f.q[0]
+	f.q[0] = nil
+	f.q = f.q[1:]
+	return j
+}
+func (f *fifo) drain() []*Job {
+	q := f.q
+	f.q = nil
+	return q
+}

@@ -1,0 +1,621 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"sluice/libml/graph"
+	"sluice/libml/zoo"
+	ncpu "sluice/native/cpu"
+)
+
+// Test models: small enough for a 2-core machine, with narrow kernels
+// (padding) and, for BERT, in-place kernels (idempotent groups).
+var testModels = map[string]struct {
+	name string
+	opt  zoo.Options
+}{
+	"squeeze": {"squeezenet11", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 1}},
+	"resnet":  {"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 2}},
+	"bert":    {"bert", zoo.Options{Layers: 2, SeqLen: 16, Hidden: 64, Heads: 2, FF: 128, Seed: 3}},
+}
+
+var (
+	profMu sync.Mutex
+	profs  = map[string]*ModelProfile{}
+	graphs = map[string]*graph.Graph{}
+)
+
+// load loads a test model on s, profiling it once per test binary.
+func load(t testing.TB, s *Scheduler, key string, opt ModelOptions) *Model {
+	t.Helper()
+	tm, ok := testModels[key]
+	if !ok {
+		t.Fatalf("no test model %q", key)
+	}
+	profMu.Lock()
+	g := graphs[key]
+	if g == nil {
+		var err error
+		if g, err = zoo.Build(tm.name, tm.opt); err != nil {
+			profMu.Unlock()
+			t.Fatal(err)
+		}
+		graphs[key] = g
+	}
+	if opt.Profile == nil && opt.Versions == nil && !opt.NoInPlace {
+		opt.Profile = profs[key]
+	}
+	profMu.Unlock()
+	if opt.ProfileRuns == 0 {
+		opt.ProfileRuns = 2
+	}
+	m, err := s.Load(key, g, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	profMu.Lock()
+	if profs[key] == nil && opt.Versions == nil && !opt.NoInPlace {
+		profs[key] = m.Profile()
+	}
+	profMu.Unlock()
+	return m
+}
+
+func newSched(t testing.TB, cfg Config) *Scheduler {
+	t.Helper()
+	if cfg.Units == 0 {
+		cfg.Units = 2
+	}
+	if cfg.PadBudgetMBs == 0 {
+		cfg.PadBudgetMBs = -1
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func job(m *Model, c Class, q int, seed uint64) *Job {
+	return &Job{Model: m, Class: c, Queue: q, In: fillInput(m.InputSize(), seed), Out: make([]float32, m.OutputSize())}
+}
+
+// reference runs each input alone (seq policy, one job at a time).
+func reference(t testing.TB, key string, seeds ...uint64) map[uint64][]float32 {
+	t.Helper()
+	s := newSched(t, Config{Policy: PolicySeq})
+	m := load(t, s, key, ModelOptions{})
+	out := map[uint64][]float32{}
+	for _, sd := range seeds {
+		j := job(m, BE, 0, sd)
+		if err := s.Submit(j); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		out[sd] = j.Out
+	}
+	s.Close()
+	return out
+}
+
+func maxRelDiff(a, b []float32) float64 {
+	var d float64
+	for i := range a {
+		x, y := float64(a[i]), float64(b[i])
+		e := math.Abs(x-y) / math.Max(1e-3, math.Max(math.Abs(x), math.Abs(y)))
+		if math.IsNaN(x) != math.IsNaN(y) {
+			e = math.Inf(1)
+		}
+		d = math.Max(d, e)
+	}
+	return d
+}
+
+// TestPoliciesMatchReference: under every policy, jobs of two models
+// submitted concurrently (RT and BE) produce the outputs they produce
+// alone. Padding runs kernels in other tilings, which may round
+// differently: reef's outputs are compared with a tolerance, the others
+// exactly.
+func TestPoliciesMatchReference(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4, 5, 6}
+	refs := map[string]map[uint64][]float32{
+		"squeeze": reference(t, "squeeze", seeds...),
+		"bert":    reference(t, "bert", seeds...),
+	}
+	type variant struct {
+		name string
+		cfg  Config
+	}
+	var vs []variant
+	for _, p := range Policies() {
+		vs = append(vs, variant{string(p), Config{Policy: p, BEQueues: 3}})
+	}
+	vs = append(vs, variant{"reef-nopad", Config{Policy: PolicyREEF, BEQueues: 3, NoPadding: true}})
+	for _, v := range vs {
+		t.Run(v.name, func(t *testing.T) {
+			s := newSched(t, v.cfg)
+			ms := map[string]*Model{"squeeze": load(t, s, "squeeze", ModelOptions{}), "bert": load(t, s, "bert", ModelOptions{})}
+			var jobs []*Job
+			var keys []string
+			var sds []uint64
+			for r := 0; r < 3; r++ {
+				for i, key := range []string{"squeeze", "bert", "squeeze", "bert"} {
+					sd := seeds[(r*4+i)%len(seeds)]
+					c := BE
+					if i == 1 && r != 1 || i == 2 && r == 1 {
+						c = RT
+					}
+					j := job(ms[key], c, i%3, sd)
+					if err := s.Submit(j); err != nil {
+						t.Fatal(err)
+					}
+					jobs, keys, sds = append(jobs, j), append(keys, key), append(sds, sd)
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+			for i, j := range jobs {
+				if err := j.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				want := refs[keys[i]][sds[i]]
+				d := maxRelDiff(j.Out, want)
+				tol := 0.0
+				if v.cfg.Policy == PolicyREEF && !v.cfg.NoPadding {
+					tol = 1e-4
+				}
+				if d > tol {
+					t.Fatalf("job %d (%s %s seed %d, %d preemptions, %d padded blocks): output differs by %.3g", i, keys[i], j.Class, sds[i], j.Preemptions, j.PadBlocks, d)
+				}
+				if j.Finished < j.Started || j.Started < j.Submitted {
+					t.Fatalf("job %d: submitted %d started %d finished %d", i, j.Submitted, j.Started, j.Finished)
+				}
+			}
+			st := s.Stats()
+			if st.Jobs[RT]+st.Jobs[BE] != int64(len(jobs)) {
+				t.Fatalf("stats count %v jobs, want %d", st.Jobs, len(jobs))
+			}
+		})
+	}
+}
+
+// runSeg pushes job j's kernels [j.pos, to) on lane l and waits
+// (synchronously, no policy).
+func runSeg(s *Scheduler, l *lane, to int) ncpu.Status {
+	s.push(l, to, false, false)
+	return l.st.Sync()
+}
+
+// restoreCheck preempts a job at every (kernel, block) point chosen by
+// points, restores it from the point restorePoint computes and checks the
+// output equals the uninterrupted run's, bit for bit.
+func restoreCheck(t *testing.T, s *Scheduler, m *Model, want []float32, points func(k int, grid int64) []int64) (checked int) {
+	t.Helper()
+	l := s.lanes[0]
+	in := fillInput(m.InputSize(), 9)
+	nk := len(m.prog.Kernels)
+	for k := 0; k < nk; k++ {
+		if m.prog.Kernels[k].Op == 0 {
+			continue
+		}
+		grid := m.prof.Kernels[k].Versions[0].Grid
+		for _, blk := range points(k, grid) {
+			j := &Job{Model: m, Class: BE, In: in, Out: make([]float32, m.OutputSize())}
+			s.mu.Lock()
+			if err := s.begin(l, j); err != nil {
+				s.mu.Unlock()
+				t.Fatal(err)
+			}
+			s.mu.Unlock()
+			l.st.PreemptAt(int64(k), blk)
+			if st := runSeg(s, l, nk); st != ncpu.Preempted {
+				t.Fatalf("kernel %d block %d: not preempted", k, blk)
+			}
+			l.st.PreemptAt(-1, 0)
+			l.from, l.ver, l.blk, l.preempted = 0, 0, 0, true
+			s.mu.Lock()
+			s.restorePoint(l)
+			s.mu.Unlock()
+			if j.pos > k {
+				t.Fatalf("kernel %d block %d: restarts at %d", k, blk, j.pos)
+			}
+			if st := runSeg(s, l, nk); st != ncpu.Done {
+				t.Fatalf("kernel %d block %d: restored run preempted", k, blk)
+			}
+			s.mu.Lock()
+			j.pos = nk
+			l.job = nil
+			s.finish(j)
+			s.takeFire()
+			s.mu.Unlock()
+			for i := range want {
+				if j.Out[i] != want[i] && !(math.IsNaN(float64(j.Out[i])) && math.IsNaN(float64(want[i]))) {
+					t.Fatalf("preempted at kernel %d (%s) block %d, restored at %d: out[%d] = %v, want %v",
+						k, m.prog.Kernels[k].Ops, blk, j.pos, i, j.Out[i], want[i])
+				}
+			}
+			checked++
+		}
+	}
+	return checked
+}
+
+// TestRestoreExactAfterAnyPreemptionPoint: a model with in-place kernels
+// (BERT: residual adds and activations run in place) is preempted at the
+// first, a middle and the last block of every kernel; restoring from the
+// interrupted kernel, or from the first kernel of its idempotent group,
+// gives the uninterrupted run's output exactly.
+func TestRestoreExactAfterAnyPreemptionPoint(t *testing.T) {
+	if !ncpu.ChecksCompiled() {
+		t.Skip("preemption checks compiled out")
+	}
+	s := newSched(t, Config{Policy: PolicySeq})
+	for _, key := range []string{"bert", "squeeze"} {
+		m := load(t, s, key, ModelOptions{})
+		if key == "bert" && m.prog.InPlace == 0 {
+			t.Fatal("bert has no in-place kernel: the test would not cover idempotent groups")
+		}
+		want := reference(t, key, 9)[9]
+		n := restoreCheck(t, s, m, want, func(k int, g int64) []int64 {
+			pts := []int64{0}
+			if g > 2 {
+				pts = append(pts, g/2)
+			}
+			if g > 1 {
+				pts = append(pts, g-1)
+			}
+			return pts
+		})
+		groups := 0
+		for i, e := range m.idem {
+			if e != i {
+				groups++
+			}
+		}
+		t.Logf("%s: %d preemption points restored exactly (%d kernels in non-trivial idempotent groups)", key, n, groups)
+	}
+}
+
+// TestNaiveRestoreBreaksInPlace is the control: restarting at the last
+// started kernel when that kernel ran in place (ignoring its idempotent
+// group) gives a wrong output, so the exactness test above can fail.
+func TestNaiveRestoreBreaksInPlace(t *testing.T) {
+	if !ncpu.ChecksCompiled() {
+		t.Skip("preemption checks compiled out")
+	}
+	s := newSched(t, Config{Policy: PolicySeq})
+	m := load(t, s, "bert", ModelOptions{})
+	want := reference(t, "bert", 9)[9]
+	naive := make([]int, len(m.idem))
+	for i := range naive {
+		naive[i] = i
+	}
+	saved := m.idem
+	m.idem = naive
+	defer func() { m.idem = saved }()
+	wrong, tried := 0, 0
+	nk := len(m.prog.Kernels)
+	for k := 0; k+1 < nk; k++ {
+		if m.prog.Kernels[k].Idempotent() {
+			continue
+		}
+		// preempt as the next kernel starts: the in-place kernel is the
+		// last one that ran, and a naive restore runs it a second time
+		tried++
+		l := s.lanes[0]
+		j := &Job{Model: m, Class: BE, In: fillInput(m.InputSize(), 9), Out: make([]float32, m.OutputSize())}
+		s.mu.Lock()
+		s.begin(l, j)
+		s.mu.Unlock()
+		l.st.PreemptAt(int64(k+1), 0)
+		runSeg(s, l, nk)
+		l.st.PreemptAt(-1, 0)
+		s.mu.Lock()
+		l.preempted = true
+		s.restorePoint(l)
+		s.mu.Unlock()
+		if j.pos != k {
+			t.Fatalf("naive restore after kernel %d restarts at %d", k, j.pos)
+		}
+		runSeg(s, l, nk)
+		s.mu.Lock()
+		l.job = nil
+		s.finish(j)
+		s.takeFire()
+		s.mu.Unlock()
+		if maxRelDiff(j.Out, want) > 0 {
+			wrong++
+		}
+	}
+	if wrong == 0 {
+		t.Fatalf("re-running %d in-place kernels never changed the output: the restore test has no teeth", tried)
+	}
+	t.Logf("naive restore broke %d of %d in-place restart points", wrong, tried)
+}
+
+// order records the order jobs finish in.
+type order struct {
+	mu   sync.Mutex
+	done []*Job
+}
+
+func (o *order) hook(j *Job) *Job {
+	j.Done = func(j *Job) {
+		o.mu.Lock()
+		o.done = append(o.done, j)
+		o.mu.Unlock()
+	}
+	return j
+}
+
+func (o *order) wait(t *testing.T, js ...*Job) []*Job {
+	t.Helper()
+	for _, j := range js {
+		if err := j.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]*Job(nil), o.done...)
+}
+
+func sameOrder(t *testing.T, got, want []*Job, names map[*Job]string) {
+	t.Helper()
+	var g, w []string
+	for _, j := range got {
+		g = append(g, names[j])
+	}
+	for _, j := range want {
+		w = append(w, names[j])
+	}
+	if len(g) != len(w) {
+		t.Fatalf("finish order %v, want %v", g, w)
+	}
+	for i := range g {
+		if g[i] != w[i] {
+			t.Fatalf("finish order %v, want %v", g, w)
+		}
+	}
+}
+
+// TestSeqOrder: one job at a time, the running one is never preempted,
+// then RT jobs before BE jobs, BE queues in turn.
+func TestSeqOrder(t *testing.T) {
+	s := newSched(t, Config{Policy: PolicySeq, BEQueues: 2})
+	m := load(t, s, "squeeze", ModelOptions{})
+	var o order
+	b1, b2, r1, b3 := o.hook(job(m, BE, 0, 1)), o.hook(job(m, BE, 1, 2)), o.hook(job(m, RT, 0, 3)), o.hook(job(m, BE, 0, 4))
+	s.submitAll(b1, b2, r1, b3)
+	got := o.wait(t, b1, b2, r1, b3)
+	sameOrder(t, got, []*Job{b1, r1, b2, b3}, map[*Job]string{b1: "B1", b2: "B2", r1: "R1", b3: "B3"})
+	for _, j := range got {
+		if j.Preemptions != 0 {
+			t.Fatalf("seq preempted a job")
+		}
+	}
+}
+
+// TestReefPreemptsBE: an RT job arriving while a BE job runs preempts it
+// (one preemption, measured), finishes first, and the BE job restores to
+// the exact output.
+func TestReefPreemptsBE(t *testing.T) {
+	for _, pad := range []bool{false, true} {
+		s := newSched(t, Config{Policy: PolicyREEF, BEQueues: 2, NoPadding: !pad})
+		big, small := load(t, s, "resnet", ModelOptions{}), load(t, s, "squeeze", ModelOptions{})
+		want := reference(t, "resnet", 5)[5]
+		var o order
+		b, r := o.hook(job(big, BE, 0, 5)), o.hook(job(small, RT, 0, 6))
+		s.submitAll(b, r)
+		got := o.wait(t, b, r)
+		sameOrder(t, got, []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
+		if b.Preemptions != 1 {
+			t.Fatalf("padding %v: BE job preempted %d times, want 1", pad, b.Preemptions)
+		}
+		tol := 0.0
+		if pad {
+			tol = 1e-4
+		}
+		if d := maxRelDiff(b.Out, want); d > tol {
+			t.Fatalf("padding %v: restored BE output differs by %.3g (%d padded blocks)", pad, d, b.PadBlocks)
+		}
+		st := s.Stats()
+		if st.Preemptions != 1 || len(st.PreemptNs) != 1 || st.PreemptNs[0] <= 0 || st.ModeSwitches != 1 {
+			t.Fatalf("padding %v: stats %+v", pad, st)
+		}
+		t.Logf("padding %v: preemption latency %.1f us, BE padded blocks %d", pad, float64(st.PreemptNs[0])/1e3, b.PadBlocks)
+	}
+}
+
+// TestConcNoPriority: conc starts both jobs at once on their own streams
+// and never preempts.
+func TestConcNoPriority(t *testing.T) {
+	s := newSched(t, Config{Policy: PolicyConc, BEQueues: 2})
+	s.logSegs = true
+	big, small := load(t, s, "resnet", ModelOptions{}), load(t, s, "squeeze", ModelOptions{})
+	b, r := job(big, BE, 1, 5), job(small, RT, 0, 6)
+	s.submitAll(b, r)
+	b.Wait()
+	r.Wait()
+	if b.Preemptions != 0 || r.Preemptions != 0 {
+		t.Fatal("conc preempted a job")
+	}
+	s.mu.Lock()
+	segs := append([]segEv(nil), s.segs...)
+	s.mu.Unlock()
+	if len(segs) != 2 || segs[0].lane == segs[1].lane || segs[0].to != big.Kernels() || segs[1].to != small.Kernels() {
+		t.Fatalf("conc segments %+v: want each job whole on its own stream", segs)
+	}
+}
+
+// segNames renders a segment log as job names with kernel ranges.
+func segNames(segs []segEv, names map[*Job]string) []string {
+	var out []string
+	for _, e := range segs {
+		out = append(out, fmt.Sprintf("%s[%d:%d]", names[e.job], e.from, e.to))
+	}
+	return out
+}
+
+// TestSRPTOrder: the job with the shortest remaining time runs first at
+// every decision; deficit counters let a starved user's oldest job run
+// once its deficit passes the threshold.
+func TestSRPTOrder(t *testing.T) {
+	run := func(threshold float64, nshort int) ([]segEv, map[*Job]string, *Job, []*Job) {
+		s := newSched(t, Config{Policy: PolicySRPT, FairThreshold: threshold, QuantumNs: 1})
+		s.logSegs = true
+		big, small := load(t, s, "resnet", ModelOptions{}), load(t, s, "squeeze", ModelOptions{})
+		long := job(big, BE, 0, 1)
+		long.User = 1
+		names := map[*Job]string{long: "L"}
+		js := []*Job{long}
+		var shorts []*Job
+		for i := 0; i < nshort; i++ {
+			sj := job(small, BE, 1, uint64(2+i))
+			sj.User = 2
+			names[sj] = fmt.Sprint("S", i)
+			js = append(js, sj)
+			shorts = append(shorts, sj)
+		}
+		s.submitAll(js...)
+		for _, j := range js {
+			if err := j.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return append([]segEv(nil), s.segs...), names, long, shorts
+	}
+	// no fairness pressure: L's first kernel, then every S job, then L
+	segs, names, long, shorts := run(1e9, 2)
+	if segs[0].job != long || segs[0].to != segs[0].from+1 {
+		t.Fatalf("first segment %v: want L's first kernel", segNames(segs[:1], names))
+	}
+	last := map[*Job]int{}
+	first := map[*Job]int{}
+	for i, e := range segs {
+		last[e.job] = i
+		if _, ok := first[e.job]; !ok {
+			first[e.job] = i
+		}
+	}
+	for _, sj := range shorts {
+		if first[sj] == 0 {
+			t.Fatalf("short job ran first: %v", segNames(segs, names))
+		}
+		for i := 1; i < last[sj]; i++ {
+			if segs[i].job == long {
+				t.Fatalf("SRPT ran L before a shorter job finished: %v", segNames(segs, names))
+			}
+		}
+	}
+	// with a threshold of 2 kernels, L runs again before the short jobs
+	// are all done
+	segs, names, long, shorts = run(2, 6)
+	lastShort := 0
+	for i, e := range segs {
+		if e.job != long {
+			lastShort = i
+		}
+	}
+	fair := false
+	for i := 1; i < lastShort; i++ {
+		fair = fair || segs[i].job == long
+	}
+	if !fair {
+		t.Fatalf("deficit threshold never let L run between short jobs: %v", segNames(segs, names))
+	}
+}
+
+// TestSplitOrder: SPLIT runs models block by block; a short job arriving
+// while a long one runs moves ahead of it at the next block boundary
+// (greedy response ratio), jobs of one model stay in FIFO order.
+func TestSplitOrder(t *testing.T) {
+	s := newSched(t, Config{Policy: PolicySplit})
+	s.logSegs = true
+	big := load(t, s, "resnet", ModelOptions{})
+	small := load(t, s, "squeeze", ModelOptions{})
+	if len(big.cuts) == 0 {
+		t.Fatal("split computed no cuts for resnet")
+	}
+	var o order
+	l1, s1, l2, s2 := o.hook(job(big, BE, 0, 1)), o.hook(job(small, RT, 0, 2)), o.hook(job(big, BE, 0, 3)), o.hook(job(small, RT, 0, 4))
+	names := map[*Job]string{l1: "L1", s1: "S1", l2: "L2", s2: "S2"}
+	s.submitAll(l1, s1, l2, s2)
+	got := o.wait(t, l1, s1, l2, s2)
+	sameOrder(t, got, []*Job{s1, s2, l1, l2}, names)
+	s.mu.Lock()
+	segs := append([]segEv(nil), s.segs...)
+	s.mu.Unlock()
+	// L1's first block ran first, then the short jobs, at block boundaries
+	if segs[0].job != l1 || segs[0].from != 0 || segs[0].to != big.cuts[0] {
+		t.Fatalf("segments %v: want L1's first block [0:%d] first", segNames(segs, names), big.cuts[0])
+	}
+	for _, e := range segs {
+		if e.to != nextCut(e.job.Model, e.from) {
+			t.Fatalf("segment %s[%d:%d] does not end at a block boundary (cuts %v)", names[e.job], e.from, e.to, e.job.Model.cuts)
+		}
+	}
+}
+
+// TestCloseDropsJobs: closing ends queued and running jobs with ErrClosed.
+func TestCloseDropsJobs(t *testing.T) {
+	s, err := New(Config{Policy: PolicySeq, Units: 2, PadBudgetMBs: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := load(t, s, "resnet", ModelOptions{})
+	var js []*Job
+	for i := 0; i < 5; i++ {
+		j := job(m, BE, 0, uint64(i))
+		if err := s.Submit(j); err != nil {
+			t.Fatal(err)
+		}
+		js = append(js, j)
+	}
+	s.Close()
+	closed := 0
+	for _, j := range js {
+		if err := j.Wait(); err == ErrClosed {
+			closed++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if closed == 0 {
+		t.Fatal("no job ended with ErrClosed")
+	}
+	if err := s.Submit(job(m, BE, 0, 1)); err != ErrClosed {
+		t.Fatalf("submit after close: %v", err)
+	}
+}
+
+// TestSubmitErrors: bad jobs are refused with clear errors.
+func TestSubmitErrors(t *testing.T) {
+	s := newSched(t, Config{Policy: PolicySeq, BEQueues: 2})
+	m := load(t, s, "squeeze", ModelOptions{})
+	for _, j := range []*Job{
+		{Class: BE, In: make([]float32, m.InputSize())},
+		{Model: m, Class: BE, In: make([]float32, 3)},
+		{Model: m, Class: BE, In: make([]float32, m.InputSize()), Out: make([]float32, 1)},
+		{Model: m, Class: BE, Queue: 2, In: make([]float32, m.InputSize())},
+		{Model: m, Class: 7, In: make([]float32, m.InputSize())},
+	} {
+		if err := s.Submit(j); err == nil {
+			t.Fatalf("job %+v accepted", j)
+		}
+	}
+	if _, err := New(Config{Policy: "fifo"}); err == nil {
+		t.Fatal("unknown policy accepted")
+	}
+	if _, err := s.Load("x", graphs["squeeze"], ModelOptions{Batch: 1, Cuts: []int{5, 3}}); err == nil {
+		t.Fatal("unsorted cuts accepted")
+	}
+}
