@@ -636,6 +636,11 @@ func (f *IF) answer(it item, st wire.Status, out []byte, gathered, computed int6
 		f.C.Failed.Add(1)
 	}
 	f.obs.Request(st, time.Duration(gathered-it.queued), time.Duration(computed-gathered), time.Duration(computed-first))
+	// The egress queue only blocks when full; then wait up to a second for
+	// the I/O loop before counting the response as dropped.
+	if it.o.Out.TrySend(&resp) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := it.o.Out.SendWait(ctx, &resp); err != nil {

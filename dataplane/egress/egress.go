@@ -112,6 +112,18 @@ func (e *Egress) Send(r *Response) error {
 	return nil
 }
 
+// TrySend queues r if there is room, without counting a refusal: for
+// callers that fall back to SendWait.
+func (e *Egress) TrySend(r *Response) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == len(e.ring) || e.closed {
+		return false
+	}
+	e.push(r)
+	return true
+}
+
 // SendWait queues r, waiting for room until ctx is done.
 func (e *Egress) SendWait(ctx context.Context, r *Response) error {
 	e.mu.Lock()
