@@ -24,7 +24,7 @@ type collector struct {
 
 	rxPackets, rxBytes, txPackets, txBytes, rxFiltered, rxMissed, txFailed *prometheus.Desc
 	bufInUse, bufCap, heldFrags, assembling                                *prometheus.Desc
-	completed, drops, responses, egressFull                                *prometheus.Desc
+	completed, drops, responses, egressFull, egressWait                    *prometheus.Desc
 	served, failed, overloaded, queueDepth, batches, batchItems, compute   *prometheus.Desc
 	share, batchLimit, swaps, under                                        *prometheus.Desc
 }
@@ -49,6 +49,7 @@ func newCollector(a *Appliance) *collector {
 		drops:      d("drops_total", "Datagrams or requests dropped or refused, by reason.", "port", "reason"),
 		responses:  d("responses_total", "Responses transmitted, by status.", "port", "status"),
 		egressFull: d("egress_queue_full_total", "Responses refused because the egress queue was full.", "port"),
+		egressWait: d("egress_wait_seconds_total", "Time responses waited between being queued and being sent (divide by responses for the mean).", "port"),
 		served:     d("if_served_total", "Requests answered ok.", "if", "class"),
 		failed:     d("if_failed_total", "Admitted requests answered with an error.", "if", "class"),
 		overloaded: d("if_overloaded_total", "Requests refused because the IF queue was full.", "if", "class"),
@@ -101,6 +102,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		counter(c.egressFull, p.out.C.QueueFull.Load(), n)
+		ch <- prometheus.MustNewConstMetric(c.egressWait, prometheus.CounterValue, float64(p.out.C.WaitNS.Load())/1e9, n)
 	}
 	c.a.mu.Lock()
 	runs := make([]*ifRun, 0, len(c.a.order))

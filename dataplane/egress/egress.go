@@ -50,6 +50,8 @@ type Response struct {
 	// Sent, when set, is called on the I/O loop once Output has been copied
 	// to the wire or dropped, so its owner can reuse the buffer.
 	Sent func(output []byte)
+
+	queued int64 // dataplane.Now() when queued
 }
 
 // ErrFull is returned by Send when the queue is full.
@@ -62,6 +64,10 @@ type Counters struct {
 	QueueFull atomic.Uint64 // responses refused by Send because the queue was full
 	TxFailed  atomic.Uint64 // datagrams the driver refused after all retries
 	ByStatus  [16]atomic.Uint64
+	// WaitNS sums, over responses sent, the time from being queued to
+	// being handed to the driver: the "sent" stage of a request's
+	// timestamps.
+	WaitNS atomic.Uint64
 }
 
 // Egress is the response path of one port.
@@ -152,7 +158,9 @@ func (e *Egress) SendWait(ctx context.Context, r *Response) error {
 }
 
 func (e *Egress) push(r *Response) {
-	e.ring[(e.head+e.n)%len(e.ring)] = *r
+	slot := &e.ring[(e.head+e.n)%len(e.ring)]
+	*slot = *r
+	slot.queued = dataplane.Now()
 	e.n++
 }
 
@@ -242,9 +250,11 @@ func (e *Egress) transmit(port dataplane.Port) {
 	}
 	clear(e.dgs)
 	e.dgs = e.dgs[:0]
+	now := dataplane.Now()
 	for _, i := range e.sent {
 		r := &e.work[i]
 		e.C.Responses.Add(1)
+		e.C.WaitNS.Add(uint64(now - r.queued))
 		if r.Sent != nil {
 			r.Sent(r.Output)
 		}
