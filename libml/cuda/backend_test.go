@@ -57,12 +57,13 @@ var cpuRef struct {
 	err  error
 }
 
-// cpuBackend is the reference: the cpu backend, shared by the tests.
+// cpuBackend is the reference: the cpu backend on every core, shared by
+// the tests.
 func cpuBackend(t testing.TB) *cpu.Backend {
 	t.Helper()
 	cpuRef.once.Do(func() {
 		b := cpu.New()
-		if err := b.Init(context.Background(), libml.BackendConfig{Units: 2}); err != nil {
+		if err := b.Init(context.Background(), libml.BackendConfig{}); err != nil {
 			cpuRef.err = err
 			return
 		}
