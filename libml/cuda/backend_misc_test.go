@@ -98,6 +98,19 @@ func TestBackendErrors(t *testing.T) {
 			t.Fatalf("relu(%g) = %g", in[k], v)
 		}
 	}
+	// reconfiguring for larger batches keeps the instance working
+	if err := b.ConfigureBatch(inst, 3); err != nil {
+		t.Fatal(err)
+	}
+	in3, out3 := append(in, in[:8]...), make([]float32, 24)
+	if err := b.InferBatch(ctx, inst, 3, in3, out3); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range out3 {
+		if v != max(in3[k], 0) {
+			t.Fatalf("after reconfiguring: relu(%g) = %g", in3[k], v)
+		}
+	}
 	other, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
 	if err := other.InferBatch(ctx, inst, 1, in, out); err == nil {
 		t.Error("another backend's instance accepted")

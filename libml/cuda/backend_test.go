@@ -459,6 +459,9 @@ func TestBackendRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeTo(t, "Run, preempted and resumed", got, want, 0)
+	if pre, _, err := inst.Run(1, len(p.Kernels)); err != nil || pre {
+		t.Errorf("Run from the end: preempted %v err %v", pre, err)
+	}
 	if _, _, err := inst.Run(1, len(p.Kernels)+1); err == nil {
 		t.Error("Run past the end accepted")
 	}

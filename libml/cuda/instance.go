@@ -329,6 +329,10 @@ func (i *Instance) configure(maxBatch int) error {
 	if i.closed {
 		return errors.New("instance is closed")
 	}
+	// a queued gather may still write the arena it is about to free
+	if err := i.ln.s.Sync(); err != nil {
+		return err
+	}
 	keys := i.batchKeys(maxBatch)
 	progs := make([]*program, len(keys))
 	var arena int64
@@ -591,12 +595,12 @@ func (i *Instance) run(p *kplan, start int, out *readBack) (preempted bool, resu
 	i.stage.Get(stageState, st[:])
 	flag := int32(binary.LittleEndian.Uint32(st[StateFlag:]))
 	exec := int64(binary.LittleEndian.Uint64(st[StateExec:]))
-	if flag == 0 && next == n {
+	if next == n && (flag == 0 || n == 0) {
 		return false, 0, nil
 	}
 	idx := int(min(exec, int64(n-1)))
 	if idx < start {
-		idx = start // no kernel of this run started
+		idx = min(start, n-1) // no kernel of this run started
 	}
 	resume = p.pr.p.IdemEntry[idx]
 	i.stats.preemptions.Add(1)
