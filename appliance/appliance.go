@@ -25,6 +25,7 @@ import (
 	"sluice/ifmanager"
 	"sluice/libml"
 	"sluice/libml/cpu"
+	"sluice/libml/cuda"
 	"sluice/libml/graph"
 	"sluice/libml/onnx"
 	"sluice/libml/ort"
@@ -116,6 +117,8 @@ func (a *Appliance) SetProfilePath(path string) {
 }
 
 func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if b, ok := a.backends[name]; ok {
 		return b, nil
 	}
@@ -125,10 +128,25 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 		b = cpu.New()
 	case "ort":
 		b = ort.New(ort.Options{NoSpin: true})
+	case "cuda":
+		b = cuda.NewBackend(cuda.Options{})
 	default:
 		return nil, fmt.Errorf("appliance: unknown backend %q", name)
 	}
 	if err := b.Init(ctx, libml.BackendConfig{Units: a.prof.Appliance.Threads, PinUnits: true}); err != nil {
+		if name == "cuda" && errors.Is(err, cuda.ErrNoDriver) {
+			// One binary serves both cases: without a GPU driver the
+			// cuda IFs run on the CPU engine. Said once.
+			a.log.Warn("no CUDA driver: IFs asking for the cuda backend run on the cpu backend", "err", err)
+			a.mu.Unlock()
+			cb, cerr := a.backend(ctx, "cpu")
+			a.mu.Lock()
+			if cerr != nil {
+				return nil, cerr
+			}
+			a.backends[name] = cb
+			return cb, nil
+		}
 		return nil, fmt.Errorf("appliance: backend %s: %w", name, err)
 	}
 	a.backends[name] = b

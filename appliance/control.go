@@ -500,10 +500,11 @@ func (a *Appliance) applySharesCtx(ctx context.Context, swap bool) error {
 	a.mu.Lock()
 	runs := make([]*ifRun, 0, len(a.order))
 	shares := make([]float64, 0, len(a.order))
+	cpuBE := a.backends["cpu"]
 	for _, name := range a.order {
 		r := a.ifs[name]
-		if r.spec.Backend != "cpu" {
-			continue
+		if cpuBE == nil || a.backends[r.spec.Backend] != cpuBE {
+			continue // shares are CPU units; other backends manage their own
 		}
 		runs = append(runs, r)
 		shares = append(shares, r.spec.Share)

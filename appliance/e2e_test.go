@@ -328,3 +328,55 @@ queue_len = 256
 		t.Fatalf("%d mbufs in use after the run", st.Ports[0].Port.BufInUse)
 	}
 }
+
+// TestCUDAFallsBackToCPU asks for the cuda backend on a machine without a
+// CUDA driver: the IF must load on the cpu backend and serve.
+func TestCUDAFallsBackToCPU(t *testing.T) {
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		t.Skip("this machine has an NVIDIA driver")
+	}
+	model := classifierPath(t)
+	prof, err := ParseProfile("cuda.toml", fmt.Sprintf(`
+[appliance]
+log_level = "warn"
+threads = 1
+metrics = "off"
+control = "off"
+[[port]]
+driver = "udp"
+listen = "127.0.0.1:0"
+[[if]]
+name = "cls"
+model_id = 7
+model = "onnx:%s"
+backend = "cuda"
+input = "u8-hwc"
+input_shape = [3, 48, 192]
+`, model))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, err := New(ctx, prof, nil)
+	if err != nil {
+		t.Fatalf("cuda without a driver did not fall back: %v", err)
+	}
+	defer a.Close()
+	if got := a.backends["cuda"].Name(); got != "cpu" {
+		t.Fatalf("cuda IF runs on %q, want the cpu backend", got)
+	}
+	addr, _ := a.PortAddr("port0")
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+	cl := newClient(t, 24)
+	_ = cl.Send(addr, 7, 1, 0, make([]byte, 48*192*3))
+	if r, ok := cl.Wait(1, 10*time.Second); !ok || r.Status != wire.StatusOK {
+		t.Fatalf("request: %v %v", ok, r.Status)
+	}
+	stop()
+	if err := <-runErr; err != nil {
+		t.Fatal(err)
+	}
+}

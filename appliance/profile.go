@@ -317,9 +317,9 @@ func (f *IFSection) validate(where string) error {
 	switch f.Backend {
 	case "":
 		f.Backend = "cpu"
-	case "cpu", "ort":
+	case "cpu", "ort", "cuda":
 	default:
-		return fmt.Errorf("%s.backend %q: want \"cpu\" or \"ort\"", where, f.Backend)
+		return fmt.Errorf("%s.backend %q: want \"cpu\", \"cuda\" or \"ort\"", where, f.Backend)
 	}
 	switch f.Class {
 	case "", "be":
