@@ -318,6 +318,10 @@ func opCases() []opCase {
 			ins: []tin{{name: "x", shape: x4(1, 3, 4, 5)}, {name: "sz", shape: []int64{4}, ints: []int64{1, 3, 7, 9}}}},
 		{name: "resize_linear_pytorch", opset: 13, nodes: nd("Resize", []string{"x", "", "sc"}, attrS("mode", "linear"), attrS("coordinate_transformation_mode", "pytorch_half_pixel")),
 			ins: []tin{{name: "x", shape: x4(1, 1, 6, 6)}, {name: "sc", shape: []int64{4}, data: []float32{1, 1, 0.5, 1.5}, konst: true}}},
+		{name: "resize_cubic_halfpixel", opset: 13, nodes: nd("Resize", []string{"x", "", "sc"}, attrS("mode", "cubic")),
+			ins: []tin{{name: "x", shape: x4(1, 2, 6, 5)}, {name: "sc", shape: []int64{4}, data: []float32{1, 1, 1.7, 0.6}, konst: true}}},
+		{name: "resize_cubic_exclude_align", opset: 13, nodes: nd("Resize", []string{"x", "", "", "sz"}, attrS("mode", "cubic"), attrS("coordinate_transformation_mode", "align_corners"), attrInt("exclude_outside", 1), attrF("cubic_coeff_a", -0.5)),
+			ins: []tin{{name: "x", shape: x4(1, 1, 5, 7)}, {name: "sz", shape: []int64{4}, ints: []int64{1, 1, 9, 4}}}},
 		{name: "upsample_opset9", opset: 9, nodes: nd("Upsample", []string{"x", "sc"}),
 			ins: []tin{{name: "x", shape: x4(1, 2, 3, 3)}, {name: "sc", shape: []int64{4}, data: []float32{1, 1, 2, 2}, konst: true}}},
 

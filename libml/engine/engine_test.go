@@ -333,6 +333,22 @@ func TestReferenceKnownValues(t *testing.T) {
 	if got := out[0].F[:4]; !reflect.DeepEqual(got, []float32{1, 1.25, 1.75, 2}) {
 		t.Fatalf("resize row 0 %v", got)
 	}
+	// Resize cubic: ONNX test_resize_upsample_scales_cubic, first row
+	xs16 := make([]float32, 16)
+	for i := range xs16 {
+		xs16[i] = float32(i + 1)
+	}
+	n = graph.Node{Op: "Resize", Inputs: []string{"x", "", "s"}, Outputs: []string{"y"}, Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "cubic"}}}
+	out, err = Eval(&n, 13, []*Tensor{NewFloat([]int64{1, 1, 4, 4}, xs16), nil, NewFloat([]int64{4}, []float32{1, 1, 2, 2})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cubicRow := []float32{0.47265625, 0.76953125, 1.24609375, 1.875, 2.28125, 2.91015625, 3.38671875, 3.68359375}
+	for i, v := range cubicRow {
+		if d := out[0].F[i] - v; d > 1e-5 || d < -1e-5 {
+			t.Fatalf("resize cubic row 0: %v, want %v", out[0].F[:8], cubicRow)
+		}
+	}
 	// ConvTranspose: ONNX test_convtranspose_1d
 	n = graph.Node{Op: "ConvTranspose", Inputs: []string{"x", "w"}, Outputs: []string{"y"}}
 	out, err = Eval(&n, 11, []*Tensor{NewFloat([]int64{1, 1, 3}, []float32{0, 1, 2}), NewFloat([]int64{1, 2, 3}, []float32{1, 1, 1, 1, 1, 1})})

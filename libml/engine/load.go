@@ -60,6 +60,7 @@ type UnsupportedError struct {
 	Op, Domain, Node string
 }
 
+// Error names the operator, the node and the supported operators.
 func (e *UnsupportedError) Error() string {
 	op := e.Op
 	if e.Domain != "" && e.Domain != "ai.onnx" {

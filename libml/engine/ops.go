@@ -34,6 +34,7 @@ var opNames = [...]string{"nop", "gemm", "conv", "im2col", "dwconv", "col2im",
 	"pool", "gpool", "unary", "binary", "chaffine", "softmax", "layernorm",
 	"reduce", "copy", "resize", "gather"}
 
+// String is the kernel operation's short name.
 func (o Op) String() string {
 	if o >= 0 && int(o) < len(opNames) {
 		return opNames[o]

@@ -2017,6 +2017,8 @@ type resizeSpec struct {
 	scaleH, scaleW float32
 	mode, coord    int64
 	nearest        int64
+	cubicA         float32
+	exclude        int64
 }
 
 func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
@@ -2103,8 +2105,12 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		rs.mode = 0
 	case "linear", "bilinear":
 		rs.mode = 1
+	case "cubic", "bicubic":
+		rs.mode = 2
+		rs.cubicA = e.n.AttrFloat("cubic_coeff_a", -0.75)
+		rs.exclude = e.n.AttrInt("exclude_outside", 0)
 	default:
-		return rs, fmt.Errorf("mode %q is not supported (nearest, linear)", mode)
+		return rs, fmt.Errorf("mode %q is not supported (nearest, linear, cubic)", mode)
 	}
 	coord := e.n.AttrString("coordinate_transformation_mode", "half_pixel")
 	if e.n.Op == "Upsample" || e.opset < 11 {
@@ -2186,6 +2192,36 @@ func nearestIdx(x float64, mode int64, n int64) int64 {
 	return max(0, min(i, n-1))
 }
 
+// cubicTaps is Keys' cubic convolution for coordinate x over [0, n):
+// four source indices (edge replicated) and weights, out-of-range taps
+// dropped and the rest renormalized when exclude is set.
+func cubicTaps(x float64, n int64, a float64, exclude bool, idx []int64, w []float64) {
+	fx := math.Floor(x)
+	t := x - fx
+	x0 := int64(fx)
+	var sum float64
+	for i, z := range [4]float64{t + 1, t, 1 - t, 2 - t} {
+		var v float64
+		if z <= 1 {
+			v = ((a+2)*z-(a+3))*z*z + 1
+		} else {
+			v = ((a*z-5*a)*z+8*a)*z - 4*a
+		}
+		j := x0 - 1 + int64(i)
+		if exclude && (j < 0 || j >= n) {
+			v = 0
+		}
+		w[i] = v
+		sum += v
+		idx[i] = max(0, min(j, n-1))
+	}
+	if exclude && sum != 0 {
+		for i := range w {
+			w[i] /= sum
+		}
+	}
+}
+
 func refResize(e *ev) ([]*Tensor, error) {
 	x, err := e.need(0)
 	if err != nil {
@@ -2212,7 +2248,17 @@ func refResize(e *ev) ([]*Tensor, error) {
 			for ow := int64(0); ow < OW; ow++ {
 				fx := srcCoord(ow, float64(rs.scaleW), W, OW, rs.coord)
 				var v float64
-				if rs.mode == 0 {
+				if rs.mode == 2 {
+					var yi, xi [4]int64
+					var wy, wx [4]float64
+					cubicTaps(fy, H, float64(rs.cubicA), rs.exclude != 0, yi[:], wy[:])
+					cubicTaps(fx, W, float64(rs.cubicA), rs.exclude != 0, xi[:], wx[:])
+					for i := 0; i < 4; i++ {
+						for j := 0; j < 4; j++ {
+							v += wy[i] * wx[j] * float64(x.F[(p*H+yi[i])*W+xi[j]])
+						}
+					}
+				} else if rs.mode == 0 {
 					v = float64(x.F[(p*H+nearestIdx(fy, rs.nearest, H))*W+nearestIdx(fx, rs.nearest, W)])
 				} else {
 					cy := math.Max(0, math.Min(fy, float64(H-1)))

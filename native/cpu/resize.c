@@ -1,5 +1,6 @@
 /*
- * resize.c: 2-D resize of the last two dimensions, nearest or (bi)linear,
+ * resize.c: 2-D resize of the last two dimensions, nearest, (bi)linear or
+ * (bi)cubic,
  * with ONNX's coordinate transformation and nearest rounding modes. Blocks
  * are chunks of planes.
  */
@@ -11,7 +12,7 @@ void sk_prep_resize(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
 	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 1 || p[4] < 1 ||
-	    p[5] < 0 || p[5] > 1 || p[6] < 0 || p[6] > 4 || p[7] < 0 || p[7] > 3 ||
+	    p[5] < 0 || p[5] > 2 || p[6] < 0 || p[6] > 4 || p[7] < 0 || p[7] > 3 ||
 	    !(k->f[0] > 0) || !(k->f[1] > 0)) {
 		k->grid = -1;
 		return;
@@ -24,7 +25,8 @@ void sk_prep_resize(sk_kernel *k, int units)
 		want = 1;
 	k->t[0] = sk_split(p[0], want, 1);
 	k->grid = SK_CDIV(p[0], k->t[0]);
-	k->scratch = 3 * p[4] + 16; /* per-column source indices and weights */
+	/* per-column source indices and weights (cubic: 4 taps of each) */
+	k->scratch = 12 * p[4] + 16;
 }
 
 static float src_coord(int64_t o, float scale, int64_t in_len, int64_t out_len,
@@ -67,12 +69,79 @@ static int64_t nearest_idx(float x, int mode, int64_t len)
 	return i < 0 ? 0 : (i >= len ? len - 1 : i);
 }
 
+/* cubic_taps fills the 4 source indices and weights of coordinate x in
+ * [0, len): Keys' cubic with coefficient a, edge-replicated, or with
+ * out-of-range taps dropped and the rest renormalized (exclude_outside). */
+static void cubic_taps(float x, int64_t len, float a, int excl, int64_t *idx, float *w)
+{
+	float fx = floorf(x), t = x - fx;
+	int64_t x0 = (int64_t)fx;
+	float d[4] = {t + 1.0f, t, 1.0f - t, 2.0f - t};
+	float sum = 0;
+	for (int i = 0; i < 4; i++) {
+		float z = d[i];
+		float v = z <= 1.0f ? ((a + 2.0f) * z - (a + 3.0f)) * z * z + 1.0f
+				    : ((a * z - 5.0f * a) * z + 8.0f * a) * z - 4.0f * a;
+		int64_t j = x0 - 1 + i;
+		if (excl && (j < 0 || j >= len))
+			v = 0;
+		w[i] = v;
+		sum += v;
+		idx[i] = j < 0 ? 0 : (j >= len ? len - 1 : j);
+	}
+	if (excl && sum != 0)
+		for (int i = 0; i < 4; i++)
+			w[i] /= sum;
+}
+
+static void resize_cubic(const sk_kernel *k, int64_t c0, int64_t c1, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t H = p[1], W = p[2], OH = p[3], OW = p[4];
+	int coord = (int)p[6], excl = (int)p[8];
+	float a = k->f[2];
+	float *sc = sk_scratch(ctx, 12 * OW + 16);
+	if (!sc)
+		return;
+	int64_t *xi = (int64_t *)sc; /* 4*OW int64 = 8*OW floats */
+	float *wx = sc + 8 * OW;
+	for (int64_t ow = 0; ow < OW; ow++)
+		cubic_taps(src_coord(ow, k->f[1], W, OW, coord), W, a, excl, xi + 4 * ow, wx + 4 * ow);
+	for (int64_t c = c0; c < c1; c++) {
+		SK_POLL(ctx);
+		const float *xp = k->in[0] + c * H * W;
+		float *yp = k->out + c * OH * OW;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			int64_t yi[4];
+			float wy[4];
+			cubic_taps(src_coord(oh, k->f[0], H, OH, coord), H, a, excl, yi, wy);
+			float *yr = yp + oh * OW;
+			for (int64_t ow = 0; ow < OW; ow++) {
+				const int64_t *xj = xi + 4 * ow;
+				const float *wj = wx + 4 * ow;
+				float acc = 0;
+				for (int i = 0; i < 4; i++) {
+					const float *r = xp + yi[i] * W;
+					float row = wj[0] * r[xj[0]] + wj[1] * r[xj[1]] +
+						    wj[2] * r[xj[2]] + wj[3] * r[xj[3]];
+					acc += wy[i] * row;
+				}
+				yr[ow] = acc;
+			}
+		}
+	}
+}
+
 void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
 	int64_t H = p[1], W = p[2], OH = p[3], OW = p[4];
 	int mode = (int)p[5], coord = (int)p[6], nm = (int)p[7];
 	int64_t c0 = blk * k->t[0], c1 = SK_MIN(c0 + k->t[0], p[0]);
+	if (mode == 2) {
+		resize_cubic(k, c0, c1, ctx);
+		return;
+	}
 	float *sc = sk_scratch(ctx, 3 * OW + 16);
 	if (!sc)
 		return;

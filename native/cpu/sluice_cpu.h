@@ -154,10 +154,12 @@ enum sk_reduce {
  * LAYERNORM in X,scale,bias (nullable). p: 0 rows 1 cols. f: 0 eps.
  * REDUCE   p: 0 outer 1 r 2 inner 3 mode.
  * COPY     p: 0 rank 1..6 dims 7..12 in strides 13..18 out strides.
- * RESIZE   p: 0 planes 1 H 2 W 3 OH 4 OW 5 mode (0 nearest, 1 linear)
+ * RESIZE   p: 0 planes 1 H 2 W 3 OH 4 OW 5 mode (0 nearest, 1 linear,
+ *          2 cubic)
  *          6 coord (0 half_pixel, 1 asymmetric, 2 align_corners,
  *          3 pytorch_half_pixel, 4 tf_half_pixel_for_nn) 7 nearest (0 round_prefer_floor,
- *          1 round_prefer_ceil, 2 floor, 3 ceil). f: 0 scale_h 1 scale_w.
+ *          1 round_prefer_ceil, 2 floor, 3 ceil) 8 exclude_outside (cubic).
+ *          f: 0 scale_h 1 scale_w 2 cubic_coeff_a.
  * GATHER   aux = indices. p: 0 outer 1 axis 2 inner 3 nidx.
  */
 
