@@ -31,51 +31,61 @@ static int conv_params_ok(const sk_kernel *k)
 }
 
 /* im2col of output positions [p0, p0+pl) of one group: col is
- * (Cg*KH*KW) x pl with leading dimension ldc. */
+ * (Cg*KH*KW) x pl with leading dimension ldc. The valid output columns of
+ * each kernel column kw form one range, so rows copy with plain loops
+ * (short rows, 7 to 28 wide, are too short for memcpy calls). */
+#pragma GCC push_options
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
 SK_MV static void im2col_tile(const float *x, int64_t Cg, int64_t H, int64_t W,
 			      int64_t KH, int64_t KW, int64_t SH, int64_t SW,
 			      int64_t PT, int64_t PL, int64_t DH, int64_t DW,
 			      int64_t OW, int64_t p0, int64_t pl, float *col,
 			      int64_t ldc)
 {
-	for (int64_t c = 0; c < Cg; c++) {
-		const float *xc = x + c * H * W;
-		for (int64_t kh = 0; kh < KH; kh++) {
-			for (int64_t kw = 0; kw < KW; kw++) {
+	for (int64_t kw = 0; kw < KW; kw++) {
+		/* output columns ow with 0 <= ow*SW - PL + kw*DW < W */
+		int64_t off = kw * DW - PL;
+		int64_t lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
+		int64_t hi = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1;
+		hi = SK_MIN(hi, OW);
+		lo = SK_MIN(lo, hi);
+		for (int64_t c = 0; c < Cg; c++) {
+			const float *xc = x + c * H * W;
+			for (int64_t kh = 0; kh < KH; kh++) {
 				float *dst = col + ((c * KH + kh) * KW + kw) * ldc;
 				int64_t p = p0;
 				while (p < p0 + pl) {
-					int64_t oh = p / OW, ow = p % OW;
-					int64_t seg = SK_MIN(OW - ow, p0 + pl - p);
+					int64_t oh = p / OW, ow0 = p % OW;
+					int64_t ow1 = SK_MIN(OW, ow0 + (p0 + pl - p));
 					int64_t ih = oh * SH - PT + kh * DH;
-					float *d = dst + (p - p0);
+					float *d = dst + (p - p0) - ow0;
 					if (ih < 0 || ih >= H) {
-						memset(d, 0, (size_t)seg * 4);
+						for (int64_t ow = ow0; ow < ow1; ow++)
+							d[ow] = 0.0f;
 					} else {
-						const float *xr = xc + ih * W;
-						int64_t iw0 = ow * SW - PL + kw * DW;
-						if (SW == 1) {
-							int64_t lo = SK_MIN(SK_MAX(-iw0, 0), seg);
-							int64_t hi = SK_MAX(SK_MIN(W - iw0, seg), lo);
-							if (lo > 0)
-								memset(d, 0, (size_t)lo * 4);
-							if (hi > lo)
-								memcpy(d + lo, xr + iw0 + lo, (size_t)(hi - lo) * 4);
-							if (seg > hi)
-								memset(d + hi, 0, (size_t)(seg - hi) * 4);
-						} else {
-							for (int64_t j = 0; j < seg; j++) {
-								int64_t iw = iw0 + j * SW;
-								d[j] = (iw >= 0 && iw < W) ? xr[iw] : 0.0f;
-							}
-						}
+						const float *xr = xc + ih * W + off;
+						int64_t a = SK_MAX(ow0, lo), b = SK_MIN(ow1, hi);
+						for (int64_t ow = ow0; ow < SK_MIN(a, ow1); ow++)
+							d[ow] = 0.0f;
+						if (SW == 1)
+							for (int64_t ow = a; ow < b; ow++)
+								d[ow] = xr[ow];
+						else if (SW == 2)
+							for (int64_t ow = a; ow < b; ow++)
+								d[ow] = xr[2 * ow];
+						else
+							for (int64_t ow = a; ow < b; ow++)
+								d[ow] = xr[ow * SW];
+						for (int64_t ow = SK_MAX(b, ow0); ow < ow1; ow++)
+							d[ow] = 0.0f;
 					}
-					p += seg;
+					p += ow1 - ow0;
 				}
 			}
 		}
 	}
 }
+#pragma GCC pop_options
 
 /* ---- CONV ------------------------------------------------------------ */
 
