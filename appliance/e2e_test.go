@@ -146,7 +146,7 @@ queue_len = 512
 // answered, ok or overloaded, and the counts add up on both sides.
 func TestOverloadAnswered(t *testing.T) {
 	model := classifierPath(t)
-	prof, err := ParseProfile("overload.toml", fmt.Sprintf(`
+	text := fmt.Sprintf(`
 [appliance]
 log_level = "warn"
 threads = 1
@@ -164,21 +164,9 @@ input_shape = [3, 48, 192]
 max_batch = 1
 batching = "fixed"
 queue_len = 2
-`, model))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, err := New(ctx, prof, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+`, model)
+	a, stop := startAppliance(t, "overload.toml", text)
 	addr, _ := a.PortAddr("port0")
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
 	cl := newClient(t, 22)
 	frame := make([]byte, 48*192*3)
 	const n = 300
@@ -203,9 +191,6 @@ queue_len = 2
 		}
 	}
 	stop()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
 	s := a.Stats()
 	t.Logf("%d ok, %d overloaded; IF served %d overloaded %d", ok, over, s.IFs[0].Served, s.IFs[0].Overloaded)
 	if over == 0 {
@@ -336,7 +321,7 @@ func TestCUDAFallsBackToCPU(t *testing.T) {
 		t.Skip("this machine has an NVIDIA driver")
 	}
 	model := classifierPath(t)
-	prof, err := ParseProfile("cuda.toml", fmt.Sprintf(`
+	a, stop := startAppliance(t, "cuda.toml", fmt.Sprintf(`
 [appliance]
 log_level = "warn"
 threads = 1
@@ -353,30 +338,14 @@ backend = "cuda"
 input = "u8-hwc"
 input_shape = [3, 48, 192]
 `, model))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, err := New(ctx, prof, nil)
-	if err != nil {
-		t.Fatalf("cuda without a driver did not fall back: %v", err)
-	}
-	defer a.Close()
 	if got := a.backends["cuda"].Name(); got != "cpu" {
 		t.Fatalf("cuda IF runs on %q, want the cpu backend", got)
 	}
 	addr, _ := a.PortAddr("port0")
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
 	cl := newClient(t, 24)
 	_ = cl.Send(addr, 7, 1, 0, make([]byte, 48*192*3))
 	if r, ok := cl.Wait(1, 10*time.Second); !ok || r.Status != wire.StatusOK {
 		t.Fatalf("request: %v %v", ok, r.Status)
 	}
 	stop()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
 }

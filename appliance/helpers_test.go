@@ -1,0 +1,48 @@
+package appliance
+
+import (
+	"context"
+	"testing"
+)
+
+// running is an appliance started by a test.
+type running struct {
+	*Appliance
+	stop   context.CancelFunc
+	runErr chan error
+}
+
+// startAppliance parses profile text, makes the appliance and runs it until
+// the returned stop is called (stop waits for Run and checks its error).
+func startAppliance(t *testing.T, name, text string) (*running, func()) {
+	t.Helper()
+	prof, err := ParseProfile(name, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, err := New(ctx, prof, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	r := &running{Appliance: a, stop: cancel, runErr: make(chan error, 1)}
+	go func() { r.runErr <- a.Run(runCtx) }()
+	stopped := false
+	stop := func() {
+		t.Helper()
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-r.runErr; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		stop()
+		a.Close()
+	})
+	return r, stop
+}
