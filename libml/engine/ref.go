@@ -191,6 +191,14 @@ func convGeom(n *graph.Node, in, k []int64, pool bool) (geom, error) {
 	return g, nil
 }
 
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
 // convTGeom is convGeom for ConvTranspose.
 func convTGeom(n *graph.Node, in, k []int64) (geom, []int64, error) {
 	r := len(in)
@@ -224,13 +232,16 @@ func convTGeom(n *graph.Node, in, k []int64) (geom, []int64, error) {
 		full := g.s[i]*(in[i]-1) + op[i] + ek
 		switch {
 		case len(oshape) == r:
+			// ONNX halves with floor division: a negative total (an output
+			// larger than the full result) pads the end negatively
 			total := full - oshape[i]
+			half := floorDiv(total, 2)
 			if auto == "SAME_UPPER" {
-				g.pb[i] = total / 2
-				g.pe[i] = total - total/2
+				g.pb[i] = half
+				g.pe[i] = total - half
 			} else {
-				g.pb[i] = total - total/2
-				g.pe[i] = total / 2
+				g.pb[i] = total - half
+				g.pe[i] = half
 			}
 			g.out[i] = oshape[i]
 		case auto == "SAME_UPPER" || auto == "SAME_LOWER":
