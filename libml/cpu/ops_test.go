@@ -212,6 +212,14 @@ func opCases() []opCase {
 			ins: []tin{{name: "x", shape: []int64{2, 3, 30}}, {name: "w", shape: []int64{5, 3, 4}, konst: true}, {name: "b", shape: []int64{5}, konst: true}}},
 		{name: "conv_large_output", nodes: nd("Conv", []string{"x", "w"}, attrInts("pads", 1, 1, 1, 1)),
 			ins: []tin{{name: "x", shape: x4(1, 8, 48, 48)}, {name: "w", shape: x4(16, 8, 3, 3), konst: true}}},
+		// Winograd F(2x2, 3x3): 3x3 stride 1 with >= 16 channels; odd
+		// output sizes (partial tiles), asymmetric and no padding
+		{name: "conv_winograd", nodes: nd("Conv", []string{"x", "w", "b"}, attrInts("pads", 1, 1, 1, 1)),
+			ins: []tin{{name: "x", shape: x4(2, 16, 30, 30)}, {name: "w", shape: x4(24, 16, 3, 3), konst: true}, {name: "b", shape: []int64{24}, konst: true}}},
+		{name: "conv_winograd_odd", nodes: nd("Conv", []string{"x", "w"}, attrInts("pads", 0, 1, 2, 0)),
+			ins: []tin{{name: "x", shape: x4(1, 17, 21, 19)}, {name: "w", shape: x4(16, 17, 3, 3), konst: true}}},
+		{name: "conv_winograd_nopad", nodes: nd("Conv", []string{"x", "w"}),
+			ins: []tin{{name: "x", shape: x4(3, 32, 25, 26)}, {name: "w", shape: x4(32, 32, 3, 3), konst: true}}},
 
 		{name: "convtranspose_s2", nodes: nd("ConvTranspose", []string{"x", "w", "b"}, attrInts("strides", 2, 2), attrInts("pads", 1, 1, 1, 1), attrInts("output_padding", 1, 1)),
 			ins: []tin{{name: "x", shape: x4(2, 4, 7, 6)}, {name: "w", shape: x4(4, 3, 3, 3), konst: true}, {name: "b", shape: []int64{3}, konst: true}}},
@@ -373,6 +381,11 @@ func opCases() []opCase {
 			{Name: "ad", Op: "Add", Inputs: []string{"s", "t"}, Outputs: []string{"u"}},
 			{Name: "r", Op: "Relu", Inputs: []string{"u"}, Outputs: []string{"y"}}},
 			ins: []tin{{name: "x", shape: x4(1, 4, 10, 10)}, {name: "w", shape: x4(6, 4, 3, 3), konst: true}, {name: "w2", shape: x4(6, 4, 1, 1), konst: true}}},
+		{name: "conv_winograd_residual_relu", nodes: []graph.Node{
+			{Name: "c1", Op: "Conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInts("pads", 1, 1, 1, 1)}},
+			{Name: "ad", Op: "Add", Inputs: []string{"t", "x"}, Outputs: []string{"u"}},
+			{Name: "r", Op: "Relu", Inputs: []string{"u"}, Outputs: []string{"y"}}},
+			ins: []tin{{name: "x", shape: x4(2, 16, 27, 27)}, {name: "w", shape: x4(16, 16, 3, 3), konst: true}, {name: "b", shape: []int64{16}, konst: true}}},
 		{name: "convtranspose_bn_sigmoid", nodes: []graph.Node{
 			{Name: "c", Op: "ConvTranspose", Inputs: []string{"x", "w"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInts("strides", 2, 2)}},
 			{Name: "bn", Op: "BatchNormalization", Inputs: []string{"t", "s", "b", "m", "v"}, Outputs: []string{"u"}},

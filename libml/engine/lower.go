@@ -351,6 +351,43 @@ func convP(xs []int64, cout, grp int64, gm geom) [16]int64 {
 	return p
 }
 
+// winogradOK reports whether a convolution runs as Winograd F(2x2, 3x3):
+// ungrouped 3x3, stride 1, dilation 1, enough channels and output to pay
+// for the transforms.
+func winogradOK(p [16]int64) bool {
+	return p[5] == 1 && p[6] == 3 && p[7] == 3 && p[8] == 1 && p[9] == 1 &&
+		p[12] == 1 && p[13] == 1 && p[1] >= 16 && p[4] >= 16 &&
+		p[14] >= 4 && p[15] >= 4
+}
+
+// winogradWeights transforms 3x3 weights w [Cout][C][3][3] into
+// U = G g G^T laid out [16][Cout][C].
+func winogradWeights(w []float32, cout, cin int64) []float32 {
+	u := make([]float32, 16*cout*cin)
+	for o := int64(0); o < cout; o++ {
+		for i := int64(0); i < cin; i++ {
+			g := w[(o*cin+i)*9 : (o*cin+i)*9+9]
+			// t = G g (4x3), G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
+			var t [4][3]float64
+			for j := 0; j < 3; j++ {
+				g0, g1, g2 := float64(g[j]), float64(g[3+j]), float64(g[6+j])
+				t[0][j] = g0
+				t[1][j] = 0.5 * (g0 + g1 + g2)
+				t[2][j] = 0.5 * (g0 - g1 + g2)
+				t[3][j] = g2
+			}
+			for a := 0; a < 4; a++ {
+				r := [4]float64{t[a][0], 0.5 * (t[a][0] + t[a][1] + t[a][2]),
+					0.5 * (t[a][0] - t[a][1] + t[a][2]), t[a][2]}
+				for b := 0; b < 4; b++ {
+					u[(int64(a*4+b)*cout+o)*cin+i] = float32(r[b])
+				}
+			}
+		}
+	}
+	return u
+}
+
 func (c *compiler) lowerConv(g *group) error {
 	n := c.node(g)
 	x, err := c.rtIn(n, 0)
@@ -423,6 +460,18 @@ func (c *compiler) lowerConv(g *group) error {
 		}
 		s.set(&d.k)
 		d.in = [MaxIn]operand{wop, xop, bias, res}
+		c.setAct(&d, g)
+		if d.out, _, err = c.output(c.outName(g)); err != nil {
+			return err
+		}
+		c.emit(d)
+	case winogradOK(p):
+		// 3x3 stride 1: Winograd F(2x2, 3x3) (P[16] = 1) on weights
+		// transformed here
+		d := c.draft(g, OpConv)
+		copy(d.k.P[:16], p[:])
+		d.k.P[16] = 1
+		d.in = [MaxIn]operand{xop, c.newConst(winogradWeights(w.t.F, Cout, C)), bias, res}
 		c.setAct(&d, g)
 		if d.out, _, err = c.output(c.outName(g)); err != nil {
 			return err

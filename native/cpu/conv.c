@@ -18,6 +18,10 @@
 #define CONV_BLOCK_MAX 8e6
 #define CONV_SUB_MAX 3.2e7 /* flops per sgemm call inside a block */
 
+/* winograd.c: p[16] = 1 selects Winograd F(2x2, 3x3) */
+void sk_prep_wino(sk_kernel *k, int units);
+void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+
 static int conv_params_ok(const sk_kernel *k)
 {
 	const int64_t *p = k->p;
@@ -95,6 +99,10 @@ void sk_prep_conv(sk_kernel *k, int units)
 		k->grid = -1;
 		return;
 	}
+	if (k->p[16] == 1) {
+		sk_prep_wino(k, units);
+		return;
+	}
 	const int64_t *p = k->p;
 	int64_t N = p[0], C = p[1], G = p[5], Cout = p[4];
 	int64_t Kd = C / G * p[6] * p[7], Mg = Cout / G, OHW = p[14] * p[15];
@@ -138,6 +146,10 @@ void sk_prep_conv(sk_kernel *k, int units)
 
 void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
+	if (k->p[16] == 1) {
+		sk_block_wino(k, blk, ctx);
+		return;
+	}
 	const int64_t *p = k->p;
 	int64_t C = p[1], H = p[2], W = p[3], Cout = p[4], G = p[5];
 	int64_t KH = p[6], KW = p[7], OW = p[15], OHW = p[14] * p[15];

@@ -1,0 +1,186 @@
+/*
+ * winograd.c: Winograd F(2x2, 3x3) for 3x3 stride-1 dilation-1 ungrouped
+ * convolutions (an SK_OP_CONV kernel with p[16] = 1; the compiler passes the
+ * weights already transformed, U = G g G^T laid out [16][Cout][Cin]).
+ * One block is one image, a run of whole tile rows (2 output rows per tile
+ * row) and a run of output channels: input transform of its tiles into the
+ * unit's scratch (V: [Cin][16][T], so the 16 values of a tile land close
+ * together), 16 sgemm calls M[e] = U[e] V[e] (M: [Cout][16][T]) with a
+ * preemption check between them, then the output transform straight into
+ * the output rows and the fused epilogue. A block writes only its own
+ * output rows and channels: idempotent.
+ */
+#include "sluice_cpu.h"
+
+#include <cblas.h>
+
+#define WINO_SCRATCH_MAX (1 << 19) /* floats of V + M per block */
+
+void sk_prep_wino(sk_kernel *k, int units);
+void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+
+void sk_prep_wino(sk_kernel *k, int units)
+{
+	const int64_t *p = k->p;
+	int64_t N = p[0], C = p[1], Cout = p[4], OH = p[14], OW = p[15];
+	if (p[5] != 1 || p[6] != 3 || p[7] != 3 || p[8] != 1 || p[9] != 1 ||
+	    p[12] != 1 || p[13] != 1) {
+		k->grid = -1;
+		return;
+	}
+	int64_t TH = SK_CDIV(OH, 2), TW = SK_CDIV(OW, 2);
+	/* tile rows per block: the scratch stays within bounds, and there
+	 * are at least 4 blocks per unit where the rows allow */
+	int64_t cap = WINO_SCRATCH_MAX / (16 * (C + Cout) * TW);
+	int64_t rows = SK_CDIV(256, TW); /* aim at >= 256 tiles per sgemm */
+	int64_t want = N * TH / (4 * (int64_t)units);
+	if (rows > want)
+		rows = want;
+	if (rows > cap)
+		rows = cap;
+	if (rows < 1)
+		rows = 1;
+	if (rows > TH)
+		rows = TH;
+	int64_t rtiles = SK_CDIV(TH, rows);
+	/* few tiles (small images at small batches): split the output
+	 * channels too; every channel tile repeats the (cheap) input
+	 * transform */
+	int64_t mt = Cout;
+	if (N * rtiles < 4 * (int64_t)units) {
+		mt = SK_CDIV(Cout, SK_CDIV(4 * (int64_t)units, N * rtiles));
+		mt = SK_MAX(SK_CDIV(mt, 16) * 16, 32);
+		mt = SK_MIN(mt, Cout);
+	}
+	k->t[0] = rows;
+	k->t[1] = rtiles;
+	k->t[2] = mt;
+	k->t[3] = SK_CDIV(Cout, mt);
+	k->grid = N * rtiles * k->t[3];
+	k->scratch = 16 * (C + mt) * rows * TW;
+}
+
+/* input transform of tile rows [th0, th0+tr) of one image: V[c][e][t],
+ * ldv = T */
+SK_MV static void wino_in(const float *x, int64_t C, int64_t H, int64_t W,
+			  int64_t PT, int64_t PL, int64_t th0, int64_t tr,
+			  int64_t TW, float *V, int64_t ldv)
+{
+	int64_t T = tr * TW;
+	for (int64_t c = 0; c < C; c++) {
+		const float *xc = x + c * H * W;
+		float *vc = V + c * 16 * T;
+		for (int64_t r = 0; r < tr; r++) {
+			int64_t ih0 = 2 * (th0 + r) - PT;
+			int rin = ih0 >= 0 && ih0 + 3 < H;
+			for (int64_t tw = 0; tw < TW; tw++) {
+				int64_t iw0 = 2 * tw - PL;
+				float d[4][4];
+				if (rin && iw0 >= 0 && iw0 + 3 < W) {
+					const float *s = xc + ih0 * W + iw0;
+					for (int i = 0; i < 4; i++)
+						for (int j = 0; j < 4; j++)
+							d[i][j] = s[i * W + j];
+				} else {
+					for (int i = 0; i < 4; i++) {
+						int64_t ih = ih0 + i;
+						for (int j = 0; j < 4; j++) {
+							int64_t iw = iw0 + j;
+							d[i][j] = (ih >= 0 && ih < H && iw >= 0 && iw < W)
+									  ? xc[ih * W + iw]
+									  : 0.0f;
+						}
+					}
+				}
+				/* B^T d */
+				float b[4][4];
+				for (int j = 0; j < 4; j++) {
+					b[0][j] = d[0][j] - d[2][j];
+					b[1][j] = d[1][j] + d[2][j];
+					b[2][j] = d[2][j] - d[1][j];
+					b[3][j] = d[1][j] - d[3][j];
+				}
+				/* (B^T d) B */
+				float *v = vc + r * TW + tw;
+				for (int i = 0; i < 4; i++) {
+					v[(i * 4 + 0) * ldv] = b[i][0] - b[i][2];
+					v[(i * 4 + 1) * ldv] = b[i][1] + b[i][2];
+					v[(i * 4 + 2) * ldv] = b[i][2] - b[i][1];
+					v[(i * 4 + 3) * ldv] = b[i][1] - b[i][3];
+				}
+			}
+		}
+	}
+}
+
+/* output transform: Y = A^T m A of each tile (M[oc][e][t], ldm = T) into
+ * output rows oh0.. of channels 0..Cout of y */
+SK_MV static void wino_out(const float *M, int64_t Cout, int64_t T, int64_t ldm,
+			   int64_t tr, int64_t TW, int64_t OH, int64_t OW,
+			   int64_t oh0, float *y, int64_t OHW)
+{
+	for (int64_t oc = 0; oc < Cout; oc++) {
+		const float *mo = M + oc * 16 * T;
+		float *yo = y + oc * OHW;
+		for (int64_t r = 0; r < tr; r++) {
+			int64_t oh = oh0 + 2 * r;
+			float *y0 = yo + oh * OW;
+			float *y1 = y0 + OW;
+			int two = oh + 1 < OH;
+			for (int64_t tw = 0; tw < TW; tw++) {
+				const float *m = mo + r * TW + tw;
+				float a[4][4];
+				for (int e = 0; e < 16; e++)
+					a[e >> 2][e & 3] = m[e * ldm];
+				/* A^T m: two rows */
+				float s0[4], s1[4];
+				for (int j = 0; j < 4; j++) {
+					s0[j] = a[0][j] + a[1][j] + a[2][j];
+					s1[j] = a[1][j] - a[2][j] - a[3][j];
+				}
+				int64_t ow = 2 * tw;
+				y0[ow] = s0[0] + s0[1] + s0[2];
+				if (ow + 1 < OW)
+					y0[ow + 1] = s0[1] - s0[2] - s0[3];
+				if (two) {
+					y1[ow] = s1[0] + s1[1] + s1[2];
+					if (ow + 1 < OW)
+						y1[ow + 1] = s1[1] - s1[2] - s1[3];
+				}
+			}
+		}
+	}
+}
+
+void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t C = p[1], H = p[2], W = p[3], Cout = p[4];
+	int64_t OH = p[14], OW = p[15], OHW = OH * OW;
+	int64_t TW = SK_CDIV(OW, 2), TH = SK_CDIV(OH, 2);
+	int64_t rows = k->t[0], rtiles = k->t[1], mt = k->t[2], mtiles = k->t[3];
+	int64_t mi = blk % mtiles, ri = (blk / mtiles) % rtiles;
+	int64_t n = blk / (mtiles * rtiles), th0 = ri * rows;
+	int64_t m0 = mi * mt, ml = SK_MIN(mt, Cout - m0);
+	int64_t tr = SK_MIN(rows, TH - th0), T = tr * TW;
+	float *V = sk_scratch(ctx, 16 * (C + ml) * T);
+	if (!V)
+		return;
+	float *M = V + 16 * C * T;
+	wino_in(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, T);
+	for (int e = 0; e < 16; e++) {
+		SK_POLL(ctx);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ml, (int)T,
+			    (int)C, 1.0f, k->in[1] + (e * Cout + m0) * C, (int)C, V + e * T,
+			    (int)(16 * T), 0.0f, M + e * T, (int)(16 * T));
+	}
+	SK_POLL(ctx);
+	int64_t oh0 = 2 * th0, oh1 = SK_MIN(OH, 2 * (th0 + tr));
+	float *y = k->out + (n * Cout + m0) * OHW;
+	wino_out(M, ml, T, T, tr, TW, OH, OW, oh0, y, OHW);
+	const float *bias = k->in[2] ? k->in[2] + m0 : NULL;
+	const float *res = k->in[3] ? k->in[3] + (n * Cout + m0) * OHW + oh0 * OW : NULL;
+	if (bias || res || p[SKP_ACT])
+		sk_epilogue(y + oh0 * OW, ml, (oh1 - oh0) * OW, OHW, bias, NULL, res,
+			    OHW, (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+}
