@@ -381,6 +381,15 @@ func opCases() []opCase {
 			{Name: "ad", Op: "Add", Inputs: []string{"s", "t"}, Outputs: []string{"u"}},
 			{Name: "r", Op: "Relu", Inputs: []string{"u"}, Outputs: []string{"y"}}},
 			ins: []tin{{name: "x", shape: x4(1, 4, 10, 10)}, {name: "w", shape: x4(6, 4, 3, 3), konst: true}, {name: "w2", shape: x4(6, 4, 1, 1), konst: true}}},
+		{name: "dwconv3x3_clip", nodes: []graph.Node{
+			{Name: "c", Op: "Conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInt("group", 6), attrInts("pads", 1, 1, 1, 1)}},
+			{Name: "r", Op: "Clip", Inputs: []string{"t", "mn", "mx"}, Outputs: []string{"y"}}},
+			ins: []tin{{name: "x", shape: x4(2, 6, 21, 20)}, {name: "w", shape: x4(6, 1, 3, 3), konst: true}, {name: "b", shape: []int64{6}, konst: true},
+				{name: "mn", shape: []int64{}, data: []float32{-0.5}, konst: true}, {name: "mx", shape: []int64{}, data: []float32{1}, konst: true}}},
+		{name: "dwconv3x3_s2_relu", nodes: []graph.Node{
+			{Name: "c", Op: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInt("group", 4), attrInts("pads", 1, 0, 1, 1), attrInts("strides", 2, 2)}},
+			{Name: "r", Op: "Relu", Inputs: []string{"t"}, Outputs: []string{"y"}}},
+			ins: []tin{{name: "x", shape: x4(1, 4, 40, 37)}, {name: "w", shape: x4(4, 1, 3, 3), konst: true}}},
 		{name: "conv_winograd_residual_relu", nodes: []graph.Node{
 			{Name: "c1", Op: "Conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInts("pads", 1, 1, 1, 1)}},
 			{Name: "ad", Op: "Add", Inputs: []string{"t", "x"}, Outputs: []string{"u"}},

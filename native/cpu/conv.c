@@ -13,6 +13,11 @@
 #include "sluice_cpu.h"
 
 #include <cblas.h>
+
+/* gemm.c: sk_epilogue in one pass for bias, residual and ReLU / Clip */
+void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
+		      const float *brow, const float *bcol, const float *res,
+		      int64_t ldr, int act, float lo, float hi);
 #include <string.h>
 
 #define CONV_BLOCK_MAX 8e6
@@ -185,8 +190,8 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	const float *bias = k->in[2] ? k->in[2] + oc0 : NULL;
 	const float *res = k->in[3] ? k->in[3] + (n * Cout + oc0) * OHW + p0 : NULL;
 	if (bias || res || p[SKP_ACT])
-		sk_epilogue(y, ml, pl, OHW, bias, NULL, res, OHW, (int)p[SKP_ACT],
-			    k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+		sk_gemm_epilogue(y, ml, pl, OHW, bias, NULL, res, OHW, (int)p[SKP_ACT],
+				 k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 }
 
 /* ---- IM2COL ------------------------------------------------------------ */

@@ -79,6 +79,45 @@ void sk_prep_gemm(sk_kernel *k, int units)
 	k->grid = nb * k->t[2] * k->t[3];
 }
 
+/* epilogue in one pass over the tile for the common cases (bias, residual,
+ * then none, ReLU or Clip as sk_act_apply computes them); the others go
+ * to sk_epilogue */
+SK_MV static void gemm_epi_1(float *y, int64_t rows, int64_t cols, int64_t ldy,
+			     const float *brow, const float *bcol, const float *res,
+			     int64_t ldr, int act, float lo, float hi)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		float *yr = y + r * ldy;
+		const float *rr = res ? res + r * ldr : NULL;
+		float bv = brow ? brow[r] : 0.0f;
+		for (int64_t c = 0; c < cols; c++) {
+			float v = yr[c] + bv;
+			if (bcol)
+				v += bcol[c];
+			if (rr)
+				v += rr[c];
+			if (act == SK_ACT_RELU)
+				v = v > 0 ? v : 0;
+			else if (act == SK_ACT_CLIP)
+				v = v < lo ? lo : (v > hi ? hi : v);
+			yr[c] = v;
+		}
+	}
+}
+
+void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
+		      const float *brow, const float *bcol, const float *res,
+		      int64_t ldr, int act, float lo, float hi);
+void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
+		      const float *brow, const float *bcol, const float *res,
+		      int64_t ldr, int act, float lo, float hi)
+{
+	if (act == SK_ACT_NONE || act == SK_ACT_RELU || act == SK_ACT_CLIP)
+		gemm_epi_1(y, rows, cols, ldy, brow, bcol, res, ldr, act, lo, hi);
+	else
+		sk_epilogue(y, rows, cols, ldy, brow, bcol, res, ldr, act, lo, hi);
+}
+
 void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -125,6 +164,6 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		bcol = bias + offbias + n0;
 	const float *res = k->in[3] ? k->in[3] + offc + m0 * ldc + n0 : NULL;
 	if (brow || bcol || res || p[SKP_ACT])
-		sk_epilogue(C, ml, nl, ldc, brow, bcol, res, ldc, (int)p[SKP_ACT],
-			    k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+		sk_gemm_epilogue(C, ml, nl, ldc, brow, bcol, res, ldc, (int)p[SKP_ACT],
+				 k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 }

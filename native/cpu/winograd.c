@@ -14,6 +14,11 @@
 
 #include <cblas.h>
 
+/* gemm.c: sk_epilogue in one pass for bias, residual and ReLU / Clip */
+void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
+		      const float *brow, const float *bcol, const float *res,
+		      int64_t ldr, int act, float lo, float hi);
+
 #define WINO_SCRATCH_MAX (1 << 19) /* floats of V + M per block */
 
 void sk_prep_wino(sk_kernel *k, int units);
@@ -181,6 +186,6 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	const float *bias = k->in[2] ? k->in[2] + m0 : NULL;
 	const float *res = k->in[3] ? k->in[3] + (n * Cout + m0) * OHW + oh0 * OW : NULL;
 	if (bias || res || p[SKP_ACT])
-		sk_epilogue(y + oh0 * OW, ml, (oh1 - oh0) * OW, OHW, bias, NULL, res,
-			    OHW, (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+		sk_gemm_epilogue(y + oh0 * OW, ml, (oh1 - oh0) * OW, OHW, bias, NULL, res,
+				 OHW, (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 }
