@@ -357,7 +357,8 @@ func convP(xs []int64, cout, grp int64, gm geom) [16]int64 {
 func winogradOK(p [16]int64) bool {
 	return p[5] == 1 && p[6] == 3 && p[7] == 3 && p[8] == 1 && p[9] == 1 &&
 		p[12] == 1 && p[13] == 1 && p[1] >= 16 && p[4] >= 16 &&
-		p[14] >= 4 && p[15] >= 4
+		p[14] >= 4 && p[15] >= 4 &&
+		16*(p[1]+p[4])*((p[15]+1)/2) <= 4<<20 // a tile row's scratch
 }
 
 // winogradWeights transforms 3x3 weights w [Cout][C][3][3] into
