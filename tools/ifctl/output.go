@@ -78,8 +78,10 @@ func fmtMS(ms float64) string {
 		d = d.Round(10 * time.Millisecond)
 	case d >= time.Millisecond:
 		d = d.Round(10 * time.Microsecond)
-	default:
+	case d >= time.Microsecond:
 		d = d.Round(time.Microsecond)
+	default:
+		d = d.Round(10 * time.Nanosecond) // sub-microsecond swap gaps
 	}
 	return d.String()
 }
