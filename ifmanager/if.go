@@ -505,8 +505,10 @@ func (f *IF) Swap(ctx context.Context, spec SwapSpec) (SwapResult, error) {
 	}
 	shadow, err := f.prepare(inst, max, units, share)
 	if err == nil {
-		// warm: one full batch through the shadow
-		err = f.be.InferBatch(ctx, inst, max, shadow.in, shadow.out)
+		// Warm: one request through the shadow pages in its weights and
+		// code; a full batch would steal more compute from the active
+		// instance, which shares the units until the switch.
+		err = f.be.InferBatch(ctx, inst, 1, shadow.in[:f.inElems], shadow.out[:f.outElems])
 	}
 	if err != nil {
 		_ = inst.Close()
