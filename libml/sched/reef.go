@@ -71,7 +71,7 @@ func (r *reef) next(l *lane) {
 		return
 	}
 	if !r.rtMode {
-		r.s.run(l, len(l.job.Model.prog.Kernels), false, false)
+		r.s.run(l, len(l.job.Model.prog.Kernels), false)
 	} else {
 		r.offerPad(l)
 	}
@@ -120,8 +120,7 @@ func (r *reef) startRT() {
 			r.s.finish(j)
 			continue
 		}
-		mark := r.rec != nil && !r.rec.rtDone && r.rec.rtStart == 0
-		r.s.run(r.rt, len(j.Model.prog.Kernels), r.pad != nil, mark)
+		r.s.run(r.rt, len(j.Model.prog.Kernels), r.pad != nil)
 		return
 	}
 }
@@ -138,7 +137,7 @@ func (r *reef) exitRT() {
 		if l.job == nil {
 			r.next(l)
 		} else {
-			r.s.run(l, len(l.job.Model.prog.Kernels), false, false)
+			r.s.run(l, len(l.job.Model.prog.Kernels), false)
 		}
 	}
 }
@@ -150,7 +149,7 @@ func (r *reef) segDone(l *lane, preempted bool) {
 		l.job = nil
 		s.finish(j)
 		if rec := r.rec; rec != nil && !rec.rtDone {
-			rec.rtStart = l.st.MarkNs()
+			rec.rtStart = j.KernelStart
 			rec.rtDone = true
 			s.finalize(rec)
 			r.rec = nil
@@ -172,7 +171,7 @@ func (r *reef) segDone(l *lane, preempted bool) {
 			s.finalize(rec)
 		}
 		if !r.rtMode {
-			s.run(l, len(l.job.Model.prog.Kernels), false, false)
+			s.run(l, len(l.job.Model.prog.Kernels), false)
 		} else {
 			r.offerPad(l)
 		}
@@ -275,4 +274,35 @@ func (r *reef) close() {
 		r.pad.Free()
 		r.pad = nil
 	}
+}
+
+// PreemptRestore preempts every running BE job and restores each as soon
+// as its stream has drained (policy reef, normal mode; other policies and
+// RT mode: no-op). It is a probe of the preemption and restore mechanisms
+// (tools/disb measures restore overhead with it; an operator can use it
+// to check the mechanism on a live appliance). It returns the number of
+// jobs preempted; their preemption latencies (preempt call to drained)
+// land in Stats.PreemptNs.
+func (s *Scheduler) PreemptRestore() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.pol.(*reef)
+	if !ok || r.rtMode || s.closed {
+		return 0
+	}
+	var rec *preemptRec
+	n := 0
+	for _, l := range r.be {
+		if !l.busy || l.preempted {
+			continue
+		}
+		t := s.preempt(l)
+		if rec == nil {
+			rec = &preemptRec{t0: t, rtStart: t, rtDone: true}
+		}
+		rec.waiting++
+		l.rec = rec
+		n++
+	}
+	return n
 }

@@ -3,8 +3,10 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
+	"syscall"
 
 	"sluice/libml/graph"
 	ncpu "sluice/native/cpu"
@@ -75,6 +77,11 @@ type Config struct {
 	// pins them to cores.
 	Units    int
 	PinUnits bool
+	// UnitNice, when not 0, is added to the process's nice value for the
+	// unit threads: the threads that steer them (arrivals, preemption,
+	// completions) then preempt them at once, which matters on a machine
+	// with as many units as cores.
+	UnitNice int
 	// Window is the device window: kernels outstanding per stream, the
 	// rest wait in the stream's host queue (REEF §4.2; default 4).
 	Window int
@@ -167,8 +174,12 @@ type Job struct {
 	// scheduler goroutine; it must not block).
 	Done func(*Job)
 
-	// Results, valid after completion. Times are on the Now clock.
+	// Results, valid after completion. Times are on the Now clock:
+	// Submitted, Started (bound to a stream, input copied), KernelStart
+	// (its first kernel's first block ran), KernelEnd (its last kernel's
+	// last block ended) and Finished (completion handled, output copied).
 	Submitted, Started, Finished int64
+	KernelStart, KernelEnd       int64
 	// Preemptions counts reset-based preemptions; ReexecNs is the
 	// profiled time of the kernels restores ran a second time.
 	Preemptions int
@@ -272,6 +283,17 @@ func New(cfg Config) (*Scheduler, error) {
 		return nil, fmt.Errorf("sched: %w", err)
 	}
 	s := &Scheduler{cfg: cfg, pool: pool}
+	if cfg.UnitNice != 0 {
+		cur, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
+		if err == nil {
+			// the raw syscall returns 20 - nice
+			err = pool.SetNice(20 - cur + cfg.UnitNice)
+		}
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("sched: unit nice %+d: %w", cfg.UnitNice, err)
+		}
+	}
 	if cfg.PadBudgetMBs == 0 {
 		s.bw = MeasureBandwidth() * 8 / 10
 	} else if cfg.PadBudgetMBs > 0 {
@@ -396,6 +418,7 @@ func (s *Scheduler) Submit(j *Job) error {
 		j.Arrival = now
 	}
 	j.Started, j.Finished, j.Preemptions, j.ReexecNs, j.PadBlocks, j.Err = 0, 0, 0, 0, 0, nil
+	j.KernelStart, j.KernelEnd = 0, 0
 	j.pos, j.posVer, j.posBlk, j.inst = 0, 0, 0, nil
 	j.done = make(chan struct{})
 	s.order++
@@ -488,7 +511,9 @@ func (s *Scheduler) Close() error {
 	}
 	fire := append(s.takeFire(), dropped...)
 	for _, l := range s.lanes {
+		l.st.SetNotify(-1)
 		l.st.Close()
+		l.efd.Close()
 	}
 	for _, m := range s.models {
 		m.mu.Lock()
@@ -523,8 +548,13 @@ func complete(js []*Job) {
 // lane is a stream with a virtual host queue and device window, and the
 // job bound to it.
 type lane struct {
-	id   int
-	st   *ncpu.Stream
+	id int
+	st *ncpu.Stream
+	// efd is the stream's drain notification (an eventfd the draining
+	// unit writes): waiters park in Go's poller, not in a blocking cgo
+	// call that would hold a P (on a 2-core machine, for up to sysmon's
+	// 10 ms).
+	efd  *os.File
 	job  *Job
 	busy bool // a segment is in flight (a waiter goroutine runs)
 	// the segment in flight: kernels [from, to), the first from block blk
@@ -545,7 +575,12 @@ func (s *Scheduler) newLane(id int) (*lane, error) {
 		st.Close()
 		return nil, err
 	}
-	return &lane{id: id, st: st}, nil
+	efd, err := st.NotifyFile()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &lane{id: id, st: st, efd: efd}, nil
 }
 
 // begin binds j to l (acquiring an instance and copying the input the
@@ -567,21 +602,22 @@ func (s *Scheduler) begin(l *lane, j *Job) error {
 
 // run launches kernels [j.pos, to) of l's job (the first from its saved
 // block and version) on l and starts a waiter. rt selects the launches
-// with unit masks and estimates (padding); mark records the first
-// kernel's start.
-func (s *Scheduler) run(l *lane, to int, rt, mark bool) {
+// with unit masks and estimates (padding).
+func (s *Scheduler) run(l *lane, to int, rt bool) {
 	if s.logSegs {
 		s.segs = append(s.segs, segEv{l.job, l.id, l.job.pos, to})
 	}
-	s.push(l, to, rt, mark)
+	s.push(l, to, rt)
 	l.busy = true
 	s.wg.Add(1)
 	go s.wait(l)
 }
 
-// push launches the segment without a waiter (run; tests).
-func (s *Scheduler) push(l *lane, to int, rt, mark bool) {
+// push launches the segment without a waiter (run; tests). Until the
+// job's first kernel has started, the stream records when it does.
+func (s *Scheduler) push(l *lane, to int, rt bool) {
 	j := l.job
+	mark := j.KernelStart == 0
 	in := j.inst
 	m := j.Model
 	L := in.beL
@@ -617,13 +653,23 @@ func (s *Scheduler) push(l *lane, to int, rt, mark bool) {
 		// a bug: every launch is validated when the tables are built
 		panic(fmt.Sprintf("sched: push %s kernels [%d, %d): %v", m.name, j.pos, to, err))
 	}
+	if lo >= hi {
+		// nothing to launch: the segment is over at once
+		var one [8]byte
+		one[0] = 1
+		l.efd.Write(one[:])
+	}
 }
 
 // wait blocks until l's segment has completed or drained after
 // preemption, then lets the policy act.
 func (s *Scheduler) wait(l *lane) {
 	defer s.wg.Done()
-	st := l.st.Sync()
+	var b [8]byte
+	if _, err := l.efd.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("sched: lane %d notification: %v", l.id, err))
+	}
+	st := l.st.Sync() // drained: returns at once
 	s.mu.Lock()
 	l.busy = false
 	if s.closed {
@@ -631,9 +677,13 @@ func (s *Scheduler) wait(l *lane) {
 		return
 	}
 	preempted := st == ncpu.Preempted
+	j := l.job
+	if j.KernelStart == 0 {
+		j.KernelStart = l.st.MarkNs()
+	}
 	if !preempted {
-		j := l.job
 		j.pos, j.posVer, j.posBlk = l.to, 0, 0
+		j.KernelEnd = l.st.DrainNs()
 	}
 	s.pol.segDone(l, preempted)
 	fire := s.takeFire()
@@ -655,6 +705,9 @@ func (s *Scheduler) restorePoint(l *lane) {
 	j := l.job
 	m := j.Model
 	idx := int(l.st.ExecIndex())
+	if debugRestore != nil {
+		debugRestore(m, idx, l)
+	}
 	l.st.Restore()
 	l.st.ResetIndex()
 	j.Preemptions++
@@ -693,6 +746,9 @@ func (s *Scheduler) finish(j *Job) {
 	s.stats.Jobs[j.Class]++
 	s.fire = append(s.fire, j)
 }
+
+// debugRestore, when set, sees every restore (probes).
+var debugRestore func(m *Model, idx int, l *lane)
 
 // preemptRec measures one RT-mode entry's preemption latency.
 type preemptRec struct {

@@ -188,7 +188,9 @@ func TestPoliciesMatchReference(t *testing.T) {
 // runSeg pushes job j's kernels [j.pos, to) on lane l and waits
 // (synchronously, no policy).
 func runSeg(s *Scheduler, l *lane, to int) ncpu.Status {
-	s.push(l, to, false, false)
+	s.push(l, to, false)
+	var b [8]byte
+	l.efd.Read(b[:]) // the drain notification
 	return l.st.Sync()
 }
 

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <stdio.h>
@@ -96,6 +97,7 @@ struct sk_stream {
 	sk_hq_node *hq_head, *hq_tail, *hq_free;
 	/* timestamps */
 	_Alignas(64) int64_t drain_ns;
+	int32_t notify_fd; /* written (eventfd) each time the stream drains */
 	uint32_t mark_seq;
 	int32_t mark_armed;
 	int64_t mark_ns;
@@ -107,6 +109,7 @@ typedef struct sk_unit {
 	int cpu;
 	pthread_t thread;
 	sk_ctx ctx;
+	int32_t tid; /* kernel thread id (0 until the unit has started) */
 } sk_unit;
 
 struct sk_pool {
@@ -281,7 +284,8 @@ static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 		ST(&s->completed, next);
 		ST(&s->ticket, (uint64_t)next << 32);
 	}
-	if (next == LD(&s->tail))
+	int drained_now = next == LD(&s->tail);
+	if (drained_now)
 		STR(&s->drain_ns, now_ns());
 	/* waiting: 1 = a waiter wants the queue drained, 2 = any completion */
 	__atomic_add_fetch(&s->done_gen, 1, __ATOMIC_SEQ_CST);
@@ -294,6 +298,15 @@ static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 	if (pumped || ((int32_t)(LD(&s->tail) - next) > 0 &&
 		       __atomic_load_n(&s->pool->sleepers, __ATOMIC_SEQ_CST)))
 		pool_kick(s->pool);
+	if (drained_now) {
+		/* drain notification (an eventfd a waiter polls) */
+		int fd = LDR(&s->notify_fd);
+		if (fd >= 0) {
+			uint64_t one = 1;
+			ssize_t r = write(fd, &one, sizeof(one));
+			(void)r;
+		}
+	}
 }
 
 /* try_block claims and runs one block of s's current kernel on unit u.
@@ -418,6 +431,7 @@ static void *unit_main(void *arg)
 	char name[16];
 	snprintf(name, sizeof(name), "sk-unit-%d", u->id);
 	pthread_setname_np(pthread_self(), name);
+	ST(&u->tid, (int32_t)syscall(SYS_gettid));
 	int start = 0;
 	while (!LD(&p->stop)) {
 		if (scan(p, u, start++)) 
@@ -526,6 +540,20 @@ void sk_pool_destroy(sk_pool *p)
 
 int sk_pool_units(const sk_pool *p) { return p->units; }
 
+int sk_pool_set_nice(sk_pool *p, int nice)
+{
+	int r = SK_OK;
+	for (int i = 0; i < p->units; i++) {
+		sk_unit *u = &p->unit[i];
+		int32_t tid;
+		while (!(tid = LD(&u->tid)))
+			sched_yield();
+		if (setpriority(PRIO_PROCESS, (id_t)tid, nice) != 0)
+			r = SK_ERR;
+	}
+	return r;
+}
+
 sk_stream *sk_stream_create(sk_pool *p, int cap)
 {
 	if (cap < 4)
@@ -580,6 +608,7 @@ sk_stream *sk_stream_create(sk_pool *p, int cap)
 	s->mark_armed = 0;
 	s->mark_ns = 0;
 	s->drain_ns = 0;
+	s->notify_fd = -1;
 	ST(&s->completed, LD(&s->tail));
 	ST(&s->ticket, (uint64_t)LD(&s->tail) << 32);
 	s->in_use = 1;
@@ -1017,6 +1046,8 @@ void sk_stream_mark(sk_stream *s, uint32_t seq)
 int64_t sk_stream_mark_ns(const sk_stream *s) { return LD(&s->mark_ns); }
 
 int64_t sk_stream_drain_ns(const sk_stream *s) { return LD(&s->drain_ns); }
+
+void sk_stream_set_notify(sk_stream *s, int fd) { ST(&s->notify_fd, fd); }
 
 /* ---- dynamic kernel padding (REEF §5) ------------------------------------ */
 

@@ -9,7 +9,9 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 )
 
@@ -24,6 +26,17 @@ func NowNs() int64 { return int64(C.sk_now_ns()) }
 // GCFreed counts host-queue launches freed by the pool's collector thread
 // (queues reset by HQPreempt).
 func (p *Pool) GCFreed() int64 { return int64(C.sk_pool_gc_freed(p.p)) }
+
+// SetNice sets the nice value of the pool's unit threads (setpriority on
+// each): a higher value than the process's lets the threads that steer
+// the units (submission, completion handling) preempt them at once on a
+// machine with as many units as cores.
+func (p *Pool) SetNice(nice int) error {
+	if C.sk_pool_set_nice(p.p, C.int(nice)) != C.SK_OK {
+		return fmt.Errorf("cpu: setpriority(units, %d) refused", nice)
+	}
+	return nil
+}
 
 // LaunchRange appends blocks [blk0, blk1) of kernel i of ks (execution
 // index idx) on the units in mask (0 = all).
@@ -98,6 +111,24 @@ func (s *Stream) MarkNs() int64 { return int64(C.sk_stream_mark_ns(s.s)) }
 // DrainNs is when the stream last became empty: its last running block
 // ended (NowNs clock).
 func (s *Stream) DrainNs() int64 { return int64(C.sk_stream_drain_ns(s.s)) }
+
+// SetNotify makes the unit that drains the stream write 1 to the eventfd
+// fd (fd < 0: off): a waiter then sleeps in Go's network poller instead
+// of a blocking call that holds a P (see NotifyFile).
+func (s *Stream) SetNotify(fd int) { C.sk_stream_set_notify(s.s, C.int(fd)) }
+
+// NotifyFile returns a non-blocking eventfd as an *os.File (reads park in
+// Go's network poller) and sets it as the stream's drain notification.
+// Each drain adds 1; a read returns the count and resets it. Close the
+// file after the stream.
+func (s *Stream) NotifyFile() (*os.File, error) {
+	fd, _, errno := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("cpu: eventfd: %w", errno)
+	}
+	s.SetNotify(int(fd))
+	return os.NewFile(fd, "sk-stream-notify"), nil
+}
 
 // KernelPtr is the C address of kernel i (padding tables).
 func (ks *Kernels) KernelPtr(i int) unsafe.Pointer { return unsafe.Pointer(ks.at(i)) }

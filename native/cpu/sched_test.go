@@ -598,3 +598,53 @@ func TestFlagResetsHostQueue(t *testing.T) {
 		t.Fatalf("x = %v, want 10", v)
 	}
 }
+
+// TestDrainNotify: the unit that drains a stream writes its eventfd once
+// per drain (completion or preemption).
+func TestDrainNotify(t *testing.T) {
+	pool := newPool(t, 2)
+	st, err := pool.NewStream(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.EnableHQ(4); err != nil {
+		t.Fatal(err)
+	}
+	f, err := st.NotifyFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	defer st.SetNotify(-1)
+	const nk, n = 20, 1 << 16
+	x := newFloats(t, n, 0)
+	ks := newKernels(t, nk)
+	l := newLaunches(t, nk)
+	for i := 0; i < nk; i++ {
+		unary(t, ks, i, x, x, actAffine, 1, 1, 2)
+		l.Set(i, Launch{Kernels: ks, K: i, Idx: int64(i)})
+	}
+	read := func() uint64 {
+		var b [8]byte
+		f.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := f.Read(b[:]); err != nil {
+			t.Fatalf("read notification: %v", err)
+		}
+		return *(*uint64)(unsafe.Pointer(&b[0]))
+	}
+	for r := 0; r < 3; r++ {
+		if _, err := st.Push(l, 0, nk, false); err != nil {
+			t.Fatal(err)
+		}
+		if c := read(); c != 1 {
+			t.Fatalf("round %d: %d notifications for one drain", r, c)
+		}
+		if s := st.Sync(); s != Done {
+			t.Fatalf("sync: %v", s)
+		}
+	}
+	if v := x.s()[0]; v != 3*nk {
+		t.Fatalf("x = %v", v)
+	}
+}

@@ -212,6 +212,10 @@ sk_pool *sk_pool_create(int units, int pin);
 /* sk_pool_destroy stops the workers; every stream must be destroyed. */
 void sk_pool_destroy(sk_pool *p);
 int sk_pool_units(const sk_pool *p);
+/* sk_pool_set_nice sets the units' nice value (setpriority on each unit
+ * thread), e.g. to let the threads that steer them run first on a small
+ * machine. Returns SK_ERR if the system refused. */
+int sk_pool_set_nice(sk_pool *p, int nice);
 /* sk_checks reports whether preemption checks are compiled in. */
 int sk_checks(void);
 
@@ -301,6 +305,10 @@ int64_t sk_stream_mark_ns(const sk_stream *s);
 /* sk_stream_drain_ns is when the stream last became empty (its last
  * running block ended). */
 int64_t sk_stream_drain_ns(const sk_stream *s);
+/* sk_stream_set_notify makes the unit that drains the stream write 1 to
+ * the eventfd fd (fd < 0: off), so a waiter can sleep in an event loop
+ * instead of a blocking call. */
+void sk_stream_set_notify(sk_stream *s, int fd);
 
 /* Dynamic kernel padding. A candidate is one best-effort job offered to
  * the units the RT stream's running kernel leaves idle: its kernels in

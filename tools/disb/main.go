@@ -1,0 +1,499 @@
+// Command disb is REEF's DNN inference serving benchmark (DISB, REEF §6.2,
+// Table 2) on sluice's scheduler (libml/sched), scaled for the CPU
+// backend: workloads A-E and an optional trace, each run under every
+// policy plus RT-only (the RT clients alone), in one invocation, on one
+// machine.
+//
+//	disb [-workloads A,B,C,D,E] [-policies rt-only,reef,reef-nopad,seq,conc,srpt,split]
+//	     [-duration 5s] [-warmup 500ms] [-units 2] [-trace file] [-scale 1]
+//	     [-window 4] [-alpha 4] [-md report.md] [-json report.json] [-svg plot.svg]
+//
+// RT clients send open-loop at a fraction of their model's measured
+// maximum throughput (uniform or Poisson gaps, or trace times); BE clients
+// are closed-loop. The report gives, per workload and policy: RT latency
+// (mean, p99) normalized to RT-only, total throughput normalized to seq
+// (REEF's metric: each client's jobs/s over its model's maximum,
+// summed), preemption latency (p50, p99), the re-executed share of BE
+// work, padding's blocks and gain (reef vs reef-nopad), SPLIT's violation
+// rate (latency > alpha x standalone) and latency jitter (standard
+// deviation), and kernel-selection time; then a restore-overhead
+// measurement (each BE job preempted once at a random moment and restored
+// at once) and the models' sizes.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"sluice/libml/sched"
+	"sluice/libml/zoo"
+)
+
+// row is one (workload, policy) result.
+type row struct {
+	Workload, Policy           string
+	RTMeanMs, RTP50Ms, RTP99Ms float64
+	RTJitterMs                 float64
+	RTMeanNorm, RTP99Norm      float64
+	RTCount                    int
+	// Thr is REEF's normalized throughput (sum over clients of jobs/s over
+	// the model's max); JobsPerSec the raw total; ThrNorm Thr / seq's.
+	Thr, JobsPerSec, ThrNorm float64
+	BEJobsPerSec             float64
+	PreemptN                 int
+	PreemptP50Us             float64
+	PreemptP99Us             float64
+	PreemptMaxUs             float64
+	ReexecShare              float64
+	PadBlocks                int64
+	PadJobs                  int64
+	PadGain                  float64
+	SelMeanNs, SelMaxNs      float64
+	SelCalls                 int64
+	ViolRate                 float64
+	Clients                  []*clientResult `json:"-"`
+}
+
+type report struct {
+	Host       string
+	Units      int
+	Duration   string
+	Window     int
+	Alpha      float64
+	Models     []modelRow
+	Rows       []*row
+	Restore    []restoreRow
+	Splits     []splitRow
+	BandwidthM int64
+	Command    string
+}
+
+type modelRow struct {
+	Role, Zoo, Size string
+	Kernels         int
+	StandaloneMs    float64
+	MaxPerSec       float64
+	Narrow          int
+	NarrowMs        float64
+	Versions, Kept  int
+}
+
+type restoreRow struct {
+	Role                   string
+	Jobs                   int
+	BaseMs, PreemptedMs    float64
+	OverheadPct            float64
+	Preemptions            int
+	ReexecMs, PreemptUsP50 float64
+}
+
+type splitRow struct {
+	Role             string
+	Blocks           int
+	Cuts             []int
+	MeanMs, StdMs    float64
+	Overhead, Fitnes float64
+}
+
+func main() {
+	wls := flag.String("workloads", "A,B,C,D,E", "DISB workloads to run (A-E; T needs -trace)")
+	pols := flag.String("policies", "rt-only,reef,reef-nopad,seq,conc,srpt,split", "policies (rt-only = the RT clients alone under reef)")
+	dur := flag.Duration("duration", 6*time.Second, "measurement window per workload and policy (split over the rounds)")
+	rounds := flag.Int("rounds", 3, "rounds: each policy runs duration/rounds per round, policies interleaved")
+	warm := flag.Duration("warmup", 500*time.Millisecond, "warm-up before the window")
+	units := flag.Int("units", 2, "worker units")
+	window := flag.Int("window", 4, "device window (kernels outstanding per stream)")
+	unitNice := flag.Int("unit-nice", 5, "unit threads' nice value above the process's (0: same)")
+	alpha := flag.Float64("alpha", 4, "SPLIT latency target: violation when latency > alpha x standalone time")
+	tracePath := flag.String("trace", "", "trace file (\"<arrival ms> <model>\" per line): adds workload T")
+	scale := flag.Int("scale", 1, "model size multiplier (image side 32*scale)")
+	restoreJobs := flag.Int("restore-jobs", 40, "jobs per model in the restore-overhead measurement (0 = skip)")
+	mdPath := flag.String("md", "", "write the markdown report here")
+	jsonPath := flag.String("json", "", "write the results as JSON here")
+	svgPath := flag.String("svg", "", "write the plot (SVG) here")
+	seed := flag.Int64("seed", 1, "random seed (arrivals, inputs)")
+	flag.Parse()
+	// RT clients sleep in nanosleep on threads of their own, which hold
+	// their P while they sleep: spare Ps keep the scheduler's goroutines
+	// running
+	runtime.GOMAXPROCS(max(8, 2*runtime.NumCPU()))
+
+	specs := defaultModels(*scale)
+	all := disbWorkloads()
+	var runs []workload
+	for _, w := range strings.Split(*wls, ",") {
+		w = strings.TrimSpace(strings.ToUpper(w))
+		if w == "" {
+			continue
+		}
+		if w == "T" {
+			continue
+		}
+		wl, ok := all[w]
+		if !ok {
+			fatalf("unknown workload %q (have A, B, C, D, E, T)", w)
+		}
+		runs = append(runs, wl)
+	}
+	if *tracePath != "" {
+		tw, err := readTrace(*tracePath, specs)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		runs = append(runs, tw)
+	}
+	if len(runs) == 0 {
+		fatalf("no workload to run")
+	}
+	var policies []string
+	for _, p := range strings.Split(*pols, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if p != "rt-only" && p != "reef-nopad" {
+			if _, err := sched.ParsePolicy(p); err != nil {
+				fatalf("%v", err)
+			}
+		}
+		policies = append(policies, p)
+	}
+
+	rep := &report{Units: *units, Duration: dur.String(), Window: *window, Alpha: *alpha,
+		Command: "disb " + strings.Join(os.Args[1:], " ")}
+	rep.Host, _ = os.Hostname()
+	rep.BandwidthM = sched.MeasureBandwidth()
+
+	// graphs, profiles, standalone times and max throughputs, once
+	graphs := map[string]*modelSpec{}
+	profiles := map[string]*sched.ModelProfile{}
+	maxThr := map[string]float64{}
+	standalone := map[string]float64{}
+	{
+		s, err := sched.New(sched.Config{Policy: sched.PolicySeq, Units: *units, Window: *window, UnitNice: *unitNice})
+		if err != nil {
+			fatalf("%v", err)
+		}
+		for _, r := range allRoles {
+			spec := specs[r]
+			graphs[r] = &spec
+			g, err := zoo.Build(spec.Zoo, spec.Opt)
+			if err != nil {
+				fatalf("%v", err)
+			}
+			m, err := s.Load(r, g, sched.ModelOptions{ProfileRuns: 10})
+			if err != nil {
+				fatalf("load %s: %v", r, err)
+			}
+			profiles[r] = m.Profile()
+			thr, mean := measureMax(s, m, 700*time.Millisecond)
+			maxThr[r], standalone[r] = thr, mean
+			sm := sched.Summarize(m.Profile(), *units)
+			rep.Models = append(rep.Models, modelRow{Role: r, Zoo: spec.Zoo, Size: spec.size(), Kernels: m.Kernels(),
+				StandaloneMs: mean / 1e6, MaxPerSec: thr, Narrow: sm.NarrowKernels, NarrowMs: sm.NarrowNs / 1e6,
+				Versions: sm.Versions, Kept: sm.Kept})
+			sp := sched.SplitBest(m.Profile(), 8, sched.GAConfig{Seed: *seed})
+			rep.Splits = append(rep.Splits, splitRow{Role: r, Blocks: len(sp.BlockNs), Cuts: sp.Cuts, MeanMs: sp.MeanNs / 1e6,
+				StdMs: sp.StdNs / 1e6, Overhead: sp.Overhead, Fitnes: sp.Fitness})
+			fmt.Fprintf(os.Stderr, "model %-4s %-12s %-28s %3d kernels  alone %7.2f ms  max %7.1f jobs/s\n",
+				r, spec.Zoo, spec.size(), m.Kernels(), mean/1e6, thr)
+		}
+		s.Close()
+	}
+
+	newSched := func(p string) (*sched.Scheduler, map[string]*sched.Model) {
+		cfg := sched.Config{Units: *units, Window: *window, BEQueues: 5, Alpha: *alpha, UnitNice: *unitNice}
+		switch p {
+		case "rt-only":
+			cfg.Policy = sched.PolicyREEF
+		case "reef-nopad":
+			cfg.Policy = sched.PolicyREEF
+			cfg.NoPadding = true
+		default:
+			cfg.Policy = sched.Policy(p)
+		}
+		s, err := sched.New(cfg)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		ms := map[string]*sched.Model{}
+		for _, r := range allRoles {
+			spec := graphs[r]
+			g, _ := zoo.Build(spec.Zoo, spec.Opt)
+			m, err := s.Load(r, g, sched.ModelOptions{Profile: profiles[r]})
+			if err != nil {
+				fatalf("load %s: %v", r, err)
+			}
+			ms[r] = m
+		}
+		return s, ms
+	}
+
+	for wi, w := range runs {
+		fmt.Fprintf(os.Stderr, "workload %s: %s\n", w.Name, w.Desc)
+		// rounds: every policy runs dur/rounds per round, in an order
+		// rotated each round, so that slow phases of a shared machine hit
+		// every policy alike
+		acc := map[string]*accum{}
+		for _, p := range policies {
+			acc[p] = &accum{clients: map[string]*clientResult{}}
+		}
+		for rd := 0; rd < *rounds; rd++ {
+			for k := range policies {
+				p := policies[(k+rd)%len(policies)]
+				s, ms := newSched(p)
+				res := runWorkload(s, w, ms, maxThr, standalone, p == "rt-only", *warm, *dur/time.Duration(*rounds),
+					*alpha, *seed+int64(wi)*1000+int64(rd)*100)
+				st := s.Stats()
+				s.Close()
+				acc[p].add(res, st)
+			}
+		}
+		byPol := map[string]*row{}
+		for _, p := range policies {
+			a := acc[p]
+			r := summarize(w.Name, p, a.results(), a.st, maxThr, *dur)
+			byPol[p] = r
+			rep.Rows = append(rep.Rows, r)
+			var svc, wait, tail []int64
+			for _, c := range a.results() {
+				svc, wait, tail = append(svc, c.SvcNs...), append(wait, c.WaitNs...), append(tail, c.TailNs...)
+			}
+			fmt.Fprintf(os.Stderr, "  %-10s RT mean %7.2f ms p99 %7.2f ms (n %4d; kernels p50 %.2f p99 %.2f, before p50 %.3f p99 %.3f, after p50 %.3f p99 %.3f)  thr %.3f (%.1f jobs/s)  preempt p50/p90/p99/max %.0f/%.0f/%.0f/%.0f us (n %d)  pad %d blk\n",
+				p, r.RTMeanMs, r.RTP99Ms, r.RTCount, pct(svc, 50)/1e6, pct(svc, 99)/1e6, pct(wait, 50)/1e6, pct(wait, 99)/1e6, pct(tail, 50)/1e6, pct(tail, 99)/1e6,
+				r.Thr, r.JobsPerSec, r.PreemptP50Us, pct(a.st.PreemptNs, 90)/1e3, r.PreemptP99Us, r.PreemptMaxUs, r.PreemptN, r.PadBlocks)
+		}
+		base, seq, nopad := byPol["rt-only"], byPol["seq"], byPol["reef-nopad"]
+		for _, p := range policies {
+			r := byPol[p]
+			if base != nil && base.RTMeanMs > 0 {
+				r.RTMeanNorm, r.RTP99Norm = r.RTMeanMs/base.RTMeanMs, r.RTP99Ms/base.RTP99Ms
+			}
+			if seq != nil && seq.Thr > 0 {
+				r.ThrNorm = r.Thr / seq.Thr
+			}
+			if p == "reef" && nopad != nil && nopad.Thr > 0 {
+				r.PadGain = r.Thr/nopad.Thr - 1
+			}
+		}
+	}
+
+	if *restoreJobs > 0 {
+		rep.Restore = measureRestore(*units, *window, *unitNice, graphs, profiles, *restoreJobs, *seed)
+	}
+
+	md := markdown(rep)
+	fmt.Print(md)
+	if *mdPath != "" {
+		if err := os.WriteFile(*mdPath, []byte(md), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+	if *jsonPath != "" {
+		b, _ := json.MarshalIndent(rep, "", " ")
+		if err := os.WriteFile(*jsonPath, append(b, '\n'), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+	if *svgPath != "" {
+		if err := os.WriteFile(*svgPath, []byte(plot(rep, policies)), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+}
+
+func fatalf(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "disb: "+f+"\n", a...)
+	os.Exit(1)
+}
+
+func pct(v []int64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]int64(nil), v...)
+	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return float64(s[max(0, min(i, len(s)-1))])
+}
+
+func summarize(wl, pol string, res []*clientResult, st sched.Stats, maxThr map[string]float64, dur time.Duration) *row {
+	r := &row{Workload: wl, Policy: pol, Clients: res}
+	var lat []int64
+	var beBusy, reexec float64
+	var viol, total int
+	for _, c := range res {
+		lat = append(lat, c.LatNs...)
+		ps := float64(c.Done) / dur.Seconds()
+		r.JobsPerSec += ps
+		r.Thr += ps / maxThr[c.Role]
+		if c.Class == "BE" {
+			r.BEJobsPerSec += ps
+			beBusy += float64(c.BusyNs)
+			reexec += c.ReexecNs
+		}
+		viol += c.Viol
+		total += c.Done
+	}
+	if len(lat) > 0 {
+		var sum, sq float64
+		for _, l := range lat {
+			sum += float64(l)
+		}
+		mean := sum / float64(len(lat))
+		for _, l := range lat {
+			sq += (float64(l) - mean) * (float64(l) - mean)
+		}
+		r.RTMeanMs = mean / 1e6
+		r.RTJitterMs = math.Sqrt(sq/float64(len(lat))) / 1e6
+		r.RTP50Ms = pct(lat, 50) / 1e6
+		r.RTP99Ms = pct(lat, 99) / 1e6
+		r.RTCount = len(lat)
+	}
+	if total > 0 {
+		r.ViolRate = float64(viol) / float64(total)
+	}
+	if beBusy > 0 {
+		r.ReexecShare = reexec / beBusy
+	}
+	r.PreemptN = len(st.PreemptNs)
+	r.PreemptP50Us = pct(st.PreemptNs, 50) / 1e3
+	r.PreemptP99Us = pct(st.PreemptNs, 99) / 1e3
+	r.PreemptMaxUs = pct(st.PreemptNs, 100) / 1e3
+	r.PadBlocks = st.PadBlocks
+	r.PadJobs = st.PadJobs
+	r.SelCalls = st.PadSelect.Calls
+	if st.PadSelect.Calls > 0 {
+		r.SelMeanNs = float64(st.PadSelect.Ns) / float64(st.PadSelect.Calls)
+		r.SelMaxNs = float64(st.PadSelect.MaxNs)
+	}
+	return r
+}
+
+// measureRestore runs each BE model's jobs alone under reef, preempting
+// every other job once at a random moment and restoring it at once (REEF
+// §6.4, Fig. 22): overhead = mean time of preempted jobs over unpreempted
+// ones, minus one.
+func measureRestore(units, window, unitNice int, specs map[string]*modelSpec, profiles map[string]*sched.ModelProfile, jobs int, seed int64) []restoreRow {
+	var out []restoreRow
+	rng := rand.New(rand.NewSource(seed))
+	for _, r := range allRoles {
+		s, err := sched.New(sched.Config{Policy: sched.PolicyREEF, Units: units, Window: window, BEQueues: 1, NoPadding: true, UnitNice: unitNice})
+		if err != nil {
+			fatalf("%v", err)
+		}
+		g, _ := zoo.Build(specs[r].Zoo, specs[r].Opt)
+		m, err := s.Load(r, g, sched.ModelOptions{Profile: profiles[r]})
+		if err != nil {
+			fatalf("%v", err)
+		}
+		in := make([]float32, m.InputSize())
+		var base, pre []float64
+		var preempts int
+		var reexec float64
+		for i := 0; i < jobs+4; i++ {
+			j := &sched.Job{Model: m, Class: sched.BE, In: in}
+			if err := s.Submit(j); err != nil {
+				fatalf("%v", err)
+			}
+			preempt := i%2 == 1
+			if preempt {
+				// a random moment inside the job
+				d := time.Duration(rng.Float64() * 0.9 * m.StandaloneNs())
+				t0 := time.Now()
+				for time.Since(t0) < d {
+				}
+				s.PreemptRestore()
+			}
+			j.Wait()
+			if i < 4 {
+				continue // warm-up
+			}
+			t := float64(j.Finished - j.Started)
+			if preempt {
+				pre = append(pre, t)
+				preempts += j.Preemptions
+				reexec += j.ReexecNs
+			} else {
+				base = append(base, t)
+			}
+		}
+		st := s.Stats()
+		s.Close()
+		bm, pm := median(base), median(pre)
+		out = append(out, restoreRow{Role: r, Jobs: len(pre), BaseMs: bm / 1e6, PreemptedMs: pm / 1e6,
+			OverheadPct: (pm/bm - 1) * 100, Preemptions: preempts, ReexecMs: reexec / float64(max(1, len(pre))) / 1e6,
+			PreemptUsP50: pct(st.PreemptNs, 50) / 1e3})
+		fmt.Fprintf(os.Stderr, "restore %-4s alone %.2f ms, preempted once %.2f ms (%+.1f%%), %d preemptions\n", r, bm/1e6, pm/1e6, (pm/bm-1)*100, preempts)
+	}
+	return out
+}
+
+// accum merges a policy's results over rounds.
+type accum struct {
+	clients map[string]*clientResult
+	order   []string
+	st      sched.Stats
+}
+
+func (a *accum) add(res []*clientResult, st sched.Stats) {
+	for _, c := range res {
+		m := a.clients[c.Name]
+		if m == nil {
+			cp := *c
+			a.clients[c.Name] = &cp
+			a.order = append(a.order, c.Name)
+			continue
+		}
+		m.Done += c.Done
+		m.LatNs = append(m.LatNs, c.LatNs...)
+		m.SvcNs = append(m.SvcNs, c.SvcNs...)
+		m.WaitNs = append(m.WaitNs, c.WaitNs...)
+		m.TailNs = append(m.TailNs, c.TailNs...)
+		m.Preempt += c.Preempt
+		m.ReexecNs += c.ReexecNs
+		m.PadBlk += c.PadBlk
+		m.BusyNs += c.BusyNs
+		m.Viol += c.Viol
+	}
+	a.st.Preemptions += st.Preemptions
+	a.st.PreemptNs = append(a.st.PreemptNs, st.PreemptNs...)
+	a.st.Restores += st.Restores
+	a.st.ReexecNs += st.ReexecNs
+	a.st.PadBlocks += st.PadBlocks
+	a.st.PadNs += st.PadNs
+	a.st.PadJobs += st.PadJobs
+	a.st.PadSelect.Calls += st.PadSelect.Calls
+	a.st.PadSelect.Ns += st.PadSelect.Ns
+	a.st.PadSelect.MaxNs = max(a.st.PadSelect.MaxNs, st.PadSelect.MaxNs)
+	a.st.PadSelect.Rule1 += st.PadSelect.Rule1
+	a.st.PadSelect.Rule2 += st.PadSelect.Rule2
+	a.st.ModeSwitches += st.ModeSwitches
+	a.st.Jobs[0] += st.Jobs[0]
+	a.st.Jobs[1] += st.Jobs[1]
+}
+
+func (a *accum) results() []*clientResult {
+	var out []*clientResult
+	for _, n := range a.order {
+		out = append(out, a.clients[n])
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
