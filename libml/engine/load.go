@@ -37,6 +37,9 @@ type Options struct {
 	// NoFusion disables operator fusion (tests use it to run each operator
 	// as its own kernel).
 	NoFusion bool
+	// NoWinograd keeps 3x3 convolutions on the direct path: for backends
+	// whose kernels have no Winograd variant (cuda).
+	NoWinograd bool
 }
 
 // Model is a loaded model: its graph after load-time rewriting and its

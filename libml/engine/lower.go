@@ -466,7 +466,7 @@ func (c *compiler) lowerConv(g *group) error {
 			return err
 		}
 		c.emit(d)
-	case winogradOK(p):
+	case !c.m.opts.NoWinograd && winogradOK(p):
 		// 3x3 stride 1: Winograd F(2x2, 3x3) (P[16] = 1) on weights
 		// transformed here
 		d := c.draft(g, OpConv)
