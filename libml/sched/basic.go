@@ -52,7 +52,7 @@ func (p *seq) next() {
 			p.s.finish(j)
 			continue
 		}
-		p.s.run(p.l, len(j.Model.prog.Kernels), false)
+		p.s.run(p.l, len(j.Model.prog.Kernels), lkFast)
 	}
 }
 
@@ -116,7 +116,7 @@ func (p *conc) next(l *lane) {
 			p.s.finish(j)
 			continue
 		}
-		p.s.run(l, len(j.Model.prog.Kernels), false)
+		p.s.run(l, len(j.Model.prog.Kernels), lkFast)
 	}
 }
 

@@ -18,7 +18,9 @@ type IdemMeta struct {
 	// matches the program it is loaded with.
 	Ops []string `json:"ops"`
 	// Idempotent[i] reports whether kernel i alone is idempotent; Entry[i]
-	// is the first kernel of its minimal idempotent group (i when it is).
+	// is the first kernel of its minimal idempotent group (i when it is
+	// idempotent; 0 when only a restart from the first kernel, with the
+	// input copied in again, is safe).
 	Idempotent []bool `json:"idempotent"`
 	Entry      []int  `json:"entry"`
 	// Trace is what the groups were computed from (tools/idemcheck):
@@ -75,8 +77,8 @@ func (im *IdemMeta) check(m *Model) error {
 		if im.Ops != nil && im.Ops[i] != m.prog.Kernels[i].Ops {
 			return fmt.Errorf("idempotence metadata: kernel %d is %q, the program's is %q", i, im.Ops[i], m.prog.Kernels[i].Ops)
 		}
-		if im.Idempotent[i] != (e == i) {
-			return fmt.Errorf("idempotence metadata: kernel %d idempotent=%v but restarts at %d", i, im.Idempotent[i], e)
+		if im.Idempotent[i] && e != i {
+			return fmt.Errorf("idempotence metadata: kernel %d is idempotent but restarts at %d", i, e)
 		}
 	}
 	return nil

@@ -19,8 +19,9 @@ type ModelOptions struct {
 	// Versions are the tilings of the multi-version kernels (REEF §5.3):
 	// each entry is the unit count a version's kernels are tiled for.
 	// Version 0 is always the pool's unit count (the fastest kernels, the
-	// ones jobs run); the others only feed padding. Default: {units,
-	// 4*units, 1}. Dominated versions are pruned after profiling.
+	// ones jobs run); the others feed padding and reef's preemptible BE
+	// runs (Config.PreemptSlack). Default: {units, 4*units, 16*units, 1}.
+	// Dominated versions are pruned (for padding) after profiling.
 	Versions []int
 	// Profile gives measured kernel profiles (tools/kprof); nil profiles
 	// the model at load time with ProfileRuns runs.
@@ -63,9 +64,13 @@ type Model struct {
 	remain []float64
 	// launch index of each kernel (NOP kernels have none)
 	live []int
-	mu   sync.Mutex
-	free []*instance
-	all  []*instance
+	// prVer[k] is kernel k's most preemptible version: the one with the
+	// shortest blocks among those within the slack of the fastest kernel
+	// time (reef's BE streams run it)
+	prVer []int
+	mu    sync.Mutex
+	free  []*instance
+	all   []*instance
 	// closed is set by Scheduler.Close
 	closed bool
 }
@@ -165,7 +170,7 @@ func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model
 	m.tiles = []int{units}
 	vers := opt.Versions
 	if vers == nil {
-		vers = []int{units, 4 * units, 1}
+		vers = []int{units, 4 * units, 16 * units, 1}
 	}
 	for _, v := range vers {
 		if v < 1 || v > 64*ncpu.MaxUnits {
@@ -251,6 +256,34 @@ func (m *Model) setProfile(p *ModelProfile) error {
 	return nil
 }
 
+// PreemptVersions are the versions reef's BE streams run each kernel in
+// (0 = the fastest tiling).
+func (m *Model) PreemptVersions() []int { return append([]int(nil), m.prVer...) }
+
+// choosePreempt picks each kernel's most preemptible version: the shortest
+// block time among versions whose kernel time is within slack of version
+// 0's (slack < 0: version 0 everywhere). A running block ends only at its
+// next in-loop check, so shorter blocks preempt sooner.
+func (m *Model) choosePreempt(slack float64) {
+	m.prVer = make([]int, len(m.prog.Kernels))
+	if slack < 0 {
+		return
+	}
+	for i := range m.prof.Kernels {
+		vs := m.prof.Kernels[i].Versions
+		best := 0
+		for v := 1; v < len(vs) && v < len(m.tiles); v++ {
+			if vs[v].BlockNs <= 0 || vs[v].KernNs > vs[0].KernNs*(1+slack) {
+				continue
+			}
+			if vs[v].BlockNs < vs[best].BlockNs {
+				best = v
+			}
+		}
+		m.prVer[i] = best
+	}
+}
+
 // kernNs is kernel i's profiled time (version 0).
 func (m *Model) kernNs(i int) float64 { return m.prof.Kernels[i].Versions[0].KernNs }
 
@@ -265,8 +298,8 @@ type instance struct {
 	// launches of version 0 for BE lanes (no mask) and RT lanes (unit
 	// masks and estimates for padding); the last entry is scratch for a
 	// lane's first launch
-	beL, rtL *ncpu.Launches
-	pad      *ncpu.PadTable
+	beL, rtL, prL *ncpu.Launches
+	pad           *ncpu.PadTable
 }
 
 // acquire returns a free instance of the model, making one if needed.
@@ -331,6 +364,9 @@ func (in *instance) buildTables() error {
 	if in.rtL, err = ncpu.NewLaunches(nl + 1); err != nil {
 		return err
 	}
+	if in.prL, err = ncpu.NewLaunches(nl + 1); err != nil {
+		return err
+	}
 	nk, nv := len(m.prog.Kernels), len(m.tiles)
 	if in.pad, err = ncpu.NewPadTable(nk, nv); err != nil {
 		return err
@@ -358,6 +394,11 @@ func (in *instance) buildTables() error {
 		}
 		li := m.live[i]
 		in.beL.Set(li, ncpu.Launch{Kernels: k0, K: i, Idx: int64(i)})
+		pv := 0
+		if i < len(m.prVer) {
+			pv = m.prVer[i]
+		}
+		in.prL.Set(li, ncpu.Launch{Kernels: in.ver[pv], K: i, Idx: int64(i)})
 		v0 := &kp.Versions[0]
 		grid := int(k0.Info(i).Grid)
 		var mask uint64
@@ -374,10 +415,11 @@ func (in *instance) freeMem() {
 		ks.Free()
 	}
 	in.ver = nil
-	if in.beL != nil {
-		in.beL.Free()
-		in.rtL.Free()
-		in.beL, in.rtL = nil, nil
+	for _, l := range []**ncpu.Launches{&in.beL, &in.rtL, &in.prL} {
+		if *l != nil {
+			(*l).Free()
+			*l = nil
+		}
 	}
 	if in.pad != nil {
 		in.pad.Free()

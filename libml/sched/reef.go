@@ -71,7 +71,7 @@ func (r *reef) next(l *lane) {
 		return
 	}
 	if !r.rtMode {
-		r.s.run(l, len(l.job.Model.prog.Kernels), false)
+		r.s.run(l, len(l.job.Model.prog.Kernels), lkPreempt)
 	} else {
 		r.offerPad(l)
 	}
@@ -120,7 +120,7 @@ func (r *reef) startRT() {
 			r.s.finish(j)
 			continue
 		}
-		r.s.run(r.rt, len(j.Model.prog.Kernels), r.pad != nil)
+		r.s.run(r.rt, len(j.Model.prog.Kernels), rtKind(r.pad != nil))
 		return
 	}
 }
@@ -137,7 +137,7 @@ func (r *reef) exitRT() {
 		if l.job == nil {
 			r.next(l)
 		} else {
-			r.s.run(l, len(l.job.Model.prog.Kernels), false)
+			r.s.run(l, len(l.job.Model.prog.Kernels), lkPreempt)
 		}
 	}
 }
@@ -171,7 +171,7 @@ func (r *reef) segDone(l *lane, preempted bool) {
 			s.finalize(rec)
 		}
 		if !r.rtMode {
-			s.run(l, len(l.job.Model.prog.Kernels), false)
+			s.run(l, len(l.job.Model.prog.Kernels), lkPreempt)
 		} else {
 			r.offerPad(l)
 		}
@@ -305,4 +305,14 @@ func (s *Scheduler) PreemptRestore() int {
 		n++
 	}
 	return n
+}
+
+// rtKind is the RT stream's launch kind: with padding, RT kernels are
+// restricted to as many units as they have blocks and carry their
+// estimates.
+func rtKind(padding bool) launchKind {
+	if padding {
+		return lkRT
+	}
+	return lkFast
 }

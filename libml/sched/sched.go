@@ -90,6 +90,12 @@ type Config struct {
 	BEQueues int
 	// NoPadding turns dynamic kernel padding off (reef).
 	NoPadding bool
+	// PreemptSlack: reef's BE streams run each kernel in the version with
+	// the shortest blocks among those whose profiled kernel time is
+	// within this fraction of the fastest version's (default 0.1; < 0:
+	// always the fastest). A running block stops only at its next in-loop
+	// check: shorter blocks mean faster preemption.
+	PreemptSlack float64
 	// PadBudgetMBs is padding's rule-2 budget: an RT kernel's bandwidth
 	// plus a padding block's must stay below it (MB/s). 0: 80% of the
 	// bandwidth measured at New; < 0: no limit.
@@ -137,6 +143,9 @@ func (c *Config) defaults() error {
 	if c.BEQueues > 32 {
 		return fmt.Errorf("sched: %d BE queues: want <= 32", c.BEQueues)
 	}
+	if c.PreemptSlack == 0 {
+		c.PreemptSlack = 0.1
+	}
 	if c.FairThreshold <= 0 {
 		c.FairThreshold = 8
 	}
@@ -165,8 +174,10 @@ type Job struct {
 	// User identifies the submitter for SRPT's fairness (default: the
 	// queue, RT jobs -1).
 	User int
-	// In is the input (Model.InputSize floats); Out, when not nil,
-	// receives the output (Model.OutputSize floats).
+	// In is the input (Model.InputSize floats; it must not change until
+	// the job finishes: a restart from the first kernel copies it in
+	// again); Out, when not nil, receives the output (Model.OutputSize
+	// floats).
 	In, Out []float32
 	// Arrival is when the request arrived (Now clock); 0 means at Submit.
 	Arrival int64
@@ -365,6 +376,7 @@ func (s *Scheduler) Load(name string, g *graph.Graph, opt ModelOptions) (*Model,
 		m.release()
 		return nil, fmt.Errorf("sched: load %q: %w", name, err)
 	}
+	m.choosePreempt(s.cfg.PreemptSlack)
 	if m.cuts == nil && s.cfg.Policy == PolicySplit {
 		var res SplitResult
 		if s.cfg.SplitBlocks > 0 {
@@ -600,14 +612,27 @@ func (s *Scheduler) begin(l *lane, j *Job) error {
 	return nil
 }
 
+// launchKind selects an instance's launch array.
+type launchKind int
+
+const (
+	// lkFast: version 0 (the fastest kernels), every unit.
+	lkFast launchKind = iota
+	// lkRT: version 0 restricted to as many units as blocks, with the
+	// estimates padding reads.
+	lkRT
+	// lkPreempt: each kernel in its most preemptible version (reef's BE
+	// streams, Model.PreemptVersions).
+	lkPreempt
+)
+
 // run launches kernels [j.pos, to) of l's job (the first from its saved
-// block and version) on l and starts a waiter. rt selects the launches
-// with unit masks and estimates (padding).
-func (s *Scheduler) run(l *lane, to int, rt bool) {
+// block and version) on l with the launches of kind k and starts a waiter.
+func (s *Scheduler) run(l *lane, to int, k launchKind) {
 	if s.logSegs {
 		s.segs = append(s.segs, segEv{l.job, l.id, l.job.pos, to})
 	}
-	s.push(l, to, rt)
+	s.push(l, to, k)
 	l.busy = true
 	s.wg.Add(1)
 	go s.wait(l)
@@ -615,16 +640,23 @@ func (s *Scheduler) run(l *lane, to int, rt bool) {
 
 // push launches the segment without a waiter (run; tests). Until the
 // job's first kernel has started, the stream records when it does.
-func (s *Scheduler) push(l *lane, to int, rt bool) {
+func (s *Scheduler) push(l *lane, to int, kind launchKind) {
 	j := l.job
 	mark := j.KernelStart == 0
 	in := j.inst
 	m := j.Model
 	L := in.beL
-	if rt {
+	rt := kind == lkRT
+	switch kind {
+	case lkRT:
 		L = in.rtL
+	case lkPreempt:
+		L = in.prL
 	}
 	l.from, l.ver, l.blk, l.to = j.pos, j.posVer, j.posBlk, to
+	if j.posBlk == 0 && j.posVer == 0 && kind == lkPreempt && j.pos < len(m.prVer) {
+		l.ver = m.prVer[j.pos]
+	}
 	l.preempted = false
 	l.st.Restore()
 	l.st.ResetIndex()
@@ -722,6 +754,11 @@ func (s *Scheduler) restorePoint(l *lane) {
 		j.pos, j.posVer, j.posBlk = l.from, l.ver, l.blk
 	} else {
 		j.pos, j.posVer, j.posBlk = e, 0, 0
+	}
+	if j.pos == 0 && j.posBlk == 0 {
+		// a restart from the top: the arena may have reused the input's
+		// memory, so copy the input in again
+		copy(j.inst.input(), j.In)
 	}
 	// the kernels completed before the interrupted one are run again
 	var re float64

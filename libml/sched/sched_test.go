@@ -188,7 +188,7 @@ func TestPoliciesMatchReference(t *testing.T) {
 // runSeg pushes job j's kernels [j.pos, to) on lane l and waits
 // (synchronously, no policy).
 func runSeg(s *Scheduler, l *lane, to int) ncpu.Status {
-	s.push(l, to, false)
+	s.push(l, to, lkFast)
 	var b [8]byte
 	l.efd.Read(b[:]) // the drain notification
 	return l.st.Sync()
@@ -619,5 +619,58 @@ func TestSubmitErrors(t *testing.T) {
 	}
 	if _, err := s.Load("x", graphs["squeeze"], ModelOptions{Batch: 1, Cuts: []int{5, 3}}); err == nil {
 		t.Fatal("unsorted cuts accepted")
+	}
+}
+
+// TestIdemTrace: the traced groups (tools/idemcheck) flag every in-place
+// kernel the compiler made, the scheduler loads them, and restores from
+// them are exact at every preemption point.
+func TestIdemTrace(t *testing.T) {
+	if !ncpu.ChecksCompiled() {
+		t.Skip("preemption checks compiled out")
+	}
+	load(t, newSched(t, Config{Policy: PolicySeq}), "bert", ModelOptions{}) // builds the graph
+	meta, rep, err := TraceIdempotence("bert", graphs["bert"], ModelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("trace: %s", rep)
+	if len(rep.Undeclared) > 0 {
+		t.Fatalf("kernels %v wrote outside their declared buffers", rep.Undeclared)
+	}
+	s := newSched(t, Config{Policy: PolicySeq})
+	m := load(t, s, "bert", ModelOptions{Idem: meta})
+	inPlace := 0
+	for i := range m.prog.Kernels {
+		if !m.prog.Kernels[i].Idempotent() {
+			inPlace++
+			if meta.Idempotent[i] {
+				t.Fatalf("kernel %d (%s) runs in place but the trace calls it idempotent", i, m.prog.Kernels[i].Ops)
+			}
+		}
+	}
+	if inPlace == 0 || len(rep.NonIdempotent) < inPlace {
+		t.Fatalf("trace found %d non-idempotent kernels, the compiler made %d in place", len(rep.NonIdempotent), inPlace)
+	}
+	for i, e := range m.idem {
+		if e != meta.Entry[i] {
+			t.Fatalf("model restarts kernel %d at %d, metadata says %d", i, e, meta.Entry[i])
+		}
+	}
+	want := reference(t, "bert", 9)[9]
+	n := restoreCheck(t, s, m, want, func(k int, g int64) []int64 { return []int64{0, g - 1} })
+	t.Logf("%d preemption points restored exactly from traced groups", n)
+	// metadata for another model or program is refused
+	bad := *meta
+	bad.Entry = append([]int(nil), meta.Entry...)
+	bad.Entry[len(bad.Entry)-1] = len(bad.Entry)
+	if _, err := s.Load("bert", graphs["bert"], ModelOptions{Idem: &bad}); err == nil {
+		t.Fatal("metadata with a forward restart point accepted")
+	}
+	bad = *meta
+	bad.Ops = append([]string(nil), meta.Ops...)
+	bad.Ops[0] = "Nope"
+	if _, err := s.Load("bert", graphs["bert"], ModelOptions{Idem: &bad}); err == nil {
+		t.Fatal("metadata for another program accepted")
 	}
 }

@@ -83,7 +83,7 @@ func (p *split) dispatch() {
 			p.s.finish(j)
 			continue
 		}
-		p.s.run(p.l, nextCut(j.Model, j.pos), false)
+		p.s.run(p.l, nextCut(j.Model, j.pos), lkFast)
 		return
 	}
 }

@@ -113,7 +113,7 @@ func (p *srpt) dispatch() {
 				}
 			}
 		}
-		p.s.run(p.l, to, false)
+		p.s.run(p.l, to, lkFast)
 		return
 	}
 }

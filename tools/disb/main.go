@@ -28,11 +28,13 @@ import (
 	"math"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
 	"time"
 
+	"sluice/libml/graph"
 	"sluice/libml/sched"
 	"sluice/libml/zoo"
 )
@@ -63,7 +65,10 @@ type row struct {
 }
 
 type report struct {
-	Host       string
+	Host string
+	// Load is the 1-minute load average at the start of every round (the
+	// machine is shared).
+	Load       []float64
 	Units      int
 	Duration   string
 	Window     int
@@ -115,11 +120,13 @@ func main() {
 	alpha := flag.Float64("alpha", 4, "SPLIT latency target: violation when latency > alpha x standalone time")
 	tracePath := flag.String("trace", "", "trace file (\"<arrival ms> <model>\" per line): adds workload T")
 	scale := flag.Int("scale", 1, "model size multiplier (image side 32*scale)")
+	calib := flag.Duration("calibrate", 250*time.Millisecond, "per round, measure each model's max throughput for this long first (0: once at start)")
 	restoreJobs := flag.Int("restore-jobs", 40, "jobs per model in the restore-overhead measurement (0 = skip)")
 	mdPath := flag.String("md", "", "write the markdown report here")
 	jsonPath := flag.String("json", "", "write the results as JSON here")
 	svgPath := flag.String("svg", "", "write the plot (SVG) here")
 	seed := flag.Int64("seed", 1, "random seed (arrivals, inputs)")
+	profDir := flag.String("profiles", "", "directory of kernel profiles (tools/kprof -o DIR/<ROLE>.json); missing or stale ones are measured")
 	flag.Parse()
 	// RT clients sleep in nanosleep on threads of their own, which hold
 	// their P while they sleep: spare Ps keep the scheduler's goroutines
@@ -174,6 +181,7 @@ func main() {
 
 	// graphs, profiles, standalone times and max throughputs, once
 	graphs := map[string]*modelSpec{}
+	built := map[string]*graph.Graph{} // built once: the weights take seconds to generate
 	profiles := map[string]*sched.ModelProfile{}
 	maxThr := map[string]float64{}
 	standalone := map[string]float64{}
@@ -189,9 +197,21 @@ func main() {
 			if err != nil {
 				fatalf("%v", err)
 			}
-			m, err := s.Load(r, g, sched.ModelOptions{ProfileRuns: 10})
-			if err != nil {
-				fatalf("load %s: %v", r, err)
+			built[r] = g
+			var m *sched.Model
+			if *profDir != "" {
+				path := filepath.Join(*profDir, r+".json")
+				if p, err := sched.LoadProfile(path); err == nil {
+					if m, err = s.Load(r, g, sched.ModelOptions{Profile: p}); err != nil {
+						fmt.Fprintf(os.Stderr, "disb: profile %s does not fit (%v): measuring\n", path, err)
+						m = nil
+					}
+				}
+			}
+			if m == nil {
+				if m, err = s.Load(r, g, sched.ModelOptions{ProfileRuns: 10}); err != nil {
+					fatalf("load %s: %v", r, err)
+				}
 			}
 			profiles[r] = m.Profile()
 			thr, mean := measureMax(s, m, 700*time.Millisecond)
@@ -226,9 +246,7 @@ func main() {
 		}
 		ms := map[string]*sched.Model{}
 		for _, r := range allRoles {
-			spec := graphs[r]
-			g, _ := zoo.Build(spec.Zoo, spec.Opt)
-			m, err := s.Load(r, g, sched.ModelOptions{Profile: profiles[r]})
+			m, err := s.Load(r, built[r], sched.ModelOptions{Profile: profiles[r]})
 			if err != nil {
 				fatalf("load %s: %v", r, err)
 			}
@@ -247,9 +265,16 @@ func main() {
 			acc[p] = &accum{clients: map[string]*clientResult{}}
 		}
 		for rd := 0; rd < *rounds; rd++ {
+			// calibrate: the models' max throughput now (RT rates are
+			// fractions of it; throughput is normalized by it)
+			if *calib > 0 {
+				maxThr, standalone = calibrate(*units, *window, *unitNice, w, built, profiles, *calib)
+			}
+			rep.Load = append(rep.Load, loadAvg())
 			for k := range policies {
 				p := policies[(k+rd)%len(policies)]
 				s, ms := newSched(p)
+				runtime.GC() // not inside a window
 				res := runWorkload(s, w, ms, maxThr, standalone, p == "rt-only", *warm, *dur/time.Duration(*rounds),
 					*alpha, *seed+int64(wi)*1000+int64(rd)*100)
 				st := s.Stats()
@@ -260,7 +285,7 @@ func main() {
 		byPol := map[string]*row{}
 		for _, p := range policies {
 			a := acc[p]
-			r := summarize(w.Name, p, a.results(), a.st, maxThr, *dur)
+			r := summarize(w.Name, p, a.results(), a.st, *rounds, *dur)
 			byPol[p] = r
 			rep.Rows = append(rep.Rows, r)
 			var svc, wait, tail []int64
@@ -287,7 +312,7 @@ func main() {
 	}
 
 	if *restoreJobs > 0 {
-		rep.Restore = measureRestore(*units, *window, *unitNice, graphs, profiles, *restoreJobs, *seed)
+		rep.Restore = measureRestore(*units, *window, *unitNice, built, profiles, *restoreJobs, *seed)
 	}
 
 	md := markdown(rep)
@@ -325,7 +350,7 @@ func pct(v []int64, p float64) float64 {
 	return float64(s[max(0, min(i, len(s)-1))])
 }
 
-func summarize(wl, pol string, res []*clientResult, st sched.Stats, maxThr map[string]float64, dur time.Duration) *row {
+func summarize(wl, pol string, res []*clientResult, st sched.Stats, rounds int, dur time.Duration) *row {
 	r := &row{Workload: wl, Policy: pol, Clients: res}
 	var lat []int64
 	var beBusy, reexec float64
@@ -334,7 +359,7 @@ func summarize(wl, pol string, res []*clientResult, st sched.Stats, maxThr map[s
 		lat = append(lat, c.LatNs...)
 		ps := float64(c.Done) / dur.Seconds()
 		r.JobsPerSec += ps
-		r.Thr += ps / maxThr[c.Role]
+		r.Thr += c.NormThr / float64(rounds)
 		if c.Class == "BE" {
 			r.BEJobsPerSec += ps
 			beBusy += float64(c.BusyNs)
@@ -382,7 +407,7 @@ func summarize(wl, pol string, res []*clientResult, st sched.Stats, maxThr map[s
 // every other job once at a random moment and restoring it at once (REEF
 // §6.4, Fig. 22): overhead = mean time of preempted jobs over unpreempted
 // ones, minus one.
-func measureRestore(units, window, unitNice int, specs map[string]*modelSpec, profiles map[string]*sched.ModelProfile, jobs int, seed int64) []restoreRow {
+func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph, profiles map[string]*sched.ModelProfile, jobs int, seed int64) []restoreRow {
 	var out []restoreRow
 	rng := rand.New(rand.NewSource(seed))
 	for _, r := range allRoles {
@@ -390,8 +415,7 @@ func measureRestore(units, window, unitNice int, specs map[string]*modelSpec, pr
 		if err != nil {
 			fatalf("%v", err)
 		}
-		g, _ := zoo.Build(specs[r].Zoo, specs[r].Opt)
-		m, err := s.Load(r, g, sched.ModelOptions{Profile: profiles[r]})
+		m, err := s.Load(r, graphs[r], sched.ModelOptions{Profile: profiles[r]})
 		if err != nil {
 			fatalf("%v", err)
 		}
@@ -454,6 +478,7 @@ func (a *accum) add(res []*clientResult, st sched.Stats) {
 			continue
 		}
 		m.Done += c.Done
+		m.NormThr += c.NormThr
 		m.LatNs = append(m.LatNs, c.LatNs...)
 		m.SvcNs = append(m.SvcNs, c.SvcNs...)
 		m.WaitNs = append(m.WaitNs, c.WaitNs...)
@@ -487,6 +512,39 @@ func (a *accum) results() []*clientResult {
 		out = append(out, a.clients[n])
 	}
 	return out
+}
+
+// calibrate measures the max throughput (jobs/s, closed loop, alone) and
+// standalone time of every model w uses, on a fresh seq scheduler.
+func calibrate(units, window, unitNice int, w workload, graphs map[string]*graph.Graph, profiles map[string]*sched.ModelProfile, d time.Duration) (map[string]float64, map[string]float64) {
+	s, err := sched.New(sched.Config{Policy: sched.PolicySeq, Units: units, Window: window, UnitNice: unitNice})
+	if err != nil {
+		fatalf("%v", err)
+	}
+	defer s.Close()
+	thr, alone := map[string]float64{}, map[string]float64{}
+	for _, c := range w.Clients {
+		if _, ok := thr[c.Role]; ok {
+			continue
+		}
+		m, err := s.Load(c.Role, graphs[c.Role], sched.ModelOptions{Profile: profiles[c.Role]})
+		if err != nil {
+			fatalf("%v", err)
+		}
+		thr[c.Role], alone[c.Role] = measureMax(s, m, d)
+	}
+	return thr, alone
+}
+
+// loadAvg is the 1-minute load average (0 if unknown).
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	fmt.Sscan(string(b), &l)
+	return l
 }
 
 func median(v []float64) float64 {

@@ -25,7 +25,7 @@ func f1(v float64) string {
 func markdown(r *report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### DISB on the CPU backend (%d units, window %d, %s per run)\n\n", r.Units, r.Window, r.Duration)
-	fmt.Fprintf(&b, "Command: `%s` (memory bandwidth measured %d MB/s).\n\n", r.Command, r.BandwidthM)
+	fmt.Fprintf(&b, "Command: `%s` (memory bandwidth measured %d MB/s; 1-minute load average at the rounds' starts: %s — the machine is shared).\n\n", r.Command, r.BandwidthM, loads(r.Load))
 	b.WriteString("Models (REEF's roles, zoo stand-ins sized for 2 cores; standalone time and max throughput measured alone, closed loop; narrow = kernels with fewer blocks than units, what padding can fill):\n\n")
 	b.WriteString("| role | zoo model | size | kernels | alone (ms) | max (jobs/s) | narrow kernels (ms) | versions kept / total |\n|---|---|---|--:|--:|--:|--:|--:|\n")
 	for _, m := range r.Models {
@@ -166,4 +166,15 @@ func plot(r *report, policies []string) string {
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
+}
+
+func loads(v []float64) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	lo, hi, sum := v[0], v[0], 0.0
+	for _, x := range v {
+		lo, hi, sum = math.Min(lo, x), math.Max(hi, x), sum+x
+	}
+	return fmt.Sprintf("%.2f-%.2f, mean %.2f", lo, hi, sum/float64(len(v)))
 }

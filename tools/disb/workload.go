@@ -174,6 +174,8 @@ type clientResult struct {
 	SvcNs, WaitNs, TailNs []int64
 	// Viol counts requests whose latency exceeded alpha x standalone.
 	Viol int
+	// NormThr is jobs/s over the model's max jobs/s (summed over rounds).
+	NormThr float64
 }
 
 // runWorkload runs w's clients (rtOnly: only the RT ones) on s for warm +
@@ -321,6 +323,11 @@ func runWorkload(s *sched.Scheduler, w workload, models map[string]*sched.Model,
 	case <-time.After(30 * time.Second):
 		fmt.Fprintln(os.Stderr, "disb: clients did not stop within 30 s; closing the scheduler")
 	}
+	mu.Lock()
+	for _, r := range results {
+		r.NormThr = float64(r.Done) / dur.Seconds() / maxThr[r.Role]
+	}
+	mu.Unlock()
 	return results
 }
 
