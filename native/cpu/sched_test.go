@@ -648,3 +648,60 @@ func TestDrainNotify(t *testing.T) {
 		t.Fatalf("x = %v", v)
 	}
 }
+
+// BenchmarkPadSelect measures padding's kernel selection (REEF §5.2: it
+// must take at most 2 us): five candidate jobs of 70 kernels in 4
+// versions, RT kernels' remaining times spread over 0-200 us, every
+// picked block completed at once.
+func BenchmarkPadSelect(b *testing.B) {
+	const nc, nk, nv = 5, 70, 4
+	x := newFloats(b, 1<<16, 0)
+	ks := newKernels(b, nv)
+	for v := 0; v < nv; v++ {
+		d := Desc{Op: OpUnary, Out: x.p}
+		d.In[0] = x.p
+		d.P[0] = int64(x.n)
+		if err := ks.Set(v, &d, 1<<v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pad, err := NewPad(nil, nc, 20000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pad.Free()
+	var tables []*PadTable
+	for c := 0; c < nc; c++ {
+		tb, err := NewPadTable(nk, nv)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tb.Free()
+		for k := 0; k < nk; k++ {
+			for v := 0; v < nv; v++ {
+				tb.Set(k, v, ks.KernelPtr(v), int64(5000+(k*37+v*911)%90000), int64(40000+(k*53+v*97)%200000), int64(500+(k+v)%3000))
+			}
+		}
+		tables = append(tables, tb)
+	}
+	reset := func() {
+		for c := 0; c < nc; c++ {
+			pad.SetCand(c, tables[c], Cursor{V: -1})
+		}
+	}
+	reset()
+	b.ResetTimer()
+	picked := 0
+	for i := 0; i < b.N; i++ {
+		c, _, _, _ := pad.Select(int64(i*7919%200000), int64(i%8000))
+		if c >= 0 {
+			pad.Complete(c, 1)
+			picked++
+		} else if i%1024 == 0 {
+			b.StopTimer()
+			reset()
+			b.StartTimer()
+		}
+	}
+	b.ReportMetric(float64(picked)/float64(b.N), "picked/op")
+}
