@@ -469,6 +469,9 @@ func (m *Model) dropDead() {
 // loadWeights copies every float constant the remaining nodes (or the
 // outputs) read into one arena, 16-float aligned.
 func (m *Model) loadWeights() error {
+	if !m.opts.NoWinograd {
+		m.addWinogradWeights()
+	}
 	var names []string
 	for name, t := range m.consts {
 		if t.IsFloat() {
@@ -506,6 +509,44 @@ func (m *Model) loadWeights() error {
 	}
 	m.weights = w[:total]
 	return nil
+}
+
+// winogradSuffix names the Winograd-domain copy of a 3x3 weight tensor.
+const winogradSuffix = "#winograd"
+
+// addWinogradWeights adds, for every convolution whose weights could run
+// as Winograd F(2x2, 3x3) (ungrouped 3x3, stride 1, dilation 1, enough
+// channels), the transformed weights as a model constant, so they live
+// once in the shared weight arena rather than in every batch size's
+// program. Whether a convolution actually takes the Winograd path also
+// depends on its output size, decided when a program is compiled.
+func (m *Model) addWinogradWeights() {
+	ones := func(v []int64) bool {
+		for _, x := range v {
+			if x != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range m.nodes {
+		n := &m.nodes[i]
+		if n.Op != "Conv" || len(n.Inputs) < 2 || n.AttrInt("group", 1) != 1 ||
+			!ones(n.AttrInts("strides", nil)) || !ones(n.AttrInts("dilations", nil)) {
+			continue
+		}
+		w := m.consts[n.Inputs[1]]
+		if w == nil || !w.IsFloat() || len(w.Shape) != 4 || w.Shape[2] != 3 || w.Shape[3] != 3 ||
+			w.Shape[0] < 16 || w.Shape[1] < 16 {
+			continue
+		}
+		name := n.Inputs[1] + winogradSuffix
+		if _, ok := m.consts[name]; ok {
+			continue
+		}
+		cout, cin := w.Shape[0], w.Shape[1]
+		m.consts[name] = &Tensor{DType: graph.Float32, Shape: []int64{cout, cin, 4, 4}, F: winogradWeights(w.F, cout, cin)}
+	}
 }
 
 // Name is the graph's name.

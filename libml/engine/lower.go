@@ -472,7 +472,15 @@ func (c *compiler) lowerConv(g *group) error {
 		d := c.draft(g, OpConv)
 		copy(d.k.P[:16], p[:])
 		d.k.P[16] = 1
-		d.in = [MaxIn]operand{xop, c.newConst(winogradWeights(w.t.F, Cout, C)), bias, res}
+		// The transformed weights live once in the model's arena
+		// (addWinogradWeights); a program copy is the fallback.
+		wt := noOperand
+		if off, ok := c.m.wOff[n.Inputs[1]+winogradSuffix]; ok {
+			wt = operand{sp: SpaceWeights, off: off}
+		} else {
+			wt = c.newConst(winogradWeights(w.t.F, Cout, C))
+		}
+		d.in = [MaxIn]operand{xop, wt, bias, res}
 		c.setAct(&d, g)
 		if d.out, _, err = c.output(c.outName(g)); err != nil {
 			return err
