@@ -48,8 +48,9 @@
 // off the critical path; its preemption flag is set, so queued blocks exit
 // at their prologue and running blocks at their next in-loop check. The RT
 // job is launched at once. Stats.PreemptNs holds, per RT-mode entry, the
-// time from the first preempt call until every preempted stream has
-// drained and the RT job's first kernel has started.
+// time from the first preempt call until no block of a preempted stream
+// runs any more and the RT job's first kernel has started (the queued
+// kernels of preempted streams are dropped lazily, when a unit passes by).
 //
 // Restore. When a preempted stream has drained, the scheduler reads its
 // execution index (the last kernel a block started) and restarts the job
@@ -60,8 +61,8 @@
 // (TraceIdempotence). PreemptRestore preempts and restores running BE
 // work on demand (a probe of the mechanism).
 //
-// Padding. While an RT kernel runs on fewer units than exist (its launch
-// is restricted to as many units as it has blocks), the other units run
+// Padding. While an RT kernel leaves units idle (every one of its blocks
+// is claimed, or it has fewer blocks than units), the idle units run
 // blocks of the suspended BE jobs. Units pick the blocks themselves, in C,
 // when they find no other work: a block qualifies only if its profiled
 // time is below the RT kernel's remaining time (rule 1) and if the RT

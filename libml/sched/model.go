@@ -295,9 +295,9 @@ type instance struct {
 	arena  unsafe.Pointer
 	arenaN int
 	ver    []*ncpu.Kernels // per version
-	// launches of version 0 for BE lanes (no mask) and RT lanes (unit
-	// masks and estimates for padding); the last entry is scratch for a
-	// lane's first launch
+	// launches of version 0 (beL), of version 0 with the estimates
+	// padding reads (rtL) and of the preemptible versions (prL); the last
+	// entry of each is scratch for a lane's first launch
 	beL, rtL, prL *ncpu.Launches
 	pad           *ncpu.PadTable
 }
@@ -399,13 +399,11 @@ func (in *instance) buildTables() error {
 			pv = m.prVer[i]
 		}
 		in.prL.Set(li, ncpu.Launch{Kernels: in.ver[pv], K: i, Idx: int64(i)})
+		// RT kernels run on any unit (a unit asleep must not hold one
+		// up); a unit that finds every block of the running RT kernel
+		// claimed may pad
 		v0 := &kp.Versions[0]
-		grid := int(k0.Info(i).Grid)
-		var mask uint64
-		if grid < m.units {
-			mask = (uint64(1) << grid) - 1
-		}
-		in.rtL.Set(li, ncpu.Launch{Kernels: k0, K: i, Idx: int64(i), EstNs: int64(v0.KernNs), BW: v0.KernBW, Mask: mask})
+		in.rtL.Set(li, ncpu.Launch{Kernels: k0, K: i, Idx: int64(i), EstNs: int64(v0.KernNs), BW: v0.KernBW})
 	}
 	return nil
 }

@@ -165,7 +165,11 @@ func (r *reef) segDone(l *lane, preempted bool) {
 	if preempted && l.preempted {
 		s.restorePoint(l)
 		if rec := l.rec; rec != nil {
-			rec.drain = max(rec.drain, l.st.DrainNs())
+			idle := l.st.IdleNs()
+			if idle == 0 {
+				idle = l.st.DrainNs()
+			}
+			rec.drain = max(rec.drain, idle)
 			rec.waiting--
 			l.rec = nil
 			s.finalize(rec)
@@ -307,9 +311,8 @@ func (s *Scheduler) PreemptRestore() int {
 	return n
 }
 
-// rtKind is the RT stream's launch kind: with padding, RT kernels are
-// restricted to as many units as they have blocks and carry their
-// estimates.
+// rtKind is the RT stream's launch kind: with padding, RT kernels carry
+// the estimates padding reads.
 func rtKind(padding bool) launchKind {
 	if padding {
 		return lkRT

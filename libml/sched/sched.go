@@ -226,8 +226,8 @@ type Stats struct {
 	Jobs [2]int64
 	// Preemptions counts RT-mode entries that preempted running BE work;
 	// PreemptNs holds each one's latency: from the first preempt call to
-	// the moment every preempted stream was drained and the RT job's first
-	// kernel had started (up to 1<<20 samples).
+	// the moment no block of a preempted stream ran any more and the RT
+	// job's first kernel had started (up to 1<<20 samples).
 	Preemptions int64
 	PreemptNs   []int64
 	// Restores counts BE restores after preemption; ReexecNs sums the
@@ -618,8 +618,7 @@ type launchKind int
 const (
 	// lkFast: version 0 (the fastest kernels), every unit.
 	lkFast launchKind = iota
-	// lkRT: version 0 restricted to as many units as blocks, with the
-	// estimates padding reads.
+	// lkRT: version 0 with the estimates padding reads.
 	lkRT
 	// lkPreempt: each kernel in its most preemptible version (reef's BE
 	// streams, Model.PreemptVersions).

@@ -97,6 +97,8 @@ struct sk_stream {
 	sk_hq_node *hq_head, *hq_tail, *hq_free;
 	/* timestamps */
 	_Alignas(64) int64_t drain_ns;
+	int64_t idle_ns;   /* when the last block running under the flag ended */
+	int32_t running;   /* blocks running now */
 	int32_t notify_fd; /* written (eventfd) each time the stream drains */
 	uint32_t mark_seq;
 	int32_t mark_armed;
@@ -361,6 +363,7 @@ static int try_block(sk_stream *s, sk_unit *u)
 		t0 = now_ns();
 	}
 	u->ctx.flag = &s->flag;
+	__atomic_add_fetch(&s->running, 1, __ATOMIC_SEQ_CST);
 #if SK_CHECKS
 	/* preemption prologue: exit if evicted, else record the index */
 	if (!__atomic_load_n(&s->flag, __ATOMIC_RELAXED)) {
@@ -373,6 +376,10 @@ static int try_block(sk_stream *s, sk_unit *u)
 		STR(&s->exec_idx, idx);
 	sk_table[k->op].block(k, b, &u->ctx);
 #endif
+	/* the last running block of a preempted stream: its units are idle */
+	if (__atomic_sub_fetch(&s->running, 1, __ATOMIC_SEQ_CST) == 0 &&
+	    __atomic_load_n(&s->flag, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&s->idle_ns, now_ns(), __ATOMIC_RELEASE);
 	if (prof) {
 		__atomic_add_fetch(&k->stat_block_ns, now_ns() - t0,
 				   __ATOMIC_RELAXED);
@@ -1012,7 +1019,14 @@ int64_t sk_hq_preempt(sk_stream *s)
 	hq_reset(s);
 	/* 2: the flag: queued blocks exit at their prologue, running blocks at
 	 * their next check; the ring is dropped by the unit that evicts */
+	__atomic_store_n(&s->idle_ns, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
+	/* no block running: the stream's units are idle already */
+	if (__atomic_load_n(&s->running, __ATOMIC_SEQ_CST) == 0) {
+		int64_t zero = 0;
+		__atomic_compare_exchange_n(&s->idle_ns, &zero, now_ns(), 0,
+					    __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+	}
 	return t0;
 }
 
@@ -1046,6 +1060,8 @@ void sk_stream_mark(sk_stream *s, uint32_t seq)
 int64_t sk_stream_mark_ns(const sk_stream *s) { return LD(&s->mark_ns); }
 
 int64_t sk_stream_drain_ns(const sk_stream *s) { return LD(&s->drain_ns); }
+
+int64_t sk_stream_idle_ns(const sk_stream *s) { return LD(&s->idle_ns); }
 
 void sk_stream_set_notify(sk_stream *s, int fd) { ST(&s->notify_fd, fd); }
 
@@ -1219,9 +1235,11 @@ static int try_pad(sk_pool *p, sk_unit *u)
 	sk_slot *sl = &rt->ring[seq & rt->capmask];
 	uint64_t mask = LDR(&sl->mask);
 	int64_t st = LD(&sl->start_ns), est = LDR(&sl->est_ns), bw = LDR(&sl->bw);
-	if ((mask >> u->id) & 1 || st <= 0 || est <= 0 ||
-	    (uint32_t)(LD(&rt->ticket) >> 32) != seq)
-		goto out; /* u is the RT kernel's, or it has not started */
+	int64_t claimed = (int64_t)(uint32_t)t;
+	if (st <= 0 || est <= 0 || (uint32_t)(LD(&rt->ticket) >> 32) != seq)
+		goto out; /* the RT kernel has not started */
+	if (((mask >> u->id) & 1) && claimed < LDR(&sl->grid))
+		goto out; /* it still has blocks for u */
 	int64_t t0 = now_ns();
 	int32_t k, v;
 	int64_t blk;

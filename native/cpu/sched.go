@@ -112,6 +112,11 @@ func (s *Stream) MarkNs() int64 { return int64(C.sk_stream_mark_ns(s.s)) }
 // ended (NowNs clock).
 func (s *Stream) DrainNs() int64 { return int64(C.sk_stream_drain_ns(s.s)) }
 
+// IdleNs is when, after HQPreempt, the last block running on the stream
+// ended (NowNs clock): from then on no unit works for the stream; its
+// queued kernels are dropped lazily, when a unit passes by.
+func (s *Stream) IdleNs() int64 { return int64(C.sk_stream_idle_ns(s.s)) }
+
 // SetNotify makes the unit that drains the stream write 1 to the eventfd
 // fd (fd < 0: off): a waiter then sleeps in Go's network poller instead
 // of a blocking call that holds a P (see NotifyFile).

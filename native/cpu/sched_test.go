@@ -318,6 +318,9 @@ func TestFlagStopsQueuedAndRunningBlocks(t *testing.T) {
 	if m := st.MarkNs(); m == 0 || m > t0 {
 		t.Fatalf("kernel start %d, preempt %d", m, t0)
 	}
+	if idle := st.IdleNs(); idle < t0 || idle > st.DrainNs() {
+		t.Fatalf("idle at %d: want between the preempt call %d and the drain %d", idle, t0, st.DrainNs())
+	}
 	want := float32(math.Sin(1))
 	// block 0: a processed prefix, then untouched floats
 	done := 0
@@ -533,6 +536,37 @@ func TestPaddingRunsOnIdleUnits(t *testing.T) {
 	}
 	st := pad.Stats()
 	t.Logf("%d padding blocks, %d selections, mean %.0f ns, max %d ns", cur.Blocks, st.Calls, float64(st.Ns)/float64(max(st.Calls, 1)), st.MaxNs)
+
+	// a grid-1 RT kernel allowed on every unit: the unit that finds its
+	// only block claimed pads
+	for i := range bx.s() {
+		bx.s()[i] = 0
+	}
+	grid1 := newKernels(t, 1)
+	gx, gy := newFloats(t, 1<<14, 1), newFloats(t, 1<<14, 0)
+	unary(t, grid1, 0, gx, gy, actSin, 0, 0, 2)
+	if g := grid1.Info(0).Grid; g != 1 {
+		t.Fatalf("grid %d, want 1", g)
+	}
+	// a long single block: sin over 16K floats repeated by a chain of
+	// in-place kernels would finish too soon, so estimate generously and
+	// run the same kernel many times
+	if err := pad.SetCand(0, tb, Cursor{V: -1}); err != nil {
+		t.Fatal(err)
+	}
+	pad.Start(pool)
+	l2 := newLaunches(t, 400)
+	for i := 0; i < 400; i++ {
+		l2.Set(i, Launch{Kernels: grid1, K: 0, EstNs: int64(time.Second)})
+	}
+	if _, err := rt.Push(l2, 0, 400, false); err != nil {
+		t.Fatal(err)
+	}
+	rt.Sync()
+	pad.Stop(pool)
+	if cur := pad.Cursor(0); cur.Blocks == 0 {
+		t.Fatalf("no padding beside grid-1 RT kernels that may run anywhere: %+v", cur)
+	}
 
 	// rule 1 at run time: an RT kernel with a tiny estimate leaves no room
 	for i := 0; i < nk; i++ {

@@ -305,6 +305,10 @@ int64_t sk_stream_mark_ns(const sk_stream *s);
 /* sk_stream_drain_ns is when the stream last became empty (its last
  * running block ended). */
 int64_t sk_stream_drain_ns(const sk_stream *s);
+/* sk_stream_idle_ns is when, after the flag was set (sk_hq_preempt), the
+ * last block running on the stream ended: from then on no unit works for
+ * it (the queued kernels are dropped lazily, when a unit passes by). */
+int64_t sk_stream_idle_ns(const sk_stream *s);
 /* sk_stream_set_notify makes the unit that drains the stream write 1 to
  * the eventfd fd (fd < 0: off), so a waiter can sleep in an event loop
  * instead of a blocking call. */
@@ -342,11 +346,12 @@ typedef struct sk_pad {
 	int32_t lock;
 } sk_pad;
 
-/* sk_pad_start makes the pool's units pad the kernels of pad->rt; a unit
+/* sk_pad_start makes the pool's units pad the kernels of pad->rt: a unit
  * pads only while the RT stream's running kernel (launched with est_ns > 0)
- * does not include it in its mask, and only with a block whose profiled
- * time is below the kernel's remaining time (rule 1) and whose bandwidth
- * fits the budget (rule 2). sk_pad_stop returns once no padding block runs;
+ * leaves it idle (it is outside the launch's unit mask, or every block of
+ * the kernel has been claimed), and only with a block whose profiled time
+ * is below the kernel's remaining time (rule 1) and whose bandwidth fits
+ * the budget (rule 2). sk_pad_stop returns once no padding block runs;
  * the cursors then say where each candidate stands. */
 void sk_pad_start(sk_pool *p, sk_pad *pad);
 void sk_pad_stop(sk_pool *p);
