@@ -32,6 +32,7 @@ func newReef(s *Scheduler) (*reef, error) {
 		if r.pad, err = ncpu.NewPad(r.rt.st, len(r.be), s.bw); err != nil {
 			return nil, err
 		}
+		r.pad.SetRule1(int(s.cfg.PadMargin * 100))
 	}
 	return r, nil
 }

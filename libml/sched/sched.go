@@ -96,6 +96,11 @@ type Config struct {
 	// always the fastest). A running block stops only at its next in-loop
 	// check: shorter blocks mean faster preemption.
 	PreemptSlack float64
+	// PadMargin is padding's rule 1 with a margin: a BE block qualifies
+	// when its profiled time is below PadMargin times the RT kernel's
+	// remaining time (default 1, REEF's rule; profiled times are means,
+	// and a block that overruns delays the next RT kernel).
+	PadMargin float64
 	// PadBudgetMBs is padding's rule-2 budget: an RT kernel's bandwidth
 	// plus a padding block's must stay below it (MB/s). 0: 80% of the
 	// bandwidth measured at New; < 0: no limit.
@@ -142,6 +147,9 @@ func (c *Config) defaults() error {
 	}
 	if c.BEQueues > 32 {
 		return fmt.Errorf("sched: %d BE queues: want <= 32", c.BEQueues)
+	}
+	if c.PadMargin <= 0 {
+		c.PadMargin = 1
 	}
 	if c.PreemptSlack == 0 {
 		c.PreemptSlack = 0.1

@@ -799,14 +799,39 @@ void sk_stream_preempt_at(sk_stream *s, int64_t idx, int64_t blk)
 
 /* ---- virtual host queues (REEF §4.2) ------------------------------------ */
 
-static void hq_lock(sk_stream *s)
+/* A lock shared by units and the threads that steer them: it spins a
+ * little, then sleeps on a futex (0 free, 1 held, 2 held with sleepers).
+ * A plain spinlock is a trap here: a steering thread that preempts a unit
+ * holding the lock on the same core would spin until its time slice ends. */
+static void sk_lock(int32_t *l)
 {
-	while (__atomic_exchange_n(&s->hq_lock, 1, __ATOMIC_ACQUIRE))
-		while (LDR(&s->hq_lock))
-			cpu_relax();
+	int32_t c = 0;
+	if (__atomic_compare_exchange_n(l, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return;
+	for (int i = 0; i < 200; i++) {
+		cpu_relax();
+		c = 0;
+		if (LDR(l) == 0 &&
+		    __atomic_compare_exchange_n(l, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return;
+	}
+	if (c != 2)
+		c = __atomic_exchange_n(l, 2, __ATOMIC_ACQUIRE);
+	while (c != 0) {
+		futex((uint32_t *)l, FUTEX_WAIT_PRIVATE, 2);
+		c = __atomic_exchange_n(l, 2, __ATOMIC_ACQUIRE);
+	}
 }
 
-static void hq_unlock(sk_stream *s) { ST(&s->hq_lock, 0); }
+static void sk_unlock(int32_t *l)
+{
+	if (__atomic_exchange_n(l, 0, __ATOMIC_RELEASE) == 2)
+		futex((uint32_t *)l, FUTEX_WAKE_PRIVATE, 1);
+}
+
+static void hq_lock(sk_stream *s) { sk_lock(&s->hq_lock); }
+
+static void hq_unlock(sk_stream *s) { sk_unlock(&s->hq_lock); }
 
 static void hq_free_chain(sk_hq_node *n)
 {
@@ -864,9 +889,9 @@ static void *gc_main(void *arg)
 		}
 		if (freed)
 			__atomic_add_fetch(&p->gc_freed, freed, __ATOMIC_RELAXED);
-		/* sleep until woken or 1 ms passed: the preempting thread never
+		/* sleep until woken or 5 ms passed: the preempting thread never
 		 * makes a system call to hand over garbage */
-		struct timespec ts = {0, 1000000};
+		struct timespec ts = {0, 5000000};
 		if (!LD(&p->gc_stop))
 			syscall(SYS_futex, &p->gc_gen, FUTEX_WAIT_PRIVATE, g, &ts, NULL, 0);
 	}
@@ -1067,20 +1092,16 @@ void sk_stream_set_notify(sk_stream *s, int fd) { ST(&s->notify_fd, fd); }
 
 /* ---- dynamic kernel padding (REEF §5) ------------------------------------ */
 
-static void pad_lock(sk_pad *pad)
-{
-	while (__atomic_exchange_n(&pad->lock, 1, __ATOMIC_ACQUIRE))
-		while (LDR(&pad->lock))
-			cpu_relax();
-}
+static void pad_lock(sk_pad *pad) { sk_lock(&pad->lock); }
 
-static void pad_unlock(sk_pad *pad) { ST(&pad->lock, 0); }
+static void pad_unlock(sk_pad *pad) { sk_unlock(&pad->lock); }
 
 static int pad_fits(const sk_pad *pad, const sk_pad_cand *c, int64_t i,
 		    int64_t rem_ns, int64_t rt_bw, int64_t *r1, int64_t *r2)
 {
 	int64_t bn = c->blk_ns[i];
-	if (bn <= 0 || bn >= rem_ns) { /* rule 1 */
+	int64_t pct = pad->rule1_pct > 0 ? pad->rule1_pct : 100;
+	if (bn <= 0 || bn * 100 >= rem_ns * pct) { /* rule 1 */
 		(*r1)++;
 		return 0;
 	}
@@ -1214,8 +1235,14 @@ void sk_pad_start(sk_pool *p, sk_pad *pad)
 void sk_pad_stop(sk_pool *p)
 {
 	__atomic_store_n(&p->pad, NULL, __ATOMIC_SEQ_CST);
-	while (__atomic_load_n(&p->pad_busy, __ATOMIC_SEQ_CST))
-		cpu_relax();
+	/* a unit inside a padding block finishes it (rule 1 bounds it); yield
+	 * rather than spin, the unit may share this thread's core */
+	for (int i = 0; __atomic_load_n(&p->pad_busy, __ATOMIC_SEQ_CST); i++) {
+		if (i < 100)
+			cpu_relax();
+		else
+			sched_yield();
+	}
 }
 
 /* try_pad runs one padding block on unit u if the RT stream's running
@@ -1252,6 +1279,8 @@ static int try_pad(sk_pool *p, sk_unit *u)
 	int64_t t1 = now_ns();
 	__atomic_add_fetch(&pad->sel_calls, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&pad->sel_ns, t1 - t0, __ATOMIC_RELAXED);
+	if (t1 - t0 > 2000)
+		__atomic_add_fetch(&pad->sel_over_2us, 1, __ATOMIC_RELAXED);
 	if (t1 - t0 > LDR(&pad->sel_max_ns))
 		STR(&pad->sel_max_ns, t1 - t0);
 	if (c < 0)

@@ -231,6 +231,11 @@ func NewPad(rt *Stream, capacity int, budgetMBs int64) (*Pad, error) {
 	return p, nil
 }
 
+// SetRule1 sets rule 1's margin: a block qualifies when its profiled time
+// is below pct percent of the RT kernel's remaining time (100 = REEF's
+// rule; <= 0 resets to 100).
+func (p *Pad) SetRule1(pct int) { p.p.rule1_pct = C.int64_t(pct) }
+
 // Free releases the context; padding must be stopped.
 func (p *Pad) Free() {
 	if p.p != nil {
@@ -334,8 +339,10 @@ func (p *Pad) Cursor(i int) Cursor {
 
 // PadStats are the selection statistics.
 type PadStats struct {
-	// Calls and Ns are selections and their total time; MaxNs the longest.
-	Calls, Ns, MaxNs int64
+	// Calls and Ns are selections and their total time; MaxNs the
+	// longest, Over2us how many took over 2 us (a unit descheduled while
+	// selecting counts too).
+	Calls, Ns, MaxNs, Over2us int64
 	// Rule1 and Rule2 count versions rejected by each rule.
 	Rule1, Rule2 int64
 }
@@ -343,11 +350,12 @@ type PadStats struct {
 // Stats reads the statistics.
 func (p *Pad) Stats() PadStats {
 	return PadStats{
-		Calls: atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_calls))),
-		Ns:    atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_ns))),
-		MaxNs: atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_max_ns))),
-		Rule1: atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.rule1_rejects))),
-		Rule2: atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.rule2_rejects))),
+		Calls:   atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_calls))),
+		Ns:      atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_ns))),
+		MaxNs:   atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_max_ns))),
+		Over2us: atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.sel_over_2us))),
+		Rule1:   atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.rule1_rejects))),
+		Rule2:   atomic.LoadInt64((*int64)(unsafe.Pointer(&p.p.rule2_rejects))),
 	}
 }
 

@@ -340,8 +340,11 @@ typedef struct sk_pad {
 	/* rule 2: the RT kernel's demand plus one padding block's must stay
 	 * within this many MB/s (<= 0: no limit) */
 	int64_t bw_budget;
+	/* rule 1 asks for a block time below rule1_pct percent of the RT
+	 * kernel's remaining time (<= 0: 100, REEF's rule) */
+	int64_t rule1_pct;
 	/* statistics */
-	int64_t sel_calls, sel_ns, sel_max_ns;
+	int64_t sel_calls, sel_ns, sel_max_ns, sel_over_2us;
 	int64_t rule1_rejects, rule2_rejects;
 	int32_t lock;
 } sk_pad;

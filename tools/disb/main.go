@@ -60,6 +60,7 @@ type row struct {
 	PadGain                  float64
 	SelMeanNs, SelMaxNs      float64
 	SelCalls                 int64
+	SelOver2us               float64
 	ViolRate                 float64
 	Clients                  []*clientResult `json:"-"`
 }
@@ -111,12 +112,13 @@ type splitRow struct {
 func main() {
 	wls := flag.String("workloads", "A,B,C,D,E", "DISB workloads to run (A-E; T needs -trace)")
 	pols := flag.String("policies", "rt-only,reef,reef-nopad,seq,conc,srpt,split", "policies (rt-only = the RT clients alone under reef)")
-	dur := flag.Duration("duration", 6*time.Second, "measurement window per workload and policy (split over the rounds)")
+	dur := flag.Duration("duration", 4*time.Second, "measurement window per workload and policy (split over the rounds)")
 	rounds := flag.Int("rounds", 3, "rounds: each policy runs duration/rounds per round, policies interleaved")
-	warm := flag.Duration("warmup", 500*time.Millisecond, "warm-up before the window")
+	warm := flag.Duration("warmup", 400*time.Millisecond, "warm-up before each round's window")
 	units := flag.Int("units", 2, "worker units")
 	window := flag.Int("window", 4, "device window (kernels outstanding per stream)")
 	unitNice := flag.Int("unit-nice", 5, "unit threads' nice value above the process's (0: same)")
+	padMargin := flag.Float64("pad-margin", 1, "padding's rule 1: block time below this fraction of the RT kernel's remaining time")
 	alpha := flag.Float64("alpha", 4, "SPLIT latency target: violation when latency > alpha x standalone time")
 	tracePath := flag.String("trace", "", "trace file (\"<arrival ms> <model>\" per line): adds workload T")
 	scale := flag.Int("scale", 1, "model size multiplier (image side 32*scale)")
@@ -230,7 +232,7 @@ func main() {
 	}
 
 	newSched := func(p string) (*sched.Scheduler, map[string]*sched.Model) {
-		cfg := sched.Config{Units: *units, Window: *window, BEQueues: 5, Alpha: *alpha, UnitNice: *unitNice}
+		cfg := sched.Config{Units: *units, Window: *window, BEQueues: 5, Alpha: *alpha, UnitNice: *unitNice, PadMargin: *padMargin}
 		switch p {
 		case "rt-only":
 			cfg.Policy = sched.PolicyREEF
@@ -255,6 +257,11 @@ func main() {
 		return s, ms
 	}
 
+	type polSched struct {
+		s  *sched.Scheduler
+		ms map[string]*sched.Model
+	}
+	scheds := map[string]*polSched{}
 	for wi, w := range runs {
 		fmt.Fprintf(os.Stderr, "workload %s: %s\n", w.Name, w.Desc)
 		// rounds: every policy runs dur/rounds per round, in an order
@@ -273,13 +280,18 @@ func main() {
 			rep.Load = append(rep.Load, loadAvg())
 			for k := range policies {
 				p := policies[(k+rd)%len(policies)]
-				s, ms := newSched(p)
+				ps := scheds[p]
+				if ps == nil {
+					// one scheduler per policy for the whole run (loading
+					// five models takes a while); idle between runs
+					ps = &polSched{}
+					ps.s, ps.ms = newSched(p)
+					scheds[p] = ps
+				}
 				runtime.GC() // not inside a window
-				res := runWorkload(s, w, ms, maxThr, standalone, p == "rt-only", *warm, *dur/time.Duration(*rounds),
+				res := runWorkload(ps.s, w, ps.ms, maxThr, standalone, p == "rt-only", *warm, *dur/time.Duration(*rounds),
 					*alpha, *seed+int64(wi)*1000+int64(rd)*100)
-				st := s.Stats()
-				s.Close()
-				acc[p].add(res, st)
+				acc[p].add(res, ps.s.Stats())
 			}
 		}
 		byPol := map[string]*row{}
@@ -311,6 +323,9 @@ func main() {
 		}
 	}
 
+	for _, ps := range scheds {
+		ps.s.Close()
+	}
 	if *restoreJobs > 0 {
 		rep.Restore = measureRestore(*units, *window, *unitNice, built, profiles, *restoreJobs, *seed)
 	}
@@ -399,6 +414,7 @@ func summarize(wl, pol string, res []*clientResult, st sched.Stats, rounds int, 
 	if st.PadSelect.Calls > 0 {
 		r.SelMeanNs = float64(st.PadSelect.Ns) / float64(st.PadSelect.Calls)
 		r.SelMaxNs = float64(st.PadSelect.MaxNs)
+		r.SelOver2us = float64(st.PadSelect.Over2us) / float64(st.PadSelect.Calls)
 	}
 	return r
 }
@@ -499,6 +515,7 @@ func (a *accum) add(res []*clientResult, st sched.Stats) {
 	a.st.PadSelect.Calls += st.PadSelect.Calls
 	a.st.PadSelect.Ns += st.PadSelect.Ns
 	a.st.PadSelect.MaxNs = max(a.st.PadSelect.MaxNs, st.PadSelect.MaxNs)
+	a.st.PadSelect.Over2us += st.PadSelect.Over2us
 	a.st.PadSelect.Rule1 += st.PadSelect.Rule1
 	a.st.PadSelect.Rule2 += st.PadSelect.Rule2
 	a.st.ModeSwitches += st.ModeSwitches
