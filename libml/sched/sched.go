@@ -205,13 +205,18 @@ type Job struct {
 	ReexecNs    float64
 	// PadBlocks counts blocks that ran as padding of RT kernels.
 	PadBlocks int64
-	Err       error
+	// RestoreGapNs sums, over its preemptions, the time from the moment
+	// no unit worked for the job any more to the first kernel after its
+	// restore (under reef it includes the RT work it waited for).
+	RestoreGapNs int64
+	Err          error
 
 	inst   *instance
 	pos    int   // kernels [0, pos) are complete...
 	posVer int   // ...and blocks [0, posBlk) of kernel pos in version posVer
 	posBlk int64 //
 	segTo  int
+	idleAt int64 // when preempted: the moment its units went idle
 	order  int64
 	done   chan struct{}
 }
@@ -438,7 +443,7 @@ func (s *Scheduler) Submit(j *Job) error {
 		j.Arrival = now
 	}
 	j.Started, j.Finished, j.Preemptions, j.ReexecNs, j.PadBlocks, j.Err = 0, 0, 0, 0, 0, nil
-	j.KernelStart, j.KernelEnd = 0, 0
+	j.KernelStart, j.KernelEnd, j.RestoreGapNs, j.idleAt = 0, 0, 0, 0
 	j.pos, j.posVer, j.posBlk, j.inst = 0, 0, 0, nil
 	j.done = make(chan struct{})
 	s.order++
@@ -649,7 +654,7 @@ func (s *Scheduler) run(l *lane, to int, k launchKind) {
 // job's first kernel has started, the stream records when it does.
 func (s *Scheduler) push(l *lane, to int, kind launchKind) {
 	j := l.job
-	mark := j.KernelStart == 0
+	mark := j.KernelStart == 0 || j.idleAt != 0
 	in := j.inst
 	m := j.Model
 	L := in.beL
@@ -717,8 +722,16 @@ func (s *Scheduler) wait(l *lane) {
 	}
 	preempted := st == ncpu.Preempted
 	j := l.job
-	if j.KernelStart == 0 {
-		j.KernelStart = l.st.MarkNs()
+	if mk := l.st.MarkNs(); mk != 0 {
+		if j.KernelStart == 0 {
+			j.KernelStart = mk
+		}
+		if j.idleAt != 0 {
+			// the first kernel after a restore started: the gap since the
+			// job's units went idle
+			j.RestoreGapNs += mk - j.idleAt
+			j.idleAt = 0
+		}
 	}
 	if !preempted {
 		j.pos, j.posVer, j.posBlk = l.to, 0, 0
@@ -744,6 +757,10 @@ func (s *Scheduler) restorePoint(l *lane) {
 	j := l.job
 	m := j.Model
 	idx := int(l.st.ExecIndex())
+	j.idleAt = l.st.IdleNs()
+	if j.idleAt == 0 {
+		j.idleAt = l.st.DrainNs()
+	}
 	if debugRestore != nil {
 		debugRestore(m, idx, l)
 	}

@@ -32,6 +32,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"sluice/libml/graph"
@@ -97,6 +98,8 @@ type restoreRow struct {
 	Jobs                   int
 	BaseMs, PreemptedMs    float64
 	OverheadPct            float64
+	GapUs                  float64
+	WorkPct                float64
 	Preemptions            int
 	ReexecMs, PreemptUsP50 float64
 }
@@ -426,6 +429,10 @@ func summarize(wl, pol string, res []*clientResult, st sched.Stats, rounds int, 
 func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph, profiles map[string]*sched.ModelProfile, jobs int, seed int64) []restoreRow {
 	var out []restoreRow
 	rng := rand.New(rand.NewSource(seed))
+	// precise sleeps: a thread of our own without timer slack
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	syscall.Syscall(syscall.SYS_PRCTL, 29 /* PR_SET_TIMERSLACK */, 1, 0)
 	for _, r := range allRoles {
 		s, err := sched.New(sched.Config{Policy: sched.PolicyREEF, Units: units, Window: window, BEQueues: 1, NoPadding: true, UnitNice: unitNice})
 		if err != nil {
@@ -436,7 +443,7 @@ func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph,
 			fatalf("%v", err)
 		}
 		in := make([]float32, m.InputSize())
-		var base, pre []float64
+		var base, pre, gap, work []float64
 		var preempts int
 		var reexec float64
 		for i := 0; i < jobs+4; i++ {
@@ -446,11 +453,11 @@ func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph,
 			}
 			preempt := i%2 == 1
 			if preempt {
-				// a random moment inside the job
+				// a random moment inside the job (sleeping: a spinning
+				// thread would take a core from the units)
 				d := time.Duration(rng.Float64() * 0.9 * m.StandaloneNs())
-				t0 := time.Now()
-				for time.Since(t0) < d {
-				}
+				ts := syscall.NsecToTimespec(int64(d))
+				syscall.Nanosleep(&ts, nil)
 				s.PreemptRestore()
 			}
 			j.Wait()
@@ -458,8 +465,13 @@ func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph,
 				continue // warm-up
 			}
 			t := float64(j.Finished - j.Started)
+			if preempt && j.Preemptions == 0 {
+				continue // it ended before the preemption
+			}
 			if preempt {
 				pre = append(pre, t)
+				gap = append(gap, float64(j.RestoreGapNs))
+				work = append(work, t-float64(j.RestoreGapNs))
 				preempts += j.Preemptions
 				reexec += j.ReexecNs
 			} else {
@@ -470,7 +482,8 @@ func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph,
 		s.Close()
 		bm, pm := median(base), median(pre)
 		out = append(out, restoreRow{Role: r, Jobs: len(pre), BaseMs: bm / 1e6, PreemptedMs: pm / 1e6,
-			OverheadPct: (pm/bm - 1) * 100, Preemptions: preempts, ReexecMs: reexec / float64(max(1, len(pre))) / 1e6,
+			OverheadPct: (pm/bm - 1) * 100, GapUs: median(gap) / 1e3, WorkPct: (median(work)/bm - 1) * 100,
+			Preemptions: preempts, ReexecMs: reexec / float64(max(1, len(pre))) / 1e6,
 			PreemptUsP50: pct(st.PreemptNs, 50) / 1e3})
 		fmt.Fprintf(os.Stderr, "restore %-4s alone %.2f ms, preempted once %.2f ms (%+.1f%%), %d preemptions\n", r, bm/1e6, pm/1e6, (pm/bm-1)*100, preempts)
 	}

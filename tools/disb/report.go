@@ -60,10 +60,10 @@ func markdown(r *report) string {
 			x.Thr, f2(x.ThrNorm), x.JobsPerSec, pre, re, pad, x.ViolRate*100, f2(x.RTJitterMs), sel)
 	}
 	if len(r.Restore) > 0 {
-		b.WriteString("\nRestore overhead (REEF §6.4): each model's BE jobs alone under reef, every other job preempted once at a random moment and restored at once; median job time (start to finish) of preempted vs unpreempted jobs:\n\n")
-		b.WriteString("| model | jobs | alone (ms) | preempted once (ms) | overhead | re-executed per job (ms) | preempt p50 (µs) |\n|---|--:|--:|--:|--:|--:|--:|\n")
+		b.WriteString("\nRestore overhead (REEF §6.4): each model's BE jobs alone under reef, every other job preempted once at a random moment (`PreemptRestore`) and restored as soon as its stream has drained; median job time (start to finish) of preempted vs unpreempted jobs. The gap is the time no unit worked for the job (preemption, lazy eviction, the completion handler and the restore); without it, the overhead is the work lost and re-run:\n\n")
+		b.WriteString("| model | jobs | alone (ms) | preempted once (ms) | overhead | gap (µs) | overhead without the gap | profiled re-run kernels per job (ms) | preempt p50 (µs) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, x := range r.Restore {
-			fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %+.1f%% | %.3f | %.1f |\n", x.Role, x.Jobs, x.BaseMs, x.PreemptedMs, x.OverheadPct, x.ReexecMs, x.PreemptUsP50)
+			fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %+.1f%% | %.0f | %+.1f%% | %.3f | %.1f |\n", x.Role, x.Jobs, x.BaseMs, x.PreemptedMs, x.OverheadPct, x.GapUs, x.WorkPct, x.ReexecMs, x.PreemptUsP50)
 		}
 	}
 	if len(r.Splits) > 0 {
