@@ -674,3 +674,119 @@ func TestIdemTrace(t *testing.T) {
 		t.Fatal("metadata for another program accepted")
 	}
 }
+
+// synthProfile is a profile with the given kernel times (ns).
+func synthProfile(ts ...float64) *ModelProfile {
+	p := &ModelProfile{Model: "synth"}
+	for i, x := range ts {
+		p.Kernels = append(p.Kernels, KernelProfile{Index: i, Versions: []VersionProfile{{KernNs: x, BlockNs: x, Grid: 1}}})
+		p.TotalNs += x
+	}
+	return p
+}
+
+// TestSplitModel: the genetic algorithm finds cuts at least as even as a
+// greedy time-balanced split, its fitness is SPLIT eq. 2, cuts are sorted
+// and in range, and SplitBest splits a long model.
+func TestSplitModel(t *testing.T) {
+	var ts []float64
+	for i := 0; i < 60; i++ {
+		ts = append(ts, float64(1000+(i*7919)%9000))
+	}
+	p := synthProfile(ts...)
+	r := SplitModel(p, 4, GAConfig{Seed: 3})
+	if len(r.Cuts) != 3 || len(r.BlockNs) != 4 {
+		t.Fatalf("cuts %v blocks %v", r.Cuts, r.BlockNs)
+	}
+	for i, c := range r.Cuts {
+		if c < 1 || c >= len(ts) || (i > 0 && c <= r.Cuts[i-1]) {
+			t.Fatalf("bad cuts %v", r.Cuts)
+		}
+	}
+	cfg := GAConfig{}
+	cfg.defaults()
+	want := -(math.Exp(r.StdNs/p.TotalNs) - 1 + math.Exp(r.Overhead/4) - 1)
+	if math.Abs(r.Fitness-want) > 1e-12 || math.Abs(r.Overhead-3*cfg.CutNs/p.TotalNs) > 1e-12 {
+		t.Fatalf("fitness %v, eq. 2 gives %v", r.Fitness, want)
+	}
+	// the greedy balanced split (the GA's first seed) is never better
+	var sum float64
+	for _, x := range ts {
+		sum += x
+	}
+	var greedy []int
+	acc, next := 0.0, sum/4
+	for i, x := range ts {
+		acc += x
+		if acc >= next && len(greedy) < 3 {
+			greedy = append(greedy, i+1)
+			next += sum / 4
+		}
+	}
+	g := evalSplit(ts, sum, greedy, &cfg)
+	if r.Fitness < g.Fitness-1e-12 {
+		t.Fatalf("GA fitness %v below the greedy split's %v", r.Fitness, g.Fitness)
+	}
+	if again := SplitModel(p, 4, GAConfig{Seed: 3}); again.Fitness != r.Fitness {
+		t.Fatal("same seed, different result")
+	}
+	best := SplitBest(p, 8, GAConfig{Seed: 1})
+	if len(best.BlockNs) < 2 {
+		t.Fatalf("SplitBest kept one block for a %.0f us model", sum/1e3)
+	}
+}
+
+// TestPrune: a version worse in every respect is pruned, incomparable
+// ones are kept.
+func TestPrune(t *testing.T) {
+	p := &ModelProfile{Kernels: []KernelProfile{{Versions: []VersionProfile{
+		{TileUnits: 2, Grid: 8, BlockNs: 100, KernNs: 500, ScratchBytes: 10, BlockBW: 5},
+		{TileUnits: 8, Grid: 32, BlockNs: 30, KernNs: 550, ScratchBytes: 10, BlockBW: 5},
+		{TileUnits: 1, Grid: 8, BlockNs: 120, KernNs: 600, ScratchBytes: 10, BlockBW: 5},
+	}}}}
+	Prune(p)
+	vs := p.Kernels[0].Versions
+	if vs[0].Pruned || vs[1].Pruned || !vs[2].Pruned {
+		t.Fatalf("pruned %v %v %v, want false false true", vs[0].Pruned, vs[1].Pruned, vs[2].Pruned)
+	}
+}
+
+// TestPaddingFillsIdleUnits: a BE job suspended while a stream of RT jobs
+// with narrow kernels runs makes progress only through padding; it ends
+// with the right output, and selection respects rule 1 (checked in C by
+// TestPadSelectRules) at a mean well under 2 us.
+func TestPaddingFillsIdleUnits(t *testing.T) {
+	s := newSched(t, Config{Policy: PolicyREEF, BEQueues: 1})
+	rt, be := load(t, s, "resnet", ModelOptions{}), load(t, s, "bert", ModelOptions{})
+	want := reference(t, "bert", 4)[4]
+	var b *Job
+	for try := 0; try < 5; try++ {
+		b = job(be, BE, 0, 4)
+		js := []*Job{b}
+		for i := 0; i < 30; i++ {
+			js = append(js, job(rt, RT, 0, uint64(10+i)))
+		}
+		s.submitAll(js...)
+		for _, j := range js {
+			if err := j.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := maxRelDiff(b.Out, want); d > 1e-4 {
+			t.Fatalf("padded BE output differs by %.3g (%d padded blocks)", d, b.PadBlocks)
+		}
+		if b.PadBlocks > 0 {
+			break
+		}
+	}
+	st := s.Stats()
+	if st.PadBlocks == 0 || b.PadBlocks == 0 {
+		t.Fatalf("no padding: stats %+v, BE job padded %d blocks", st, b.PadBlocks)
+	}
+	mean := float64(st.PadSelect.Ns) / float64(st.PadSelect.Calls)
+	if mean > 2000 {
+		t.Fatalf("selection takes %.0f ns on average", mean)
+	}
+	t.Logf("BE job: %d padded blocks, %d preemptions; %d selections, mean %.0f ns, %d over 2 us, rule rejections %d/%d",
+		b.PadBlocks, b.Preemptions, st.PadSelect.Calls, mean, st.PadSelect.Over2us, st.PadSelect.Rule1, st.PadSelect.Rule2)
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/libml/sched"
+	"sluice/libml/zoo"
+)
+
+func TestReadTrace(t *testing.T) {
+	dir := t.TempDir()
+	specs := defaultModels(1)
+	write := func(s string) string {
+		p := filepath.Join(dir, "t.trace")
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	w, err := readTrace(write("# comment\n10 VGG\n5.5 yolo # inline\n\n20 resnet50\n30 VGG\n"), specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := 0
+	for _, c := range w.Clients {
+		if c.Class == sched.RT {
+			rt += len(c.Trace)
+			for i := 1; i < len(c.Trace); i++ {
+				if c.Trace[i] < c.Trace[i-1] {
+					t.Fatalf("client %s: arrivals not sorted", c.Name)
+				}
+			}
+		}
+	}
+	if rt != 4 || len(w.Clients) != 3+5 {
+		t.Fatalf("%d RT requests in %d clients", rt, len(w.Clients))
+	}
+	for _, bad := range []string{"10\n", "x VGG\n", "-1 VGG\n", "10 nosuchmodel\n", "# nothing\n"} {
+		if _, err := readTrace(write(bad), specs); err == nil {
+			t.Fatalf("trace %q accepted", bad)
+		} else if !strings.Contains(err.Error(), "t.trace") {
+			t.Fatalf("error %q does not name the file", err)
+		}
+	}
+	if _, err := readTrace("tools/disb/testdata/perception.trace", specs); err != nil {
+		if _, err2 := readTrace("testdata/perception.trace", specs); err2 != nil {
+			t.Fatal(err2)
+		}
+	}
+}
+
+// TestRunWorkload runs a scaled-down workload under reef and seq and
+// checks the report's pieces.
+func TestRunWorkload(t *testing.T) {
+	specs := map[string]modelSpec{
+		"VGG":  {"VGG", "squeezenet11", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 1}},
+		"RNET": {"RNET", "resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 1}},
+	}
+	w := workload{Name: "A", Clients: []client{
+		{Name: "rt0", Role: "VGG", Class: sched.RT, Rate: 0.3},
+		{Name: "be0", Role: "RNET", Class: sched.BE},
+	}}
+	var rows []*row
+	for _, p := range []sched.Policy{sched.PolicyREEF, sched.PolicySeq} {
+		s, err := sched.New(sched.Config{Policy: p, Units: 2, BEQueues: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := map[string]*sched.Model{}
+		thr, alone := map[string]float64{}, map[string]float64{}
+		for r, spec := range specs {
+			g, err := zoo.Build(spec.Zoo, spec.Opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms[r], err = s.Load(r, g, sched.ModelOptions{ProfileRuns: 2}); err != nil {
+				t.Fatal(err)
+			}
+			thr[r], alone[r] = 1e9/ms[r].StandaloneNs(), ms[r].StandaloneNs()
+		}
+		res := runWorkload(s, w, ms, thr, alone, false, 100*time.Millisecond, 400*time.Millisecond, 4, 1)
+		st := s.Stats()
+		s.Close()
+		r := summarize("A", string(p), res, st, 1, 400*time.Millisecond)
+		if r.RTCount == 0 || r.RTMeanMs <= 0 || r.Thr <= 0 {
+			t.Fatalf("%s: %+v", p, r)
+		}
+		rows = append(rows, r)
+	}
+	rep := &report{Units: 2, Duration: "400ms", Window: 4, Alpha: 4, Rows: rows, Load: []float64{1}}
+	md := markdown(rep)
+	if !strings.Contains(md, "| A | reef |") || !strings.Contains(md, "| A | seq |") {
+		t.Fatalf("report:\n%s", md)
+	}
+	svg := plot(rep, []string{"reef", "seq"})
+	if !strings.HasPrefix(svg, "<svg") || !strings.Contains(svg, "</svg>") {
+		t.Fatal("bad svg")
+	}
+}
