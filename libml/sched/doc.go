@@ -43,7 +43,9 @@
 // mode runs the BE streams concurrently; an RT arrival switches to RT mode;
 // an empty RT queue switches back.
 //
-// Preemption. Entering RT mode preempts every running BE stream: its host
+// Preemption. BE streams run each kernel in a version with short blocks
+// (Config.PreemptBlockNs, PreemptSlack): a running block stops only at its
+// next in-loop check. Entering RT mode preempts every running BE stream: its host
 // queue is detached in O(1) and handed to a collector thread that frees it
 // off the critical path; its preemption flag is set, so queued blocks exit
 // at their prologue and running blocks at their next in-loop check. The RT

@@ -64,9 +64,8 @@ type Model struct {
 	remain []float64
 	// launch index of each kernel (NOP kernels have none)
 	live []int
-	// prVer[k] is kernel k's most preemptible version: the one with the
-	// shortest blocks among those within the slack of the fastest kernel
-	// time (reef's BE streams run it)
+	// prVer[k] is the version reef's BE streams run kernel k in
+	// (choosePreempt)
 	prVer []int
 	mu    sync.Mutex
 	free  []*instance
@@ -260,27 +259,42 @@ func (m *Model) setProfile(p *ModelProfile) error {
 // (0 = the fastest tiling).
 func (m *Model) PreemptVersions() []int { return append([]int(nil), m.prVer...) }
 
-// choosePreempt picks each kernel's most preemptible version: the shortest
-// block time among versions whose kernel time is within slack of version
-// 0's (slack < 0: version 0 everywhere). A running block ends only at its
-// next in-loop check, so shorter blocks preempt sooner.
-func (m *Model) choosePreempt(slack float64) {
+// choosePreempt picks each kernel's version for reef's BE streams: a
+// running block stops only at its next in-loop check, so short blocks
+// preempt sooner, while smaller tiles may cost kernel time. The pick is the
+// fastest version whose blocks take at most blockNs; if none does, the one
+// with the shortest blocks among those within slack of the fastest kernel
+// time (slack < 0: the fastest version everywhere).
+func (m *Model) choosePreempt(blockNs, slack float64) {
 	m.prVer = make([]int, len(m.prog.Kernels))
-	if slack < 0 {
-		return
-	}
 	for i := range m.prof.Kernels {
 		vs := m.prof.Kernels[i].Versions
-		best := 0
-		for v := 1; v < len(vs) && v < len(m.tiles); v++ {
-			if vs[v].BlockNs <= 0 || vs[v].KernNs > vs[0].KernNs*(1+slack) {
-				continue
-			}
-			if vs[v].BlockNs < vs[best].BlockNs {
-				best = v
+		n := min(len(vs), len(m.tiles))
+		fast := 0
+		for v := 1; v < n; v++ {
+			if vs[v].KernNs > 0 && vs[v].KernNs < vs[fast].KernNs {
+				fast = v
 			}
 		}
-		m.prVer[i] = best
+		if slack < 0 {
+			m.prVer[i] = 0
+			continue
+		}
+		pick := -1
+		for v := 0; v < n; v++ {
+			if vs[v].BlockNs > 0 && vs[v].BlockNs <= blockNs && (pick < 0 || vs[v].KernNs < vs[pick].KernNs) {
+				pick = v
+			}
+		}
+		if pick < 0 {
+			pick = fast
+			for v := 0; v < n; v++ {
+				if vs[v].BlockNs > 0 && vs[v].KernNs <= vs[fast].KernNs*(1+slack) && vs[v].BlockNs < vs[pick].BlockNs {
+					pick = v
+				}
+			}
+		}
+		m.prVer[i] = pick
 	}
 }
 

@@ -90,12 +90,15 @@ type Config struct {
 	BEQueues int
 	// NoPadding turns dynamic kernel padding off (reef).
 	NoPadding bool
-	// PreemptSlack: reef's BE streams run each kernel in the version with
-	// the shortest blocks among those whose profiled kernel time is
-	// within this fraction of the fastest version's (default 0.1; < 0:
-	// always the fastest). A running block stops only at its next in-loop
-	// check: shorter blocks mean faster preemption.
-	PreemptSlack float64
+	// PreemptBlockNs and PreemptSlack choose the versions reef's BE
+	// streams run (a running block stops only at its next in-loop check:
+	// shorter blocks mean faster preemption): per kernel, the fastest
+	// version whose profiled blocks take at most PreemptBlockNs (default
+	// 50 us); if none does, the one with the shortest blocks among those
+	// within PreemptSlack of the fastest kernel time (default 0.25; < 0:
+	// the fastest version everywhere).
+	PreemptBlockNs float64
+	PreemptSlack   float64
 	// PadMargin is padding's rule 1 with a margin: a BE block qualifies
 	// when its profiled time is below PadMargin times the RT kernel's
 	// remaining time (default 1, REEF's rule; profiled times are means,
@@ -152,7 +155,10 @@ func (c *Config) defaults() error {
 		c.PadMargin = 1
 	}
 	if c.PreemptSlack == 0 {
-		c.PreemptSlack = 0.1
+		c.PreemptSlack = 0.25
+	}
+	if c.PreemptBlockNs <= 0 {
+		c.PreemptBlockNs = 50e3
 	}
 	if c.FairThreshold <= 0 {
 		c.FairThreshold = 8
@@ -389,7 +395,7 @@ func (s *Scheduler) Load(name string, g *graph.Graph, opt ModelOptions) (*Model,
 		m.release()
 		return nil, fmt.Errorf("sched: load %q: %w", name, err)
 	}
-	m.choosePreempt(s.cfg.PreemptSlack)
+	m.choosePreempt(s.cfg.PreemptBlockNs, s.cfg.PreemptSlack)
 	if m.cuts == nil && s.cfg.Policy == PolicySplit {
 		var res SplitResult
 		if s.cfg.SplitBlocks > 0 {
@@ -808,6 +814,10 @@ func (s *Scheduler) finish(j *Job) {
 	s.fire = append(s.fire, j)
 }
 
+// debugPreempt, when set, sees every preemption's idle and RT-start
+// times after the preempt call (probes).
+var debugPreempt func(idle, rtStart int64)
+
 // debugRestore, when set, sees every restore (probes).
 var debugRestore func(m *Model, idx int, l *lane)
 
@@ -829,6 +839,9 @@ func (s *Scheduler) finalize(r *preemptRec) {
 		return
 	}
 	s.stats.Preemptions++
+	if debugPreempt != nil {
+		debugPreempt(r.drain-r.t0, r.rtStart-r.t0)
+	}
 	if len(s.stats.PreemptNs) < 1<<20 {
 		s.stats.PreemptNs = append(s.stats.PreemptNs, end-r.t0)
 	}

@@ -126,7 +126,7 @@ func main() {
 	tracePath := flag.String("trace", "", "trace file (\"<arrival ms> <model>\" per line): adds workload T")
 	scale := flag.Int("scale", 1, "model size multiplier (image side 32*scale)")
 	calib := flag.Duration("calibrate", 250*time.Millisecond, "per round, measure each model's max throughput for this long first (0: once at start)")
-	restoreJobs := flag.Int("restore-jobs", 40, "jobs per model in the restore-overhead measurement (0 = skip)")
+	restoreJobs := flag.Int("restore-jobs", 60, "jobs per model in the restore-overhead measurement (0 = skip)")
 	mdPath := flag.String("md", "", "write the markdown report here")
 	jsonPath := flag.String("json", "", "write the results as JSON here")
 	svgPath := flag.String("svg", "", "write the plot (SVG) here")
