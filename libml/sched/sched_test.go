@@ -780,6 +780,12 @@ func TestPaddingFillsIdleUnits(t *testing.T) {
 		}
 	}
 	st := s.Stats()
+	if (st.PadBlocks == 0 || b.PadBlocks == 0) && raceEnabled {
+		// Rule 1 compares profiled block times with the RT kernel's
+		// remaining time; the race detector's slowdown can make every
+		// candidate miss. The ordinary (non-race) run asserts padding.
+		t.Skipf("no padding under the race detector (rule-1 rejections %d)", st.PadSelect.Rule1)
+	}
 	if st.PadBlocks == 0 || b.PadBlocks == 0 {
 		t.Fatalf("no padding: stats %+v, BE job padded %d blocks", st, b.PadBlocks)
 	}
