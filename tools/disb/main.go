@@ -46,7 +46,7 @@ type row struct {
 	RTMeanMs, RTP50Ms, RTP99Ms float64
 	RTJitterMs                 float64
 	RTMeanNorm, RTP99Norm      float64
-	RTCount                    int
+	RTCount, RTArrived         int
 	// Thr is REEF's normalized throughput (sum over clients of jobs/s over
 	// the model's max); JobsPerSec the raw total; ThrNorm Thr / seq's.
 	Thr, JobsPerSec, ThrNorm float64
@@ -375,6 +375,7 @@ func summarize(wl, pol string, res []*clientResult, st sched.Stats, rounds int, 
 	var viol, total int
 	for _, c := range res {
 		lat = append(lat, c.LatNs...)
+		r.RTArrived += c.Arrived
 		ps := float64(c.Done) / dur.Seconds()
 		r.JobsPerSec += ps
 		r.Thr += c.NormThr / float64(rounds)
@@ -508,6 +509,7 @@ func (a *accum) add(res []*clientResult, st sched.Stats) {
 		}
 		m.Done += c.Done
 		m.NormThr += c.NormThr
+		m.Arrived += c.Arrived
 		m.LatNs = append(m.LatNs, c.LatNs...)
 		m.SvcNs = append(m.SvcNs, c.SvcNs...)
 		m.WaitNs = append(m.WaitNs, c.WaitNs...)

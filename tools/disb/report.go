@@ -31,9 +31,9 @@ func markdown(r *report) string {
 	for _, m := range r.Models {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.2f | %.1f | %d (%.2f) | %d / %d |\n", m.Role, m.Zoo, m.Size, m.Kernels, m.StandaloneMs, m.MaxPerSec, m.Narrow, m.NarrowMs, m.Kept, m.Versions)
 	}
-	b.WriteString("\nPer workload and policy: RT end-to-end latency (arrival to finish) and its ratio to RT-only; throughput is REEF's normalized throughput (sum over clients of jobs/s over the model's max jobs/s) and its ratio to seq; preemption latency is from the preempt call until no block of a preempted stream runs any more and the RT job's first kernel runs; re-exec is the profiled time of kernels restores ran again, as a share of BE job time; pad = blocks run as padding (gain: reef over reef-nopad throughput); violations: jobs (RT and BE) whose latency exceeded alpha = ")
+	b.WriteString("\nPer workload and policy: RT end-to-end latency (arrival to finish) of the requests done inside the window (requests still waiting at its end are not in the figures: compare done with arrived) and its ratio to RT-only; throughput is REEF's normalized throughput (sum over clients of jobs/s over the model's max jobs/s) and its ratio to seq; preemption latency is from the preempt call until no block of a preempted stream runs any more and the RT job's first kernel runs; re-exec is the profiled time of kernels restores ran again, as a share of BE job time; pad = blocks run as padding (gain: reef over reef-nopad throughput); violations: jobs (RT and BE) whose latency exceeded alpha = ")
 	fmt.Fprintf(&b, "%g x their model's standalone time; jitter = standard deviation of RT latency; sel = padding's kernel-selection time (mean ns / share of selections over 2 µs, which includes a unit descheduled while it selected).\n\n", r.Alpha)
-	b.WriteString("| wl | policy | RT mean (ms) | RT p99 (ms) | mean / RT-only | p99 / RT-only | RT n | thr | thr / seq | jobs/s | preempt p50 / p99 (µs) | re-exec | pad blocks (gain) | viol. | jitter (ms) | sel (ns) |\n")
+	b.WriteString("| wl | policy | RT mean (ms) | RT p99 (ms) | mean / RT-only | p99 / RT-only | RT done / arrived | thr | thr / seq | jobs/s | preempt p50 / p99 (µs) | re-exec | pad blocks (gain) | viol. | jitter (ms) | sel (ns) |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, x := range r.Rows {
 		pre := "–"
@@ -55,8 +55,12 @@ func markdown(r *report) string {
 		if x.SelCalls > 0 {
 			sel = fmt.Sprintf("%.0f / %.3f%%", x.SelMeanNs, x.SelOver2us*100)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d | %.3f | %s | %.1f | %s | %s | %s | %.1f%% | %s | %s |\n",
-			x.Workload, x.Policy, f2(x.RTMeanMs), f2(x.RTP99Ms), f2(x.RTMeanNorm), f2(x.RTP99Norm), x.RTCount,
+		mean, p99 := f2(x.RTMeanMs), f2(x.RTP99Ms)
+		if x.RTCount == 0 && x.RTArrived > 0 {
+			mean, p99 = "starved", "starved"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d / %d | %.3f | %s | %.1f | %s | %s | %s | %.1f%% | %s | %s |\n",
+			x.Workload, x.Policy, mean, p99, f2(x.RTMeanNorm), f2(x.RTP99Norm), x.RTCount, x.RTArrived,
 			x.Thr, f2(x.ThrNorm), x.JobsPerSec, pre, re, pad, x.ViolRate*100, f2(x.RTJitterMs), sel)
 	}
 	if len(r.Restore) > 0 {

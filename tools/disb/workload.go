@@ -176,6 +176,8 @@ type clientResult struct {
 	Viol int
 	// NormThr is jobs/s over the model's max jobs/s (summed over rounds).
 	NormThr float64
+	// Arrived counts RT requests scheduled inside the window.
+	Arrived int
 }
 
 // runWorkload runs w's clients (rtOnly: only the RT ones) on s for warm +
@@ -268,6 +270,11 @@ func runWorkload(s *sched.Scheduler, w workload, models map[string]*sched.Model,
 				} else {
 					t += gap
 				}
+			}
+		}
+		for _, at := range arrivals {
+			if at >= winLo && at <= winHi {
+				r.Arrived++
 			}
 		}
 		wg.Add(1)
