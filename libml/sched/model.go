@@ -417,7 +417,7 @@ func (in *instance) buildTables() error {
 		// up); a unit that finds every block of the running RT kernel
 		// claimed may pad
 		v0 := &kp.Versions[0]
-		in.rtL.Set(li, ncpu.Launch{Kernels: k0, K: i, Idx: int64(i), EstNs: int64(v0.KernNs), BW: v0.KernBW})
+		in.rtL.Set(li, ncpu.Launch{Kernels: k0, K: i, Idx: int64(i), EstNs: int64(v0.KernNs), BlkNs: int64(v0.BlockNs), BW: v0.KernBW})
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"runtime"
 	"sync"
@@ -249,10 +250,12 @@ type Stats struct {
 	// job's first kernel had started (up to 1<<20 samples).
 	Preemptions int64
 	PreemptNs   []int64
-	// Restores counts BE restores after preemption; ReexecNs sums the
-	// profiled time of the kernels they re-ran.
-	Restores int64
-	ReexecNs float64
+	// Restores counts BE restores after preemption; BlockRestores those
+	// that kept the blocks of the interrupted kernel that had run to their
+	// end (or continued at a launch none of whose blocks had started);
+	// ReexecNs sums the profiled time of the kernels restores re-ran.
+	Restores, BlockRestores int64
+	ReexecNs                float64
 	// PadBlocks and PadNs count blocks run as padding and their time;
 	// PadJobs BE jobs finished entirely by padding.
 	PadBlocks, PadNs int64
@@ -595,6 +598,18 @@ type lane struct {
 	to        int
 	preempted bool
 	rec       *preemptRec
+	kind      launchKind
+}
+
+// launchVer is the version kernel k was launched in by l's segment.
+func (l *lane) launchVer(m *Model, k int) int {
+	switch {
+	case k == l.from:
+		return l.ver
+	case l.kind == lkPreempt && k < len(m.prVer):
+		return m.prVer[k]
+	}
+	return 0
 }
 
 func (s *Scheduler) newLane(id int) (*lane, error) {
@@ -671,7 +686,7 @@ func (s *Scheduler) push(l *lane, to int, kind launchKind) {
 	case lkPreempt:
 		L = in.prL
 	}
-	l.from, l.ver, l.blk, l.to = j.pos, j.posVer, j.posBlk, to
+	l.from, l.ver, l.blk, l.to, l.kind = j.pos, j.posVer, j.posBlk, to, kind
 	if j.posBlk == 0 && j.posVer == 0 && kind == lkPreempt && j.pos < len(m.prVer) {
 		l.ver = m.prVer[j.pos]
 	}
@@ -685,13 +700,12 @@ func (s *Scheduler) push(l *lane, to int, kind launchKind) {
 			// the first kernel continues in its version from its block
 			scratch := L.Len() - 1
 			k := j.pos
-			var est, bw int64
-			var mask uint64
+			var est, blkNs, bw int64
 			if rt {
 				vp := &m.prof.Kernels[k].Versions[j.posVer]
-				est, bw = int64(vp.KernNs), vp.KernBW
+				est, blkNs, bw = int64(vp.KernNs), int64(vp.BlockNs), vp.KernBW
 			}
-			L.Set(scratch, ncpu.Launch{Kernels: in.ver[j.posVer], K: k, Idx: int64(k), Blk0: j.posBlk, EstNs: est, BW: bw, Mask: mask})
+			L.Set(scratch, ncpu.Launch{Kernels: in.ver[j.posVer], K: k, Idx: int64(k), Blk0: j.posBlk, EstNs: est, BlkNs: blkNs, BW: bw})
 			if _, err = l.st.Push(L, scratch, scratch+1, mark); err == nil {
 				_, err = l.st.Push(L, lo+1, hi, false)
 			}
@@ -774,6 +788,30 @@ func (s *Scheduler) restorePoint(l *lane) {
 	l.st.ResetIndex()
 	j.Preemptions++
 	s.stats.Restores++
+	// block-level restore: the launch the flag evicted, with the blocks of
+	// it that ran to their end
+	if ev, base, grid, done := l.st.Evicted(); ev >= int64(l.from) && ev < int64(len(m.prog.Kernels)) {
+		k := int(ev)
+		switch {
+		case idx < k && (idx == k-1 || idx < l.from):
+			// no block of it passed its prologue, every earlier launch of
+			// the segment completed: continue with it, as launched
+			j.pos, j.posVer, j.posBlk = k, l.launchVer(m, k), base
+			s.stats.BlockRestores++
+			return
+		case idx == k && m.idem[k] == k:
+			// an idempotent kernel in progress: from its first block that
+			// did not run to its end (the blocks after it run again)
+			f := int64(bits.TrailingZeros64(^done))
+			if f >= grid {
+				j.pos, j.posVer, j.posBlk = k+1, 0, 0
+			} else {
+				j.pos, j.posVer, j.posBlk = k, l.launchVer(m, k), base+f
+			}
+			s.stats.BlockRestores++
+			return
+		}
+	}
 	if idx < l.from || idx >= len(m.prog.Kernels) {
 		// nothing of the segment started: keep the position
 		return

@@ -796,3 +796,79 @@ func TestPaddingFillsIdleUnits(t *testing.T) {
 	t.Logf("BE job: %d padded blocks, %d preemptions; %d selections, mean %.0f ns, %d over 2 us, rule rejections %d/%d",
 		b.PadBlocks, b.Preemptions, st.PadSelect.Calls, mean, st.PadSelect.Over2us, st.PadSelect.Rule1, st.PadSelect.Rule2)
 }
+
+// TestRestoreAfterRandomPreemptions: jobs preempted by HQPreempt at random
+// moments, several times each, restored at block level where the kernel
+// allows it (the blocks that ran to their end are kept), give the
+// uninterrupted run's output exactly, in the fast and in the preemptible
+// versions.
+func TestRestoreAfterRandomPreemptions(t *testing.T) {
+	if !ncpu.ChecksCompiled() {
+		t.Skip("preemption checks compiled out")
+	}
+	s := newSched(t, Config{Policy: PolicySeq})
+	rng := uint64(99)
+	rnd := func(n int64) int64 {
+		rng ^= rng << 13
+		rng ^= rng >> 7
+		rng ^= rng << 17
+		return int64(rng % uint64(max(n, 1)))
+	}
+	l := s.lanes[0]
+	for _, key := range []string{"bert", "resnet"} {
+		m := load(t, s, key, ModelOptions{})
+		m.choosePreempt(50e3, 0.25)
+		nk := len(m.prog.Kernels)
+		for _, kind := range []launchKind{lkFast, lkPreempt} {
+			run := func(preempt bool) (*Job, int) {
+				j := &Job{Model: m, Class: BE, In: fillInput(m.InputSize(), 5), Out: make([]float32, m.OutputSize())}
+				s.mu.Lock()
+				s.begin(l, j)
+				s.mu.Unlock()
+				n := 0
+				for j.pos < nk {
+					s.push(l, nk, kind)
+					if preempt && n < 6 {
+						d := rnd(int64(m.StandaloneNs()))
+						for t0 := Now(); Now()-t0 < d; {
+						}
+						l.preempted = true
+						l.st.HQPreempt()
+					}
+					var b [8]byte
+					l.efd.Read(b[:])
+					if st := l.st.Sync(); st == ncpu.Preempted {
+						s.mu.Lock()
+						s.restorePoint(l)
+						s.mu.Unlock()
+						n++
+					} else {
+						j.pos = nk
+					}
+				}
+				s.mu.Lock()
+				l.job = nil
+				s.finish(j)
+				s.takeFire()
+				s.mu.Unlock()
+				return j, n
+			}
+			ref, _ := run(false)
+			before := s.stats.BlockRestores
+			restores := 0
+			for trial := 0; trial < 12; trial++ {
+				j, n := run(true)
+				restores += n
+				for i := range ref.Out {
+					if j.Out[i] != ref.Out[i] {
+						t.Fatalf("%s kind %d trial %d: %d preemptions: out[%d] = %v, want %v", key, kind, trial, n, i, j.Out[i], ref.Out[i])
+					}
+				}
+			}
+			if s.stats.BlockRestores == before {
+				t.Fatalf("%s kind %d: none of %d restores was block-level", key, kind, restores)
+			}
+			t.Logf("%s kind %d: %d restores, %d block-level", key, kind, restores, s.stats.BlockRestores-before)
+		}
+	}
+}

@@ -62,13 +62,16 @@ typedef struct sk_slot {
 	int64_t start_ns; /* when its first block was claimed (0 = not yet) */
 	int64_t est_ns;   /* estimated kernel time (padding), 0 = unknown */
 	int64_t bw;       /* memory-bandwidth demand, MB/s (padding) */
+	int64_t blk_ns;   /* estimated block time (padding), 0 = unknown */
+	int64_t last_ns;  /* when its last block was claimed (0 = not yet) */
+	uint64_t done_bits; /* blocks 0..63 of the launch that ran to their end */
 } sk_slot;
 
 /* A launch waiting in a stream's virtual host queue. */
 typedef struct sk_hq_node {
 	struct sk_hq_node *next;
 	sk_kernel *k;
-	int64_t idx, base, count, est_ns, bw;
+	int64_t idx, base, count, est_ns, bw, blk_ns;
 	uint64_t mask;
 } sk_hq_node;
 
@@ -98,6 +101,10 @@ struct sk_stream {
 	/* timestamps */
 	_Alignas(64) int64_t drain_ns;
 	int64_t idle_ns;   /* when the last block running under the flag ended */
+	/* the launch in progress when the flag evicted the ring: its index,
+	 * first block, block count and completed blocks (ev_idx -1: none) */
+	int64_t ev_idx, ev_base, ev_grid;
+	uint64_t ev_bits;
 	int32_t running;   /* blocks running now */
 	int32_t notify_fd; /* written (eventfd) each time the stream drains */
 	uint32_t mark_seq;
@@ -267,6 +274,14 @@ static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 		 * when the flag was set without sk_hq_preempt) */
 		if (LDR(&s->hq_on))
 			hq_reset(s);
+		if (LDR(&s->ev_idx) == -2) {
+			/* the first launch evicted after sk_hq_preempt: where the
+			 * stream stood */
+			STR(&s->ev_base, LDR(&sl->base));
+			STR(&s->ev_grid, LDR(&sl->grid));
+			STR(&s->ev_bits, __atomic_load_n(&sl->done_bits, __ATOMIC_ACQUIRE));
+			ST(&s->ev_idx, LDR(&sl->idx));
+		}
 		next = LD(&s->tail);
 		ST(&s->completed, next);
 		ST(&s->ticket, (uint64_t)next << 32);
@@ -362,20 +377,28 @@ static int try_block(sk_stream *s, sk_unit *u)
 	} else if (prof) {
 		t0 = now_ns();
 	}
+	if ((int64_t)blk == grid - 1 && LDR(&sl->est_ns) > 0)
+		STR(&sl->last_ns, now_ns()); /* padding's tail estimate */
 	u->ctx.flag = &s->flag;
 	__atomic_add_fetch(&s->running, 1, __ATOMIC_SEQ_CST);
+	int ran = 0;
 #if SK_CHECKS
 	/* preemption prologue: exit if evicted, else record the index */
 	if (!__atomic_load_n(&s->flag, __ATOMIC_RELAXED)) {
 		if (LDR(&s->exec_idx) != idx)
 			STR(&s->exec_idx, idx);
 		sk_table[k->op].block(k, b, &u->ctx);
+		/* a block that returns with the flag clear ran to its end */
+		ran = !__atomic_load_n(&s->flag, __ATOMIC_SEQ_CST);
 	}
 #else
 	if (LDR(&s->exec_idx) != idx)
 		STR(&s->exec_idx, idx);
 	sk_table[k->op].block(k, b, &u->ctx);
+	ran = 1;
 #endif
+	if (ran && blk < 64)
+		__atomic_fetch_or(&sl->done_bits, 1ULL << blk, __ATOMIC_RELEASE);
 	/* the last running block of a preempted stream: its units are idle */
 	if (__atomic_sub_fetch(&s->running, 1, __ATOMIC_SEQ_CST) == 0 &&
 	    __atomic_load_n(&s->flag, __ATOMIC_SEQ_CST))
@@ -616,6 +639,7 @@ sk_stream *sk_stream_create(sk_pool *p, int cap)
 	s->mark_ns = 0;
 	s->drain_ns = 0;
 	s->notify_fd = -1;
+	s->ev_idx = -1;
 	ST(&s->completed, LD(&s->tail));
 	ST(&s->ticket, (uint64_t)LD(&s->tail) << 32);
 	s->in_use = 1;
@@ -650,7 +674,7 @@ void sk_stream_destroy(sk_stream *s)
 
 static void fill_slot(sk_stream *s, uint32_t t, sk_kernel *k, int64_t idx,
 		      uint64_t mask, int64_t base, int64_t count,
-		      int64_t est_ns, int64_t bw)
+		      int64_t est_ns, int64_t bw, int64_t blk_ns)
 {
 	mask &= s->pool->all_mask;
 	if (!mask)
@@ -665,6 +689,9 @@ static void fill_slot(sk_stream *s, uint32_t t, sk_kernel *k, int64_t idx,
 	STR(&sl->start_ns, 0);
 	STR(&sl->est_ns, est_ns);
 	STR(&sl->bw, bw);
+	STR(&sl->blk_ns, blk_ns);
+	STR(&sl->last_ns, 0);
+	STR(&sl->done_bits, 0);
 }
 
 static int launch_range(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask,
@@ -676,7 +703,7 @@ static int launch_range(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask,
 		return SK_ERR;
 	if (k->grid < 1 || blk0 < 0 || blk1 > k->grid || blk0 >= blk1)
 		return SK_ERR;
-	fill_slot(s, t, k, idx, mask, blk0, blk1 - blk0, 0, 0);
+	fill_slot(s, t, k, idx, mask, blk0, blk1 - blk0, 0, 0, 0);
 	__atomic_store_n(&s->tail, t + 1, __ATOMIC_SEQ_CST);
 	return SK_OK;
 }
@@ -856,7 +883,7 @@ static int hq_pump_locked(sk_stream *s, uint32_t completed)
 		if (!s->hq_head)
 			s->hq_tail = NULL;
 		fill_slot(s, t, n->k, n->idx, n->mask, n->base, n->count,
-			  n->est_ns, n->bw);
+			  n->est_ns, n->bw, n->blk_ns);
 		t++;
 		n->next = s->hq_free; /* node cache: no free() on this path */
 		s->hq_free = n;
@@ -973,6 +1000,7 @@ int64_t sk_hq_push(sk_stream *s, const sk_launch_desc *d, int n, int mark)
 		nd->base = b0;
 		nd->count = b1 - b0;
 		nd->est_ns = d[i].est_ns;
+		nd->blk_ns = d[i].blk_ns;
 		nd->bw = d[i].bw;
 		nd->mask = d[i].mask;
 		if (tail)
@@ -1042,6 +1070,7 @@ int64_t sk_hq_preempt(sk_stream *s)
 	/* 1: reset the host queue in O(1): detach the list (the collector
 	 * frees it) */
 	hq_reset(s);
+	STR(&s->ev_idx, -2); /* the evicting unit records the launch in progress */
 	/* 2: the flag: queued blocks exit at their prologue, running blocks at
 	 * their next check; the ring is dropped by the unit that evicts */
 	__atomic_store_n(&s->idle_ns, 0, __ATOMIC_RELAXED);
@@ -1087,6 +1116,18 @@ int64_t sk_stream_mark_ns(const sk_stream *s) { return LD(&s->mark_ns); }
 int64_t sk_stream_drain_ns(const sk_stream *s) { return LD(&s->drain_ns); }
 
 int64_t sk_stream_idle_ns(const sk_stream *s) { return LD(&s->idle_ns); }
+
+int64_t sk_stream_evicted(const sk_stream *s, int64_t *base, int64_t *grid,
+			  uint64_t *bits)
+{
+	int64_t idx = LD(&s->ev_idx);
+	if (idx < 0)
+		return -1;
+	*base = LDR(&s->ev_base);
+	*grid = LDR(&s->ev_grid);
+	*bits = LDR(&s->ev_bits);
+	return idx;
+}
 
 void sk_stream_set_notify(sk_stream *s, int fd) { ST(&s->notify_fd, fd); }
 
@@ -1268,11 +1309,19 @@ static int try_pad(sk_pool *p, sk_unit *u)
 	if (((mask >> u->id) & 1) && claimed < LDR(&sl->grid))
 		goto out; /* it still has blocks for u */
 	int64_t t0 = now_ns();
+	int64_t rem = st + est - t0;
+	if (claimed >= LDR(&sl->grid)) {
+		/* the kernel's tail: at most one block time remains after its
+		 * last block was claimed */
+		int64_t bn = LDR(&sl->blk_ns), last = LDR(&sl->last_ns);
+		if (bn > 0)
+			rem = SK_MIN(rem, last > 0 ? bn - (t0 - last) : bn);
+	}
 	int32_t k, v;
 	int64_t blk;
 	sk_kernel *kk = NULL;
 	pad_lock(pad);
-	int c = pad_select_locked(pad, st + est - t0, bw, &k, &v, &blk);
+	int c = pad_select_locked(pad, rem, bw, &k, &v, &blk);
 	if (c >= 0)
 		kk = pad->cand[c].ver[(int64_t)k * pad->cand[c].nver + v];
 	pad_unlock(pad);

@@ -117,6 +117,17 @@ func (s *Stream) DrainNs() int64 { return int64(C.sk_stream_drain_ns(s.s)) }
 // queued kernels are dropped lazily, when a unit passes by.
 func (s *Stream) IdleNs() int64 { return int64(C.sk_stream_idle_ns(s.s)) }
 
+// Evicted tells where the stream stood when HQPreempt's flag evicted its
+// ring: the execution index of the launch in progress (-1: nothing was
+// evicted), its first block, its block count, and a mask of its blocks
+// 0..63 (relative to the first) that ran to their end.
+func (s *Stream) Evicted() (idx, base, grid int64, done uint64) {
+	var b, g C.int64_t
+	var bits C.uint64_t
+	i := C.sk_stream_evicted(s.s, &b, &g, &bits)
+	return int64(i), int64(b), int64(g), uint64(bits)
+}
+
 // SetNotify makes the unit that drains the stream write 1 to the eventfd
 // fd (fd < 0: off): a waiter then sleeps in Go's network poller instead
 // of a blocking call that holds a P (see NotifyFile).
@@ -179,9 +190,10 @@ type Launch struct {
 	Idx     int64
 	// Blk0, Blk1 is the block range (Blk1 <= 0: to the end of the grid).
 	Blk0, Blk1 int64
-	// EstNs and BW are the kernel's estimated time and bandwidth demand
-	// (MB/s), read by padding units while it runs; 0 = unknown.
-	EstNs, BW int64
+	// EstNs, BlkNs and BW are the kernel's estimated time, block time
+	// and bandwidth demand (MB/s), read by padding units while it runs;
+	// 0 = unknown.
+	EstNs, BlkNs, BW int64
 	// Mask selects units (0 = all).
 	Mask uint64
 }
@@ -194,6 +206,7 @@ func (l *Launches) Set(i int, d Launch) {
 	c.blk0 = C.int64_t(d.Blk0)
 	c.blk1 = C.int64_t(d.Blk1)
 	c.est_ns = C.int64_t(d.EstNs)
+	c.blk_ns = C.int64_t(d.BlkNs)
 	c.bw = C.int64_t(d.BW)
 	c.mask = C.uint64_t(d.Mask)
 }

@@ -271,6 +271,7 @@ typedef struct sk_launch_desc {
 	int64_t blk0, blk1;   /* block range; blk1 <= 0: to the end of the grid */
 	int64_t est_ns;       /* estimated kernel time (RT kernels: padding) */
 	int64_t bw;           /* memory-bandwidth demand, MB/s (padding) */
+	int64_t blk_ns;       /* estimated block time (padding: the kernel's tail) */
 	uint64_t mask;        /* units (0 = all) */
 } sk_launch_desc;
 
@@ -309,6 +310,12 @@ int64_t sk_stream_drain_ns(const sk_stream *s);
  * last block running on the stream ended: from then on no unit works for
  * it (the queued kernels are dropped lazily, when a unit passes by). */
 int64_t sk_stream_idle_ns(const sk_stream *s);
+/* sk_stream_evicted tells where the stream stood when sk_hq_preempt's
+ * flag evicted its ring: the execution index of the launch in progress
+ * (returned; -1: nothing was evicted), its first block, its block count
+ * and a bit mask of its blocks 0..63 that ran to their end. */
+int64_t sk_stream_evicted(const sk_stream *s, int64_t *base, int64_t *grid,
+			  uint64_t *bits);
 /* sk_stream_set_notify makes the unit that drains the stream write 1 to
  * the eventfd fd (fd < 0: off), so a waiter can sleep in an event loop
  * instead of a blocking call. */
@@ -353,7 +360,9 @@ typedef struct sk_pad {
  * pads only while the RT stream's running kernel (launched with est_ns > 0)
  * leaves it idle (it is outside the launch's unit mask, or every block of
  * the kernel has been claimed), and only with a block whose profiled time
- * is below the kernel's remaining time (rule 1) and whose bandwidth fits
+ * is below the kernel's remaining time (rule 1: the estimate minus the
+ * time since the kernel started, and, once every block is claimed, at most
+ * the block estimate minus the time since the last claim) and whose bandwidth fits
  * the budget (rule 2). sk_pad_stop returns once no padding block runs;
  * the cursors then say where each candidate stands. */
 void sk_pad_start(sk_pool *p, sk_pad *pad);
