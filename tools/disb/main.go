@@ -131,8 +131,40 @@ func main() {
 	jsonPath := flag.String("json", "", "write the results as JSON here")
 	svgPath := flag.String("svg", "", "write the plot (SVG) here")
 	seed := flag.Int64("seed", 1, "random seed (arrivals, inputs)")
+	replot := flag.String("replot", "", "only re-render the markdown (-md, stdout) and plot (-svg) from a JSON report (-json of an earlier run)")
 	profDir := flag.String("profiles", "", "directory of kernel profiles (tools/kprof -o DIR/<ROLE>.json); missing or stale ones are measured")
 	flag.Parse()
+	if *replot != "" {
+		b, err := os.ReadFile(*replot)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		var rep report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			fatalf("%s: %v", *replot, err)
+		}
+		var pols []string
+		seen := map[string]bool{}
+		for _, r := range rep.Rows {
+			if !seen[r.Policy] {
+				seen[r.Policy] = true
+				pols = append(pols, r.Policy)
+			}
+		}
+		md := markdown(&rep)
+		fmt.Print(md)
+		if *mdPath != "" {
+			if err := os.WriteFile(*mdPath, []byte(md), 0o644); err != nil {
+				fatalf("%v", err)
+			}
+		}
+		if *svgPath != "" {
+			if err := os.WriteFile(*svgPath, []byte(plot(&rep, pols)), 0o644); err != nil {
+				fatalf("%v", err)
+			}
+		}
+		return
+	}
 	// RT clients sleep in nanosleep on threads of their own, which hold
 	// their P while they sleep: spare Ps keep the scheduler's goroutines
 	// running

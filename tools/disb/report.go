@@ -109,7 +109,9 @@ func plot(r *report, policies []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", W, H)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
-	panel := func(y0 int, title string, val func(*row) (float64, float64), ref float64) {
+	// panel draws grouped bars; with logScale the axis is logarithmic
+	// from lo to the largest value (latency ratios span 0.8x to 200x)
+	panel := func(y0 int, title string, val func(*row) (float64, float64), ref float64, logScale bool) {
 		maxv := ref * 1.2
 		for _, w := range wls {
 			for _, p := range policies {
@@ -119,16 +121,39 @@ func plot(r *report, policies []string) string {
 				}
 			}
 		}
-		maxv = math.Min(maxv, 10*ref) // clip huge bars; values are labelled
+		lo := 0.0
+		var ticks []float64
+		if logScale {
+			lo = 0.5
+			maxv = math.Max(maxv*1.1, 2)
+			for _, t := range []float64{0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} {
+				if t <= maxv {
+					ticks = append(ticks, t)
+				}
+			}
+		} else {
+			maxv = math.Min(maxv, 10*ref)
+			ticks = []float64{0, ref / 2, ref, maxv}
+		}
+		yOf := func(v float64) float64 {
+			var f float64
+			if logScale {
+				v = math.Max(v, lo)
+				f = math.Log(v/lo) / math.Log(maxv/lo)
+			} else {
+				f = math.Min(v, maxv) / maxv
+			}
+			return float64(y0+ph) - f*float64(ph)
+		}
 		fmt.Fprintf(&b, `<text x="%d" y="%d" font-size="14" font-weight="bold">%s</text>`+"\n", left, y0-12, html.EscapeString(title))
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", left, y0+ph, W-20, y0+ph)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", left, y0, left, y0+ph)
-		for _, t := range []float64{0, ref, maxv / 2, maxv} {
-			y := float64(y0+ph) - t/maxv*float64(ph)
-			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%.2f</text>`+"\n", left-4, y+4, t)
+		for _, t := range ticks {
+			y := yOf(t)
+			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%g</text>`+"\n", left-4, y+4, math.Round(t*100)/100)
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>`+"\n", left, y, W-20, y)
 		}
-		ry := float64(y0+ph) - ref/maxv*float64(ph)
+		ry := yOf(ref)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black" stroke-dasharray="4 3"/>`+"\n", left, ry, W-20, ry)
 		for wi, w := range wls {
 			gx := float64(left) + float64(wi)*bw*float64(len(policies)+1) + bw/2
@@ -144,7 +169,7 @@ func plot(r *report, policies []string) string {
 					if v <= 0 {
 						continue
 					}
-					h := math.Min(v, maxv) / maxv * float64(ph)
+					top := yOf(v)
 					op := "1"
 					wd := bw - 2
 					xx := bx
@@ -156,13 +181,13 @@ func plot(r *report, policies []string) string {
 						}
 					}
 					fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" fill-opacity="%s"><title>%s %s %.3f</title></rect>`+"\n",
-						xx, float64(y0+ph)-h, wd, h, polColors[p], op, w, p, v)
+						xx, top, wd, float64(y0+ph)-top, polColors[p], op, w, p, v)
 				}
 			}
 		}
 	}
-	panel(top, "RT latency / RT-only (solid: mean, light: p99)", func(x *row) (float64, float64) { return x.RTMeanNorm, x.RTP99Norm }, 1)
-	panel(top+ph+gap, "Throughput / seq (REEF's normalized throughput)", func(x *row) (float64, float64) { return x.ThrNorm, 0 }, 1)
+	panel(top, "RT latency / RT-only, log scale (solid: mean, light: p99; missing: starved)", func(x *row) (float64, float64) { return x.RTMeanNorm, x.RTP99Norm }, 1, true)
+	panel(top+ph+gap, "Throughput / seq (REEF's normalized throughput)", func(x *row) (float64, float64) { return x.ThrNorm, 0 }, 1, false)
 	ly := top + 2*ph + gap + 40
 	for i, p := range policies {
 		x := left + i*120
