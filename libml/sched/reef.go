@@ -26,6 +26,11 @@ type reef struct {
 
 func newReef(s *Scheduler) (*reef, error) {
 	r := &reef{s: s, rt: s.lanes[0], be: s.lanes[1:], beQ: make([]fifo, s.cfg.BEQueues)}
+	// units take RT blocks before anything else (and before dropping the
+	// queues of the BE streams they preempted)
+	if err := r.rt.st.SetPriority(true); err != nil {
+		return nil, err
+	}
 	r.offer = make([]bool, len(r.be))
 	if !s.cfg.NoPadding {
 		var err error

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #define SK_MAX_STREAMS 256
+#define SK_MAX_PRIO 8
 #define SK_SPIN_NS 60000 /* how long an idle unit spins before sleeping */
 #define SK_SPIN_BUSY_NS 20000000 /* the same while its streams have work */
 
@@ -143,6 +144,9 @@ struct sk_pool {
 	_Alignas(64) sk_pad *pad;
 	int32_t pad_busy; /* units inside a padding block or selection */
 	int32_t pad_noflag;
+	/* streams units visit first (sk_stream_set_priority) */
+	sk_stream *prio[SK_MAX_PRIO];
+	int32_t nprio;
 };
 
 #define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
@@ -417,6 +421,18 @@ static int try_pad(sk_pool *p, sk_unit *u);
 static int scan(sk_pool *p, sk_unit *u, int start)
 {
 	int did = 0;
+	/* priority streams first: their blocks before any other stream's
+	 * (and before evicting a preempted stream) */
+	int np = LD(&p->nprio);
+	for (int j = 0; j < np; j++) {
+		sk_stream *s = LD(&p->prio[j]);
+		if (!s)
+			continue;
+		while (try_block(s, u))
+			did = 1;
+	}
+	if (did)
+		return did;
 	int n = LD(&p->nstreams);
 	for (int j = 0; j < n; j++) {
 		sk_stream *s = LD(&p->streams[(start + j) % n]);
@@ -666,6 +682,7 @@ void sk_stream_destroy(sk_stream *s)
 	}
 	sk_stream_preempt(s);
 	sk_stream_sync(s);
+	sk_stream_set_priority(s, 0);
 	sk_pool *p = s->pool;
 	pthread_mutex_lock(&p->mu);
 	s->in_use = 0;
@@ -1130,6 +1147,30 @@ int64_t sk_stream_evicted(const sk_stream *s, int64_t *base, int64_t *grid,
 }
 
 void sk_stream_set_notify(sk_stream *s, int fd) { ST(&s->notify_fd, fd); }
+
+int sk_stream_set_priority(sk_stream *s, int on)
+{
+	sk_pool *p = s->pool;
+	int r = SK_OK;
+	pthread_mutex_lock(&p->mu);
+	int at = -1;
+	for (int i = 0; i < p->nprio; i++)
+		if (p->prio[i] == s)
+			at = i;
+	if (on && at < 0) {
+		if (p->nprio < SK_MAX_PRIO) {
+			ST(&p->prio[p->nprio], s);
+			ST(&p->nprio, p->nprio + 1);
+		} else {
+			r = SK_ERR;
+		}
+	} else if (!on && at >= 0) {
+		/* units may be reading the list: a slot is cleared, never moved */
+		ST(&p->prio[at], NULL);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return r;
+}
 
 /* ---- dynamic kernel padding (REEF §5) ------------------------------------ */
 

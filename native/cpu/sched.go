@@ -128,6 +128,19 @@ func (s *Stream) Evicted() (idx, base, grid int64, done uint64) {
 	return int64(i), int64(b), int64(g), uint64(bits)
 }
 
+// SetPriority puts the stream on (or off) the pool's short list of
+// streams units serve first (at most 8 per pool).
+func (s *Stream) SetPriority(on bool) error {
+	v := C.int(0)
+	if on {
+		v = 1
+	}
+	if C.sk_stream_set_priority(s.s, v) != C.SK_OK {
+		return errors.New("cpu: too many priority streams")
+	}
+	return nil
+}
+
 // SetNotify makes the unit that drains the stream write 1 to the eventfd
 // fd (fd < 0: off): a waiter then sleeps in Go's network poller instead
 // of a blocking call that holds a P (see NotifyFile).

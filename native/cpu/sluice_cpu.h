@@ -316,6 +316,11 @@ int64_t sk_stream_idle_ns(const sk_stream *s);
  * and a bit mask of its blocks 0..63 that ran to their end. */
 int64_t sk_stream_evicted(const sk_stream *s, int64_t *base, int64_t *grid,
 			  uint64_t *bits);
+/* sk_stream_set_priority puts s on (on != 0) or off the pool's short list
+ * of streams units serve first: a unit takes their blocks before any other
+ * stream's, and before it drops the queue of a preempted stream. At most 8
+ * streams per pool; SK_ERR when full. */
+int sk_stream_set_priority(sk_stream *s, int on);
 /* sk_stream_set_notify makes the unit that drains the stream write 1 to
  * the eventfd fd (fd < 0: off), so a waiter can sleep in an event loop
  * instead of a blocking call. */
