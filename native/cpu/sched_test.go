@@ -742,3 +742,54 @@ func BenchmarkPadSelect(b *testing.B) {
 	}
 	b.ReportMetric(float64(picked)/float64(b.N), "picked/op")
 }
+
+// TestPriorityStream: a unit serves a priority stream's blocks before any
+// other stream's.
+func TestPriorityStream(t *testing.T) {
+	pool := newPool(t, 1)
+	a, err := pool.NewStream(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := pool.NewStream(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, s := range []*Stream{a, b} {
+		if err := s.EnableHQ(4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SetPriority(true); err != nil {
+		t.Fatal(err)
+	}
+	const nk, n = 60, 1 << 18
+	x, y := newFloats(t, n, 0), newFloats(t, 1<<10, 0)
+	ka, kb := newKernels(t, nk), newKernels(t, 1)
+	la, lb := newLaunches(t, nk), newLaunches(t, 1)
+	for i := 0; i < nk; i++ {
+		unary(t, ka, i, x, x, actAffine, 1, 1, 1)
+		la.Set(i, Launch{Kernels: ka, K: i, Idx: int64(i)})
+	}
+	unary(t, kb, 0, y, y, actAffine, 1, 1, 1)
+	lb.Set(0, Launch{Kernels: kb, K: 0})
+	if _, err := a.Push(la, 0, nk, false); err != nil {
+		t.Fatal(err)
+	}
+	for a.ExecIndex() < 2 {
+		runtime.Gosched()
+	}
+	if _, err := b.Push(lb, 0, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	b.Sync()
+	if e := a.ExecIndex(); e > 8 {
+		t.Fatalf("the normal stream ran to kernel %d before the priority stream's kernel", e)
+	}
+	a.Sync()
+	if x.s()[0] != nk || y.s()[0] != 1 {
+		t.Fatalf("x %v y %v", x.s()[0], y.s()[0])
+	}
+}
