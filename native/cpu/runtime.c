@@ -418,6 +418,26 @@ static int try_block(sk_stream *s, sk_unit *u)
 
 static int try_pad(sk_pool *p, sk_unit *u);
 
+/* prio_ready reports whether a priority stream has a block unit u could
+ * claim now. */
+static int prio_ready(sk_pool *p, sk_unit *u)
+{
+	int np = LD(&p->nprio);
+	for (int j = 0; j < np; j++) {
+		sk_stream *s = LD(&p->prio[j]);
+		if (!s)
+			continue;
+		uint64_t t = LD(&s->ticket);
+		uint32_t seq = (uint32_t)(t >> 32);
+		if ((int32_t)(LD(&s->tail) - seq) <= 0)
+			continue;
+		sk_slot *sl = &s->ring[seq & s->capmask];
+		if (((LDR(&sl->mask) >> u->id) & 1) && (int64_t)(uint32_t)t < LDR(&sl->grid))
+			return 1;
+	}
+	return 0;
+}
+
 static int scan(sk_pool *p, sk_unit *u, int start)
 {
 	int did = 0;
@@ -438,8 +458,11 @@ static int scan(sk_pool *p, sk_unit *u, int start)
 		sk_stream *s = LD(&p->streams[(start + j) % n]);
 		if (!s)
 			continue;
-		while (try_block(s, u))
+		while (try_block(s, u)) {
 			did = 1;
+			if (np && prio_ready(p, u))
+				return did; /* back to the priority streams */
+		}
 	}
 	if (!did && LDR(&p->pad))
 		did = try_pad(p, u);
