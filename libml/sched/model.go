@@ -52,6 +52,9 @@ type Model struct {
 	// weights, constants and gather indices (C memory)
 	wptr   unsafe.Pointer
 	wbytes int
+	// base owns the weights when the model is another batch size of it
+	// (deriveModel); nil: the model owns them
+	base   *Model
 	cptr   unsafe.Pointer
 	cbytes int
 	aux    []unsafe.Pointer
@@ -123,13 +126,42 @@ func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model
 		return nil, err
 	}
 	m.eng = em
-	var ep *engine.Program
+	if err := m.compile(opt); err != nil {
+		m.release()
+		return nil, err
+	}
+	return m, nil
+}
+
+// deriveModel compiles base's model at another batch size over base's
+// weights (batch buckets of one model share them). The derived model must
+// be released together with, or before, base.
+func deriveModel(base *Model, opt ModelOptions) (*Model, error) {
+	if opt.Batch <= 0 {
+		opt.Batch = 1
+	}
+	m := &Model{name: base.name, batch: opt.Batch, units: base.units, eng: base.eng,
+		wptr: base.wptr, base: base}
+	if err := m.compile(opt); err != nil {
+		m.release()
+		return nil, err
+	}
+	return m, nil
+}
+
+// compile builds the model's program for opt.Batch from its loaded
+// engine model, with its constants, versions and metadata.
+func (m *Model) compile(opt ModelOptions) error {
+	em := m.eng
+	var (
+		ep  *engine.Program
+		err error
+	)
 	if em.BatchDynamic() {
 		ep, err = em.CompileBatch(opt.Batch)
 	} else {
 		if opt.Batch != 1 {
-			m.release()
-			return nil, fmt.Errorf("model has a fixed batch size: Batch %d not allowed", opt.Batch)
+			return fmt.Errorf("model has a fixed batch size: Batch %d not allowed", opt.Batch)
 		}
 		shapes := map[string][]int64{}
 		for _, in := range em.Inputs() {
@@ -138,19 +170,16 @@ func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model
 		ep, err = em.Compile(shapes)
 	}
 	if err != nil {
-		m.release()
-		return nil, err
+		return err
 	}
 	if len(ep.Inputs) != 1 || len(ep.Outputs) != 1 {
-		m.release()
-		return nil, fmt.Errorf("model has %d inputs and %d outputs; the scheduler runs models with one of each", len(ep.Inputs), len(ep.Outputs))
+		return fmt.Errorf("model has %d inputs and %d outputs; the scheduler runs models with one of each", len(ep.Inputs), len(ep.Outputs))
 	}
 	m.prog = ep
 	if len(ep.Consts) > 0 {
 		m.cbytes = len(ep.Consts) * 4
 		if m.cptr, err = ncpu.Alloc(m.cbytes); err != nil {
-			m.release()
-			return nil, err
+			return err
 		}
 		copy(unsafe.Slice((*float32)(m.cptr), len(ep.Consts)), ep.Consts)
 	}
@@ -160,12 +189,12 @@ func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model
 		if a := ep.Kernels[i].Aux; len(a) > 0 {
 			m.auxN[i] = len(a) * 8
 			if m.aux[i], err = ncpu.Alloc(m.auxN[i]); err != nil {
-				m.release()
-				return nil, err
+				return err
 			}
 			copy(unsafe.Slice((*int64)(m.aux[i]), len(a)), a)
 		}
 	}
+	units := m.units
 	m.tiles = []int{units}
 	vers := opt.Versions
 	if vers == nil {
@@ -173,8 +202,7 @@ func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model
 	}
 	for _, v := range vers {
 		if v < 1 || v > 64*ncpu.MaxUnits {
-			m.release()
-			return nil, fmt.Errorf("version tiled for %d units", v)
+			return fmt.Errorf("version tiled for %d units", v)
 		}
 		dup := false
 		for _, t := range m.tiles {
@@ -196,19 +224,17 @@ func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model
 	m.idem = append([]int(nil), ep.IdemEntry...)
 	if opt.Idem != nil {
 		if err := opt.Idem.check(m); err != nil {
-			m.release()
-			return nil, err
+			return err
 		}
 		m.idem = append([]int(nil), opt.Idem.Entry...)
 	}
 	if opt.Cuts != nil {
 		if err := checkCuts(opt.Cuts, len(ep.Kernels)); err != nil {
-			m.release()
-			return nil, err
+			return err
 		}
 		m.cuts = append([]int(nil), opt.Cuts...)
 	}
-	return m, nil
+	return nil
 }
 
 // release frees the model's C memory; its instances must be freed.
@@ -222,7 +248,9 @@ func (m *Model) release() {
 	}
 	m.aux = nil
 	ncpu.Free(m.cptr, m.cbytes)
-	ncpu.Free(m.wptr, m.wbytes)
+	if m.base == nil {
+		ncpu.Free(m.wptr, m.wbytes)
+	}
 	m.cptr, m.wptr = nil, nil
 }
 

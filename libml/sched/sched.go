@@ -387,16 +387,27 @@ func (s *Scheduler) Load(name string, g *graph.Graph, opt ModelOptions) (*Model,
 	if err != nil {
 		return nil, fmt.Errorf("sched: load %q: %w", name, err)
 	}
+	if err := s.install(m, opt); err != nil {
+		return nil, fmt.Errorf("sched: load %q: %w", name, err)
+	}
+	return m, nil
+}
+
+// install profiles m (unless opt.Profile is given), picks its preemptible
+// versions and SPLIT cuts and adds it to the scheduler's models. On error
+// m is released.
+func (s *Scheduler) install(m *Model, opt ModelOptions) error {
 	p := opt.Profile
 	if p == nil {
+		var err error
 		if p, err = profileModel(s.pool, m, opt.ProfileRuns); err != nil {
 			m.release()
-			return nil, fmt.Errorf("sched: load %q: %w", name, err)
+			return err
 		}
 	}
 	if err := m.setProfile(p); err != nil {
 		m.release()
-		return nil, fmt.Errorf("sched: load %q: %w", name, err)
+		return err
 	}
 	m.choosePreempt(s.cfg.PreemptBlockNs, s.cfg.PreemptSlack)
 	if m.cuts == nil && s.cfg.Policy == PolicySplit {
@@ -412,10 +423,10 @@ func (s *Scheduler) Load(name string, g *graph.Graph, opt ModelOptions) (*Model,
 	defer s.mu.Unlock()
 	if s.closed {
 		m.release()
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	s.models = append(s.models, m)
-	return m, nil
+	return nil
 }
 
 // Submit queues a job. It returns an error for a bad job; otherwise the
