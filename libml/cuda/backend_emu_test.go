@@ -119,8 +119,8 @@ func (d *emuDev) HostAlloc(n int) (pinned, error) {
 	return &emuPinned{d: d, p: p, n: n}, nil
 }
 
-func (d *emuDev) NewStream(int) (gpuStream, error) {
-	s := &emuStream{d: d, ops: make(chan func() error, 1<<12)}
+func (d *emuDev) NewStream(prio int) (gpuStream, error) {
+	s := &emuStream{d: d, prio: prio, ops: make(chan func() error, 1<<12)}
 	s.cond = sync.NewCond(&s.mu)
 	go s.loop()
 	return s, nil
@@ -218,8 +218,9 @@ func (h *emuHooks) launches() []emuLaunch {
 
 // emuStream runs its queue in a goroutine of its own.
 type emuStream struct {
-	d   *emuDev
-	ops chan func() error
+	d    *emuDev
+	prio int // the priority it was made with (the emulator does not order streams by it)
+	ops  chan func() error
 
 	mu       sync.Mutex
 	cond     *sync.Cond

@@ -27,6 +27,9 @@ type Instance struct {
 	state    uint64
 	plans    map[int]*kplan
 	ln       *lane
+	// prio is the priority of the instance's stream (SetPriority; 0 is
+	// the default, lower numbers are higher priorities).
+	prio int
 	// stage is pinned host memory: the state template and read-back,
 	// then the batch's inputs and outputs.
 	stage  pinned
@@ -68,10 +71,10 @@ type lane struct {
 	ev  []gpuEvent
 }
 
-func newLane(ctx gpuCtx, own bool, window int) (*lane, error) {
+func newLane(ctx gpuCtx, own bool, window, prio int) (*lane, error) {
 	l := &lane{ctx: ctx, own: own}
 	var err error
-	if l.s, err = ctx.NewStream(0); err != nil {
+	if l.s, err = ctx.NewStream(prio); err != nil {
 		return nil, err
 	}
 	for k := 0; k < window; k++ {
@@ -140,7 +143,7 @@ func (b *Backend) newInstance(m *model) (*Instance, error) {
 		}
 		own = true
 	}
-	if i.ln, err = newLane(ctx, own, b.opts.Window); err != nil {
+	if i.ln, err = newLane(ctx, own, b.opts.Window, 0); err != nil {
 		if own {
 			ctx.Close()
 		}
@@ -237,7 +240,7 @@ func (i *Instance) SetSMs(sms int) error {
 		}
 		own = true
 	}
-	ln, err := newLane(ctx, own, i.b.opts.Window)
+	ln, err := newLane(ctx, own, i.b.opts.Window, i.prio)
 	if err != nil {
 		if own {
 			ctx.Close()

@@ -1,0 +1,272 @@
+//go:build linux && cgo
+
+package cuda
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/libml"
+	"sluice/libml/graph"
+	"sluice/libml/zoo"
+)
+
+// disbEmuModels are DISB's roles played by models the emulator runs in
+// about 10 ms a job (2 cores): chains of fully connected layers (Gemm
+// with a fused Tanh), one kernel each, of different depths and widths.
+func disbEmuModels(t testing.TB) []DISBModel {
+	t.Helper()
+	specs := []struct {
+		role          string
+		layers, width int
+	}{
+		{"RNET", 12, 48},
+		{"VGG", 8, 64},
+		{"YOLO", 10, 32},
+		{"BERT", 14, 32},
+		{"GPT2", 6, 48},
+	}
+	var out []DISBModel
+	for k, s := range specs {
+		out = append(out, DISBModel{Role: s.role, Name: "mlp", Size: fmt.Sprintf("%d x fc %d", s.layers, s.width),
+			Graph: mlpGraph(s.layers, s.width, uint64(k+1))})
+	}
+	return out
+}
+
+// mlpGraph is layers fully connected layers of width inputs and outputs,
+// each followed by Tanh, with seeded weights scaled to keep the values
+// in range.
+func mlpGraph(layers, width int, seed uint64) *graph.Graph {
+	g := &graph.Graph{Name: "mlp", Opset: 13}
+	x := "x"
+	for l := 0; l < layers; l++ {
+		w := zoo.Input(seed*1000+uint64(l), width*width)
+		for k := range w {
+			w[k] /= float32(width)
+		}
+		wn, bn, y, z := fmt.Sprint("w", l), fmt.Sprint("b", l), fmt.Sprint("y", l), fmt.Sprint("z", l)
+		g.Initializers = append(g.Initializers,
+			&graph.Tensor{Name: wn, DType: graph.Float32, Dims: []int64{int64(width), int64(width)}, F32: w},
+			&graph.Tensor{Name: bn, DType: graph.Float32, Dims: []int64{int64(width)}, F32: w[:width]})
+		g.Nodes = append(g.Nodes,
+			graph.Node{Name: y, Op: "Gemm", Inputs: []string{x, wn, bn}, Outputs: []string{y},
+				Attrs: []graph.Attr{{Name: "transB", Kind: graph.AttrInt, I: 1}}},
+			graph.Node{Name: z, Op: "Tanh", Inputs: []string{y}, Outputs: []string{z}})
+		x = z
+	}
+	g.Inputs = []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, int64(width)}}}
+	g.Outputs = []graph.ValueInfo{{Name: x, DType: graph.Float32, Dims: []int64{-1, int64(width)}}}
+	return g
+}
+
+// GPU DISB on the emulated device: every job of every client finishes
+// with the unpreempted output, and the policies order the runs as they
+// must: seq never overlaps two runs and never preempts; conc runs RT and
+// BE together and never preempts; reef preempts the BE runs an RT arrival
+// finds, starts no BE run while an RT job runs, and restores the BE jobs
+// to the right output; rt-only has no BE client.
+func TestDISBEmu(t *testing.T) {
+	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, true)
+	var wls []DISBWorkload
+	for _, w := range DISBWorkloads() {
+		if w.Name == "A" || w.Name == "D" {
+			wls = append(wls, w)
+		}
+	}
+	cfg := DISBConfig{Workloads: wls, Policies: DISBPolicies(), Duration: 700 * time.Millisecond,
+		Warmup: 100 * time.Millisecond, Calibrate: 150 * time.Millisecond, RestoreJobs: 6, Seed: 3,
+		Command: "TestDISBEmu", Logf: t.Logf, trace: true}
+	rep, err := RunDISB(context.Background(), b, disbEmuModels(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != len(wls)*len(cfg.Policies) {
+		t.Fatalf("%d rows, want %d", len(rep.Rows), len(wls)*len(cfg.Policies))
+	}
+	if len(rep.Models) != 5 {
+		t.Errorf("%d models in the report, want the 5 roles", len(rep.Models))
+	}
+	for _, m := range rep.Models {
+		if m.Kernels == 0 || m.MaxPerSec <= 0 || m.AloneMs <= 0 {
+			t.Errorf("model %s not calibrated: %+v", m.Role, m)
+		}
+	}
+	for _, row := range rep.Rows {
+		what := row.Workload + " " + row.Policy
+		if row.Wrong != 0 {
+			t.Errorf("%s: %d jobs with a wrong output", what, row.Wrong)
+		}
+		for _, c := range row.Clients {
+			if c.Done == 0 {
+				t.Errorf("%s: client %s finished no job in the window", what, c.Name)
+			}
+			if c.RT && c.Arrived == 0 {
+				t.Errorf("%s: client %s had no arrival", what, c.Name)
+			}
+			if c.Done > 0 && c.LaunchesPerJob < float64(c.PlannedPerJob) {
+				t.Errorf("%s: client %s launched %.1f kernels per job, its plan has %d", what, c.Name, c.LaunchesPerJob, c.PlannedPerJob)
+			}
+		}
+		if row.RTDone == 0 || row.RTMeanMs <= 0 || row.RTP99Ms < row.RTP50Ms || row.Thr <= 0 {
+			t.Errorf("%s: RT done %d, mean %.3f ms, p50 %.3f p99 %.3f, thr %.3f", what, row.RTDone, row.RTMeanMs, row.RTP50Ms, row.RTP99Ms, row.Thr)
+		}
+		var rt, be []disbSpan
+		for _, s := range row.spans {
+			if s.rt {
+				rt = append(rt, s)
+			} else {
+				be = append(be, s)
+			}
+			if s.preempted && s.rt {
+				t.Errorf("%s: an RT run was preempted", what)
+			}
+		}
+		switch row.Policy {
+		case PolicyRTOnly:
+			if len(be) != 0 || row.BEPerSec != 0 {
+				t.Errorf("rt-only %s ran BE jobs", row.Workload)
+			}
+			if row.RTMeanNorm != 1 {
+				t.Errorf("rt-only %s: mean / RT-only = %v", row.Workload, row.RTMeanNorm)
+			}
+		case PolicySeq:
+			if row.Preemptions != 0 || row.PreemptN != 0 {
+				t.Errorf("seq %s preempted", row.Workload)
+			}
+			all := slices.Clone(row.spans)
+			slices.SortFunc(all, func(a, b disbSpan) int { return int(a.start - b.start) })
+			for k := 1; k < len(all); k++ {
+				if all[k].start < all[k-1].end {
+					t.Fatalf("seq %s: run of %s [%d, %d] overlaps %s's [%d, %d]", row.Workload,
+						all[k].client, all[k].start, all[k].end, all[k-1].client, all[k-1].start, all[k-1].end)
+				}
+			}
+			if row.ThrNorm != 1 {
+				t.Errorf("seq %s: thr / seq = %v", row.Workload, row.ThrNorm)
+			}
+		case PolicyConc:
+			if row.Preemptions != 0 || row.PreemptN != 0 {
+				t.Errorf("conc %s preempted", row.Workload)
+			}
+			if overlaps(rt, be) == 0 {
+				t.Errorf("conc %s: no RT run ran alongside a BE run", row.Workload)
+			}
+		case PolicyReef:
+			if row.Preemptions == 0 || row.PreemptN == 0 || row.PreemptP50Us <= 0 {
+				t.Errorf("reef %s: %d BE preemptions, %d preempting arrivals", row.Workload, row.Preemptions, row.PreemptN)
+			}
+			if row.ReexecShare <= 0 {
+				t.Errorf("reef %s: no kernel relaunched by a restore", row.Workload)
+			}
+			for _, r := range rt {
+				for _, s := range be {
+					if s.start > r.start && s.start < r.end {
+						t.Fatalf("reef %s: BE run of %s started at %d inside RT run of %s [%d, %d]",
+							row.Workload, s.client, s.start, r.client, r.start, r.end)
+					}
+				}
+			}
+			preempted := 0
+			for _, s := range be {
+				if s.preempted {
+					preempted++
+				}
+			}
+			if preempted == 0 {
+				t.Errorf("reef %s: no BE run came back preempted", row.Workload)
+			}
+		}
+	}
+	preempted := 0
+	for _, r := range rep.Restore {
+		preempted += r.Preempted
+		if r.Jobs != cfg.RestoreJobs || r.BaseMs <= 0 {
+			t.Errorf("restore %s: %+v", r.Role, r)
+		}
+	}
+	if len(rep.Restore) != 5 || preempted == 0 {
+		t.Errorf("restore: %d models, %d jobs preempted", len(rep.Restore), preempted)
+	}
+	md := rep.Markdown()
+	for _, row := range rep.Rows {
+		if !strings.Contains(md, fmt.Sprintf("| %s | %s |", row.Workload, row.Policy)) {
+			t.Errorf("markdown lacks the row %s %s", row.Workload, row.Policy)
+		}
+	}
+	if _, err := json.Marshal(rep); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", md)
+}
+
+// overlaps counts pairs of runs of a and b that overlap in time.
+func overlaps(a, b []disbSpan) int {
+	n := 0
+	for _, x := range a {
+		for _, y := range b {
+			if x.start < y.end && y.start < x.end {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Misconfigurations are refused.
+func TestDISBErrors(t *testing.T) {
+	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, true)
+	models := disbEmuModels(t)[:1]
+	ctx := context.Background()
+	wA := DISBWorkloads()[:1]
+	if _, err := RunDISB(ctx, b, models, DISBConfig{Workloads: wA, Policies: []string{"fifo"}, Duration: time.Millisecond}); err == nil {
+		t.Error("unknown policy accepted")
+	}
+	if _, err := RunDISB(ctx, b, models, DISBConfig{Workloads: wA, Policies: []string{PolicySeq}}); err == nil {
+		t.Error("zero duration accepted")
+	}
+	// workload A needs VGG, which models lacks
+	if _, err := RunDISB(ctx, b, models, DISBConfig{Workloads: wA, Policies: []string{PolicySeq}, Duration: time.Millisecond}); err == nil ||
+		!strings.Contains(err.Error(), "no model for role VGG") {
+		t.Errorf("missing role: %v", err)
+	}
+}
+
+// SetPriority moves an instance to a stream of that priority, keeps its
+// outputs and survives SetSMs.
+func TestBackendSetPriority(t *testing.T) {
+	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, true)
+	g, err := zoo.Build("squeezenet11", zoo.Options{Height: 32, Width: 32, Classes: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := load(t, b, "sq", g, 1).(*Instance)
+	defer inst.Close()
+	in := zoo.Input(1, inst.InputSize())
+	want := infer(t, b, inst, 1, in)
+	if err := inst.SetPriority(RTPriority); err != nil {
+		t.Fatal(err)
+	}
+	if p := inst.ln.s.(*emuStream).prio; p != RTPriority || inst.Priority() != RTPriority {
+		t.Fatalf("stream priority %d, Priority() %d, want %d", p, inst.Priority(), RTPriority)
+	}
+	closeTo(t, "after SetPriority", infer(t, b, inst, 1, in), want, 0)
+	if err := inst.SetSMs(4); err != nil {
+		t.Fatal(err)
+	}
+	if p := inst.ln.s.(*emuStream).prio; p != RTPriority {
+		t.Fatalf("after SetSMs the stream has priority %d", p)
+	}
+	if err := inst.SetPriority(0); err != nil {
+		t.Fatal(err)
+	}
+	if inst.SMs() != 4 {
+		t.Errorf("SetPriority left the partition: %d SMs", inst.SMs())
+	}
+	closeTo(t, "after SetSMs and SetPriority(0)", infer(t, b, inst, 1, in), want, 0)
+}
