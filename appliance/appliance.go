@@ -29,6 +29,7 @@ import (
 	"sluice/libml/graph"
 	"sluice/libml/onnx"
 	"sluice/libml/ort"
+	"sluice/libml/sched"
 	"sluice/libml/zoo"
 )
 
@@ -131,6 +132,17 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 	case "cuda":
 		b = cuda.NewBackend(cuda.Options{})
 	default:
+		if pol, ok := strings.CutPrefix(name, "sched/"); ok {
+			p, err := sched.ParsePolicy(pol)
+			if err != nil {
+				return nil, fmt.Errorf("appliance: backend %s: %w", name, err)
+			}
+			// One scheduler per policy, over its own units; its threads
+			// step back (nice +5) so the threads that steer them preempt
+			// them at once.
+			b = sched.NewBackend(sched.BackendOptions{Config: sched.Config{Policy: p, UnitNice: 5}})
+			break
+		}
 		return nil, fmt.Errorf("appliance: unknown backend %q", name)
 	}
 	if err := b.Init(ctx, libml.BackendConfig{Units: a.prof.Appliance.Threads, PinUnits: true}); err != nil {
@@ -155,7 +167,7 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 
 // loadInstance loads the model an IF section names.
 func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backend, libml.Instance, error) {
-	be, err := a.backend(ctx, s.Backend)
+	be, err := a.backend(ctx, backendKey(s))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -188,7 +200,19 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 	if err != nil {
 		return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
 	}
+	if si, ok := inst.(*sched.Instance); ok {
+		si.SetRealTime(s.Class == "rt")
+	}
 	return be, inst, nil
+}
+
+// backendKey names the backend an IF runs on: its backend, or the
+// scheduler of its policy ("sched/reef").
+func backendKey(s *IFSection) string {
+	if s.Policy != "" && s.Policy != PolicyNone {
+		return "sched/" + s.Policy
+	}
+	return s.Backend
 }
 
 // loadIF loads an IF's model and makes the IF (not yet started or routed).
@@ -215,7 +239,7 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 	if s.AutoShare {
 		r.tuner.Store(ifmanager.NewShareTuner(s.SLO()))
 	}
-	a.log.Info("IF loaded", "if", s.Name, "model", s.Model, "backend", s.Backend, "model_id", s.ModelID,
+	a.log.Info("IF loaded", "if", s.Name, "model", s.Model, "backend", be.Name(), "policy", s.Policy, "model_id", s.ModelID,
 		"class", s.Class, "input_shape", inst.InputShape(), "output_shape", inst.OutputShape(),
 		"request_bytes", f.RequestBytes(), "share", s.Share, "auto_share", s.AutoShare,
 		"load_ms", time.Since(start).Milliseconds())
@@ -362,6 +386,11 @@ func (a *Appliance) Run(ctx context.Context) error {
 		defer auxWG.Done()
 		a.tuneShares(hctx)
 	}()
+	auxWG.Add(1)
+	go func() {
+		defer auxWG.Done()
+		a.collectPreemptions(hctx, 250*time.Millisecond)
+	}()
 	errc := make(chan error, len(a.ports))
 	for _, p := range a.ports {
 		go func() {
@@ -481,6 +510,18 @@ func (a *Appliance) Close() {
 		}
 	}
 	a.ports = nil
+	a.mu.Lock()
+	for name, b := range a.backends {
+		// A scheduler owns its unit threads: stop them. Its models are
+		// freed with it (an IF that never ran still holds an instance).
+		if sb, ok := b.(*sched.Backend); ok {
+			if err := sb.Deinit(); err != nil {
+				a.log.Debug("scheduler stopped with models loaded", "backend", name, "err", err)
+			}
+			delete(a.backends, name)
+		}
+	}
+	a.mu.Unlock()
 	if a.eal {
 		if err := dpdk.CleanupEAL(); err != nil {
 			a.log.Warn("dpdk cleanup", "err", err)

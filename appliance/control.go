@@ -64,7 +64,7 @@ func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
 		state = "underprovisioned"
 	}
 	return orchestrator.IFStatus{Name: spec.Name, ModelID: uint16(spec.ModelID), Model: spec.Model,
-		Backend: spec.Backend, Class: spec.Class, SLOMS: spec.SLOMS, MaxBatch: st.MaxBatch,
+		Backend: spec.Backend, Policy: spec.Policy, Class: spec.Class, SLOMS: spec.SLOMS, MaxBatch: st.MaxBatch,
 		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share,
 		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded}
 }
@@ -81,7 +81,10 @@ func unitsOf(mask uint64) int {
 func (h *controlHandler) Deploy(ctx context.Context, args orchestrator.DeployArgs) (orchestrator.IFStatus, error) {
 	spec := IFSection{Name: args.Name, ModelID: int(args.ModelID), Model: args.Model, Backend: args.Backend,
 		Class: args.Class, SLOMS: args.SLOMS, MaxBatch: args.MaxBatch, QueueLen: args.QueueLen, Input: args.Input,
-		Mean: args.Mean, Std: args.Std, InputShape: args.InputShape, Share: args.Share}
+		Mean: args.Mean, Std: args.Std, InputShape: args.InputShape, Share: args.Share, Policy: args.Policy}
+	h.a.mu.Lock()
+	spec.inheritPolicy(h.a.prof.Appliance.Policy)
+	h.a.mu.Unlock()
 	if err := spec.validate("deploy"); err != nil {
 		return orchestrator.IFStatus{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "%v", err)
 	}
@@ -168,6 +171,9 @@ func (h *controlHandler) Resize(ctx context.Context, args orchestrator.ResizeArg
 	if err != nil {
 		return orchestrator.IFStatus{}, err
 	}
+	if p := r.spec.Policy; p != PolicyNone {
+		return orchestrator.IFStatus{}, orchestrator.Errorf(orchestrator.CodeConflict, "IF %q runs under policy %q: the scheduler shares the units, an IF has no share to resize", args.Name, p)
+	}
 	share := args.Share
 	total := h.a.totalUnits()
 	if args.Units > 0 {
@@ -201,6 +207,9 @@ func (h *controlHandler) Swap(ctx context.Context, args orchestrator.SwapArgs) (
 		return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "share must be in (0, 1], max_batch positive")
 	}
 	if args.Share > 0 {
+		if p := r.spec.Policy; p != PolicyNone {
+			return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeConflict, "IF %q runs under policy %q: the scheduler shares the units, a swap cannot give it a share", args.Name, p)
+		}
 		spec.Units, spec.SetUnits = h.a.unitsFor(r, args.Share)
 	}
 	h.a.mu.Lock()

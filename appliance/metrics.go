@@ -15,6 +15,7 @@ import (
 
 	"sluice/dataplane/reasm"
 	"sluice/dataplane/wire"
+	"sluice/libml/sched"
 )
 
 // collector exports the appliance's counters at scrape time: the hot path
@@ -27,6 +28,7 @@ type collector struct {
 	completed, drops, responses, egressFull, egressWait                    *prometheus.Desc
 	served, failed, overloaded, queueDepth, batches, batchItems, compute   *prometheus.Desc
 	share, batchLimit, swaps, under                                        *prometheus.Desc
+	schedJobs, preemptions, restores, padBlocks, modeSwitches              *prometheus.Desc
 }
 
 func newCollector(a *Appliance) *collector {
@@ -34,33 +36,38 @@ func newCollector(a *Appliance) *collector {
 		return prometheus.NewDesc("sluice_"+name, help, labels, nil)
 	}
 	return &collector{a: a,
-		rxPackets:  d("rx_packets_total", "Sluice datagrams received by the port driver.", "port"),
-		rxBytes:    d("rx_bytes_total", "UDP payload bytes of received sluice datagrams.", "port"),
-		txPackets:  d("tx_packets_total", "Datagrams transmitted.", "port"),
-		txBytes:    d("tx_bytes_total", "UDP payload bytes transmitted.", "port"),
-		rxFiltered: d("rx_filtered_total", "Frames the driver consumed or discarded before they became sluice datagrams (ARP, other traffic).", "port"),
-		rxMissed:   d("rx_missed_total", "Packets the device or kernel dropped for lack of buffers.", "port"),
-		txFailed:   d("tx_failed_total", "Datagrams the driver could not transmit.", "port"),
-		bufInUse:   d("pool_buffers_in_use", "Receive buffers out of the port's pool.", "port"),
-		bufCap:     d("pool_buffers_capacity", "Size of the port's receive buffer pool.", "port"),
-		heldFrags:  d("reassembly_held_fragments", "Packet buffers held by reassembly (in-flight and queued requests).", "port"),
-		assembling: d("reassembly_assembling", "Requests still collecting fragments.", "port"),
-		completed:  d("requests_total", "Requests reassembled completely.", "port"),
-		drops:      d("drops_total", "Datagrams or requests dropped or refused, by reason.", "port", "reason"),
-		responses:  d("responses_total", "Responses transmitted, by status.", "port", "status"),
-		egressFull: d("egress_queue_full_total", "Responses refused because the egress queue was full.", "port"),
-		egressWait: d("egress_wait_seconds_total", "Time responses waited between being queued and being sent (divide by responses for the mean).", "port"),
-		served:     d("if_served_total", "Requests answered ok.", "if", "class"),
-		failed:     d("if_failed_total", "Admitted requests answered with an error.", "if", "class"),
-		overloaded: d("if_overloaded_total", "Requests refused because the IF queue was full.", "if", "class"),
-		queueDepth: d("if_queue_depth", "Requests waiting in the IF queue.", "if", "class"),
-		batches:    d("if_batches_total", "Batches run.", "if", "class"),
-		batchItems: d("if_batch_items_total", "Requests in batches run (divide by batches for the mean batch size).", "if", "class"),
-		compute:    d("if_compute_seconds_total", "Time spent in model inference.", "if", "class"),
-		share:      d("if_share", "The IF's resource share (fraction of the compute units).", "if", "class"),
-		batchLimit: d("if_batch_limit", "The batch limit SLAB currently allows.", "if", "class"),
-		swaps:      d("if_swaps_total", "Shadow swaps completed.", "if", "class"),
-		under:      d("if_underprovisioned", "1 when the IF missed its SLO at batch 1 five times in a row.", "if", "class"),
+		rxPackets:    d("rx_packets_total", "Sluice datagrams received by the port driver.", "port"),
+		rxBytes:      d("rx_bytes_total", "UDP payload bytes of received sluice datagrams.", "port"),
+		txPackets:    d("tx_packets_total", "Datagrams transmitted.", "port"),
+		txBytes:      d("tx_bytes_total", "UDP payload bytes transmitted.", "port"),
+		rxFiltered:   d("rx_filtered_total", "Frames the driver consumed or discarded before they became sluice datagrams (ARP, other traffic).", "port"),
+		rxMissed:     d("rx_missed_total", "Packets the device or kernel dropped for lack of buffers.", "port"),
+		txFailed:     d("tx_failed_total", "Datagrams the driver could not transmit.", "port"),
+		bufInUse:     d("pool_buffers_in_use", "Receive buffers out of the port's pool.", "port"),
+		bufCap:       d("pool_buffers_capacity", "Size of the port's receive buffer pool.", "port"),
+		heldFrags:    d("reassembly_held_fragments", "Packet buffers held by reassembly (in-flight and queued requests).", "port"),
+		assembling:   d("reassembly_assembling", "Requests still collecting fragments.", "port"),
+		completed:    d("requests_total", "Requests reassembled completely.", "port"),
+		drops:        d("drops_total", "Datagrams or requests dropped or refused, by reason.", "port", "reason"),
+		responses:    d("responses_total", "Responses transmitted, by status.", "port", "status"),
+		egressFull:   d("egress_queue_full_total", "Responses refused because the egress queue was full.", "port"),
+		egressWait:   d("egress_wait_seconds_total", "Time responses waited between being queued and being sent (divide by responses for the mean).", "port"),
+		served:       d("if_served_total", "Requests answered ok.", "if", "class"),
+		failed:       d("if_failed_total", "Admitted requests answered with an error.", "if", "class"),
+		overloaded:   d("if_overloaded_total", "Requests refused because the IF queue was full.", "if", "class"),
+		queueDepth:   d("if_queue_depth", "Requests waiting in the IF queue.", "if", "class"),
+		batches:      d("if_batches_total", "Batches run.", "if", "class"),
+		batchItems:   d("if_batch_items_total", "Requests in batches run (divide by batches for the mean batch size).", "if", "class"),
+		compute:      d("if_compute_seconds_total", "Time spent in model inference.", "if", "class"),
+		share:        d("if_share", "The IF's resource share (fraction of the compute units).", "if", "class"),
+		batchLimit:   d("if_batch_limit", "The batch limit SLAB currently allows.", "if", "class"),
+		swaps:        d("if_swaps_total", "Shadow swaps completed.", "if", "class"),
+		under:        d("if_underprovisioned", "1 when the IF missed its SLO at batch 1 five times in a row.", "if", "class"),
+		schedJobs:    d("sched_jobs_total", "Jobs (batches) the scheduler of a policy finished, by class.", "policy", "class"),
+		preemptions:  d("preemptions_total", "Times real-time work preempted running best-effort work.", "policy"),
+		restores:     d("restores_total", "Best-effort jobs restored after a preemption.", "policy"),
+		padBlocks:    d("pad_blocks_total", "Best-effort blocks run as padding beside real-time kernels.", "policy"),
+		modeSwitches: d("sched_rt_mode_switches_total", "Switches from normal to real-time mode.", "policy"),
 	}
 }
 
@@ -103,6 +110,21 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.egressFull, p.out.C.QueueFull.Load(), n)
 		ch <- prometheus.MustNewConstMetric(c.egressWait, prometheus.CounterValue, float64(p.out.C.WaitNS.Load())/1e9, n)
+	}
+	for _, sb := range c.a.schedBackends() {
+		s := sb.Scheduler()
+		if s == nil {
+			continue
+		}
+		pol := string(s.Config().Policy)
+		c.a.observePreemptions(sb)
+		st := s.Stats()
+		counter(c.schedJobs, uint64(st.Jobs[sched.RT]), pol, "rt")
+		counter(c.schedJobs, uint64(st.Jobs[sched.BE]), pol, "be")
+		counter(c.preemptions, uint64(st.Preemptions), pol)
+		counter(c.restores, uint64(st.Restores), pol)
+		counter(c.padBlocks, uint64(st.PadBlocks), pol)
+		counter(c.modeSwitches, uint64(st.ModeSwitches), pol)
 	}
 	c.a.mu.Lock()
 	runs := make([]*ifRun, 0, len(c.a.order))
@@ -181,6 +203,7 @@ type metricsSet struct {
 	swapGap                         *prometheus.HistogramVec
 	responses                       *prometheus.CounterVec
 	shareChanges                    *prometheus.CounterVec
+	preemptLat                      *prometheus.HistogramVec
 }
 
 func newMetricsSet() *metricsSet {
@@ -203,13 +226,67 @@ func newMetricsSet() *metricsSet {
 			Help: "Requests answered by the IF, by status."}, []string{"if", "class", "status"}),
 		shareChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_share_changes_total",
 			Help: "Share changes made by the self-tuning allocator."}, []string{"if", "class"}),
+		preemptLat: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_preemption_latency_seconds",
+			Help:    "Preemption latency: from the preempt call until no preempted block runs and the real-time job's first kernel has started.",
+			Buckets: []float64{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2}}, []string{"policy"}),
 	}
-	m.reg.MustRegister(m.request, m.queue, m.compute, m.gather, m.batch, m.swapGap, m.responses, m.shareChanges,
+	m.reg.MustRegister(m.request, m.queue, m.compute, m.gather, m.batch, m.swapGap, m.responses, m.shareChanges, m.preemptLat,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *metricsSet) registerCollector(a *Appliance) { m.reg.MustRegister(newCollector(a)) }
+
+// schedBackends are the schedulers the appliance runs (one per policy in
+// use).
+func (a *Appliance) schedBackends() []*sched.Backend {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var bs []*sched.Backend
+	for _, b := range a.backends {
+		if sb, ok := b.(*sched.Backend); ok {
+			bs = append(bs, sb)
+		}
+	}
+	return bs
+}
+
+// observePreemptions moves the preemption latencies sb recorded since the
+// last call into the histogram.
+func (a *Appliance) observePreemptions(sb *sched.Backend) {
+	ns := sb.TakePreemptNs()
+	if len(ns) == 0 {
+		return
+	}
+	s := sb.Scheduler()
+	if s == nil {
+		return
+	}
+	h := a.metrics.preemptLat.WithLabelValues(string(s.Config().Policy))
+	for _, v := range ns {
+		h.Observe(float64(v) / 1e9)
+	}
+}
+
+// collectPreemptions observes preemption latencies every interval until
+// ctx ends (the scheduler keeps them until taken).
+func (a *Appliance) collectPreemptions(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			for _, sb := range a.schedBackends() {
+				a.observePreemptions(sb)
+			}
+			return
+		case <-t.C:
+			for _, sb := range a.schedBackends() {
+				a.observePreemptions(sb)
+			}
+		}
+	}
+}
 
 // observer returns the ifmanager.Observer for one IF.
 func (m *metricsSet) observer(name, class string) *ifObserver {

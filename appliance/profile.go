@@ -14,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"sluice/ifmanager"
+	"sluice/libml/sched"
 )
 
 // Profile is a parsed appliance profile (TOML).
@@ -50,6 +51,10 @@ type ApplianceSection struct {
 	ControlClientKeys     []string `toml:"control_client_keys"`
 	// ShareIntervalMS is how often self-tuning shares are recomputed.
 	ShareIntervalMS int `toml:"share_interval_ms"`
+	// Policy is the scheduling policy of the cpu IFs that do not name
+	// their own: "none" (default: each IF runs on its share of the units)
+	// or one of libml/sched's: reef, seq, conc, srpt, split.
+	Policy string `toml:"policy"`
 }
 
 // PortSection is one port.
@@ -97,6 +102,10 @@ type IFSection struct {
 	Share float64 `toml:"share"`
 	// AutoShare turns on GSLICE's self-tuning share for this IF.
 	AutoShare bool `toml:"auto_share"`
+	// Policy is the scheduling policy the IF runs under: "none" or a
+	// libml/sched policy (cpu backend only). Empty: appliance.policy for
+	// cpu IFs, "none" for the others.
+	Policy string `toml:"policy"`
 }
 
 // LoadProfile reads and validates a profile. Errors name the file and,
@@ -236,6 +245,14 @@ func (p *Profile) validate() error {
 	if a.ShareIntervalMS < 10 {
 		return fmt.Errorf("appliance.share_interval_ms %d: at least 10", a.ShareIntervalMS)
 	}
+	switch a.Policy {
+	case "":
+		a.Policy = PolicyNone
+	default:
+		if err := checkPolicy(a.Policy); err != nil {
+			return fmt.Errorf("appliance.policy %w", err)
+		}
+	}
 	if a.Metrics != "off" {
 		if _, err := netip.ParseAddrPort(a.Metrics); err != nil {
 			return fmt.Errorf("appliance.metrics %q: want host:port or \"off\": %w", a.Metrics, err)
@@ -287,6 +304,7 @@ func (p *Profile) validate() error {
 	ifNames := map[string]bool{}
 	for i := range p.IFs {
 		f := &p.IFs[i]
+		f.inheritPolicy(a.Policy)
 		if err := f.validate(fmt.Sprintf("if[%d]", i)); err != nil {
 			return err
 		}
@@ -321,6 +339,23 @@ func (f *IFSection) validate(where string) error {
 	default:
 		return fmt.Errorf("%s.backend %q: want \"cpu\", \"cuda\" or \"ort\"", where, f.Backend)
 	}
+	switch f.Policy {
+	case "":
+		f.Policy = PolicyNone
+	case PolicyNone:
+	default:
+		if err := checkPolicy(f.Policy); err != nil {
+			return fmt.Errorf("%s.policy %w", where, err)
+		}
+		if f.Backend != "cpu" {
+			return fmt.Errorf("%s.policy %q: scheduling policies run on the cpu backend, not %q (set policy = \"none\")", where, f.Policy, f.Backend)
+		}
+		// The scheduler hands units to jobs by class and policy: an IF
+		// has no share of its own.
+		if f.Share != 0 || f.AutoShare {
+			return fmt.Errorf("%s.share: IFs under policy %q share the units through the scheduler; remove share and auto_share or set policy = \"none\"", where, f.Policy)
+		}
+	}
 	switch f.Class {
 	case "", "be":
 		f.Class = "be"
@@ -353,7 +388,7 @@ func (f *IFSection) validate(where string) error {
 	if f.Share < 0 || f.Share > 1 {
 		return fmt.Errorf("%s.share %v: must be in (0, 1]", where, f.Share)
 	}
-	if f.Share == 0 {
+	if f.Share == 0 && f.Policy == PolicyNone {
 		f.Share = 1
 		if f.AutoShare {
 			f.Share = 0.3
@@ -373,6 +408,30 @@ func (f *IFSection) validate(where string) error {
 		return fmt.Errorf("%s.input %q: want %q or %q", where, f.Input, ifmanager.InputF32, ifmanager.InputImageU8)
 	}
 	return nil
+}
+
+// PolicyNone is the policy of IFs that run on their own share of the units,
+// without the scheduler.
+const PolicyNone = "none"
+
+// checkPolicy checks a scheduling policy name; its error reads after the
+// key.
+func checkPolicy(p string) error {
+	if _, err := sched.ParsePolicy(p); err != nil {
+		names := []string{PolicyNone}
+		for _, q := range sched.Policies() {
+			names = append(names, string(q))
+		}
+		return fmt.Errorf("%q: want one of %s", p, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// inheritPolicy gives a cpu IF that names no policy the appliance's.
+func (f *IFSection) inheritPolicy(appliancePolicy string) {
+	if f.Policy == "" && (f.Backend == "" || f.Backend == "cpu") {
+		f.Policy = appliancePolicy
+	}
 }
 
 // SLO returns the IF's SLO as a duration.

@@ -84,6 +84,9 @@ type DeployArgs struct {
 	// Share is the starting resource share, 0 < share <= 1; 0 lets the
 	// appliance choose (a profile's knee point, else 30%).
 	Share float64 `json:"share,omitempty"`
+	// Policy is the scheduling policy ("none", "reef", "seq", "conc",
+	// "srpt", "split"); empty: the appliance's policy for cpu IFs.
+	Policy string `json:"policy,omitempty"`
 }
 
 // RemoveArgs are remove's arguments: stop an IF after its queue empties.
@@ -184,10 +187,13 @@ type StatusReply struct {
 
 // IFStatus describes one IF.
 type IFStatus struct {
-	Name     string  `json:"name"`
-	ModelID  uint16  `json:"model_id"`
-	Model    string  `json:"model"`
-	Backend  string  `json:"backend"`
+	Name    string `json:"name"`
+	ModelID uint16 `json:"model_id"`
+	Model   string `json:"model"`
+	Backend string `json:"backend"`
+	// Policy is the scheduling policy the IF runs under ("none" when it
+	// runs on its own share of the units).
+	Policy   string  `json:"policy,omitempty"`
 	Class    string  `json:"class"`
 	SLOMS    float64 `json:"slo_ms"`
 	MaxBatch int     `json:"max_batch"`
@@ -281,6 +287,11 @@ func (a *DeployArgs) validate() *Error {
 	case "", "rt", "be":
 	default:
 		return Errorf(CodeBadRequest, "args.class %q: want \"rt\" or \"be\"", a.Class)
+	}
+	switch a.Policy {
+	case "", "none", "reef", "seq", "conc", "srpt", "split":
+	default:
+		return Errorf(CodeBadRequest, "args.policy %q: want none, reef, seq, conc, srpt or split", a.Policy)
 	}
 	if math.IsNaN(a.SLOMS) || a.SLOMS < 0 {
 		return Errorf(CodeBadRequest, "args.slo_ms %v: must not be negative", a.SLOMS)

@@ -36,14 +36,14 @@ type BackendOptions struct {
 	// take BackendConfig's at Init.
 	Config Config
 	// ProfileRuns is how often each kernel is timed, in every version,
-	// when a bucket is configured (default 2).
+	// when a bucket is configured (default 1).
 	ProfileRuns int
 }
 
 // NewBackend makes a scheduler backend; Init starts the scheduler.
 func NewBackend(opt BackendOptions) *Backend {
 	if opt.ProfileRuns <= 0 {
-		opt.ProfileRuns = 2
+		opt.ProfileRuns = 1
 	}
 	return &Backend{cfg: opt.Config, runs: opt.ProfileRuns}
 }

@@ -53,6 +53,7 @@ func commands() map[string]command {
 				fs.IntVar(&a.QueueLen, "queue-len", 0, "queue bound")
 				fs.StringVar(&a.Input, "input", "", `payload format, "f32" or "u8-hwc"`)
 				fs.Float64Var(&a.Share, "share", 0, "starting resource share, 0 < share <= 1 (default: chosen by the appliance)")
+				fs.StringVar(&a.Policy, "policy", "", "scheduling policy: none, reef, seq, conc, srpt or split (default: the appliance's, for cpu IFs)")
 				mean := fs.String("mean", "", "u8-hwc channel means, comma-separated")
 				std := fs.String("std", "", "u8-hwc channel standard deviations, comma-separated")
 				shape := fs.String("input-shape", "", "input shape for ONNX models with dynamic dims, comma-separated")

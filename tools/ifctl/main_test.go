@@ -71,13 +71,13 @@ cls   1   zoo:mlp  cpu      be     20ms  8      3/256  30%    active  1200    0 
 
 	code, out, errs = ifctl(t, env, "deploy", "-name", "det", "-model", "zoo:resnet18", "-model-id", "3",
 		"-class", "rt", "-slo-ms", "25", "-backend", "ort", "-max-batch", "16", "-queue-len", "64",
-		"-input", "u8-hwc", "-mean", "0.485,0.456,0.406", "-std", "0.229,0.224,0.225", "-input-shape", "3,224,224", "-share", "0.4")
+		"-input", "u8-hwc", "-mean", "0.485,0.456,0.406", "-std", "0.229,0.224,0.225", "-input-shape", "3,224,224", "-share", "0.4", "-policy", "none")
 	if code != 0 || !strings.HasPrefix(out, "deployed det\nNAME ") || !strings.Contains(out, "det   3   zoo:resnet18") {
 		t.Fatalf("deploy: %d %q %s", code, out, errs)
 	}
 	wantDeploy := orchestrator.DeployArgs{Name: "det", ModelID: 3, Model: "zoo:resnet18", Backend: "ort", Class: "rt",
 		SLOMS: 25, MaxBatch: 16, QueueLen: 64, Input: "u8-hwc", Mean: []float32{0.485, 0.456, 0.406},
-		Std: []float32{0.229, 0.224, 0.225}, InputShape: []int64{3, 224, 224}, Share: 0.4}
+		Std: []float32{0.229, 0.224, 0.225}, InputShape: []int64{3, 224, 224}, Share: 0.4, Policy: "none"}
 	if got := fake.Calls()[1].Args; !reflect.DeepEqual(got, wantDeploy) {
 		t.Errorf("deploy args:\n got %+v\nwant %+v", got, wantDeploy)
 	}

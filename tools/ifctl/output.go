@@ -42,6 +42,12 @@ func printIFs(w io.Writer, ifs []orchestrator.IFStatus) {
 		if s.Units > 0 {
 			share = fmt.Sprintf("%d units", s.Units)
 		}
+		backend := s.Backend
+		if s.Policy != "" && s.Policy != "none" {
+			// the scheduler hands out the units
+			backend += "/" + s.Policy
+			share = "sched"
+		}
 		slo, p99 := "-", "-"
 		if s.SLOMS > 0 {
 			slo = fmtMS(s.SLOMS)
@@ -50,7 +56,7 @@ func printIFs(w io.Writer, ifs []orchestrator.IFStatus) {
 			p99 = fmtMS(s.P99MS)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%d\t%d\t%s\n",
-			s.Name, s.ModelID, s.Model, s.Backend, s.Class, slo, batch, s.Queued, s.QueueLen,
+			s.Name, s.ModelID, s.Model, backend, s.Class, slo, batch, s.Queued, s.QueueLen,
 			share, s.State, s.Served, s.Failed, s.Overloaded, p99)
 	}
 	tw.Flush()

@@ -1,0 +1,225 @@
+package appliance
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/dataplane/dptest"
+	"sluice/dataplane/wire"
+	"sluice/libml"
+	"sluice/libml/cpu"
+	"sluice/libml/zoo"
+)
+
+func TestPolicyProfileErrors(t *testing.T) {
+	head := "[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n"
+	for _, tc := range []struct{ text, want string }{
+		{"[appliance]\npolicy = \"fifo\"\n" + head + "[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\n",
+			`test.toml:2: appliance.policy "fifo": want one of none, reef, seq, conc, srpt, split`},
+		{head + "[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\npolicy = \"edf\"\n", `test.toml:7: if[0].policy "edf"`},
+		{head + "[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nbackend=\"ort\"\npolicy = \"reef\"\n",
+			`if[0].policy "reef": scheduling policies run on the cpu backend, not "ort"`},
+		{"[appliance]\npolicy = \"reef\"\n" + head + "[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nshare = 0.5\n",
+			`test.toml:9: if[0].share: IFs under policy "reef" share the units through the scheduler`},
+		{head + "[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\npolicy=\"seq\"\nauto_share = true\n", `if[0].share: IFs under policy "seq"`},
+	} {
+		_, err := ParseProfile("test.toml", tc.text)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("profile %q:\nerror %v\nwant it to contain %q", tc.text, err, tc.want)
+		}
+	}
+	// Inheritance: cpu IFs take the appliance's policy, other backends
+	// and IFs that say so run without one.
+	p, err := ParseProfile("test.toml", "[appliance]\npolicy = \"reef\"\n"+head+
+		"[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\n"+
+		"[[if]]\nname=\"b\"\nmodel_id=1\nmodel=\"onnx:/m.onnx\"\nbackend=\"ort\"\n"+
+		"[[if]]\nname=\"c\"\nmodel_id=2\nmodel=\"zoo:y\"\npolicy=\"none\"\nshare=0.5\n"+
+		"[[if]]\nname=\"d\"\nmodel_id=3\nmodel=\"zoo:y\"\npolicy=\"srpt\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"reef", "none", "none", "srpt"} {
+		if got := p.IFs[i].Policy; got != want {
+			t.Errorf("if[%d].policy = %q, want %q", i, got, want)
+		}
+	}
+	if p.IFs[0].Share != 0 || p.IFs[2].Share != 0.5 || p.IFs[1].Share != 1 {
+		t.Errorf("shares %v %v %v: want 0 under a policy, 0.5 as given, 1 by default", p.IFs[0].Share, p.IFs[2].Share, p.IFs[1].Share)
+	}
+	if backendKey(&p.IFs[0]) != "sched/reef" || backendKey(&p.IFs[1]) != "ort" || backendKey(&p.IFs[2]) != "cpu" {
+		t.Errorf("backends %q %q %q", backendKey(&p.IFs[0]), backendKey(&p.IFs[1]), backendKey(&p.IFs[2]))
+	}
+}
+
+// Under reef, an RT IF and a BE IF are served over UDP through the
+// scheduler: every answer is right, the RT requests preempt the BE
+// batches, and the scheduler's counters reach the metrics.
+func TestPolicyReefServesOverUDP(t *testing.T) {
+	text := `
+[appliance]
+log_level = "warn"
+threads = 2
+metrics = "127.0.0.1:0"
+control = "off"
+policy = "reef"
+
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+pool_size = 16384
+
+[[if]]
+name = "be"
+model_id = 1
+model = "zoo:resnet18"
+class = "be"
+max_batch = 4
+queue_len = 128
+
+[[if]]
+name = "rt"
+model_id = 2
+model = "zoo:squeezenet11"
+class = "rt"
+max_batch = 1
+queue_len = 64
+`
+	a, stop := startAppliance(t, "reef.toml", text)
+	addr, ok := a.PortAddr("udp0")
+	if !ok {
+		t.Fatal("no udp port address")
+	}
+
+	// references: the same models on the plain cpu backend
+	ctx := context.Background()
+	ref := cpu.New()
+	if err := ref.Init(ctx, libml.BackendConfig{Units: 2}); err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Deinit()
+	refOut := func(model string, in []float32) []float32 {
+		g, err := zoo.Build(model, zoo.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, err := ref.LoadModel(ctx, model, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer inst.Close()
+		if err := ref.ConfigureBatch(inst, 1); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float32, inst.OutputSize())
+		if err := ref.InferBatch(ctx, inst, 1, in, out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	input := func(seed float64) []float32 {
+		in := make([]float32, 3*224*224)
+		for i := range in {
+			in[i] = float32(math.Sin(seed+float64(i)*0.001)) * 0.9
+		}
+		return in
+	}
+	beIn, rtIn := input(1), input(2)
+	beWant, rtWant := refOut("resnet18", beIn), refOut("squeezenet11", rtIn)
+
+	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadBuffer(16 << 20)
+	cl := dptest.NewClient(conn, 21, 1400)
+	// BE requests keep the BE IF busy; RT requests arrive meanwhile. (A
+	// queued request holds its ~430 packet buffers until it is gathered:
+	// the pool is sized for all of them.)
+	const nBE, nRT = 16, 16
+	beBytes, rtBytes := f32bytes(beIn), f32bytes(rtIn)
+	for id := uint64(1); id <= nBE; id++ {
+		if err := cl.Send(addr, 1, id, 0, beBytes); err != nil {
+			t.Fatal(err)
+		}
+		if id%4 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for id := uint64(1001); id < 1001+nRT; id++ {
+		time.Sleep(8 * time.Millisecond)
+		if err := cl.Send(addr, 2, id, wire.FlagRT, rtBytes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(id uint64, want []float32) {
+		t.Helper()
+		r, ok := cl.Wait(id, 60*time.Second)
+		if !ok {
+			t.Fatalf("request %d: no response", id)
+		}
+		if r.Status != wire.StatusOK || len(r.Output) != 4*len(want) {
+			t.Fatalf("request %d: status %v, %d output bytes", id, r.Status, len(r.Output))
+		}
+		for i, w := range want {
+			got := math.Float32frombits(binary.LittleEndian.Uint32(r.Output[4*i:]))
+			if math.Abs(float64(got-w)) > 1e-4*(1+math.Abs(float64(w))) {
+				t.Fatalf("request %d output %d: got %v want %v", id, i, got, w)
+			}
+		}
+	}
+	for id := uint64(1001); id < 1001+nRT; id++ {
+		check(id, rtWant)
+	}
+	for id := uint64(1); id <= nBE; id++ {
+		check(id, beWant)
+	}
+
+	body := scrape(t, a.Appliance)
+	metric := func(name string) float64 {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("metrics lack %s", name)
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if got := metric(`sluice_sched_jobs_total{class="rt",policy="reef"}`); got != nRT {
+		t.Errorf("%v RT jobs, want %d (max_batch 1)", got, nRT)
+	}
+	if got := metric(`sluice_sched_jobs_total{class="be",policy="reef"}`); got < nBE/4 || got > nBE {
+		t.Errorf("%v BE jobs for %d requests in batches of at most 4", got, nBE)
+	}
+	pre := metric(`sluice_preemptions_total{policy="reef"}`)
+	if pre == 0 {
+		t.Errorf("no preemption: %d RT requests arrived while %d BE requests were served", nRT, nBE)
+	}
+	if got := metric(`sluice_preemption_latency_seconds_count{policy="reef"}`); got != pre {
+		t.Errorf("%v preemption latencies observed for %v preemptions", got, pre)
+	}
+	if got := metric(`sluice_if_served_total{class="rt",if="rt"}`); got != nRT {
+		t.Errorf("RT IF served %v, want %d", got, nRT)
+	}
+	stop()
+	if s := a.Stats(); s.Ports[0].Port.BufInUse != 0 {
+		t.Fatalf("%d buffers in use after drain", s.Ports[0].Port.BufInUse)
+	}
+	// the scheduler stops with the appliance
+	a.Close()
+	if n := len(a.schedBackends()); n != 0 {
+		t.Fatalf("%d schedulers left after Close", n)
+	}
+}
