@@ -1,0 +1,460 @@
+// Command gpubench runs the CUDA backend's GPU measurements that are not
+// go test benchmarks (libml/cuda/README.md, docs/benchmarks.md):
+//
+//	gpubench disb    [-workloads A,B,C,D,E] [-policies rt-only,reef,seq,conc]
+//	                 [-duration 5s] [-warmup 500ms] [-calibrate 2s] [-restore-jobs 40]
+//	                 [-small] [-seed 1] [-md report.md] [-json report.json]
+//	gpubench export  -dir DIR [-models resnet50,...] [-batch 1,8] [-backend cuda|cpu] [-small]
+//	gpubench latency [-models resnet50,bert] [-batch 1,8] [-n 50] [-backend cuda|cpu] [-small] [-json f]
+//
+// disb is REEF's DNN inference serving benchmark (DISB A-E) on cuda
+// backend instances (cuda.RunDISB): rt-only, reef, seq and conc, with the
+// CPU DISB's table. REEF's roles are played by zoo models at full size
+// (RNET = ResNet-50, VGG = VGG-16, YOLO = ResNet-18, BERT = BERT-base,
+// GPT2 = MobileNetV2; -small: the CPU DISB's reduced sizes).
+//
+// export writes, for tools/gpubench/torchref.py, each zoo model as ONNX
+// (libml/onnx), seeded inputs and the backend's outputs for them as
+// .npy files, and manifest.json.
+//
+// latency times InferBatch (copies included) per model and batch, as
+// BenchmarkGPUBackendLatency does, and writes ms p50/p99 as JSON for
+// torchref.py's comparison with PyTorch.
+//
+// The cuda backend needs libcuda.so.1 (an NVIDIA driver); without one the
+// command fails with an error saying so. -backend cpu runs export and
+// latency on the cpu backend (what the tests here use).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"sluice/libml"
+	"sluice/libml/cpu"
+	"sluice/libml/cuda"
+	"sluice/libml/onnx"
+	"sluice/libml/zoo"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "gpubench:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = "usage: gpubench disb|export|latency [flags] (-h after the subcommand for its flags)"
+
+// run is the command with its arguments (tests call it).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	switch args[0] {
+	case "disb":
+		return runDISB(ctx, args[1:], stdout, stderr)
+	case "export":
+		return runExport(ctx, args[1:], stdout, stderr)
+	case "latency":
+		return runLatency(ctx, args[1:], stdout, stderr)
+	}
+	return fmt.Errorf("unknown subcommand %q; %s", args[0], usage)
+}
+
+// modelSpec is a zoo model and its size.
+type modelSpec struct {
+	Zoo string
+	Opt zoo.Options
+}
+
+func (m modelSpec) size() string {
+	o := m.Opt
+	if m.Zoo == "bert" {
+		def := func(v, d int) int {
+			if v == 0 {
+				return d
+			}
+			return v
+		}
+		return fmt.Sprintf("%d layers, seq %d, hidden %d, %d heads, FF %d",
+			def(o.Layers, 12), def(o.SeqLen, 128), def(o.Hidden, 768), def(o.Heads, 12), def(o.FF, 3072))
+	}
+	if o.Height == 0 {
+		return "224x224, 1000 classes"
+	}
+	return fmt.Sprintf("%dx%d, %d classes", o.Height, o.Width, o.Classes)
+}
+
+// zooSpec is a zoo model at its standard size, or (small) at the CPU
+// DISB's reduced size.
+func zooSpec(name string, small bool) modelSpec {
+	if !small {
+		return modelSpec{Zoo: name, Opt: zoo.Options{Seed: 1}}
+	}
+	if name == "bert" {
+		return modelSpec{Zoo: name, Opt: zoo.Options{Layers: 4, SeqLen: 32, Hidden: 128, Heads: 4, FF: 512, Seed: 1}}
+	}
+	side := 32
+	if name == "mobilenetv2" {
+		side = 48
+	}
+	return modelSpec{Zoo: name, Opt: zoo.Options{Height: side, Width: side, Classes: 10, Seed: 1}}
+}
+
+// disbRoles maps REEF's DISB roles to zoo models (as tools/disb).
+var disbRoles = map[string]string{"RNET": "resnet50", "VGG": "vgg16", "YOLO": "resnet18", "BERT": "bert", "GPT2": "mobilenetv2"}
+
+func runDISB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpubench disb", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	wls := fs.String("workloads", "A,B,C,D,E", "DISB workloads (A-E)")
+	pols := fs.String("policies", strings.Join(cuda.DISBPolicies(), ","), "policies")
+	dur := fs.Duration("duration", 5*time.Second, "measurement window per workload and policy")
+	warm := fs.Duration("warmup", 500*time.Millisecond, "warm-up before each window")
+	calib := fs.Duration("calibrate", 2*time.Second, "per model: max throughput measured alone for this long")
+	restore := fs.Int("restore-jobs", 40, "jobs per model of the restore-overhead measurement (0: skip)")
+	small := fs.Bool("small", false, "the CPU DISB's reduced model sizes instead of the full ones")
+	seed := fs.Uint64("seed", 1, "seed of inputs and arrivals")
+	window := fs.Int("window", cuda.DefaultWindow, "device window (kernels outstanding per stream)")
+	mdPath := fs.String("md", "", "write the markdown report here")
+	jsonPath := fs.String("json", "", "write the report as JSON here")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var workloads []cuda.DISBWorkload
+	all := cuda.DISBWorkloads()
+	for _, name := range splitList(*wls) {
+		i := slices.IndexFunc(all, func(w cuda.DISBWorkload) bool { return strings.EqualFold(w.Name, name) })
+		if i < 0 {
+			return fmt.Errorf("disb: unknown workload %q (have A-E)", name)
+		}
+		workloads = append(workloads, all[i])
+	}
+	policies := splitList(*pols)
+	for _, p := range policies {
+		if !slices.Contains(cuda.DISBPolicies(), p) {
+			return fmt.Errorf("disb: unknown policy %q (have %v)", p, cuda.DISBPolicies())
+		}
+	}
+	if len(workloads) == 0 || len(policies) == 0 {
+		return errors.New("disb: no workload or no policy")
+	}
+	logf := log.New(stderr, "", log.Ltime).Printf
+	b := cuda.NewBackend(cuda.Options{Window: *window, Logf: logf})
+	if err := b.Init(ctx, libml.BackendConfig{}); err != nil {
+		return fmt.Errorf("disb: %w", err)
+	}
+	defer b.Deinit()
+	var models []cuda.DISBModel
+	for _, role := range cuda.DISBRoles() {
+		spec := zooSpec(disbRoles[role], *small)
+		g, err := zoo.Build(spec.Zoo, spec.Opt)
+		if err != nil {
+			return fmt.Errorf("disb: %w", err)
+		}
+		models = append(models, cuda.DISBModel{Role: role, Name: spec.Zoo, Size: spec.size(), Graph: g})
+	}
+	rep, err := cuda.RunDISB(ctx, b, models, cuda.DISBConfig{Workloads: workloads, Policies: policies,
+		Duration: *dur, Warmup: *warm, Calibrate: *calib, RestoreJobs: *restore, Seed: *seed,
+		Command: "gpubench disb " + strings.Join(args, " "), Logf: logf})
+	if err != nil {
+		return err
+	}
+	md := rep.Markdown()
+	fmt.Fprint(stdout, md)
+	if *mdPath != "" {
+		if err := os.WriteFile(*mdPath, []byte(md), 0o644); err != nil {
+			return fmt.Errorf("disb: %w", err)
+		}
+	}
+	if *jsonPath != "" {
+		if err := writeJSON(*jsonPath, rep); err != nil {
+			return fmt.Errorf("disb: %w", err)
+		}
+	}
+	for _, r := range rep.Rows {
+		if r.Wrong > 0 {
+			return fmt.Errorf("disb: %s %s: %d jobs with a wrong output", r.Workload, r.Policy, r.Wrong)
+		}
+	}
+	return nil
+}
+
+// newBackend initializes the cuda or the cpu backend.
+func newBackend(ctx context.Context, kind string, logf func(string, ...any)) (libml.Backend, error) {
+	var b libml.Backend
+	switch kind {
+	case "cuda":
+		b = cuda.NewBackend(cuda.Options{Logf: logf})
+	case "cpu":
+		b = cpu.New()
+	default:
+		return nil, fmt.Errorf("unknown backend %q (have cuda, cpu)", kind)
+	}
+	if err := b.Init(ctx, libml.BackendConfig{}); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// ExportEntry is one (model, batch) of an export: the ONNX file, the
+// input and the backend's output, relative to the manifest.
+type ExportEntry struct {
+	Model    string  `json:"model"`
+	Size     string  `json:"size"`
+	ONNX     string  `json:"onnx"`
+	Batch    int     `json:"batch"`
+	Input    string  `json:"input"`
+	Output   string  `json:"output"`
+	InShape  []int64 `json:"in_shape"`
+	OutShape []int64 `json:"out_shape"`
+	// Ms is the backend's time for this batch (InferBatch, one run after
+	// a warm-up), for information.
+	Ms float64 `json:"ms"`
+}
+
+// Manifest is export's manifest.json.
+type Manifest struct {
+	Backend string        `json:"backend"`
+	Entries []ExportEntry `json:"entries"`
+}
+
+func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpubench export", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "", "output directory (required)")
+	models := fs.String("models", "resnet18,resnet50,mobilenetv2,squeezenet11,vgg16,bert", "zoo models")
+	batches := fs.String("batch", "1,8", "batch sizes")
+	backend := fs.String("backend", "cuda", "backend whose outputs are written: cuda or cpu")
+	small := fs.Bool("small", false, "reduced model sizes (tests)")
+	seed := fs.Uint64("seed", 1, "input seed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return errors.New("export: -dir is required")
+	}
+	bs, err := parseInts(*batches)
+	if err != nil {
+		return fmt.Errorf("export: -batch: %w", err)
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	logf := log.New(stderr, "", log.Ltime).Printf
+	b, err := newBackend(ctx, *backend, logf)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	defer b.Deinit()
+	man := Manifest{Backend: *backend}
+	for _, name := range splitList(*models) {
+		spec := zooSpec(name, *small)
+		g, err := zoo.Build(spec.Zoo, spec.Opt)
+		if err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		enc, err := onnx.Encode(g)
+		if err != nil {
+			return fmt.Errorf("export %s: %w", name, err)
+		}
+		onnxName := name + ".onnx"
+		if err := os.WriteFile(filepath.Join(*dir, onnxName), enc, 0o644); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		inst, err := b.LoadModel(ctx, name, g)
+		if err != nil {
+			return fmt.Errorf("export %s: %w", name, err)
+		}
+		err = func() error {
+			defer inst.Close()
+			if err := b.ConfigureBatch(inst, slices.Max(bs)); err != nil {
+				return err
+			}
+			for _, batch := range bs {
+				in := zoo.Input(*seed+uint64(batch), batch*inst.InputSize())
+				out := make([]float32, batch*inst.OutputSize())
+				if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
+					return err
+				}
+				t0 := time.Now()
+				if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
+					return err
+				}
+				ms := float64(time.Since(t0).Microseconds()) / 1e3
+				e := ExportEntry{Model: name, Size: spec.size(), ONNX: onnxName, Batch: batch, Ms: ms,
+					Input:    fmt.Sprintf("%s_b%d_in.npy", name, batch),
+					Output:   fmt.Sprintf("%s_b%d_out.npy", name, batch),
+					InShape:  append([]int64{int64(batch)}, inst.InputShape()...),
+					OutShape: append([]int64{int64(batch)}, inst.OutputShape()...)}
+				if err := writeNpy(filepath.Join(*dir, e.Input), e.InShape, in); err != nil {
+					return err
+				}
+				if err := writeNpy(filepath.Join(*dir, e.Output), e.OutShape, out); err != nil {
+					return err
+				}
+				man.Entries = append(man.Entries, e)
+				fmt.Fprintf(stdout, "%s batch %d: %s, %s (%s %.3f ms)\n", name, batch, e.Input, e.Output, *backend, ms)
+			}
+			return nil
+		}()
+		if err != nil {
+			return fmt.Errorf("export %s: %w", name, err)
+		}
+	}
+	if err := writeJSON(filepath.Join(*dir, "manifest.json"), &man); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	return nil
+}
+
+// LatencyRow is one (model, batch) of latency's JSON.
+type LatencyRow struct {
+	Model   string  `json:"model"`
+	Size    string  `json:"size"`
+	Batch   int     `json:"batch"`
+	Runs    int     `json:"runs"`
+	P50Ms   float64 `json:"p50_ms"`
+	P99Ms   float64 `json:"p99_ms"`
+	MeanMs  float64 `json:"mean_ms"`
+	Backend string  `json:"backend"`
+}
+
+func runLatency(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpubench latency", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	models := fs.String("models", "resnet50,bert", "zoo models")
+	batches := fs.String("batch", "1,8", "batch sizes")
+	n := fs.Int("n", 50, "timed runs per model and batch")
+	warm := fs.Int("warmup", 5, "untimed runs first")
+	backend := fs.String("backend", "cuda", "cuda or cpu")
+	small := fs.Bool("small", false, "reduced model sizes (tests)")
+	jsonPath := fs.String("json", "", "write the rows as JSON here")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *n < 1 {
+		return errors.New("latency: -n must be at least 1")
+	}
+	bs, err := parseInts(*batches)
+	if err != nil {
+		return fmt.Errorf("latency: -batch: %w", err)
+	}
+	logf := log.New(stderr, "", log.Ltime).Printf
+	b, err := newBackend(ctx, *backend, logf)
+	if err != nil {
+		return fmt.Errorf("latency: %w", err)
+	}
+	defer b.Deinit()
+	var rows []LatencyRow
+	fmt.Fprintf(stdout, "| model | batch | runs | p50 (ms) | p99 (ms) | mean (ms) |\n|---|--:|--:|--:|--:|--:|\n")
+	for _, name := range splitList(*models) {
+		spec := zooSpec(name, *small)
+		g, err := zoo.Build(spec.Zoo, spec.Opt)
+		if err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+		inst, err := b.LoadModel(ctx, name, g)
+		if err != nil {
+			return fmt.Errorf("latency %s: %w", name, err)
+		}
+		err = func() error {
+			defer inst.Close()
+			if err := b.ConfigureBatch(inst, slices.Max(bs)); err != nil {
+				return err
+			}
+			for _, batch := range bs {
+				in := zoo.Input(1, batch*inst.InputSize())
+				out := make([]float32, batch*inst.OutputSize())
+				for k := 0; k < *warm; k++ {
+					if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
+						return err
+					}
+				}
+				lat := make([]float64, 0, *n)
+				for k := 0; k < *n; k++ {
+					t0 := time.Now()
+					if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
+						return err
+					}
+					lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e6)
+				}
+				r := LatencyRow{Model: name, Size: spec.size(), Batch: batch, Runs: *n, Backend: *backend}
+				r.MeanMs = meanOf(lat)
+				slices.Sort(lat)
+				r.P50Ms, r.P99Ms = pct(lat, 50), pct(lat, 99)
+				rows = append(rows, r)
+				fmt.Fprintf(stdout, "| %s | %d | %d | %.3f | %.3f | %.3f |\n", name, batch, r.Runs, r.P50Ms, r.P99Ms, r.MeanMs)
+			}
+			return nil
+		}()
+		if err != nil {
+			return fmt.Errorf("latency %s: %w", name, err)
+		}
+	}
+	if *jsonPath != "" {
+		if err := writeJSON(*jsonPath, rows); err != nil {
+			return fmt.Errorf("latency: %w", err)
+		}
+	}
+	return nil
+}
+
+func meanOf(v []float64) float64 {
+	s := 0.0
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+// pct is the p-th percentile of sorted v (nearest rank).
+func pct(v []float64, p float64) float64 {
+	k := int(float64(len(v))*p/100+0.999999) - 1
+	return v[min(max(k, 0), len(v)-1)]
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(s) {
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("bad value %q", f)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
