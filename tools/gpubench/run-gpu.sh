@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# run-gpu.sh: the CUDA backend's GPU measurements, on a machine with an
+# NVIDIA GPU and driver, python3 (numpy; torch and onnxruntime for the
+# comparisons) and no Go. `make gpu-bundle` puts it in bin/gpu with
+# everything it runs:
+#
+#   cuda.test    go test -c ./libml/cuda (the GPU tests and benchmarks)
+#   gpubench     tools/gpubench (GPU DISB, ONNX export, latency)
+#   lib/         the cpu reference backend's OpenBLAS libraries
+#   torchref.py  our outputs vs ONNX Runtime, our latency vs PyTorch
+#
+#   cd bin/gpu && ./run-gpu.sh [STEP...]      (default: every step)
+#
+# Steps, in order; each writes $OUT/<step>.log (OUT defaults to ./out):
+#   info       nvidia-smi, driver, python modules
+#   tests      SLUICE_GPU=1 cuda.test -test.run GPU (GPU kernel and backend tests)
+#   bench      GPUBackend benchmarks (-test.benchtime 50x) and the kernel ones
+#   disb       gpubench disb: DISB A-E x rt-only/reef/seq/conc -> disb.md, disb.json
+#   export     gpubench export: zoo models as ONNX + inputs + our outputs ($OUT/export)
+#   check      torchref.py check: our outputs vs ONNX Runtime, tolerance 1e-3 -> check.json
+#   latency    gpubench latency: ResNet-50, BERT-base at batch 1 and 8 -> latency.json
+#   speed      torchref.py speed: PyTorch eager next to latency.json -> speed.json
+#   selftest   torchref.py selftest
+# $OUT/status.txt gets "<step> <exit status>" per step; the script exits 1
+# when a step failed. The export (about 1 GB) is removed after a run that
+# included speed, unless KEEP_EXPORT=1. DISB_FLAGS adds gpubench disb flags (e.g. "-duration 8s
+# -workloads A,C"). A machine that limits one command to 10 minutes runs
+# the steps in several calls, e.g. `./run-gpu.sh info tests`, then
+# `./run-gpu.sh bench`, `./run-gpu.sh disb`, `./run-gpu.sh export check
+# latency speed selftest`.
+set -u -o pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$HERE/out}
+PY=${PYTHON:-python3}
+DISB_FLAGS=${DISB_FLAGS:-}
+ALL="info tests bench disb export check latency speed selftest"
+STEPS=${*:-$ALL}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+cd "$HERE" || exit 1
+
+status=0
+
+# run_step NAME CMD...: runs CMD with its output in $OUT/NAME.log.
+run_step() {
+	local name=$1
+	shift
+	local t0 rc
+	t0=$(date +%s)
+	echo "== $name: $*"
+	"$@" >"$OUT/$name.log" 2>&1
+	rc=$?
+	echo "== $name: exit $rc after $(($(date +%s) - t0)) s ($OUT/$name.log)"
+	echo "$name $rc" >>"$OUT/status.txt"
+	[ "$rc" = 0 ] || status=1
+	tail -n 5 "$OUT/$name.log"
+}
+
+step_info() {
+	nvidia-smi || echo "nvidia-smi: not found"
+	ls -l /usr/lib/x86_64-linux-gnu/libcuda.so* 2>/dev/null || true
+	"$PY" -c 'import sys, numpy; print("python", sys.version.split()[0], "numpy", numpy.__version__)'
+	"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' || true
+	"$PY" -c 'import onnxruntime as o; print("onnxruntime", o.__version__, o.get_available_providers())' || true
+	uname -a
+	nproc
+}
+
+for s in $STEPS; do
+	case $s in
+	info) run_step info step_info ;;
+	tests) run_step tests env SLUICE_GPU=1 ./cuda.test -test.run GPU -test.v -test.timeout 30m ;;
+	bench)
+		run_step bench-backend env SLUICE_GPU=1 ./cuda.test -test.run - -test.bench GPUBackend \
+			-test.benchtime 50x -test.timeout 30m
+		run_step bench-kernels env SLUICE_GPU=1 ./cuda.test -test.run - -test.bench 'GPU[^B]' -test.timeout 30m
+		;;
+	disb)
+		# shellcheck disable=SC2086 # DISB_FLAGS is a list of flags
+		run_step disb ./gpubench disb -md "$OUT/disb.md" -json "$OUT/disb.json" $DISB_FLAGS
+		;;
+	export) run_step export ./gpubench export -dir "$OUT/export" ;;
+	check) run_step check "$PY" torchref.py check --dir "$OUT/export" --json "$OUT/check.json" ;;
+	latency)
+		run_step latency ./gpubench latency -models resnet50,bert -batch 1,8 -n 100 -json "$OUT/latency.json"
+		;;
+	speed)
+		run_step speed "$PY" torchref.py speed --dir "$OUT/export" --models resnet50,bert --batch 1,8 \
+			--runs 100 --ours "$OUT/latency.json" --json "$OUT/speed.json"
+		;;
+	selftest) run_step selftest "$PY" torchref.py selftest --tmp "$OUT" ;;
+	*)
+		echo "run-gpu.sh: unknown step $s (have: $ALL)" >&2
+		exit 2
+		;;
+	esac
+done
+
+# the export's last reader is speed
+if [ "${KEEP_EXPORT:-0}" != 1 ] && [ -d "$OUT/export" ]; then
+	case " $STEPS " in
+	*" speed "*) rm -rf "$OUT/export" ;;
+	esac
+fi
+rm -f "$OUT"/selftest_*.onnx
+exit $status
