@@ -14,6 +14,9 @@
 # test`; the tests of tools/gpubench check the script with bash -n.
 
 BINARIES += gpubench=./tools/gpubench
+# torchref.py's self-test and numpy check run in go test ./tools/gpubench
+# (skipped without numpy).
+APT_PACKAGES += python3-numpy
 
 GPU_BUNDLE := $(BIN)/gpu
 GPU_BUNDLE_MAX_MIB ?= 60

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"sluice/libml"
+	"sluice/libml/cpu"
+	"sluice/libml/cuda"
+	"sluice/libml/onnx"
+)
+
+func runCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(context.Background(), args, &out, &errb)
+	if errb.Len() > 0 {
+		t.Logf("stderr: %s", errb.String())
+	}
+	return out.String(), err
+}
+
+// .npy files round trip, and their headers are what NumPy writes: the
+// header padded so the data starts at a multiple of 64.
+func TestNpy(t *testing.T) {
+	dir := t.TempDir()
+	for _, shape := range [][]int64{{5}, {2, 3}, {1, 3, 2, 2}} {
+		n := int64(1)
+		for _, d := range shape {
+			n *= d
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(i)*0.5 - 1
+		}
+		p := filepath.Join(dir, "a.npy")
+		if err := writeNpy(p, shape, v); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(p)
+		if hl := int(b[8]) | int(b[9])<<8; (10+hl)%64 != 0 || b[10+hl-1] != '\n' {
+			t.Errorf("shape %v: header of %d bytes", shape, hl)
+		}
+		gs, gv, err := readNpy(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(gs, shape) || !slices.Equal(gv, v) {
+			t.Errorf("shape %v: read back %v %v", shape, gs, gv)
+		}
+	}
+	if err := writeNpy(filepath.Join(dir, "b.npy"), []int64{2, 2}, make([]float32, 3)); err == nil {
+		t.Error("a shape that does not match the data was written")
+	}
+}
+
+// export on the cpu backend: the ONNX files decode to the zoo graphs
+// (same outputs when run again), and the .npy outputs are the backend's
+// outputs for the .npy inputs.
+func TestExportCPU(t *testing.T) {
+	dir := t.TempDir()
+	out, err := runCmd(t, "export", "-dir", dir, "-backend", "cpu", "-small", "-models", "squeezenet11,bert", "-batch", "1,3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(out)
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var man Manifest
+	if err := json.Unmarshal(b, &man); err != nil {
+		t.Fatal(err)
+	}
+	if man.Backend != "cpu" || len(man.Entries) != 4 {
+		t.Fatalf("manifest: %+v", man)
+	}
+	be := cpu.New()
+	if err := be.Init(context.Background(), libml.BackendConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	defer be.Deinit()
+	for _, e := range man.Entries {
+		g, err := onnx.ReadFile(filepath.Join(dir, e.ONNX))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins, in, err := readNpy(filepath.Join(dir, e.Input))
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs, want, err := readNpy(filepath.Join(dir, e.Output))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ins, e.InShape) || !slices.Equal(outs, e.OutShape) || ins[0] != int64(e.Batch) {
+			t.Errorf("%s batch %d: shapes %v %v, manifest %v %v", e.Model, e.Batch, ins, outs, e.InShape, e.OutShape)
+		}
+		inst, err := be.LoadModel(context.Background(), e.Model, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := be.ConfigureBatch(inst, e.Batch); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, len(want))
+		if err := be.InferBatch(context.Background(), inst, e.Batch, in, got); err != nil {
+			t.Fatal(err)
+		}
+		inst.Close()
+		for i := range want {
+			if d := got[i] - want[i]; d > 1e-4 || d < -1e-4 {
+				t.Fatalf("%s batch %d: output %d: decoded ONNX gives %g, the export wrote %g", e.Model, e.Batch, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// python3 with numpy, if this machine has one (the GPU machine does).
+func python(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("PYTHON"), "python3", "/usr/bin/python3"} {
+		if p == "" {
+			continue
+		}
+		if exec.Command(p, "-c", "import numpy").Run() == nil {
+			return p
+		}
+	}
+	t.Skip("no python3 with numpy here")
+	return ""
+}
+
+// torchref.py: its self-test (protobuf decoder, numpy interpreter), then
+// check on an export: the numpy interpreter of the ONNX files agrees with
+// our outputs within 1e-3, and a corrupted output fails the check.
+func TestTorchref(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	cmd := exec.Command(py, "torchref.py", "selftest", "--tmp", dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("selftest: %v\n%s", err, out)
+	} else if !strings.Contains(string(out), "6 passed, 0 failed") {
+		t.Fatalf("selftest:\n%s", out)
+	}
+	if _, err := runCmd(t, "export", "-dir", dir, "-backend", "cpu", "-small", "-models", "squeezenet11,mobilenetv2,bert", "-batch", "1,2"); err != nil {
+		t.Fatal(err)
+	}
+	check := func() (string, error) {
+		out, err := exec.Command(py, "torchref.py", "check", "--dir", dir, "--engine", "numpy").CombinedOutput()
+		return string(out), err
+	}
+	out, err := check()
+	t.Log(out)
+	if err != nil || !strings.Contains(out, "6 passed, 0 failed") {
+		t.Fatalf("check: %v", err)
+	}
+	p := filepath.Join(dir, "bert_b2_out.npy")
+	shape, v, err := readNpy(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v[17] += 0.01 * (1 + max(v[17], -v[17]))
+	if err := writeNpy(p, shape, v); err != nil {
+		t.Fatal(err)
+	}
+	out, err = check()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(out, "| bert | 4 layers, seq 32, hidden 128, 4 heads, FF 512 | 2 | 8192 |") ||
+		!strings.Contains(out, "FAIL") || !strings.Contains(out, "5 passed, 1 failed") {
+		t.Fatalf("check with a corrupted output: %v\n%s", err, out)
+	}
+}
+
+// latency on the cpu backend: a row per model and batch, p50 <= p99.
+func TestLatencyCPU(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "lat.json")
+	out, err := runCmd(t, "latency", "-backend", "cpu", "-small", "-models", "squeezenet11", "-batch", "1,2", "-n", "5", "-warmup", "1", "-json", js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(out)
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []LatencyRow
+	if err := json.Unmarshal(b, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Batch != 1 || rows[1].Batch != 2 {
+		t.Fatalf("rows: %+v", rows)
+	}
+	for _, r := range rows {
+		if r.P50Ms <= 0 || r.P99Ms < r.P50Ms || r.Runs != 5 || r.Model != "squeezenet11" {
+			t.Errorf("row %+v", r)
+		}
+	}
+}
+
+// Bad arguments are refused; without a GPU driver, disb says so.
+func TestArgs(t *testing.T) {
+	for _, args := range [][]string{
+		nil,
+		{"frobnicate"},
+		{"disb", "-workloads", "Z"},
+		{"disb", "-policies", "fifo"},
+		{"export"},
+		{"export", "-dir", t.TempDir(), "-batch", "0"},
+		{"latency", "-backend", "tpu"},
+		{"latency", "-n", "0"},
+	} {
+		if _, err := runCmd(t, args...); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+	if _, err := cuda.Open(); err == nil {
+		t.Skip("this machine has a CUDA driver")
+	}
+	_, err := runCmd(t, "disb", "-workloads", "A", "-duration", "10ms")
+	if !errors.Is(err, cuda.ErrNoDriver) {
+		t.Errorf("disb without a driver: %v, want ErrNoDriver", err)
+	}
+}
+
+// run-gpu.sh parses (bash -n), names every step it documents, and refuses
+// an unknown step before running anything.
+func TestRunGPUScript(t *testing.T) {
+	if out, err := exec.Command("bash", "-n", "run-gpu.sh").CombinedOutput(); err != nil {
+		t.Fatalf("bash -n run-gpu.sh: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile("run-gpu.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"info", "tests", "bench", "disb", "export", "check", "latency", "speed", "selftest"} {
+		if !strings.Contains(string(b), "\t"+s+")") {
+			t.Errorf("run-gpu.sh has no step %s", s)
+		}
+	}
+	cmd := exec.Command("bash", "run-gpu.sh", "nosuchstep")
+	cmd.Env = append(os.Environ(), "OUT="+t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "unknown step") {
+		t.Errorf("run-gpu.sh nosuchstep: %v\n%s", err, out)
+	}
+}
