@@ -137,10 +137,11 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 			if err != nil {
 				return nil, fmt.Errorf("appliance: backend %s: %w", name, err)
 			}
-			// One scheduler per policy, over its own units; its threads
-			// step back (nice +5) so the threads that steer them preempt
-			// them at once.
-			b = sched.NewBackend(sched.BackendOptions{Config: sched.Config{Policy: p, UnitNice: 5}})
+			// One scheduler per policy, over its own units. Its unit
+			// threads keep the process's nice value: a DPDK port polls a
+			// core without pause, and units at a higher nice value than
+			// the poller get a fraction of that core.
+			b = sched.NewBackend(sched.BackendOptions{Config: sched.Config{Policy: p}})
 			break
 		}
 		return nil, fmt.Errorf("appliance: unknown backend %q", name)
