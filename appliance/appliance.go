@@ -311,6 +311,7 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 	}
 	ecfg := egress.DefaultConfig()
 	ecfg.FragSize = s.FragSize
+	ecfg.OnSent = a.metrics.sentObserver(s.Name)
 	out, err := egress.New(ecfg)
 	if err != nil {
 		port.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"sluice/dataplane/egress"
 	"sluice/dataplane/reasm"
 	"sluice/dataplane/wire"
 	"sluice/libml/sched"
@@ -204,6 +205,7 @@ type metricsSet struct {
 	responses                       *prometheus.CounterVec
 	shareChanges                    *prometheus.CounterVec
 	preemptLat                      *prometheus.HistogramVec
+	response                        *prometheus.HistogramVec
 }
 
 func newMetricsSet() *metricsSet {
@@ -230,12 +232,39 @@ func newMetricsSet() *metricsSet {
 			Help:    "Preemption latency: from the preempt call until no preempted block runs and the real-time job's first kernel has started.",
 			Buckets: []float64{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2}}, []string{"policy"}),
 	}
-	m.reg.MustRegister(m.request, m.queue, m.compute, m.gather, m.batch, m.swapGap, m.responses, m.shareChanges, m.preemptLat,
+	m.response = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_response_duration_seconds",
+		Help: "Server-side request life: first fragment received to response handed to the port driver.", Buckets: lat},
+		[]string{"port", "class", "status"})
+	m.reg.MustRegister(m.request, m.queue, m.compute, m.gather, m.batch, m.swapGap, m.responses, m.shareChanges, m.preemptLat, m.response,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 
 func (m *metricsSet) registerCollector(a *Appliance) { m.reg.MustRegister(newCollector(a)) }
+
+// sentObserver returns the egress hook of one port: each response's time
+// from its request's first fragment to its hand-over to the driver, by
+// class and status (observers resolved once, not per response).
+func (m *metricsSet) sentObserver(port string) func(r *egress.Response, sentNS int64) {
+	var obs [2][16]prometheus.Observer
+	for c, class := range []string{"be", "rt"} {
+		for st := wire.StatusOK; st <= wire.StatusBadInput; st++ {
+			obs[c][st] = m.response.WithLabelValues(port, class, st.String())
+		}
+	}
+	return func(r *egress.Response, sentNS int64) {
+		if r.ArrivedNS == 0 {
+			return
+		}
+		c := 0
+		if r.Flags&wire.FlagRT != 0 {
+			c = 1
+		}
+		if o := obs[c][r.Status&15]; o != nil {
+			o.Observe(float64(sentNS-r.ArrivedNS) / 1e9)
+		}
+	}
+}
 
 // schedBackends are the schedulers the appliance runs (one per policy in
 // use).

@@ -213,6 +213,13 @@ queue_len = 64
 	if got := metric(`sluice_if_served_total{class="rt",if="rt"}`); got != nRT {
 		t.Errorf("RT IF served %v, want %d", got, nRT)
 	}
+	// every answer's first-fragment-to-sent time, by the request's class
+	if got := metric(`sluice_response_duration_seconds_count{class="rt",port="udp0",status="ok"}`); got != nRT {
+		t.Errorf("%v RT response times, want %d", got, nRT)
+	}
+	if got := metric(`sluice_response_duration_seconds_count{class="be",port="udp0",status="ok"}`); got != nBE {
+		t.Errorf("%v BE response times, want %d", got, nBE)
+	}
 	stop()
 	if s := a.Stats(); s.Ports[0].Port.BufInUse != 0 {
 		t.Fatalf("%d buffers in use after drain", s.Ports[0].Port.BufInUse)

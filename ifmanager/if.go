@@ -629,7 +629,8 @@ func (f *IF) serveBatch(first item) {
 // answer gives r back to its table and queues its response.
 func (f *IF) answer(it item, st wire.Status, out []byte, gathered, computed int64) {
 	r := it.r
-	resp := egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st, Output: out}
+	resp := egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st, Output: out,
+		ArrivedNS: r.FirstNS}
 	first := r.FirstNS
 	it.o.Table.Done(r)
 	if st == wire.StatusOK {

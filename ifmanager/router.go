@@ -89,6 +89,7 @@ func (rt *Router) Deliver(r *reasm.Request) {
 	default:
 		st = wire.StatusOverloaded
 	}
-	_ = rt.origin.Out.Send(&egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st})
+	_ = rt.origin.Out.Send(&egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st,
+		ArrivedNS: r.FirstNS})
 	rt.origin.Table.Done(r)
 }

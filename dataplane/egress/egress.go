@@ -29,6 +29,11 @@ type Config struct {
 	// Retries is how many times a datagram the driver refused is offered
 	// again before it is counted as failed.
 	Retries int
+	// OnSent, when set, is called on the I/O loop for every response
+	// handed to the driver, with the time it was (dataplane.Now clock):
+	// the "sent" timestamp of the request's life, to set against
+	// Response.ArrivedNS. It must not block.
+	OnSent func(r *Response, sentNS int64)
 }
 
 // DefaultConfig returns the defaults for a 1500-byte MTU.
@@ -50,6 +55,9 @@ type Response struct {
 	// Sent, when set, is called on the I/O loop once Output has been copied
 	// to the wire or dropped, so its owner can reuse the buffer.
 	Sent func(output []byte)
+	// ArrivedNS is when the request's first fragment arrived
+	// (dataplane.Now clock; 0: unknown), for Config.OnSent.
+	ArrivedNS int64
 
 	queued int64 // dataplane.Now() when queued
 }
@@ -255,6 +263,9 @@ func (e *Egress) transmit(port dataplane.Port) {
 		r := &e.work[i]
 		e.C.Responses.Add(1)
 		e.C.WaitNS.Add(uint64(now - r.queued))
+		if e.cfg.OnSent != nil {
+			e.cfg.OnSent(r, now)
+		}
 		if r.Sent != nil {
 			r.Sent(r.Output)
 		}

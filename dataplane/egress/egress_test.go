@@ -125,3 +125,39 @@ func TestTxFailuresCounted(t *testing.T) {
 		t.Fatalf("tx_failed %d, sent callbacks %d, calls %d", e.C.TxFailed.Load(), sent, p.calls)
 	}
 }
+
+// OnSent sees every response handed to the driver, after its datagrams,
+// with its arrival time and a sent time no earlier than that.
+func TestOnSentTimestamps(t *testing.T) {
+	type seen struct {
+		id              uint64
+		arrived, sentNS int64
+		datagrams       int
+	}
+	var got []seen
+	p := &flakyPort{accept: 64}
+	cfg := Config{FragSize: 1000, QueueLen: 8, Burst: 32, Retries: 0}
+	cfg.OnSent = func(r *Response, sentNS int64) {
+		got = append(got, seen{r.ID, r.ArrivedNS, sentNS, len(p.got)})
+	}
+	e, _ := New(cfg)
+	arrived := dataplane.Now()
+	if err := e.Send(&Response{To: to, ID: 1, Output: make([]byte, 2500), ArrivedNS: arrived}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Send(&Response{To: to, ID: 2, Status: wire.StatusOverloaded}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.Flush(p); n != 2 {
+		t.Fatalf("flushed %d", n)
+	}
+	if len(got) != 2 || got[0].id != 1 || got[1].id != 2 {
+		t.Fatalf("OnSent calls %+v", got)
+	}
+	if got[0].arrived != arrived || got[0].sentNS < arrived || got[0].datagrams != 4 {
+		t.Fatalf("response 1: %+v (arrived %d, 4 datagrams)", got[0], arrived)
+	}
+	if got[1].arrived != 0 {
+		t.Fatalf("response 2 arrived at %d, want 0 (unknown)", got[1].arrived)
+	}
+}
