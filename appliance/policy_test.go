@@ -51,6 +51,11 @@ func TestPolicyProfileErrors(t *testing.T) {
 			t.Errorf("if[%d].policy = %q, want %q", i, got, want)
 		}
 	}
+	if q, err := ParseProfile("none.toml", "[appliance]\npolicy = \"none\"\n"+head+"[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\n"); err != nil {
+		t.Errorf("an explicit appliance.policy = \"none\": %v", err)
+	} else if q.IFs[0].Policy != PolicyNone || q.IFs[0].Share != 1 {
+		t.Errorf("under appliance.policy none: policy %q share %v", q.IFs[0].Policy, q.IFs[0].Share)
+	}
 	if p.IFs[0].Share != 0 || p.IFs[2].Share != 0.5 || p.IFs[1].Share != 1 {
 		t.Errorf("shares %v %v %v: want 0 under a policy, 0.5 as given, 1 by default", p.IFs[0].Share, p.IFs[2].Share, p.IFs[1].Share)
 	}

@@ -248,6 +248,7 @@ func (p *Profile) validate() error {
 	switch a.Policy {
 	case "":
 		a.Policy = PolicyNone
+	case PolicyNone:
 	default:
 		if err := checkPolicy(a.Policy); err != nil {
 			return fmt.Errorf("appliance.policy %w", err)

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"sluice/appliance"
@@ -37,10 +38,12 @@ type options struct {
 	warm     int
 	jsonOut  string
 	swaps    int
+	policies []string
 }
 
 type row struct {
 	Setup       string  `json:"setup"`
+	Policy      string  `json:"policy"`
 	Load        float64 `json:"load"`
 	Class       string  `json:"class"`
 	RatePerS    float64 `json:"rate_per_s"`
@@ -61,8 +64,10 @@ func main() {
 	flag.IntVar(&o.threads, "threads", 0, "cpu backend units (0: all cores)")
 	flag.IntVar(&o.warm, "warm", 20, "model runs to measure compute time")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the rows as JSON")
-	flag.IntVar(&o.swaps, "swaps", 50, "shadow swaps to run under load (RT IF alone)")
+	flag.IntVar(&o.swaps, "swaps", 50, "shadow swaps to run under load (RT IF alone, first policy)")
+	pols := flag.String("policies", "none,reef", "scheduling policies to run the set-ups under (appliance.policy), compared at the same request rates")
 	flag.Parse()
+	o.policies = strings.Split(*pols, ",")
 	o.loads = []float64{0.1, 0.3, 0.6, 0.9}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "appbench:", err)
@@ -133,18 +138,26 @@ func run(o options) error {
 		o.model, computeMS, mean(comp), percentile(comp, 99), len(comp))
 
 	var rows []row
-	for _, mixed := range []bool{false, true} {
-		rs, err := phase(ctx, o, mixed, computeMS)
-		if err != nil {
-			return err
+	// the request rates are fractions of the first policy's capacities,
+	// so that every policy sees the same arrivals
+	capRT := map[bool]float64{}
+	for pi, pol := range o.policies {
+		for _, mixed := range []bool{false, true} {
+			rs, c, err := phase(ctx, o, pol, pi == 0, mixed, computeMS, capRT[mixed])
+			if err != nil {
+				return fmt.Errorf("policy %s: %w", pol, err)
+			}
+			if pi == 0 {
+				capRT[mixed] = c
+			}
+			rows = append(rows, rs...)
 		}
-		rows = append(rows, rs...)
 	}
-	fmt.Println("| IFs | load per stream (of the RT IF's capacity) | class | rate/s | sent | ok | p50 ms | p99 ms | mean ms | compute in the IF, mean ms | overhead mean ms | overhead % of compute |")
-	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| IFs | policy | load per stream (of the RT IF's capacity) | class | rate/s | sent | ok | p50 ms | p99 ms | mean ms | compute in the IF, mean ms | overhead mean ms | overhead % of compute |")
+	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Printf("| %s | %.1f | %s | %.1f | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n",
-			r.Setup, r.Load, r.Class, r.RatePerS, r.Sent, r.OK, r.P50MS, r.P99MS, r.MeanMS, r.ComputeMS, r.OverheadMS, r.OverheadPct)
+		fmt.Printf("| %s | %s | %.1f | %s | %.1f | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n",
+			r.Setup, r.Policy, r.Load, r.Class, r.RatePerS, r.Sent, r.OK, r.P50MS, r.P99MS, r.MeanMS, r.ComputeMS, r.OverheadMS, r.OverheadPct)
 	}
 	if o.jsonOut != "" {
 		b, _ := json.MarshalIndent(map[string]any{"compute_ms": comp, "rows": rows}, "", "  ")
@@ -153,11 +166,14 @@ func run(o options) error {
 	return nil
 }
 
-// phase runs one appliance set-up: an RT IF alone (all units), or an RT
-// and a BE IF (one share each), at each load, and reports per class. The
-// overhead is the mean end-to-end latency minus the mean compute time the
-// IF itself measured over the same load point.
-func phase(ctx context.Context, o options, mixed bool, computeMS float64) ([]row, error) {
+// phase runs one appliance set-up under a policy: an RT IF alone, or an
+// RT and a BE IF (with policy "none": one share each; otherwise the
+// policy's scheduler shares the units), at each load, and reports per
+// class. Loads are fractions of capRT, or of the RT IF's capacity probed
+// here when capRT is 0 (returned). The overhead is the mean end-to-end
+// latency minus the mean compute time the IF itself measured over the same
+// load point. swaps: run the shadow-swap measurement (RT alone).
+func phase(ctx context.Context, o options, policy string, swaps, mixed bool, computeMS, capRT float64) ([]row, float64, error) {
 	ifs := `
 [[if]]
 name = "rt"
@@ -188,17 +204,18 @@ log_level = "warn"
 threads = %d
 metrics = "off"
 control = "off"
+policy = %q
 [[port]]
 driver = "udp"
 listen = "127.0.0.1:0"
-`, o.threads)+fmt.Sprintf(ifs, o.model))
+`, o.threads, policy)+fmt.Sprintf(ifs, o.model))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	a, err := appliance.New(ctx, prof, log)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer a.Close()
 	addr, _ := a.PortAddr("port0")
@@ -211,7 +228,7 @@ listen = "127.0.0.1:0"
 	}()
 	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer conn.Close()
 	_ = conn.SetReadBuffer(16 << 20)
@@ -223,6 +240,7 @@ listen = "127.0.0.1:0"
 	}
 	id := uint64(0)
 	// capacity: a short closed-loop probe of the RT IF as configured
+	// (it also warms the IFs up)
 	probe := time.Now()
 	k := 0
 	for time.Since(probe) < 2*time.Second {
@@ -233,12 +251,15 @@ listen = "127.0.0.1:0"
 		}
 		k++
 	}
-	capRT := float64(k) / time.Since(probe).Seconds()
+	probed := float64(k) / time.Since(probe).Seconds()
 	setup := "rt alone"
 	if mixed {
 		setup = "rt + be"
 	}
-	fmt.Printf("%s: closed-loop capacity of the RT IF at batch 1: %.1f requests/s\n", setup, capRT)
+	fmt.Printf("%s, policy %s: closed-loop capacity of the RT IF at batch 1: %.1f requests/s\n", setup, policy, probed)
+	if capRT == 0 {
+		capRT = probed
+	}
 	ifStats := func() map[string]appliance.IFStats {
 		m := map[string]appliance.IFStats{}
 		for _, f := range a.Stats().IFs {
@@ -294,17 +315,17 @@ listen = "127.0.0.1:0"
 				comp = (b1.MeanComputeMS*float64(b1.Batches) - b0.MeanComputeMS*float64(b0.Batches)) / nb
 			}
 			m := mean(lat[c])
-			rows = append(rows, row{Setup: setup, Load: load, Class: c, RatePerS: rate, Sent: count[c], OK: len(lat[c]),
+			rows = append(rows, row{Setup: setup, Policy: policy, Load: load, Class: c, RatePerS: rate, Sent: count[c], OK: len(lat[c]),
 				P50MS: percentile(lat[c], 50), P99MS: percentile(lat[c], 99), MeanMS: m, ComputeMS: comp,
 				OverheadMS: m - comp, OverheadPct: 100 * (m - comp) / comp})
 		}
 	}
-	if !mixed && o.swaps > 0 {
+	if swaps && !mixed && o.swaps > 0 {
 		if err := swapUnderLoad(ctx, o, a, cl, addr, frame, &id, capRT*0.5); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return rows, nil
+	return rows, capRT, nil
 }
 
 // swapUnderLoad runs o.swaps shadow swaps of the RT IF while requests
