@@ -103,6 +103,9 @@ func DISBWorkloads() []DISBWorkload {
 	}
 }
 
+// DefaultDISBAlpha is the default DISBConfig.Alpha, the CPU DISB's.
+const DefaultDISBAlpha = 4
+
 // DISBConfig configures RunDISB.
 type DISBConfig struct {
 	// Workloads and Policies to run (every workload under every policy).
@@ -118,6 +121,10 @@ type DISBConfig struct {
 	// measurement (every other job preempted once at a random moment and
 	// restored at once); 0 skips it.
 	RestoreJobs int
+	// Alpha is the latency target of the violation rate (SPLIT §2): a
+	// job violates it when its latency exceeds Alpha times its model's
+	// job time alone (0: DefaultDISBAlpha).
+	Alpha float64
 	// Seed picks the inputs, the arrival phases and the Poisson gaps.
 	Seed uint64
 	// Command is recorded in the report.
@@ -133,6 +140,7 @@ type DISBReport struct {
 	Command  string
 	SMs      int
 	Window   int
+	Alpha    float64
 	Duration string
 	Warmup   string
 	Models   []DISBModelRow
@@ -159,6 +167,12 @@ type DISBRow struct {
 	RTMeanMs, RTP50Ms, RTP99Ms float64
 	RTMeanNorm, RTP99Norm      float64
 	RTDone, RTArrived          int
+	// RTJitterMs is the standard deviation of the RT latencies.
+	RTJitterMs float64
+	// ViolRate is the share of jobs (RT and BE) inside the window whose
+	// latency exceeded Alpha times their model's job time alone (a BE
+	// job's latency runs from its submission, closed loop).
+	ViolRate float64
 	// Thr is REEF's normalized throughput: the sum over clients of jobs/s
 	// over the model's maximum jobs/s; ThrNorm is Thr over seq's.
 	Thr, ThrNorm         float64
@@ -295,7 +309,10 @@ func RunDISB(ctx context.Context, b *Backend, models []DISBModel, cfg DISBConfig
 			return nil, fmt.Errorf("cuda: DISB: no model for role %s", r)
 		}
 	}
-	rep := &DISBReport{Command: cfg.Command, SMs: b.SMs(), Window: b.Window(),
+	if cfg.Alpha <= 0 {
+		cfg.Alpha = DefaultDISBAlpha
+	}
+	rep := &DISBReport{Command: cfg.Command, SMs: b.SMs(), Window: b.Window(), Alpha: cfg.Alpha,
 		Duration: cfg.Duration.String(), Warmup: cfg.Warmup.String()}
 	for _, spec := range models {
 		if !needed[spec.Role] {
@@ -432,10 +449,9 @@ func pctF(v []float64, p float64) float64 {
 	return v[min(max(k, 0), len(v)-1)]
 }
 
-// disbJob is one job of a client.
+// disbJob is one RT job of a client.
 type disbJob struct {
 	arrival int64
-	end     int64
 }
 
 // dclient is a client during a run: its instance and its results.
@@ -457,6 +473,8 @@ type dclient struct {
 	arrived  int
 	preempts int
 	lat      []float64
+	viol     int
+	lastEnd  int64 // the end of its last job (the next BE job's submission)
 	launches int64
 	wrong    int
 	worst    float64
@@ -468,6 +486,7 @@ type disbRun struct {
 	winLo, winHi int64
 	stop         atomic.Bool
 	trace        bool
+	alpha        float64
 
 	mu     sync.Mutex
 	spans  []disbSpan
@@ -497,16 +516,21 @@ func (r *disbRun) span(c *dclient, start, end int64, preempted bool) {
 
 // runJob runs one job of c to the end: input, runs (restoring after
 // preemptions; gate, when set, is called before every run and after it
-// with the outcome), output and its check. It returns the end time.
-func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool) (int64, error) {
+// with the outcome), output and its check. arrival is the job's arrival
+// (an RT job's scheduled one; -1: now, a closed-loop BE job's). A job
+// that ends inside the window counts, with its latency (end - arrival).
+func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool, arrival int64) error {
+	if arrival < 0 {
+		arrival = r.now()
+	}
 	if err := c.inst.SetInput(1, c.in); err != nil {
-		return 0, err
+		return err
 	}
 	s0 := c.inst.Stats()
 	start, preempts := 0, 0
 	for {
 		if gate != nil && !gate(true, false) {
-			return -1, nil // stopped while waiting
+			return nil // stopped while waiting
 		}
 		t0 := r.now()
 		pre, resume, err := c.inst.Run(1, start)
@@ -515,7 +539,7 @@ func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool)
 			gate(false, pre)
 		}
 		if err != nil {
-			return 0, err
+			return err
 		}
 		r.span(c, t0, t1, pre)
 		if !pre {
@@ -525,9 +549,11 @@ func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool)
 		start = resume
 	}
 	if err := c.inst.Output(1, c.out); err != nil {
-		return 0, err
+		return err
 	}
 	end := r.now()
+	c.lastEnd = end
+	lat := float64(end - arrival)
 	s1 := c.inst.Stats()
 	wrong, worst := false, 0.0
 	for k := range c.want {
@@ -541,6 +567,12 @@ func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool)
 		c.done++
 		c.preempts += preempts
 		c.launches += s1.Launches - s0.Launches
+		if c.c.RT {
+			c.lat = append(c.lat, lat)
+		}
+		if lat > r.alpha*c.m.aloneNs {
+			c.viol++
+		}
 		if wrong {
 			c.wrong++
 			c.worst = max(c.worst, worst)
@@ -552,16 +584,7 @@ func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool)
 		c.worst = max(c.worst, worst)
 		c.mu.Unlock()
 	}
-	return end, nil
-}
-
-// record adds an RT job's latency when it finished inside the window.
-func (r *disbRun) record(c *dclient, j *disbJob) {
-	if j.end >= r.winLo && j.end <= r.winHi {
-		c.mu.Lock()
-		c.lat = append(c.lat, float64(j.end-j.arrival))
-		c.mu.Unlock()
-	}
+	return nil
 }
 
 // arrivals returns an RT client's arrival times (ns since base) from
@@ -637,7 +660,10 @@ func runDISB(ctx context.Context, b *Backend, models map[string]*disbModel, w DI
 			}
 		}
 	}
-	r := &disbRun{base: time.Now(), trace: cfg.trace}
+	r := &disbRun{base: time.Now(), trace: cfg.trace, alpha: cfg.Alpha}
+	if r.alpha <= 0 {
+		r.alpha = DefaultDISBAlpha
+	}
 	start := r.now() + int64(2*time.Millisecond)
 	r.winLo = start + int64(cfg.Warmup)
 	r.winHi = r.winLo + int64(cfg.Duration)
@@ -686,7 +712,7 @@ func runConc(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.
 			go func() {
 				defer wg.Done()
 				for !r.stop.Load() {
-					if _, err := r.runJob(c, nil); err != nil {
+					if err := r.runJob(c, nil, -1); err != nil {
 						r.fail(fmt.Errorf("%s: %w", c.c.Name, err))
 						return
 					}
@@ -713,13 +739,10 @@ func runConc(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.
 				if r.stop.Load() {
 					continue
 				}
-				end, err := r.runJob(c, nil)
-				if err != nil {
+				if err := r.runJob(c, nil, j.arrival); err != nil {
 					r.fail(fmt.Errorf("%s: %w", c.c.Name, err))
 					return
 				}
-				j.end = end
-				r.record(c, j)
 			}
 		}()
 	}
@@ -800,14 +823,16 @@ func runSeq(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.W
 				c = be[next%len(be)]
 				next++
 			}
-			end, err := r.runJob(c, nil)
-			if err != nil {
+			// a BE job was submitted when its client's last one ended
+			arrival := c.lastEnd
+			if job.j != nil {
+				arrival = job.j.arrival
+			} else if arrival == 0 {
+				arrival = -1
+			}
+			if err := r.runJob(c, nil, arrival); err != nil {
 				r.fail(fmt.Errorf("%s: %w", c.c.Name, err))
 				return
-			}
-			if job.j != nil {
-				job.j.end = end
-				r.record(c, job.j)
 			}
 		}
 	}()
@@ -878,13 +903,10 @@ func runReef(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.
 			}
 			job := rtq[0]
 			mu.Unlock()
-			end, err := r.runJob(job.c, nil)
-			if err != nil {
+			if err := r.runJob(job.c, nil, job.j.arrival); err != nil {
 				r.fail(fmt.Errorf("%s: %w", job.c.c.Name, err))
 				return
 			}
-			job.j.end = end
-			r.record(job.c, job.j)
 			mu.Lock()
 			rtq = rtq[1:]
 			if len(rtq) == 0 {
@@ -933,7 +955,7 @@ func runReef(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.
 		go func() {
 			defer wg.Done()
 			for !r.stop.Load() {
-				if _, err := r.runJob(c, gate); err != nil {
+				if err := r.runJob(c, gate, -1); err != nil {
 					r.fail(fmt.Errorf("%s: %w", c.c.Name, err))
 					return
 				}
@@ -978,6 +1000,7 @@ func (r *disbRun) row(w DISBWorkload, pol string, clients []*dclient, cfg *DISBC
 	secs := cfg.Duration.Seconds()
 	var rtLat []float64
 	var beLaunch, bePlanned int64
+	var jobs, viol int
 	for _, c := range clients {
 		c.mu.Lock()
 		cr := DISBClientRow{Name: c.c.Name, Role: c.c.Role, RT: c.c.RT, Done: c.done, Arrived: c.arrived,
@@ -994,6 +1017,8 @@ func (r *disbRun) row(w DISBWorkload, pol string, clients []*dclient, cfg *DISBC
 			cr.MeanMs, cr.P99Ms = mean(lat)/1e6, pctF(lat, 99)/1e6
 		}
 		row.Thr += cr.NormThr
+		jobs += c.done
+		viol += c.viol
 		row.JobsPerSec += float64(c.done) / secs
 		row.Wrong += c.wrong
 		if c.c.RT {
@@ -1012,6 +1037,14 @@ func (r *disbRun) row(w DISBWorkload, pol string, clients []*dclient, cfg *DISBC
 	slices.Sort(rtLat)
 	if len(rtLat) > 0 {
 		row.RTMeanMs, row.RTP50Ms, row.RTP99Ms = mean(rtLat)/1e6, pctF(rtLat, 50)/1e6, pctF(rtLat, 99)/1e6
+		m, v := mean(rtLat), 0.0
+		for _, x := range rtLat {
+			v += (x - m) * (x - m)
+		}
+		row.RTJitterMs = math.Sqrt(v/float64(len(rtLat))) / 1e6
+	}
+	if jobs > 0 {
+		row.ViolRate = float64(viol) / float64(jobs)
 	}
 	d := slices.Clone(r.drains)
 	slices.Sort(d)

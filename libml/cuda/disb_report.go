@@ -27,9 +27,9 @@ func (r *DISBReport) Markdown() string {
 	for _, m := range r.Models {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.1f | %.3f | %.3f | %.1f |\n", m.Role, m.Name, m.Size, m.Kernels, m.WeightMiB, m.AloneMs, m.AloneP99Ms, m.MaxPerSec)
 	}
-	b.WriteString("\nPer workload and policy: RT latency (scheduled arrival to output copied back) of the RT jobs finished inside the window and its ratio to rt-only; thr is REEF's normalized throughput (sum over clients of jobs/s over the model's max) and thr / seq its ratio to seq; preemption latency is host time from the first `Preempt` call of an RT arrival until every preempted BE instance's run has drained (its `Run` returned; the RT job's first kernel start is not observed from the host); re-exec is the share of BE kernel launches beyond their plans (restores re-running idempotent groups and kernels that exited in their prologue), relaunch / preemption the same count per preemption; wrong = jobs whose output differed from the unpreempted output (must be 0).\n\n")
-	b.WriteString("| wl | policy | RT mean (ms) | RT p99 (ms) | mean / RT-only | p99 / RT-only | RT done / arrived | thr | thr / seq | jobs/s | BE preemptions | preempt p50 / p99 (µs) | re-exec | relaunch / preemption | wrong |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&b, "\nPer workload and policy: RT latency (scheduled arrival to output copied back) of the RT jobs finished inside the window and its ratio to rt-only; thr is REEF's normalized throughput (sum over clients of jobs/s over the model's max) and thr / seq its ratio to seq; preemption latency is host time from the first `Preempt` call of an RT arrival until every preempted BE instance's run has drained (its `Run` returned; the RT job's first kernel start is not observed from the host); re-exec is the share of BE kernel launches beyond their plans (restores re-running idempotent groups and kernels that exited in their prologue), relaunch / preemption the same count per preemption; violations: jobs (RT and BE) whose latency exceeded alpha = %g x their model's job time alone; jitter = standard deviation of RT latency; wrong = jobs whose output differed from the unpreempted output (must be 0).\n\n", r.Alpha)
+	b.WriteString("| wl | policy | RT mean (ms) | RT p99 (ms) | mean / RT-only | p99 / RT-only | RT done / arrived | thr | thr / seq | jobs/s | BE preemptions | preempt p50 / p99 (µs) | re-exec | relaunch / preemption | viol. | jitter (ms) | wrong |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, x := range r.Rows {
 		pre := "–"
 		if x.PreemptN > 0 {
@@ -43,9 +43,10 @@ func (r *DISBReport) Markdown() string {
 		if x.RTDone == 0 && x.RTArrived > 0 {
 			mean, p99 = "starved", "starved"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d / %d | %.3f | %s | %.1f | %d | %s | %s | %s | %d |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d / %d | %.3f | %s | %.1f | %d | %s | %s | %s | %.1f%% | %s | %d |\n",
 			x.Workload, x.Policy, mean, p99, fmt2(x.RTMeanNorm), fmt2(x.RTP99Norm), x.RTDone, x.RTArrived,
-			x.Thr, fmt2(x.ThrNorm), x.JobsPerSec, x.Preemptions, pre, re, fmt2(x.RelaunchPerPreempt), x.Wrong)
+			x.Thr, fmt2(x.ThrNorm), x.JobsPerSec, x.Preemptions, pre, re, fmt2(x.RelaunchPerPreempt),
+			100*x.ViolRate, fmt2(x.RTJitterMs), x.Wrong)
 	}
 	if len(r.Restore) > 0 {
 		b.WriteString("\nRestore overhead (REEF §6.4): each model's jobs alone, every other job preempted once at a random moment of its run and restored at once from the idempotent group of its last started kernel; median job time of preempted vs unpreempted jobs; drain = host time from the `Preempt` call until the preempted `Run` returned; relaunch = kernels launched beyond the plan per preempted job:\n\n")

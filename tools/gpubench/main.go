@@ -3,7 +3,7 @@
 //
 //	gpubench disb    [-workloads A,B,C,D,E] [-policies rt-only,reef,seq,conc]
 //	                 [-duration 5s] [-warmup 500ms] [-calibrate 2s] [-restore-jobs 40]
-//	                 [-small] [-seed 1] [-md report.md] [-json report.json]
+//	                 [-small] [-alpha 4] [-window 4] [-seed 1] [-md report.md] [-json report.json]
 //	gpubench export  -dir DIR [-models resnet50,...] [-batch 1,8] [-backend cuda|cpu] [-small]
 //	gpubench latency [-models resnet50,bert] [-batch 1,8] [-n 50] [-backend cuda|cpu] [-small] [-json f]
 //
@@ -127,6 +127,7 @@ func runDISB(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	restore := fs.Int("restore-jobs", 40, "jobs per model of the restore-overhead measurement (0: skip)")
 	small := fs.Bool("small", false, "the CPU DISB's reduced model sizes instead of the full ones")
 	seed := fs.Uint64("seed", 1, "seed of inputs and arrivals")
+	alpha := fs.Float64("alpha", cuda.DefaultDISBAlpha, "violation: latency > alpha x the model's job time alone")
 	window := fs.Int("window", cuda.DefaultWindow, "device window (kernels outstanding per stream)")
 	mdPath := fs.String("md", "", "write the markdown report here")
 	jsonPath := fs.String("json", "", "write the report as JSON here")
@@ -167,7 +168,7 @@ func runDISB(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		models = append(models, cuda.DISBModel{Role: role, Name: spec.Zoo, Size: spec.size(), Graph: g})
 	}
 	rep, err := cuda.RunDISB(ctx, b, models, cuda.DISBConfig{Workloads: workloads, Policies: policies,
-		Duration: *dur, Warmup: *warm, Calibrate: *calib, RestoreJobs: *restore, Seed: *seed,
+		Duration: *dur, Warmup: *warm, Calibrate: *calib, RestoreJobs: *restore, Seed: *seed, Alpha: *alpha,
 		Command: "gpubench disb " + strings.Join(args, " "), Logf: logf})
 	if err != nil {
 		return err

@@ -352,6 +352,8 @@ class TorchOps:
         self.name = "torch (%s)" % device
 
     def const(self, arr):
+        if arr.dtype == np.float32 and arr.ndim == 0:
+            return float(arr)  # scalars (Clip bounds, scales) stay on the host: no sync to read them
         if arr.dtype == np.float32:
             return self.t.from_numpy(np.ascontiguousarray(arr)).to(self.device)
         return arr  # shapes and other integer constants stay on the host
@@ -377,7 +379,7 @@ class TorchOps:
         return self.t.tanh(x)
 
     def Clip(self, a, x, lo=None, hi=None):
-        f = lambda v: None if v is None else float(v.reshape(-1)[0])
+        f = lambda v: None if v is None else v if isinstance(v, float) else float(v.reshape(-1)[0])
         return self.t.clamp(x, f(lo), f(hi))
 
     def Add(self, a, x, y):
@@ -480,11 +482,19 @@ def pick_engine(want):
             prov = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
             sessions = {}
 
+            def session(path):
+                # FP32 as ours: TF32 off in the CUDA EP where the option exists
+                if prov[0] == "CUDAExecutionProvider":
+                    try:
+                        return ort.InferenceSession(path, providers=[("CUDAExecutionProvider", {"use_tf32": "0"})] + prov[1:])
+                    except Exception as e:  # an ORT without the option
+                        print("onnxruntime: use_tf32=0 refused (%s); default CUDA EP options" % e, file=sys.stderr)
+                return ort.InferenceSession(path, providers=prov)
+
             def run_ort(path, g, x):
                 if path not in sessions:
-                    so = ort.SessionOptions()
                     sessions.clear()  # one model at a time in GPU memory
-                    sessions[path] = ort.InferenceSession(path, so, providers=prov)
+                    sessions[path] = session(path)
                 s = sessions[path]
                 return s.run(None, {s.get_inputs()[0].name: x})[0]
 
