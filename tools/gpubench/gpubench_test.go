@@ -163,6 +163,52 @@ func TestTorchref(t *testing.T) {
 	if err != nil || !strings.Contains(out, "6 passed, 0 failed") {
 		t.Fatalf("check: %v", err)
 	}
+	if exec.Command(py, "-c", "import torch").Run() == nil {
+		// the torch interpreter (what speed times) on the CPU
+		out, err := exec.Command(py, "torchref.py", "check", "--dir", dir, "--engine", "torch").CombinedOutput()
+		t.Logf("%s", out)
+		if err != nil || !strings.Contains(string(out), "reference: torch (cpu)") || !strings.Contains(string(out), "6 passed, 0 failed") {
+			t.Fatalf("check --engine torch: %v", err)
+		}
+		lat := filepath.Join(dir, "lat.json")
+		if _, err := runCmd(t, "latency", "-backend", "cpu", "-small", "-models", "bert", "-batch", "1,2", "-n", "3", "-json", lat); err != nil {
+			t.Fatal(err)
+		}
+		sj := filepath.Join(dir, "speed.json")
+		out, err = exec.Command(py, "torchref.py", "speed", "--dir", dir, "--models", "bert", "--batch", "1,2",
+			"--device", "cpu", "--runs", "3", "--warmup", "1", "--ours", lat, "--json", sj).CombinedOutput()
+		t.Logf("%s", out)
+		if err != nil {
+			t.Fatalf("speed --device cpu: %v", err)
+		}
+		var sp struct {
+			Rows []struct {
+				Model      string
+				Batch      int
+				TorchP50Ms float64  `json:"torch_p50_ms"`
+				OursP50Ms  float64  `json:"ours_p50_ms"`
+				MaxRelDiff *float64 `json:"max_rel_diff"`
+			} `json:"rows"`
+		}
+		b, err := os.ReadFile(sj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &sp); err != nil {
+			t.Fatal(err)
+		}
+		if len(sp.Rows) != 2 || sp.Rows[1].Batch != 2 {
+			t.Fatalf("speed.json: %s", b)
+		}
+		for _, r := range sp.Rows {
+			// timed, next to ours, and torch's output is ours
+			if r.TorchP50Ms <= 0 || r.OursP50Ms <= 0 || r.MaxRelDiff == nil || *r.MaxRelDiff > 1e-3 {
+				t.Errorf("speed.json: %s", b)
+			}
+		}
+	} else {
+		t.Log("no torch here: the torch engine and speed are not checked")
+	}
 	p := filepath.Join(dir, "bert_b2_out.npy")
 	shape, v, err := readNpy(p)
 	if err != nil {

@@ -16,14 +16,15 @@ below.
 
   torchref.py speed --dir EXPORT [--models resnet50,bert] [--batch 1,8]
                     [--runs 50] [--warmup 10] [--ours latency.json] [--tf32]
-                    [--json out.json]
+                    [--device cuda] [--json out.json]
       PyTorch eager on the GPU: the ONNX graph run node by node with
       torch.nn.functional (the architecture is ours by construction, and
       its output is checked against our backend's at each batch). Times
       one batch with its copies (host input -> GPU -> host output, as
       our InferBatch does): ms p50/p99. With --ours (the JSON of
       `gpubench latency`), prints our p50/p99 next to PyTorch's and the
-      ratio. TF32 is off unless --tf32 (our kernels are FP32).
+      ratio. TF32 is off unless --tf32 (our kernels are FP32). --device
+      cpu runs it on the CPU (to test this script without a GPU).
 
   torchref.py selftest
       Checks the protobuf decoder and the numpy interpreter on models it
@@ -568,12 +569,14 @@ def pct(v, p):
 def cmd_speed(args):
     import torch
 
-    if not torch.cuda.is_available():
+    dev = args.device
+    if dev == "cuda" and not torch.cuda.is_available():
         print("speed: torch sees no CUDA device", file=sys.stderr)
         return 1
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     torch.backends.cudnn.allow_tf32 = args.tf32
-    dev = "cuda"
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+    devname = torch.cuda.get_device_name(0) if dev == "cuda" else "cpu"
     ops = TorchOps(dev)
     with open(os.path.join(args.dir, "manifest.json")) as fh:
         man = json.load(fh)
@@ -585,7 +588,7 @@ def cmd_speed(args):
     batches = [int(b) for b in args.batch.split(",")]
     rows = []
     print("PyTorch %s eager on %s, TF32 %s; one batch with its copies (host -> GPU -> host), %d runs after %d warm-up"
-          % (torch.__version__, torch.cuda.get_device_name(0), "on" if args.tf32 else "off", args.runs, args.warmup))
+          % (torch.__version__, devname, "on" if args.tf32 else "off", args.runs, args.warmup))
     print("| model | batch | torch p50 (ms) | torch p99 (ms) | ours p50 (ms) | ours p99 (ms) | ours / torch (p50) | torch vs our output (max rel diff) |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|")
     for m in args.models.split(","):
@@ -604,17 +607,19 @@ def cmd_speed(args):
                 shape = list(ents[0]["in_shape"])
                 shape[0] = b
                 x, want = np.random.default_rng(b).standard_normal(shape).astype(np.float32), None
-            xt = torch.from_numpy(x).pin_memory()
+            xt = torch.from_numpy(x)
+            if dev == "cuda":
+                xt = xt.pin_memory()
             lat = []
             with torch.inference_mode():
                 for k in range(args.warmup + args.runs):
-                    torch.cuda.synchronize()
+                    sync()
                     t0 = time.perf_counter()
                     y = net(xt.to(dev, non_blocking=True)).to("cpu")
-                    torch.cuda.synchronize()
+                    sync()
                     if k >= args.warmup:
                         lat.append((time.perf_counter() - t0) * 1e3)
-            diff = "–"
+            diff, rel = "–", None
             if want is not None:
                 _, rel, _ = agree(want, y.numpy(), 1e-3)
                 diff = "%.3g" % rel
@@ -626,13 +631,14 @@ def cmd_speed(args):
             print("| %s | %d | %.3f | %.3f | %s | %s | %s | %s |" % (m, b, p50, p99, o50, o99, ratio, diff))
             sys.stdout.flush()
             rows.append(dict(model=m, batch=b, torch_p50_ms=p50, torch_p99_ms=p99,
-                             ours_p50_ms=o["p50_ms"] if o else None, ours_p99_ms=o["p99_ms"] if o else None))
+                             ours_p50_ms=o["p50_ms"] if o else None, ours_p99_ms=o["p99_ms"] if o else None,
+                             max_rel_diff=rel))
         del net
-        torch.cuda.empty_cache()
+        if dev == "cuda":
+            torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(torch=torch.__version__, device=torch.cuda.get_device_name(0), tf32=args.tf32, rows=rows),
-                      fh, indent=1)
+            json.dump(dict(torch=torch.__version__, device=devname, tf32=args.tf32, rows=rows), fh, indent=1)
     return 0
 
 
@@ -824,6 +830,7 @@ def main(argv=None):
     s.add_argument("--warmup", type=int, default=10)
     s.add_argument("--ours", default="", help="gpubench latency -json output")
     s.add_argument("--tf32", action="store_true")
+    s.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (a test of this script)")
     s.add_argument("--json", default="")
     t = sub.add_parser("selftest", help="decoder and numpy interpreter checks")
     t.add_argument("--tmp", default=os.environ.get("TMPDIR", "/tmp"))
