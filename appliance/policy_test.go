@@ -15,7 +15,10 @@ import (
 	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
 	"sluice/libml"
+	"sluice/ifmanager"
 	"sluice/libml/cpu"
+	"sluice/libml/sched"
+	"sluice/orchestrator"
 	"sluice/libml/zoo"
 )
 
@@ -233,5 +236,130 @@ queue_len = 64
 	a.Close()
 	if n := len(a.schedBackends()); n != 0 {
 		t.Fatalf("%d schedulers left after Close", n)
+	}
+}
+
+// Under a policy, the control paths work through the scheduler: a shadow
+// swap and a model update under load lose nothing, a deployed IF inherits
+// the policy and a removed one is unloaded from the scheduler, and
+// resizes are refused.
+func TestPolicyControlPaths(t *testing.T) {
+	text := `
+[appliance]
+log_level = "warn"
+threads = 2
+metrics = "off"
+control = "off"
+policy = "seq"
+
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+
+[[if]]
+name = "a"
+model_id = 1
+model = "zoo:squeezenet11"
+max_batch = 2
+queue_len = 256
+`
+	a, stop := startAppliance(t, "seq.toml", text)
+	addr, _ := a.PortAddr("udp0")
+	a.mu.Lock()
+	sb, ok := a.backends["sched/seq"].(*sched.Backend)
+	a.mu.Unlock()
+	if !ok {
+		t.Fatalf("no seq scheduler: backends %v", a.backends)
+	}
+	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetReadBuffer(16 << 20)
+	cl := dptest.NewClient(conn, 31, 1400)
+	frame := f32bytes(make([]float32, 3*224*224))
+	id := uint64(0)
+	send := func(model uint16, n int) []uint64 {
+		var ids []uint64
+		for k := 0; k < n; k++ {
+			id++
+			if err := cl.Send(addr, model, id, 0, frame); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+			time.Sleep(time.Millisecond)
+		}
+		return ids
+	}
+	expectOK := func(ids []uint64) {
+		t.Helper()
+		for _, i := range ids {
+			r, ok := cl.Wait(i, 60*time.Second)
+			if !ok || r.Status != wire.StatusOK {
+				t.Fatalf("request %d: answered %v, status %v", i, ok, r.Status)
+			}
+		}
+	}
+	ctx := context.Background()
+
+	// a shadow swap (linked weights) while requests are queued
+	ids := send(1, 12)
+	if _, err := a.Swap(ctx, "a", ifmanager.SwapSpec{}); err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, send(1, 4)...)
+	expectOK(ids)
+	if n := sb.Loaded(); n != 1 {
+		t.Fatalf("%d models loaded after a linked swap, want 1", n)
+	}
+
+	// deploy inherits the policy; remove unloads the model
+	h := &controlHandler{a: a.Appliance}
+	st, err := h.Deploy(ctx, orchestrator.DeployArgs{Name: "b", ModelID: 2, Model: "zoo:squeezenet11", Class: "rt", MaxBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Policy != "seq" || st.Backend != "cpu" {
+		t.Fatalf("deployed IF: policy %q backend %q", st.Policy, st.Backend)
+	}
+	if n := sb.Loaded(); n != 2 {
+		t.Fatalf("%d models loaded after a deploy, want 2", n)
+	}
+	expectOK(send(2, 3))
+	if _, err := h.Resize(ctx, orchestrator.ResizeArgs{Name: "b", Share: 0.5}); err == nil || !strings.Contains(err.Error(), "policy") {
+		t.Fatalf("resize under a policy: %v", err)
+	}
+	if _, err := h.Deploy(ctx, orchestrator.DeployArgs{Name: "c", ModelID: 3, Model: "zoo:squeezenet11", Share: 0.5}); err == nil {
+		t.Fatal("deployed an IF with a share under a policy")
+	}
+	if err := a.Remove(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if n := sb.Loaded(); n != 1 {
+		t.Fatalf("%d models loaded after a remove, want 1", n)
+	}
+
+	// a model update by swap: the new model is loaded, the old unloaded
+	a.mu.Lock()
+	spec := a.ifs["a"].spec
+	a.mu.Unlock()
+	spec.Model = "zoo:squeezenet11"
+	_, inst, err := a.loadInstance(ctx, &spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids = send(1, 6)
+	if _, err := a.Swap(ctx, "a", ifmanager.SwapSpec{Instance: inst}); err != nil {
+		t.Fatal(err)
+	}
+	expectOK(ids)
+	if n := sb.Loaded(); n != 1 {
+		t.Fatalf("%d models loaded after a model update, want 1", n)
+	}
+	stop()
+	if n := sb.Loaded(); n != 0 {
+		t.Fatalf("%d models loaded after the appliance stopped, want 0", n)
 	}
 }

@@ -95,6 +95,14 @@ func (b *Backend) Deinit() error {
 	return s.Close()
 }
 
+// Loaded is the number of models loaded (each with its buckets) and not
+// yet unloaded by the Close of their last instance.
+func (b *Backend) Loaded() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.groups
+}
+
 // Scheduler is the running scheduler (nil before Init).
 func (b *Backend) Scheduler() *Scheduler {
 	b.mu.Lock()
