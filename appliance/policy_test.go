@@ -14,12 +14,12 @@ import (
 
 	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
-	"sluice/libml"
 	"sluice/ifmanager"
+	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/sched"
-	"sluice/orchestrator"
 	"sluice/libml/zoo"
+	"sluice/orchestrator"
 )
 
 func TestPolicyProfileErrors(t *testing.T) {
