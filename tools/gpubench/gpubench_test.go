@@ -299,4 +299,19 @@ func TestRunGPUScript(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "unknown step") {
 		t.Errorf("run-gpu.sh nosuchstep: %v\n%s", err, out)
 	}
+	// one step that needs no GPU, end to end: its log and status line
+	py := python(t)
+	dir := t.TempDir()
+	cmd = exec.Command("bash", "run-gpu.sh", "selftest")
+	cmd.Env = append(os.Environ(), "OUT="+dir, "PYTHON="+py)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("run-gpu.sh selftest: %v\n%s", err, out)
+	}
+	st, err := os.ReadFile(filepath.Join(dir, "status.txt"))
+	if err != nil || string(st) != "selftest 0\n" {
+		t.Errorf("status.txt: %q, %v", st, err)
+	}
+	if log, err := os.ReadFile(filepath.Join(dir, "selftest.log")); err != nil || !strings.Contains(string(log), "6 passed, 0 failed") {
+		t.Errorf("selftest.log: %q, %v", log, err)
+	}
 }

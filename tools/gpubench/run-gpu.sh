@@ -16,14 +16,17 @@
 #   tests      SLUICE_GPU=1 cuda.test -test.run GPU (GPU kernel and backend tests)
 #   bench      GPUBackend benchmarks (-test.benchtime 50x) and the kernel ones
 #   disb       gpubench disb: DISB A-E x rt-only/reef/seq/conc -> disb.md, disb.json
-#   export     gpubench export: zoo models as ONNX + inputs + our outputs ($OUT/export)
+#   export     gpubench export: zoo models as ONNX + inputs + our outputs ($EXPORT_DIR)
 #   check      torchref.py check: our outputs vs ONNX Runtime, tolerance 1e-3 -> check.json
 #   latency    gpubench latency: ResNet-50, BERT-base at batch 1 and 8 -> latency.json
 #   speed      torchref.py speed: PyTorch eager next to latency.json -> speed.json
 #   selftest   torchref.py selftest
 # $OUT/status.txt gets "<step> <exit status>" per step; the script exits 1
-# when a step failed. The export (about 1 GB) is removed after a run that
-# included speed, unless KEEP_EXPORT=1. DISB_FLAGS adds gpubench disb flags (e.g. "-duration 8s
+# when a step failed. The export (about 1 GB) goes to EXPORT_DIR (default
+# ${TMPDIR:-/tmp}/sluice-gpu-export, outside $OUT so that it is not
+# shipped back with the reports) and is removed after a run that included
+# speed, unless KEEP_EXPORT=1. speed reads $OUT/latency.json: run latency
+# and speed in the same call. DISB_FLAGS adds gpubench disb flags (e.g. "-duration 8s
 # -workloads A,C"). A machine that limits one command to 10 minutes runs
 # the steps in several calls, e.g. `./run-gpu.sh info tests`, then
 # `./run-gpu.sh bench`, `./run-gpu.sh disb`, `./run-gpu.sh export check
@@ -34,6 +37,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$HERE/out}
 PY=${PYTHON:-python3}
 DISB_FLAGS=${DISB_FLAGS:-}
+EXPORT_DIR=${EXPORT_DIR:-${TMPDIR:-/tmp}/sluice-gpu-export}
 ALL="info tests bench disb export check latency speed selftest"
 STEPS=${*:-$ALL}
 mkdir -p "$OUT"
@@ -80,13 +84,13 @@ for s in $STEPS; do
 		# shellcheck disable=SC2086 # DISB_FLAGS is a list of flags
 		run_step disb ./gpubench disb -md "$OUT/disb.md" -json "$OUT/disb.json" $DISB_FLAGS
 		;;
-	export) run_step export ./gpubench export -dir "$OUT/export" ;;
-	check) run_step check "$PY" torchref.py check --dir "$OUT/export" --json "$OUT/check.json" ;;
+	export) run_step export ./gpubench export -dir "$EXPORT_DIR" ;;
+	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;
 	latency)
 		run_step latency ./gpubench latency -models resnet50,bert -batch 1,8 -n 100 -json "$OUT/latency.json"
 		;;
 	speed)
-		run_step speed "$PY" torchref.py speed --dir "$OUT/export" --models resnet50,bert --batch 1,8 \
+		run_step speed "$PY" torchref.py speed --dir "$EXPORT_DIR" --models resnet50,bert --batch 1,8 \
 			--runs 100 --ours "$OUT/latency.json" --json "$OUT/speed.json"
 		;;
 	selftest) run_step selftest "$PY" torchref.py selftest --tmp "$OUT" ;;
@@ -98,9 +102,9 @@ for s in $STEPS; do
 done
 
 # the export's last reader is speed
-if [ "${KEEP_EXPORT:-0}" != 1 ] && [ -d "$OUT/export" ]; then
+if [ "${KEEP_EXPORT:-0}" != 1 ] && [ -d "$EXPORT_DIR" ]; then
 	case " $STEPS " in
-	*" speed "*) rm -rf "$OUT/export" ;;
+	*" speed "*) rm -rf "$EXPORT_DIR" ;;
 	esac
 fi
 rm -f "$OUT"/selftest_*.onnx
