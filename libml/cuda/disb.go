@@ -137,6 +137,8 @@ type DISBConfig struct {
 
 // DISBReport is the result of RunDISB.
 type DISBReport struct {
+	// Device names the GPU (set by the caller; RunDISB leaves it empty).
+	Device   string
 	Command  string
 	SMs      int
 	Window   int

@@ -19,6 +19,9 @@ func fmt2(v float64) string {
 func (r *DISBReport) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### DISB on the CUDA backend (%d SMs, window %d, %s per run after %s of warm-up)\n\n", r.SMs, r.Window, r.Duration, r.Warmup)
+	if r.Device != "" {
+		fmt.Fprintf(&b, "Device: %s.\n\n", r.Device)
+	}
 	if r.Command != "" {
 		fmt.Fprintf(&b, "Command: `%s`.\n\n", r.Command)
 	}

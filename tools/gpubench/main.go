@@ -173,6 +173,7 @@ func runDISB(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	rep.Device = deviceName(0)
 	md := rep.Markdown()
 	fmt.Fprint(stdout, md)
 	if *mdPath != "" {
@@ -191,6 +192,21 @@ func runDISB(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	return nil
+}
+
+// deviceName describes GPU ordinal (name, SMs, compute capability,
+// memory), or says why it cannot.
+func deviceName(ordinal int) string {
+	drv, err := cuda.Open()
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	dv, err := drv.Primary(ordinal)
+	if err != nil {
+		return fmt.Sprintf("unknown (%v)", err)
+	}
+	defer dv.Close()
+	return fmt.Sprintf("%s, %d SMs, compute capability %d.%d, %d GiB", dv.Name, dv.SMs, dv.CC[0], dv.CC[1], dv.Memory>>30)
 }
 
 // newBackend initializes the cuda or the cpu backend.
