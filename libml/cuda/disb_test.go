@@ -76,7 +76,11 @@ func TestDISBEmu(t *testing.T) {
 	var wls []DISBWorkload
 	for _, w := range DISBWorkloads() {
 		if w.Name == "A" || w.Name == "D" {
-			wls = append(wls, scaleRates(w, 0.4))
+			f := 0.4 // A: RT VGG at 20%
+			if w.Name == "D" {
+				f = 0.6 // five RT clients at 6% each
+			}
+			wls = append(wls, scaleRates(w, f))
 		}
 	}
 	cfg := DISBConfig{Workloads: wls, Policies: DISBPolicies(), Duration: 700 * time.Millisecond,
@@ -150,21 +154,38 @@ func checkDISB(t *testing.T, rep *DISBReport, cfg DISBConfig, nModels int) {
 			t.Errorf("model %s not calibrated: %+v", m.Role, m)
 		}
 	}
+	maxThr := map[string]float64{}
+	for _, m := range rep.Models {
+		maxThr[m.Role] = m.MaxPerSec
+	}
+	rate := map[string]float64{}
+	for _, w := range wls {
+		for _, c := range w.Clients {
+			rate[w.Name+" "+c.Name] = c.Rate
+		}
+	}
 	for _, row := range rep.Rows {
 		what := row.Workload + " " + row.Policy
 		if row.Wrong != 0 {
 			t.Errorf("%s: %d jobs with a wrong output", what, row.Wrong)
 		}
 		for _, c := range row.Clients {
+			// an RT client whose rate leaves fewer than 2 arrivals in
+			// the window (the calibration ran slowly: a loaded
+			// machine, the race detector) may have none
+			sparse := c.RT && rate[row.Workload+" "+c.Name]*maxThr[c.Role]*cfg.Duration.Seconds() < 2
+			if sparse {
+				t.Logf("%s: client %s: under 2 arrivals expected in the window (%d)", what, c.Name, c.Arrived)
+			}
 			// under reef a BE job may be preempted by every RT arrival
 			// and finish none in a short window: it must have run
-			if c.Done == 0 && (c.RT || row.Policy != PolicyReef) {
+			if c.Done == 0 && !sparse && (c.RT || row.Policy != PolicyReef) {
 				t.Errorf("%s: client %s finished no job in the window", what, c.Name)
 			}
 			if !c.RT && !slices.ContainsFunc(row.spans, func(s disbSpan) bool { return s.client == c.Name }) {
 				t.Errorf("%s: client %s never ran", what, c.Name)
 			}
-			if c.RT && c.Arrived == 0 {
+			if c.RT && c.Arrived == 0 && !sparse {
 				t.Errorf("%s: client %s had no arrival", what, c.Name)
 			}
 			if c.Done > 0 && c.LaunchesPerJob < float64(c.PlannedPerJob) {
