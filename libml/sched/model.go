@@ -3,6 +3,7 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"unsafe"
@@ -68,11 +69,13 @@ type Model struct {
 	// launch index of each kernel (NOP kernels have none)
 	live []int
 	// prVer[k] is the version reef's BE streams run kernel k in
-	// (choosePreempt)
-	prVer []int
-	mu    sync.Mutex
-	free  []*instance
-	all   []*instance
+	// (choosePreempt), with prChecks[k] in-block checks per block (the
+	// instances' preemptible copies, ncpu.Kernels.SetChecks)
+	prVer    []int
+	prChecks []int
+	mu       sync.Mutex
+	free     []*instance
+	all      []*instance
 	// closed is set by Scheduler.Close
 	closed bool
 }
@@ -293,8 +296,20 @@ func (m *Model) PreemptVersions() []int { return append([]int(nil), m.prVer...) 
 // fastest version whose blocks take at most blockNs; if none does, the one
 // with the shortest blocks among those within slack of the fastest kernel
 // time (slack < 0: the fastest version everywhere).
-func (m *Model) choosePreempt(blockNs, slack float64) {
+//
+// A block picked this way may still run longer than checkNs between its
+// in-loop checks: its copy in the instances' preemptible array asks for
+// about BlockNs / checkNs checks per block (checkNs <= 0: none added).
+func (m *Model) choosePreempt(blockNs, slack, checkNs float64) {
 	m.prVer = make([]int, len(m.prog.Kernels))
+	m.prChecks = make([]int, len(m.prog.Kernels))
+	defer func() {
+		for i, v := range m.prVer {
+			if bn := m.prof.Kernels[i].Versions[v].BlockNs; checkNs > 0 && bn > checkNs {
+				m.prChecks[i] = int(math.Ceil(bn / checkNs))
+			}
+		}
+	}()
 	for i := range m.prof.Kernels {
 		vs := m.prof.Kernels[i].Versions
 		n := min(len(vs), len(m.tiles))
@@ -337,6 +352,9 @@ type instance struct {
 	arena  unsafe.Pointer
 	arenaN int
 	ver    []*ncpu.Kernels // per version
+	// pre: kernel k is a copy of ver[prVer[k]]'s with prChecks[k]
+	// in-block checks (the kernels of prL)
+	pre *ncpu.Kernels
 	// launches of version 0 (beL), of version 0 with the estimates
 	// padding reads (rtL) and of the preemptible versions (prL); the last
 	// entry of each is scratch for a lane's first launch
@@ -362,6 +380,13 @@ func (m *Model) acquire() (*instance, error) {
 	}
 	m.all = append(m.all, in)
 	return in, nil
+}
+
+// hasFree reports whether an instance is free (acquire returns at once).
+func (m *Model) hasFree() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.free) > 0
 }
 
 func (m *Model) releaseInstance(in *instance) {
@@ -413,6 +438,9 @@ func (in *instance) buildTables() error {
 	if in.pad, err = ncpu.NewPadTable(nk, nv); err != nil {
 		return err
 	}
+	if in.pre, err = ncpu.NewKernels(nk); err != nil {
+		return err
+	}
 	k0 := in.ver[0]
 	for i := range m.prog.Kernels {
 		kp := &m.prof.Kernels[i]
@@ -436,11 +464,15 @@ func (in *instance) buildTables() error {
 		}
 		li := m.live[i]
 		in.beL.Set(li, ncpu.Launch{Kernels: k0, K: i, Idx: int64(i)})
-		pv := 0
+		pv, pc := 0, 0
 		if i < len(m.prVer) {
-			pv = m.prVer[i]
+			pv, pc = m.prVer[i], m.prChecks[i]
 		}
-		in.prL.Set(li, ncpu.Launch{Kernels: in.ver[pv], K: i, Idx: int64(i)})
+		if err := in.pre.CopyKernel(i, in.ver[pv], i); err != nil {
+			return err
+		}
+		in.pre.SetChecks(i, pc)
+		in.prL.Set(li, ncpu.Launch{Kernels: in.pre, K: i, Idx: int64(i)})
 		// RT kernels run on any unit (a unit asleep must not hold one
 		// up); a unit that finds every block of the running RT kernel
 		// claimed may pad
@@ -455,6 +487,10 @@ func (in *instance) freeMem() {
 		ks.Free()
 	}
 	in.ver = nil
+	if in.pre != nil {
+		in.pre.Free()
+		in.pre = nil
+	}
 	for _, l := range []**ncpu.Launches{&in.beL, &in.rtL, &in.prL} {
 		if *l != nil {
 			(*l).Free()

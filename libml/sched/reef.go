@@ -45,12 +45,27 @@ func newReef(s *Scheduler) (*reef, error) {
 func (r *reef) submit(j *Job) {
 	if j.Class == RT {
 		r.rtQ.push(j)
-		if !r.rtMode {
-			r.enterRT()
+		if r.rtMode {
+			if !r.rt.busy && r.rt.job == nil {
+				r.startRT()
+			}
+			return
 		}
-		if !r.rt.busy && r.rt.job == nil {
+		// the RT job is bound (instance, input copy) before the BE streams
+		// are preempted and launched right after: the preemption's
+		// critical path holds only the preempt calls and the launch, and
+		// padding is set up once the RT job runs (on a machine with as
+		// many units as cores, the steering thread's time after the
+		// preempt call is a unit's time). A job whose model has no free
+		// instance (one is built: milliseconds) binds after the preempt.
+		ready := !r.rt.busy && r.rt.job == nil && r.rtQ.len() == 1 && j.Model.hasFree() && r.bindRT()
+		r.enterRT()
+		if ready {
+			r.s.run(r.rt, len(r.rt.job.Model.prog.Kernels), rtKind(r.pad != nil))
+		} else if !r.rt.busy && r.rt.job == nil {
 			r.startRT()
 		}
+		r.startPad()
 		return
 	}
 	r.beQ[j.Queue].push(j)
@@ -100,6 +115,11 @@ func (r *reef) enterRT() {
 		l.rec = rec
 	}
 	r.rec = rec
+}
+
+// startPad starts padding for an RT mode just entered: the suspended BE
+// jobs are offered.
+func (r *reef) startPad() {
 	if r.pad != nil {
 		r.pad.Reset()
 		for i := range r.be {
@@ -118,6 +138,15 @@ func (r *reef) enterRT() {
 
 // startRT starts the next RT job on the RT stream.
 func (r *reef) startRT() {
+	if r.bindRT() {
+		r.s.run(r.rt, len(r.rt.job.Model.prog.Kernels), rtKind(r.pad != nil))
+	}
+}
+
+// bindRT binds the next RT job to the RT stream without launching it;
+// false when the queue has none (jobs that fail to bind finish with
+// their error).
+func (r *reef) bindRT() bool {
 	for r.rtQ.len() > 0 {
 		j := r.rtQ.pop()
 		if err := r.s.begin(r.rt, j); err != nil {
@@ -126,9 +155,9 @@ func (r *reef) startRT() {
 			r.s.finish(j)
 			continue
 		}
-		r.s.run(r.rt, len(j.Model.prog.Kernels), rtKind(r.pad != nil))
-		return
+		return true
 	}
+	return false
 }
 
 // exitRT returns to normal mode: padding stops, finished BE jobs complete

@@ -100,6 +100,12 @@ type Config struct {
 	// the fastest version everywhere).
 	PreemptBlockNs float64
 	PreemptSlack   float64
+	// PreemptCheckNs is the longest run between two in-loop checks reef
+	// asks of a BE block: a kernel whose chosen version's blocks take
+	// longer runs, on BE streams, in a copy that checks about BlockNs /
+	// PreemptCheckNs times per block (GEMM and CONV split the block's
+	// sgemm). Default 20 us; < 0: no added checks.
+	PreemptCheckNs float64
 	// PadMargin is padding's rule 1 with a margin: a BE block qualifies
 	// when its profiled time is below PadMargin times the RT kernel's
 	// remaining time (default 1, REEF's rule; profiled times are means,
@@ -160,6 +166,9 @@ func (c *Config) defaults() error {
 	}
 	if c.PreemptBlockNs <= 0 {
 		c.PreemptBlockNs = 50e3
+	}
+	if c.PreemptCheckNs == 0 {
+		c.PreemptCheckNs = 20e3
 	}
 	if c.FairThreshold <= 0 {
 		c.FairThreshold = 8
@@ -409,7 +418,7 @@ func (s *Scheduler) install(m *Model, opt ModelOptions) error {
 		m.release()
 		return err
 	}
-	m.choosePreempt(s.cfg.PreemptBlockNs, s.cfg.PreemptSlack)
+	m.choosePreempt(s.cfg.PreemptBlockNs, s.cfg.PreemptSlack, s.cfg.PreemptCheckNs)
 	if m.cuts == nil && s.cfg.Policy == PolicySplit {
 		var res SplitResult
 		if s.cfg.SplitBlocks > 0 {
@@ -716,7 +725,11 @@ func (s *Scheduler) push(l *lane, to int, kind launchKind) {
 				vp := &m.prof.Kernels[k].Versions[j.posVer]
 				est, blkNs, bw = int64(vp.KernNs), int64(vp.BlockNs), vp.KernBW
 			}
-			L.Set(scratch, ncpu.Launch{Kernels: in.ver[j.posVer], K: k, Idx: int64(k), Blk0: j.posBlk, EstNs: est, BlkNs: blkNs, BW: bw})
+			ks := in.ver[j.posVer]
+			if kind == lkPreempt && k < len(m.prVer) && j.posVer == m.prVer[k] {
+				ks = in.pre // the preemptible copy, with its checks
+			}
+			L.Set(scratch, ncpu.Launch{Kernels: ks, K: k, Idx: int64(k), Blk0: j.posBlk, EstNs: est, BlkNs: blkNs, BW: bw})
 			if _, err = l.st.Push(L, scratch, scratch+1, mark); err == nil {
 				_, err = l.st.Push(L, lo+1, hi, false)
 			}
@@ -863,9 +876,9 @@ func (s *Scheduler) finish(j *Job) {
 	s.fire = append(s.fire, j)
 }
 
-// debugPreempt, when set, sees every preemption's idle and RT-start
-// times after the preempt call (probes).
-var debugPreempt func(idle, rtStart int64)
+// debugPreempt, when set, sees every preemption's first preempt call
+// (Now clock) and its idle and RT-start times after it (probes).
+var debugPreempt func(t0, idle, rtStart int64)
 
 // debugRestore, when set, sees every restore (probes).
 var debugRestore func(m *Model, idx int, l *lane)
@@ -889,7 +902,7 @@ func (s *Scheduler) finalize(r *preemptRec) {
 	}
 	s.stats.Preemptions++
 	if debugPreempt != nil {
-		debugPreempt(r.drain-r.t0, r.rtStart-r.t0)
+		debugPreempt(r.t0, r.drain-r.t0, r.rtStart-r.t0)
 	}
 	if len(s.stats.PreemptNs) < 1<<20 {
 		s.stats.PreemptNs = append(s.stats.PreemptNs, end-r.t0)

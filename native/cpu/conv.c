@@ -178,13 +178,28 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	 * preemption flag is polled at least every CONV_SUB_MAX flops */
 	int64_t msub = (int64_t)(CONV_SUB_MAX / (2.0 * (double)pl * (double)Kd));
 	msub = SK_MAX(SK_CDIV(msub, 16) * 16, 16);
+	int64_t ksub = Kd;
+	if (k->checks > 1) {
+		/* a preemptible copy: about k->checks calls, over output
+		 * channels (at least 16 a call), then over the reduction
+		 * (accumulating; a block cut halfway runs again from its start) */
+		int64_t mcalls = SK_MIN(k->checks, SK_MAX(ml / 16, 1));
+		msub = SK_MIN(msub, SK_MAX(SK_CDIV(SK_CDIV(ml, mcalls), 8) * 8, 8));
+		int64_t kcalls = SK_CDIV(k->checks, SK_CDIV(ml, msub));
+		if (kcalls > 1)
+			ksub = SK_MAX(SK_CDIV(SK_CDIV(Kd, kcalls), 64) * 64, 64);
+	}
 	for (int64_t mm = 0; mm < ml; mm += msub) {
-		if (mm > 0)
-			SK_POLL(ctx);
 		int64_t mc = SK_MIN(msub, ml - mm);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mc, (int)pl,
-			    (int)Kd, 1.0f, k->in[1] + (oc0 + mm) * Kd, (int)Kd, col, (int)pl,
-			    0.0f, y + mm * OHW, (int)OHW);
+		for (int64_t kk = 0; kk < Kd; kk += ksub) {
+			if (mm > 0 || kk > 0)
+				SK_POLL(ctx);
+			int64_t kc = SK_MIN(ksub, Kd - kk);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mc,
+				    (int)pl, (int)kc, 1.0f, k->in[1] + (oc0 + mm) * Kd + kk,
+				    (int)Kd, col + kk * pl, (int)pl, kk ? 1.0f : 0.0f,
+				    y + mm * OHW, (int)OHW);
+		}
 	}
 	SK_POLL(ctx);
 	const float *bias = k->in[2] ? k->in[2] + oc0 : NULL;

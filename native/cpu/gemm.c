@@ -140,15 +140,28 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	float *C = k->out + offc + m0 * ldc + n0;
 	SK_POLL(ctx);
 	if (K > 0) {
-		int64_t sub = k->t[4] > 0 ? k->t[4] : ml;
+		int64_t sub = k->t[4] > 0 ? k->t[4] : ml, csub = nl;
+		if (k->checks > 1) {
+			/* a preemptible copy: about k->checks calls, over rows (at
+			 * least 8 a call), then over columns (at least 16) */
+			int64_t rcalls = SK_MIN(k->checks, SK_MAX(ml / 8, 1));
+			sub = SK_MIN(sub, SK_MAX(SK_CDIV(SK_CDIV(ml, rcalls), 8) * 8, 8));
+			int64_t ccalls = SK_CDIV(k->checks, SK_CDIV(ml, sub));
+			if (ccalls > 1)
+				csub = SK_MAX(SK_CDIV(SK_CDIV(nl, ccalls), 16) * 16, 16);
+		}
 		for (int64_t r = 0; r < ml; r += sub) {
-			if (r > 0)
-				SK_POLL(ctx);
 			int64_t rl = SK_MIN(sub, ml - r);
-			cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-				    tb ? CblasTrans : CblasNoTrans, (int)rl, (int)nl,
-				    (int)K, k->f[0], A + (ta ? r : r * lda), (int)lda, B,
-				    (int)ldb, 0.0f, C + r * ldc, (int)ldc);
+			for (int64_t c = 0; c < nl; c += csub) {
+				if (r > 0 || c > 0)
+					SK_POLL(ctx);
+				int64_t cl = SK_MIN(csub, nl - c);
+				cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+					    tb ? CblasTrans : CblasNoTrans, (int)rl, (int)cl,
+					    (int)K, k->f[0], A + (ta ? r : r * lda), (int)lda,
+					    B + (tb ? c * ldb : c), (int)ldb, 0.0f,
+					    C + r * ldc + c, (int)ldc);
+			}
 		}
 	} else {
 		for (int64_t r = 0; r < ml; r++)

@@ -175,6 +175,11 @@ static inline void cpu_relax(void)
 
 int sk_checks(void) { return SK_CHECKS; }
 
+void sk_kernel_set_checks(sk_kernel *k, int64_t checks)
+{
+	k->checks = checks < 0 ? 0 : (checks > 1024 ? 1024 : checks);
+}
+
 /* ---- kernel table ------------------------------------------------------ */
 
 static const struct {

@@ -159,6 +159,38 @@ func (s *Stream) NotifyFile() (*os.File, error) {
 	return os.NewFile(fd, "sk-stream-notify"), nil
 }
 
+// CopyKernel makes kernel i of ks a copy of kernel j of src (same
+// buffers, grid and tiling; statistics zeroed). The scheduler runs its
+// preemptible streams on such copies with more in-loop checks
+// (SetChecks).
+func (ks *Kernels) CopyKernel(i int, src *Kernels, j int) error {
+	if i < 0 || i >= ks.n || j < 0 || j >= src.n {
+		return fmt.Errorf("cpu: copy kernel %d of %d to %d of %d", j, src.n, i, ks.n)
+	}
+	d := ks.at(i)
+	*d = *src.at(j)
+	d.stat_blocks, d.stat_block_ns, d.stat_runs, d.stat_wall_ns, d.stat_t0 = 0, 0, 0, 0, 0
+	return nil
+}
+
+// SetChecks asks kernel i to poll its stream's preemption flag about n
+// times per block (GEMM and CONV split each block's sgemm into about n
+// calls; 0 or 1: the kernel's own spacing; at most 1024). More checks
+// stop a preempted block sooner at some cost in kernel time.
+func (ks *Kernels) SetChecks(i int, n int) {
+	if i >= 0 && i < ks.n {
+		C.sk_kernel_set_checks(ks.at(i), C.int64_t(n))
+	}
+}
+
+// Checks is kernel i's in-block check count (SetChecks).
+func (ks *Kernels) Checks(i int) int {
+	if i < 0 || i >= ks.n {
+		return 0
+	}
+	return int(ks.at(i).checks)
+}
+
 // KernelPtr is the C address of kernel i (padding tables).
 func (ks *Kernels) KernelPtr(i int) unsafe.Pointer { return unsafe.Pointer(ks.at(i)) }
 

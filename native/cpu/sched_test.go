@@ -804,3 +804,84 @@ func TestPriorityStream(t *testing.T) {
 		t.Fatalf("x %v y %v", x.s()[0], y.s()[0])
 	}
 }
+
+// TestChecksKeepResults: GEMM and CONV copies with added in-block checks
+// (SetChecks: the sgemm of a block split over rows, columns and the
+// reduction) compute what the kernels compute without them, up to
+// rounding; CopyKernel keeps the grid.
+func TestChecksKeepResults(t *testing.T) {
+	rnd := uint32(7)
+	fill := func(f *cfloats) {
+		for i := range f.s() {
+			rnd = rnd*1664525 + 1013904223
+			f.s()[i] = float32(rnd>>8)/float32(1<<24) - 0.5
+		}
+	}
+	type tc struct {
+		name string
+		d    func(out *cfloats) Desc
+		nout int
+	}
+	// GEMM 40x70x300 with bias per row; CONV 64->48 channels, 3x3, pad 1,
+	// 6x6 (Kd 576: the reduction splits)
+	const M, N, K = 40, 70, 300
+	a, b, bias := newFloats(t, M*K, 0), newFloats(t, K*N, 0), newFloats(t, M, 0)
+	x, w, cb := newFloats(t, 64*36, 0), newFloats(t, 48*64*9, 0), newFloats(t, 48, 0)
+	for _, f := range []*cfloats{a, b, bias, x, w, cb} {
+		fill(f)
+	}
+	cases := []tc{
+		{"gemm", func(out *cfloats) Desc {
+			d := Desc{Op: OpGemm, Out: out.p}
+			d.In[0], d.In[1], d.In[2] = a.p, b.p, bias.p
+			d.P[0], d.P[1], d.P[2], d.P[5], d.P[6], d.P[7] = M, N, K, K, N, N
+			d.P[8], d.P[9], d.P[10], d.P[23] = 1, 1, 1, 1
+			d.F[0] = 1
+			return d
+		}, M * N},
+		{"conv", func(out *cfloats) Desc {
+			d := Desc{Op: OpConv, Out: out.p}
+			d.In[0], d.In[1], d.In[2] = x.p, w.p, cb.p
+			copy(d.P[:16], []int64{1, 64, 6, 6, 48, 1, 3, 3, 1, 1, 1, 1, 1, 1, 6, 6})
+			return d
+		}, 48 * 36},
+	}
+	for _, c := range cases {
+		for _, units := range []int{1, 8} {
+			ref, got := newFloats(t, c.nout, 0), newFloats(t, c.nout, 0)
+			ks := newKernels(t, 1)
+			pre := newKernels(t, 1)
+			d := c.d(ref)
+			if err := ks.Set(0, &d, units); err != nil {
+				t.Fatal(err)
+			}
+			if err := pre.CopyKernel(0, ks, 0); err != nil {
+				t.Fatal(err)
+			}
+			pre.SetChecks(0, 7)
+			if pre.Checks(0) != 7 || pre.Info(0).Grid != ks.Info(0).Grid {
+				t.Fatalf("%s: copy has %d checks, grid %d (want 7, %d)", c.name, pre.Checks(0), pre.Info(0).Grid, ks.Info(0).Grid)
+			}
+			// the copy writes got: same kernel, another output
+			d2 := c.d(got)
+			ks2 := newKernels(t, 1)
+			if err := ks2.Set(0, &d2, units); err != nil {
+				t.Fatal(err)
+			}
+			ks2.SetChecks(0, 7)
+			for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
+				ks.RunBlock(0, blk)
+				ks2.RunBlock(0, blk)
+			}
+			for i, v := range ref.s() {
+				g := got.s()[i]
+				if d := math.Abs(float64(v - g)); d > 1e-4*math.Max(1, math.Abs(float64(v))) || math.IsNaN(float64(g)) {
+					t.Fatalf("%s units %d: out[%d] = %g with checks, %g without", c.name, units, i, g, v)
+				}
+			}
+		}
+	}
+	if err := newKernels(t, 1).CopyKernel(1, newKernels(t, 1), 0); err == nil {
+		t.Fatal("CopyKernel out of range: no error")
+	}
+}

@@ -182,6 +182,12 @@ typedef struct sk_kernel {
 	int64_t stat_runs;
 	int64_t stat_wall_ns;
 	int64_t stat_t0;
+	/* in-loop preemption checks wanted per block (0 or 1: the kernel's
+	 * own spacing). The scheduler sets it on the copies of kernels its
+	 * preemptible streams run (sk_kernel_set_checks): GEMM and CONV then
+	 * split a block's sgemm into about that many calls with a check
+	 * between them. */
+	int64_t checks;
 } sk_kernel;
 
 /* Per-unit context handed to every block. */
@@ -216,6 +222,9 @@ int sk_pool_units(const sk_pool *p);
  * thread), e.g. to let the threads that steer them run first on a small
  * machine. Returns SK_ERR if the system refused. */
 int sk_pool_set_nice(sk_pool *p, int nice);
+/* sk_kernel_set_checks sets k->checks (clamped to 0..1024). */
+void sk_kernel_set_checks(sk_kernel *k, int64_t checks);
+
 /* sk_checks reports whether preemption checks are compiled in. */
 int sk_checks(void);
 
