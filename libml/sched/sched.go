@@ -370,6 +370,10 @@ func New(cfg Config) (*Scheduler, error) {
 		s.Close()
 		return nil, err
 	}
+	for _, l := range s.lanes {
+		s.wg.Add(1)
+		go s.wait(l)
+	}
 	return s, nil
 }
 
@@ -538,9 +542,13 @@ func (s *Scheduler) Close() error {
 	if s.pol != nil {
 		dropped = s.pol.drop()
 	}
+	var one [8]byte
+	one[0] = 1
 	for _, l := range s.lanes {
 		if l.busy {
-			l.st.HQPreempt()
+			l.st.HQPreempt() // its drain wakes the waiter
+		} else {
+			l.efd.Write(one[:]) // wake the idle waiter
 		}
 	}
 	s.mu.Unlock()
@@ -610,7 +618,7 @@ type lane struct {
 	// 10 ms).
 	efd  *os.File
 	job  *Job
-	busy bool // a segment is in flight (a waiter goroutine runs)
+	busy bool // a segment is in flight
 	// the segment in flight: kernels [from, to), the first from block blk
 	// of version ver
 	from, ver int
@@ -687,8 +695,6 @@ func (s *Scheduler) run(l *lane, to int, k launchKind) {
 	}
 	s.push(l, to, k)
 	l.busy = true
-	s.wg.Add(1)
-	go s.wait(l)
 }
 
 // push launches the segment without a waiter (run; tests). Until the
@@ -749,20 +755,43 @@ func (s *Scheduler) push(l *lane, to int, kind launchKind) {
 	}
 }
 
-// wait blocks until l's segment has completed or drained after
-// preemption, then lets the policy act.
+// wait is lane l's waiter, one goroutine per lane for the scheduler's
+// life: it parks in Go's poller on the lane's drain notification and,
+// each time a segment has completed or drained after preemption, lets the
+// policy act. Launching a segment starts no goroutine and wakes none (on
+// a machine with as many units as cores, a woken thread takes its core
+// from a unit, in the middle of a preemption).
 func (s *Scheduler) wait(l *lane) {
 	defer s.wg.Done()
+	for s.waitSeg(l) {
+	}
+}
+
+// waitSeg waits for l's next drain notification and hands the segment to
+// the policy; false when the scheduler has closed.
+func (s *Scheduler) waitSeg(l *lane) bool {
 	var b [8]byte
 	if _, err := l.efd.Read(b[:]); err != nil {
 		panic(fmt.Sprintf("sched: lane %d notification: %v", l.id, err))
 	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	if !l.busy {
+		// a notification without a segment (Close wakes idle waiters;
+		// a segment that drained twice): nothing to hand over
+		s.mu.Unlock()
+		return true
+	}
+	s.mu.Unlock()
 	st := l.st.Sync() // drained: returns at once
 	s.mu.Lock()
 	l.busy = false
 	if s.closed {
 		s.mu.Unlock()
-		return
+		return false
 	}
 	preempted := st == ncpu.Preempted
 	j := l.job
@@ -785,6 +814,7 @@ func (s *Scheduler) wait(l *lane) {
 	fire := s.takeFire()
 	s.mu.Unlock()
 	complete(fire)
+	return true
 }
 
 // preempt resets l's host queue and sets its flag; the waiter reports the

@@ -185,6 +185,22 @@ func TestPoliciesMatchReference(t *testing.T) {
 	}
 }
 
+// testLane is a lane of s without a waiter: the test reads its drain
+// notifications itself.
+func testLane(t testing.TB, s *Scheduler) *lane {
+	t.Helper()
+	l, err := s.newLane(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		l.st.SetNotify(-1)
+		l.st.Close()
+		l.efd.Close()
+	})
+	return l
+}
+
 // runSeg pushes job j's kernels [j.pos, to) on lane l and waits
 // (synchronously, no policy).
 func runSeg(s *Scheduler, l *lane, to int) ncpu.Status {
@@ -199,7 +215,7 @@ func runSeg(s *Scheduler, l *lane, to int) ncpu.Status {
 // output equals the uninterrupted run's, bit for bit.
 func restoreCheck(t *testing.T, s *Scheduler, m *Model, want []float32, points func(k int, grid int64) []int64) (checked int) {
 	t.Helper()
-	l := s.lanes[0]
+	l := testLane(t, s)
 	in := fillInput(m.InputSize(), 9)
 	nk := len(m.prog.Kernels)
 	for k := 0; k < nk; k++ {
@@ -310,7 +326,7 @@ func TestNaiveRestoreBreaksInPlace(t *testing.T) {
 		// preempt as the next kernel starts: the in-place kernel is the
 		// last one that ran, and a naive restore runs it a second time
 		tried++
-		l := s.lanes[0]
+		l := testLane(t, s)
 		j := &Job{Model: m, Class: BE, In: fillInput(m.InputSize(), 9), Out: make([]float32, m.OutputSize())}
 		s.mu.Lock()
 		s.begin(l, j)
@@ -836,7 +852,7 @@ func TestRestoreAfterRandomPreemptions(t *testing.T) {
 		rng ^= rng << 17
 		return int64(rng % uint64(max(n, 1)))
 	}
-	l := s.lanes[0]
+	l := testLane(t, s)
 	for _, key := range []string{"bert", "resnet"} {
 		m := load(t, s, key, ModelOptions{})
 		// short check spacing: most kernels run in copies with added checks
