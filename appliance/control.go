@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sluice/ifmanager"
+	"sluice/libml"
+	"sluice/libml/cuda"
 	"sluice/orchestrator"
 )
 
@@ -506,13 +508,16 @@ func (a *Appliance) applyShares(swap bool) {
 }
 
 func (a *Appliance) applySharesCtx(ctx context.Context, swap bool) error {
+	if err := a.applyGPUShares(ctx, swap); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	runs := make([]*ifRun, 0, len(a.order))
 	shares := make([]float64, 0, len(a.order))
 	cpuBE := a.backends["cpu"]
 	for _, name := range a.order {
 		r := a.ifs[name]
-		if cpuBE == nil || a.backends[r.spec.Backend] != cpuBE {
+		if cpuBE == nil || a.backends[backendKey(&r.spec)] != cpuBE {
 			continue // shares are CPU units; other backends manage their own
 		}
 		runs = append(runs, r)
@@ -533,6 +538,45 @@ func (a *Appliance) applySharesCtx(ctx context.Context, swap bool) error {
 			continue
 		}
 		if _, err := r.f.Swap(ctx, ifmanager.SwapSpec{Units: masks[i], SetUnits: true, Share: alloc[i]}); err != nil {
+			return orchestrator.Errorf(orchestrator.CodeUnavailable, "resize %q: %v", r.spec.Name, err)
+		}
+	}
+	return nil
+}
+
+// applyGPUShares divides the shares of the IFs on the cuda backend (a real
+// GPU, not the cpu fallback) max-min fairly and gives each IF its
+// allocation as an SM partition: through SetShare before the workers run,
+// by a shadow swap after (GSLICE §3.3.2: a shadow in a new green context
+// holding the same weights).
+func (a *Appliance) applyGPUShares(ctx context.Context, swap bool) error {
+	a.mu.Lock()
+	gpu, ok := a.backends["cuda"].(*cuda.Backend)
+	var runs []*ifRun
+	var shares []float64
+	if ok {
+		for _, name := range a.order {
+			r := a.ifs[name]
+			if a.backends[backendKey(&r.spec)] == libml.Backend(gpu) {
+				runs = append(runs, r)
+				shares = append(shares, r.spec.Share)
+			}
+		}
+	}
+	a.mu.Unlock()
+	if len(runs) == 0 {
+		return nil
+	}
+	alloc := ifmanager.MaxMinFair(1, shares)
+	for i, r := range runs {
+		if r.f.Status().Share == alloc[i] {
+			continue
+		}
+		if !swap {
+			r.f.SetUnitsBeforeStart(0, alloc[i])
+			continue
+		}
+		if _, err := r.f.Swap(ctx, ifmanager.SwapSpec{Share: alloc[i]}); err != nil {
 			return orchestrator.Errorf(orchestrator.CodeUnavailable, "resize %q: %v", r.spec.Name, err)
 		}
 	}

@@ -363,3 +363,45 @@ queue_len = 256
 		t.Fatalf("%d models loaded after the appliance stopped, want 0", n)
 	}
 }
+
+// IFs with and without a policy side by side: the unit shares are divided
+// among the IFs without one, and the scheduler's IFs are left alone.
+func TestPolicyNextToShares(t *testing.T) {
+	text := `
+[appliance]
+log_level = "warn"
+threads = 2
+metrics = "off"
+control = "off"
+
+[[port]]
+driver = "udp"
+listen = "127.0.0.1:0"
+
+[[if]]
+name = "plain"
+model_id = 1
+model = "zoo:squeezenet11"
+max_batch = 1
+
+[[if]]
+name = "sched"
+model_id = 2
+model = "zoo:squeezenet11"
+max_batch = 1
+policy = "seq"
+`
+	a, _ := startAppliance(t, "mixed.toml", text)
+	if err := a.applySharesCtx(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	plain, sch := a.ifs["plain"], a.ifs["sched"]
+	a.mu.Unlock()
+	if got := plain.f.Units(); got != 3 {
+		t.Errorf("the only IF without a policy has units %b, want both (11)", got)
+	}
+	if st := sch.f.Status(); st.Swaps != 0 || sch.f.Units() != 0 {
+		t.Errorf("the scheduler's IF was resized: %d swaps, units %b", st.Swaps, sch.f.Units())
+	}
+}

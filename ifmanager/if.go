@@ -253,6 +253,24 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 // restricted (the cpu backend's).
 type unitSetter interface{ SetUnits(mask uint64) }
 
+// shareSetter is implemented by instances that turn a share into a
+// partition of their accelerator (the cuda backend's: an SM partition in
+// a green context of its own).
+type shareSetter interface{ SetShare(share float64) error }
+
+// applyShare gives inst its share when it takes one; a failure (no green
+// contexts in the driver, say) leaves the instance on what it had, and
+// says so.
+func (f *IF) applyShare(inst libml.Instance, share float64) {
+	ss, ok := inst.(shareSetter)
+	if !ok || share <= 0 {
+		return
+	}
+	if err := ss.SetShare(share); err != nil {
+		f.log.Warn("share not applied: the instance keeps its partition", "share", share, "err", err)
+	}
+}
+
 // prepare configures inst for batches up to max on units and allocates its
 // buffers: everything a swap needs done before the switch.
 func (f *IF) prepare(inst libml.Instance, max int, units uint64, share float64) (*active, error) {
@@ -262,6 +280,7 @@ func (f *IF) prepare(inst libml.Instance, max int, units uint64, share float64) 
 	if us, ok := inst.(unitSetter); ok {
 		us.SetUnits(units)
 	}
+	f.applyShare(inst, share)
 	return &active{inst: inst, units: units, share: share, max: max,
 		stage: make([]byte, max*f.inBytes), in: make([]float32, max*f.inElems), out: make([]float32, max*f.outElems)}, nil
 }
@@ -446,6 +465,7 @@ func (f *IF) SetUnitsBeforeStart(mask uint64, share float64) {
 	if us, ok := f.act.inst.(unitSetter); ok {
 		us.SetUnits(mask)
 	}
+	f.applyShare(f.act.inst, share)
 	f.act.units, f.act.share = mask, share
 	f.mu.Lock()
 	f.unitsNow, f.shareNow = mask, share
