@@ -35,8 +35,9 @@
 // window: a segment of a job is pushed as one list of launches, and at most
 // Config.Window (default 4) kernels are in the stream's ring at a time; the
 // unit that completes a kernel moves the next one in. When a stream drains
-// its unit writes an eventfd, so the goroutine waiting for it parks in Go's
-// poller rather than in a blocking cgo call.
+// its unit writes an eventfd, so the lane's waiter (one goroutine per
+// stream for the scheduler's life) parks in Go's poller rather than in a
+// blocking cgo call; launching a segment starts and wakes no goroutine.
 //
 // Queues and modes (reef). One RT queue served one job at a time on the RT
 // stream, Config.BEQueues BE queues each bound to its own stream. Normal
@@ -45,7 +46,13 @@
 //
 // Preemption. BE streams run each kernel in a version with short blocks
 // (Config.PreemptBlockNs, PreemptSlack): a running block stops only at its
-// next in-loop check. Entering RT mode preempts every running BE stream: its host
+// next in-loop check. Where even that version's blocks run longer than
+// Config.PreemptCheckNs, BE streams run a copy of the kernel that checks
+// about BlockNs / PreemptCheckNs times per block (GEMM and CONV split the
+// block's sgemm over rows, columns and the reduction; other kernels
+// check per row or plane already). The RT job is bound (instance, input)
+// before the preempt calls and launched right after them; padding is set
+// up after the launch. Entering RT mode preempts every running BE stream: its host
 // queue is detached in O(1) and handed to a collector thread that frees it
 // off the critical path; its preemption flag is set, so queued blocks exit
 // at their prologue and running blocks at their next in-loop check. The RT
@@ -97,6 +104,12 @@
 //     response ratio (never past a job of its own model), and the head of
 //     the queue runs its next block: preemption at block boundaries.
 //     Config.Alpha sets the latency target (Alpha x standalone time).
+//     The response ratio is linear in a job's wait, so the wait a queued
+//     job has done cancels out of the pair's comparison: a new job passes
+//     a queued one iff rem x ext is smaller for it (Smith's rule), however
+//     long the queued one has waited. A closed-loop stream of shorter jobs
+//     therefore starves a long job; that is the paper's rule (its
+//     evaluation uses open-loop arrivals), not a slip here.
 //
 // tools/disb runs REEF's DISB workloads under every policy; the numbers are
 // in docs/benchmarks.md.

@@ -128,3 +128,114 @@ func TestPreemptProbe(t *testing.T) {
 		t.Logf("kernel %2d %-8s ver %d block %.1f us: idle %s", k, be.prog.Kernels[k].Op, be.prVer[k], vp.BlockNs/1e3, pct(perK[k]))
 	}
 }
+
+// TestRestoreProbe is a probe, not a check: with SCHED_PROBE=1 it runs
+// BE jobs of resnet18 (DISB's YOLO) and BERT alone under reef, each job
+// either undisturbed, or with the probing thread waking at a random
+// moment inside it and doing nothing (the wake's own cost on two cores),
+// or waking and calling PreemptRestore, interleaved; it prints the median
+// job times (start to finish) and restore gaps.
+func TestRestoreProbe(t *testing.T) {
+	if os.Getenv("SCHED_PROBE") == "" {
+		t.Skip("a probe: set SCHED_PROBE=1")
+	}
+	n := 150
+	if v := os.Getenv("SCHED_PROBE_N"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	for _, key := range []string{"resnet", "bert"} {
+		s := newSched(t, Config{Units: 2, UnitNice: 5, BEQueues: 1, NoPadding: true, PadBudgetMBs: -1})
+		m := load(t, s, key, ModelOptions{})
+		rng := rand.New(rand.NewSource(2))
+		var times [3][]int64
+		var gaps []int64
+		alone := m.StandaloneNs()
+		for i := 0; i < 3*n+6; i++ {
+			j := job(m, BE, 0, 1)
+			if err := s.Submit(j); err != nil {
+				t.Fatal(err)
+			}
+			mode := i % 3
+			if mode > 0 {
+				time.Sleep(time.Duration(rng.Float64() * 0.9 * alone))
+				if mode == 2 {
+					s.PreemptRestore()
+				}
+			}
+			j.Wait()
+			if i < 6 || (mode == 2 && j.Preemptions == 0) {
+				continue
+			}
+			times[mode] = append(times[mode], j.Finished-j.Started)
+			if mode == 2 {
+				gaps = append(gaps, j.RestoreGapNs)
+			}
+		}
+		med := func(v []int64) float64 {
+			if len(v) == 0 {
+				return 0
+			}
+			v = append([]int64(nil), v...)
+			sort.Slice(v, func(a, b int) bool { return v[a] < v[b] })
+			return float64(v[len(v)/2]) / 1e3
+		}
+		b := med(times[0])
+		t.Logf("%s: undisturbed %.1f us; woken %.1f us (%+.1f%%); preempted %.1f us (%+.1f%%, n %d), gap %.1f us",
+			key, b, med(times[1]), (med(times[1])/b-1)*100, med(times[2]), (med(times[2])/b-1)*100, len(times[2]), med(gaps))
+	}
+}
+
+// TestChecksCostProbe is a probe, not a check: with SCHED_PROBE=1 it runs
+// BE jobs of VGG-16 and ResNet-50 (32x32) alone under reef with
+// PreemptCheckNs off, 20 us and 10 us (schedulers in turn, job by job)
+// and prints the median job times: what the added in-block checks cost.
+func TestChecksCostProbe(t *testing.T) {
+	if os.Getenv("SCHED_PROBE") == "" {
+		t.Skip("a probe: set SCHED_PROBE=1")
+	}
+	checks := []float64{-1, 20e3, 10e3}
+	for _, name := range []string{"vgg16", "resnet50"} {
+		g, err := zoo.Build(name, zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ss []*Scheduler
+		var ms []*Model
+		var prof *ModelProfile
+		for _, c := range checks {
+			s := newSched(t, Config{Units: 2, UnitNice: 5, BEQueues: 1, NoPadding: true, PadBudgetMBs: -1, PreemptCheckNs: c})
+			m, err := s.Load(name, g, ModelOptions{ProfileRuns: 5, Profile: prof})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prof = m.Profile()
+			ss, ms = append(ss, s), append(ms, m)
+		}
+		times := make([][]int64, len(checks))
+		for i := 0; i < 40*len(checks); i++ {
+			v := i % len(checks)
+			j := job(ms[v], BE, 0, 1)
+			if err := ss[v].Submit(j); err != nil {
+				t.Fatal(err)
+			}
+			j.Wait()
+			if i >= 2*len(checks) {
+				times[v] = append(times[v], j.Finished-j.Started)
+			}
+		}
+		for v, c := range checks {
+			x := append([]int64(nil), times[v]...)
+			sort.Slice(x, func(a, b int) bool { return x[a] < x[b] })
+			n := 0
+			for _, k := range ms[v].prChecks {
+				if k > 1 {
+					n++
+				}
+			}
+			t.Logf("%s check %.0f us: %d kernels with added checks, median job %.0f us", name, c/1e3, n, float64(x[len(x)/2])/1e3)
+		}
+		for _, s := range ss {
+			s.Close()
+		}
+	}
+}

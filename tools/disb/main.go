@@ -94,10 +94,15 @@ type modelRow struct {
 }
 
 type restoreRow struct {
-	Role                   string
-	Jobs                   int
-	BaseMs, PreemptedMs    float64
-	OverheadPct            float64
+	Role                string
+	Jobs                int
+	BaseMs, PreemptedMs float64
+	OverheadPct         float64
+	// WokenMs: jobs during which the probing thread woke at a random
+	// moment and did nothing (the control: what the wake alone costs on
+	// a machine whose cores the units fill); OverWokenPct: preempted over
+	// woken
+	WokenMs, OverWokenPct  float64
 	GapUs                  float64
 	WorkPct                float64
 	Preemptions            int
@@ -476,26 +481,33 @@ func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph,
 			fatalf("%v", err)
 		}
 		in := make([]float32, m.InputSize())
-		var base, pre, gap, work []float64
+		var base, woken, pre, gap, work []float64
 		var preempts int
 		var reexec float64
-		for i := 0; i < jobs+4; i++ {
+		// jobs in turn: undisturbed, woken (control), preempted
+		for i := 0; i < jobs*3/2+6; i++ {
 			j := &sched.Job{Model: m, Class: sched.BE, In: in}
 			if err := s.Submit(j); err != nil {
 				fatalf("%v", err)
 			}
-			preempt := i%2 == 1
-			if preempt {
+			preempt, wake := i%3 == 2, i%3 == 1
+			if preempt || wake {
 				// a random moment inside the job (sleeping: a spinning
 				// thread would take a core from the units)
 				d := time.Duration(rng.Float64() * 0.9 * m.StandaloneNs())
 				ts := syscall.NsecToTimespec(int64(d))
 				syscall.Nanosleep(&ts, nil)
-				s.PreemptRestore()
+				if preempt {
+					s.PreemptRestore()
+				}
 			}
 			j.Wait()
-			if i < 4 {
+			if i < 6 {
 				continue // warm-up
+			}
+			if wake {
+				woken = append(woken, float64(j.Finished-j.Started))
+				continue
 			}
 			t := float64(j.Finished - j.Started)
 			if preempt && j.Preemptions == 0 {
@@ -513,12 +525,13 @@ func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph,
 		}
 		st := s.Stats()
 		s.Close()
-		bm, pm := median(base), median(pre)
+		bm, pm, wm := median(base), median(pre), median(woken)
 		out = append(out, restoreRow{Role: r, Jobs: len(pre), BaseMs: bm / 1e6, PreemptedMs: pm / 1e6,
+			WokenMs: wm / 1e6, OverWokenPct: (pm/wm - 1) * 100,
 			OverheadPct: (pm/bm - 1) * 100, GapUs: median(gap) / 1e3, WorkPct: (median(work)/bm - 1) * 100,
 			Preemptions: preempts, ReexecMs: reexec / float64(max(1, len(pre))) / 1e6,
 			PreemptUsP50: pct(st.PreemptNs, 50) / 1e3})
-		fmt.Fprintf(os.Stderr, "restore %-4s alone %.2f ms, preempted once %.2f ms (%+.1f%%), %d preemptions\n", r, bm/1e6, pm/1e6, (pm/bm-1)*100, preempts)
+		fmt.Fprintf(os.Stderr, "restore %-4s alone %.2f ms, woken %.2f ms, preempted once %.2f ms (%+.1f%%), %d preemptions\n", r, bm/1e6, wm/1e6, pm/1e6, (pm/bm-1)*100, preempts)
 	}
 	return out
 }

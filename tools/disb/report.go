@@ -64,10 +64,14 @@ func markdown(r *report) string {
 			x.Thr, f2(x.ThrNorm), x.JobsPerSec, pre, re, pad, x.ViolRate*100, f2(x.RTJitterMs), sel)
 	}
 	if len(r.Restore) > 0 {
-		b.WriteString("\nRestore overhead (REEF §6.4): each model's BE jobs alone under reef, every other job preempted once at a random moment (`PreemptRestore`) and restored as soon as its stream has drained; median job time (start to finish) of preempted vs unpreempted jobs. The gap is the time no unit worked for the job (preemption, lazy eviction, the completion handler and the restore); without it, the overhead is the work lost and re-run:\n\n")
-		b.WriteString("| model | jobs | alone (ms) | preempted once (ms) | overhead | gap (µs) | overhead without the gap | profiled re-run kernels per job (ms) | preempt p50 (µs) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		b.WriteString("\nRestore overhead (REEF §6.4): each model's BE jobs alone under reef, in turn undisturbed, woken (the probing thread wakes at a random moment inside the job and does nothing: the control for what a wake-up alone costs when the units fill the cores) and preempted once at a random moment (`PreemptRestore`) and restored as soon as its stream has drained; median job time (start to finish). Overhead is preempted over undisturbed; over woken, the wake's own cost is left out. The gap is the time no unit worked for the job (preemption, lazy eviction, the completion handler and the restore); without it, the overhead is the work lost and re-run and the steering threads' CPU time:\n\n")
+		b.WriteString("| model | jobs | alone (ms) | woken (ms) | preempted once (ms) | overhead | over woken | gap (µs) | overhead without the gap | profiled re-run kernels per job (ms) | preempt p50 (µs) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, x := range r.Restore {
-			fmt.Fprintf(&b, "| %s | %d | %.2f | %.2f | %+.1f%% | %.0f | %+.1f%% | %.3f | %.1f |\n", x.Role, x.Jobs, x.BaseMs, x.PreemptedMs, x.OverheadPct, x.GapUs, x.WorkPct, x.ReexecMs, x.PreemptUsP50)
+			woken, over := "–", "–"
+			if x.WokenMs > 0 {
+				woken, over = fmt.Sprintf("%.2f", x.WokenMs), fmt.Sprintf("%+.1f%%", x.OverWokenPct)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %.2f | %s | %.2f | %+.1f%% | %s | %.0f | %+.1f%% | %.3f | %.1f |\n", x.Role, x.Jobs, x.BaseMs, woken, x.PreemptedMs, x.OverheadPct, over, x.GapUs, x.WorkPct, x.ReexecMs, x.PreemptUsP50)
 		}
 	}
 	if len(r.Splits) > 0 {
