@@ -3,7 +3,6 @@ package sched
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"os"
 	"runtime"
 	"sync"
@@ -844,7 +843,7 @@ func (s *Scheduler) restorePoint(l *lane) {
 	s.stats.Restores++
 	// block-level restore: the launch the flag evicted, with the blocks of
 	// it that ran to their end
-	if ev, base, grid, done := l.st.Evicted(); ev >= int64(l.from) && ev < int64(len(m.prog.Kernels)) {
+	if ev, base, grid, f := l.st.Evicted(); ev >= int64(l.from) && ev < int64(len(m.prog.Kernels)) {
 		k := int(ev)
 		switch {
 		case idx < k && (idx == k-1 || idx < l.from):
@@ -856,7 +855,6 @@ func (s *Scheduler) restorePoint(l *lane) {
 		case idx == k && m.idem[k] == k:
 			// an idempotent kernel in progress: from its first block that
 			// did not run to its end (the blocks after it run again)
-			f := int64(bits.TrailingZeros64(^done))
 			if f >= grid {
 				j.pos, j.posVer, j.posBlk = k+1, 0, 0
 			} else {

@@ -50,6 +50,8 @@
 
 #define SK_MAX_STREAMS 256
 #define SK_MAX_PRIO 8
+/* words of a launch's done-block bit map (blocks 0..255) */
+#define SK_DONE_WORDS 4
 #define SK_SPIN_NS 60000 /* how long an idle unit spins before sleeping */
 #define SK_SPIN_BUSY_NS 20000000 /* the same while its streams have work */
 
@@ -65,7 +67,8 @@ typedef struct sk_slot {
 	int64_t bw;       /* memory-bandwidth demand, MB/s (padding) */
 	int64_t blk_ns;   /* estimated block time (padding), 0 = unknown */
 	int64_t last_ns;  /* when its last block was claimed (0 = not yet) */
-	uint64_t done_bits; /* blocks 0..63 of the launch that ran to their end */
+	uint64_t done_bits[SK_DONE_WORDS]; /* blocks 0..255 of the launch that
+					     ran to their end */
 } sk_slot;
 
 /* A launch waiting in a stream's virtual host queue. */
@@ -105,7 +108,7 @@ struct sk_stream {
 	/* the launch in progress when the flag evicted the ring: its index,
 	 * first block, block count and completed blocks (ev_idx -1: none) */
 	int64_t ev_idx, ev_base, ev_grid;
-	uint64_t ev_bits;
+	uint64_t ev_bits[SK_DONE_WORDS];
 	int32_t running;   /* blocks running now */
 	int32_t notify_fd; /* written (eventfd) each time the stream drains */
 	uint32_t mark_seq;
@@ -288,7 +291,8 @@ static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 			 * stream stood */
 			STR(&s->ev_base, LDR(&sl->base));
 			STR(&s->ev_grid, LDR(&sl->grid));
-			STR(&s->ev_bits, __atomic_load_n(&sl->done_bits, __ATOMIC_ACQUIRE));
+			for (int w = 0; w < SK_DONE_WORDS; w++)
+				STR(&s->ev_bits[w], __atomic_load_n(&sl->done_bits[w], __ATOMIC_ACQUIRE));
 			ST(&s->ev_idx, LDR(&sl->idx));
 		}
 		next = LD(&s->tail);
@@ -406,8 +410,9 @@ static int try_block(sk_stream *s, sk_unit *u)
 	sk_table[k->op].block(k, b, &u->ctx);
 	ran = 1;
 #endif
-	if (ran && blk < 64)
-		__atomic_fetch_or(&sl->done_bits, 1ULL << blk, __ATOMIC_RELEASE);
+	if (ran && blk < 64 * SK_DONE_WORDS)
+		__atomic_fetch_or(&sl->done_bits[blk >> 6], 1ULL << (blk & 63),
+				  __ATOMIC_RELEASE);
 	/* the last running block of a preempted stream: its units are idle */
 	if (__atomic_sub_fetch(&s->running, 1, __ATOMIC_SEQ_CST) == 0 &&
 	    __atomic_load_n(&s->flag, __ATOMIC_SEQ_CST))
@@ -736,7 +741,8 @@ static void fill_slot(sk_stream *s, uint32_t t, sk_kernel *k, int64_t idx,
 	STR(&sl->bw, bw);
 	STR(&sl->blk_ns, blk_ns);
 	STR(&sl->last_ns, 0);
-	STR(&sl->done_bits, 0);
+	for (int w = 0; w < SK_DONE_WORDS; w++)
+		STR(&sl->done_bits[w], 0);
 }
 
 static int launch_range(sk_stream *s, sk_kernel *k, int64_t idx, uint64_t mask,
@@ -1163,14 +1169,22 @@ int64_t sk_stream_drain_ns(const sk_stream *s) { return LD(&s->drain_ns); }
 int64_t sk_stream_idle_ns(const sk_stream *s) { return LD(&s->idle_ns); }
 
 int64_t sk_stream_evicted(const sk_stream *s, int64_t *base, int64_t *grid,
-			  uint64_t *bits)
+			  int64_t *first)
 {
 	int64_t idx = LD(&s->ev_idx);
 	if (idx < 0)
 		return -1;
 	*base = LDR(&s->ev_base);
 	*grid = LDR(&s->ev_grid);
-	*bits = LDR(&s->ev_bits);
+	int64_t f = 64 * SK_DONE_WORDS;
+	for (int w = 0; w < SK_DONE_WORDS; w++) {
+		uint64_t open = ~LDR(&s->ev_bits[w]);
+		if (open) {
+			f = 64 * w + __builtin_ctzll(open);
+			break;
+		}
+	}
+	*first = f;
 	return idx;
 }
 

@@ -119,13 +119,13 @@ func (s *Stream) IdleNs() int64 { return int64(C.sk_stream_idle_ns(s.s)) }
 
 // Evicted tells where the stream stood when HQPreempt's flag evicted its
 // ring: the execution index of the launch in progress (-1: nothing was
-// evicted), its first block, its block count, and a mask of its blocks
-// 0..63 (relative to the first) that ran to their end.
-func (s *Stream) Evicted() (idx, base, grid int64, done uint64) {
-	var b, g C.int64_t
-	var bits C.uint64_t
-	i := C.sk_stream_evicted(s.s, &b, &g, &bits)
-	return int64(i), int64(b), int64(g), uint64(bits)
+// evicted), its first block, its block count, and first: the launch's
+// blocks [0, first) ran to their end and block first did not (blocks
+// are tracked up to 256; first = 256 when those all ran).
+func (s *Stream) Evicted() (idx, base, grid, first int64) {
+	var b, g, f C.int64_t
+	i := C.sk_stream_evicted(s.s, &b, &g, &f)
+	return int64(i), int64(b), int64(g), int64(f)
 }
 
 // SetPriority puts the stream on (or off) the pool's short list of

@@ -322,9 +322,10 @@ int64_t sk_stream_idle_ns(const sk_stream *s);
 /* sk_stream_evicted tells where the stream stood when sk_hq_preempt's
  * flag evicted its ring: the execution index of the launch in progress
  * (returned; -1: nothing was evicted), its first block, its block count
- * and a bit mask of its blocks 0..63 that ran to their end. */
+ * and first, its first block that did not run to its end (blocks are
+ * tracked up to 256: first = 256 when those all did). */
 int64_t sk_stream_evicted(const sk_stream *s, int64_t *base, int64_t *grid,
-			  uint64_t *bits);
+			  int64_t *first);
 /* sk_stream_set_priority puts s on (on != 0) or off the pool's short list
  * of streams units serve first: a unit takes their blocks before any other
  * stream's, and before it drops the queue of a preempted stream. At most 8
