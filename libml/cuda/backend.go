@@ -241,6 +241,9 @@ type program struct {
 	consts uint64
 	aux    []uint64
 	bytes  int
+	// prof is the kernel profile padded runs use (SetKernelProfile;
+	// guarded by the model's mu).
+	prof *kprof
 }
 
 // LoadModel compiles g (engine options as the cpu backend's, tiled for

@@ -35,6 +35,10 @@ type emuHooks struct {
 	// before runs in the stream's goroutine before each kernel starts.
 	before func(kernel string, exec int64)
 	log    []emuLaunch
+	// occ is every kernel's occupancy (blocks per SM; 0: 2), padReverse
+	// runs sg_pad's blocks last to first (pad_emu_test.go).
+	occ        int
+	padReverse bool
 }
 
 // emuLaunch is one kernel the emulator ran.
@@ -274,6 +278,9 @@ func (s *emuStream) Launch(kernel string, grid int, params []byte) error {
 			delete(h.preempt, exec)
 			o.SMs = s.d.sms
 			opt = o
+		}
+		if kernel == KernelPad && h.padReverse {
+			opt.Reverse = true
 		}
 		before := h.before
 		h.log = append(h.log, emuLaunch{kernel: kernel, exec: exec, grid: grid, sms: s.d.sms})

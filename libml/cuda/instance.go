@@ -50,6 +50,9 @@ type Instance struct {
 	stats struct {
 		runs, launches, preemptions, lastResume atomic.Int64
 	}
+	// pad holds the control block of the instance's padded launches
+	// (RunPadded), made on first use.
+	pad *padBufs
 }
 
 // Offsets in the staging buffer: the template a run writes into the
@@ -279,7 +282,7 @@ func (i *Instance) Close() error {
 		errs = append(errs, i.desc.Free())
 		i.desc = nil
 	}
-	errs = append(errs, dev.Free(i.state))
+	errs = append(errs, i.freePad(), dev.Free(i.state))
 	i.mu.Unlock()
 	m := i.m
 	m.mu.Lock()
@@ -512,7 +515,7 @@ func (i *Instance) runAll(ctx context.Context, p *kplan, out *readBack) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		preempted, resume, err := i.run(p, start, out)
+		preempted, resume, err := i.run(p, ResumePoint{Kernel: start}, out, nil)
 		if err != nil {
 			return err
 		}
@@ -526,8 +529,11 @@ func (i *Instance) runAll(ctx context.Context, p *kplan, out *readBack) error {
 	}
 }
 
-// run runs kernels start.. of p once through the virtual host queue:
-// the stream state is reset, then kernels are launched in order, at most
+// run runs kernels at.. of p once (kernel at.Kernel from its block
+// at.Block: a job that dynamic kernel padding advanced) through the
+// virtual host queue: the stream state is reset, then kernels are
+// launched in order (each through pad when pad is set and picks BE
+// blocks for it, see RunPadded), at most
 // the window outstanding on the device (the host waits on the event of
 // the kernel Window launches back). A preemption request stops the
 // launches (the host queue's reset, O(1)); the stream then drains (queued
@@ -535,8 +541,8 @@ func (i *Instance) runAll(ctx context.Context, p *kplan, out *readBack) error {
 // the state is read back. The run was preempted when the flag is set or
 // kernels were left unlaunched; resume is then the first kernel of the
 // idempotent group of the last kernel that started (REEF §4.4).
-func (i *Instance) run(p *kplan, start int, out *readBack) (preempted bool, resume int, err error) {
-	ln, n := i.ln, len(p.launches)
+func (i *Instance) run(p *kplan, at ResumePoint, out *readBack, pad *padRun) (preempted bool, resume int, err error) {
+	ln, n, start := i.ln, len(p.launches), at.Kernel
 	i.pmu.Lock()
 	i.running = true
 	i.req.Store(false)
@@ -557,7 +563,14 @@ func (i *Instance) run(p *kplan, start int, out *readBack) (preempted bool, resu
 			break
 		}
 		l := &p.launches[next]
-		if l.grid == 0 {
+		params, grid := l.params, l.grid
+		if next == start && at.Block > 0 {
+			if at.Block >= grid {
+				continue // padding ran it all
+			}
+			params, grid = rebase(params, at.Block), grid-at.Block
+		}
+		if grid == 0 {
 			continue
 		}
 		ev := ln.ev[q%w]
@@ -570,8 +583,16 @@ func (i *Instance) run(p *kplan, start int, out *readBack) (preempted bool, resu
 				break
 			}
 		}
-		if err := ln.s.Launch(l.kernel, l.grid, l.params); err != nil {
-			return false, 0, fmt.Errorf("kernel %d: %w", next, err)
+		padded := false
+		if pad != nil {
+			if padded, err = pad.launch(i, p, next, params, grid); err != nil {
+				return false, 0, fmt.Errorf("kernel %d: padded launch: %w", next, err)
+			}
+		}
+		if !padded {
+			if err := ln.s.Launch(l.kernel, grid, params); err != nil {
+				return false, 0, fmt.Errorf("kernel %d: %w", next, err)
+			}
 		}
 		if err := ev.Record(ln.s); err != nil {
 			return false, 0, err
@@ -589,6 +610,9 @@ func (i *Instance) run(p *kplan, start int, out *readBack) (preempted bool, resu
 	}
 	if err := ln.s.Sync(); err != nil {
 		return false, 0, err
+	}
+	if pad != nil {
+		pad.finish()
 	}
 	// a Preempt under way finishes its flag write before this returns
 	i.pmu.Lock()
@@ -734,9 +758,36 @@ func (i *Instance) Run(batch, start int) (preempted bool, resume int, err error)
 	if start < 0 || start > len(p.launches) {
 		return false, 0, fmt.Errorf("cuda: Run: start %d outside 0..%d", start, len(p.launches))
 	}
-	preempted, resume, err = i.run(p, start, nil)
+	preempted, resume, err = i.run(p, ResumePoint{Kernel: start}, nil, nil)
 	if err != nil {
 		return false, 0, fmt.Errorf("cuda: Run: %w", err)
+	}
+	return preempted, resume, nil
+}
+
+// ResumePoint is where a job's next run starts: kernel Kernel, from its
+// block Block (blocks before it have run: dynamic kernel padding ran
+// them inside another instance's padded launches, see RunPadded).
+type ResumePoint struct {
+	Kernel, Block int
+}
+
+// RunFrom is Run from a resume point: kernel at.Kernel from its block
+// at.Block. A preempted run resumes from a kernel (Block 0).
+func (i *Instance) RunFrom(batch int, at ResumePoint) (preempted bool, resume int, err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return false, 0, fmt.Errorf("cuda: RunFrom: %w", err)
+	}
+	if at.Kernel < 0 || at.Kernel > len(p.launches) || at.Block < 0 ||
+		(at.Block > 0 && (at.Kernel == len(p.launches) || at.Block > p.launches[at.Kernel].grid)) {
+		return false, 0, fmt.Errorf("cuda: RunFrom: resume point %+v outside the plan", at)
+	}
+	preempted, resume, err = i.run(p, at, nil, nil)
+	if err != nil {
+		return false, 0, fmt.Errorf("cuda: RunFrom: %w", err)
 	}
 	return preempted, resume, nil
 }

@@ -26,7 +26,8 @@ package cuda
 // round-robin over its BE queues) until PadMaxBE are picked or the free
 // SMs run out. A picked kernel gets as many SMs as it needs to run all
 // of its remaining blocks within the RT kernel's remaining time (its
-// blocks run back to back on an SM, occupancy at a time), at least one.
+// blocks run back to back on an SM, occupancy at a time), at least one;
+// SMs still free after the last pick go to it as well (they would idle).
 
 // PadRT is the real-time kernel about to launch.
 type PadRT struct {
@@ -90,6 +91,10 @@ func PadSelect(rt PadRT, sms int, cands []PadCand, out []PadPick) []PadPick {
 		if next >= sms || len(out) == PadMaxBE {
 			break
 		}
+	}
+	if len(out) > 0 {
+		// SMs left over would idle: the last pick may use them too
+		out[len(out)-1].SMHi = sms
 	}
 	return out
 }

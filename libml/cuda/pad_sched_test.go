@@ -65,12 +65,16 @@ func TestPadSelectRules(t *testing.T) {
 			}
 			lo = p.SMHi
 		}
-		// work conservation: a qualifying candidate left out means the
-		// SMs or the PadMaxBE slots ran out
-		if len(out) < PadMaxBE && lo < sms && rtSMs < sms {
+		if len(out) > 0 && lo != sms {
+			t.Fatalf("picks %+v leave SMs [%d, %d) idle", out, lo, sms)
+		}
+		// work conservation: a qualifying candidate left out comes after
+		// the last pick (the SMs or the PadMaxBE slots ran out before it)
+		if rtSMs < sms {
 			for k, c := range cands {
-				if !seen[k] && c.Grid > 0 && c.Occupancy > 0 && c.BlockNs > 0 && c.BlockNs < rt.RemainingNs {
-					t.Fatalf("candidate %d %+v qualifies, SMs [%d, %d) free, not picked: %+v", k, c, lo, sms, out)
+				if !seen[k] && c.Grid > 0 && c.Occupancy > 0 && c.BlockNs > 0 && c.BlockNs < rt.RemainingNs &&
+					(len(out) == 0 || out[len(out)-1].Cand > k) {
+					t.Fatalf("candidate %d %+v qualifies, not picked: %+v (RT SMs %d of %d)", k, c, out, rtSMs, sms)
 				}
 			}
 		}

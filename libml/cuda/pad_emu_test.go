@@ -1,0 +1,302 @@
+//go:build linux && cgo
+
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"sluice/libml"
+	"sluice/libml/cuda/internal/emu"
+	"sluice/libml/zoo"
+)
+
+// occupancy is the emulated device's occupancy: the test's setting
+// (emuHooks.occ), 2 by default. The emulator has no occupancy of its own.
+func (d *emuDev) occupancy(kernel string) (int, error) {
+	if !slices.Contains(KernelNames(), kernel) {
+		return 0, fmt.Errorf("emu: no kernel %s", kernel)
+	}
+	d.h.mu.Lock()
+	defer d.h.mu.Unlock()
+	if d.h.occ > 0 {
+		return d.h.occ, nil
+	}
+	return 2, nil
+}
+
+// The kernel profile's structure and plumbing on the emulator (its times
+// mean nothing there): one entry per launching kernel with the plan's
+// grid, the device's occupancy, the SMs it fills, times, every block
+// timed by the trace ring; JSON round trip; installing it checks it
+// against the plan; the instance still computes the right output after.
+func TestKernelProfileEmu(t *testing.T) {
+	b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	d.h.occ = 3
+	inst := load(t, b, "sq", mlpGraph(5, 160, 9), 2).(*Instance)
+	defer inst.Close()
+	in := zoo.Input(1, 2*inst.InputSize())
+	want := infer(t, b, inst, 2, in)
+	mp, err := inst.ProfileKernels(2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, _ := inst.Launches(2)
+	var planned []int
+	for k, l := range ls {
+		if l.Grid > 0 {
+			planned = append(planned, k)
+		}
+	}
+	if len(mp.Kernels) != len(planned) || len(planned) < 5 || mp.SMs != emuSMs || mp.PadOccupancy != 3 || mp.Timing != "host" || mp.Batch != 2 {
+		t.Fatalf("profile: %d kernels (plan %d), SMs %d, pad occupancy %d, timing %s, batch %d",
+			len(mp.Kernels), len(planned), mp.SMs, mp.PadOccupancy, mp.Timing, mp.Batch)
+	}
+	for n, kp := range mp.Kernels {
+		l := ls[planned[n]]
+		if kp.Index != planned[n] || kp.Grid != l.Grid || kp.Kernel != l.Kernel || kp.Occupancy != 3 ||
+			kp.SMs != min((l.Grid+2)/3, emuSMs) || kp.KernelNs <= 0 || kp.RingBlocks != l.Grid || kp.BlockNs < 0 {
+			t.Errorf("kernel %d: %+v (planned %s x %d)", n, kp, l.Kernel, l.Grid)
+		}
+	}
+	var buf bytes.Buffer
+	prof := &Profile{Device: "emulator", Models: []ModelProfile{*mp}}
+	if err := prof.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadProfile(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := back.Find("sq", 2)
+	if got == nil || len(got.Kernels) != len(mp.Kernels) || got.Kernels[3] != mp.Kernels[3] {
+		t.Fatalf("JSON round trip: %+v", got)
+	}
+	if err := inst.SetKernelProfile(got); err != nil {
+		t.Fatal(err)
+	}
+	bad := *got
+	bad.Kernels = slices.Clone(got.Kernels)
+	bad.Kernels[2].Grid++
+	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "profiled") {
+		t.Errorf("a profile with a wrong grid: %v", err)
+	}
+	bad.Kernels = got.Kernels[:len(got.Kernels)-1]
+	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "not profiled") {
+		t.Errorf("a profile missing a kernel: %v", err)
+	}
+	if _, err := ReadProfile(strings.NewReader(`{"models":[{"model":"x","batch":1,"sms":0}]}`)); err == nil {
+		t.Error("a profile of 0 SMs read")
+	}
+	closeTo(t, "after profiling", infer(t, b, inst, 2, in), want, 0)
+}
+
+// synthProfile profiles inst at batch 1 and installs the profile with
+// synthetic times (the emulator's mean nothing): every block 1 µs, every
+// kernel 1 ms, so that Rule 1 admits every BE kernel.
+func synthProfile(t testing.TB, inst *Instance) *ModelProfile {
+	t.Helper()
+	mp, err := inst.ProfileKernels(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range mp.Kernels {
+		mp.Kernels[k].BlockNs, mp.Kernels[k].KernelNs = 1e3, 1e6
+	}
+	if err := inst.SetKernelProfile(mp); err != nil {
+		t.Fatal(err)
+	}
+	return mp
+}
+
+// RunFrom continues a kernel from a block: a run preempted before block
+// 2 of a 3-block kernel (blocks 0 and 1 ran, in order) resumes there and
+// gives the unpreempted output.
+func TestRunFromBlock(t *testing.T) {
+	b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	inst := load(t, b, "mlp", mlpGraph(5, 160, 3), 1).(*Instance)
+	defer inst.Close()
+	in := zoo.Input(4, inst.InputSize())
+	want := infer(t, b, inst, 1, in)
+	ls, _ := inst.Launches(1)
+	const k = 2
+	if ls[k].Grid != 3 {
+		t.Fatalf("kernel %d has %d blocks, want 3", k, ls[k].Grid)
+	}
+	if err := inst.SetInput(1, in); err != nil {
+		t.Fatal(err)
+	}
+	d.h.armPreempt(k, emu.Options{Preempt: true, PreemptBlock: 2})
+	pre, _, err := inst.Run(1, 0)
+	if err != nil || !pre {
+		t.Fatalf("preempted %v, %v", pre, err)
+	}
+	if _, _, err := inst.RunFrom(1, ResumePoint{Kernel: k, Block: 5}); err == nil {
+		t.Error("resume point past the kernel's grid accepted")
+	}
+	if pre, _, err := inst.RunFrom(1, ResumePoint{Kernel: k, Block: 2}); err != nil || pre {
+		t.Fatalf("RunFrom: preempted %v, %v", pre, err)
+	}
+	out := make([]float32, len(want))
+	if err := inst.Output(1, out); err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "resumed at block 2", out, want, 0)
+}
+
+// padJobs is a padded-run test: an RT instance and suspended BE jobs,
+// all with their unpreempted outputs.
+type padJobs struct {
+	rt          *Instance
+	rtIn, rtOut []float32
+	be          []*PadJob
+	beIn, beOut [][]float32
+}
+
+// newPadJobs loads an RT MLP and two BE MLPs (1- and 3-block kernels),
+// profiles them (synthetic times), and suspends each BE job: its run is
+// preempted at a kernel, as an RT arrival would.
+func newPadJobs(t *testing.T, b *Backend, d *emuDev) *padJobs {
+	pj := &padJobs{}
+	pj.rt = load(t, b, "rt", mlpGraph(6, 64, 11), 1).(*Instance)
+	t.Cleanup(func() { pj.rt.Close() })
+	pj.rtIn = zoo.Input(21, pj.rt.InputSize())
+	pj.rtOut = infer(t, b, pj.rt, 1, pj.rtIn)
+	synthProfile(t, pj.rt)
+	for n, spec := range []struct{ layers, width, at int }{{8, 48, 2}, {6, 160, 1}} {
+		be := load(t, b, fmt.Sprint("be", n), mlpGraph(spec.layers, spec.width, uint64(12+n)), 1).(*Instance)
+		t.Cleanup(func() { be.Close() })
+		in := zoo.Input(uint64(22+n), be.InputSize())
+		pj.beIn, pj.beOut = append(pj.beIn, in), append(pj.beOut, infer(t, b, be, 1, in))
+		synthProfile(t, be)
+		if err := be.SetInput(1, in); err != nil {
+			t.Fatal(err)
+		}
+		d.h.armPreempt(int64(spec.at), emu.Options{Preempt: true, PreemptBlock: 0})
+		pre, resume, err := be.Run(1, 0)
+		if err != nil || !pre {
+			t.Fatalf("BE %d: preempted %v, %v", n, pre, err)
+		}
+		pj.be = append(pj.be, &PadJob{Inst: be, Batch: 1, At: ResumePoint{Kernel: resume}})
+	}
+	return pj
+}
+
+// finish runs the RT job padded, then restores every BE job from where
+// padding left it; all outputs must be the unpreempted ones.
+func (pj *padJobs) finish(t *testing.T) PadStats {
+	t.Helper()
+	if err := pj.rt.SetInput(1, pj.rtIn); err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	pre, _, st, err := pj.rt.RunPadded(1, 0, func() []*PadJob { calls++; return pj.be })
+	if err != nil || pre {
+		t.Fatalf("RunPadded: preempted %v, %v", pre, err)
+	}
+	out := make([]float32, len(pj.rtOut))
+	if err := pj.rt.Output(1, out); err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "RT output, padded", out, pj.rtOut, 0)
+	for n, j := range pj.be {
+		at := j.At
+		for {
+			pre, resume, err := j.Inst.RunFrom(1, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !pre {
+				break
+			}
+			at = ResumePoint{Kernel: resume}
+		}
+		got := make([]float32, len(pj.beOut[n]))
+		if err := j.Inst.Output(1, got); err != nil {
+			t.Fatal(err)
+		}
+		closeTo(t, fmt.Sprintf("BE %d restored after padding", n), got, pj.beOut[n], 0)
+	}
+	t.Logf("padding: %+v, jobs asked %d times; BE jobs: %+v %+v", st, calls, *pj.be[0], *pj.be[1])
+	return st
+}
+
+// Padded RT runs on the emulated device: with sg_pad's blocks run last to
+// first (the blocks on BE SMs start before the RT blocks are done, as on
+// a GPU), BE kernels of the suspended jobs run inside the RT job's
+// launches, their resume points advance, and every output is exact; in
+// block order (the RT blocks finish first) padded launches carry no BE
+// work and change nothing; on one SM the RT kernel fills the device and
+// nothing is padded.
+func TestRunPaddedEmu(t *testing.T) {
+	t.Run("reverse", func(t *testing.T) {
+		b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+		pj := newPadJobs(t, b, d)
+		at0 := []ResumePoint{pj.be[0].At, pj.be[1].At}
+		d.h.padReverse = true
+		st := pj.finish(t)
+		if st.Padded == 0 || st.BEBlocks == 0 || st.Kernels != 6 {
+			t.Errorf("no padding: %+v", st)
+		}
+		if pj.be[0].Blocks+pj.be[1].Blocks != st.BEBlocks || pj.be[0].Kernels+pj.be[1].Kernels == 0 {
+			t.Errorf("BE jobs' counts: %+v %+v", *pj.be[0], *pj.be[1])
+		}
+		for n, j := range pj.be {
+			if j.Kernels > 0 && j.At.Kernel <= at0[n].Kernel {
+				t.Errorf("BE %d: %d kernels padded, resume point %+v from %+v", n, j.Kernels, j.At, at0[n])
+			}
+		}
+		if log := d.h.launches(); !slices.ContainsFunc(log, func(l emuLaunch) bool { return l.kernel == KernelPad && l.grid == 2*emuSMs }) {
+			t.Errorf("no sg_pad launch of occupancy x SMs blocks")
+		}
+	})
+	t.Run("in-order", func(t *testing.T) {
+		b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+		pj := newPadJobs(t, b, d)
+		at0 := pj.be[0].At
+		st := pj.finish(t)
+		if st.Padded == 0 || st.BEBlocks != 0 || pj.be[0].At != at0 {
+			t.Errorf("in block order: %+v, BE 0 at %+v (was %+v)", st, pj.be[0].At, at0)
+		}
+	})
+	t.Run("one-sm", func(t *testing.T) {
+		d := newEmuDev(1, false)
+		b, err := newEmuDevBackend(d, libml.BackendConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Deinit() })
+		d.h.padReverse = true
+		pj := newPadJobs(t, b, d)
+		st := pj.finish(t)
+		if st.Padded != 0 || st.BEBlocks != 0 {
+			t.Errorf("the RT kernel fills the device, yet: %+v", st)
+		}
+		if slices.ContainsFunc(d.h.launches(), func(l emuLaunch) bool { return l.kernel == KernelPad }) {
+			t.Error("sg_pad launched on a device the RT kernel fills")
+		}
+	})
+}
+
+// A BE stream preempted mid-block inside a padded launch: its block is
+// lost, and the job restores from that kernel's idempotent group entry
+// with the right output.
+func TestRunPaddedLostBlock(t *testing.T) {
+	b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	pj := newPadJobs(t, b, d)
+	d.h.padReverse = true
+	// the first padded launch is RT kernel 0's; reversed, its last
+	// block (on the top SM: the last pick's) runs BE blocks first; its
+	// 6th barrier is inside its first BE block's GEMM
+	last := pj.be[len(pj.be)-1]
+	d.h.armPreempt(0, emu.Options{Preempt: true, Reverse: true, PreemptBlock: 2*emuSMs - 1, PreemptAfterSyncs: 6, PreemptAddr: last.Inst.state})
+	at0 := last.At
+	st := pj.finish(t)
+	if st.Padded == 0 {
+		t.Errorf("no padded launch: %+v", st)
+	}
+	t.Logf("BE 1 from %+v to %+v", at0, last.At)
+}

@@ -1,0 +1,367 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Dynamic kernel padding on the backend (REEF §5, Figure 12): an RT
+// job's kernels launch as sg_pad launches that also run blocks of
+// suspended (preempted) best-effort jobs on other instances, on the SMs
+// the RT kernel cannot occupy.
+//
+// Before each RT kernel, RunPadded asks its caller for the suspended BE
+// jobs (PadJob: an instance, a batch size and the point its next run
+// resumes from), looks up the RT kernel's and each job's next kernel's
+// profile (SetKernelProfile) and lets PadSelect choose. With no pick the
+// kernel launches as usual. Otherwise it queues, on the RT stream: the
+// control block (PadCtl), a clear of each picked BE instance's
+// preemption flag (a preempted instance's flag is still set, and sg_pad's
+// BE blocks take no work from a flagged stream), the sg_pad launch
+// (sg_pad's occupancy x SMs blocks, so that every SM gets some) and the
+// control block's copy back. The result moves each BE job's resume point:
+// by the blocks done before the first one lost or unclaimed
+// (PadResult.Resume), to the next kernel when its kernel is done; when
+// the BE stream was preempted mid-block (a lost block: not a case the
+// DISB produces, since a suspended job's instance is not running), to
+// the idempotent group entry of that kernel, as a preempted run would.
+// The BE job's next run (RunFrom) continues from there.
+//
+// A padded launch's result must be back before the next padded launch
+// can pick the same jobs: RunPadded waits for the stream before each
+// padded launch that follows one, so padded kernels do not overlap their
+// launch with the previous kernel as the device window otherwise lets
+// them. Padding needs the RT instance on the whole device: in a green
+// context %smid values are the partition's physical SM ids, not
+// [0, SMs), so a partitioned instance launches unpadded.
+
+// PadJob is a suspended best-effort job a padded run may advance.
+type PadJob struct {
+	// Inst runs the job; Batch is its batch size.
+	Inst  *Instance
+	Batch int
+	// At is where its next run resumes (RunFrom); RunPadded advances it.
+	At ResumePoint
+	// Blocks counts its blocks run by padding, Kernels its kernels that
+	// padding finished (RunPadded adds to both).
+	Blocks, Kernels int64
+}
+
+// PadStats is what RunPadded's padding did.
+type PadStats struct {
+	// Kernels is the RT kernels launched, Padded those launched through
+	// sg_pad with BE blocks, BEKernels the BE kernels they carried and
+	// BEBlocks the BE blocks done.
+	Kernels, Padded, BEKernels, BEBlocks int64
+}
+
+// RunPadded is Run(batch, start) with dynamic kernel padding: before each
+// kernel, jobs (called on the run's goroutine) returns the suspended BE
+// jobs to consider, in order of preference; their instances must be on
+// this backend, have a kernel profile installed (SetKernelProfile, as
+// must this instance's model) and not run until RunPadded returns (a job
+// whose instance is busy is skipped). jobs may return nil.
+func (i *Instance) RunPadded(batch, start int, jobs func() []*PadJob) (preempted bool, resume int, st PadStats, err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return false, 0, st, fmt.Errorf("cuda: RunPadded: %w", err)
+	}
+	if start < 0 || start > len(p.launches) {
+		return false, 0, st, fmt.Errorf("cuda: RunPadded: start %d outside 0..%d", start, len(p.launches))
+	}
+	pr := &padRun{inst: i, jobs: jobs}
+	if err := pr.init(i, p); err != nil {
+		return false, 0, st, fmt.Errorf("cuda: RunPadded: %w", err)
+	}
+	preempted, resume, err = i.run(p, ResumePoint{Kernel: start}, nil, pr)
+	pr.release()
+	if err != nil {
+		return false, 0, pr.st, fmt.Errorf("cuda: RunPadded: %w", err)
+	}
+	return preempted, resume, pr.st, nil
+}
+
+// padBufs are an instance's padded-launch buffers: the control block in
+// device memory and pinned staging (the block out, the block back, a
+// zero word for the BE flags).
+type padBufs struct {
+	ctl   uint64
+	stage pinned
+	occ   int // sg_pad's blocks per SM
+}
+
+const (
+	padStageOut  = 0
+	padStageBack = PadCtlSize
+	padStageZero = 2 * PadCtlSize
+	padStageSize = 2*PadCtlSize + 8
+)
+
+func (i *Instance) freePad() error {
+	if i.pad == nil {
+		return nil
+	}
+	err := i.b.dev.Free(i.pad.ctl)
+	if e := i.pad.stage.Free(); err == nil {
+		err = e
+	}
+	i.pad = nil
+	return err
+}
+
+// padRun is one padded run's state.
+type padRun struct {
+	inst *Instance
+	jobs func() []*PadJob
+	st   PadStats
+	off  bool // no padding: the instance is in a partition or unprofiled
+	rt   *kprof
+	sms  int
+	// the padded launch in flight: its control block and its jobs
+	pending bool
+	ctl     PadCtl
+	picked  []padHeld
+	// scratch
+	cands []PadCand
+	held  []padHeld
+	picks []PadPick
+}
+
+// padHeld is a BE job the run holds (its instance locked) for a launch.
+type padHeld struct {
+	j    *PadJob
+	p    *kplan
+	prof *kprof
+}
+
+func (pr *padRun) init(i *Instance, p *kplan) error {
+	i.m.mu.Lock()
+	pr.rt = p.pr.prof
+	i.m.mu.Unlock()
+	if pr.rt == nil || i.ln.own || pr.jobs == nil {
+		pr.off = true
+		return nil
+	}
+	pr.sms = i.ln.ctx.SMs()
+	if i.pad == nil {
+		occ, err := kernelOccupancy(i.ln.ctx, KernelPad)
+		if err != nil {
+			return err
+		}
+		ctl, err := i.b.dev.Alloc(PadCtlSize)
+		if err != nil {
+			return fmt.Errorf("padding control block: %w", err)
+		}
+		stage, err := i.b.dev.HostAlloc(padStageSize)
+		if err != nil {
+			i.b.dev.Free(ctl)
+			return fmt.Errorf("padding staging: %w", err)
+		}
+		i.pad = &padBufs{ctl: ctl, stage: stage, occ: max(occ, 1)}
+	}
+	return nil
+}
+
+// launch launches RT kernel k (grid blocks, parameters params) through
+// sg_pad when the selector pads it, and reports whether it did.
+func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) (bool, error) {
+	pr.st.Kernels++
+	if pr.off {
+		return false, nil
+	}
+	kp := pr.rt.byIdx[k]
+	if kp == nil {
+		return false, nil
+	}
+	if pr.pending {
+		// the jobs' resume points come from the last padded launch
+		if err := i.ln.s.Sync(); err != nil {
+			return false, err
+		}
+		pr.finish()
+	}
+	occ := i.pad.occ
+	rt := PadRT{Grid: grid, Occupancy: min(max(kp.Occupancy, 1), occ),
+		RemainingNs: kp.KernelNs * float64(grid) / float64(kp.Grid)}
+	if PadRTSMs(rt, pr.sms) >= pr.sms {
+		return false, nil
+	}
+	pr.cands, pr.held = pr.cands[:0], pr.held[:0]
+	for _, j := range pr.jobs() {
+		if len(pr.held) == 4*PadMaxBE {
+			break
+		}
+		h, c, ok := holdJob(i, j, occ)
+		if !ok {
+			continue
+		}
+		pr.held = append(pr.held, h)
+		pr.cands = append(pr.cands, c)
+	}
+	pr.picks = PadSelect(rt, pr.sms, pr.cands, pr.picks)
+	picked := make([]bool, len(pr.held))
+	for _, pk := range pr.picks {
+		picked[pk.Cand] = true
+	}
+	pr.picked = pr.picked[:0]
+	for c, h := range pr.held {
+		if picked[c] {
+			pr.picked = append(pr.picked, h)
+		} else {
+			h.j.Inst.mu.Unlock()
+		}
+	}
+	if len(pr.picks) == 0 {
+		return false, nil
+	}
+	// the launch: RT kernel k on SMs [0, rtSMs), the picks on theirs
+	var ra Args
+	ra.Decode(params[16:])
+	ep := p.pr.p
+	pr.ctl = PadCtl{RTOp: Op(ep.Kernels[k].Op), RTGrid: uint32(grid), RTSMs: uint32(PadRTSMs(rt, pr.sms)), BE: pr.ctl.BE[:0]}
+	for n, pk := range pr.picks {
+		h := pr.picked[n]
+		at := h.j.At
+		bl := &h.p.launches[at.Kernel]
+		var a Args
+		a.Decode(bl.params[16:])
+		a.T[TBase] += int64(at.Block)
+		pr.ctl.BE = append(pr.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
+			State: h.j.Inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Cand].Grid),
+			SMLo: uint32(pk.SMLo), SMHi: uint32(pk.SMHi)})
+	}
+	// the picks are in selection order; pr.picked follows the candidates'
+	// order, which is the same (PadSelect picks in candidate order)
+	cb, err := pr.ctl.Encode()
+	if err != nil {
+		pr.unhold()
+		return false, err
+	}
+	s, pb := i.ln.s, i.pad
+	pb.stage.Put(padStageOut, cb)
+	if err := s.WriteAsync(pb.ctl, pb.stage, padStageOut, PadCtlSize); err != nil {
+		pr.unhold()
+		return false, err
+	}
+	for _, h := range pr.picked {
+		if err := s.WriteAsync(h.j.Inst.state+StateFlag, pb.stage, padStageZero, 4); err != nil {
+			pr.unhold()
+			return false, err
+		}
+	}
+	if err := s.Launch(KernelPad, pb.occ*pr.sms, PackPad(i.state, int64(k), &ra, pb.ctl)); err != nil {
+		pr.unhold()
+		return false, err
+	}
+	if err := s.ReadAsync(pb.stage, padStageBack, pb.ctl, PadCtlSize); err != nil {
+		pr.unhold()
+		return false, err
+	}
+	pr.pending = true
+	pr.st.Padded++
+	pr.st.BEKernels += int64(len(pr.picks))
+	return true, nil
+}
+
+// holdJob locks j's instance (unless busy, another backend's, this one,
+// unprofiled or done) and returns it with its next kernel as a candidate.
+func holdJob(i *Instance, j *PadJob, occ int) (padHeld, PadCand, bool) {
+	be := j.Inst
+	if be == nil || be == i || be.b != i.b || !be.mu.TryLock() {
+		return padHeld{}, PadCand{}, false
+	}
+	p, err := be.planFor(j.Batch)
+	if err != nil || be.closed {
+		be.mu.Unlock()
+		return padHeld{}, PadCand{}, false
+	}
+	be.m.mu.Lock()
+	prof := p.pr.prof
+	be.m.mu.Unlock()
+	// past kernels with nothing to launch
+	for j.At.Kernel < len(p.launches) && j.At.Block == 0 && p.launches[j.At.Kernel].grid == 0 {
+		j.At.Kernel++
+	}
+	if prof == nil || j.At.Kernel >= len(p.launches) || j.At.Block >= p.launches[j.At.Kernel].grid {
+		be.mu.Unlock()
+		return padHeld{}, PadCand{}, false
+	}
+	kp := prof.byIdx[j.At.Kernel]
+	if kp == nil {
+		be.mu.Unlock()
+		return padHeld{}, PadCand{}, false
+	}
+	c := PadCand{Grid: p.launches[j.At.Kernel].grid - j.At.Block, Occupancy: min(kp.Occupancy, occ), BlockNs: kp.BlockNs}
+	return padHeld{j: j, p: p, prof: prof}, c, true
+}
+
+// unhold releases the jobs of a padded launch that did not happen.
+func (pr *padRun) unhold() {
+	for _, h := range pr.picked {
+		h.j.Inst.mu.Unlock()
+	}
+	pr.picked = pr.picked[:0]
+}
+
+// finish applies the last padded launch's result (its control block is
+// back: the stream was synchronized) and releases its jobs.
+func (pr *padRun) finish() {
+	if !pr.pending {
+		return
+	}
+	pr.pending = false
+	cb := make([]byte, PadCtlSize)
+	pr.inst.pad.stage.Get(padStageBack, cb)
+	res := pr.ctl.Result(cb)
+	for n, h := range pr.picked {
+		j := h.j
+		lost := binary.LittleEndian.Uint32(cb[offPadLost+4*(n+1):])
+		done := int64(res.Done[n+1])
+		pr.st.BEBlocks += done
+		j.Blocks += done
+		if lost != math.MaxUint32 {
+			// cut mid-block: restore as a preempted run would
+			j.At = ResumePoint{Kernel: h.p.pr.p.IdemEntry[j.At.Kernel]}
+		} else {
+			j.At.Block += int(res.Resume[n+1])
+			if j.At.Block >= h.p.launches[j.At.Kernel].grid {
+				j.At = ResumePoint{Kernel: j.At.Kernel + 1}
+				j.Kernels++
+			}
+		}
+		j.Inst.mu.Unlock()
+	}
+	pr.picked = pr.picked[:0]
+}
+
+// release settles a padded launch still pending when the run failed
+// between the launch and its result: once the stream has drained, its
+// result applies; if the stream failed, the jobs are released as they
+// were.
+func (pr *padRun) release() {
+	if !pr.pending {
+		return
+	}
+	if pr.inst.ln.s.Sync() == nil {
+		pr.finish()
+		return
+	}
+	pr.pending = false
+	pr.unhold()
+}
+
+// offParamsBase is the offset of the first block (Args.T[TBase]) in a
+// packed parameter buffer (Pack: state, index, then the arguments).
+const offParamsBase = 16 + offArgsT + 8*TBase
+
+// rebase returns a copy of a packed parameter buffer whose launch starts
+// block blocks further into the kernel's grid.
+func rebase(params []byte, block int) []byte {
+	out := append([]byte(nil), params...)
+	le := binary.LittleEndian
+	le.PutUint64(out[offParamsBase:], le.Uint64(out[offParamsBase:])+uint64(block))
+	return out
+}
