@@ -34,6 +34,12 @@ import (
 //     the RT queue is empty; then every preempted BE job restores from
 //     the idempotent group of its last started kernel (Instance.Run's
 //     resume). BE jobs run concurrently while no RT job is pending.
+//   - reef-pad: reef with dynamic kernel padding (REEF §5): the RT jobs
+//     run with Instance.RunPadded, whose kernels carry blocks of the
+//     suspended BE jobs' next kernels on the SMs the RT kernel leaves
+//     idle (PadSelect over the models' kernel profiles, DISBConfig.
+//     Profiles or measured by RunDISB); the BE jobs then restore from
+//     where padding left them (Instance.RunFrom).
 //
 // A job is SetInput + Run (until it is not preempted) + Output, and its
 // output is compared with the model's unpreempted output for the same
@@ -41,14 +47,17 @@ import (
 
 // DISB policies.
 const (
-	PolicyRTOnly = "rt-only"
-	PolicyReef   = "reef"
-	PolicySeq    = "seq"
-	PolicyConc   = "conc"
+	PolicyRTOnly  = "rt-only"
+	PolicyReef    = "reef"
+	PolicyReefPad = "reef-pad"
+	PolicySeq     = "seq"
+	PolicyConc    = "conc"
 )
 
 // DISBPolicies lists the GPU DISB's policies in report order.
-func DISBPolicies() []string { return []string{PolicyRTOnly, PolicyReef, PolicySeq, PolicyConc} }
+func DISBPolicies() []string {
+	return []string{PolicyRTOnly, PolicyReef, PolicyReefPad, PolicySeq, PolicyConc}
+}
 
 // DISBRoles are REEF's five DISB models, by the names REEF gives them.
 func DISBRoles() []string { return []string{"RNET", "VGG", "YOLO", "BERT", "GPT2"} }
@@ -127,6 +136,10 @@ type DISBConfig struct {
 	Alpha float64
 	// Seed picks the inputs, the arrival phases and the Poisson gaps.
 	Seed uint64
+	// Profiles holds the models' kernel profiles at batch 1 for
+	// reef-pad, by role (ModelProfile.Model); a model without one is
+	// profiled by RunDISB (Instance.ProfileKernels).
+	Profiles *Profile
 	// Command is recorded in the report.
 	Command string
 	// Logf, when set, gets progress lines.
@@ -159,6 +172,9 @@ type DISBModelRow struct {
 	AloneMs          float64
 	AloneP99Ms       float64
 	MaxPerSec        float64
+	// PadProfile says where reef-pad's kernel profile of the model came
+	// from ("given", or "measured" and its timing); empty without reef-pad.
+	PadProfile string `json:",omitempty"`
 }
 
 // DISBRow is one (workload, policy) run.
@@ -195,9 +211,16 @@ type DISBRow struct {
 	ReexecShare        float64
 	// Wrong counts jobs whose output differed from the model's
 	// unpreempted output (must be 0).
-	Wrong   int
-	Clients []DISBClientRow
-	spans   []disbSpan
+	Wrong int
+	// reef-pad: the RT kernels of RT jobs finished inside the window
+	// (PadRTKernels), those launched padded (PadLaunches), the BE kernels
+	// they carried and the BE blocks they ran; PadGain is Thr over
+	// reef's in the same workload.
+	PadRTKernels, PadLaunches int64
+	PadBEKernels, PadBEBlocks int64
+	PadGain                   float64
+	Clients                   []DISBClientRow
+	spans                     []disbSpan
 }
 
 // DISBClientRow is one client's share of a run.
@@ -347,9 +370,15 @@ func RunDISB(ctx context.Context, b *Backend, models []DISBModel, cfg DISBConfig
 			return nil, fmt.Errorf("cuda: DISB: calibrate %s: %w", spec.Role, err)
 		}
 		m.maxThr, m.aloneNs = thr, p50
+		src := ""
+		if slices.Contains(cfg.Policies, PolicyReefPad) {
+			if src, err = disbProfile(m, cfg.Profiles); err != nil {
+				return nil, fmt.Errorf("cuda: DISB: kernel profile of %s: %w", spec.Role, err)
+			}
+		}
 		rep.Models = append(rep.Models, DISBModelRow{Role: spec.Role, Name: spec.Name, Size: spec.Size,
 			Kernels: m.planned, WeightMiB: float64(m.base.WeightBytes()) / (1 << 20),
-			AloneMs: p50 / 1e6, AloneP99Ms: p99 / 1e6, MaxPerSec: thr})
+			AloneMs: p50 / 1e6, AloneP99Ms: p99 / 1e6, MaxPerSec: thr, PadProfile: src})
 		logf("%s (%s): %d kernels, loaded in %v, alone p50 %.3f ms p99 %.3f ms, max %.1f jobs/s",
 			spec.Role, spec.Name, m.planned, time.Since(t0).Round(time.Millisecond), p50/1e6, p99/1e6, thr)
 	}
@@ -392,13 +421,20 @@ func RunDISB(ctx context.Context, b *Backend, models []DISBModel, cfg DISBConfig
 // normalize fills the rows' ratios to rt-only (RT latency) and seq
 // (throughput) of the same workload.
 func normalize(rows []*DISBRow) {
-	var rto, seq *DISBRow
+	var rto, seq, reef *DISBRow
 	for _, r := range rows {
 		switch r.Policy {
 		case PolicyRTOnly:
 			rto = r
 		case PolicySeq:
 			seq = r
+		case PolicyReef:
+			reef = r
+		}
+	}
+	for _, r := range rows {
+		if r.Policy == PolicyReefPad && reef != nil && reef.Thr > 0 {
+			r.PadGain = r.Thr / reef.Thr
 		}
 	}
 	for _, r := range rows {
@@ -469,6 +505,11 @@ type dclient struct {
 	// epoch is the RT arrival whose preemption this client's current run
 	// is draining (reef; guarded by the reef scheduler's mutex).
 	epoch *disbEpoch
+	// reef-pad: pj is a BE client's job as padding sees it (its resume
+	// point); padJobs gives an RT client's runs the suspended BE jobs.
+	pj      *PadJob
+	padJobs func() []*PadJob
+	pad     PadStats // RT jobs finished inside the window
 
 	mu       sync.Mutex
 	done     int
@@ -529,14 +570,37 @@ func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool,
 		return err
 	}
 	s0 := c.inst.Stats()
-	start, preempts := 0, 0
+	var at ResumePoint
+	var pst PadStats
+	preempts := 0
+	if c.pj != nil {
+		c.pj.At = at
+	}
 	for {
 		if gate != nil && !gate(true, false) {
 			return nil // stopped while waiting
 		}
+		if c.pj != nil {
+			at = c.pj.At // padding may have moved it while the job waited
+		}
 		t0 := r.now()
-		pre, resume, err := c.inst.Run(1, start)
+		var pre bool
+		var resume int
+		var err error
+		if c.padJobs != nil {
+			var st PadStats
+			pre, resume, st, err = c.inst.RunPadded(1, at.Kernel, c.padJobs)
+			pst.Kernels += st.Kernels
+			pst.Padded += st.Padded
+			pst.BEKernels += st.BEKernels
+			pst.BEBlocks += st.BEBlocks
+		} else {
+			pre, resume, err = c.inst.RunFrom(1, at)
+		}
 		t1 := r.now()
+		if pre && c.pj != nil {
+			c.pj.At = ResumePoint{Kernel: resume} // before the gate lends it out
+		}
 		if gate != nil {
 			gate(false, pre)
 		}
@@ -548,7 +612,7 @@ func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool,
 			break
 		}
 		preempts++
-		start = resume
+		at = ResumePoint{Kernel: resume}
 	}
 	if err := c.inst.Output(1, c.out); err != nil {
 		return err
@@ -569,6 +633,10 @@ func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool,
 		c.done++
 		c.preempts += preempts
 		c.launches += s1.Launches - s0.Launches
+		c.pad.Kernels += pst.Kernels
+		c.pad.Padded += pst.Padded
+		c.pad.BEKernels += pst.BEKernels
+		c.pad.BEBlocks += pst.BEBlocks
 		if c.c.RT {
 			c.lat = append(c.lat, lat)
 		}
@@ -656,7 +724,7 @@ func runDISB(ctx context.Context, b *Backend, models map[string]*disbModel, w DI
 		if err := b.ConfigureBatch(inst, 1); err != nil {
 			return nil, fmt.Errorf("%s: %w", c.Name, err)
 		}
-		if c.RT && (pol == PolicyReef || pol == PolicyRTOnly) {
+		if c.RT && (pol == PolicyReef || pol == PolicyReefPad || pol == PolicyRTOnly) {
 			if err := inst.SetPriority(RTPriority); err != nil {
 				return nil, fmt.Errorf("%s: %w", c.Name, err)
 			}
@@ -688,7 +756,7 @@ func runDISB(ctx context.Context, b *Backend, models map[string]*disbModel, w DI
 	case PolicySeq:
 		runSeq(r, clients, arr, &wg)
 	default:
-		runReef(r, clients, arr, &wg)
+		runReef(r, clients, arr, &wg, pol == PolicyReefPad)
 	}
 	// stop at the window's end
 	for !r.stop.Load() && r.now() < r.winHi {
@@ -849,13 +917,19 @@ type disbEpoch struct {
 
 // runReef: RT jobs in arrival order on high-priority streams; an RT
 // arrival preempts the BE instances inside a run and holds new BE runs
-// until the RT queue is empty; preempted BE jobs then restore.
-func runReef(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.WaitGroup) {
+// until the RT queue is empty; preempted BE jobs then restore. With pad
+// (reef-pad) the RT jobs' kernels are padded with the suspended BE jobs'
+// blocks (padLender).
+func runReef(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.WaitGroup, pad bool) {
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
 	var rtq []rtJob
 	rtMode := false
 	active := map[*dclient]bool{}
+	var lend *padLender
+	if pad {
+		lend = newPadLender(&mu, clients)
+	}
 	feedRT(r, clients, arr, wg, func(j rtJob) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -933,6 +1007,9 @@ func runReef(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.
 			defer mu.Unlock()
 			if !enter {
 				delete(active, c)
+				if lend != nil && preempted {
+					lend.suspend(c)
+				}
 				if ep := c.epoch; ep != nil {
 					c.epoch = nil
 					if ep.pending--; ep.pending == 0 {
@@ -950,6 +1027,9 @@ func runReef(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.
 				return false
 			}
 			active[c] = true
+			if lend != nil {
+				lend.resume(c)
+			}
 			c.inRun.Store(true)
 			return true
 		}
@@ -1023,6 +1103,10 @@ func (r *disbRun) row(w DISBWorkload, pol string, clients []*dclient, cfg *DISBC
 		viol += c.viol
 		row.JobsPerSec += float64(c.done) / secs
 		row.Wrong += c.wrong
+		row.PadRTKernels += c.pad.Kernels
+		row.PadLaunches += c.pad.Padded
+		row.PadBEKernels += c.pad.BEKernels
+		row.PadBEBlocks += c.pad.BEBlocks
 		if c.c.RT {
 			rtLat = append(rtLat, c.lat...)
 			row.RTDone += c.done

@@ -51,6 +51,25 @@ func (r *DISBReport) Markdown() string {
 			x.Thr, fmt2(x.ThrNorm), x.JobsPerSec, x.Preemptions, pre, re, fmt2(x.RelaunchPerPreempt),
 			100*x.ViolRate, fmt2(x.RTJitterMs), x.Wrong)
 	}
+	var pad []*DISBRow
+	for _, x := range r.Rows {
+		if x.Policy == PolicyReefPad {
+			pad = append(pad, x)
+		}
+	}
+	if len(pad) > 0 {
+		b.WriteString("\nDynamic kernel padding (reef-pad; REEF §5): of the RT kernels of RT jobs finished inside the window, those launched through sg_pad with BE blocks, the BE kernels they carried and the BE blocks they ran; gain = thr / reef's thr. Kernel profiles:")
+		for _, m := range r.Models {
+			if m.PadProfile != "" {
+				fmt.Fprintf(&b, " %s %s;", m.Role, m.PadProfile)
+			}
+		}
+		b.WriteString("\n\n| wl | RT kernels | padded | BE kernels carried | BE blocks | thr | gain vs reef |\n|---|--:|--:|--:|--:|--:|--:|\n")
+		for _, x := range pad {
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.3f | %s |\n", x.Workload, x.PadRTKernels, x.PadLaunches,
+				x.PadBEKernels, x.PadBEBlocks, x.Thr, fmt2(x.PadGain))
+		}
+	}
 	if len(r.Restore) > 0 {
 		b.WriteString("\nRestore overhead (REEF §6.4): each model's jobs alone, every other job preempted once at a random moment of its run and restored at once from the idempotent group of its last started kernel; median job time of preempted vs unpreempted jobs; drain = host time from the `Preempt` call until the preempted `Run` returned; relaunch = kernels launched beyond the plan per preempted job:\n\n")
 		b.WriteString("| model | jobs | preempted | alone (ms) | preempted once (ms) | overhead (ms) | overhead | drain p50 (µs) | relaunch |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")

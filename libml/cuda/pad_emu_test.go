@@ -4,10 +4,12 @@ package cuda
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/libml"
 	"sluice/libml/cuda/internal/emu"
@@ -299,4 +301,78 @@ func TestRunPaddedLostBlock(t *testing.T) {
 		t.Errorf("no padded launch: %+v", st)
 	}
 	t.Logf("BE 1 from %+v to %+v", at0, last.At)
+}
+
+// disbPadProfiles profiles the DISB stand-ins for roles on b (loaded
+// under their role names, as RunDISB does) with synthetic times.
+func disbPadProfiles(t *testing.T, b *Backend, roles ...string) *Profile {
+	p := &Profile{Device: "emulator (synthetic times)"}
+	for _, m := range disbEmuModels(t) {
+		if !slices.Contains(roles, m.Role) {
+			continue
+		}
+		inst := load(t, b, m.Role, m.Graph, 1).(*Instance)
+		p.Models = append(p.Models, *synthProfile(t, inst))
+		inst.Close()
+	}
+	return p
+}
+
+// reef-pad in the GPU DISB on the emulator: workload A (RT VGG stand-in,
+// BE RNET stand-in) with sg_pad's blocks run last to first, as the
+// suspended BE job's blocks would start beside the RT blocks on a GPU:
+// BE blocks run inside RT launches, every output is exact, the gain over
+// reef is reported; on one SM the RT kernels fill the device and nothing
+// is padded.
+func TestDISBPadEmu(t *testing.T) {
+	for _, sms := range []int{emuSMs, 1} {
+		t.Run(fmt.Sprint(sms, "sm"), func(t *testing.T) {
+			d := newEmuDev(sms, false)
+			b, err := newEmuDevBackend(d, libml.BackendConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Deinit() })
+			d.h.padReverse = true
+			cfg := DISBConfig{Workloads: []DISBWorkload{scaleRates(DISBWorkloads()[0], 0.4)},
+				Policies: []string{PolicyReef, PolicyReefPad}, Duration: 600 * time.Millisecond,
+				Warmup: 100 * time.Millisecond, Calibrate: 100 * time.Millisecond, Seed: 4,
+				Profiles: disbPadProfiles(t, b, "VGG", "RNET"), Logf: t.Logf, trace: true}
+			rep, err := RunDISB(context.Background(), b, disbEmuModels(t), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range rep.Models {
+				if m.PadProfile != "given" {
+					t.Errorf("%s: profile %q", m.Role, m.PadProfile)
+				}
+			}
+			row := rep.Rows[1]
+			if row.Policy != PolicyReefPad {
+				t.Fatalf("rows %s, %s", rep.Rows[0].Policy, row.Policy)
+			}
+			for _, r := range rep.Rows {
+				if r.Wrong != 0 || r.RTDone == 0 {
+					t.Errorf("%s: %d wrong outputs, %d RT jobs done", r.Policy, r.Wrong, r.RTDone)
+				}
+			}
+			if sms == 1 && (row.PadLaunches != 0 || row.PadBEBlocks != 0) {
+				t.Errorf("one SM: %d padded launches, %d BE blocks", row.PadLaunches, row.PadBEBlocks)
+			}
+			if sms > 1 && (row.PadBEBlocks == 0 || row.PadLaunches == 0 || row.PadGain <= 0) {
+				t.Errorf("no padding: %d RT kernels, %d padded, %d BE blocks, gain %v",
+					row.PadRTKernels, row.PadLaunches, row.PadBEBlocks, row.PadGain)
+			}
+			for _, s := range row.spans {
+				if s.rt && s.preempted {
+					t.Error("an RT run was preempted")
+				}
+			}
+			md := rep.Markdown()
+			if !strings.Contains(md, "Dynamic kernel padding") {
+				t.Error("no padding table")
+			}
+			t.Logf("\n%s", md)
+		})
+	}
 }
