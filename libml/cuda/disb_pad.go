@@ -65,22 +65,26 @@ func (l *padLender) jobs() []*PadJob {
 }
 
 // disbProfile installs m's kernel profile at batch 1 for reef-pad: the
-// one given for its role, or one measured now. It says which.
+// one given for its role, or one measured now (also when the given one
+// does not fit the model's plan: another size, another device). It says
+// which.
 func disbProfile(m *disbModel, given *Profile) (string, error) {
-	var mp *ModelProfile
-	src := "given"
+	note := ""
 	if given != nil {
-		mp = given.Find(m.spec.Role, 1)
-	}
-	if mp == nil {
-		var err error
-		if mp, err = m.base.ProfileKernels(1, 0); err != nil {
-			return "", err
+		if mp := given.Find(m.spec.Role, 1); mp != nil {
+			err := m.base.SetKernelProfile(mp)
+			if err == nil {
+				return "given", nil
+			}
+			note = ", the given one did not fit"
 		}
-		src = "measured (" + mp.Timing + ")"
+	}
+	mp, err := m.base.ProfileKernels(1, 0)
+	if err != nil {
+		return "", err
 	}
 	if err := m.base.SetKernelProfile(mp); err != nil {
 		return "", err
 	}
-	return src, nil
+	return "measured (" + mp.Timing + note + ")", nil
 }

@@ -324,7 +324,8 @@ func blockSpans(words []byte, exec int) []float64 {
 
 // SetKernelProfile installs a kernel profile for the model's plan at its
 // batch size, for padded runs (RunPadded) of every instance of the model:
-// it must have the plan's kernels (same indices and grids).
+// it must have the plan's kernels (same indices and grids) and the
+// instance's SM count.
 func (i *Instance) SetKernelProfile(mp *ModelProfile) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -334,6 +335,9 @@ func (i *Instance) SetKernelProfile(mp *ModelProfile) error {
 	}
 	if err := mp.check(); err != nil {
 		return fmt.Errorf("cuda: SetKernelProfile: %w", err)
+	}
+	if sms := i.ln.ctx.SMs(); mp.SMs != sms {
+		return fmt.Errorf("cuda: SetKernelProfile %q: profiled on %d SMs, the instance has %d", i.m.name, mp.SMs, sms)
 	}
 	byIdx, err := profileIndex(p, mp)
 	if err != nil {

@@ -90,6 +90,10 @@ func TestKernelProfileEmu(t *testing.T) {
 	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "not profiled") {
 		t.Errorf("a profile missing a kernel: %v", err)
 	}
+	bad.Kernels, bad.SMs = got.Kernels, emuSMs+1
+	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "SMs") {
+		t.Errorf("a profile of another SM count: %v", err)
+	}
 	if _, err := ReadProfile(strings.NewReader(`{"models":[{"model":"x","batch":1,"sms":0}]}`)); err == nil {
 		t.Error("a profile of 0 SMs read")
 	}

@@ -263,6 +263,9 @@ func TestArgs(t *testing.T) {
 		{"export", "-dir", t.TempDir(), "-batch", "0"},
 		{"latency", "-backend", "tpu"},
 		{"latency", "-n", "0"},
+		{"kprof", "-roles", "LENET"},
+		{"kprof", "-reps", "0"},
+		{"disb", "-profile", filepath.Join(t.TempDir(), "none.json")},
 	} {
 		if _, err := runCmd(t, args...); err == nil {
 			t.Errorf("%q accepted", args)
@@ -274,6 +277,25 @@ func TestArgs(t *testing.T) {
 	_, err := runCmd(t, "disb", "-workloads", "A", "-duration", "10ms")
 	if !errors.Is(err, cuda.ErrNoDriver) {
 		t.Errorf("disb without a driver: %v, want ErrNoDriver", err)
+	}
+	if _, err := runCmd(t, "kprof", "-roles", "VGG"); !errors.Is(err, cuda.ErrNoDriver) {
+		t.Errorf("kprof without a driver: %v, want ErrNoDriver", err)
+	}
+}
+
+// kprof's summary table from a synthetic profile: one row per model,
+// the kernels that leave SMs idle and their time share.
+func TestKprofMarkdown(t *testing.T) {
+	p := &cuda.Profile{Device: "test", Models: []cuda.ModelProfile{{Model: "VGG", Batch: 1, SMs: 132, Timing: "events", PadOccupancy: 1,
+		Kernels: []cuda.KernelProfile{
+			{Index: 0, Grid: 1000, Occupancy: 2, SMs: 132, KernelNs: 300e3, BlockNs: 20e3},
+			{Index: 1, Grid: 10, Occupancy: 2, SMs: 5, KernelNs: 100e3, BlockNs: 90e3},
+		}}, {Model: "RNET", Batch: 1, SMs: 132}}}
+	md := kprofMarkdown(p)
+	for _, want := range []string{"| VGG | 1 | 132 | events | 2 | 1 | 25.0% | 100.0 / 300.0 | 20.0 / 90.0 | 1 |", "| RNET | 1 | 132 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("no %q in\n%s", want, md)
+		}
 	}
 }
 
@@ -287,7 +309,7 @@ func TestRunGPUScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"info", "tests", "bench", "disb", "export", "check", "latency", "speed", "selftest"} {
+	for _, s := range []string{"info", "tests", "bench", "kprof", "disb", "export", "check", "latency", "speed", "selftest"} {
 		if !strings.Contains(string(b), "\t"+s+")") {
 			t.Errorf("run-gpu.sh has no step %s", s)
 		}

@@ -1,17 +1,26 @@
 // Command gpubench runs the CUDA backend's GPU measurements that are not
 // go test benchmarks (libml/cuda/README.md, docs/benchmarks.md):
 //
-//	gpubench disb    [-workloads A,B,C,D,E] [-policies rt-only,reef,seq,conc]
+//	gpubench disb    [-workloads A,B,C,D,E] [-policies rt-only,reef,reef-pad,seq,conc]
 //	                 [-duration 5s] [-warmup 500ms] [-calibrate 2s] [-restore-jobs 40]
-//	                 [-small] [-alpha 4] [-window 4] [-seed 1] [-md report.md] [-json report.json]
+//	                 [-small] [-alpha 4] [-window 4] [-seed 1] [-profile kprof.json]
+//	                 [-md report.md] [-json report.json]
+//	gpubench kprof   [-roles RNET,VGG,YOLO,BERT,GPT2] [-small] [-batch 1] [-reps 20]
+//	                 [-json kprof.json] [-md kprof.md]
 //	gpubench export  -dir DIR [-models resnet50,...] [-batch 1,8] [-backend cuda|cpu] [-small]
 //	gpubench latency [-models resnet50,bert] [-batch 1,8] [-n 50] [-backend cuda|cpu] [-small] [-json f]
 //
 // disb is REEF's DNN inference serving benchmark (DISB A-E) on cuda
-// backend instances (cuda.RunDISB): rt-only, reef, seq and conc, with the
-// CPU DISB's table. REEF's roles are played by zoo models at full size
+// backend instances (cuda.RunDISB): rt-only, reef, reef-pad (reef with
+// dynamic kernel padding), seq and conc, with the CPU DISB's table.
+// reef-pad uses the kernel profiles of -profile (kprof's JSON) or
+// measures them first. REEF's roles are played by zoo models at full size
 // (RNET = ResNet-50, VGG = VGG-16, YOLO = ResNet-18, BERT = BERT-base,
 // GPT2 = MobileNetV2; -small: the CPU DISB's reduced sizes).
+//
+// kprof writes the offline kernel profile of the DISB models (per
+// kernel: grid, occupancy, SMs it fills, kernel time by GPU events, block
+// time by the trace ring) as JSON, and a summary table.
 //
 // export writes, for tools/gpubench/torchref.py, each zoo model as ONNX
 // (libml/onnx), seeded inputs and the backend's outputs for them as
@@ -55,7 +64,7 @@ func main() {
 	}
 }
 
-const usage = "usage: gpubench disb|export|latency [flags] (-h after the subcommand for its flags)"
+const usage = "usage: gpubench disb|kprof|export|latency [flags] (-h after the subcommand for its flags)"
 
 // run is the command with its arguments (tests call it).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -65,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "disb":
 		return runDISB(ctx, args[1:], stdout, stderr)
+	case "kprof":
+		return runKprof(ctx, args[1:], stdout, stderr)
 	case "export":
 		return runExport(ctx, args[1:], stdout, stderr)
 	case "latency":
@@ -131,8 +142,21 @@ func runDISB(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	window := fs.Int("window", cuda.DefaultWindow, "device window (kernels outstanding per stream)")
 	mdPath := fs.String("md", "", "write the markdown report here")
 	jsonPath := fs.String("json", "", "write the report as JSON here")
+	profPath := fs.String("profile", "", "reef-pad's kernel profiles (gpubench kprof -json; default: measured first)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var prof *cuda.Profile
+	if *profPath != "" {
+		f, err := os.Open(*profPath)
+		if err != nil {
+			return fmt.Errorf("disb: %w", err)
+		}
+		prof, err = cuda.ReadProfile(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("disb: %s: %w", *profPath, err)
+		}
 	}
 	var workloads []cuda.DISBWorkload
 	all := cuda.DISBWorkloads()
@@ -169,7 +193,7 @@ func runDISB(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	rep, err := cuda.RunDISB(ctx, b, models, cuda.DISBConfig{Workloads: workloads, Policies: policies,
 		Duration: *dur, Warmup: *warm, Calibrate: *calib, RestoreJobs: *restore, Seed: *seed, Alpha: *alpha,
-		Command: "gpubench disb " + strings.Join(args, " "), Logf: logf})
+		Profiles: prof, Command: "gpubench disb " + strings.Join(args, " "), Logf: logf})
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,9 @@
 #   info       nvidia-smi, driver, python modules
 #   tests      SLUICE_GPU=1 cuda.test -test.run GPU (GPU kernel and backend tests)
 #   bench      GPUBackend benchmarks (-test.benchtime 50x) and the kernel ones
-#   disb       gpubench disb: DISB A-E x rt-only/reef/seq/conc -> disb.md, disb.json
+#   kprof      gpubench kprof: the DISB models' kernel profile -> kprof.md, kprof.json
+#   disb       gpubench disb: DISB A-E x rt-only/reef/reef-pad/seq/conc -> disb.md,
+#              disb.json (reef-pad uses $OUT/kprof.json when kprof ran first)
 #   export     gpubench export: zoo models as ONNX + inputs + our outputs ($EXPORT_DIR)
 #   check      torchref.py check: our outputs vs ONNX Runtime, tolerance 1e-3 -> check.json
 #   latency    gpubench latency: ResNet-50, BERT-base at batch 1 and 8 -> latency.json
@@ -29,7 +31,7 @@
 # and speed in the same call. DISB_FLAGS adds gpubench disb flags (e.g. "-duration 8s
 # -workloads A,C"). A machine that limits one command to 10 minutes runs
 # the steps in several calls, e.g. `./run-gpu.sh info tests`, then
-# `./run-gpu.sh bench`, `./run-gpu.sh disb`, `./run-gpu.sh export check
+# `./run-gpu.sh bench`, `./run-gpu.sh kprof disb`, `./run-gpu.sh export check
 # latency speed selftest`.
 set -u -o pipefail
 
@@ -38,7 +40,7 @@ OUT=${OUT:-$HERE/out}
 PY=${PYTHON:-python3}
 DISB_FLAGS=${DISB_FLAGS:-}
 EXPORT_DIR=${EXPORT_DIR:-${TMPDIR:-/tmp}/sluice-gpu-export}
-ALL="info tests bench disb export check latency speed selftest"
+ALL="info tests bench kprof disb export check latency speed selftest"
 STEPS=${*:-$ALL}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -80,9 +82,12 @@ for s in $STEPS; do
 			-test.benchtime 50x -test.timeout 30m
 		run_step bench-kernels env SLUICE_GPU=1 ./cuda.test -test.run - -test.bench 'GPU[^B]' -test.timeout 30m
 		;;
+	kprof) run_step kprof ./gpubench kprof -md "$OUT/kprof.md" -json "$OUT/kprof.json" ;;
 	disb)
+		prof=()
+		[ -s "$OUT/kprof.json" ] && prof=(-profile "$OUT/kprof.json")
 		# shellcheck disable=SC2086 # DISB_FLAGS is a list of flags
-		run_step disb ./gpubench disb -md "$OUT/disb.md" -json "$OUT/disb.json" $DISB_FLAGS
+		run_step disb ./gpubench disb -md "$OUT/disb.md" -json "$OUT/disb.json" ${prof[@]+"${prof[@]}"} $DISB_FLAGS
 		;;
 	export) run_step export ./gpubench export -dir "$EXPORT_DIR" ;;
 	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;

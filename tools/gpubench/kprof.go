@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"slices"
+	"strings"
+
+	"sluice/libml"
+	"sluice/libml/cuda"
+	"sluice/libml/zoo"
+)
+
+// runKprof is `gpubench kprof`: the offline kernel profile of the DISB
+// models (REEF §5.2) on the cuda backend, per kernel: grid, occupancy,
+// the SMs it can fill, kernel time (GPU events) and block time (trace
+// ring, %globaltimer). Models are loaded under their DISB role names, so
+// that `gpubench disb -profile` finds them.
+func runKprof(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpubench kprof", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	roles := fs.String("roles", strings.Join(cuda.DISBRoles(), ","), "DISB roles to profile")
+	small := fs.Bool("small", false, "the CPU DISB's reduced model sizes instead of the full ones")
+	batch := fs.Int("batch", 1, "batch size")
+	reps := fs.Int("reps", cuda.DefaultProfileReps, "launches per kernel for its time")
+	jsonPath := fs.String("json", "", "write the profile here (gpubench disb -profile reads it)")
+	mdPath := fs.String("md", "", "write the summary table here")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *batch < 1 || *reps < 1 {
+		return fmt.Errorf("kprof: batch %d, reps %d: need 1 or more", *batch, *reps)
+	}
+	var want []string
+	for _, r := range splitList(*roles) {
+		if !slices.Contains(cuda.DISBRoles(), r) {
+			return fmt.Errorf("kprof: unknown role %q (have %v)", r, cuda.DISBRoles())
+		}
+		want = append(want, r)
+	}
+	if len(want) == 0 {
+		return errors.New("kprof: no role")
+	}
+	logf := log.New(stderr, "", log.Ltime).Printf
+	b := cuda.NewBackend(cuda.Options{Logf: logf})
+	if err := b.Init(ctx, libml.BackendConfig{}); err != nil {
+		return fmt.Errorf("kprof: %w", err)
+	}
+	defer b.Deinit()
+	prof := &cuda.Profile{Device: deviceName(0), Command: "gpubench kprof " + strings.Join(args, " ")}
+	for _, role := range want {
+		spec := zooSpec(disbRoles[role], *small)
+		g, err := zoo.Build(spec.Zoo, spec.Opt)
+		if err != nil {
+			return fmt.Errorf("kprof: %w", err)
+		}
+		li, err := b.LoadModel(ctx, role, g)
+		if err != nil {
+			return fmt.Errorf("kprof %s: %w", role, err)
+		}
+		inst := li.(*cuda.Instance)
+		err = b.ConfigureBatch(inst, *batch)
+		var mp *cuda.ModelProfile
+		if err == nil {
+			mp, err = inst.ProfileKernels(*batch, *reps)
+		}
+		if cerr := inst.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("kprof %s (%s): %w", role, spec.Zoo, err)
+		}
+		logf("%s (%s): %d kernels profiled", role, spec.Zoo, len(mp.Kernels))
+		prof.Models = append(prof.Models, *mp)
+	}
+	md := kprofMarkdown(prof)
+	fmt.Fprint(stdout, md)
+	if *mdPath != "" {
+		if err := os.WriteFile(*mdPath, []byte(md), 0o644); err != nil {
+			return fmt.Errorf("kprof: %w", err)
+		}
+	}
+	if *jsonPath != "" {
+		f, err := os.Create(*jsonPath)
+		if err != nil {
+			return fmt.Errorf("kprof: %w", err)
+		}
+		err = prof.WriteJSON(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("kprof: %w", err)
+		}
+	}
+	return nil
+}
+
+// kprofMarkdown summarizes a profile per model: kernels, how many leave
+// SMs idle (the padding opportunity) and their share of the time, kernel
+// and block time percentiles.
+func kprofMarkdown(p *cuda.Profile) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### Kernel profile (%s)\n\n", p.Device)
+	if p.Command != "" {
+		fmt.Fprintf(&b, "Command: `%s`.\n\n", p.Command)
+	}
+	b.WriteString("Per model: kernels; those that fill fewer SMs than the device has (ceil(grid / occupancy) < SMs: room for padding) and their share of the summed kernel time; kernel and block time p50 / p90 (µs); sg_pad's occupancy.\n\n")
+	b.WriteString("| model | batch | SMs | timing | kernels | leave SMs idle | their time share | kernel p50 / p90 (µs) | block p50 / p90 (µs) | sg_pad blocks/SM |\n|---|--:|--:|---|--:|--:|--:|--:|--:|--:|\n")
+	for _, m := range p.Models {
+		var kt, bt []float64
+		idle, total, idleT := 0, 0.0, 0.0
+		for _, k := range m.Kernels {
+			kt, bt = append(kt, k.KernelNs/1e3), append(bt, k.BlockNs/1e3)
+			total += k.KernelNs
+			if k.SMs < m.SMs {
+				idle++
+				idleT += k.KernelNs
+			}
+		}
+		if len(kt) == 0 {
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | 0 | | | | | %d |\n", m.Model, m.Batch, m.SMs, m.Timing, m.PadOccupancy)
+			continue
+		}
+		slices.Sort(kt)
+		slices.Sort(bt)
+		share := 0.0
+		if total > 0 {
+			share = 100 * idleT / total
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %.1f%% | %.1f / %.1f | %.1f / %.1f | %d |\n", m.Model, m.Batch, m.SMs, m.Timing,
+			len(m.Kernels), idle, share, pct(kt, 50), pct(kt, 90), pct(bt, 50), pct(bt, 90), m.PadOccupancy)
+	}
+	return b.String()
+}
