@@ -144,7 +144,7 @@ func TestRestoreProbe(t *testing.T) {
 		fmt.Sscan(v, &n)
 	}
 	for _, key := range []string{"resnet", "bert"} {
-		s := newSched(t, Config{Units: 2, UnitNice: 5, BEQueues: 1, NoPadding: true, PadBudgetMBs: -1})
+		s := newSched(t, Config{Units: 2, UnitNice: 5, BEQueues: 1, NoPadding: true, PadBudgetMBs: -1, PinUnits: os.Getenv("SCHED_PROBE_PIN") != ""})
 		m := load(t, s, key, ModelOptions{})
 		rng := rand.New(rand.NewSource(2))
 		var times [3][]int64

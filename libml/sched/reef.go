@@ -65,6 +65,12 @@ func (r *reef) submit(j *Job) {
 		} else if !r.rt.busy && r.rt.job == nil {
 			r.startRT()
 		}
+		if !r.rt.busy {
+			// no RT job could start (each failed to bind): back to
+			// normal mode at once
+			r.exitRT()
+			return
+		}
 		r.startPad()
 		return
 	}
