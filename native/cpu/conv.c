@@ -237,10 +237,17 @@ void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t ci = blk % ctiles, ng = blk / ctiles;
 	int64_t n = ng / G, g = ng % G;
 	int64_t c0 = ci * ct, cl = SK_MIN(ct, Cg - c0);
-	(void)ctx;
 	float *col = k->out + ng * Kd * OHW + c0 * KH * KW * OHW;
-	im2col_tile(k->in[0] + (n * C + g * Cg + c0) * H * W, cl, H, W, KH, KW,
-		    p[8], p[9], p[10], p[11], p[12], p[13], p[15], 0, OHW, col, OHW);
+	/* a preemptible copy (k->checks > 1): channels in about k->checks
+	 * pieces with a check between them */
+	int64_t cs = k->checks > 1 ? SK_MAX(SK_CDIV(cl, k->checks), 1) : cl;
+	for (int64_t c = 0; c < cl; c += cs) {
+		if (c > 0)
+			SK_POLL(ctx);
+		im2col_tile(k->in[0] + (n * C + g * Cg + c0 + c) * H * W, SK_MIN(cs, cl - c),
+			    H, W, KH, KW, p[8], p[9], p[10], p[11], p[12], p[13], p[15], 0,
+			    OHW, col + c * KH * KW * OHW, OHW);
+	}
 }
 
 /* ---- DWCONV ------------------------------------------------------------ */

@@ -805,10 +805,11 @@ func TestPriorityStream(t *testing.T) {
 	}
 }
 
-// TestChecksKeepResults: GEMM and CONV copies with added in-block checks
-// (SetChecks: the sgemm of a block split over rows, columns and the
-// reduction) compute what the kernels compute without them, up to
-// rounding; CopyKernel keeps the grid.
+// TestChecksKeepResults: GEMM, CONV and IM2COL copies with added
+// in-block checks (SetChecks: the sgemm of a block split over rows,
+// columns and the reduction; im2col over channels) compute what the
+// kernels compute without them, up to rounding; CopyKernel keeps the
+// grid.
 func TestChecksKeepResults(t *testing.T) {
 	rnd := uint32(7)
 	fill := func(f *cfloats) {
@@ -845,6 +846,12 @@ func TestChecksKeepResults(t *testing.T) {
 			copy(d.P[:16], []int64{1, 64, 6, 6, 48, 1, 3, 3, 1, 1, 1, 1, 1, 1, 6, 6})
 			return d
 		}, 48 * 36},
+		{"im2col", func(out *cfloats) Desc {
+			d := Desc{Op: OpIm2col, Out: out.p}
+			d.In[0] = x.p
+			copy(d.P[:16], []int64{1, 64, 6, 6, 48, 1, 3, 3, 1, 1, 1, 1, 1, 1, 6, 6})
+			return d
+		}, 64 * 9 * 36},
 	}
 	for _, c := range cases {
 		for _, units := range []int{1, 8} {
