@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Dynamic kernel padding on the backend (REEF §5, Figure 12): an RT
@@ -33,8 +34,15 @@ import (
 // padded launch that follows one, so padded kernels do not overlap their
 // launch with the previous kernel as the device window otherwise lets
 // them. Padding needs the RT instance on the whole device: in a green
-// context %smid values are the partition's physical SM ids, not
-// [0, SMs), so a partitioned instance launches unpadded.
+// context %smid values are the partition's physical SM ids, so a
+// partitioned instance launches unpadded.
+//
+// PTX does not promise that %smid takes the values 0..SMs-1. Before its
+// first padded launch an instance learns the device's SM ids: sg_clock
+// over 8 blocks per SM records each block's %smid. When it saw SMs
+// distinct ids, the selector's SM indices (0..SMs-1) map onto them in
+// order, so that SM ranges are ranges of ids (sg_pad's RT SMs are the ids
+// below rt_sms); otherwise the ids are taken to be 0..SMs-1.
 
 // PadJob is a suspended best-effort job a padded run may advance.
 type PadJob struct {
@@ -91,6 +99,69 @@ type padBufs struct {
 	ctl   uint64
 	stage pinned
 	occ   int // sg_pad's blocks per SM
+	// smid maps SM index k (0..SMs-1) to the k-th smallest %smid (nil:
+	// the identity)
+	smid []uint32
+}
+
+// smRange maps an SM index range [lo, hi) onto %smid values.
+func (pb *padBufs) smRange(lo, hi int) (uint32, uint32) {
+	if pb.smid == nil || hi <= lo {
+		return uint32(lo), uint32(hi)
+	}
+	return pb.smid[lo], pb.smid[hi-1] + 1
+}
+
+// learnSMIDs runs sg_clock over 8 blocks per SM on the instance's stream
+// and returns the device's SM ids (distinctSMIDs).
+func (i *Instance) learnSMIDs(sms int) ([]uint32, error) {
+	grid := 8 * sms
+	out, err := i.b.dev.Alloc(16 * grid)
+	if err != nil {
+		return nil, err
+	}
+	defer i.b.dev.Free(out)
+	s := i.ln.s
+	// a preempted run leaves the flag set, and sg_clock's blocks would
+	// exit in their prologue
+	if err := s.WriteAsync(i.state, i.stage, stageReset, 16); err != nil {
+		return nil, err
+	}
+	if err := s.Launch(KernelClock, grid, Pack(i.state, 0, &Args{Out: out})); err != nil {
+		return nil, err
+	}
+	if err := s.Sync(); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 16*grid)
+	if err := i.b.dev.Read(b, out); err != nil {
+		return nil, err
+	}
+	return distinctSMIDs(b, sms), nil
+}
+
+// distinctSMIDs reads sg_clock's output (u64 pairs: time, %smid) and
+// returns the distinct SM ids, sorted, when there are exactly sms of
+// them and they are not 0..sms-1; nil (the identity) otherwise.
+func distinctSMIDs(b []byte, sms int) []uint32 {
+	seen := map[uint32]bool{}
+	for o := 0; o+16 <= len(b); o += 16 {
+		seen[uint32(binary.LittleEndian.Uint64(b[o+8:]))] = true
+	}
+	if len(seen) != sms {
+		return nil
+	}
+	ids := make([]uint32, 0, sms)
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for k, id := range ids {
+		if id != uint32(k) {
+			return ids
+		}
+	}
+	return nil
 }
 
 const (
@@ -160,7 +231,13 @@ func (pr *padRun) init(i *Instance, p *kplan) error {
 			i.b.dev.Free(ctl)
 			return fmt.Errorf("padding staging: %w", err)
 		}
-		i.pad = &padBufs{ctl: ctl, stage: stage, occ: max(occ, 1)}
+		smid, err := i.learnSMIDs(pr.sms)
+		if err != nil {
+			i.b.dev.Free(ctl)
+			stage.Free()
+			return fmt.Errorf("SM ids: %w", err)
+		}
+		i.pad = &padBufs{ctl: ctl, stage: stage, occ: max(occ, 1), smid: smid}
 	}
 	return nil
 }
@@ -221,7 +298,8 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 	var ra Args
 	ra.Decode(params[16:])
 	ep := p.pr.p
-	pr.ctl = PadCtl{RTOp: Op(ep.Kernels[k].Op), RTGrid: uint32(grid), RTSMs: uint32(PadRTSMs(rt, pr.sms)), BE: pr.ctl.BE[:0]}
+	_, rtHi := i.pad.smRange(0, PadRTSMs(rt, pr.sms))
+	pr.ctl = PadCtl{RTOp: Op(ep.Kernels[k].Op), RTGrid: uint32(grid), RTSMs: rtHi, BE: pr.ctl.BE[:0]}
 	for n, pk := range pr.picks {
 		h := pr.picked[n]
 		at := h.j.At
@@ -229,9 +307,10 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 		var a Args
 		a.Decode(bl.params[16:])
 		a.T[TBase] += int64(at.Block)
+		lo, hi := i.pad.smRange(pk.SMLo, pk.SMHi)
 		pr.ctl.BE = append(pr.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
 			State: h.j.Inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Cand].Grid),
-			SMLo: uint32(pk.SMLo), SMHi: uint32(pk.SMHi)})
+			SMLo: lo, SMHi: hi})
 	}
 	// the picks are in selection order; pr.picked follows the candidates'
 	// order, which is the same (PadSelect picks in candidate order)
