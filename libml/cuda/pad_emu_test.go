@@ -380,3 +380,47 @@ func TestDISBPadEmu(t *testing.T) {
 		})
 	}
 }
+
+// The host-side decision of a padded launch (padRun.choose): candidates
+// from 1 or 5 suspended BE jobs (a lock try, the plan and profile
+// look-ups per job), PadSelect, the control block's kernels; the picked
+// jobs released after each. Nothing is launched, so the emulator does
+// not enter into it: this is host CPU time. The jobs callback returns a
+// prepared slice (the DISB's allocates one per call).
+func BenchmarkPadChoose(b *testing.B) {
+	for _, n := range []int{1, 5} {
+		b.Run(fmt.Sprint("be", n), func(b *testing.B) {
+			be, _ := newEmuBackend(b, Options{}, libml.BackendConfig{}, false)
+			rt := load(b, be, "rt", mlpGraph(4, 64, 1), 1).(*Instance)
+			defer rt.Close()
+			synthProfile(b, rt)
+			var jobs []*PadJob
+			for k := 0; k < n; k++ {
+				inst := load(b, be, fmt.Sprint("be", k), mlpGraph(4, 48+16*k, uint64(2+k)), 1).(*Instance)
+				defer inst.Close()
+				synthProfile(b, inst)
+				jobs = append(jobs, &PadJob{Inst: inst, Batch: 1})
+			}
+			rt.mu.Lock()
+			defer rt.mu.Unlock()
+			p, err := rt.planFor(1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pr := &padRun{inst: rt, jobs: func() []*PadJob { return jobs }}
+			if err := pr.init(rt, p); err != nil {
+				b.Fatal(err)
+			}
+			l := &p.launches[0]
+			kp := pr.rt.byIdx[0]
+			b.ReportAllocs()
+			b.ResetTimer()
+			for k := 0; k < b.N; k++ {
+				if !pr.choose(rt, p, 0, kp, l.params, l.grid) {
+					b.Fatal("nothing picked")
+				}
+				pr.unhold()
+			}
+		})
+	}
+}

@@ -194,6 +194,7 @@ type padRun struct {
 	// the padded launch in flight: its control block and its jobs
 	pending bool
 	ctl     PadCtl
+	rtArgs  Args
 	picked  []padHeld
 	// scratch
 	cands []PadCand
@@ -260,60 +261,9 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 		}
 		pr.finish()
 	}
-	occ := i.pad.occ
-	rt := PadRT{Grid: grid, Occupancy: min(max(kp.Occupancy, 1), occ),
-		RemainingNs: kp.KernelNs * float64(grid) / float64(kp.Grid)}
-	if PadRTSMs(rt, pr.sms) >= pr.sms {
+	if !pr.choose(i, p, k, kp, params, grid) {
 		return false, nil
 	}
-	pr.cands, pr.held = pr.cands[:0], pr.held[:0]
-	for _, j := range pr.jobs() {
-		if len(pr.held) == 4*PadMaxBE {
-			break
-		}
-		h, c, ok := holdJob(i, j, occ)
-		if !ok {
-			continue
-		}
-		pr.held = append(pr.held, h)
-		pr.cands = append(pr.cands, c)
-	}
-	pr.picks = PadSelect(rt, pr.sms, pr.cands, pr.picks)
-	picked := make([]bool, len(pr.held))
-	for _, pk := range pr.picks {
-		picked[pk.Cand] = true
-	}
-	pr.picked = pr.picked[:0]
-	for c, h := range pr.held {
-		if picked[c] {
-			pr.picked = append(pr.picked, h)
-		} else {
-			h.j.Inst.mu.Unlock()
-		}
-	}
-	if len(pr.picks) == 0 {
-		return false, nil
-	}
-	// the launch: RT kernel k on SMs [0, rtSMs), the picks on theirs
-	var ra Args
-	ra.Decode(params[16:])
-	ep := p.pr.p
-	_, rtHi := i.pad.smRange(0, PadRTSMs(rt, pr.sms))
-	pr.ctl = PadCtl{RTOp: Op(ep.Kernels[k].Op), RTGrid: uint32(grid), RTSMs: rtHi, BE: pr.ctl.BE[:0]}
-	for n, pk := range pr.picks {
-		h := pr.picked[n]
-		at := h.j.At
-		bl := &h.p.launches[at.Kernel]
-		var a Args
-		a.Decode(bl.params[16:])
-		a.T[TBase] += int64(at.Block)
-		lo, hi := i.pad.smRange(pk.SMLo, pk.SMHi)
-		pr.ctl.BE = append(pr.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
-			State: h.j.Inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Cand].Grid),
-			SMLo: lo, SMHi: hi})
-	}
-	// the picks are in selection order; pr.picked follows the candidates'
-	// order, which is the same (PadSelect picks in candidate order)
 	cb, err := pr.ctl.Encode()
 	if err != nil {
 		pr.unhold()
@@ -331,7 +281,7 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 			return false, err
 		}
 	}
-	if err := s.Launch(KernelPad, pb.occ*pr.sms, PackPad(i.state, int64(k), &ra, pb.ctl)); err != nil {
+	if err := s.Launch(KernelPad, pb.occ*pr.sms, PackPad(i.state, int64(k), &pr.rtArgs, pb.ctl)); err != nil {
 		pr.unhold()
 		return false, err
 	}
@@ -343,6 +293,68 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 	pr.st.Padded++
 	pr.st.BEKernels += int64(len(pr.picks))
 	return true, nil
+}
+
+// choose is a padded launch's host-side decision for RT kernel k (grid
+// blocks, parameters params, profile kp): the suspended jobs' next
+// kernels as candidates (their instances locked), the selection, and the
+// launch's control block in pr.ctl (the RT arguments in pr.rtArgs) with
+// the picked jobs, still locked, in pr.picked. It reports whether
+// anything was picked (if not, nothing stays locked).
+func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *KernelProfile, params []byte, grid int) bool {
+	occ := i.pad.occ
+	rt := PadRT{Grid: grid, Occupancy: min(max(kp.Occupancy, 1), occ),
+		RemainingNs: kp.KernelNs * float64(grid) / float64(kp.Grid)}
+	if PadRTSMs(rt, pr.sms) >= pr.sms {
+		return false
+	}
+	pr.cands, pr.held = pr.cands[:0], pr.held[:0]
+	for _, j := range pr.jobs() {
+		if len(pr.held) == 4*PadMaxBE {
+			break
+		}
+		h, c, ok := holdJob(i, j, occ)
+		if !ok {
+			continue
+		}
+		pr.held = append(pr.held, h)
+		pr.cands = append(pr.cands, c)
+	}
+	pr.picks = PadSelect(rt, pr.sms, pr.cands, pr.picks)
+	var picked [4 * PadMaxBE]bool
+	for _, pk := range pr.picks {
+		picked[pk.Cand] = true
+	}
+	// pr.picked follows the candidates' order, which is the picks' order
+	// (PadSelect picks in candidate order)
+	pr.picked = pr.picked[:0]
+	for c, h := range pr.held {
+		if picked[c] {
+			pr.picked = append(pr.picked, h)
+		} else {
+			h.j.Inst.mu.Unlock()
+		}
+	}
+	if len(pr.picks) == 0 {
+		return false
+	}
+	// the launch: RT kernel k on SMs [0, rtSMs), the picks on theirs
+	pr.rtArgs.Decode(params[16:])
+	ep := p.pr.p
+	_, rtHi := i.pad.smRange(0, PadRTSMs(rt, pr.sms))
+	pr.ctl = PadCtl{RTOp: Op(ep.Kernels[k].Op), RTGrid: uint32(grid), RTSMs: rtHi, BE: pr.ctl.BE[:0]}
+	for n, pk := range pr.picks {
+		h := pr.picked[n]
+		at := h.j.At
+		var a Args
+		a.Decode(h.p.launches[at.Kernel].params[16:])
+		a.T[TBase] += int64(at.Block)
+		lo, hi := i.pad.smRange(pk.SMLo, pk.SMHi)
+		pr.ctl.BE = append(pr.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
+			State: h.j.Inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Cand].Grid),
+			SMLo: lo, SMHi: hi})
+	}
+	return true
 }
 
 // holdJob locks j's instance (unless busy, another backend's, this one,
