@@ -789,8 +789,14 @@ func TestPriorityStream(t *testing.T) {
 		ea := a.ExecIndex()
 		b.Sync()
 		a.Sync()
-		if ea > nk-20 && try < 5 {
-			continue // this goroutine was held up: a is nearly done
+		if ea > nk-20 {
+			// This goroutine was held up (a loaded machine): a is nearly
+			// done, and the order says nothing. Try again; a machine
+			// that never lets the push in time cannot run the check.
+			if try < 20 {
+				continue
+			}
+			t.Skipf("the pushing goroutine was held up in %d tries (normal stream at kernel %d of %d when the priority kernel was pushed)", try+1, ea, nk)
 		}
 		// b's kernel starts after a's running block, not after a's
 		// remaining kernels
