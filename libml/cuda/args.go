@@ -97,8 +97,10 @@ const (
 	// ElemsPerBlock is the output elements per block of the elementwise
 	// kernels.
 	ElemsPerBlock = 1024
-	// Tile is the GEMM and convolution output tile (Tile x Tile).
-	Tile = 64
+	// Tile is the GEMM and convolution output tile (Tile x Tile) of
+	// their default version (0); SmallTile is that of version 1.
+	Tile      = 64
+	SmallTile = 32
 )
 
 // Shared slots of Args.P, Args.F and Args.T.
@@ -111,6 +113,9 @@ const (
 	// TBase is the T slot of the first block: a launch of g blocks runs
 	// blocks T[TBase] .. T[TBase]+g-1 of the kernel's grid.
 	TBase = 7
+	// TVersion is the T slot of a multi-version kernel's version
+	// (PlanVersion): GEMM and CONV read their output tile from it.
+	TVersion = 2
 )
 
 // Args is sg_args: an operator kernel's arguments. Out, In and Aux are

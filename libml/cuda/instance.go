@@ -106,10 +106,26 @@ func (l *lane) close() error {
 	return errors.Join(errs...)
 }
 
-// kplan is a program's kernels planned over this instance's memory.
+// kplan is a program's kernels planned over this instance's memory:
+// launches in their default version (0), and vers[k], for a kernel with
+// several versions, every version of kernel k (vers[k][0] is
+// launches[k]); nil for a kernel with one.
 type kplan struct {
 	pr       *program
 	launches []launchRec
+	vers     [][]launchRec
+}
+
+// launch is kernel k's launch in version v (0: launches[k]); nil when the
+// kernel has no such version.
+func (p *kplan) launch(k, v int) *launchRec {
+	if v == 0 {
+		return &p.launches[k]
+	}
+	if v < 0 || v >= len(p.vers[k]) {
+		return nil
+	}
+	return &p.vers[k][v]
 }
 
 // launchRec is one kernel launch: grid 0 for a kernel with nothing to
@@ -395,7 +411,7 @@ func (i *Instance) materialize(pr *program) (*kplan, error) {
 		}
 		return 0
 	}
-	p := &kplan{pr: pr, launches: make([]launchRec, len(ep.Kernels))}
+	p := &kplan{pr: pr, launches: make([]launchRec, len(ep.Kernels)), vers: make([][]launchRec, len(ep.Kernels))}
 	for k := range ep.Kernels {
 		kk := &ep.Kernels[k]
 		if kk.Op == engine.OpNop {
@@ -405,11 +421,24 @@ func (i *Instance) materialize(pr *program) (*kplan, error) {
 		for j := range kk.In {
 			a.In[j] = addr(kk.In[j])
 		}
+		base := a
 		l, err := Plan(Op(kk.Op), &a)
 		if err != nil {
 			return nil, fmt.Errorf("kernel %d (%s %s): %w", k, kk.Ops, kk.Name, err)
 		}
 		p.launches[k] = launchRec{kernel: l.Kernel, grid: l.Grid, params: Pack(i.state, int64(k), &a)}
+		if nv := Versions(Op(kk.Op)); nv > 1 {
+			p.vers[k] = make([]launchRec, nv)
+			p.vers[k][0] = p.launches[k]
+			for v := 1; v < nv; v++ {
+				av := base
+				lv, err := PlanVersion(Op(kk.Op), &av, v)
+				if err != nil {
+					return nil, fmt.Errorf("kernel %d (%s %s) version %d: %w", k, kk.Ops, kk.Name, v, err)
+				}
+				p.vers[k][v] = launchRec{kernel: lv.Kernel, grid: lv.Grid, params: Pack(i.state, int64(k), &av)}
+			}
+		}
 	}
 	return p, nil
 }
@@ -563,6 +592,10 @@ func (i *Instance) run(p *kplan, at ResumePoint, out *readBack, pad *padRun) (pr
 			break
 		}
 		l := &p.launches[next]
+		if next == start && at.Block > 0 {
+			// a kernel padding started: it finishes in its version
+			l = p.launch(next, at.Version)
+		}
 		params, grid := l.params, l.grid
 		if next == start && at.Block > 0 {
 			if at.Block >= grid {
@@ -768,12 +801,16 @@ func (i *Instance) Run(batch, start int) (preempted bool, resume int, err error)
 // ResumePoint is where a job's next run starts: kernel Kernel, from its
 // block Block (blocks before it have run: dynamic kernel padding ran
 // them inside another instance's padded launches, see RunPadded).
+// Version is the version (PlanVersion) whose blocks those were: a kernel
+// padding started in a version is finished in that version, since the
+// versions' blocks tile the output differently. It is 0 when Block is 0.
 type ResumePoint struct {
-	Kernel, Block int
+	Kernel, Block, Version int
 }
 
 // RunFrom is Run from a resume point: kernel at.Kernel from its block
-// at.Block. A preempted run resumes from a kernel (Block 0).
+// at.Block of version at.Version (its later kernels in version 0). A
+// preempted run resumes from a kernel (Block 0).
 func (i *Instance) RunFrom(batch int, at ResumePoint) (preempted bool, resume int, err error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -782,7 +819,9 @@ func (i *Instance) RunFrom(batch int, at ResumePoint) (preempted bool, resume in
 		return false, 0, fmt.Errorf("cuda: RunFrom: %w", err)
 	}
 	if at.Kernel < 0 || at.Kernel > len(p.launches) || at.Block < 0 ||
-		(at.Block > 0 && (at.Kernel == len(p.launches) || at.Block > p.launches[at.Kernel].grid)) {
+		(at.Block == 0 && at.Version != 0) ||
+		(at.Block > 0 && (at.Kernel == len(p.launches) || p.launch(at.Kernel, at.Version) == nil ||
+			at.Block > p.launch(at.Kernel, at.Version).grid)) {
 		return false, 0, fmt.Errorf("cuda: RunFrom: resume point %+v outside the plan", at)
 	}
 	preempted, resume, err = i.run(p, at, nil, nil)

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -25,9 +26,13 @@ import (
 // Where the ring saw no block, the block time is the kernel time over its
 // waves (ceil(grid / (occupancy x SMs))).
 //
-// One version per kernel: our kernels have one fixed tiling each (Plan),
-// so REEF's multi-version kernels (§5.3) and their dominance pruning have
-// nothing to choose from here.
+// Multi-version kernels (REEF §5.3): a kernel with several versions
+// (PlanVersion: GEMM and CONV in a 64 x 64 and a 32 x 32 output tile) is
+// profiled in every version, one entry each (Version). A version
+// dominated by another version of the same kernel (Dominates: no worse
+// in kernel time, block time, block count and occupancy, better in one)
+// is marked Dominated and is never a padding candidate; the padding
+// selector picks, among the others, the fastest that fits (PadVersion).
 
 // KernelProfile is one kernel's profile.
 type KernelProfile struct {
@@ -36,6 +41,10 @@ type KernelProfile struct {
 	Index  int    `json:"index"`
 	Kernel string `json:"kernel"`
 	Op     string `json:"op,omitempty"`
+	// Version is the kernel version profiled (PlanVersion); Dominated
+	// says another version of the kernel dominates it (PruneDominated).
+	Version   int  `json:"version,omitempty"`
+	Dominated bool `json:"dominated,omitempty"`
 	// Grid is its block count, Occupancy its blocks per SM, SMs the SMs
 	// it can fill: min(ceil(Grid / Occupancy), the device's).
 	Grid      int `json:"grid"`
@@ -50,7 +59,9 @@ type KernelProfile struct {
 }
 
 // ModelProfile is a model's kernel profile at one batch size. Kernels
-// has one entry per engine kernel that launches (grid > 0), in order.
+// has one entry per version of each engine kernel that launches
+// (grid > 0), in order of index, then version; version 0 (the plan's)
+// is always there.
 type ModelProfile struct {
 	Model string `json:"model"`
 	Batch int    `json:"batch"`
@@ -116,12 +127,65 @@ func (mp *ModelProfile) check() error {
 		return fmt.Errorf("model %q: %d SMs, batch %d", mp.Model, mp.SMs, mp.Batch)
 	}
 	for k, kp := range mp.Kernels {
-		if kp.Grid < 1 || kp.Occupancy < 0 || kp.KernelNs < 0 || kp.BlockNs < 0 ||
-			(k > 0 && kp.Index <= mp.Kernels[k-1].Index) {
+		if kp.Grid < 1 || kp.Occupancy < 0 || kp.KernelNs < 0 || kp.BlockNs < 0 || kp.Version < 0 ||
+			(k > 0 && kp.Index < mp.Kernels[k-1].Index) ||
+			(k > 0 && kp.Index == mp.Kernels[k-1].Index && kp.Version <= mp.Kernels[k-1].Version) {
 			return fmt.Errorf("model %q: kernel entry %d: %+v", mp.Model, k, kp)
 		}
 	}
 	return nil
+}
+
+// Dominates reports whether kernel version a dominates version b of the
+// same kernel (REEF §5.3, offline kernel pruning): a is no worse in every
+// respect the profile records (kernel time, block time, block count, and
+// occupancy, which stands for register and shared memory use: more blocks
+// per SM is less of both; every kernel has the same block size) and
+// better in at least one.
+func Dominates(a, b *KernelProfile) bool {
+	if a.KernelNs > b.KernelNs || a.BlockNs > b.BlockNs || a.Grid > b.Grid || a.Occupancy < b.Occupancy {
+		return false
+	}
+	return a.KernelNs < b.KernelNs || a.BlockNs < b.BlockNs || a.Grid < b.Grid || a.Occupancy > b.Occupancy
+}
+
+// sameCost reports whether two versions are equal in everything
+// Dominates compares.
+func sameCost(a, b *KernelProfile) bool {
+	return a.KernelNs == b.KernelNs && a.BlockNs == b.BlockNs && a.Grid == b.Grid && a.Occupancy == b.Occupancy
+}
+
+// dominated reports whether version vs[k] is pruned among its kernel's
+// versions vs: another dominates it, or an earlier one costs the same
+// (of equal versions the first is kept).
+func dominated(vs []*KernelProfile, k int) bool {
+	for j, o := range vs {
+		if j != k && o != nil && (Dominates(o, vs[k]) || (j < k && sameCost(o, vs[k]))) {
+			return true
+		}
+	}
+	return false
+}
+
+// PruneDominated sets Dominated on every kernel version of mp that
+// another version of the same kernel dominates (Dominates), or that an
+// earlier version equals in cost, and clears it on the others. The
+// entries must be in order (index, then version).
+func (mp *ModelProfile) PruneDominated() {
+	for lo := 0; lo < len(mp.Kernels); {
+		hi := lo + 1
+		for hi < len(mp.Kernels) && mp.Kernels[hi].Index == mp.Kernels[lo].Index {
+			hi++
+		}
+		vs := make([]*KernelProfile, hi-lo)
+		for k := range vs {
+			vs[k] = &mp.Kernels[lo+k]
+		}
+		for k := range vs {
+			vs[k].Dominated = dominated(vs, k)
+		}
+		lo = hi
+	}
 }
 
 // occupancyCtx is a context that knows its kernels' occupancy: the
@@ -154,9 +218,10 @@ const DefaultProfileReps = 20
 
 // ProfileKernels measures the kernel profile of the instance's plan for
 // batch (inputs zero; the arena's contents are overwritten, so set the
-// input again before the next run): reps launches per kernel for its time
-// (0: DefaultProfileReps), then one launch with the trace ring on for its
-// block time. The instance must not be running.
+// input again before the next run): for every version of every kernel,
+// reps launches for its time (0: DefaultProfileReps), then one launch with
+// the trace ring on for its block time; then it marks the dominated
+// versions (PruneDominated). The instance must not be running.
 func (i *Instance) ProfileKernels(batch, reps int) (*ModelProfile, error) {
 	if reps <= 0 {
 		reps = DefaultProfileReps
@@ -184,8 +249,7 @@ func (i *Instance) profile(batch, reps int) (*ModelProfile, error) {
 	if len(ln.ev) < 2 {
 		return nil, errors.New("a device window of 2 or more events is needed")
 	}
-	e0, e1 := ln.ev[0], ln.ev[1]
-	if _, ok := e1.(timedEvent); ok {
+	if _, ok := ln.ev[1].(timedEvent); ok {
 		mp.Timing = "events"
 	}
 	// zero input, then one run so every kernel reads the values it would
@@ -204,6 +268,11 @@ func (i *Instance) profile(batch, reps int) (*ModelProfile, error) {
 	maxGrid := 0
 	for _, l := range p.launches {
 		maxGrid = max(maxGrid, l.grid)
+	}
+	for _, vs := range p.vers {
+		for _, l := range vs {
+			maxGrid = max(maxGrid, l.grid)
+		}
 	}
 	slots := 1
 	for slots < 2*maxGrid && slots < 1<<20 {
@@ -228,64 +297,83 @@ func (i *Instance) profile(batch, reps int) (*ModelProfile, error) {
 	}()
 	words := make([]byte, 8*slots)
 	for k := range p.launches {
-		l := &p.launches[k]
-		if l.grid == 0 {
+		if p.launches[k].grid == 0 {
 			continue
 		}
-		kp := KernelProfile{Index: k, Kernel: l.kernel, Op: ep.Kernels[k].Ops, Grid: l.grid}
-		if kp.Occupancy, err = kernelOccupancy(ln.ctx, l.kernel); err != nil {
-			return nil, err
-		}
-		if kp.Occupancy > 0 {
-			kp.SMs = min((l.grid+kp.Occupancy-1)/kp.Occupancy, sms)
-		}
-		// kernel time
-		t0 := time.Now()
-		if err := e0.Record(ln.s); err != nil {
-			return nil, err
-		}
-		for r := 0; r < reps; r++ {
-			if err := ln.s.Launch(l.kernel, l.grid, l.params); err != nil {
-				return nil, fmt.Errorf("kernel %d: %w", k, err)
-			}
-		}
-		if err := e1.Record(ln.s); err != nil {
-			return nil, err
-		}
-		if err := ln.s.Sync(); err != nil {
-			return nil, fmt.Errorf("kernel %d: %w", k, err)
-		}
-		kp.KernelNs = float64(time.Since(t0).Nanoseconds()) / float64(reps)
-		if te, ok := e1.(timedEvent); ok {
-			ns, err := te.elapsedNs(e0)
+		for v := 0; v < max(len(p.vers[k]), 1); v++ {
+			kp, err := i.profileOne(p, k, v, reps, ring, words)
 			if err != nil {
-				return nil, fmt.Errorf("kernel %d: %w", k, err)
+				return nil, err
 			}
-			kp.KernelNs = ns / float64(reps)
+			mp.Kernels = append(mp.Kernels, kp)
 		}
-		// block time: one traced launch
-		ring.Put(0, words[:8*slots])
-		if err := i.b.dev.Write(i.state+StateRingHead, make([]byte, 8)); err != nil {
-			return nil, err
-		}
-		if err := ln.s.Launch(l.kernel, l.grid, l.params); err != nil {
-			return nil, fmt.Errorf("kernel %d: %w", k, err)
-		}
-		if err := ln.s.Sync(); err != nil {
-			return nil, fmt.Errorf("kernel %d: %w", k, err)
-		}
-		ring.Get(0, words[:8*slots])
-		spans := blockSpans(words[:8*slots], k)
-		if kp.RingBlocks = len(spans); len(spans) > 0 {
-			slices.Sort(spans)
-			kp.BlockNs = pctF(spans, 90)
-		} else if kp.Occupancy > 0 {
-			waves := (l.grid + kp.Occupancy*sms - 1) / (kp.Occupancy * sms)
-			kp.BlockNs = kp.KernelNs / float64(waves)
-		}
-		mp.Kernels = append(mp.Kernels, kp)
 	}
+	mp.PruneDominated()
 	return mp, nil
+}
+
+// profileOne measures version v of kernel k (profile's loop body): its
+// kernel time over reps launches, its block time from one launch traced
+// into ring (words is the ring's size of scratch).
+func (i *Instance) profileOne(p *kplan, k, v, reps int, ring pinned, words []byte) (KernelProfile, error) {
+	ln := i.ln
+	sms := ln.ctx.SMs()
+	e0, e1 := ln.ev[0], ln.ev[1]
+	slots := len(words) / 8
+	l := p.launch(k, v)
+	kp := KernelProfile{Index: k, Kernel: l.kernel, Op: p.pr.p.Kernels[k].Ops, Version: v, Grid: l.grid}
+	var err error
+	if kp.Occupancy, err = kernelOccupancy(ln.ctx, l.kernel); err != nil {
+		return kp, err
+	}
+	if kp.Occupancy > 0 {
+		kp.SMs = min((l.grid+kp.Occupancy-1)/kp.Occupancy, sms)
+	}
+	// kernel time
+	t0 := time.Now()
+	if err := e0.Record(ln.s); err != nil {
+		return kp, err
+	}
+	for r := 0; r < reps; r++ {
+		if err := ln.s.Launch(l.kernel, l.grid, l.params); err != nil {
+			return kp, fmt.Errorf("kernel %d version %d: %w", k, v, err)
+		}
+	}
+	if err := e1.Record(ln.s); err != nil {
+		return kp, err
+	}
+	if err := ln.s.Sync(); err != nil {
+		return kp, fmt.Errorf("kernel %d version %d: %w", k, v, err)
+	}
+	kp.KernelNs = float64(time.Since(t0).Nanoseconds()) / float64(reps)
+	if te, ok := e1.(timedEvent); ok {
+		ns, err := te.elapsedNs(e0)
+		if err != nil {
+			return kp, fmt.Errorf("kernel %d version %d: %w", k, v, err)
+		}
+		kp.KernelNs = ns / float64(reps)
+	}
+	// block time: one traced launch
+	ring.Put(0, words[:8*slots])
+	if err := i.b.dev.Write(i.state+StateRingHead, make([]byte, 8)); err != nil {
+		return kp, err
+	}
+	if err := ln.s.Launch(l.kernel, l.grid, l.params); err != nil {
+		return kp, fmt.Errorf("kernel %d version %d: %w", k, v, err)
+	}
+	if err := ln.s.Sync(); err != nil {
+		return kp, fmt.Errorf("kernel %d version %d: %w", k, v, err)
+	}
+	ring.Get(0, words[:8*slots])
+	spans := blockSpans(words[:8*slots], k)
+	if kp.RingBlocks = len(spans); len(spans) > 0 {
+		slices.Sort(spans)
+		kp.BlockNs = pctF(spans, 90)
+	} else if kp.Occupancy > 0 {
+		waves := (l.grid + kp.Occupancy*sms - 1) / (kp.Occupancy * sms)
+		kp.BlockNs = kp.KernelNs / float64(waves)
+	}
+	return kp, nil
 }
 
 // blockSpans pairs a trace ring's start and end events of execution index
@@ -324,8 +412,11 @@ func blockSpans(words []byte, exec int) []float64 {
 
 // SetKernelProfile installs a kernel profile for the model's plan at its
 // batch size, for padded runs (RunPadded) of every instance of the model:
-// it must have the plan's kernels (same indices and grids) and the
-// instance's SM count.
+// it must have the plan's kernels (same indices, versions and grids;
+// version 0 of every kernel, other versions optional) and the instance's
+// SM count. Dominance is worked out again here (the Dominated flags
+// of mp are not read): the undominated versions of each kernel are its
+// padding candidates.
 func (i *Instance) SetKernelProfile(mp *ModelProfile) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -339,40 +430,71 @@ func (i *Instance) SetKernelProfile(mp *ModelProfile) error {
 	if sms := i.ln.ctx.SMs(); mp.SMs != sms {
 		return fmt.Errorf("cuda: SetKernelProfile %q: profiled on %d SMs, the instance has %d", i.m.name, mp.SMs, sms)
 	}
-	byIdx, err := profileIndex(p, mp)
+	kp, err := profileIndex(p, mp)
 	if err != nil {
 		return fmt.Errorf("cuda: SetKernelProfile %q batch %d: %w", i.m.name, mp.Batch, err)
 	}
 	i.m.mu.Lock()
-	p.pr.prof = &kprof{mp: mp, byIdx: byIdx}
+	p.pr.prof = kp
 	i.m.mu.Unlock()
 	return nil
 }
 
-// kprof is an installed profile: the profile of each engine kernel by
-// index (nil: nothing to launch).
+// kprof is an installed profile: per engine kernel by index, version 0's
+// profile (byIdx; nil: nothing to launch), every version's (vers[k][v];
+// nil where not profiled) and the padding candidates (cands[k]: the
+// profiled versions no other version dominates, shortest kernel time
+// first).
 type kprof struct {
 	mp    *ModelProfile
 	byIdx []*KernelProfile
+	vers  [][]*KernelProfile
+	cands [][]*KernelProfile
 }
 
-// profileIndex maps a profile onto a plan's kernels.
-func profileIndex(p *kplan, mp *ModelProfile) ([]*KernelProfile, error) {
-	byIdx := make([]*KernelProfile, len(p.launches))
-	for k := range mp.Kernels {
-		kp := &mp.Kernels[k]
-		if kp.Index < 0 || kp.Index >= len(p.launches) {
-			return nil, fmt.Errorf("profiled kernel %d outside the plan's %d", kp.Index, len(p.launches))
+// version is kernel k's profile in version v, or nil.
+func (kp *kprof) version(k, v int) *KernelProfile {
+	if v < 0 || v >= len(kp.vers[k]) {
+		return nil
+	}
+	return kp.vers[k][v]
+}
+
+// profileIndex maps a profile onto a plan's kernels and versions.
+func profileIndex(p *kplan, mp *ModelProfile) (*kprof, error) {
+	n := len(p.launches)
+	kp := &kprof{mp: mp, byIdx: make([]*KernelProfile, n), vers: make([][]*KernelProfile, n), cands: make([][]*KernelProfile, n)}
+	for k := range kp.vers {
+		kp.vers[k] = make([]*KernelProfile, max(len(p.vers[k]), 1))
+	}
+	for e := range mp.Kernels {
+		kv := &mp.Kernels[e]
+		if kv.Index < 0 || kv.Index >= n {
+			return nil, fmt.Errorf("profiled kernel %d outside the plan's %d", kv.Index, n)
 		}
-		if l := p.launches[kp.Index]; l.grid != kp.Grid || l.kernel != kp.Kernel {
-			return nil, fmt.Errorf("kernel %d: profiled %s x %d, planned %s x %d", kp.Index, kp.Kernel, kp.Grid, l.kernel, l.grid)
+		l := p.launch(kv.Index, kv.Version)
+		if l == nil {
+			return nil, fmt.Errorf("kernel %d: profiled version %d, the plan has %d", kv.Index, kv.Version, len(kp.vers[kv.Index]))
 		}
-		byIdx[kp.Index] = kp
+		if l.grid != kv.Grid || l.kernel != kv.Kernel {
+			return nil, fmt.Errorf("kernel %d version %d: profiled %s x %d, planned %s x %d", kv.Index, kv.Version, kv.Kernel, kv.Grid, l.kernel, l.grid)
+		}
+		kp.vers[kv.Index][kv.Version] = kv
 	}
 	for k, l := range p.launches {
-		if l.grid > 0 && byIdx[k] == nil {
+		kp.byIdx[k] = kp.vers[k][0]
+		if l.grid > 0 && kp.byIdx[k] == nil {
 			return nil, fmt.Errorf("kernel %d (%s) not profiled", k, l.kernel)
 		}
+		vs := kp.vers[k]
+		for v := range vs {
+			if vs[v] != nil && !dominated(vs, v) {
+				kp.cands[k] = append(kp.cands[k], vs[v])
+			}
+		}
+		slices.SortStableFunc(kp.cands[k], func(a, b *KernelProfile) int {
+			return cmp.Compare(a.KernelNs, b.KernelNs)
+		})
 	}
-	return byIdx, nil
+	return kp, nil
 }

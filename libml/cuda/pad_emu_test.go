@@ -47,21 +47,32 @@ func TestKernelProfileEmu(t *testing.T) {
 		t.Fatal(err)
 	}
 	ls, _ := inst.Launches(2)
-	var planned []int
+	p, err := inst.planFor(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// every version of every launching kernel, in order
+	type kver struct{ k, v int }
+	var planned []kver
+	kernels, versions := 0, 0
 	for k, l := range ls {
 		if l.Grid > 0 {
-			planned = append(planned, k)
+			kernels++
+			for v := 0; v < max(len(p.vers[k]), 1); v++ {
+				planned = append(planned, kver{k, v})
+				versions += min(v, 1)
+			}
 		}
 	}
-	if len(mp.Kernels) != len(planned) || len(planned) < 5 || mp.SMs != emuSMs || mp.PadOccupancy != 3 || mp.Timing != "host" || mp.Batch != 2 {
-		t.Fatalf("profile: %d kernels (plan %d), SMs %d, pad occupancy %d, timing %s, batch %d",
-			len(mp.Kernels), len(planned), mp.SMs, mp.PadOccupancy, mp.Timing, mp.Batch)
+	if len(mp.Kernels) != len(planned) || kernels < 5 || versions == 0 || mp.SMs != emuSMs || mp.PadOccupancy != 3 || mp.Timing != "host" || mp.Batch != 2 {
+		t.Fatalf("profile: %d entries (plan %d: %d kernels, %d other versions), SMs %d, pad occupancy %d, timing %s, batch %d",
+			len(mp.Kernels), len(planned), kernels, versions, mp.SMs, mp.PadOccupancy, mp.Timing, mp.Batch)
 	}
 	for n, kp := range mp.Kernels {
-		l := ls[planned[n]]
-		if kp.Index != planned[n] || kp.Grid != l.Grid || kp.Kernel != l.Kernel || kp.Occupancy != 3 ||
-			kp.SMs != min((l.Grid+2)/3, emuSMs) || kp.KernelNs <= 0 || kp.RingBlocks != l.Grid || kp.BlockNs < 0 {
-			t.Errorf("kernel %d: %+v (planned %s x %d)", n, kp, l.Kernel, l.Grid)
+		l := p.launch(planned[n].k, planned[n].v)
+		if kp.Index != planned[n].k || kp.Version != planned[n].v || kp.Grid != l.grid || kp.Kernel != l.kernel || kp.Occupancy != 3 ||
+			kp.SMs != min((l.grid+2)/3, emuSMs) || kp.KernelNs <= 0 || kp.RingBlocks != l.grid || kp.BlockNs < 0 {
+			t.Errorf("entry %d: %+v (planned %s x %d, version %d)", n, kp, l.kernel, l.grid, planned[n].v)
 		}
 	}
 	var buf bytes.Buffer
@@ -86,9 +97,20 @@ func TestKernelProfileEmu(t *testing.T) {
 	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "profiled") {
 		t.Errorf("a profile with a wrong grid: %v", err)
 	}
-	bad.Kernels = got.Kernels[:len(got.Kernels)-1]
+	// other versions are optional, version 0 is not
+	last0 := slices.IndexFunc(got.Kernels, func(kp KernelProfile) bool { return kp.Index == planned[len(planned)-1].k })
+	bad.Kernels = slices.Delete(slices.Clone(got.Kernels), last0+1, len(got.Kernels))
+	if err := inst.SetKernelProfile(&bad); err != nil {
+		t.Errorf("a profile without the last kernel's other versions: %v", err)
+	}
+	bad.Kernels = slices.Delete(slices.Clone(got.Kernels), last0, len(got.Kernels))
 	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "not profiled") {
 		t.Errorf("a profile missing a kernel: %v", err)
+	}
+	bad.Kernels = slices.Clone(got.Kernels)
+	bad.Kernels[len(bad.Kernels)-1].Version = 7
+	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "version 7") {
+		t.Errorf("a profile of a version the plan lacks: %v", err)
 	}
 	bad.Kernels, bad.SMs = got.Kernels, emuSMs+1
 	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "SMs") {

@@ -202,11 +202,13 @@ type padRun struct {
 	picks []PadPick
 }
 
-// padHeld is a BE job the run holds (its instance locked) for a launch.
+// padHeld is a BE job the run holds (its instance locked) for a launch,
+// with the version its next kernel runs in.
 type padHeld struct {
 	j    *PadJob
 	p    *kplan
 	prof *kprof
+	ver  int
 }
 
 func (pr *padRun) init(i *Instance, p *kplan) error {
@@ -313,7 +315,7 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *KernelProfile, params
 		if len(pr.held) == 4*PadMaxBE {
 			break
 		}
-		h, c, ok := holdJob(i, j, occ)
+		h, c, ok := holdJob(i, j, rt, pr.sms, occ)
 		if !ok {
 			continue
 		}
@@ -347,7 +349,7 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *KernelProfile, params
 		h := pr.picked[n]
 		at := h.j.At
 		var a Args
-		a.Decode(h.p.launches[at.Kernel].params[16:])
+		a.Decode(h.p.launch(at.Kernel, h.ver).params[16:])
 		a.T[TBase] += int64(at.Block)
 		lo, hi := i.pad.smRange(pk.SMLo, pk.SMHi)
 		pr.ctl.BE = append(pr.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
@@ -358,8 +360,11 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *KernelProfile, params
 }
 
 // holdJob locks j's instance (unless busy, another backend's, this one,
-// unprofiled or done) and returns it with its next kernel as a candidate.
-func holdJob(i *Instance, j *PadJob, occ int) (padHeld, PadCand, bool) {
+// unprofiled or done) and returns it with its next kernel as a candidate
+// to pad rt on sms SMs: in the version it started in, or, when it has not
+// started, in the version PadVersion chooses among its candidates (none
+// fitting: no candidate).
+func holdJob(i *Instance, j *PadJob, rt PadRT, sms, occ int) (padHeld, PadCand, bool) {
 	be := j.Inst
 	if be == nil || be == i || be.b != i.b || !be.mu.TryLock() {
 		return padHeld{}, PadCand{}, false
@@ -376,18 +381,40 @@ func holdJob(i *Instance, j *PadJob, occ int) (padHeld, PadCand, bool) {
 	for j.At.Kernel < len(p.launches) && j.At.Block == 0 && p.launches[j.At.Kernel].grid == 0 {
 		j.At.Kernel++
 	}
-	if prof == nil || j.At.Kernel >= len(p.launches) || j.At.Block >= p.launches[j.At.Kernel].grid {
+	if j.At.Block == 0 {
+		j.At.Version = 0
+	}
+	k := j.At.Kernel
+	if prof == nil || k >= len(p.launches) {
 		be.mu.Unlock()
 		return padHeld{}, PadCand{}, false
 	}
-	kp := prof.byIdx[j.At.Kernel]
-	if kp == nil {
+	var kp *KernelProfile
+	if j.At.Block > 0 {
+		kp = prof.version(k, j.At.Version)
+	} else {
+		var vs [maxVersions]PadCand
+		n := 0
+		for _, v := range prof.cands[k] {
+			if n < maxVersions {
+				vs[n] = PadCand{Grid: v.Grid, Occupancy: min(v.Occupancy, occ), BlockNs: v.BlockNs, KernelNs: v.KernelNs}
+				n++
+			}
+		}
+		if c := PadVersion(rt, sms, vs[:n]); c >= 0 {
+			kp = prof.cands[k][c]
+		}
+	}
+	if kp == nil || j.At.Block >= kp.Grid {
 		be.mu.Unlock()
 		return padHeld{}, PadCand{}, false
 	}
-	c := PadCand{Grid: p.launches[j.At.Kernel].grid - j.At.Block, Occupancy: min(kp.Occupancy, occ), BlockNs: kp.BlockNs}
-	return padHeld{j: j, p: p, prof: prof}, c, true
+	c := PadCand{Grid: kp.Grid - j.At.Block, Occupancy: min(kp.Occupancy, occ), BlockNs: kp.BlockNs, KernelNs: kp.KernelNs}
+	return padHeld{j: j, p: p, prof: prof, ver: kp.Version}, c, true
 }
+
+// maxVersions bounds the versions of a kernel (Versions).
+const maxVersions = 4
 
 // unhold releases the jobs of a padded launch that did not happen.
 func (pr *padRun) unhold() {
@@ -418,9 +445,16 @@ func (pr *padRun) finish() {
 			j.At = ResumePoint{Kernel: h.p.pr.p.IdemEntry[j.At.Kernel]}
 		} else {
 			j.At.Block += int(res.Resume[n+1])
-			if j.At.Block >= h.p.launches[j.At.Kernel].grid {
+			switch {
+			case j.At.Block >= h.p.launch(j.At.Kernel, h.ver).grid:
 				j.At = ResumePoint{Kernel: j.At.Kernel + 1}
 				j.Kernels++
+			case j.At.Block > 0:
+				// started in h.ver: the job finishes it in that version
+				j.At.Version = h.ver
+			default:
+				// nothing to resume from: any version may (re)start it
+				j.At.Version = 0
 			}
 		}
 		j.Inst.mu.Unlock()
@@ -456,3 +490,6 @@ func rebase(params []byte, block int) []byte {
 	le.PutUint64(out[offParamsBase:], le.Uint64(out[offParamsBase:])+uint64(block))
 	return out
 }
+
+// every kernel's versions fit holdJob's scratch
+var _ [maxVersions - len(versionTiles)]struct{}

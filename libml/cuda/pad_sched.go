@@ -22,6 +22,10 @@ package cuda
 //     occupancy the RT kernel gets under padding is sg_pad's whatever the
 //     BE kernels are; callers pass min(kernel's, sg_pad's) occupancy.)
 //
+// A kernel with several versions (PlanVersion) is one candidate: the
+// version PadVersion chooses when the kernel has not started, the one it
+// started in otherwise (a kernel is finished in its version).
+//
 // Candidates are taken in the order given (the caller's fairness: a
 // round-robin over its BE queues) until PadMaxBE are picked or the free
 // SMs run out. A picked kernel gets as many SMs as it needs to run all
@@ -39,12 +43,42 @@ type PadRT struct {
 	RemainingNs float64
 }
 
-// PadCand is a suspended best-effort job's next kernel.
+// PadCand is a suspended best-effort job's next kernel (in one version).
 type PadCand struct {
 	// Grid is the blocks it has left, Occupancy its blocks per SM in the
 	// padded launch, BlockNs its profiled block time.
 	Grid, Occupancy int
 	BlockNs         float64
+	// KernelNs is its profiled kernel time: PadVersion prefers the
+	// shortest (PadSelect does not read it).
+	KernelNs float64
+}
+
+// PadVersion chooses the version a best-effort kernel about to start
+// runs in when it pads rt on a device of sms SMs (REEF §5.3,
+// multi-version kernel selection): among its versions vers (one
+// candidate each, not dominated), the one with the shortest kernel time
+// of those that satisfy both rules: Rule 1, block time below rt's
+// remaining time, and Rule 2, SMs that rt leaves free (which every
+// version needs equally: the occupancy of a padded launch is sg_pad's).
+// A version without blocks, occupancy or block time never qualifies. It
+// returns the index in vers, or -1 when none qualifies; of equal kernel
+// times the first wins. It does not allocate.
+func PadVersion(rt PadRT, sms int, vers []PadCand) int {
+	if PadRTSMs(rt, sms) >= sms || rt.RemainingNs <= 0 {
+		return -1
+	}
+	best := -1
+	for k := range vers {
+		c := &vers[k]
+		if c.Grid <= 0 || c.Occupancy <= 0 || c.BlockNs <= 0 || c.BlockNs >= rt.RemainingNs {
+			continue
+		}
+		if best < 0 || c.KernelNs < vers[best].KernelNs {
+			best = k
+		}
+	}
+	return best
 }
 
 // PadPick is a chosen candidate: Cand indexes the candidates, and its

@@ -12,6 +12,34 @@ type Launch struct {
 	Kernel string
 	// Grid is the number of blocks (Threads threads each).
 	Grid int
+	// Version is the kernel version planned (PlanVersion; 0 by Plan).
+	Version int
+}
+
+// Multi-version kernels (REEF §5.3). GEMM and CONV come in two versions,
+// which differ in their output tile (Args.T[TVersion]; native/cuda/sg_mm.h):
+//
+//	0  Tile x Tile (64 x 64): the default, what Plan chooses
+//	1  SmallTile x SmallTile (32 x 32): about four times the blocks,
+//	   each about a quarter as long
+//
+// Every version computes the same result, bit for bit (each output
+// element sums its products in the same order). Dynamic kernel padding
+// may run a best-effort kernel in version 1 when a 64 x 64 block would
+// outlive the real-time kernel it pads (Rule 1). Every other kernel has
+// one version.
+
+// versionTiles is the output tile of each GEMM / CONV version.
+var versionTiles = [...]int64{Tile, SmallTile}
+
+// Versions is the number of versions of op's kernel (PlanVersion's v is
+// below it): 2 for GEMM and CONV, 1 for every other operation.
+func Versions(op Op) int {
+	switch op {
+	case OpGemm, OpConv:
+		return len(versionTiles)
+	}
+	return 1
 }
 
 // errTooBig: kernels index elements with 32-bit integers.
@@ -27,12 +55,21 @@ func elemGrid(n int64) int64 { return cdiv(n, ElemsPerBlock) }
 // parameters the kernels trust: sizes positive, every tensor below 2^31
 // elements, required pointers set.
 func Plan(op Op, a *Args) (Launch, error) {
+	return PlanVersion(op, a, 0)
+}
+
+// PlanVersion is Plan of version v (0 <= v < Versions(op)) of op's kernel:
+// the same checks, the version's tiling (a.T[TVersion] = v) and grid.
+func PlanVersion(op Op, a *Args, v int) (Launch, error) {
 	name := op.KernelName()
 	if name == "" {
 		return Launch{}, fmt.Errorf("cuda: plan: no kernel for operation %v", op)
 	}
+	if v < 0 || v >= Versions(op) {
+		return Launch{}, fmt.Errorf("cuda: plan %v: version %d outside 0..%d", op, v, Versions(op)-1)
+	}
 	a.T = [NumT]int64{}
-	g, err := plan(op, a)
+	g, err := plan(op, a, v)
 	if err != nil {
 		return Launch{}, fmt.Errorf("cuda: plan %v: %w", op, err)
 	}
@@ -42,7 +79,7 @@ func Plan(op Op, a *Args) (Launch, error) {
 	if a.Out == 0 || a.In[0] == 0 {
 		return Launch{}, fmt.Errorf("cuda: plan %v: output or first input missing", op)
 	}
-	return Launch{Kernel: name, Grid: int(g)}, nil
+	return Launch{Kernel: name, Grid: int(g), Version: v}, nil
 }
 
 // atLeast1 checks that every listed parameter is at least 1.
@@ -71,7 +108,7 @@ func positive(p []int64, idx ...int) (int64, error) {
 	return n, nil
 }
 
-func plan(op Op, a *Args) (int64, error) {
+func plan(op Op, a *Args, v int) (int64, error) {
 	p := a.P[:]
 	switch op {
 	case OpGemm:
@@ -88,11 +125,12 @@ func plan(op Op, a *Args) (int64, error) {
 		if a.In[1] == 0 {
 			return 0, errors.New("B missing")
 		}
-		mt, nt := cdiv(p[0], Tile), cdiv(p[1], Tile)
-		a.T[0], a.T[1] = mt, nt
+		tile := versionTiles[v]
+		mt, nt := cdiv(p[0], tile), cdiv(p[1], tile)
+		a.T[0], a.T[1], a.T[TVersion] = mt, nt, int64(v)
 		return nb * mt * nt, nil
 	case OpConv, OpIm2col, OpDWConv, OpCol2im:
-		return planConv(op, a)
+		return planConv(op, a, v)
 	case OpPool:
 		for i := 0; i <= 16; i++ {
 			if p[i] < 0 {
@@ -235,7 +273,7 @@ func plan(op Op, a *Args) (int64, error) {
 	return 0, fmt.Errorf("unknown operation %d", op)
 }
 
-func planConv(op Op, a *Args) (int64, error) {
+func planConv(op Op, a *Args, v int) (int64, error) {
 	p := a.P[:]
 	for i := 0; i < 16; i++ {
 		if p[i] < 0 && !(op == OpCol2im && (i == 10 || i == 11)) {
@@ -262,8 +300,9 @@ func planConv(op Op, a *Args) (int64, error) {
 		if a.In[1] == 0 {
 			return 0, errors.New("weights missing")
 		}
-		mt, pt := cdiv(Cout/G, Tile), cdiv(ohw, Tile)
-		a.T[0], a.T[1] = mt, pt
+		tile := versionTiles[v]
+		mt, pt := cdiv(Cout/G, tile), cdiv(ohw, tile)
+		a.T[0], a.T[1], a.T[TVersion] = mt, pt, int64(v)
 		return N * G * mt * pt, nil
 	case OpIm2col:
 		kd := C / G * p[6] * p[7]

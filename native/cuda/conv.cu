@@ -15,8 +15,9 @@
  * 4 Cout 5 G 6 KH 7 KW 8 SH 9 SW 10 PT 11 PL 12 DH 13 DW 14 OH 15 OW.
  * act p[31]. IM2COL writes col[N][G][C/G*KH*KW][OH*OW]; COL2IM reads
  * col[N][G][Cout/G*KH*KW][H*W] and writes Y[N][Cout][OH][OW].
- * CONV tiling: t[0] tiles of 64 output channels (per group), t[1] tiles of
- * 64 output positions; grid = N * G * t[0] * t[1]. The others: one
+ * CONV tiling: t[0] tiles of TM output channels (per group), t[1] tiles of
+ * TN output positions, t[2] the version (0: TM = TN = 64, 1: 32, sg_mm.h);
+ * grid = N * G * t[0] * t[1]. The others: one
  * SG_EPB-element chunk of the output per block.
  */
 #include "sg_mm.h"
@@ -50,15 +51,16 @@ SG_DEV sg_conv_geom sg_conv_read(const sg_args &a)
 
 /* The B operand of CONV: col[k][pos] of one image and group, gathered
  * from x (the group's first input channel). Lanes run along pos; each
- * thread's column pos is fixed (e & 63 == tid & 63), so its (oh, ow) is
- * decoded once. */
+ * thread's column pos is fixed (e % TN == tid % TN, TN divides 256), so
+ * its (oh, ow) is decoded once. */
 struct sg_ld_im2col {
 	const float *x;
 	int cols, K, KHW, KW, H, W, DH, DW;
 	int ih0, iw0; /* this thread's column: oh*SH - PT, ow*SW - PL */
+	template <int TN>
 	SG_DEVM void load(int e, int k0, sg_btile &s) const
 	{
-		int n = e & 63, k = e >> 6;
+		int n = e % TN, k = e / TN;
 		int gk = k0 + k;
 		float v = 0.0f;
 		if (n < cols && gk < K) {
@@ -72,7 +74,8 @@ struct sg_ld_im2col {
 	}
 };
 
-SG_DEV void sg_body_conv(const sg_args &a, sg_i64 blk, sg_state *st)
+template <int TM, int TN>
+SG_DEV void sg_conv_tile(const sg_args &a, sg_i64 blk, sg_state *st)
 {
 	sg_conv_geom g = sg_conv_read(a);
 	int Cg = g.C / g.G, Mg = g.Cout / g.G, KHW = g.KH * g.KW, Kd = Cg * KHW;
@@ -82,17 +85,17 @@ SG_DEV void sg_body_conv(const sg_args &a, sg_i64 blk, sg_state *st)
 	int mi = (int)((blk / pt) % mt);
 	int gi = (int)((blk / ((sg_i64)pt * mt)) % g.G);
 	int n = (int)(blk / ((sg_i64)pt * mt * g.G));
-	int m0 = mi * SG_TM, p0 = pi * SG_TN;
+	int m0 = mi * TM, p0 = pi * TN;
 	int oc0 = gi * Mg + m0;
-	sg_ld_a la = {a.in[1] + (sg_i64)oc0 * Kd, SG_MIN(SG_TM, Mg - m0), Kd, Kd, 1};
+	sg_ld_a la = {a.in[1] + (sg_i64)oc0 * Kd, SG_MIN(TM, Mg - m0), Kd, Kd, 1};
 	int t = (int)sg_tid();
-	int pos = p0 + (t & 63);
+	int pos = p0 + t % TN;
 	int oh = pos / g.OW, ow = pos - oh * g.OW;
 	sg_ld_im2col lb = {a.in[0] + ((sg_i64)n * g.C + gi * Cg) * g.H * g.W,
-			   SG_MIN(SG_TN, OHW - p0), Kd, KHW, g.KW, g.H, g.W,
+			   SG_MIN(TN, OHW - p0), Kd, KHW, g.KW, g.H, g.W,
 			   g.DH, g.DW, oh * g.SH - g.PT, ow * g.SW - g.PL};
-	float acc[4][4];
-	if (sg_mm_run(la, lb, Kd, st, acc))
+	float acc[TM / 16][TN / 16];
+	if (sg_mm_run<TM, TN>(la, lb, Kd, st, acc))
 		return;
 	int ty = t >> 4, tx = t & 15;
 	const float *bias = a.in[2], *res = a.in[3];
@@ -100,13 +103,13 @@ SG_DEV void sg_body_conv(const sg_args &a, sg_i64 blk, sg_state *st)
 	float fa = a.f[SGF_ACT_A], fb = a.f[SGF_ACT_B];
 	sg_i64 ybase = ((sg_i64)n * g.Cout + oc0) * OHW + p0;
 #pragma unroll
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < TM / 16; i++) {
 		int m = ty + 16 * i;
 		if (m0 + m >= Mg)
 			continue;
 		float bv = bias ? bias[oc0 + m] : 0.0f;
 #pragma unroll
-		for (int j = 0; j < 4; j++) {
+		for (int j = 0; j < TN / 16; j++) {
 			int q = tx + 16 * j;
 			if (p0 + q >= OHW)
 				continue;
@@ -117,6 +120,14 @@ SG_DEV void sg_body_conv(const sg_args &a, sg_i64 blk, sg_state *st)
 			a.out[o] = sg_act_fast(v, act, fa, fb);
 		}
 	}
+}
+
+SG_DEV void sg_body_conv(const sg_args &a, sg_i64 blk, sg_state *st)
+{
+	if (a.t[SG_T_MMVER] == 1)
+		sg_conv_tile<32, 32>(a, blk, st);
+	else
+		sg_conv_tile<64, 64>(a, blk, st);
 }
 SG_ENTRY(sg_conv, sg_body_conv)
 

@@ -1,14 +1,24 @@
 /*
  * sg_mm.h: the shared-memory tiled matrix product under GEMM and the
- * implicit-GEMM convolution. A block computes a 64 x 64 tile of C from
- * 16-deep slices of A (64 x 16) and B (16 x 64) staged in shared memory;
- * each of the 256 threads accumulates a 4 x 4 sub-tile: rows ty + 16i and
- * columns tx + 16j (ty = tid / 16, tx = tid % 16), so shared-memory reads
- * are broadcasts (A) or consecutive (B) and stores to C are coalesced.
+ * implicit-GEMM convolution. A block computes a TM x TN tile of C from
+ * 16-deep slices of A (TM x 16) and B (16 x TN) staged in shared memory;
+ * each of the 256 threads accumulates a TM/16 x TN/16 sub-tile: rows
+ * ty + 16i and columns tx + 16j (ty = tid / 16, tx = tid % 16), so
+ * shared-memory reads are broadcasts (A) or consecutive (B) and stores to
+ * C are coalesced.
  *
- * Loaders fill the slices: la.load(e, k0, As) and lb.load(e, k0, Bs) for
- * e = tid + 256r, r < 4, each writing one element (zero outside the
- * matrix). The flag is polled once per slice at the loop's second barrier,
+ * Versions (REEF §5.3, multi-version kernels): the tile is a template
+ * parameter, and t[SG_T_MMVER] picks the instance a launch runs:
+ *   0  64 x 64 (the default: fewest blocks, shortest kernel time)
+ *   1  32 x 32 (four times the blocks, each about a quarter as long: a
+ *      BE kernel short enough to pad an RT kernel that a 64 x 64 block
+ *      would outlive)
+ * Every output element sums its K products in the same order in every
+ * version, so the versions' results are bit-identical.
+ *
+ * Loaders fill the slices: la.load<TM>(e, k0, As) and lb.load<TN>(e, k0,
+ * Bs) for e = tid + 256r, r < TM/16 (TN/16), each writing one element
+ * (zero outside the matrix). The flag is polled once per slice at the loop's second barrier,
  * which is there anyway: the check costs one load by thread 0, issued at
  * the top of the iteration so its latency hides behind the arithmetic.
  */
@@ -21,6 +31,9 @@
 #define SG_TN 64
 #define SG_TK 16
 #define SG_TPAD 4 /* row padding: fewer bank conflicts on the loader stores */
+/* the t[] slot of the tile version (GEMM, CONV) */
+#define SG_T_MMVER 2
+#define SG_MM_VERSIONS 2
 
 typedef float sg_atile[SG_TK][SG_TM + SG_TPAD];
 typedef float sg_btile[SG_TK][SG_TN + SG_TPAD];
@@ -38,40 +51,42 @@ SG_DEV sg_mm_smem &sg_mm_shared(void)
 	return s;
 }
 
-template <class LA, class LB>
+template <int TM, int TN, class LA, class LB>
 SG_DEV int sg_mm_run(const LA &la, const LB &lb, int K, sg_state *st,
-		     float acc[4][4])
+		     float acc[TM / 16][TN / 16])
 {
 	sg_atile &As = sg_mm_shared().a;
 	sg_btile &Bs = sg_mm_shared().b;
 	int t = (int)sg_tid();
 	int ty = t >> 4, tx = t & 15;
+	const int RM = TM / 16, RN = TN / 16;
 #pragma unroll
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < RM; i++)
 #pragma unroll
-		for (int j = 0; j < 4; j++)
+		for (int j = 0; j < RN; j++)
 			acc[i][j] = 0.0f;
 	for (int k0 = 0; k0 < K; k0 += SG_TK) {
 		int pf = sg_flag0(st);
 #pragma unroll
-		for (int r = 0; r < 4; r++) {
-			la.load(t + r * SG_THREADS, k0, As);
-			lb.load(t + r * SG_THREADS, k0, Bs);
-		}
+		for (int r = 0; r < RM; r++)
+			la.template load<TM>(t + r * SG_THREADS, k0, As);
+#pragma unroll
+		for (int r = 0; r < RN; r++)
+			lb.template load<TN>(t + r * SG_THREADS, k0, Bs);
 		sg_sync();
 #pragma unroll 4
 		for (int kk = 0; kk < SG_TK; kk++) {
-			float av[4], bv[4];
+			float av[RM], bv[RN];
 #pragma unroll
-			for (int i = 0; i < 4; i++)
+			for (int i = 0; i < RM; i++)
 				av[i] = As[kk][ty + 16 * i];
 #pragma unroll
-			for (int j = 0; j < 4; j++)
+			for (int j = 0; j < RN; j++)
 				bv[j] = Bs[kk][tx + 16 * j];
 #pragma unroll
-			for (int i = 0; i < 4; i++)
+			for (int i = 0; i < RM; i++)
 #pragma unroll
-				for (int j = 0; j < 4; j++)
+				for (int j = 0; j < RN; j++)
 					acc[i][j] += av[i] * bv[j];
 		}
 		if (sg_sync_or(pf))
@@ -81,15 +96,17 @@ SG_DEV int sg_mm_run(const LA &la, const LB &lb, int K, sg_state *st,
 }
 
 /* The A operand: element (m, k) at p[m*sm + k*sk]. Lanes run along k
- * when sk == 1 (row-major A), else along m, so the loads coalesce. */
+ * when sk == 1 (row-major A), else along m, so the loads coalesce. TM is
+ * the tile's rows (e < TM * 16). */
 struct sg_ld_a {
 	const float *p;
 	int rows, K;
 	sg_i64 sm, sk;
+	template <int TM>
 	SG_DEVM void load(int e, int k0, sg_atile &s) const
 	{
-		int m = sk == 1 ? e >> 4 : e & 63;
-		int k = sk == 1 ? e & 15 : e >> 6;
+		int m = sk == 1 ? e >> 4 : e % TM;
+		int k = sk == 1 ? e & 15 : e / TM;
 		int gk = k0 + k;
 		s[k][m] = (m < rows && gk < K) ? p[m * sm + gk * sk] : 0.0f;
 	}
@@ -101,10 +118,11 @@ struct sg_ld_b {
 	const float *p;
 	int cols, K;
 	sg_i64 sk, sn;
+	template <int TN>
 	SG_DEVM void load(int e, int k0, sg_btile &s) const
 	{
-		int n = sn == 1 ? e & 63 : e >> 4;
-		int k = sn == 1 ? e >> 6 : e & 15;
+		int n = sn == 1 ? e % TN : e >> 4;
+		int k = sn == 1 ? e / TN : e & 15;
 		int gk = k0 + k;
 		s[k][n] = (n < cols && gk < K) ? p[gk * sk + n * sn] : 0.0f;
 	}
