@@ -214,10 +214,12 @@ type DISBRow struct {
 	Wrong int
 	// reef-pad: the RT kernels of RT jobs finished inside the window
 	// (PadRTKernels), those launched padded (PadLaunches), the BE kernels
-	// they carried and the BE blocks they ran; PadGain is Thr over
+	// they carried, those of them in a version other than the default
+	// (PadBEVersioned) and the BE blocks they ran; PadGain is Thr over
 	// reef's in the same workload.
 	PadRTKernels, PadLaunches int64
 	PadBEKernels, PadBEBlocks int64
+	PadBEVersioned            int64
 	PadGain                   float64
 	Clients                   []DISBClientRow
 	spans                     []disbSpan
@@ -594,6 +596,7 @@ func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool,
 			pst.Padded += st.Padded
 			pst.BEKernels += st.BEKernels
 			pst.BEBlocks += st.BEBlocks
+			pst.BEVersioned += st.BEVersioned
 		} else {
 			pre, resume, err = c.inst.RunFrom(1, at)
 		}
@@ -637,6 +640,7 @@ func (r *disbRun) runJob(c *dclient, gate func(enter bool, preempted bool) bool,
 		c.pad.Padded += pst.Padded
 		c.pad.BEKernels += pst.BEKernels
 		c.pad.BEBlocks += pst.BEBlocks
+		c.pad.BEVersioned += pst.BEVersioned
 		if c.c.RT {
 			c.lat = append(c.lat, lat)
 		}
@@ -1107,6 +1111,7 @@ func (r *disbRun) row(w DISBWorkload, pol string, clients []*dclient, cfg *DISBC
 		row.PadLaunches += c.pad.Padded
 		row.PadBEKernels += c.pad.BEKernels
 		row.PadBEBlocks += c.pad.BEBlocks
+		row.PadBEVersioned += c.pad.BEVersioned
 		if c.c.RT {
 			rtLat = append(rtLat, c.lat...)
 			row.RTDone += c.done

@@ -58,16 +58,16 @@ func (r *DISBReport) Markdown() string {
 		}
 	}
 	if len(pad) > 0 {
-		b.WriteString("\nDynamic kernel padding (reef-pad; REEF §5): of the RT kernels of RT jobs finished inside the window, those launched through sg_pad with BE blocks, the BE kernels they carried and the BE blocks they ran; gain = thr / reef's thr. Kernel profiles:")
+		b.WriteString("\nDynamic kernel padding (reef-pad; REEF §5): of the RT kernels of RT jobs finished inside the window, those launched through sg_pad with BE blocks, the BE kernels they carried (in a version other than the default: the 32 x 32 tile of GEMM and CONV) and the BE blocks they ran; gain = thr / reef's thr. Kernel profiles:")
 		for _, m := range r.Models {
 			if m.PadProfile != "" {
 				fmt.Fprintf(&b, " %s %s;", m.Role, m.PadProfile)
 			}
 		}
-		b.WriteString("\n\n| wl | RT kernels | padded | BE kernels carried | BE blocks | thr | gain vs reef |\n|---|--:|--:|--:|--:|--:|--:|\n")
+		b.WriteString("\n\n| wl | RT kernels | padded | BE kernels carried | of them not version 0 | BE blocks | thr | gain vs reef |\n|---|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, x := range pad {
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %.3f | %s |\n", x.Workload, x.PadRTKernels, x.PadLaunches,
-				x.PadBEKernels, x.PadBEBlocks, x.Thr, fmt2(x.PadGain))
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %.3f | %s |\n", x.Workload, x.PadRTKernels, x.PadLaunches,
+				x.PadBEKernels, x.PadBEVersioned, x.PadBEBlocks, x.Thr, fmt2(x.PadGain))
 		}
 	}
 	if len(r.Restore) > 0 {

@@ -188,6 +188,12 @@ type padJobs struct {
 // profiles them (synthetic times), and suspends each BE job: its run is
 // preempted at a kernel, as an RT arrival would.
 func newPadJobs(t *testing.T, b *Backend, d *emuDev) *padJobs {
+	return newPadJobsProf(t, b, d, synthProfile)
+}
+
+// newPadJobsProf is newPadJobs with the BE jobs' profiles installed by
+// beProf (before they are suspended: profiling overwrites the arena).
+func newPadJobsProf(t *testing.T, b *Backend, d *emuDev, beProf func(testing.TB, *Instance) *ModelProfile) *padJobs {
 	pj := &padJobs{}
 	pj.rt = load(t, b, "rt", mlpGraph(6, 64, 11), 1).(*Instance)
 	t.Cleanup(func() { pj.rt.Close() })
@@ -199,7 +205,7 @@ func newPadJobs(t *testing.T, b *Backend, d *emuDev) *padJobs {
 		t.Cleanup(func() { be.Close() })
 		in := zoo.Input(uint64(22+n), be.InputSize())
 		pj.beIn, pj.beOut = append(pj.beIn, in), append(pj.beOut, infer(t, b, be, 1, in))
-		synthProfile(t, be)
+		beProf(t, be)
 		if err := be.SetInput(1, in); err != nil {
 			t.Fatal(err)
 		}

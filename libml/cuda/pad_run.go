@@ -62,6 +62,9 @@ type PadStats struct {
 	// sg_pad with BE blocks, BEKernels the BE kernels they carried and
 	// BEBlocks the BE blocks done.
 	Kernels, Padded, BEKernels, BEBlocks int64
+	// BEVersioned is the BE kernels carried in a version other than the
+	// default (PlanVersion; counted in BEKernels too).
+	BEVersioned int64
 }
 
 // RunPadded is Run(batch, start) with dynamic kernel padding: before each
@@ -294,6 +297,11 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 	pr.pending = true
 	pr.st.Padded++
 	pr.st.BEKernels += int64(len(pr.picks))
+	for _, h := range pr.picked {
+		if h.ver != 0 {
+			pr.st.BEVersioned++
+		}
+	}
 	return true, nil
 }
 

@@ -1,0 +1,204 @@
+//go:build linux && cgo
+
+package cuda
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"sluice/libml"
+	"sluice/libml/cuda/internal/emu"
+	"sluice/libml/zoo"
+)
+
+// synthVersionProfile profiles inst at batch 1 and installs the profile
+// with synthetic times that leave a multi-version kernel only its
+// version 1 under Rule 1 beside an RT kernel of synthProfile's (1 ms):
+// version 0's blocks take 2 ms, version 1's 1 µs (its kernel, 2 ms, is
+// slower than version 0's 1 ms, so neither dominates the other); a
+// kernel with one version has synthProfile's times.
+func synthVersionProfile(t testing.TB, inst *Instance) *ModelProfile {
+	t.Helper()
+	mp, err := inst.ProfileKernels(1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	multi := map[int]bool{}
+	for _, kp := range mp.Kernels {
+		if kp.Version > 0 {
+			multi[kp.Index] = true
+		}
+	}
+	if len(multi) == 0 {
+		t.Fatalf("%s: no kernel with versions", inst.m.name)
+	}
+	for k := range mp.Kernels {
+		kp := &mp.Kernels[k]
+		switch {
+		case !multi[kp.Index]:
+			kp.BlockNs, kp.KernelNs = 1e3, 1e6
+		case kp.Version == 0:
+			kp.BlockNs, kp.KernelNs = 2e6, 1e6
+		default:
+			kp.BlockNs, kp.KernelNs = 1e3, 2e6
+		}
+	}
+	mp.PruneDominated()
+	for _, kp := range mp.Kernels {
+		if kp.Dominated {
+			t.Fatalf("%s: synthetic version dominated: %+v", inst.m.name, kp)
+		}
+	}
+	if err := inst.SetKernelProfile(mp); err != nil {
+		t.Fatal(err)
+	}
+	return mp
+}
+
+// A kernel that padding started in version 1 finishes in version 1: with
+// blocks 0 and 1 of kernel k's version 1 run (as a padded launch would
+// leave them) and its output otherwise clobbered, RunFrom{k, 2, version
+// 1} gives the unpreempted output; resuming the same blocks in version 0
+// (whose block 2 is another part of the output) does not. Resume points
+// with a version at block 0, a version the kernel lacks or a block past
+// the version's grid are refused.
+func TestRunFromVersion(t *testing.T) {
+	b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	inst := load(t, b, "mlp", mlpGraph(5, 160, 3), 1).(*Instance)
+	defer inst.Close()
+	in := zoo.Input(4, inst.InputSize())
+	want := infer(t, b, inst, 1, in)
+	const k = 2
+	p, err := inst.planFor(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l0, l1 := p.launch(k, 0), p.launch(k, 1)
+	if l0 == nil || l1 == nil || l0.grid != 3 || l1.grid != 5 {
+		t.Fatalf("kernel %d: versions %+v %+v, want grids 3 and 5", k, l0, l1)
+	}
+	var a Args
+	a.Decode(l0.params[16:])
+	clobber := make([]float32, 160)
+	for i := range clobber {
+		clobber[i] = sentinel
+	}
+	// setup leaves the job as padding would: its run preempted before
+	// kernel k, kernel k's output clobbered, blocks 0 and 1 of version 1
+	// run on its stream
+	setup := func() {
+		t.Helper()
+		if err := inst.SetInput(1, in); err != nil {
+			t.Fatal(err)
+		}
+		d.h.armPreempt(k, emu.Options{Preempt: true, PreemptBlock: 0})
+		if pre, _, err := inst.Run(1, 0); err != nil || !pre {
+			t.Fatalf("preempted %v, %v", pre, err)
+		}
+		if err := b.dev.Write(a.Out, f32bytes(clobber)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.dev.Write(inst.state+StateFlag, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		if err := inst.ln.s.Launch(l1.kernel, 2, l1.params); err != nil {
+			t.Fatal(err)
+		}
+		if err := inst.ln.s.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := make([]float32, len(want))
+	setup()
+	if pre, _, err := inst.RunFrom(1, ResumePoint{Kernel: k, Block: 2, Version: 1}); err != nil || pre {
+		t.Fatalf("RunFrom version 1: preempted %v, %v", pre, err)
+	}
+	if err := inst.Output(1, out); err != nil {
+		t.Fatal(err)
+	}
+	closeTo(t, "finished in version 1", out, want, 0)
+	setup()
+	if pre, _, err := inst.RunFrom(1, ResumePoint{Kernel: k, Block: 2}); err != nil || pre {
+		t.Fatalf("RunFrom version 0: preempted %v, %v", pre, err)
+	}
+	if err := inst.Output(1, out); err != nil {
+		t.Fatal(err)
+	}
+	same := true
+	for i := range out {
+		same = same && out[i] == want[i]
+	}
+	if same {
+		t.Error("version 1's blocks finished in version 0 gave the right output: the test proves nothing")
+	}
+	for _, at := range []ResumePoint{{Kernel: k, Version: 1}, {Kernel: k, Block: 1, Version: 2}, {Kernel: k, Block: 6, Version: 1}} {
+		if _, _, err := inst.RunFrom(1, at); err == nil {
+			t.Errorf("resume point %+v accepted", at)
+		}
+	}
+}
+
+// Padded RT runs with profiles that leave the BE GEMMs only their 32 x 32
+// version under Rule 1 (synthVersionProfile): sg_pad's blocks run last to
+// first, BE kernels are carried in version 1, and every output (RT, BE
+// after RunFrom from where padding left it, in whatever version) is
+// exact.
+func TestRunPaddedVersionEmu(t *testing.T) {
+	b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	pj := newPadJobsProf(t, b, d, synthVersionProfile)
+	d.h.padReverse = true
+	st := pj.finish(t)
+	if st.Padded == 0 || st.BEBlocks == 0 || st.BEVersioned == 0 || st.BEVersioned != st.BEKernels {
+		t.Errorf("padding: %+v, want every BE kernel carried in version 1", st)
+	}
+}
+
+// reef-pad in the GPU DISB on the emulator with the BE model's GEMMs
+// fitting Rule 1 only in version 1 (synthVersionProfile): padded launches
+// carry version-1 kernels, BE jobs resume from what padding left in that
+// version, and every output is exact.
+func TestDISBPadVersionEmu(t *testing.T) {
+	d := newEmuDev(emuSMs, false)
+	b, err := newEmuDevBackend(d, libml.BackendConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Deinit() })
+	d.h.padReverse = true
+	prof := &Profile{Device: "emulator (synthetic times, BE in version 1)"}
+	for _, m := range disbEmuModels(t) {
+		if m.Role != "VGG" && m.Role != "RNET" {
+			continue
+		}
+		inst := load(t, b, m.Role, m.Graph, 1).(*Instance)
+		if m.Role == "VGG" {
+			prof.Models = append(prof.Models, *synthProfile(t, inst))
+		} else {
+			prof.Models = append(prof.Models, *synthVersionProfile(t, inst))
+		}
+		inst.Close()
+	}
+	cfg := DISBConfig{Workloads: []DISBWorkload{scaleRates(DISBWorkloads()[0], 0.4)},
+		Policies: []string{PolicyReefPad}, Duration: 600 * time.Millisecond,
+		Warmup: 100 * time.Millisecond, Calibrate: 100 * time.Millisecond, Seed: 5,
+		Profiles: prof, Logf: t.Logf}
+	rep, err := RunDISB(context.Background(), b, disbEmuModels(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range rep.Models {
+		if m.PadProfile != "given" {
+			t.Errorf("%s: profile %q", m.Role, m.PadProfile)
+		}
+	}
+	row := rep.Rows[0]
+	if row.Policy != PolicyReefPad || row.Wrong != 0 || row.RTDone == 0 {
+		t.Fatalf("%s: %d wrong outputs, %d RT jobs done", row.Policy, row.Wrong, row.RTDone)
+	}
+	if row.PadBEKernels == 0 || row.PadBEVersioned == 0 {
+		t.Errorf("no version-1 padding: %d padded, %d BE kernels, %d of them not version 0, %d BE blocks",
+			row.PadLaunches, row.PadBEKernels, row.PadBEVersioned, row.PadBEBlocks)
+	}
+	t.Logf("padded %d, BE kernels %d (version 1: %d), BE blocks %d", row.PadLaunches, row.PadBEKernels, row.PadBEVersioned, row.PadBEBlocks)
+}
