@@ -17,7 +17,8 @@ import (
 )
 
 // runKprof is `gpubench kprof`: the offline kernel profile of the DISB
-// models (REEF §5.2) on the cuda backend, per kernel: grid, occupancy,
+// models (REEF §5.2) on the cuda backend, per kernel and version (REEF
+// §5.3: GEMM and CONV have two, dominated ones marked): grid, occupancy,
 // the SMs it can fill, kernel time (GPU events) and block time (trace
 // ring, %globaltimer). Models are loaded under their DISB role names, so
 // that `gpubench disb -profile` finds them.
@@ -75,7 +76,7 @@ func runKprof(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("kprof %s (%s): %w", role, spec.Zoo, err)
 		}
-		logf("%s (%s): %d kernels profiled", role, spec.Zoo, len(mp.Kernels))
+		logf("%s (%s): %d kernel versions profiled", role, spec.Zoo, len(mp.Kernels))
 		prof.Models = append(prof.Models, *mp)
 	}
 	md := kprofMarkdown(prof)
@@ -101,21 +102,30 @@ func runKprof(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// kprofMarkdown summarizes a profile per model: kernels, how many leave
-// SMs idle (the padding opportunity) and their share of the time, kernel
-// and block time percentiles.
+// kprofMarkdown summarizes a profile per model: kernels (version 0), how
+// many leave SMs idle (the padding opportunity) and their share of the
+// time, kernel and block time percentiles, the other versions profiled
+// and the versions pruned by dominance.
 func kprofMarkdown(p *cuda.Profile) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Kernel profile (%s)\n\n", p.Device)
 	if p.Command != "" {
 		fmt.Fprintf(&b, "Command: `%s`.\n\n", p.Command)
 	}
-	b.WriteString("Per model: kernels; those that fill fewer SMs than the device has (ceil(grid / occupancy) < SMs: room for padding) and their share of the summed kernel time; kernel and block time p50 / p90 (µs); sg_pad's occupancy.\n\n")
-	b.WriteString("| model | batch | SMs | timing | kernels | leave SMs idle | their time share | kernel p50 / p90 (µs) | block p50 / p90 (µs) | sg_pad blocks/SM |\n|---|--:|--:|---|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("Per model: kernels (in their default version); those that fill fewer SMs than the device has (ceil(grid / occupancy) < SMs: room for padding) and their share of the summed kernel time; kernel and block time p50 / p90 (µs); sg_pad's occupancy; the other versions profiled (GEMM and CONV in a 32 x 32 tile) and how many versions, of all, another version of the same kernel dominates (REEF §5.3: pruned, never a padding candidate).\n\n")
+	b.WriteString("| model | batch | SMs | timing | kernels | leave SMs idle | their time share | kernel p50 / p90 (µs) | block p50 / p90 (µs) | sg_pad blocks/SM | other versions | pruned |\n|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, m := range p.Models {
 		var kt, bt []float64
 		idle, total, idleT := 0, 0.0, 0.0
+		others, pruned := 0, 0
 		for _, k := range m.Kernels {
+			if k.Dominated {
+				pruned++
+			}
+			if k.Version != 0 {
+				others++
+				continue
+			}
 			kt, bt = append(kt, k.KernelNs/1e3), append(bt, k.BlockNs/1e3)
 			total += k.KernelNs
 			if k.SMs < m.SMs {
@@ -124,7 +134,7 @@ func kprofMarkdown(p *cuda.Profile) string {
 			}
 		}
 		if len(kt) == 0 {
-			fmt.Fprintf(&b, "| %s | %d | %d | %s | 0 | | | | | %d |\n", m.Model, m.Batch, m.SMs, m.Timing, m.PadOccupancy)
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | 0 | | | | | %d | %d | %d |\n", m.Model, m.Batch, m.SMs, m.Timing, m.PadOccupancy, others, pruned)
 			continue
 		}
 		slices.Sort(kt)
@@ -133,8 +143,8 @@ func kprofMarkdown(p *cuda.Profile) string {
 		if total > 0 {
 			share = 100 * idleT / total
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %.1f%% | %.1f / %.1f | %.1f / %.1f | %d |\n", m.Model, m.Batch, m.SMs, m.Timing,
-			len(m.Kernels), idle, share, pct(kt, 50), pct(kt, 90), pct(bt, 50), pct(bt, 90), m.PadOccupancy)
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %.1f%% | %.1f / %.1f | %.1f / %.1f | %d | %d | %d |\n", m.Model, m.Batch, m.SMs, m.Timing,
+			len(kt), idle, share, pct(kt, 50), pct(kt, 90), pct(bt, 50), pct(bt, 90), m.PadOccupancy, others, pruned)
 	}
 	return b.String()
 }

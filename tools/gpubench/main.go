@@ -18,9 +18,10 @@
 // (RNET = ResNet-50, VGG = VGG-16, YOLO = ResNet-18, BERT = BERT-base,
 // GPT2 = MobileNetV2; -small: the CPU DISB's reduced sizes).
 //
-// kprof writes the offline kernel profile of the DISB models (per
-// kernel: grid, occupancy, SMs it fills, kernel time by GPU events, block
-// time by the trace ring) as JSON, and a summary table.
+// kprof writes the offline kernel profile of the DISB models (per kernel
+// and version: grid, occupancy, SMs it fills, kernel time by GPU events,
+// block time by the trace ring, whether another version dominates it) as
+// JSON, and a summary table.
 //
 // export writes, for tools/gpubench/torchref.py, each zoo model as ONNX
 // (libml/onnx), seeded inputs and the backend's outputs for them as
