@@ -62,6 +62,19 @@ ip netns exec "$NS" bin/framecast -target "$APP_IP:9400" -duration "$DURATION" -
   -stream model=1,class=rt,rate=15,size=150528,arrival=poisson \
   -stream model=2,class=be,rate=2,size=150528
 
+# What the scheduler did: the appliance's own counters, read over plain
+# HTTP with bash's /dev/tcp (no curl needed).
+METRICS=$(sed -n 's/^metrics *= *"\([0-9.]*\):\([0-9]*\)".*/\1 \2/p' "$PROFILE" | head -1)
+if [ -n "$METRICS" ]; then
+  set -- $METRICS
+  if exec 3<>"/dev/tcp/$1/$2" 2>/dev/null; then
+    printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$1" >&3
+    echo "== appliance metrics (http://$1:$2/metrics)"
+    grep -E '^sluice_(preemptions_total|restores_total|pad_blocks_total|sched_jobs_total|if_served_total|preemption_latency_seconds_(sum|count))' <&3 | sed 's/^/   /'
+    exec 3<&-
+  fi
+fi
+
 echo "== stopping sluice (SIGTERM: drain)"
 kill -TERM "$pid"
 wait "$pid" && echo "sluice exited 0" || { echo "sluice exited $?"; tail -20 "$LOG"; exit 1; }
