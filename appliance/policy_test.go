@@ -405,3 +405,21 @@ policy = "seq"
 		t.Errorf("the scheduler's IF was resized: %d swaps, units %b", st.Swaps, sch.f.Units())
 	}
 }
+
+func TestSpinFor(t *testing.T) {
+	for _, tc := range []struct{ spin, threads, cpus, want int }{
+		{0, 0, 2, spinSharedCore}, // units on every core
+		{0, 2, 2, spinSharedCore}, // as many units as cores
+		{0, 1, 2, spinOwnCore},    // a core left for the loop
+		{0, 15, 16, spinOwnCore},  // the GPU machine, one core spare
+		{500, 0, 2, 500},          // the profile's
+	} {
+		if got := spinFor(tc.spin, tc.threads, tc.cpus); got != tc.want {
+			t.Errorf("spinFor(%d, %d, %d) = %d, want %d", tc.spin, tc.threads, tc.cpus, got, tc.want)
+		}
+	}
+	if _, err := ParseProfile("s.toml", "[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\nspin = -1\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\n"); err == nil ||
+		!strings.Contains(err.Error(), "s.toml:4: port[0].spin -1") {
+		t.Errorf("negative spin: %v", err)
+	}
+}

@@ -73,6 +73,10 @@ type PortSection struct {
 	PoolSize int `toml:"pool_size"`
 	// FragSize is the response fragment size (MTU-bound).
 	FragSize int `toml:"frag_size"`
+	// Spin is how many empty polls a dpdk port's loop makes before it
+	// sleeps between polls; 0 picks it from the units' placement (see
+	// spinFor).
+	Spin int `toml:"spin"`
 }
 
 // IFSection is one inference function.
@@ -275,6 +279,9 @@ func (p *Profile) validate() error {
 		names[pt.Name] = true
 		if pt.FragSize == 0 {
 			pt.FragSize = 1432
+		}
+		if pt.Spin < 0 {
+			return fmt.Errorf("%s.spin %d: must not be negative", where, pt.Spin)
 		}
 		switch pt.Driver {
 		case "udp":
