@@ -94,3 +94,13 @@ type Waiter interface {
 	// Wait blocks until a datagram may be ready or timeoutNS passes.
 	Wait(timeoutNS int64) error
 }
+
+// Waker is implemented by Waiters whose Wait another goroutine can cut
+// short: the I/O loop's wake-up when a response is queued while it
+// sleeps (the response would otherwise wait for the next datagram or the
+// timeout).
+type Waker interface {
+	// Wake makes a running or the next Wait return. It is safe to call
+	// from any goroutine, also during or after Close.
+	Wake()
+}

@@ -93,6 +93,8 @@ type Egress struct {
 	work []Response
 	dgs  []dataplane.Datagram
 	sent []int // indices into work whose datagrams are all in dgs
+	// notify is called after a response is queued (SetNotify).
+	notify func()
 }
 
 // New makes an Egress.
@@ -114,15 +116,29 @@ func New(cfg Config) (*Egress, error) {
 	return e, nil
 }
 
+// SetNotify registers fn, called after each response is queued, outside
+// the queue's lock: the I/O loop's wake-up (ioloop.New registers it). fn
+// must not block.
+func (e *Egress) SetNotify(fn func()) {
+	e.mu.Lock()
+	e.notify = fn
+	e.mu.Unlock()
+}
+
 // Send queues r without blocking; it returns ErrFull when the queue is full.
 func (e *Egress) Send(r *Response) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.n == len(e.ring) || e.closed {
 		e.C.QueueFull.Add(1)
+		e.mu.Unlock()
 		return ErrFull
 	}
 	e.push(r)
+	fn := e.notify
+	e.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 	return nil
 }
 
@@ -130,16 +146,34 @@ func (e *Egress) Send(r *Response) error {
 // callers that fall back to SendWait.
 func (e *Egress) TrySend(r *Response) bool {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.n == len(e.ring) || e.closed {
+		e.mu.Unlock()
 		return false
 	}
 	e.push(r)
+	fn := e.notify
+	e.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
 	return true
 }
 
 // SendWait queues r, waiting for room until ctx is done.
 func (e *Egress) SendWait(ctx context.Context, r *Response) error {
+	if err := e.sendWait(ctx, r); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	fn := e.notify
+	e.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return nil
+}
+
+func (e *Egress) sendWait(ctx context.Context, r *Response) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.n == len(e.ring) {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"sluice/dataplane"
@@ -34,6 +35,10 @@ type Config struct {
 	// starts sleeping; IdleSleep is the longest sleep.
 	Spin      int
 	IdleSleep time.Duration
+	// IdleWait is how long one Wait of a kernel-socket port (a
+	// dataplane.Waiter) may block; a queued response cuts it short when
+	// the port is a dataplane.Waker, and otherwise it is IdleSleep.
+	IdleWait time.Duration
 	// DrainTimeout bounds how long Run waits, after its context ends, for
 	// outstanding requests to be given back and their responses sent.
 	DrainTimeout time.Duration
@@ -44,7 +49,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Burst: 32, Spin: 2000, IdleSleep: 200 * time.Microsecond, DrainTimeout: 5 * time.Second,
+	return Config{Burst: 32, Spin: 2000, IdleSleep: 200 * time.Microsecond, IdleWait: time.Millisecond, DrainTimeout: 5 * time.Second,
 		DrainQuiet: 50 * time.Millisecond}
 }
 
@@ -58,6 +63,14 @@ type Loop struct {
 	log    *slog.Logger
 	pkts   []dataplane.Packet
 	reject egress.Response
+	// sleeping is set while the loop waits for the port or sleeps; a
+	// response queued then wakes it (wake), through the port's Waker or
+	// wakeCh.
+	sleeping atomic.Bool
+	waker    dataplane.Waker
+	wakeCh   chan struct{}
+	// Wakes counts wake-ups by queued responses.
+	Wakes atomic.Uint64
 }
 
 // New wires a loop. The table must have been made with the loop as its
@@ -72,8 +85,28 @@ func New(cfg Config, port dataplane.Port, out *egress.Egress, sink Sink, log *sl
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Loop{cfg: cfg, port: port, out: out, sink: sink, log: log,
-		pkts: make([]dataplane.Packet, cfg.Burst)}, nil
+	l := &Loop{cfg: cfg, port: port, out: out, sink: sink, log: log,
+		pkts: make([]dataplane.Packet, cfg.Burst), wakeCh: make(chan struct{}, 1)}
+	l.waker, _ = port.(dataplane.Waker)
+	out.SetNotify(l.wake)
+	return l, nil
+}
+
+// wake is the egress's notification: a response was queued. A loop asleep
+// (in the port's Wait or its idle sleep) gets up to send it rather than
+// leave it until the next datagram or the end of the sleep.
+func (l *Loop) wake() {
+	if !l.sleeping.CompareAndSwap(true, false) {
+		return
+	}
+	l.Wakes.Add(1)
+	if l.waker != nil {
+		l.waker.Wake()
+	}
+	select {
+	case l.wakeCh <- struct{}{}:
+	default:
+	}
 }
 
 // NewTable makes the loop's reassembly table, checking that its fragment
@@ -135,6 +168,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		return errors.New("ioloop: NewTable was not called")
 	}
 	waiter, _ := l.port.(dataplane.Waiter)
+	sleep := time.NewTimer(time.Hour)
+	sleep.Stop()
+	defer sleep.Stop()
 	idle := 0
 	for ctx.Err() == nil {
 		busy, err := l.Poll(l.Now())
@@ -148,16 +184,53 @@ func (l *Loop) Run(ctx context.Context) error {
 		idle++
 		switch {
 		case waiter != nil:
-			if err := waiter.Wait(int64(time.Millisecond)); err != nil && ctx.Err() == nil {
+			if !l.asleep() {
+				continue // a response came in meanwhile
+			}
+			wait := int64(l.cfg.IdleWait)
+			if l.waker == nil || wait <= 0 {
+				wait = int64(l.cfg.IdleSleep) // responses wait at most this
+			}
+			err := waiter.Wait(wait)
+			l.sleeping.Store(false)
+			if err != nil && ctx.Err() == nil {
 				return fmt.Errorf("ioloop: wait: %w", err)
 			}
 		case idle < l.cfg.Spin:
 			runtime.Gosched()
 		default:
-			time.Sleep(l.cfg.IdleSleep)
+			if !l.asleep() {
+				continue
+			}
+			sleep.Reset(l.cfg.IdleSleep)
+			select {
+			case <-sleep.C:
+			case <-l.wakeCh:
+				if !sleep.Stop() {
+					<-sleep.C
+				}
+			}
+			l.sleeping.Store(false)
 		}
 	}
 	return l.drain()
+}
+
+// asleep marks the loop asleep unless a response is waiting to be sent:
+// then it stays awake and reports false. A response queued after the
+// mark wakes it (wake).
+func (l *Loop) asleep() bool {
+	// drop a stale wake-up from an earlier sleep
+	select {
+	case <-l.wakeCh:
+	default:
+	}
+	l.sleeping.Store(true)
+	if l.out.Pending() > 0 {
+		l.sleeping.Store(false)
+		return false
+	}
+	return true
 }
 
 // Drainer is implemented by sinks that can refuse new requests while the

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -40,6 +41,10 @@ type Port struct {
 	local  netip.AddrPort // bound address, Endpoint.Local of every packet
 	efd    int            // eventfd, readable once Close has begun
 	closed atomic.Bool
+	// wfd is the eventfd Wake writes and Wait drains; wakeMu keeps Close
+	// from closing it under a Wake.
+	wfd    int
+	wakeMu sync.RWMutex
 	// errClosed is returned by every call after Close.
 	errClosed error
 
@@ -72,8 +77,10 @@ type Port struct {
 	txErrno syscall.Errno
 	txShut  bool // Close began while the send waited
 
-	// Wait: ppoll on the socket and the eventfd.
+	// Wait: ppoll on the socket, the close eventfd and the wake eventfd
+	// (wpfds); TxBurst: on the socket and the close eventfd (pfds).
 	pfds      []unix.PollFd
+	wpfds     []unix.PollFd
 	ts        unix.Timespec
 	waitNS    int64
 	waitFn    func(fd uintptr)
@@ -98,6 +105,7 @@ type Port struct {
 var (
 	_ dataplane.Port   = (*Port)(nil)
 	_ dataplane.Waiter = (*Port)(nil)
+	_ dataplane.Waker  = (*Port)(nil)
 )
 
 // listenTarget returns the network and address to hand to ListenPacket:
@@ -179,11 +187,14 @@ func Open(ctx context.Context, cfg Config) (*Port, error) {
 		return nil, fmt.Errorf("udp: %w", err)
 	}
 	conn := pc.(*net.UDPConn)
-	p := &Port{cfg: cfg, conn: conn, efd: -1, cmsgHdrLen: unix.CmsgLen(0)}
+	p := &Port{cfg: cfg, conn: conn, efd: -1, wfd: -1, cmsgHdrLen: unix.CmsgLen(0)}
 	if err := p.init(); err != nil {
 		conn.Close()
 		if p.efd >= 0 {
 			unix.Close(p.efd)
+		}
+		if p.wfd >= 0 {
+			unix.Close(p.wfd)
 		}
 		return nil, err
 	}
@@ -235,6 +246,10 @@ func (p *Port) init() error {
 	if err != nil {
 		return fmt.Errorf("udp: eventfd: %w", err)
 	}
+	p.wfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("udp: eventfd: %w", err)
+	}
 
 	b := p.cfg.Burst
 	p.pool = newPool(p.cfg.BufCount, p.cfg.BufSize)
@@ -260,6 +275,9 @@ func (p *Port) init() error {
 	}
 	p.pfds = make([]unix.PollFd, 2)
 	p.pfds[1] = unix.PollFd{Fd: int32(p.efd), Events: unix.POLLIN}
+	p.wpfds = make([]unix.PollFd, 3)
+	p.wpfds[1] = unix.PollFd{Fd: int32(p.efd), Events: unix.POLLIN}
+	p.wpfds[2] = unix.PollFd{Fd: int32(p.wfd), Events: unix.POLLIN}
 	p.rxFn = p.recv
 	p.txFn = p.send
 	p.waitFn = p.poll
@@ -570,16 +588,37 @@ func (p *Port) Wait(timeoutNS int64) error {
 
 // poll is the RawConn.Control body of Wait.
 func (p *Port) poll(fd uintptr) {
-	p.pfds[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+	p.wpfds[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
 	if len(p.pool.free) == 0 {
-		p.pfds[0].Fd = -1 // poll(2) skips negative descriptors
+		p.wpfds[0].Fd = -1 // poll(2) skips negative descriptors
 	}
 	var ts *unix.Timespec
 	if p.waitNS > 0 {
 		p.ts = unix.NsecToTimespec(p.waitNS)
 		ts = &p.ts
 	}
-	p.waitErrno = p.ppoll(ts)
+	p.wpfds[0].Revents, p.wpfds[1].Revents, p.wpfds[2].Revents = 0, 0, 0
+	_, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&p.wpfds[0])), uintptr(len(p.wpfds)),
+		uintptr(unsafe.Pointer(ts)), 0, 0, 0)
+	if e == unix.EINTR {
+		e = 0
+	}
+	if p.wpfds[2].Revents != 0 {
+		var b [8]byte
+		_, _ = unix.Read(p.wfd, b[:]) // reset the wake counter
+	}
+	p.waitErrno = e
+}
+
+// Wake makes a running or the next Wait return (dataplane.Waker).
+func (p *Port) Wake() {
+	p.wakeMu.RLock()
+	defer p.wakeMu.RUnlock()
+	if p.wfd < 0 {
+		return // closed
+	}
+	one := [8]byte{1}
+	_, _ = unix.Write(p.wfd, one[:]) // EAGAIN: the counter is already set
 }
 
 // Stats returns the port's counters. RxMissed is the socket's drop count
@@ -628,6 +667,12 @@ func (p *Port) Close() error {
 	if cerr := unix.Close(p.efd); err == nil {
 		err = cerr
 	}
+	p.wakeMu.Lock()
+	if cerr := unix.Close(p.wfd); err == nil {
+		err = cerr
+	}
+	p.wfd = -1
+	p.wakeMu.Unlock()
 	if err == nil {
 		err = werr
 	}
