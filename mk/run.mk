@@ -2,7 +2,7 @@
 # in a network namespace, sluice on DPDK net_af_packet with
 # profiles/demo.toml, framecast for DURATION, a report, and a clean-up.
 
-APT_PACKAGES += ethtool
+APT_PACKAGES += ethtool iputils-ping
 BINARIES += framecast=./tools/framecast
 DURATION ?= 20s
 

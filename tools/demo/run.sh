@@ -56,6 +56,8 @@ grep -E "IF loaded|port open" "$LOG" | sed 's/^/   /'
 # itself): a frame's first fragments would otherwise overflow the kernel's
 # queue of packets waiting for ARP.
 ip netns exec "$NS" ping -c 1 -W 1 "$APP_IP" >/dev/null 2>&1 || true
+ip netns exec "$NS" ip neigh show "$APP_IP" | grep -q lladdr ||
+  echo "warning: $APP_IP is not resolved (ARP): the first frames may overflow the kernel's queue of packets waiting for it"
 
 echo "== framecast for $DURATION: RT MobileNetV2 at 15 frames/s, BE ResNet-50 at 2 frames/s, 224x224x3 frames"
 ip netns exec "$NS" bin/framecast -target "$APP_IP:9400" -duration "$DURATION" -json /tmp/framecast-demo.json \
