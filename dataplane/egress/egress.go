@@ -94,7 +94,7 @@ type Egress struct {
 	dgs  []dataplane.Datagram
 	sent []int // indices into work whose datagrams are all in dgs
 	// notify is called after a response is queued (SetNotify).
-	notify func()
+	notify atomic.Pointer[func()]
 }
 
 // New makes an Egress.
@@ -119,44 +119,40 @@ func New(cfg Config) (*Egress, error) {
 // SetNotify registers fn, called after each response is queued, outside
 // the queue's lock: the I/O loop's wake-up (ioloop.New registers it). fn
 // must not block.
-func (e *Egress) SetNotify(fn func()) {
-	e.mu.Lock()
-	e.notify = fn
-	e.mu.Unlock()
+func (e *Egress) SetNotify(fn func()) { e.notify.Store(&fn) }
+
+// notified runs the SetNotify callback, if any.
+func (e *Egress) notified() {
+	if fn := e.notify.Load(); fn != nil && *fn != nil {
+		(*fn)()
+	}
 }
 
 // Send queues r without blocking; it returns ErrFull when the queue is full.
 func (e *Egress) Send(r *Response) error {
-	e.mu.Lock()
-	if e.n == len(e.ring) || e.closed {
+	if !e.tryPush(r) {
 		e.C.QueueFull.Add(1)
-		e.mu.Unlock()
 		return ErrFull
-	}
-	e.push(r)
-	fn := e.notify
-	e.mu.Unlock()
-	if fn != nil {
-		fn()
 	}
 	return nil
 }
 
 // TrySend queues r if there is room, without counting a refusal: for
 // callers that fall back to SendWait.
-func (e *Egress) TrySend(r *Response) bool {
+func (e *Egress) TrySend(r *Response) bool { return e.tryPush(r) }
+
+// tryPush queues r if there is room and the egress is open.
+func (e *Egress) tryPush(r *Response) bool {
 	e.mu.Lock()
-	if e.n == len(e.ring) || e.closed {
-		e.mu.Unlock()
-		return false
+	ok := e.n < len(e.ring) && !e.closed
+	if ok {
+		e.push(r)
 	}
-	e.push(r)
-	fn := e.notify
 	e.mu.Unlock()
-	if fn != nil {
-		fn()
+	if ok {
+		e.notified()
 	}
-	return true
+	return ok
 }
 
 // SendWait queues r, waiting for room until ctx is done.
@@ -164,12 +160,7 @@ func (e *Egress) SendWait(ctx context.Context, r *Response) error {
 	if err := e.sendWait(ctx, r); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	fn := e.notify
-	e.mu.Unlock()
-	if fn != nil {
-		fn()
-	}
+	e.notified()
 	return nil
 }
 

@@ -535,7 +535,7 @@ func (p *Port) send(fd uintptr) {
 			}
 			p.pfds[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLOUT}
 			p.ts = unix.NsecToTimespec(int64(left))
-			p.ppoll(&p.ts)
+			ppoll(p.pfds, &p.ts)
 			if p.pfds[1].Revents != 0 {
 				p.txShut = true
 				return
@@ -547,11 +547,13 @@ func (p *Port) send(fd uintptr) {
 	}
 }
 
-// ppoll waits on p.pfds (the socket and the eventfd) until one is ready or
-// ts passes (nil: no limit). EINTR counts as a wakeup.
-func (p *Port) ppoll(ts *unix.Timespec) syscall.Errno {
-	p.pfds[0].Revents, p.pfds[1].Revents = 0, 0
-	_, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&p.pfds[0])), uintptr(len(p.pfds)),
+// ppoll waits on fds until one is ready or ts passes (nil: no limit).
+// EINTR counts as a wakeup.
+func ppoll(fds []unix.PollFd, ts *unix.Timespec) syscall.Errno {
+	for i := range fds {
+		fds[i].Revents = 0
+	}
+	_, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
 		uintptr(unsafe.Pointer(ts)), 0, 0, 0)
 	if e == unix.EINTR {
 		e = 0
@@ -597,17 +599,11 @@ func (p *Port) poll(fd uintptr) {
 		p.ts = unix.NsecToTimespec(p.waitNS)
 		ts = &p.ts
 	}
-	p.wpfds[0].Revents, p.wpfds[1].Revents, p.wpfds[2].Revents = 0, 0, 0
-	_, _, e := unix.Syscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&p.wpfds[0])), uintptr(len(p.wpfds)),
-		uintptr(unsafe.Pointer(ts)), 0, 0, 0)
-	if e == unix.EINTR {
-		e = 0
-	}
+	p.waitErrno = ppoll(p.wpfds, ts)
 	if p.wpfds[2].Revents != 0 {
 		var b [8]byte
 		_, _ = unix.Read(p.wfd, b[:]) // reset the wake counter
 	}
-	p.waitErrno = e
 }
 
 // Wake makes a running or the next Wait return (dataplane.Waker).
