@@ -512,13 +512,7 @@ func (a *Appliance) Stats() Stats {
 		}
 		s.Ports = append(s.Ports, ps)
 	}
-	a.mu.Lock()
-	runs := make([]*ifRun, 0, len(a.order))
-	for _, name := range a.order {
-		runs = append(runs, a.ifs[name])
-	}
-	a.mu.Unlock()
-	for _, r := range runs {
+	for _, r := range a.ifRuns() {
 		f := r.f
 		b := f.C.Batches.Load()
 		st := IFStats{Name: f.Config().Name, Served: f.C.Served.Load(), Failed: f.C.Failed.Load(),

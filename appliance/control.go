@@ -508,79 +508,76 @@ func (a *Appliance) applyShares(swap bool) {
 }
 
 func (a *Appliance) applySharesCtx(ctx context.Context, swap bool) error {
-	if err := a.applyGPUShares(ctx, swap); err != nil {
-		return err
-	}
 	a.mu.Lock()
-	runs := make([]*ifRun, 0, len(a.order))
-	shares := make([]float64, 0, len(a.order))
 	cpuBE := a.backends["cpu"]
-	for _, name := range a.order {
-		r := a.ifs[name]
-		if cpuBE == nil || a.backends[backendKey(&r.spec)] != cpuBE {
-			continue // shares are CPU units; other backends manage their own
-		}
-		runs = append(runs, r)
-		shares = append(shares, r.spec.Share)
-	}
+	gpu, _ := a.backends["cuda"].(*cuda.Backend) // not the cpu fallback
 	a.mu.Unlock()
+	if cpuBE != nil {
+		if err := a.divideShares(ctx, swap, cpuBE, true); err != nil {
+			return err
+		}
+	}
+	if gpu != nil {
+		return a.divideShares(ctx, swap, gpu, false)
+	}
+	return nil
+}
+
+// divideShares divides the shares of the IFs on backend be max-min fairly
+// and gives each IF its allocation: CPU unit masks (units), or a share
+// the instance turns into an SM partition (cuda: a green context; GSLICE
+// §3.3.2, a shadow in a new partition holding the same weights). Before
+// the workers run the IFs are set directly, after by shadow swaps.
+// Backends manage their own IFs' units otherwise (scheduler policies, ort).
+func (a *Appliance) divideShares(ctx context.Context, swap bool, be libml.Backend, units bool) error {
+	var runs []*ifRun
+	var shares []float64
+	for _, r := range a.ifRuns() {
+		a.mu.Lock()
+		on, share := a.backends[backendKey(&r.spec)] == be, r.spec.Share
+		a.mu.Unlock()
+		if on {
+			runs, shares = append(runs, r), append(shares, share)
+		}
+	}
 	if len(runs) == 0 {
 		return nil
 	}
-	masks := a.masks(shares)
 	alloc := ifmanager.MaxMinFair(1, shares)
+	var masks []uint64
+	if units {
+		masks = a.masks(shares)
+	}
 	for i, r := range runs {
-		if r.f.Units() == masks[i] {
+		spec := ifmanager.SwapSpec{Share: alloc[i]}
+		same := r.f.Status().Share == alloc[i]
+		if units {
+			spec.Units, spec.SetUnits = masks[i], true
+			same = r.f.Units() == masks[i]
+		}
+		if same {
 			continue
 		}
 		if !swap {
-			r.f.SetUnitsBeforeStart(masks[i], alloc[i])
+			r.f.SetUnitsBeforeStart(spec.Units, alloc[i])
 			continue
 		}
-		if _, err := r.f.Swap(ctx, ifmanager.SwapSpec{Units: masks[i], SetUnits: true, Share: alloc[i]}); err != nil {
+		if _, err := r.f.Swap(ctx, spec); err != nil {
 			return orchestrator.Errorf(orchestrator.CodeUnavailable, "resize %q: %v", r.spec.Name, err)
 		}
 	}
 	return nil
 }
 
-// applyGPUShares divides the shares of the IFs on the cuda backend (a real
-// GPU, not the cpu fallback) max-min fairly and gives each IF its
-// allocation as an SM partition: through SetShare before the workers run,
-// by a shadow swap after (GSLICE §3.3.2: a shadow in a new green context
-// holding the same weights).
-func (a *Appliance) applyGPUShares(ctx context.Context, swap bool) error {
+// ifRuns is a snapshot of the IFs in profile order.
+func (a *Appliance) ifRuns() []*ifRun {
 	a.mu.Lock()
-	gpu, ok := a.backends["cuda"].(*cuda.Backend)
-	var runs []*ifRun
-	var shares []float64
-	if ok {
-		for _, name := range a.order {
-			r := a.ifs[name]
-			if a.backends[backendKey(&r.spec)] == libml.Backend(gpu) {
-				runs = append(runs, r)
-				shares = append(shares, r.spec.Share)
-			}
-		}
+	defer a.mu.Unlock()
+	runs := make([]*ifRun, 0, len(a.order))
+	for _, name := range a.order {
+		runs = append(runs, a.ifs[name])
 	}
-	a.mu.Unlock()
-	if len(runs) == 0 {
-		return nil
-	}
-	alloc := ifmanager.MaxMinFair(1, shares)
-	for i, r := range runs {
-		if r.f.Status().Share == alloc[i] {
-			continue
-		}
-		if !swap {
-			r.f.SetUnitsBeforeStart(0, alloc[i])
-			continue
-		}
-		if _, err := r.f.Swap(ctx, ifmanager.SwapSpec{Share: alloc[i]}); err != nil {
-			return orchestrator.Errorf(orchestrator.CodeUnavailable, "resize %q: %v", r.spec.Name, err)
-		}
-	}
-	return nil
+	return runs
 }
 
 // tuneShares runs GSLICE's self-tuning allocation for IFs with auto_share
@@ -598,13 +595,7 @@ func (a *Appliance) tuneShares(ctx context.Context) {
 			window := now.Sub(last)
 			last = now
 			changed := false
-			a.mu.Lock()
-			runs := make([]*ifRun, 0, len(a.order))
-			for _, name := range a.order {
-				runs = append(runs, a.ifs[name])
-			}
-			a.mu.Unlock()
-			for _, r := range runs {
+			for _, r := range a.ifRuns() {
 				tu := r.tuner.Load()
 				if tu == nil {
 					continue

@@ -127,13 +127,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.padBlocks, uint64(st.PadBlocks), pol)
 		counter(c.modeSwitches, uint64(st.ModeSwitches), pol)
 	}
-	c.a.mu.Lock()
-	runs := make([]*ifRun, 0, len(c.a.order))
-	for _, name := range c.a.order {
-		runs = append(runs, c.a.ifs[name])
-	}
-	c.a.mu.Unlock()
-	for _, r := range runs {
+	for _, r := range c.a.ifRuns() {
 		f := r.f
 		cfg := f.Config()
 		l := []string{cfg.Name, cfg.Class.String()}
