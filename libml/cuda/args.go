@@ -321,10 +321,20 @@ type PadCtl struct {
 // Encode returns the control block, ready for a launch: claim and done
 // counters zeroed, no block lost.
 func (c *PadCtl) Encode() ([]byte, error) {
-	if len(c.BE) > PadMaxBE {
-		return nil, fmt.Errorf("cuda: padded launch with %d best-effort kernels (max %d)", len(c.BE), PadMaxBE)
-	}
 	b := make([]byte, PadCtlSize)
+	if err := c.encode(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// encode is Encode into b (PadCtlSize bytes, overwritten whole).
+func (c *PadCtl) encode(b []byte) error {
+	if len(c.BE) > PadMaxBE {
+		return fmt.Errorf("cuda: padded launch with %d best-effort kernels (max %d)", len(c.BE), PadMaxBE)
+	}
+	b = b[:PadCtlSize]
+	clear(b)
 	le := binary.LittleEndian
 	for k := 0; k <= PadMaxBE; k++ {
 		le.PutUint32(b[offPadLost+4*k:], math.MaxUint32)
@@ -344,7 +354,7 @@ func (c *PadCtl) Encode() ([]byte, error) {
 		le.PutUint32(b[o+456:], k.SMLo)
 		le.PutUint32(b[o+460:], k.SMHi)
 	}
-	return b, nil
+	return nil
 }
 
 // PadResult is what a padded launch got done. Index 0 is the RT kernel,

@@ -96,11 +96,12 @@ func (i *Instance) RunPadded(batch, start int, jobs func() []*PadJob) (preempted
 }
 
 // padBufs are an instance's padded-launch buffers: the control block in
-// device memory and pinned staging (the block out, the block back, a
-// zero word for the BE flags).
+// device memory, pinned staging (the block out, the block back, a zero
+// word for the BE flags) and the block's host encoding (out, then back).
 type padBufs struct {
 	ctl   uint64
 	stage pinned
+	cb    []byte
 	occ   int // sg_pad's blocks per SM
 	// smid maps SM index k (0..SMs-1) to the k-th smallest %smid (nil:
 	// the identity)
@@ -243,7 +244,7 @@ func (pr *padRun) init(i *Instance, p *kplan) error {
 			stage.Free()
 			return fmt.Errorf("SM ids: %w", err)
 		}
-		i.pad = &padBufs{ctl: ctl, stage: stage, occ: max(occ, 1), smid: smid}
+		i.pad = &padBufs{ctl: ctl, stage: stage, cb: make([]byte, PadCtlSize), occ: max(occ, 1), smid: smid}
 	}
 	return nil
 }
@@ -269,13 +270,12 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 	if !pr.choose(i, p, k, kp, params, grid) {
 		return false, nil
 	}
-	cb, err := pr.ctl.Encode()
-	if err != nil {
+	s, pb := i.ln.s, i.pad
+	if err := pr.ctl.encode(pb.cb); err != nil {
 		pr.unhold()
 		return false, err
 	}
-	s, pb := i.ln.s, i.pad
-	pb.stage.Put(padStageOut, cb)
+	pb.stage.Put(padStageOut, pb.cb)
 	if err := s.WriteAsync(pb.ctl, pb.stage, padStageOut, PadCtlSize); err != nil {
 		pr.unhold()
 		return false, err
@@ -439,7 +439,7 @@ func (pr *padRun) finish() {
 		return
 	}
 	pr.pending = false
-	cb := make([]byte, PadCtlSize)
+	cb := pr.inst.pad.cb
 	pr.inst.pad.stage.Get(padStageBack, cb)
 	res := pr.ctl.Result(cb)
 	for n, h := range pr.picked {
