@@ -3,12 +3,8 @@
 package cuda
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unsafe"
@@ -159,32 +155,7 @@ func TestBackendErrors(t *testing.T) {
 // whose parameter buffers the fake kernel copies to its output (so the
 // planned arguments can be read back through the output copy).
 func TestBackendFakeDriver(t *testing.T) {
-	if lib := os.Getenv("SLUICE_FAKE_CUDA_BACKEND"); lib != "" {
-		fakeBackendChecks(t, lib)
-		return
-	}
-	if gpuWanted() {
-		t.Skip("SLUICE_GPU=1: the real driver is under test")
-	}
-	cc, err := exec.LookPath("cc")
-	if err != nil {
-		t.Skip("no C compiler")
-	}
-	lib := filepath.Join(t.TempDir(), "libcuda-fake.so")
-	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", lib, "testdata/fakecuda.c").CombinedOutput(); err != nil {
-		t.Fatalf("building the fake driver: %v\n%s", err, out)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBackendFakeDriver$", "-test.v")
-	cmd.Env = append(os.Environ(), "SLUICE_FAKE_CUDA_BACKEND="+lib)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestBackendFakeDriver")) {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, "backend_misc_test.go") {
-			t.Log(strings.TrimSpace(l))
-		}
-	}
+	inFakeDriverChild(t, "SLUICE_FAKE_CUDA_BACKEND", "TestBackendFakeDriver", "backend_misc_test.go", fakeBackendChecks)
 }
 
 func fakeBackendChecks(t *testing.T, lib string) {

@@ -20,8 +20,19 @@ import (
 // (the loaded driver is process-wide), and is skipped where there is no
 // C compiler or a real GPU is under test.
 func TestFakeDriver(t *testing.T) {
-	if lib := os.Getenv("SLUICE_FAKE_CUDA"); lib != "" {
-		fakeDriverChecks(t, lib)
+	inFakeDriverChild(t, "SLUICE_FAKE_CUDA", "TestFakeDriver", "fake_test.go", fakeDriverChecks)
+}
+
+// inFakeDriverChild runs checks against the fake libcuda of
+// testdata/fakecuda.c, built here with cc, in a child process (the loaded
+// driver is process-wide) that runs test name with the library's path in
+// the environment variable env; the child's log lines from file are
+// logged here. It skips where there is no C compiler or a real GPU is
+// under test.
+func inFakeDriverChild(t *testing.T, env, name, file string, checks func(*testing.T, string)) {
+	t.Helper()
+	if lib := os.Getenv(env); lib != "" {
+		checks(t, lib)
 		return
 	}
 	if gpuWanted() {
@@ -35,14 +46,14 @@ func TestFakeDriver(t *testing.T) {
 	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", lib, "testdata/fakecuda.c").CombinedOutput(); err != nil {
 		t.Fatalf("building the fake driver: %v\n%s", err, out)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFakeDriver$", "-test.v")
-	cmd.Env = append(os.Environ(), "SLUICE_FAKE_CUDA="+lib)
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env+"="+lib)
 	out, err := cmd.CombinedOutput()
-	if err != nil || !bytes.Contains(out, []byte("--- PASS: TestFakeDriver")) {
+	if err != nil || !bytes.Contains(out, []byte("--- PASS: "+name)) {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, "fake_test.go") {
+		if strings.Contains(l, file) {
 			t.Log(strings.TrimSpace(l))
 		}
 	}
