@@ -1155,13 +1155,6 @@ uint32_t sk_stream_outstanding(const sk_stream *s)
 
 int64_t sk_now_ns(void) { return now_ns(); }
 
-void sk_stream_mark(sk_stream *s, uint32_t seq)
-{
-	STR(&s->mark_ns, 0);
-	STR(&s->mark_seq, seq);
-	ST(&s->mark_armed, 1);
-}
-
 int64_t sk_stream_mark_ns(const sk_stream *s) { return LD(&s->mark_ns); }
 
 int64_t sk_stream_drain_ns(const sk_stream *s) { return LD(&s->drain_ns); }

@@ -101,11 +101,8 @@ func (s *Stream) HQLen() int64 { return int64(C.sk_hq_len(s.s)) }
 // window) not yet completed.
 func (s *Stream) Outstanding() int { return int(C.sk_stream_outstanding(s.s)) }
 
-// Mark arms the stream to record when the kernel that runs under sequence
-// number seq (from Push) starts; MarkNs reads it (0 = not yet).
-func (s *Stream) Mark(seq uint32) { C.sk_stream_mark(s.s, C.uint32_t(seq)) }
-
-// MarkNs is when the marked kernel's first block was claimed (0 = not yet).
+// MarkNs is when the kernel marked by Push started: its first block was
+// claimed (0 = not yet).
 func (s *Stream) MarkNs() int64 { return int64(C.sk_stream_mark_ns(s.s)) }
 
 // DrainNs is when the stream last became empty: its last running block
@@ -302,9 +299,6 @@ func (p *Pad) Free() {
 		p.p = nil
 	}
 }
-
-// Cap is the number of candidate slots.
-func (p *Pad) Cap() int { return p.cap }
 
 // PadTable is one job's kernels in every version with their profiles, in
 // C memory: the tables a padding candidate points to.

@@ -307,10 +307,8 @@ int64_t sk_pool_gc_freed(const sk_pool *p);
 
 /* sk_now_ns is the monotonic clock the timestamps use. */
 int64_t sk_now_ns(void);
-/* sk_stream_mark arms the stream to record when the kernel with sequence
- * number seq starts (its first block is claimed); sk_stream_mark_ns reads
- * it (0 = not yet). */
-void sk_stream_mark(sk_stream *s, uint32_t seq);
+/* sk_stream_mark_ns is when the kernel marked by sk_hq_push started (its
+ * first block was claimed; 0 = not yet). */
 int64_t sk_stream_mark_ns(const sk_stream *s);
 /* sk_stream_drain_ns is when the stream last became empty (its last
  * running block ended). */
