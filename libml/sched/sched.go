@@ -465,6 +465,15 @@ func (s *Scheduler) Submit(j *Job) error {
 		s.mu.Unlock()
 		return ErrClosed
 	}
+	s.enqueue(j, now)
+	fire := s.takeFire()
+	s.mu.Unlock()
+	complete(fire)
+	return nil
+}
+
+// enqueue hands a checked job submitted at now to the policy; s.mu is held.
+func (s *Scheduler) enqueue(j *Job, now int64) {
 	if j.User == 0 && j.Class == BE {
 		j.User = j.Queue
 	} else if j.User == 0 {
@@ -481,10 +490,6 @@ func (s *Scheduler) Submit(j *Job) error {
 	s.order++
 	j.order = s.order
 	s.pol.submit(j)
-	fire := s.takeFire()
-	s.mu.Unlock()
-	complete(fire)
-	return nil
 }
 
 // submitAll submits jobs in one critical section: nothing runs between
@@ -493,16 +498,8 @@ func (s *Scheduler) submitAll(js ...*Job) {
 	now := Now()
 	s.mu.Lock()
 	for _, j := range js {
-		if j.User == 0 && j.Class == BE {
-			j.User = j.Queue
-		} else if j.User == 0 {
-			j.User = -1
-		}
-		j.Submitted, j.Arrival = now, now
-		j.done = make(chan struct{})
-		s.order++
-		j.order = s.order
-		s.pol.submit(j)
+		j.Arrival = now
+		s.enqueue(j, now)
 	}
 	fire := s.takeFire()
 	s.mu.Unlock()
