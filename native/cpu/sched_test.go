@@ -83,6 +83,36 @@ func newLaunches(t testing.TB, n int) *Launches {
 	return l
 }
 
+// newHQStream is a stream of the given capacity with a host queue of the
+// given window; the caller closes it.
+func newHQStream(t testing.TB, pool *Pool, capacity, window int) *Stream {
+	t.Helper()
+	st, err := pool.NewStream(capacity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.EnableHQ(window); err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	return st
+}
+
+// incChain is a chain x = x+1 repeated: nk in-place kernels over n floats
+// (tiled for units), launched with execution indices 0..nk-1, so x counts
+// the kernels that ran.
+func incChain(t testing.TB, nk, n, units int) (*cfloats, *Launches) {
+	t.Helper()
+	x := newFloats(t, n, 0)
+	ks := newKernels(t, nk)
+	l := newLaunches(t, nk)
+	for i := 0; i < nk; i++ {
+		unary(t, ks, i, x, x, actAffine, 1, 1, units)
+		l.Set(i, Launch{Kernels: ks, K: i, Idx: int64(i)})
+	}
+	return x, l
+}
+
 // TestLaunchRange runs only the blocks of a range.
 func TestLaunchRange(t *testing.T) {
 	pool := newPool(t, 2)
@@ -143,13 +173,7 @@ func TestHostQueueWindow(t *testing.T) {
 	// a chain y = x+1 repeated: kernel i adds 1 in place, so the result
 	// counts the kernels that ran
 	const nk, n = 200, 1 << 16
-	x := newFloats(t, n, 0)
-	ks := newKernels(t, nk)
-	l := newLaunches(t, nk)
-	for i := 0; i < nk; i++ {
-		unary(t, ks, i, x, x, actAffine, 1, 1, 2)
-		l.Set(i, Launch{Kernels: ks, K: i, Idx: int64(i)})
-	}
+	x, l := incChain(t, nk, n, 2)
 	seq, err := st.Push(l, 0, nk, false)
 	if err != nil {
 		t.Fatal(err)
@@ -194,24 +218,12 @@ func TestHostQueueWindow(t *testing.T) {
 // them, and the stream is reusable after Restore.
 func TestHostQueueResetLeavesNothing(t *testing.T) {
 	pool := newPool(t, 2)
-	st, err := pool.NewStream(64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := newHQStream(t, pool, 64, 4)
 	defer st.Close()
-	if err := st.EnableHQ(4); err != nil {
-		t.Fatal(err)
-	}
 	// 400 kernels of ~0.1 ms: the run cannot end before the preemption
 	// unless the test is stalled for tens of milliseconds
 	const nk, n = 400, 1 << 20
-	x := newFloats(t, n, 0)
-	ks := newKernels(t, nk)
-	l := newLaunches(t, nk)
-	for i := 0; i < nk; i++ {
-		unary(t, ks, i, x, x, actAffine, 1, 1, 2)
-		l.Set(i, Launch{Kernels: ks, K: i, Idx: int64(i)})
-	}
+	x, l := incChain(t, nk, n, 2)
 	freed0 := pool.GCFreed()
 	if _, err := st.Push(l, 0, nk, false); err != nil {
 		t.Fatal(err)
@@ -280,14 +292,8 @@ func TestFlagStopsQueuedAndRunningBlocks(t *testing.T) {
 		t.Skip("preemption checks compiled out")
 	}
 	pool := newPool(t, 1)
-	st, err := pool.NewStream(16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := newHQStream(t, pool, 16, 4)
 	defer st.Close()
-	if err := st.EnableHQ(4); err != nil {
-		t.Fatal(err)
-	}
 	const n = 1 << 24
 	x := newFloats(t, n, 1)
 	y := newFloats(t, n, 0)
@@ -476,14 +482,8 @@ func TestPadSelectRules(t *testing.T) {
 // once the RT kernel is over.
 func TestPaddingRunsOnIdleUnits(t *testing.T) {
 	pool := newPool(t, 2)
-	rt, err := pool.NewStream(16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rt := newHQStream(t, pool, 16, 4)
 	defer rt.Close()
-	if err := rt.EnableHQ(4); err != nil {
-		t.Fatal(err)
-	}
 	// RT: one long kernel on unit 0 (sin over 8M floats, ~tens of ms)
 	rx, ry := newFloats(t, 1<<23, 1), newFloats(t, 1<<23, 0)
 	rks := newKernels(t, 1)
@@ -595,22 +595,10 @@ func TestFlagResetsHostQueue(t *testing.T) {
 		t.Skip("preemption checks compiled out: the hooked block runs")
 	}
 	pool := newPool(t, 2)
-	st, err := pool.NewStream(64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := newHQStream(t, pool, 64, 2)
 	defer st.Close()
-	if err := st.EnableHQ(2); err != nil {
-		t.Fatal(err)
-	}
 	const nk, n = 50, 1 << 16
-	x := newFloats(t, n, 0)
-	ks := newKernels(t, nk)
-	l := newLaunches(t, nk)
-	for i := 0; i < nk; i++ {
-		unary(t, ks, i, x, x, actAffine, 1, 1, 2)
-		l.Set(i, Launch{Kernels: ks, K: i, Idx: int64(i)})
-	}
+	x, l := incChain(t, nk, n, 2)
 	st.PreemptAt(10, 0)
 	if _, err := st.Push(l, 0, nk, false); err != nil {
 		t.Fatal(err)
@@ -640,14 +628,8 @@ func TestFlagResetsHostQueue(t *testing.T) {
 // per drain (completion or preemption).
 func TestDrainNotify(t *testing.T) {
 	pool := newPool(t, 2)
-	st, err := pool.NewStream(64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := newHQStream(t, pool, 64, 4)
 	defer st.Close()
-	if err := st.EnableHQ(4); err != nil {
-		t.Fatal(err)
-	}
 	f, err := st.NotifyFile()
 	if err != nil {
 		t.Fatal(err)
@@ -655,13 +637,7 @@ func TestDrainNotify(t *testing.T) {
 	defer f.Close()
 	defer st.SetNotify(-1)
 	const nk, n = 20, 1 << 16
-	x := newFloats(t, n, 0)
-	ks := newKernels(t, nk)
-	l := newLaunches(t, nk)
-	for i := 0; i < nk; i++ {
-		unary(t, ks, i, x, x, actAffine, 1, 1, 2)
-		l.Set(i, Launch{Kernels: ks, K: i, Idx: int64(i)})
-	}
+	x, l := incChain(t, nk, n, 2)
 	read := func() uint64 {
 		var b [8]byte
 		f.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -747,32 +723,16 @@ func BenchmarkPadSelect(b *testing.B) {
 // other stream's.
 func TestPriorityStream(t *testing.T) {
 	pool := newPool(t, 1)
-	a, err := pool.NewStream(64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newHQStream(t, pool, 64, 4)
 	defer a.Close()
-	b, err := pool.NewStream(64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newHQStream(t, pool, 64, 4)
 	defer b.Close()
-	for _, s := range []*Stream{a, b} {
-		if err := s.EnableHQ(4); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if err := b.SetPriority(true); err != nil {
 		t.Fatal(err)
 	}
 	const nk, n = 60, 1 << 20 // ~1 ms per kernel
-	x, y := newFloats(t, n, 0), newFloats(t, 1<<10, 0)
-	ka, kb := newKernels(t, nk), newKernels(t, 1)
-	la, lb := newLaunches(t, nk), newLaunches(t, 1)
-	for i := 0; i < nk; i++ {
-		unary(t, ka, i, x, x, actAffine, 1, 1, 1)
-		la.Set(i, Launch{Kernels: ka, K: i, Idx: int64(i)})
-	}
+	x, la := incChain(t, nk, n, 1)
+	y, kb, lb := newFloats(t, 1<<10, 0), newKernels(t, 1), newLaunches(t, 1)
 	unary(t, kb, 0, y, y, actAffine, 1, 1, 1)
 	lb.Set(0, Launch{Kernels: kb, K: 0})
 	for try := 0; ; try++ {
