@@ -72,24 +72,12 @@ queue_len = 64
 input = "f32"
 input_shape = [3, 48, 192]
 `, model)
-	prof, err := ParseProfile("test.toml", text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, err := New(ctx, prof, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, stop := startAppliance(t, "test.toml", text)
 	addr, ok := a.PortAddr("udp0")
 	if !ok {
 		t.Fatal("no udp port address")
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
+	ctx := context.Background()
 
 	// reference: the same model on its own backend instance
 	ref := cpu.New()
@@ -162,7 +150,7 @@ input_shape = [3, 48, 192]
 	}
 
 	// metrics
-	body := scrape(t, a)
+	body := scrape(t, a.Appliance)
 	for _, m := range []string{`sluice_requests_total{port="udp0"} 42`, `sluice_if_served_total{class="rt",if="cls"} 40`,
 		`sluice_drops_total{port="udp0",reason="unknown_model"} 1`, `sluice_pool_buffers_in_use{port="udp0"} 0`} {
 		if !strings.Contains(body, m) {
@@ -176,9 +164,6 @@ input_shape = [3, 48, 192]
 	}
 	time.Sleep(20 * time.Millisecond)
 	stop()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
 	for id := uint64(2001); id <= 2010; id++ {
 		if r, ok := cl.Wait(id, 5*time.Second); !ok || (r.Status != wire.StatusOK && r.Status != wire.StatusShuttingDown) {
 			t.Fatalf("request %d during drain: answered=%v status=%v", id, ok, r.Status)

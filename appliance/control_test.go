@@ -55,22 +55,10 @@ func TestControlUnderLoad(t *testing.T) {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	prof, err := LoadProfile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, err := New(ctx, prof, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	ctx := context.Background()
+	a, stop := startAppliance(t, path, text)
 	a.SetProfilePath(path)
 	addr, _ := a.PortAddr("udp0")
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
 	for a.ControlEndpoint() == "" {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -196,9 +184,6 @@ max_batch = 2
 		t.Fatalf("request after drain: %v %v", ok, r.Status)
 	}
 	stop()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
 	if d := client.Duplicates(); d != 0 {
 		t.Fatalf("%d duplicate response fragments", d)
 	}

@@ -214,7 +214,7 @@ func TestApplianceOverDPDK(t *testing.T) {
 	}
 	model := classifierPath(t)
 	v := dptest.NewVeth(t, 100, 150)
-	prof, err := ParseProfile("dpdk.toml", fmt.Sprintf(`
+	a, stop := startAppliance(t, "dpdk.toml", fmt.Sprintf(`
 [appliance]
 log_level = "warn"
 threads = 2
@@ -236,18 +236,6 @@ input_shape = [3, 48, 192]
 max_batch = 4
 queue_len = 256
 `, os.Getpid(), v.HostIP, v.Host, model))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	a, err := New(ctx, prof, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
 	conn, err := dptest.UDPInNetns(v.NS, netip.AddrPortFrom(v.PeerIP, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +256,7 @@ queue_len = 256
 				a.mu.Lock()
 				r := a.ifs["cls"]
 				a.mu.Unlock()
-				_, err := r.f.Swap(ctx, ifmanager.SwapSpec{})
+				_, err := r.f.Swap(context.Background(), ifmanager.SwapSpec{})
 				swapped <- err
 			}()
 		}
@@ -297,9 +285,6 @@ queue_len = 256
 		ok++
 	}
 	stop()
-	if err := <-runErr; err != nil {
-		t.Errorf("run: %v", err)
-	}
 	st := a.Stats()
 	a.Close()
 	t.Logf("DPDK appliance: %d/%d ok; port %+v", ok, n, st.Ports[0].Port)
