@@ -848,6 +848,21 @@ func feedRT(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.W
 	}
 }
 
+// wakeAtStop starts a goroutine that, once the run stops, wakes
+// cond's waiters (under cond.L) so that they see it.
+func wakeAtStop(r *disbRun, cond *sync.Cond, wg *sync.WaitGroup) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !r.stop.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		cond.L.Lock()
+		cond.Broadcast()
+		cond.L.Unlock()
+	}()
+}
+
 // runSeq: one job at a time, RT first, BE clients round robin.
 func runSeq(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.WaitGroup) {
 	var mu sync.Mutex
@@ -865,16 +880,8 @@ func runSeq(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.W
 		cond.Broadcast()
 		mu.Unlock()
 	})
-	wg.Add(2)
-	go func() { // wake the dispatcher at the end
-		defer wg.Done()
-		for !r.stop.Load() {
-			time.Sleep(time.Millisecond)
-		}
-		mu.Lock()
-		cond.Broadcast()
-		mu.Unlock()
-	}()
+	wakeAtStop(r, cond, wg) // the dispatcher
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		next := 0
@@ -956,16 +963,7 @@ func runReef(r *disbRun, clients []*dclient, arr map[*dclient][]int64, wg *sync.
 			}
 		}
 	})
-	wg.Add(1)
-	go func() { // wake the waiters at the end
-		defer wg.Done()
-		for !r.stop.Load() {
-			time.Sleep(time.Millisecond)
-		}
-		mu.Lock()
-		cond.Broadcast()
-		mu.Unlock()
-	}()
+	wakeAtStop(r, cond, wg) // the waiters
 	// the RT dispatcher
 	wg.Add(1)
 	go func() {
