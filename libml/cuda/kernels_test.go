@@ -224,41 +224,55 @@ func TestKernelGemm(t *testing.T) {
 	})
 }
 
+// convCase is a convolution test case: its geometry (the output's size
+// follows, with bottom and right padding pb and pr), whether it has a
+// bias and a residual, and its activation.
+type convCase struct {
+	g         convGeom
+	pb, pr    int
+	bias, res bool
+	act       int
+}
+
+// convArgs uploads c's random input, weights, bias and residual and
+// returns the convolution's arguments (activation bounds -0.5, 0.5), its
+// geometry with the output size, the input and the float64 reference.
+func convArgs(t testing.TB, ex executor, c convCase, r *rand.Rand) (*Args, convGeom, []float32, []float32) {
+	t.Helper()
+	g := c.g.withOut(c.pb, c.pr)
+	x := randVec(r, g.N*g.C*g.H*g.W, -1, 1)
+	w := randVec(r, g.Cout*g.C/g.G*g.KH*g.KW, -1, 1)
+	var bias, res []float32
+	a := &Args{}
+	a.In[0], a.In[1] = upload(t, ex, x), upload(t, ex, w)
+	if c.bias {
+		bias = randVec(r, g.Cout, -1, 1)
+		a.In[2] = upload(t, ex, bias)
+	}
+	ny := g.N * g.Cout * g.OH * g.OW
+	if c.res {
+		res = randVec(r, ny, -1, 1)
+		a.In[3] = upload(t, ex, res)
+	}
+	a.Out = outBuf(t, ex, ny)
+	copy(a.P[:], g.params())
+	a.P[PAct] = int64(c.act)
+	a.F[FActA], a.F[FActB] = -0.5, 0.5
+	return a, g, x, refConv(g, x, w, bias, res, c.act, -0.5, 0.5)
+}
+
 func TestKernelConv(t *testing.T) {
 	forEach(t, func(t *testing.T, ex executor) {
 		r := rand.New(rand.NewPCG(9, 10))
-		for i, c := range []struct {
-			g         convGeom
-			pb, pr    int
-			bias, res bool
-			act       int
-		}{
+		for i, c := range []convCase{
 			{convGeom{N: 2, C: 4, H: 9, W: 11, Cout: 6, G: 2, KH: 3, KW: 2, SH: 2, SW: 1, PT: 1, PL: 0, DH: 1, DW: 2}, 1, 1, true, true, actRelu},
 			{convGeom{N: 1, C: 3, H: 12, W: 13, Cout: 70, G: 1, KH: 3, KW: 3, SH: 1, SW: 1, PT: 1, PL: 1, DH: 1, DW: 1}, 1, 1, true, false, actHardSwish},
 			{convGeom{N: 2, C: 8, H: 5, W: 5, Cout: 8, G: 8, KH: 1, KW: 1, SH: 1, SW: 1, DH: 1, DW: 1}, 0, 0, false, false, actNone},
 			{convGeom{N: 1, C: 16, H: 7, W: 6, Cout: 12, G: 1, KH: 5, KW: 5, SH: 3, SW: 2, PT: 2, PL: 2, DH: 1, DW: 1}, 2, 2, true, true, actClip},
 		} {
-			g := c.g.withOut(c.pb, c.pr)
-			x := randVec(r, g.N*g.C*g.H*g.W, -1, 1)
-			w := randVec(r, g.Cout*g.C/g.G*g.KH*g.KW, -1, 1)
-			var bias, res []float32
-			var a Args
-			a.In[0], a.In[1] = upload(t, ex, x), upload(t, ex, w)
-			if c.bias {
-				bias = randVec(r, g.Cout, -1, 1)
-				a.In[2] = upload(t, ex, bias)
-			}
-			ny := g.N * g.Cout * g.OH * g.OW
-			if c.res {
-				res = randVec(r, ny, -1, 1)
-				a.In[3] = upload(t, ex, res)
-			}
-			a.Out = outBuf(t, ex, ny)
-			copy(a.P[:], g.params())
-			a.P[PAct] = int64(c.act)
-			a.F[FActA], a.F[FActB] = -0.5, 0.5
-			runOp(t, ex, OpConv, &a)
-			want := refConv(g, x, w, bias, res, c.act, -0.5, 0.5)
+			a, g, x, want := convArgs(t, ex, c, r)
+			ny := len(want)
+			runOp(t, ex, OpConv, a)
 			closeTo(t, fmt.Sprintf("conv %d", i), download(t, ex, a.Out, ny), want, tol)
 
 			// the same convolution as IM2COL (the engine's small-output path)
