@@ -54,6 +54,7 @@ import (
 	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/cuda"
+	"sluice/libml/graph"
 	"sluice/libml/onnx"
 	"sluice/libml/zoo"
 )
@@ -316,42 +317,32 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := os.WriteFile(filepath.Join(*dir, onnxName), enc, 0o644); err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
-		inst, err := b.LoadModel(ctx, name, g)
-		if err != nil {
-			return fmt.Errorf("export %s: %w", name, err)
-		}
-		err = func() error {
-			defer inst.Close()
-			if err := b.ConfigureBatch(inst, slices.Max(bs)); err != nil {
+		err = eachBatch(ctx, b, name, g, bs, func(inst libml.Instance, batch int) error {
+			in := zoo.Input(*seed+uint64(batch), batch*inst.InputSize())
+			out := make([]float32, batch*inst.OutputSize())
+			if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
 				return err
 			}
-			for _, batch := range bs {
-				in := zoo.Input(*seed+uint64(batch), batch*inst.InputSize())
-				out := make([]float32, batch*inst.OutputSize())
-				if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
-					return err
-				}
-				t0 := time.Now()
-				if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
-					return err
-				}
-				ms := float64(time.Since(t0).Microseconds()) / 1e3
-				e := ExportEntry{Model: name, Size: spec.size(), ONNX: onnxName, Batch: batch, Ms: ms,
-					Input:    fmt.Sprintf("%s_b%d_in.npy", name, batch),
-					Output:   fmt.Sprintf("%s_b%d_out.npy", name, batch),
-					InShape:  append([]int64{int64(batch)}, inst.InputShape()...),
-					OutShape: append([]int64{int64(batch)}, inst.OutputShape()...)}
-				if err := writeNpy(filepath.Join(*dir, e.Input), e.InShape, in); err != nil {
-					return err
-				}
-				if err := writeNpy(filepath.Join(*dir, e.Output), e.OutShape, out); err != nil {
-					return err
-				}
-				man.Entries = append(man.Entries, e)
-				fmt.Fprintf(stdout, "%s batch %d: %s, %s (%s %.3f ms)\n", name, batch, e.Input, e.Output, *backend, ms)
+			t0 := time.Now()
+			if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
+				return err
 			}
+			ms := float64(time.Since(t0).Microseconds()) / 1e3
+			e := ExportEntry{Model: name, Size: spec.size(), ONNX: onnxName, Batch: batch, Ms: ms,
+				Input:    fmt.Sprintf("%s_b%d_in.npy", name, batch),
+				Output:   fmt.Sprintf("%s_b%d_out.npy", name, batch),
+				InShape:  append([]int64{int64(batch)}, inst.InputShape()...),
+				OutShape: append([]int64{int64(batch)}, inst.OutputShape()...)}
+			if err := writeNpy(filepath.Join(*dir, e.Input), e.InShape, in); err != nil {
+				return err
+			}
+			if err := writeNpy(filepath.Join(*dir, e.Output), e.OutShape, out); err != nil {
+				return err
+			}
+			man.Entries = append(man.Entries, e)
+			fmt.Fprintf(stdout, "%s batch %d: %s, %s (%s %.3f ms)\n", name, batch, e.Input, e.Output, *backend, ms)
 			return nil
-		}()
+		})
 		if err != nil {
 			return fmt.Errorf("export %s: %w", name, err)
 		}
@@ -408,40 +399,30 @@ func runLatency(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return fmt.Errorf("latency: %w", err)
 		}
-		inst, err := b.LoadModel(ctx, name, g)
-		if err != nil {
-			return fmt.Errorf("latency %s: %w", name, err)
-		}
-		err = func() error {
-			defer inst.Close()
-			if err := b.ConfigureBatch(inst, slices.Max(bs)); err != nil {
-				return err
-			}
-			for _, batch := range bs {
-				in := zoo.Input(1, batch*inst.InputSize())
-				out := make([]float32, batch*inst.OutputSize())
-				for k := 0; k < *warm; k++ {
-					if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
-						return err
-					}
+		err = eachBatch(ctx, b, name, g, bs, func(inst libml.Instance, batch int) error {
+			in := zoo.Input(1, batch*inst.InputSize())
+			out := make([]float32, batch*inst.OutputSize())
+			for k := 0; k < *warm; k++ {
+				if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
+					return err
 				}
-				lat := make([]float64, 0, *n)
-				for k := 0; k < *n; k++ {
-					t0 := time.Now()
-					if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
-						return err
-					}
-					lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e6)
-				}
-				r := LatencyRow{Model: name, Size: spec.size(), Batch: batch, Runs: *n, Backend: *backend}
-				r.MeanMs = meanOf(lat)
-				slices.Sort(lat)
-				r.P50Ms, r.P99Ms = pct(lat, 50), pct(lat, 99)
-				rows = append(rows, r)
-				fmt.Fprintf(stdout, "| %s | %d | %d | %.3f | %.3f | %.3f |\n", name, batch, r.Runs, r.P50Ms, r.P99Ms, r.MeanMs)
 			}
+			lat := make([]float64, 0, *n)
+			for k := 0; k < *n; k++ {
+				t0 := time.Now()
+				if err := b.InferBatch(ctx, inst, batch, in, out); err != nil {
+					return err
+				}
+				lat = append(lat, float64(time.Since(t0).Nanoseconds())/1e6)
+			}
+			r := LatencyRow{Model: name, Size: spec.size(), Batch: batch, Runs: *n, Backend: *backend}
+			r.MeanMs = meanOf(lat)
+			slices.Sort(lat)
+			r.P50Ms, r.P99Ms = pct(lat, 50), pct(lat, 99)
+			rows = append(rows, r)
+			fmt.Fprintf(stdout, "| %s | %d | %d | %.3f | %.3f | %.3f |\n", name, batch, r.Runs, r.P50Ms, r.P99Ms, r.MeanMs)
 			return nil
-		}()
+		})
 		if err != nil {
 			return fmt.Errorf("latency %s: %w", name, err)
 		}
@@ -449,6 +430,26 @@ func runLatency(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *jsonPath != "" {
 		if err := writeJSON(*jsonPath, rows); err != nil {
 			return fmt.Errorf("latency: %w", err)
+		}
+	}
+	return nil
+}
+
+// eachBatch loads g on b as name, configures the instance for the
+// largest of bs and calls f with it for each batch size in turn; the
+// instance is closed after.
+func eachBatch(ctx context.Context, b libml.Backend, name string, g *graph.Graph, bs []int, f func(inst libml.Instance, batch int) error) error {
+	inst, err := b.LoadModel(ctx, name, g)
+	if err != nil {
+		return err
+	}
+	defer inst.Close()
+	if err := b.ConfigureBatch(inst, slices.Max(bs)); err != nil {
+		return err
+	}
+	for _, batch := range bs {
+		if err := f(inst, batch); err != nil {
+			return err
 		}
 	}
 	return nil
