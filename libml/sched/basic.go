@@ -46,13 +46,9 @@ func (p *seq) next() {
 		if j == nil {
 			return
 		}
-		if err := p.s.begin(p.l, j); err != nil {
-			p.l.job = nil
-			j.Err = err
-			p.s.finish(j)
-			continue
+		if p.s.bind(p.l, j) {
+			p.s.run(p.l, len(j.Model.prog.Kernels), lkFast)
 		}
-		p.s.run(p.l, len(j.Model.prog.Kernels), lkFast)
 	}
 }
 
@@ -64,11 +60,7 @@ func (p *seq) segDone(l *lane, _ bool) {
 }
 
 func (p *seq) drop() []*Job {
-	out := p.rtQ.drain()
-	for i := range p.beQ {
-		out = append(out, p.beQ[i].drain()...)
-	}
-	return out
+	return drainQueues(&p.rtQ, p.beQ)
 }
 
 func (p *seq) close() {}
@@ -110,13 +102,9 @@ func (p *conc) next(l *lane) {
 	q := p.queue(l)
 	for l.job == nil && q.len() > 0 {
 		j := q.pop()
-		if err := p.s.begin(l, j); err != nil {
-			l.job = nil
-			j.Err = err
-			p.s.finish(j)
-			continue
+		if p.s.bind(l, j) {
+			p.s.run(l, len(j.Model.prog.Kernels), lkFast)
 		}
-		p.s.run(l, len(j.Model.prog.Kernels), lkFast)
 	}
 }
 
@@ -128,11 +116,7 @@ func (p *conc) segDone(l *lane, _ bool) {
 }
 
 func (p *conc) drop() []*Job {
-	out := p.rtQ.drain()
-	for i := range p.beQ {
-		out = append(out, p.beQ[i].drain()...)
-	}
-	return out
+	return drainQueues(&p.rtQ, p.beQ)
 }
 
 func (p *conc) close() {}

@@ -86,13 +86,7 @@ func (r *reef) submit(j *Job) {
 func (r *reef) next(l *lane) {
 	q := &r.beQ[l.id-1]
 	for l.job == nil && q.len() > 0 {
-		j := q.pop()
-		if err := r.s.begin(l, j); err != nil {
-			l.job = nil
-			j.Err = err
-			r.s.finish(j)
-			continue
-		}
+		r.s.bind(l, q.pop())
 	}
 	if l.job == nil {
 		return
@@ -108,6 +102,12 @@ func (r *reef) next(l *lane) {
 func (r *reef) enterRT() {
 	r.rtMode = true
 	r.s.stats.ModeSwitches++
+	r.rec = r.preemptBE()
+}
+
+// preemptBE preempts every running BE stream not preempted yet; the
+// returned record (nil: none was running) waits for their drains.
+func (r *reef) preemptBE() *preemptRec {
 	var rec *preemptRec
 	for _, l := range r.be {
 		if !l.busy || l.preempted {
@@ -120,7 +120,7 @@ func (r *reef) enterRT() {
 		rec.waiting++
 		l.rec = rec
 	}
-	r.rec = rec
+	return rec
 }
 
 // startPad starts padding for an RT mode just entered: the suspended BE
@@ -154,14 +154,9 @@ func (r *reef) startRT() {
 // their error).
 func (r *reef) bindRT() bool {
 	for r.rtQ.len() > 0 {
-		j := r.rtQ.pop()
-		if err := r.s.begin(r.rt, j); err != nil {
-			r.rt.job = nil
-			j.Err = err
-			r.s.finish(j)
-			continue
+		if r.s.bind(r.rt, r.rtQ.pop()) {
+			return true
 		}
-		return true
 	}
 	return false
 }
@@ -263,50 +258,42 @@ func (r *reef) collectPad(stop bool) {
 		cur := r.pad.Cursor(i)
 		j := l.job
 		nk := len(j.Model.prog.Kernels)
-		if cur.K >= nk {
-			r.offer[i] = false
-			r.s.stats.PadBlocks += cur.Blocks
-			r.s.stats.PadNs += cur.BlockNs
-			r.s.stats.PadJobs++
-			j.PadBlocks += cur.Blocks
-			l.job = nil
-			r.s.finish(j)
-			if !stop {
-				r.pad.SetCand(i, nil, ncpu.Cursor{V: -1})
-				r.next(l)
-			}
-			continue
-		}
-		if !stop {
-			continue
+		finished := cur.K >= nk
+		if !finished && !stop {
+			continue // still padding
 		}
 		r.offer[i] = false
 		r.s.stats.PadBlocks += cur.Blocks
 		r.s.stats.PadNs += cur.BlockNs
 		j.PadBlocks += cur.Blocks
-		switch {
-		case cur.V < 0:
-			j.pos, j.posVer, j.posBlk = cur.K, 0, 0
-		case cur.Done >= cur.Grid:
-			j.pos, j.posVer, j.posBlk = cur.K+1, 0, 0
-		case cur.Done == 0:
-			j.pos, j.posVer, j.posBlk = cur.K, 0, 0
-		default:
-			j.pos, j.posVer, j.posBlk = cur.K, cur.V, cur.Done
+		if !finished {
+			// padding stopped inside the job: it continues from there
+			switch {
+			case cur.V < 0:
+				j.pos, j.posVer, j.posBlk = cur.K, 0, 0
+			case cur.Done >= cur.Grid:
+				j.pos, j.posVer, j.posBlk = cur.K+1, 0, 0
+			case cur.Done == 0:
+				j.pos, j.posVer, j.posBlk = cur.K, 0, 0
+			default:
+				j.pos, j.posVer, j.posBlk = cur.K, cur.V, cur.Done
+			}
+			if j.pos < nk {
+				continue // restored by exitRT
+			}
 		}
-		if j.pos >= nk {
-			l.job = nil
-			r.s.stats.PadJobs++
-			r.s.finish(j)
+		l.job = nil
+		r.s.stats.PadJobs++
+		r.s.finish(j)
+		if !stop {
+			r.pad.SetCand(i, nil, ncpu.Cursor{V: -1})
+			r.next(l)
 		}
 	}
 }
 
 func (r *reef) drop() []*Job {
-	out := r.rtQ.drain()
-	for i := range r.beQ {
-		out = append(out, r.beQ[i].drain()...)
-	}
+	out := drainQueues(&r.rtQ, r.beQ)
 	if r.pad != nil && r.padOn {
 		r.pad.Stop(r.s.pool)
 		r.padOn = false
@@ -335,21 +322,13 @@ func (s *Scheduler) PreemptRestore() int {
 	if !ok || r.rtMode || s.closed {
 		return 0
 	}
-	var rec *preemptRec
-	n := 0
-	for _, l := range r.be {
-		if !l.busy || l.preempted {
-			continue
-		}
-		t := s.preempt(l)
-		if rec == nil {
-			rec = &preemptRec{t0: t, rtStart: t, rtDone: true}
-		}
-		rec.waiting++
-		l.rec = rec
-		n++
+	rec := r.preemptBE()
+	if rec == nil {
+		return 0
 	}
-	return n
+	// no RT job: the latency ends with the drains
+	rec.rtStart, rec.rtDone = rec.t0, true
+	return rec.waiting
 }
 
 // rtKind is the RT stream's launch kind: with padding, RT kernels carry

@@ -538,13 +538,11 @@ func (s *Scheduler) Close() error {
 	if s.pol != nil {
 		dropped = s.pol.drop()
 	}
-	var one [8]byte
-	one[0] = 1
 	for _, l := range s.lanes {
 		if l.busy {
 			l.st.HQPreempt() // its drain wakes the waiter
 		} else {
-			l.efd.Write(one[:]) // wake the idle waiter
+			l.wake() // wake the idle waiter
 		}
 	}
 	s.mu.Unlock()
@@ -670,6 +668,18 @@ func (s *Scheduler) begin(l *lane, j *Job) error {
 	return nil
 }
 
+// bind is begin for the policies: a job that cannot be bound leaves l
+// free and finishes with its error (false).
+func (s *Scheduler) bind(l *lane, j *Job) bool {
+	if err := s.begin(l, j); err != nil {
+		l.job = nil
+		j.Err = err
+		s.finish(j)
+		return false
+	}
+	return true
+}
+
 // launchKind selects an instance's launch array.
 type launchKind int
 
@@ -745,10 +755,15 @@ func (s *Scheduler) push(l *lane, to int, kind launchKind) {
 	}
 	if lo >= hi {
 		// nothing to launch: the segment is over at once
-		var one [8]byte
-		one[0] = 1
-		l.efd.Write(one[:])
+		l.wake()
 	}
+}
+
+// wake writes l's drain notification, as a draining unit does.
+func (l *lane) wake() {
+	var one [8]byte
+	one[0] = 1
+	l.efd.Write(one[:])
 }
 
 // wait is lane l's waiter, one goroutine per lane for the scheduler's
@@ -952,4 +967,37 @@ func (f *fifo) drain() []*Job {
 	q := f.q
 	f.q = nil
 	return q
+}
+
+// drainQueues empties an RT queue and BE queues, RT jobs first.
+func drainQueues(rtQ *fifo, beQ []fifo) []*Job {
+	out := rtQ.drain()
+	for i := range beQ {
+		out = append(out, beQ[i].drain()...)
+	}
+	return out
+}
+
+// removeJob removes j from q, keeping the order.
+func removeJob(q []*Job, j *Job) []*Job {
+	for i, o := range q {
+		if o == j {
+			copy(q[i:], q[i+1:])
+			q[len(q)-1] = nil
+			return q[:len(q)-1]
+		}
+	}
+	return q
+}
+
+// notRunning is q without running (the jobs of a single-lane policy that
+// Close drops).
+func notRunning(q []*Job, running *Job) []*Job {
+	var out []*Job
+	for _, j := range q {
+		if j != running {
+			out = append(out, j)
+		}
+	}
+	return out
 }

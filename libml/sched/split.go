@@ -76,11 +76,8 @@ func nextCut(m *Model, pos int) int {
 func (p *split) dispatch() {
 	for len(p.q) > 0 {
 		j := p.q[0]
-		if err := p.s.begin(p.l, j); err != nil {
-			p.l.job = nil
-			j.Err = err
+		if !p.s.bind(p.l, j) {
 			p.q = p.q[1:]
-			p.s.finish(j)
 			continue
 		}
 		p.s.run(p.l, nextCut(j.Model, j.pos), lkFast)
@@ -92,24 +89,14 @@ func (p *split) segDone(l *lane, _ bool) {
 	j := l.job
 	l.job = nil
 	if j.pos >= len(j.Model.prog.Kernels) {
-		for i, o := range p.q {
-			if o == j {
-				p.q = append(p.q[:i], p.q[i+1:]...)
-				break
-			}
-		}
+		p.q = removeJob(p.q, j)
 		p.s.finish(j)
 	}
 	p.dispatch()
 }
 
 func (p *split) drop() []*Job {
-	var out []*Job
-	for _, j := range p.q {
-		if j != p.l.job {
-			out = append(out, j)
-		}
-	}
+	out := notRunning(p.q, p.l.job)
 	p.q = nil
 	return out
 }

@@ -83,11 +83,8 @@ func (p *srpt) choose() *Job {
 func (p *srpt) dispatch() {
 	for len(p.jobs) > 0 {
 		j := p.choose()
-		if err := p.s.begin(p.l, j); err != nil {
-			p.l.job = nil
-			j.Err = err
-			p.remove(j)
-			p.s.finish(j)
+		if !p.s.bind(p.l, j) {
+			p.jobs = removeJob(p.jobs, j)
 			continue
 		}
 		m := j.Model
@@ -118,34 +115,18 @@ func (p *srpt) dispatch() {
 	}
 }
 
-func (p *srpt) remove(j *Job) {
-	for i, o := range p.jobs {
-		if o == j {
-			copy(p.jobs[i:], p.jobs[i+1:])
-			p.jobs[len(p.jobs)-1] = nil
-			p.jobs = p.jobs[:len(p.jobs)-1]
-			return
-		}
-	}
-}
-
 func (p *srpt) segDone(l *lane, _ bool) {
 	j := l.job
 	l.job = nil
 	if j.pos >= len(j.Model.prog.Kernels) {
-		p.remove(j)
+		p.jobs = removeJob(p.jobs, j)
 		p.s.finish(j)
 	}
 	p.dispatch()
 }
 
 func (p *srpt) drop() []*Job {
-	var out []*Job
-	for _, j := range p.jobs {
-		if j != p.l.job {
-			out = append(out, j)
-		}
-	}
+	out := notRunning(p.jobs, p.l.job)
 	p.jobs = nil
 	return out
 }
