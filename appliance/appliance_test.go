@@ -6,16 +6,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
 	"sluice/libml"
 	"sluice/libml/cpu"
@@ -99,13 +96,7 @@ input_shape = [3, 48, 192]
 		t.Fatal(err)
 	}
 
-	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetReadBuffer(8 << 20)
-	cl := dptest.NewClient(conn, 11, 1400)
+	cl := newClient(t, 11)
 	const n = 40
 	want := map[uint64][]float32{}
 	for id := uint64(1); id <= n; id++ {

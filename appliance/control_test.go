@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
 	"sluice/orchestrator"
 )
@@ -68,13 +65,7 @@ func TestControlUnderLoad(t *testing.T) {
 	}
 	defer cl.Close()
 
-	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetReadBuffer(8 << 20)
-	client := dptest.NewClient(conn, 3, 1400)
+	client := newClient(t, 3)
 	payload := f32bytes(make([]float32, 3*48*192))
 
 	// load: 400 requests over about 4 s while commands run

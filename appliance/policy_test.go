@@ -4,15 +4,12 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
-	"net"
-	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
 	"sluice/ifmanager"
 	"sluice/libml"
@@ -143,13 +140,7 @@ queue_len = 64
 	beIn, rtIn := input(1), input(2)
 	beWant, rtWant := refOut("resnet18", beIn), refOut("squeezenet11", rtIn)
 
-	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetReadBuffer(16 << 20)
-	cl := dptest.NewClient(conn, 21, 1400)
+	cl := newClient(t, 21)
 	// BE requests keep the BE IF busy; RT requests arrive meanwhile. (A
 	// queued request holds its ~430 packet buffers until it is gathered:
 	// the pool is sized for all of them.)
@@ -272,13 +263,7 @@ queue_len = 256
 	if !ok {
 		t.Fatalf("no seq scheduler: backends %v", a.backends)
 	}
-	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetReadBuffer(16 << 20)
-	cl := dptest.NewClient(conn, 31, 1400)
+	cl := newClient(t, 31)
 	frame := f32bytes(make([]float32, 3*224*224))
 	id := uint64(0)
 	send := func(model uint16, n int) []uint64 {
