@@ -1,10 +1,6 @@
 package sched
 
-import (
-	"encoding/json"
-	"fmt"
-	"os"
-)
+import "fmt"
 
 // IdemMeta is the idempotence metadata of a compiled model (REEF §4.4),
 // written by tools/idemcheck and loaded with the model (ModelOptions.Idem):
@@ -38,25 +34,15 @@ type KernelTrace struct {
 
 // LoadIdem reads metadata written by tools/idemcheck.
 func LoadIdem(path string) (*IdemMeta, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var m IdemMeta
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := readJSON(path, &m); err != nil {
+		return nil, err
 	}
 	return &m, nil
 }
 
 // Save writes the metadata as JSON.
-func (im *IdemMeta) Save(path string) error {
-	b, err := json.MarshalIndent(im, "", " ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
+func (im *IdemMeta) Save(path string) error { return writeJSON(path, im) }
 
 // check verifies the metadata belongs to m's program and is well formed.
 func (im *IdemMeta) check(m *Model) error {

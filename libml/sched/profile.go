@@ -59,20 +59,31 @@ type VersionProfile struct {
 
 // LoadProfile reads a profile written by tools/kprof.
 func LoadProfile(path string) (*ModelProfile, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var p ModelProfile
-	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := readJSON(path, &p); err != nil {
+		return nil, err
 	}
 	return &p, nil
 }
 
 // Save writes the profile as JSON.
-func (p *ModelProfile) Save(path string) error {
-	b, err := json.MarshalIndent(p, "", " ")
+func (p *ModelProfile) Save(path string) error { return writeJSON(path, p) }
+
+// readJSON decodes the JSON file at path into v.
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// writeJSON writes v to path as indented JSON.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", " ")
 	if err != nil {
 		return err
 	}
