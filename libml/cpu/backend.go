@@ -160,8 +160,8 @@ func loadModel(name string, g *graph.Graph, units int) (*model, error) {
 	m.eng = em
 	m.batched = em.BatchDynamic()
 	in, out := em.Inputs(), em.Outputs()
-	m.inShape = perRequest(in[0].Dims)
-	m.outShape = perRequest(out[0].Dims)
+	m.inShape = libml.PerRequestShape(in[0].Dims)
+	m.outShape = libml.PerRequestShape(out[0].Dims)
 	if m.batched && len(in) == 1 && len(out) == 1 {
 		// resolve the per-request output shape by compiling for batch 1
 		p, err := m.program(1)
@@ -176,17 +176,9 @@ func loadModel(name string, g *graph.Graph, units int) (*model, error) {
 			m.release()
 			return nil, err
 		}
-		m.outShape = perRequest(p.p.Outputs[0].Shape)
+		m.outShape = libml.PerRequestShape(p.p.Outputs[0].Shape)
 	}
 	return m, nil
-}
-
-// perRequest drops a leading batch dimension of 1 (or a dynamic one).
-func perRequest(d []int64) []int64 {
-	if len(d) > 0 && d[0] <= 1 {
-		return append([]int64{}, d[1:]...)
-	}
-	return append([]int64{}, d...)
 }
 
 // program returns the model's program for a batch size (0: the declared

@@ -269,7 +269,7 @@ func (b *Backend) loadModel(name string, data []byte, opts ModelOptions) (*model
 		return nil, fmt.Errorf("input %q is a scalar: not supported (onnxruntime_go needs rank ≥ 1)", in.Name)
 	}
 	m.inShape = per
-	m.inSize = int(prod(per))
+	m.inSize = int(libml.Elems(per))
 
 	so, err := b.sessionOptions()
 	if err != nil {
@@ -314,7 +314,7 @@ func (b *Backend) loadModel(name string, data []byte, opts ModelOptions) (*model
 		m.outShape = outDims
 	}
 	m.outShape = append([]int64{}, m.outShape...)
-	m.outSize = int(prod(m.outShape))
+	m.outSize = int(libml.Elems(m.outShape))
 	return m, nil
 }
 
@@ -344,14 +344,6 @@ func names(vis []graph.ValueInfo) string {
 	return s
 }
 
-func prod(dims []int64) int64 {
-	n := int64(1)
-	for _, d := range dims {
-		n *= d
-	}
-	return n
-}
-
 // runShape is the input shape of one Run over batch requests.
 func (m *model) runShape(batch int) []int64 {
 	switch {
@@ -378,9 +370,9 @@ func (m *model) probe() ([]int64, error) {
 	shape := m.runShape(1)
 	in := &graph.Tensor{DType: m.inType, Dims: shape}
 	if m.inType == graph.Float32 {
-		in.F32 = make([]float32, prod(shape))
+		in.F32 = make([]float32, libml.Elems(shape))
 	} else {
-		in.I64 = make([]int64, prod(shape))
+		in.I64 = make([]int64, libml.Elems(shape))
 	}
 	v, err := newValue(in, m.inType)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	ortgo "github.com/yalue/onnxruntime_go"
 
+	"sluice/libml"
 	"sluice/libml/graph"
 	"sluice/libml/onnx"
 )
@@ -105,7 +106,7 @@ func (s *Session) Run(ctx context.Context, inputs []*graph.Tensor) ([]*graph.Ten
 		}
 	}()
 	for k, vi := range s.outputs {
-		if staticShape(vi.Dims) && (prod(vi.Dims) > 0 || len(vi.Dims) == 0) {
+		if staticShape(vi.Dims) && (libml.Elems(vi.Dims) > 0 || len(vi.Dims) == 0) {
 			if v, err := newEmptyValue(vi.DType, vi.Dims); err == nil {
 				outs[k] = v
 			}

@@ -166,7 +166,7 @@ func (b *Backend) LoadModel(_ context.Context, name string, g *graph.Graph) (lib
 	if mg.batched {
 		mg.inShape, mg.outShape = slices.Clone(in[1:]), slices.Clone(out[1:])
 	} else {
-		mg.inShape, mg.outShape = perRequest(in), perRequest(out)
+		mg.inShape, mg.outShape = libml.PerRequestShape(in), libml.PerRequestShape(out)
 	}
 	b.mu.Lock()
 	b.groups++
@@ -174,13 +174,6 @@ func (b *Backend) LoadModel(_ context.Context, name string, g *graph.Graph) (lib
 	b.nextBEQ++
 	b.mu.Unlock()
 	return &Instance{g: mg, maxB: 1}, nil
-}
-
-func perRequest(d []int64) []int64 {
-	if len(d) > 0 && d[0] <= 1 {
-		return slices.Clone(d[1:])
-	}
-	return slices.Clone(d)
 }
 
 // LinkModel makes another instance of base's model over the same weights
@@ -373,18 +366,10 @@ func (i *Instance) InputShape() []int64 { return slices.Clone(i.g.inShape) }
 func (i *Instance) OutputShape() []int64 { return slices.Clone(i.g.outShape) }
 
 // InputSize is the per-request input element count.
-func (i *Instance) InputSize() int { return int(numel(i.g.inShape)) }
+func (i *Instance) InputSize() int { return int(libml.Elems(i.g.inShape)) }
 
 // OutputSize is the per-request output element count.
-func (i *Instance) OutputSize() int { return int(numel(i.g.outShape)) }
-
-func numel(d []int64) int64 {
-	n := int64(1)
-	for _, v := range d {
-		n *= v
-	}
-	return n
-}
+func (i *Instance) OutputSize() int { return int(libml.Elems(i.g.outShape)) }
 
 // Close releases the instance; the last instance of a model unloads it
 // from the scheduler (its buckets and weights are freed). No batch of the
