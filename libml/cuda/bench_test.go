@@ -14,6 +14,20 @@ import (
 
 func benchKernel(b *testing.B, g *gpuExec, l Launch, params []byte, flops, bytes float64) {
 	f := g.ks.Func(l.Kernel)
+	per := timeLaunches(b, g, func(s *Stream) error { return f.Launch(l.Grid, s, params) })
+	b.ReportMetric(per*1e6, "µs/kernel")
+	if flops > 0 {
+		b.ReportMetric(flops/per/1e9, "GFLOP/s")
+	}
+	if bytes > 0 {
+		b.ReportMetric(bytes/per/1e9, "GB/s")
+	}
+}
+
+// timeLaunches calls launch once on a new stream of g's device (warm-up:
+// JIT, caches), then b.N times between two events, and returns the
+// seconds per call by the events.
+func timeLaunches(b *testing.B, g *gpuExec, launch func(s *Stream) error) float64 {
 	s, err := g.dev.NewStream(0)
 	if err != nil {
 		b.Fatal(err)
@@ -23,14 +37,16 @@ func benchKernel(b *testing.B, g *gpuExec, l Launch, params []byte, flops, bytes
 	e1, _ := g.dev.NewEvent()
 	defer e0.Close()
 	defer e1.Close()
-	if err := f.Launch(l.Grid, s, params); err != nil { // warm up (JIT, caches)
+	if err := launch(s); err != nil {
 		b.Fatal(err)
 	}
-	s.Sync()
+	if err := s.Sync(); err != nil {
+		b.Fatal(err)
+	}
 	b.ResetTimer()
 	e0.Record(s)
 	for i := 0; i < b.N; i++ {
-		if err := f.Launch(l.Grid, s, params); err != nil {
+		if err := launch(s); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -39,14 +55,7 @@ func benchKernel(b *testing.B, g *gpuExec, l Launch, params []byte, flops, bytes
 		b.Fatal(err)
 	}
 	ms, _ := e1.Since(e0)
-	per := float64(ms) / 1e3 / float64(b.N)
-	b.ReportMetric(per*1e6, "µs/kernel")
-	if flops > 0 {
-		b.ReportMetric(flops/per/1e9, "GFLOP/s")
-	}
-	if bytes > 0 {
-		b.ReportMetric(bytes/per/1e9, "GB/s")
-	}
+	return float64(ms) / 1e3 / float64(b.N)
 }
 
 func benchGPU(b *testing.B) *gpuExec {

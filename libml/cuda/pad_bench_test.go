@@ -72,38 +72,13 @@ func BenchmarkGPUPadOverhead(b *testing.B) {
 			{"padded-2perSM", cp, func(s *Stream) error { return padF.Launch(2*g.SMs(), s, padP) }},
 		} {
 			b.Run(c.name+"/"+v.name, func(b *testing.B) {
-				s, err := g.dev.NewStream(0)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer s.Close()
-				e0, _ := g.dev.NewEvent()
-				e1, _ := g.dev.NewEvent()
-				defer e0.Close()
-				defer e1.Close()
-				once := func() {
+				per := timeLaunches(b, g, func(s *Stream) error {
 					if err := s.WriteAsync(v.dst, host, 0, len(cb)); err != nil {
-						b.Fatal(err)
+						return err
 					}
-					if err := v.run(s); err != nil {
-						b.Fatal(err)
-					}
-				}
-				once() // warm up
-				if err := s.Sync(); err != nil {
-					b.Fatal(err)
-				}
-				b.ResetTimer()
-				e0.Record(s)
-				for i := 0; i < b.N; i++ {
-					once()
-				}
-				e1.Record(s)
-				if err := e1.Sync(); err != nil {
-					b.Fatal(err)
-				}
-				ms, _ := e1.Since(e0)
-				b.ReportMetric(float64(ms)*1e3/float64(b.N), "µs/kernel")
+					return v.run(s)
+				})
+				b.ReportMetric(per*1e6, "µs/kernel")
 				if v.dst == cp {
 					// every RT block ran: the padded launch did the work
 					g.Read(b, cb, cp)
