@@ -920,6 +920,21 @@ static void hq_free_chain(sk_hq_node *n)
 	}
 }
 
+/* hq_cache_put gives a chain of unused nodes back to s's node cache; the
+ * chain is walked outside the lock. */
+static void hq_cache_put(sk_stream *s, sk_hq_node *c)
+{
+	if (!c)
+		return;
+	sk_hq_node *t = c;
+	while (t->next)
+		t = t->next;
+	hq_lock(s);
+	t->next = s->hq_free;
+	s->hq_free = c;
+	hq_unlock(s);
+}
+
 /* hq_pump_locked fills ring slots from host-queue launches while fewer
  * than window kernels would be outstanding (completed is the completion
  * count to assume). It does not publish them: hq_publish_locked does.
@@ -1029,15 +1044,7 @@ int64_t sk_hq_push(sk_stream *s, const sk_launch_desc *d, int n, int mark)
 			b1 = k ? k->grid : 0;
 		if (!k || k->grid < 1 || b0 < 0 || b1 > k->grid || b0 >= b1) {
 			hq_free_chain(head);
-			hq_lock(s);
-			if (cache) {
-				sk_hq_node *c = cache;
-				while (c->next)
-					c = c->next;
-				c->next = s->hq_free;
-				s->hq_free = cache;
-			}
-			hq_unlock(s);
+			hq_cache_put(s, cache);
 			return -1;
 		}
 		sk_hq_node *nd = cache;
@@ -1061,19 +1068,12 @@ int64_t sk_hq_push(sk_stream *s, const sk_launch_desc *d, int n, int mark)
 		tail = nd;
 		built++;
 	}
-	hq_lock(s);
-	if (cache) { /* give unused cached nodes back */
-		sk_hq_node *c = cache;
-		while (c->next)
-			c = c->next;
-		c->next = s->hq_free;
-		s->hq_free = cache;
-	}
 	if (built < n) {
-		hq_unlock(s);
 		hq_free_chain(head);
+		hq_cache_put(s, cache);
 		return -1;
 	}
+	hq_lock(s);
 	int64_t first = (int64_t)(uint32_t)(LDR(&s->tail) + (uint32_t)LDR(&s->hq_len));
 	if (mark) {
 		STR(&s->mark_ns, 0);
@@ -1093,6 +1093,8 @@ int64_t sk_hq_push(sk_stream *s, const sk_launch_desc *d, int n, int mark)
 	hq_unlock(s);
 	if (moved)
 		pool_kick(s->pool);
+	/* unused cached nodes go back once the launches are out */
+	hq_cache_put(s, cache);
 	return first;
 }
 
