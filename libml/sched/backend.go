@@ -259,8 +259,11 @@ func (mg *modelGroup) bucket(bs int) *Model {
 	return nil
 }
 
-// fit is the smallest bucket holding n requests.
+// fit is the smallest bucket holding n requests. A linked instance may be
+// adding buckets (ConfigureBatch during a swap) while this one serves.
 func (mg *modelGroup) fit(n int) *Model {
+	mg.mu.Lock()
+	defer mg.mu.Unlock()
 	for _, m := range mg.buckets {
 		if m.batch >= n {
 			return m

@@ -327,3 +327,56 @@ func TestBackendFixedBatchModel(t *testing.T) {
 		t.Fatalf("%d BE jobs, want 3", st.Jobs[BE])
 	}
 }
+
+// A linked instance configured for larger batches (a swap's shadow) adds
+// buckets while the active instance keeps serving from the same model
+// (run under the race detector by make test).
+func TestBackendBucketsGrowWhileServing(t *testing.T) {
+	b := newTestBackend(t, PolicySeq)
+	ctx := context.Background()
+	g := testGraph(t, "squeeze")
+	a, err := b.LoadModel(ctx, "sq", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := b.ConfigureBatch(a, 2); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(11))
+	in := randInput(r, 2*a.InputSize())
+	want := cpuReference(t, g, 2, in)
+	done := make(chan error, 1)
+	var stop atomic.Bool
+	go func() {
+		out := make([]float32, 2*a.OutputSize())
+		for k := 0; !stop.Load(); k++ {
+			if err := b.InferBatch(ctx, a, 1+k%2, in, out); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	l, err := b.LinkModel(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	err = b.ConfigureBatch(l, 6)
+	stop.Store(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := l.(*Instance).Buckets(); len(got) != 4 || got[3] != 6 {
+		t.Fatalf("buckets %v, want [1 2 4 6]", got)
+	}
+	out := make([]float32, 2*a.OutputSize())
+	if err := b.InferBatch(ctx, a, 2, in, out); err != nil {
+		t.Fatal(err)
+	}
+	closeEnough(t, "after the buckets grew", out, want)
+}
