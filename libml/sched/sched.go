@@ -230,9 +230,7 @@ type Job struct {
 	pos    int   // kernels [0, pos) are complete...
 	posVer int   // ...and blocks [0, posBlk) of kernel pos in version posVer
 	posBlk int64 //
-	segTo  int
 	idleAt int64 // when preempted: the moment its units went idle
-	order  int64
 	done   chan struct{}
 }
 
@@ -286,7 +284,6 @@ type Scheduler struct {
 	pol    policy
 	stats  Stats
 	closed bool
-	order  int64
 	fire   []*Job
 	wg     sync.WaitGroup
 	bw     int64
@@ -487,8 +484,6 @@ func (s *Scheduler) enqueue(j *Job, now int64) {
 	j.KernelStart, j.KernelEnd, j.RestoreGapNs, j.idleAt = 0, 0, 0, 0
 	j.pos, j.posVer, j.posBlk, j.inst = 0, 0, 0, nil
 	j.done = make(chan struct{})
-	s.order++
-	j.order = s.order
 	s.pol.submit(j)
 }
 

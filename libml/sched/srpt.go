@@ -16,8 +16,6 @@ type srpt struct {
 	l       *lane
 	jobs    []*Job // unfinished, in arrival order
 	deficit map[int]float64
-	// Picks counts fairness overrides (tests).
-	fairPicks int
 }
 
 func newSRPT(s *Scheduler) *srpt {
@@ -64,7 +62,6 @@ func (p *srpt) choose() *Job {
 		if bd > p.s.cfg.FairThreshold {
 			for _, j := range p.jobs {
 				if j.User == bu {
-					p.fairPicks++
 					return j
 				}
 			}
