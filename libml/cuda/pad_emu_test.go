@@ -122,6 +122,28 @@ func TestKernelProfileEmu(t *testing.T) {
 	closeTo(t, "after profiling", infer(t, b, inst, 2, in), want, 0)
 }
 
+// finishFrom runs inst's batch-1 job from at to its end (restoring
+// after preemptions from the point each gives) and returns its n
+// outputs.
+func finishFrom(t testing.TB, inst *Instance, at ResumePoint, n int) []float32 {
+	t.Helper()
+	for {
+		pre, resume, err := inst.RunFrom(1, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !pre {
+			break
+		}
+		at = ResumePoint{Kernel: resume}
+	}
+	out := make([]float32, n)
+	if err := inst.Output(1, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // synthProfile profiles inst at batch 1 and installs the profile with
 // synthetic times (the emulator's mean nothing): every block 1 µs, every
 // kernel 1 ms, so that Rule 1 admits every BE kernel.
@@ -237,21 +259,7 @@ func (pj *padJobs) finish(t *testing.T) PadStats {
 	}
 	closeTo(t, "RT output, padded", out, pj.rtOut, 0)
 	for n, j := range pj.be {
-		at := j.At
-		for {
-			pre, resume, err := j.Inst.RunFrom(1, at)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !pre {
-				break
-			}
-			at = ResumePoint{Kernel: resume}
-		}
-		got := make([]float32, len(pj.beOut[n]))
-		if err := j.Inst.Output(1, got); err != nil {
-			t.Fatal(err)
-		}
+		got := finishFrom(t, j.Inst, j.At, len(pj.beOut[n]))
 		closeTo(t, fmt.Sprintf("BE %d restored after padding", n), got, pj.beOut[n], 0)
 	}
 	t.Logf("padding: %+v, jobs asked %d times; BE jobs: %+v %+v", st, calls, *pj.be[0], *pj.be[1])

@@ -93,21 +93,7 @@ func TestGPUBackendPad(t *testing.T) {
 			t.Fatalf("round %d: the padded RT output differs from the unpreempted one", round)
 		}
 		for n, be := range bes {
-			at := jobs[n].At
-			for {
-				pre, resume, err := be.inst.RunFrom(1, at)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !pre {
-					break
-				}
-				at = ResumePoint{Kernel: resume}
-			}
-			got := make([]float32, len(be.want))
-			if err := be.inst.Output(1, got); err != nil {
-				t.Fatal(err)
-			}
+			got := finishFrom(t, be.inst, jobs[n].At, len(be.want))
 			if !slices.Equal(got, be.want) {
 				t.Fatalf("round %d: BE %s restored from %+v (padded from %+v) differs from the unpreempted output", round, be.name, jobs[n].At, at0[n])
 			}
