@@ -242,12 +242,16 @@ const FragSize = 24
 
 // EncodeFrags lays fragments out as the gather kernel's descriptor array.
 func EncodeFrags(fs []Frag) []byte {
-	b := make([]byte, len(fs)*FragSize)
+	return appendFrags(make([]byte, 0, len(fs)*FragSize), fs)
+}
+
+// appendFrags appends EncodeFrags(fs) to b.
+func appendFrags(b []byte, fs []Frag) []byte {
 	le := binary.LittleEndian
-	for i, f := range fs {
-		le.PutUint64(b[i*FragSize:], f.Src)
-		le.PutUint64(b[i*FragSize+8:], f.Dst)
-		le.PutUint64(b[i*FragSize+16:], f.Len)
+	for _, f := range fs {
+		b = le.AppendUint64(b, f.Src)
+		b = le.AppendUint64(b, f.Dst)
+		b = le.AppendUint64(b, f.Len)
 	}
 	return b
 }

@@ -36,10 +36,12 @@ type Instance struct {
 	stageN int
 	inOff  int
 	outOff int
-	// desc holds the batch gather's fragment descriptors; gathered is the
-	// batch size whose input a gather has queued (0: none).
+	// desc holds the batch gather's fragment descriptors (encoded in
+	// descEnc first); gathered is the batch size whose input a gather has
+	// queued (0: none).
 	desc     pinned
 	descN    int
+	descEnc  []byte
 	gathered int
 
 	// preemption: pmu orders Preempt against the start and end of a run

@@ -202,7 +202,8 @@ func (i *Instance) gather(batch int, frags []Frag) error {
 	var a Args
 	a.Out = i.arena + 4*uint64(p.pr.p.Inputs[0].Off)
 	if len(frags) > 0 {
-		i.desc.Put(0, EncodeFrags(frags))
+		i.descEnc = appendFrags(i.descEnc[:0], frags)
+		i.desc.Put(0, i.descEnc)
 		a.Aux = i.desc.Dev()
 	}
 	l, err := PlanBatchGather(&a, len(frags), gatherPerBlock)
