@@ -534,16 +534,20 @@ func (a *Appliance) Close() {
 		}
 	}
 	a.ports = nil
+	// Stop the backends (their worker threads, device contexts), once
+	// each: "cuda" may be the cpu backend. An IF that never ran still
+	// holds its instance; the backend then says so (a scheduler frees its
+	// models all the same).
 	a.mu.Lock()
+	stopped := map[libml.Backend]bool{}
 	for name, b := range a.backends {
-		// A scheduler owns its unit threads: stop them. Its models are
-		// freed with it (an IF that never ran still holds an instance).
-		if sb, ok := b.(*sched.Backend); ok {
-			if err := sb.Deinit(); err != nil {
-				a.log.Debug("scheduler stopped with models loaded", "backend", name, "err", err)
+		if !stopped[b] {
+			stopped[b] = true
+			if err := b.Deinit(); err != nil {
+				a.log.Debug("backend stopped with instances open", "backend", name, "err", err)
 			}
-			delete(a.backends, name)
 		}
+		delete(a.backends, name)
 	}
 	a.mu.Unlock()
 	if a.eal {
