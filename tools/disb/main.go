@@ -156,18 +156,7 @@ func main() {
 				pols = append(pols, r.Policy)
 			}
 		}
-		md := markdown(&rep)
-		fmt.Print(md)
-		if *mdPath != "" {
-			if err := os.WriteFile(*mdPath, []byte(md), 0o644); err != nil {
-				fatalf("%v", err)
-			}
-		}
-		if *svgPath != "" {
-			if err := os.WriteFile(*svgPath, []byte(plot(&rep, pols)), 0o644); err != nil {
-				fatalf("%v", err)
-			}
-		}
+		render(&rep, pols, *mdPath, *svgPath)
 		return
 	}
 	// RT clients sleep in nanosleep on threads of their own, which hold
@@ -180,10 +169,7 @@ func main() {
 	var runs []workload
 	for _, w := range strings.Split(*wls, ",") {
 		w = strings.TrimSpace(strings.ToUpper(w))
-		if w == "" {
-			continue
-		}
-		if w == "T" {
+		if w == "" || w == "T" { // T: -trace
 			continue
 		}
 		wl, ok := all[w]
@@ -222,7 +208,6 @@ func main() {
 	rep.BandwidthM = sched.MeasureBandwidth()
 
 	// graphs, profiles, standalone times and max throughputs, once
-	graphs := map[string]*modelSpec{}
 	built := map[string]*graph.Graph{} // built once: the weights take seconds to generate
 	profiles := map[string]*sched.ModelProfile{}
 	maxThr := map[string]float64{}
@@ -234,7 +219,6 @@ func main() {
 		}
 		for _, r := range allRoles {
 			spec := specs[r]
-			graphs[r] = &spec
 			g, err := zoo.Build(spec.Zoo, spec.Opt)
 			if err != nil {
 				fatalf("%v", err)
@@ -370,21 +354,27 @@ func main() {
 		rep.Restore = measureRestore(*units, *window, *unitNice, built, profiles, *restoreJobs, *seed)
 	}
 
-	md := markdown(rep)
-	fmt.Print(md)
-	if *mdPath != "" {
-		if err := os.WriteFile(*mdPath, []byte(md), 0o644); err != nil {
-			fatalf("%v", err)
-		}
-	}
+	render(rep, policies, *mdPath, *svgPath)
 	if *jsonPath != "" {
 		b, _ := json.MarshalIndent(rep, "", " ")
 		if err := os.WriteFile(*jsonPath, append(b, '\n'), 0o644); err != nil {
 			fatalf("%v", err)
 		}
 	}
-	if *svgPath != "" {
-		if err := os.WriteFile(*svgPath, []byte(plot(rep, policies)), 0o644); err != nil {
+}
+
+// render prints the markdown report and writes it to mdPath and the plot
+// of policies to svgPath (either "": not written).
+func render(rep *report, policies []string, mdPath, svgPath string) {
+	md := markdown(rep)
+	fmt.Print(md)
+	if mdPath != "" {
+		if err := os.WriteFile(mdPath, []byte(md), 0o644); err != nil {
+			fatalf("%v", err)
+		}
+	}
+	if svgPath != "" {
+		if err := os.WriteFile(svgPath, []byte(plot(rep, policies)), 0o644); err != nil {
 			fatalf("%v", err)
 		}
 	}

@@ -7,18 +7,12 @@ import (
 	"strings"
 )
 
+// f2 formats v with two decimals ("–" for 0 or NaN).
 func f2(v float64) string {
 	if v == 0 || math.IsNaN(v) {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", v)
-}
-
-func f1(v float64) string {
-	if v == 0 || math.IsNaN(v) {
-		return "–"
-	}
-	return fmt.Sprintf("%.1f", v)
 }
 
 // markdown renders the report.
