@@ -206,9 +206,9 @@ func (l *Loop) Run(ctx context.Context) error {
 			select {
 			case <-sleep.C:
 			case <-l.wakeCh:
-				if !sleep.Stop() {
-					<-sleep.C
-				}
+				// Go 1.23 timers: after Stop nothing stale is left in
+				// sleep.C (draining it could block forever)
+				sleep.Stop()
 			}
 			l.sleeping.Store(false)
 		}
