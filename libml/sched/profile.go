@@ -101,9 +101,7 @@ func profileModel(pool *ncpu.Pool, m *Model, runs int) (*ModelProfile, error) {
 		return nil, err
 	}
 	defer in.freeMem()
-	for i, x := range fillInput(len(in.input()), 1) {
-		in.input()[i] = x
-	}
+	copy(in.input(), fillInput(len(in.input()), 1))
 	st, err := pool.NewStream(1024)
 	if err != nil {
 		return nil, err

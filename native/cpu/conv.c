@@ -179,16 +179,11 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t msub = (int64_t)(CONV_SUB_MAX / (2.0 * (double)pl * (double)Kd));
 	msub = SK_MAX(SK_CDIV(msub, 16) * 16, 16);
 	int64_t ksub = Kd;
-	if (k->checks > 1) {
+	if (k->checks > 1)
 		/* a preemptible copy: about k->checks calls, over output
 		 * channels (at least 16 a call), then over the reduction
 		 * (accumulating; a block cut halfway runs again from its start) */
-		int64_t mcalls = SK_MIN(k->checks, SK_MAX(ml / 16, 1));
-		msub = SK_MIN(msub, SK_MAX(SK_CDIV(SK_CDIV(ml, mcalls), 8) * 8, 8));
-		int64_t kcalls = SK_CDIV(k->checks, SK_CDIV(ml, msub));
-		if (kcalls > 1)
-			ksub = SK_MAX(SK_CDIV(SK_CDIV(Kd, kcalls), 64) * 64, 64);
-	}
+		sk_check_split(k->checks, ml, 16, &msub, Kd, 64, &ksub);
 	for (int64_t mm = 0; mm < ml; mm += msub) {
 		int64_t mc = SK_MIN(msub, ml - mm);
 		for (int64_t kk = 0; kk < Kd; kk += ksub) {

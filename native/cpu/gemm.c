@@ -141,15 +141,10 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	SK_POLL(ctx);
 	if (K > 0) {
 		int64_t sub = k->t[4] > 0 ? k->t[4] : ml, csub = nl;
-		if (k->checks > 1) {
+		if (k->checks > 1)
 			/* a preemptible copy: about k->checks calls, over rows (at
 			 * least 8 a call), then over columns (at least 16) */
-			int64_t rcalls = SK_MIN(k->checks, SK_MAX(ml / 8, 1));
-			sub = SK_MIN(sub, SK_MAX(SK_CDIV(SK_CDIV(ml, rcalls), 8) * 8, 8));
-			int64_t ccalls = SK_CDIV(k->checks, SK_CDIV(ml, sub));
-			if (ccalls > 1)
-				csub = SK_MAX(SK_CDIV(SK_CDIV(nl, ccalls), 16) * 16, 16);
-		}
+			sk_check_split(k->checks, ml, 8, &sub, nl, 16, &csub);
 		for (int64_t r = 0; r < ml; r += sub) {
 			int64_t rl = SK_MIN(sub, ml - r);
 			for (int64_t c = 0; c < nl; c += csub) {

@@ -492,4 +492,20 @@ float sk_act1(float x, int act, float a, float b);
 #define SK_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define SK_CDIV(a, b) (((a) + (b) - 1) / (b))
 
+/* sk_check_split sizes the sgemm calls of a preemptible copy's block
+ * (sk_kernel.checks = checks > 1: about checks calls). First over the n1
+ * rows: at most n1 / per1 calls, a multiple of 8 rows a call, *sub1 capped
+ * accordingly; then, when that makes fewer than checks calls, each row
+ * call over n2 in chunks of a multiple of a2 (*sub2). */
+static inline void sk_check_split(int64_t checks, int64_t n1, int64_t per1,
+				  int64_t *sub1, int64_t n2, int64_t a2,
+				  int64_t *sub2)
+{
+	int64_t calls1 = SK_MIN(checks, SK_MAX(n1 / per1, 1));
+	*sub1 = SK_MIN(*sub1, SK_MAX(SK_CDIV(SK_CDIV(n1, calls1), 8) * 8, 8));
+	int64_t calls2 = SK_CDIV(checks, SK_CDIV(n1, *sub1));
+	if (calls2 > 1)
+		*sub2 = SK_MAX(SK_CDIV(SK_CDIV(n2, calls2), a2) * a2, a2);
+}
+
 #endif /* SLUICE_CPU_H */
