@@ -407,9 +407,12 @@ func arenaSlice(base unsafe.Pointer, off, n int64) []float32 {
 	return unsafe.Slice((*float32)(unsafe.Add(base, off*4)), n)
 }
 
-// materialize fills C kernel descriptors for program pr over an arena.
-func materialize(pr *program, m *model, arena unsafe.Pointer, units int) (*ncpu.Kernels, error) {
-	ep := pr.p
+// Materialize fills C kernel descriptors for program ep over an arena:
+// weights, consts and aux (one entry per kernel, nil for none) are the
+// C memory of the model's weights, the program's constants and its
+// kernels' auxiliary tables; units is the tiling. The scheduler
+// (libml/sched) builds its kernels through it too.
+func Materialize(ep *engine.Program, weights, consts unsafe.Pointer, aux []unsafe.Pointer, arena unsafe.Pointer, units int) (*ncpu.Kernels, error) {
 	ks, err := ncpu.NewKernels(len(ep.Kernels))
 	if err != nil {
 		return nil, err
@@ -419,15 +422,15 @@ func materialize(pr *program, m *model, arena unsafe.Pointer, units int) (*ncpu.
 		case engine.SpaceArena:
 			return unsafe.Add(arena, r.Off*4)
 		case engine.SpaceWeights:
-			return unsafe.Add(m.wptr, r.Off*4)
+			return unsafe.Add(weights, r.Off*4)
 		case engine.SpaceConsts:
-			return unsafe.Add(pr.cptr, r.Off*4)
+			return unsafe.Add(consts, r.Off*4)
 		}
 		return nil
 	}
 	for i := range ep.Kernels {
 		k := &ep.Kernels[i]
-		d := ncpu.Desc{Op: int32(k.Op), Flags: k.Flags, Out: ptr(k.Out), Aux: pr.aux[i], P: k.P, F: k.F}
+		d := ncpu.Desc{Op: int32(k.Op), Flags: k.Flags, Out: ptr(k.Out), Aux: aux[i], P: k.P, F: k.F}
 		for j := range k.In {
 			d.In[j] = ptr(k.In[j])
 		}
@@ -437,6 +440,11 @@ func materialize(pr *program, m *model, arena unsafe.Pointer, units int) (*ncpu.
 		}
 	}
 	return ks, nil
+}
+
+// materialize fills C kernel descriptors for program pr of model m.
+func materialize(pr *program, m *model, arena unsafe.Pointer, units int) (*ncpu.Kernels, error) {
+	return Materialize(pr.p, m.wptr, pr.cptr, pr.aux, arena, units)
 }
 
 // runAll runs kernels from start to the end, restoring after preemptions

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"sluice/libml/cpu"
 	"sluice/libml/engine"
 	"sluice/libml/graph"
 	ncpu "sluice/native/cpu"
@@ -523,34 +524,7 @@ func (in *instance) output() []float32 {
 // materialize fills C kernel descriptors over an arena, tiled for tu
 // units.
 func (m *Model) materialize(arena unsafe.Pointer, tu int) (*ncpu.Kernels, error) {
-	ep := m.prog
-	ks, err := ncpu.NewKernels(len(ep.Kernels))
-	if err != nil {
-		return nil, err
-	}
-	ptr := func(r engine.Ref) unsafe.Pointer {
-		switch r.Space {
-		case engine.SpaceArena:
-			return unsafe.Add(arena, r.Off*4)
-		case engine.SpaceWeights:
-			return unsafe.Add(m.wptr, r.Off*4)
-		case engine.SpaceConsts:
-			return unsafe.Add(m.cptr, r.Off*4)
-		}
-		return nil
-	}
-	for i := range ep.Kernels {
-		k := &ep.Kernels[i]
-		d := ncpu.Desc{Op: int32(k.Op), Flags: k.Flags, Out: ptr(k.Out), Aux: m.aux[i], P: k.P, F: k.F}
-		for j := range k.In {
-			d.In[j] = ptr(k.In[j])
-		}
-		if err := ks.Set(i, &d, tu); err != nil {
-			ks.Free()
-			return nil, fmt.Errorf("kernel %d (%s %s): %w", i, k.Ops, k.Name, err)
-		}
-	}
-	return ks, nil
+	return cpu.Materialize(m.prog, m.wptr, m.cptr, m.aux, arena, tu)
 }
 
 // kernelBytes is the activation memory kernel i reads and writes, in
