@@ -27,22 +27,13 @@ import (
 
 func main() {
 	model := flag.String("model", "bert", "zoo model ("+strings.Join(zoo.Names(), ", ")+")")
-	h := flag.Int("h", 32, "image height (CNNs)")
-	w := flag.Int("w", 32, "image width (CNNs)")
-	classes := flag.Int("classes", 10, "classifier width (CNNs)")
-	layers := flag.Int("layers", 4, "encoder layers (bert)")
-	seq := flag.Int("seq", 32, "sequence length (bert)")
-	hidden := flag.Int("hidden", 128, "hidden size (bert)")
-	heads := flag.Int("heads", 4, "attention heads (bert)")
-	ff := flag.Int("ff", 512, "feed-forward size (bert)")
-	seed := flag.Uint64("seed", 1, "weight seed")
+	zopt := zoo.SmallFlags(flag.CommandLine)
 	batch := flag.Int("batch", 1, "batch size")
 	noInPlace := flag.Bool("no-inplace", false, "compile without in-place kernels")
 	out := flag.String("o", "", "write the metadata (JSON) here")
 	verbose := flag.Bool("v", false, "list every kernel")
 	flag.Parse()
-	g, err := zoo.Build(*model, zoo.Options{Height: *h, Width: *w, Classes: *classes, Layers: *layers, SeqLen: *seq,
-		Hidden: *hidden, Heads: *heads, FF: *ff, Seed: *seed})
+	g, err := zoo.Build(*model, *zopt)
 	if err != nil {
 		fatalf("%v", err)
 	}
