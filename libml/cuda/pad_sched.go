@@ -54,6 +54,13 @@ type PadCand struct {
 	KernelNs float64
 }
 
+// qualifies is Rule 1 for c beside rt, for a candidate with blocks, an
+// occupancy and a profiled block time (PadVersion and PadSelect skip
+// the others).
+func (c *PadCand) qualifies(rt PadRT) bool {
+	return c.Grid > 0 && c.Occupancy > 0 && c.BlockNs > 0 && c.BlockNs < rt.RemainingNs
+}
+
 // PadVersion chooses the version a best-effort kernel about to start
 // runs in when it pads rt on a device of sms SMs (REEF §5.3,
 // multi-version kernel selection): among its versions vers (one
@@ -71,7 +78,7 @@ func PadVersion(rt PadRT, sms int, vers []PadCand) int {
 	best := -1
 	for k := range vers {
 		c := &vers[k]
-		if c.Grid <= 0 || c.Occupancy <= 0 || c.BlockNs <= 0 || c.BlockNs >= rt.RemainingNs {
+		if !c.qualifies(rt) {
 			continue
 		}
 		if best < 0 || c.KernelNs < vers[best].KernelNs {
@@ -112,7 +119,7 @@ func PadSelect(rt PadRT, sms int, cands []PadCand, out []PadPick) []PadPick {
 	}
 	for k := range cands {
 		c := &cands[k]
-		if c.Grid <= 0 || c.Occupancy <= 0 || c.BlockNs <= 0 || c.BlockNs >= rt.RemainingNs {
+		if !c.qualifies(rt) {
 			continue
 		}
 		// blocks one SM runs while the RT kernel runs
