@@ -440,14 +440,12 @@ func (i *Instance) SetKernelProfile(mp *ModelProfile) error {
 	return nil
 }
 
-// kprof is an installed profile: per engine kernel by index, version 0's
-// profile (byIdx; nil: nothing to launch), every version's (vers[k][v];
-// nil where not profiled) and the padding candidates (cands[k]: the
-// profiled versions no other version dominates, shortest kernel time
-// first).
+// kprof is an installed profile: per engine kernel by index, every
+// version's profile (vers[k][v]; nil where not profiled; vers[k][0] is
+// nil only for a kernel with nothing to launch) and the padding
+// candidates (cands[k]: the profiled versions no other version
+// dominates, shortest kernel time first).
 type kprof struct {
-	mp    *ModelProfile
-	byIdx []*KernelProfile
 	vers  [][]*KernelProfile
 	cands [][]*KernelProfile
 }
@@ -463,7 +461,7 @@ func (kp *kprof) version(k, v int) *KernelProfile {
 // profileIndex maps a profile onto a plan's kernels and versions.
 func profileIndex(p *kplan, mp *ModelProfile) (*kprof, error) {
 	n := len(p.launches)
-	kp := &kprof{mp: mp, byIdx: make([]*KernelProfile, n), vers: make([][]*KernelProfile, n), cands: make([][]*KernelProfile, n)}
+	kp := &kprof{vers: make([][]*KernelProfile, n), cands: make([][]*KernelProfile, n)}
 	for k := range kp.vers {
 		kp.vers[k] = make([]*KernelProfile, max(len(p.vers[k]), 1))
 	}
@@ -482,8 +480,7 @@ func profileIndex(p *kplan, mp *ModelProfile) (*kprof, error) {
 		kp.vers[kv.Index][kv.Version] = kv
 	}
 	for k, l := range p.launches {
-		kp.byIdx[k] = kp.vers[k][0]
-		if l.grid > 0 && kp.byIdx[k] == nil {
+		if l.grid > 0 && kp.vers[k][0] == nil {
 			return nil, fmt.Errorf("kernel %d (%s) not profiled", k, l.kernel)
 		}
 		vs := kp.vers[k]

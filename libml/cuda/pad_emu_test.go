@@ -448,7 +448,7 @@ func BenchmarkPadChoose(b *testing.B) {
 				b.Fatal(err)
 			}
 			l := &p.launches[0]
-			kp := pr.rt.byIdx[0]
+			kp := pr.rt.vers[0][0]
 			b.ReportAllocs()
 			b.ResetTimer()
 			for k := 0; k < b.N; k++ {

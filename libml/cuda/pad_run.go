@@ -256,7 +256,7 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 	if pr.off {
 		return false, nil
 	}
-	kp := pr.rt.byIdx[k]
+	kp := pr.rt.vers[k][0]
 	if kp == nil {
 		return false, nil
 	}
