@@ -209,10 +209,9 @@ type padRun struct {
 // padHeld is a BE job the run holds (its instance locked) for a launch,
 // with the version its next kernel runs in.
 type padHeld struct {
-	j    *PadJob
-	p    *kplan
-	prof *kprof
-	ver  int
+	j   *PadJob
+	p   *kplan
+	ver int
 }
 
 func (pr *padRun) init(i *Instance, p *kplan) error {
@@ -418,7 +417,7 @@ func holdJob(i *Instance, j *PadJob, rt PadRT, sms, occ int) (padHeld, PadCand, 
 		return padHeld{}, PadCand{}, false
 	}
 	c := PadCand{Grid: kp.Grid - j.At.Block, Occupancy: min(kp.Occupancy, occ), BlockNs: kp.BlockNs, KernelNs: kp.KernelNs}
-	return padHeld{j: j, p: p, prof: prof, ver: kp.Version}, c, true
+	return padHeld{j: j, p: p, ver: kp.Version}, c, true
 }
 
 // maxVersions bounds the versions of a kernel (Versions).
