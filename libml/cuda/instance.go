@@ -594,16 +594,14 @@ func (i *Instance) run(p *kplan, at ResumePoint, out *readBack, pad *padRun) (pr
 			break
 		}
 		l := &p.launches[next]
+		params, grid := l.params, l.grid
 		if next == start && at.Block > 0 {
 			// a kernel padding started: it finishes in its version
 			l = p.launch(next, at.Version)
-		}
-		params, grid := l.params, l.grid
-		if next == start && at.Block > 0 {
-			if at.Block >= grid {
+			if at.Block >= l.grid {
 				continue // padding ran it all
 			}
-			params, grid = rebase(params, at.Block), grid-at.Block
+			params, grid = rebase(l.params, at.Block), l.grid-at.Block
 		}
 		if grid == 0 {
 			continue
