@@ -343,16 +343,18 @@ func TestRunPaddedLostBlock(t *testing.T) {
 	t.Logf("BE 1 from %+v to %+v", at0, last.At)
 }
 
-// disbPadProfiles profiles the DISB stand-ins for roles on b (loaded
-// under their role names, as RunDISB does) with synthetic times.
-func disbPadProfiles(t *testing.T, b *Backend, roles ...string) *Profile {
-	p := &Profile{Device: "emulator (synthetic times)"}
+// disbPadProfiles profiles the DISB stand-ins of the roles in synth on b
+// (loaded under their role names, as RunDISB does) with the role's
+// synthetic-profile function; device names the profile.
+func disbPadProfiles(t *testing.T, b *Backend, device string, synth map[string]func(testing.TB, *Instance) *ModelProfile) *Profile {
+	p := &Profile{Device: device}
 	for _, m := range disbEmuModels(t) {
-		if !slices.Contains(roles, m.Role) {
+		f := synth[m.Role]
+		if f == nil {
 			continue
 		}
 		inst := load(t, b, m.Role, m.Graph, 1).(*Instance)
-		p.Models = append(p.Models, *synthProfile(t, inst))
+		p.Models = append(p.Models, *f(t, inst))
 		inst.Close()
 	}
 	return p
@@ -377,7 +379,9 @@ func TestDISBPadEmu(t *testing.T) {
 			cfg := DISBConfig{Workloads: []DISBWorkload{scaleRates(DISBWorkloads()[0], 0.4)},
 				Policies: []string{PolicyReef, PolicyReefPad}, Duration: 600 * time.Millisecond,
 				Warmup: 100 * time.Millisecond, Calibrate: 100 * time.Millisecond, Seed: 4,
-				Profiles: disbPadProfiles(t, b, "VGG", "RNET"), Logf: t.Logf, trace: true}
+				Profiles: disbPadProfiles(t, b, "emulator (synthetic times)",
+					map[string]func(testing.TB, *Instance) *ModelProfile{"VGG": synthProfile, "RNET": synthProfile}),
+				Logf: t.Logf, trace: true}
 			rep, err := RunDISB(context.Background(), b, disbEmuModels(t), cfg)
 			if err != nil {
 				t.Fatal(err)

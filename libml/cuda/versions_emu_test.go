@@ -166,19 +166,8 @@ func TestDISBPadVersionEmu(t *testing.T) {
 	}
 	t.Cleanup(func() { b.Deinit() })
 	d.h.padReverse = true
-	prof := &Profile{Device: "emulator (synthetic times, BE in version 1)"}
-	for _, m := range disbEmuModels(t) {
-		if m.Role != "VGG" && m.Role != "RNET" {
-			continue
-		}
-		inst := load(t, b, m.Role, m.Graph, 1).(*Instance)
-		if m.Role == "VGG" {
-			prof.Models = append(prof.Models, *synthProfile(t, inst))
-		} else {
-			prof.Models = append(prof.Models, *synthVersionProfile(t, inst))
-		}
-		inst.Close()
-	}
+	prof := disbPadProfiles(t, b, "emulator (synthetic times, BE in version 1)",
+		map[string]func(testing.TB, *Instance) *ModelProfile{"VGG": synthProfile, "RNET": synthVersionProfile})
 	cfg := DISBConfig{Workloads: []DISBWorkload{scaleRates(DISBWorkloads()[0], 0.4)},
 		Policies: []string{PolicyReefPad}, Duration: 600 * time.Millisecond,
 		Warmup: 100 * time.Millisecond, Calibrate: 100 * time.Millisecond, Seed: 5,
