@@ -293,8 +293,8 @@ func loadModel(name string, g *graph.Graph, dev gpuCtx, units int) (*model, erro
 		m.release()
 		return nil, errors.New("the model has no runtime input or no output")
 	}
-	m.inShape = perRequest(in[0].Dims)
-	m.outShape = perRequest(out[0].Dims)
+	m.inShape = libml.PerRequestShape(in[0].Dims)
+	m.outShape = libml.PerRequestShape(out[0].Dims)
 	if len(in) == 1 && len(out) == 1 {
 		// resolve the per-request output shape by compiling once
 		key := 0
@@ -309,18 +309,10 @@ func loadModel(name string, g *graph.Graph, dev gpuCtx, units int) (*model, erro
 		if m.batched {
 			m.outShape = append([]int64{}, p.p.Outputs[0].Shape[1:]...)
 		} else {
-			m.outShape = perRequest(p.p.Outputs[0].Shape)
+			m.outShape = libml.PerRequestShape(p.p.Outputs[0].Shape)
 		}
 	}
 	return m, nil
-}
-
-// perRequest drops a leading batch dimension of 1 (or a dynamic one).
-func perRequest(d []int64) []int64 {
-	if len(d) > 0 && d[0] <= 1 {
-		return append([]int64{}, d[1:]...)
-	}
-	return append([]int64{}, d...)
 }
 
 // program returns the model's program for a batch size (0: the declared

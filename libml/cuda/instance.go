@@ -188,18 +188,10 @@ func (i *Instance) InputShape() []int64 { return append([]int64{}, i.m.inShape..
 func (i *Instance) OutputShape() []int64 { return append([]int64{}, i.m.outShape...) }
 
 // InputSize is the per-request input element count.
-func (i *Instance) InputSize() int { return int(prod(i.m.inShape)) }
+func (i *Instance) InputSize() int { return int(libml.Elems(i.m.inShape)) }
 
 // OutputSize is the per-request output element count.
-func (i *Instance) OutputSize() int { return int(prod(i.m.outShape)) }
-
-func prod(s []int64) int64 {
-	n := int64(1)
-	for _, d := range s {
-		n *= d
-	}
-	return n
-}
+func (i *Instance) OutputSize() int { return int(libml.Elems(i.m.outShape)) }
 
 // Batched reports whether the model has a dynamic batch dimension; models
 // without one run a batch as one program execution per request.
