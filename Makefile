@@ -29,9 +29,17 @@ BINARIES := sluice=./appliance/cmd/sluice
 
 GO_TEST_FLAGS ?= -count=1 -timeout 25m -p 2
 
+# `make fuzz` fuzzes every Fuzz* target in the repository, one after the
+# other, each for FUZZ_TIME (a go test -fuzztime value: 30s, 5m, 10000x).
+# FUZZ narrows it to the targets whose name matches a grep -E pattern
+# (FUZZ=ParseRequest). `make test` only replays the committed corpora
+# (testdata/fuzz/<FuzzName>/ files, run by plain go test).
+FUZZ_TIME ?= 30s
+FUZZ ?= .
+
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all deps deps-apt deps-go build test test-go vet fmt-check bench run clean
+.PHONY: all deps deps-apt deps-go build test test-go vet fmt-check fuzz bench run clean
 
 all: build
 
@@ -69,6 +77,21 @@ test: deps build fmt-check vet $(TEST_EXTRA)
 	SLUICE_REQUIRE_ROOT=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
 	  $(GO) test $(GO_TEST_FLAGS) ./...
 	@rm -rf /var/run/dpdk/sluice-* 2>/dev/null || true
+
+# Random fuzzing is not part of `make test`: what it finds depends on the
+# machine and the time it is given. A finding is written to the package's
+# testdata/fuzz/<FuzzName>/; commit it with the fix so every go test
+# replays it. Every target runs even when one fails; the exit status says
+# whether any did.
+fuzz: deps
+	@failed=""; \
+	for dir in $$(grep -rlE --include='*_test.go' --exclude-dir=third_party --exclude-dir=.git '^func Fuzz[A-Za-z0-9_]*\(' . | xargs -r -n1 dirname | sort -u); do \
+	  for name in $$(sed -nE 's/^func (Fuzz[A-Za-z0-9_]*)\(.*/\1/p' $$dir/*_test.go | grep -E -- '$(FUZZ)' | sort -u); do \
+	    echo "go test -run '^\$$' -fuzz '^$$name\$$' -fuzztime $(FUZZ_TIME) $$dir/"; \
+	    $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZ_TIME) $$dir/ || failed="$$failed $$dir:$$name"; \
+	  done; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failures in:$$failed (inputs under each package's testdata/fuzz/)" >&2; exit 1; fi
 
 bench: build $(BENCH_TARGETS)
 

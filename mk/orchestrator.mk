@@ -3,22 +3,19 @@
 # Makefile. See docs/commands.md.
 
 BINARIES += ifctl=./tools/ifctl
-TEST_EXTRA += test-orchestrator-race fuzz-orchestrator
+TEST_EXTRA += test-orchestrator-race
 BENCH_TARGETS += bench-orchestrator
 
-FUZZ_TIME ?= 15s
-
-.PHONY: test-orchestrator-race fuzz-orchestrator bench-orchestrator
+.PHONY: test-orchestrator-race bench-orchestrator
 
 # The control server is all goroutines and sockets: run its tests under
 # the race detector too (a few seconds).
 test-orchestrator-race: deps
 	$(GO) test -race -count=1 ./orchestrator/... ./tools/ifctl/
 
-# Request validation against arbitrary frames (the seed corpus runs in
-# every `go test`).
-fuzz-orchestrator: deps
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRequest$$' -fuzztime $(FUZZ_TIME) ./orchestrator/
+# FuzzParseRequest (request validation against arbitrary frames) runs
+# under `make fuzz FUZZ=ParseRequest`; `go test` replays its seeds and
+# orchestrator/testdata/fuzz/FuzzParseRequest/.
 
 # Command round trip (client -> server -> handler -> client) over ipc,
 # tcp and CURVE tcp, and request validation alone.
