@@ -65,7 +65,7 @@ func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
 	case st.UnderProvisioned:
 		state = "underprovisioned"
 	}
-	return orchestrator.IFStatus{Name: spec.Name, ModelID: uint16(spec.ModelID), Model: spec.Model,
+	return orchestrator.IFStatus{Name: spec.Name, ModelID: spec.ModelID, Model: spec.Model,
 		Backend: spec.Backend, Policy: spec.Policy, Class: spec.Class, SLOMS: spec.SLOMS, MaxBatch: st.MaxBatch,
 		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share,
 		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded}
@@ -81,14 +81,12 @@ func unitsOf(mask uint64) int {
 
 // Deploy implements orchestrator.Handler.
 func (h *controlHandler) Deploy(ctx context.Context, args orchestrator.DeployArgs) (orchestrator.IFStatus, error) {
-	spec := IFSection{Name: args.Name, ModelID: int(args.ModelID), Model: args.Model, Backend: args.Backend,
-		Class: args.Class, SLOMS: args.SLOMS, MaxBatch: args.MaxBatch, QueueLen: args.QueueLen, Input: args.Input,
-		Mean: args.Mean, Std: args.Std, InputShape: args.InputShape, Share: args.Share, Policy: args.Policy}
+	spec := args // the deploy command carries an [[if]] table's spec
 	h.a.mu.Lock()
-	spec.inheritPolicy(h.a.prof.Appliance.Policy)
+	policy := h.a.prof.Appliance.Policy
 	h.a.mu.Unlock()
-	if err := spec.validate("deploy"); err != nil {
-		return orchestrator.IFStatus{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "%v", err)
+	if err := spec.Resolve(policy); err != nil {
+		return orchestrator.IFStatus{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "args.%v", err)
 	}
 	r, err := h.a.Deploy(ctx, spec)
 	if err != nil {
@@ -219,8 +217,8 @@ func (h *controlHandler) Swap(ctx context.Context, args orchestrator.SwapArgs) (
 	h.a.mu.Unlock()
 	if args.Model != "" && args.Model != newSpec.Model {
 		newSpec.Model = args.Model
-		if err := newSpec.validate("swap"); err != nil {
-			return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "%v", err)
+		if err := newSpec.Validate(); err != nil {
+			return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "args.%v", err)
 		}
 		_, inst, err := h.a.loadInstance(ctx, &newSpec)
 		if err != nil {

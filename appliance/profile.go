@@ -9,12 +9,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"sluice/ifmanager"
-	"sluice/libml/sched"
 )
 
 // Profile is a parsed appliance profile (TOML).
@@ -79,38 +77,10 @@ type PortSection struct {
 	Spin int `toml:"spin"`
 }
 
-// IFSection is one inference function.
-type IFSection struct {
-	Name    string `toml:"name"`
-	ModelID int    `toml:"model_id"`
-	// Model is "zoo:NAME" or "onnx:PATH".
-	Model string `toml:"model"`
-	// Backend is "cpu" or "ort".
-	Backend  string    `toml:"backend"`
-	Class    string    `toml:"class"`
-	SLOMS    float64   `toml:"slo_ms"`
-	MaxBatch int       `toml:"max_batch"`
-	QueueLen int       `toml:"queue_len"`
-	Input    string    `toml:"input"`
-	Mean     []float32 `toml:"mean"`
-	Std      []float32 `toml:"std"`
-	// InputShape fixes the per-request input shape of ONNX models whose
-	// input dims are dynamic.
-	InputShape []int64 `toml:"input_shape"`
-	// MinBatch bounds SLAB from below.
-	MinBatch int `toml:"min_batch"`
-	// Batching is "slab" (default), "aimd" or "fixed".
-	Batching string `toml:"batching"`
-	// Share is the IF's initial resource share (0..1], its knee point when
-	// profiled; 0 means 0.3 with auto_share, else the whole machine.
-	Share float64 `toml:"share"`
-	// AutoShare turns on GSLICE's self-tuning share for this IF.
-	AutoShare bool `toml:"auto_share"`
-	// Policy is the scheduling policy the IF runs under: "none" or a
-	// libml/sched policy (cpu backend only). Empty: appliance.policy for
-	// cpu IFs, "none" for the others.
-	Policy string `toml:"policy"`
-}
+// IFSection is one [[if]] table: an inference function's spec, the same
+// type the deploy command carries and the IF manager is configured from
+// (see ifmanager.Spec for its keys and defaults).
+type IFSection = ifmanager.Spec
 
 // LoadProfile reads and validates a profile. Errors name the file and,
 // where TOML can tell, the line and key.
@@ -124,12 +94,26 @@ func LoadProfile(path string) (*Profile, error) {
 
 // ParseProfile parses a profile's text; name is used in errors.
 func ParseProfile(name, text string) (*Profile, error) {
+	// Syntax first, then values: an error in the second pass is about
+	// one key's value, and says which.
+	var syntax map[string]any
+	if _, err := toml.Decode(text, &syntax); err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("profile %s:%d: %s", name, pe.Position.Line, pe.Message)
+		}
+		return nil, fmt.Errorf("profile %s: %w", name, err)
+	}
 	var p Profile
 	md, err := toml.Decode(text, &p)
 	if err != nil {
 		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("profile %s:%d: %s", name, pe.Position.Line, pe.Message)
+		if errors.As(err, &pe) && pe.LastKey != "" {
+			return nil, fmt.Errorf("profile %s:%d: %s: %s", name, pe.Position.Line, indexKey(text, pe.LastKey, pe.Position.Line), pe.Message)
+		}
+		if m := tomlValueErr.FindStringSubmatch(err.Error()); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			return nil, fmt.Errorf("profile %s:%d: %s: %s", name, line, indexKey(text, m[2], line), m[3])
 		}
 		return nil, fmt.Errorf("profile %s: %w", name, err)
 	}
@@ -159,6 +143,37 @@ func ParseProfile(name, text string) (*Profile, error) {
 		return nil, fmt.Errorf("profile %s: %w", where, err)
 	}
 	return &p, nil
+}
+
+// tomlValueErr matches BurntSushi/toml's errors for a value of the wrong
+// type: `toml: line 7 (last key "if.slo_ms"): incompatible types: ...`.
+var tomlValueErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
+
+// indexKey writes a TOML key path the way validation errors do: a key in
+// an array of tables ("if.model_id") gets the table's index from the
+// [[if]] headers above line ("if[1].model_id").
+func indexKey(text, key string, line int) string {
+	table, rest, ok := strings.Cut(key, ".")
+	if !ok {
+		return key
+	}
+	n := -1
+	for i, l := range strings.Split(text, "\n") {
+		if i+1 >= line {
+			break
+		}
+		t := strings.TrimSpace(l)
+		if c := strings.IndexByte(t, '#'); c >= 0 {
+			t = strings.TrimSpace(t[:c])
+		}
+		if strings.HasPrefix(t, "[[") && strings.TrimSpace(strings.Trim(t, "[]")) == table {
+			n++
+		}
+	}
+	if n < 0 {
+		return key
+	}
+	return fmt.Sprintf("%s[%d].%s", table, n, rest)
 }
 
 // errKey matches the key path validation errors start with:
@@ -249,14 +264,11 @@ func (p *Profile) validate() error {
 	if a.ShareIntervalMS < 10 {
 		return fmt.Errorf("appliance.share_interval_ms %d: at least 10", a.ShareIntervalMS)
 	}
-	switch a.Policy {
-	case "":
+	if a.Policy == "" {
 		a.Policy = PolicyNone
-	case PolicyNone:
-	default:
-		if err := checkPolicy(a.Policy); err != nil {
-			return fmt.Errorf("appliance.policy %w", err)
-		}
+	}
+	if err := ifmanager.CheckPolicy(a.Policy); err != nil {
+		return fmt.Errorf("appliance.policy %w", err)
 	}
 	if a.Metrics != "off" {
 		if _, err := netip.ParseAddrPort(a.Metrics); err != nil {
@@ -308,13 +320,12 @@ func (p *Profile) validate() error {
 	if len(p.IFs) == 0 {
 		return errors.New("no [[if]]: at least one inference function is needed")
 	}
-	ids := map[int]string{}
+	ids := map[uint16]string{}
 	ifNames := map[string]bool{}
 	for i := range p.IFs {
 		f := &p.IFs[i]
-		f.inheritPolicy(a.Policy)
-		if err := f.validate(fmt.Sprintf("if[%d]", i)); err != nil {
-			return err
+		if err := f.Resolve(a.Policy); err != nil {
+			return fmt.Errorf("if[%d].%w", i, err)
 		}
 		if ifNames[f.Name] {
 			return fmt.Errorf("if[%d].name %q: duplicate", i, f.Name)
@@ -328,119 +339,6 @@ func (p *Profile) validate() error {
 	return nil
 }
 
-// validate checks one [[if]] table (also used for deploy commands) and
-// fills its defaults; where names it in errors.
-func (f *IFSection) validate(where string) error {
-	if f.Name == "" {
-		return fmt.Errorf("%s.name: required", where)
-	}
-	if f.ModelID < 0 || f.ModelID > 65535 {
-		return fmt.Errorf("%s.model_id %d: out of range 0..65535", where, f.ModelID)
-	}
-	if !strings.HasPrefix(f.Model, "zoo:") && !strings.HasPrefix(f.Model, "onnx:") {
-		return fmt.Errorf("%s.model %q: want \"zoo:NAME\" or \"onnx:PATH\"", where, f.Model)
-	}
-	switch f.Backend {
-	case "":
-		f.Backend = "cpu"
-	case "cpu", "ort", "cuda":
-	default:
-		return fmt.Errorf("%s.backend %q: want \"cpu\", \"cuda\" or \"ort\"", where, f.Backend)
-	}
-	switch f.Policy {
-	case "":
-		f.Policy = PolicyNone
-	case PolicyNone:
-	default:
-		if err := checkPolicy(f.Policy); err != nil {
-			return fmt.Errorf("%s.policy %w", where, err)
-		}
-		if f.Backend != "cpu" {
-			return fmt.Errorf("%s.policy %q: scheduling policies run on the cpu backend, not %q (set policy = \"none\")", where, f.Policy, f.Backend)
-		}
-		// The scheduler hands units to jobs by class and policy: an IF
-		// has no share of its own.
-		if f.Share != 0 || f.AutoShare {
-			return fmt.Errorf("%s.share: IFs under policy %q share the units through the scheduler; remove share and auto_share or set policy = \"none\"", where, f.Policy)
-		}
-	}
-	switch f.Class {
-	case "", "be":
-		f.Class = "be"
-	case "rt":
-	default:
-		return fmt.Errorf("%s.class %q: want \"rt\" or \"be\"", where, f.Class)
-	}
-	if f.SLOMS < 0 {
-		return fmt.Errorf("%s.slo_ms %v: must not be negative", where, f.SLOMS)
-	}
-	if f.MaxBatch == 0 {
-		f.MaxBatch = 8
-	}
-	if f.MaxBatch < 1 || f.MaxBatch > 1024 {
-		return fmt.Errorf("%s.max_batch %d: out of range 1..1024", where, f.MaxBatch)
-	}
-	if f.MinBatch == 0 {
-		f.MinBatch = 1
-	}
-	if f.MinBatch < 1 || f.MinBatch > f.MaxBatch {
-		return fmt.Errorf("%s.min_batch %d: must be 1..max_batch (%d)", where, f.MinBatch, f.MaxBatch)
-	}
-	switch f.Batching {
-	case "":
-		f.Batching = "slab"
-	case "slab", "aimd", "fixed":
-	default:
-		return fmt.Errorf("%s.batching %q: want slab, aimd or fixed", where, f.Batching)
-	}
-	if f.Share < 0 || f.Share > 1 {
-		return fmt.Errorf("%s.share %v: must be in (0, 1]", where, f.Share)
-	}
-	if f.Share == 0 && f.Policy == PolicyNone {
-		f.Share = 1
-		if f.AutoShare {
-			f.Share = 0.3
-		}
-	}
-	if f.QueueLen == 0 {
-		f.QueueLen = 256
-	}
-	if f.QueueLen < 1 {
-		return fmt.Errorf("%s.queue_len %d: must be positive", where, f.QueueLen)
-	}
-	switch ifmanager.InputFormat(f.Input) {
-	case "":
-		f.Input = string(ifmanager.InputF32)
-	case ifmanager.InputF32, ifmanager.InputImageU8:
-	default:
-		return fmt.Errorf("%s.input %q: want %q or %q", where, f.Input, ifmanager.InputF32, ifmanager.InputImageU8)
-	}
-	return nil
-}
-
 // PolicyNone is the policy of IFs that run on their own share of the units,
 // without the scheduler.
-const PolicyNone = "none"
-
-// checkPolicy checks a scheduling policy name; its error reads after the
-// key.
-func checkPolicy(p string) error {
-	if _, err := sched.ParsePolicy(p); err != nil {
-		names := []string{PolicyNone}
-		for _, q := range sched.Policies() {
-			names = append(names, string(q))
-		}
-		return fmt.Errorf("%q: want one of %s", p, strings.Join(names, ", "))
-	}
-	return nil
-}
-
-// inheritPolicy gives a cpu IF that names no policy the appliance's.
-func (f *IFSection) inheritPolicy(appliancePolicy string) {
-	if f.Policy == "" && (f.Backend == "" || f.Backend == "cpu") {
-		f.Policy = appliancePolicy
-	}
-}
-
-// SLO returns the IF's SLO as a duration.
-func (f *IFSection) SLO() time.Duration { return time.Duration(f.SLOMS * float64(time.Millisecond)) }
+const PolicyNone = ifmanager.PolicyNone

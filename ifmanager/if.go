@@ -40,7 +40,9 @@ const (
 	InputImageU8 InputFormat = "u8-hwc"
 )
 
-// Config is an IF's profile.
+// Config is what the IF manager needs to run an IF, in its own terms
+// (a wire class, a duration): Spec.Config makes it from the IF's spec, the
+// one schema of profiles and deploy commands, after Spec.Resolve.
 type Config struct {
 	// Name names the IF in logs and metrics.
 	Name string

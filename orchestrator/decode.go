@@ -60,7 +60,8 @@ func salvageID(body []byte) string {
 
 // decodeArgs decodes a command's args object into dst (a pointer to an
 // args struct): the keys in required must be present and not null, unknown
-// keys and mistyped values are errors, and dst's validate method runs last.
+// keys and mistyped values are errors, and dst's validate (or Validate)
+// method runs last.
 func decodeArgs(raw json.RawMessage, dst any, required []string) *Error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -81,8 +82,13 @@ func decodeArgs(raw json.RawMessage, dst any, required []string) *Error {
 	if err := decodeStrict(raw, dst); err != nil {
 		return describeDecodeError("args", err)
 	}
-	if v, ok := dst.(validator); ok {
+	switch v := dst.(type) {
+	case validator:
 		return v.validate()
+	case fieldValidator:
+		if err := v.Validate(); err != nil {
+			return Errorf(CodeBadRequest, "args.%v", err)
+		}
 	}
 	return nil
 }

@@ -52,6 +52,8 @@ func FuzzParseRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"a","cmd":"status"}`,
 		`{"id":"a","cmd":"deploy","args":{"name":"det","model_id":3,"model":"zoo:resnet18","class":"rt","slo_ms":25,"mean":[0.5],"input_shape":[3,224,224]}}`,
+		`{"id":"a","cmd":"deploy","args":{"name":"ocr","model_id":1,"model":"onnx:/m/cls.onnx","backend":"ort","min_batch":2,"max_batch":16,"batching":"aimd","queue_len":64,"input":"u8-hwc","mean":[0.5,0.5,0.5],"std":[0.25,0.25,0.25],"auto_share":true,"policy":"none"}}`,
+		`{"id":"a","cmd":"deploy","args":{"name":"g","model_id":2,"model":"zoo:vgg16","backend":"cuda","share":0.5,"mean":[],"std":null}}`,
 		`{"id":"a","cmd":"resize","args":{"name":"x","share":0.4}}`,
 		`{"id":"a","cmd":"resize","args":{"name":"x","units":4}}`,
 		`{"id":"a","cmd":"swap","args":{"name":"x","model":"zoo:m","max_batch":4}}`,

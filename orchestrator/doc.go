@@ -22,7 +22,9 @@
 // Requests are validated before the Handler sees them: non-JSON, unknown
 // top-level or args fields, wrong types, missing required arguments, an
 // empty id, unknown commands and oversized messages are answered with an
-// error and change nothing. docs/commands.md documents every command.
+// error and change nothing. deploy's args are an ifmanager.Spec, the IF
+// spec of a profile's [[if]] table (same keys, same Validate).
+// docs/commands.md documents every command.
 //
 // # Idempotency
 //

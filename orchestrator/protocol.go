@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"encoding/json"
 	"math"
+
+	"sluice/ifmanager"
 )
 
 // Command names, as in a request's cmd field.
@@ -28,7 +30,7 @@ const (
 	// MaxIDLen bounds a request id, in bytes.
 	MaxIDLen = 128
 	// MaxBatchLimit bounds max_batch and min_batch.
-	MaxBatchLimit = 1024
+	MaxBatchLimit = ifmanager.MaxBatchLimit
 	// MaxDrainTimeoutMS bounds drain's timeout_ms (10 minutes).
 	MaxDrainTimeoutMS = 600_000
 	// DefaultMaxRequestBytes is the default cap on a request's size.
@@ -55,39 +57,12 @@ type Reply struct {
 	Error *Error          `json:"error,omitempty"`
 }
 
-// DeployArgs are deploy's arguments: start a new IF. Zero optional fields
-// take the appliance's defaults (those of a profile's [[if]] table).
-type DeployArgs struct {
-	// Name names the IF (required; letters, digits, '-', '_', '.').
-	Name string `json:"name"`
-	// ModelID is the wire model id routed to the IF (required, 0..65535).
-	ModelID uint16 `json:"model_id"`
-	// Model is "zoo:NAME" or "onnx:PATH" (required).
-	Model string `json:"model"`
-	// Backend is "cpu" or "ort".
-	Backend string `json:"backend,omitempty"`
-	// Class is "rt" or "be".
-	Class string `json:"class,omitempty"`
-	// SLOMS is the latency objective in milliseconds (>= 0).
-	SLOMS float64 `json:"slo_ms,omitempty"`
-	// MaxBatch bounds a batch (1..MaxBatchLimit).
-	MaxBatch int `json:"max_batch,omitempty"`
-	// QueueLen bounds the IF's queue (>= 1).
-	QueueLen int `json:"queue_len,omitempty"`
-	// Input is the payload format, "f32" or "u8-hwc".
-	Input string `json:"input,omitempty"`
-	// Mean and Std normalize u8-hwc channels.
-	Mean []float32 `json:"mean,omitempty"`
-	Std  []float32 `json:"std,omitempty"`
-	// InputShape fixes dynamic input dims of ONNX models.
-	InputShape []int64 `json:"input_shape,omitempty"`
-	// Share is the starting resource share, 0 < share <= 1; 0 lets the
-	// appliance choose (a profile's knee point, else 30%).
-	Share float64 `json:"share,omitempty"`
-	// Policy is the scheduling policy ("none", "reef", "seq", "conc",
-	// "srpt", "split"); empty: the appliance's policy for cpu IFs.
-	Policy string `json:"policy,omitempty"`
-}
+// DeployArgs are deploy's arguments: start a new IF. They are the IF spec
+// a profile's [[if]] table holds, with the same keys (ifmanager.Spec): name,
+// model_id and model are required; zero optional fields take the
+// appliance's defaults (those of a profile's [[if]] table), and the
+// scheduling policy of a cpu IF that names none is the appliance's.
+type DeployArgs = ifmanager.Spec
 
 // RemoveArgs are remove's arguments: stop an IF after its queue empties.
 type RemoveArgs struct {
@@ -240,19 +215,16 @@ type validator interface {
 	validate() *Error
 }
 
+// fieldValidator is implemented by argument types defined with the layer
+// below (DeployArgs, an ifmanager.Spec): their errors name the key, and
+// the server puts "args." in front. Validate may normalize the args.
+type fieldValidator interface {
+	Validate() error
+}
+
 func validName(field, s string) *Error {
-	if s == "" {
-		return Errorf(CodeBadRequest, "args.%s: must not be empty", field)
-	}
-	if len(s) > 64 {
-		return Errorf(CodeBadRequest, "args.%s: longer than 64 bytes", field)
-	}
-	for _, r := range s {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
-			r == '-' || r == '_' || r == '.'
-		if !ok {
-			return Errorf(CodeBadRequest, "args.%s %q: only letters, digits, '-', '_' and '.' are allowed", field, s)
-		}
+	if err := ifmanager.CheckName(field, s); err != nil {
+		return Errorf(CodeBadRequest, "args.%v", err)
 	}
 	return nil
 }
@@ -267,58 +239,6 @@ func validShare(v float64) *Error {
 func validBatch(field string, v int) *Error {
 	if v < 1 || v > MaxBatchLimit {
 		return Errorf(CodeBadRequest, "args.%s %d: out of range 1..%d", field, v, MaxBatchLimit)
-	}
-	return nil
-}
-
-func (a *DeployArgs) validate() *Error {
-	if e := validName("name", a.Name); e != nil {
-		return e
-	}
-	if a.Model == "" {
-		return Errorf(CodeBadRequest, "args.model: must not be empty")
-	}
-	switch a.Backend {
-	case "", "cpu", "ort":
-	default:
-		return Errorf(CodeBadRequest, "args.backend %q: want \"cpu\" or \"ort\"", a.Backend)
-	}
-	switch a.Class {
-	case "", "rt", "be":
-	default:
-		return Errorf(CodeBadRequest, "args.class %q: want \"rt\" or \"be\"", a.Class)
-	}
-	switch a.Policy {
-	case "", "none", "reef", "seq", "conc", "srpt", "split":
-	default:
-		return Errorf(CodeBadRequest, "args.policy %q: want none, reef, seq, conc, srpt or split", a.Policy)
-	}
-	if math.IsNaN(a.SLOMS) || a.SLOMS < 0 {
-		return Errorf(CodeBadRequest, "args.slo_ms %v: must not be negative", a.SLOMS)
-	}
-	if a.MaxBatch != 0 {
-		if e := validBatch("max_batch", a.MaxBatch); e != nil {
-			return e
-		}
-	}
-	if a.QueueLen < 0 {
-		return Errorf(CodeBadRequest, "args.queue_len %d: must be positive", a.QueueLen)
-	}
-	switch a.Input {
-	case "", "f32", "u8-hwc":
-	default:
-		return Errorf(CodeBadRequest, "args.input %q: want \"f32\" or \"u8-hwc\"", a.Input)
-	}
-	if a.Std != nil && a.Mean != nil && len(a.Std) != len(a.Mean) {
-		return Errorf(CodeBadRequest, "args.std has %d values, args.mean %d: want the same count", len(a.Std), len(a.Mean))
-	}
-	for i, d := range a.InputShape {
-		if d < 1 {
-			return Errorf(CodeBadRequest, "args.input_shape[%d] %d: want >= 1", i, d)
-		}
-	}
-	if a.Share != 0 {
-		return validShare(a.Share)
 	}
 	return nil
 }

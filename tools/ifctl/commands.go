@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/ifmanager"
 	"sluice/orchestrator"
 )
 
@@ -46,13 +47,16 @@ func commands() map[string]command {
 				fs.StringVar(&a.Name, "name", "", "IF name (required)")
 				fs.StringVar(&a.Model, "model", "", `model, "zoo:NAME" or "onnx:PATH" (required)`)
 				modelID := fs.Uint("model-id", 0, "wire model id routed to the IF, 0..65535 (required)")
-				fs.StringVar(&a.Backend, "backend", "", `backend, "cpu" or "ort"`)
+				fs.StringVar(&a.Backend, "backend", "", `backend, "cpu", "cuda" or "ort"`)
 				fs.StringVar(&a.Class, "class", "", `scheduling class, "rt" or "be"`)
 				fs.Float64Var(&a.SLOMS, "slo-ms", 0, "latency objective in milliseconds")
 				fs.IntVar(&a.MaxBatch, "max-batch", 0, "batch size bound, 1..1024")
+				fs.IntVar(&a.MinBatch, "min-batch", 0, "smallest batch limit adaptive batching may choose, 1..max-batch")
+				fs.StringVar(&a.Batching, "batching", "", "batching: slab, aimd or fixed")
 				fs.IntVar(&a.QueueLen, "queue-len", 0, "queue bound")
-				fs.StringVar(&a.Input, "input", "", `payload format, "f32" or "u8-hwc"`)
+				input := fs.String("input", "", `payload format, "f32" or "u8-hwc"`)
 				fs.Float64Var(&a.Share, "share", 0, "starting resource share, 0 < share <= 1 (default: chosen by the appliance)")
+				fs.BoolVar(&a.AutoShare, "auto-share", false, "self-tuning share (GSLICE)")
 				fs.StringVar(&a.Policy, "policy", "", "scheduling policy: none, reef, seq, conc, srpt or split (default: the appliance's, for cpu IFs)")
 				mean := fs.String("mean", "", "u8-hwc channel means, comma-separated")
 				std := fs.String("std", "", "u8-hwc channel standard deviations, comma-separated")
@@ -65,6 +69,7 @@ func commands() map[string]command {
 						return usagef("-model-id %d: out of range 0..65535", *modelID)
 					}
 					a.ModelID = uint16(*modelID)
+					a.Input = ifmanager.InputFormat(*input)
 					var err error
 					if a.Mean, err = floatList("mean", *mean); err != nil {
 						return err
