@@ -87,7 +87,7 @@ func loadZoo(t testing.TB, b *Backend, name string, opt zoo.Options, maxBatch in
 }
 
 // TestZooBatchAgreement checks that every zoo model's per-request outputs
-// in a batch of 8 equal its batch-1 outputs, and that outputs are finite
+// in a batch of 8 equal its batch-1 outputs bit for bit, and that outputs are finite
 // and not constant.
 func TestZooBatchAgreement(t *testing.T) {
 	b := newTestBackend(t, 2)
@@ -119,12 +119,51 @@ func TestZooBatchAgreement(t *testing.T) {
 			if maxv == 0 {
 				t.Fatal("all outputs are zero")
 			}
-			// Tiles differ between batch sizes (OpenBLAS picks other
-			// micro-kernels), so allow float32 rounding differences.
-			if maxd > 1e-4*maxv {
+			// Batch invariance: tiles differ between batch sizes, but
+			// every kernel computes each output the same way whatever
+			// its tile, so the bits are the same.
+			if maxd != 0 {
 				t.Fatalf("batch 8 vs batch 1: max difference %g (max |y| %g)", maxd, maxv)
 			}
 			t.Logf("max |y| %.3g, batch-8 vs batch-1 max difference %.3g", maxv, maxd)
+		})
+	}
+}
+
+// TestZooSameBitsOnEveryISA checks that the GEMM core's instruction sets
+// (AVX-512, AVX2+FMA, portable) give every zoo model the same output bits,
+// so a model answers the same on every machine.
+func TestZooSameBitsOnEveryISA(t *testing.T) {
+	defer ncpu.SetGemmISA("")
+	b := newTestBackend(t, 2)
+	ctx := context.Background()
+	for _, zc := range zooCases() {
+		if zc.name == "vgg16" {
+			continue // the portable GEMM takes minutes on it
+		}
+		t.Run(zc.name, func(t *testing.T) {
+			inst := loadZoo(t, b, zc.name, zc.opt, 2)
+			defer inst.Close()
+			in := zoo.Input(5, 2*inst.InputSize())
+			var want []float32
+			for _, isa := range ncpu.GemmISAs() {
+				if err := ncpu.SetGemmISA(isa); err != nil {
+					t.Fatal(err)
+				}
+				out := make([]float32, 2*inst.OutputSize())
+				if err := b.InferBatch(ctx, inst, 2, in, out); err != nil {
+					t.Fatal(err)
+				}
+				if want == nil {
+					want = out
+					continue
+				}
+				for i := range out {
+					if math.Float32bits(out[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s: output %d is %v, %s gave %v", isa, i, out[i], ncpu.GemmISAs()[0], want[i])
+					}
+				}
+			}
 		})
 	}
 }

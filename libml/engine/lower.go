@@ -115,6 +115,17 @@ func (c *compiler) lowerAlias(g *group) error {
 
 // ---- GEMM -----------------------------------------------------------------------
 
+// transpose2D returns the cols x rows transpose of the rows x cols matrix x.
+func transpose2D(x []float32, rows, cols int64) []float32 {
+	t := make([]float32, len(x))
+	for r := int64(0); r < rows; r++ {
+		for c := int64(0); c < cols; c++ {
+			t[c*rows+r] = x[r*cols+c]
+		}
+	}
+	return t
+}
+
 type gemmSpec struct {
 	M, N, K, tA, tB, lda, ldb, ldc int64
 	bd, sA, sB, sC, sBias          [3]int64
@@ -169,7 +180,13 @@ func (c *compiler) lowerGemm(g *group) error {
 	if d.in[0], err = c.operand(n.Inputs[0]); err != nil {
 		return err
 	}
-	if d.in[1], err = c.operand(n.Inputs[1]); err != nil {
+	if tb && b.buf == -1 && b.t.IsFloat() {
+		// constant weights stored N x K (a fully connected layer) are
+		// transposed once here, so the kernel reads K x N rows instead of
+		// transposing them on every call
+		d.in[1] = c.newConst(transpose2D(b.t.F, N, K))
+		s.tB, s.ldb = 0, N
+	} else if d.in[1], err = c.operand(n.Inputs[1]); err != nil {
 		return err
 	}
 	if len(n.Inputs) > 2 && n.Inputs[2] != "" {

@@ -12,8 +12,6 @@
  */
 #include "sluice_cpu.h"
 
-#include <cblas.h>
-
 /* gemm.c: sk_epilogue in one pass for bias, residual and ReLU / Clip */
 void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 		      const float *brow, const float *bcol, const float *res,
@@ -182,7 +180,8 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	if (k->checks > 1)
 		/* a preemptible copy: about k->checks calls, over output
 		 * channels (at least 16 a call), then over the reduction
-		 * (accumulating; a block cut halfway runs again from its start) */
+		 * (sk_gemm continues each element's chain, so the bits are those
+		 * of one call; a block cut halfway runs again from its start) */
 		sk_check_split(k->checks, ml, 16, &msub, Kd, 64, &ksub);
 	for (int64_t mm = 0; mm < ml; mm += msub) {
 		int64_t mc = SK_MIN(msub, ml - mm);
@@ -190,10 +189,8 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			if (mm > 0 || kk > 0)
 				SK_POLL(ctx);
 			int64_t kc = SK_MIN(ksub, Kd - kk);
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mc,
-				    (int)pl, (int)kc, 1.0f, k->in[1] + (oc0 + mm) * Kd + kk,
-				    (int)Kd, col + kk * pl, (int)pl, kk ? 1.0f : 0.0f,
-				    y + mm * OHW, (int)OHW);
+			sk_gemm(0, 0, mc, pl, kc, k->in[1] + (oc0 + mm) * Kd + kk, Kd,
+				col + kk * pl, pl, y + mm * OHW, OHW, kk > 0);
 		}
 	}
 	SK_POLL(ctx);

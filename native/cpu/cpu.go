@@ -10,7 +10,6 @@ package cpu
 
 /*
 #cgo CFLAGS: -O3 -std=gnu11
-#cgo pkg-config: openblas
 #cgo LDFLAGS: -lm -lpthread
 #include <stdlib.h>
 #include "sluice_cpu.h"

@@ -1,16 +1,9 @@
 /*
- * gemm.c: batched GEMM through OpenBLAS with the fused epilogue. One block
- * is one (batch, M tile, N tile) and one single-threaded cblas_sgemm call.
+ * gemm.c: batched GEMM with the fused epilogue. One block is one (batch,
+ * M tile, N tile) computed by sk_gemm (sgemm.c), whose results do not depend
+ * on the tiling: every version of the kernel gives the same bits.
  */
 #include "sluice_cpu.h"
-
-#include <cblas.h>
-
-void sk_blas_init(void)
-{
-	/* our pool owns the threads: every sgemm call runs on its caller */
-	openblas_set_num_threads(1);
-}
 
 /* Work aimed at per block (flops), the least worth a block, the largest
  * output tile (floats, so the epilogue runs in cache) and the work of one
@@ -151,13 +144,14 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 				if (r > 0 || c > 0)
 					SK_POLL(ctx);
 				int64_t cl = SK_MIN(csub, nl - c);
-				cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-					    tb ? CblasTrans : CblasNoTrans, (int)rl, (int)cl,
-					    (int)K, k->f[0], A + (ta ? r : r * lda), (int)lda,
-					    B + (tb ? c * ldb : c), (int)ldb, 0.0f,
-					    C + r * ldc + c, (int)ldc);
+				sk_gemm(ta, tb, rl, cl, K, A + (ta ? r : r * lda), lda,
+					B + (tb ? c * ldb : c), ldb, C + r * ldc + c, ldc, 0);
 			}
 		}
+		if (k->f[0] != 1.0f)
+			for (int64_t r = 0; r < ml; r++)
+				for (int64_t c = 0; c < nl; c++)
+					C[r * ldc + c] *= k->f[0];
 	} else {
 		for (int64_t r = 0; r < ml; r++)
 			for (int64_t c = 0; c < nl; c++)

@@ -549,13 +549,11 @@ static void pool_kick(sk_pool *p)
 		futex(&p->work_gen, FUTEX_WAKE_PRIVATE, INT_MAX);
 }
 
-void sk_blas_init(void);
-
 sk_pool *sk_pool_create(int units, int pin)
 {
 	if (units < 1 || units > SK_MAX_UNITS)
 		return NULL;
-	sk_blas_init();
+	sk_gemm_isa(); /* pick the GEMM core before any unit runs */
 	sk_pool *p = aligned_alloc(64, (sizeof(sk_pool) + 63) & ~(size_t)63);
 	if (!p)
 		return NULL;

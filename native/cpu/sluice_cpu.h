@@ -22,6 +22,11 @@
 #ifndef SLUICE_CPU_H
 #define SLUICE_CPU_H
 
+/* No contraction of a * b + c into fused multiply-adds: every clone of a
+ * kernel (SK_MV) computes the same bits on every CPU. Where a kernel wants
+ * fused multiply-adds it writes them (sgemm.c). */
+#pragma GCC optimize("fp-contract=off")
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -409,10 +414,6 @@ int sk_kernel_prepare(sk_kernel *k, int units);
 /* sk_kernel_run_block runs one block of k (the prologue excepted). */
 void sk_kernel_run_block(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 
-/* sk_blas_init pins OpenBLAS to one thread per call (our pool owns the
- * threads). */
-void sk_blas_init(void);
-
 /* Kernel families (one file each). */
 void sk_prep_gemm(sk_kernel *k, int units);
 void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
@@ -446,6 +447,29 @@ void sk_prep_resize(sk_kernel *k, int units);
 void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_gather(sk_kernel *k, int units);
 void sk_block_gather(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+
+/* ---- sgemm.c: the GEMM core ------------------------------------------ */
+
+/* Instruction sets the GEMM core has micro-kernels for. */
+enum { SK_ISA_GENERIC = 0, SK_ISA_AVX2 = 1, SK_ISA_AVX512 = 2, SK_ISA_COUNT = 3 };
+
+/* sk_gemm computes C (M x N, ldc) = A (M x K) * B (K x N), with
+ * A(i, k) = ta ? A[k * lda + i] : A[i * lda + k] and
+ * B(k, j) = tb ? B[j * ldb + k] : B[k * ldb + j]. Each element of C is one
+ * chain of fused multiply-adds over k = 0, 1, ..., K-1 from 0.0f, or, when
+ * acc != 0, from the value C holds (so splitting K into calls with acc set
+ * on all but the first gives the same bits as one call). The result does not
+ * depend on M, N, how the caller tiles C, or the instruction set. */
+void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+	     int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
+/* sk_gemm_isa is the instruction set sk_gemm uses (the best the CPU has,
+ * unless sk_gemm_set_isa chose another). */
+int sk_gemm_isa(void);
+/* sk_gemm_set_isa makes sk_gemm use isa (< 0: the best supported); SK_ERR
+ * if the CPU lacks it. For tests and benchmarks: results are the same. */
+int sk_gemm_set_isa(int isa);
+int sk_gemm_isa_supported(int isa);
+const char *sk_gemm_isa_name(int isa);
 
 /* ---- helpers shared by the kernel files -------------------------------- */
 

@@ -12,8 +12,6 @@
  */
 #include "sluice_cpu.h"
 
-#include <cblas.h>
-
 /* gemm.c: sk_epilogue in one pass for bias, residual and ReLU / Clip */
 void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 		      const float *brow, const float *bcol, const float *res,
@@ -175,9 +173,8 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	wino_in(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, T);
 	for (int e = 0; e < 16; e++) {
 		SK_POLL(ctx);
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ml, (int)T,
-			    (int)C, 1.0f, k->in[1] + (e * Cout + m0) * C, (int)C, V + e * T,
-			    (int)(16 * T), 0.0f, M + e * T, (int)(16 * T));
+		sk_gemm(0, 0, ml, T, C, k->in[1] + (e * Cout + m0) * C, C, V + e * T,
+			16 * T, M + e * T, 16 * T, 0);
 	}
 	SK_POLL(ctx);
 	int64_t oh0 = 2 * th0, oh1 = SK_MIN(OH, 2 * (th0 + tr));

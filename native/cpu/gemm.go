@@ -1,0 +1,89 @@
+package cpu
+
+// #include "sluice_cpu.h"
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// The GEMM core (sgemm.c) has one micro-kernel per instruction set and uses
+// the best one the CPU has. Every one computes each output element as the
+// same chain of fused multiply-adds over k in order, so they give the same
+// bits: the choice is a matter of speed only. SetGemmISA exists for tests
+// and benchmarks that compare them.
+
+// GemmISAs lists the instruction sets the GEMM core can use on this CPU,
+// slowest first.
+func GemmISAs() []string {
+	var out []string
+	for i := C.int(0); i < C.SK_ISA_COUNT; i++ {
+		if C.sk_gemm_isa_supported(i) != 0 {
+			out = append(out, C.GoString(C.sk_gemm_isa_name(i)))
+		}
+	}
+	return out
+}
+
+// GemmISA names the instruction set the GEMM core uses now.
+func GemmISA() string { return C.GoString(C.sk_gemm_isa_name(C.sk_gemm_isa())) }
+
+// SetGemmISA makes the GEMM core use the named instruction set ("" picks
+// the best the CPU has). It is process-wide; call it only while no kernel
+// runs.
+func SetGemmISA(name string) error {
+	if name == "" {
+		C.sk_gemm_set_isa(-1)
+		return nil
+	}
+	for i := C.int(0); i < C.SK_ISA_COUNT; i++ {
+		if C.GoString(C.sk_gemm_isa_name(i)) == name {
+			if C.sk_gemm_set_isa(i) != C.SK_OK {
+				return fmt.Errorf("gemm: this CPU lacks %s", name)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("gemm: unknown instruction set %q (have %v)", name, GemmISAs())
+}
+
+// Gemm computes c (m x n, leading dimension ldc) = a (m x k) * b (k x n) on
+// the calling thread with the GEMM core every kernel uses. a(i, p) is
+// a[i*lda+p], or a[p*lda+i] when ta; b(p, j) is b[p*ldb+j], or b[j*ldb+p]
+// when tb. Each element is one fused multiply-add chain over p = 0..k-1
+// from zero, or, when acc, from the value c holds.
+func Gemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, acc bool) error {
+	if m <= 0 || n <= 0 || k < 0 {
+		return fmt.Errorf("gemm: bad shape %dx%dx%d", m, n, k)
+	}
+	need := func(ta bool, rows, cols, ld int) int { // elements read of a matrix
+		if ta {
+			rows, cols = cols, rows
+		}
+		if rows == 0 || cols == 0 {
+			return 0
+		}
+		return (rows-1)*ld + cols
+	}
+	switch {
+	case (ta && lda < m) || (!ta && lda < k) || (tb && ldb < k) || (!tb && ldb < n) || ldc < n:
+		return fmt.Errorf("gemm: leading dimension too small (lda %d ldb %d ldc %d for %dx%dx%d)", lda, ldb, ldc, m, n, k)
+	case len(a) < need(ta, m, k, lda) || len(b) < need(tb, k, n, ldb) || len(c) < need(false, m, n, ldc):
+		return fmt.Errorf("gemm: a slice is shorter than its shape")
+	}
+	var pa, pb *C.float
+	if k > 0 {
+		pa, pb = (*C.float)(unsafe.Pointer(&a[0])), (*C.float)(unsafe.Pointer(&b[0]))
+	}
+	C.sk_gemm(cbool(ta), cbool(tb), C.int64_t(m), C.int64_t(n), C.int64_t(k), pa, C.int64_t(lda),
+		pb, C.int64_t(ldb), (*C.float)(unsafe.Pointer(&c[0])), C.int64_t(ldc), cbool(acc))
+	return nil
+}
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}

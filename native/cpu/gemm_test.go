@@ -1,0 +1,152 @@
+package cpu
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+)
+
+// gemmCase is one GEMM problem with operand layouts.
+type gemmCase struct {
+	m, n, k int
+	ta, tb  bool
+}
+
+// gemmOperands fills a and b for c with values from a fixed seed and returns
+// them with their leading dimensions (one spare column, so strides are
+// exercised).
+func gemmOperands(c gemmCase, seed int64) (a []float32, lda int, b []float32, ldb int) {
+	r := rand.New(rand.NewSource(seed))
+	ar, ac := c.m, c.k
+	if c.ta {
+		ar, ac = c.k, c.m
+	}
+	br, bc := c.k, c.n
+	if c.tb {
+		br, bc = c.n, c.k
+	}
+	lda, ldb = ac+1, bc+1
+	a = make([]float32, ar*lda)
+	b = make([]float32, br*ldb)
+	for i := range a {
+		a[i] = r.Float32() - 0.5
+	}
+	for i := range b {
+		b[i] = r.Float32() - 0.5
+	}
+	return a, lda, b, ldb
+}
+
+// gemmTiled computes c in tiles of mt x nt, each over K in chunks of kt
+// (accumulating after the first), the way kernel versions and preemptible
+// copies split a block.
+func gemmTiled(t *testing.T, gc gemmCase, a []float32, lda int, b []float32, ldb int, mt, nt, kt int) []float32 {
+	t.Helper()
+	ldc := gc.n
+	c := make([]float32, gc.m*ldc)
+	for i := range c {
+		c[i] = float32(math.NaN()) // every element must be written
+	}
+	for m0 := 0; m0 < gc.m; m0 += mt {
+		for n0 := 0; n0 < gc.n; n0 += nt {
+			for k0 := 0; k0 < gc.k; k0 += kt {
+				ml, nl, kl := min(mt, gc.m-m0), min(nt, gc.n-n0), min(kt, gc.k-k0)
+				ao := m0*lda + k0
+				if gc.ta {
+					ao = k0*lda + m0
+				}
+				bo := k0*ldb + n0
+				if gc.tb {
+					bo = n0*ldb + k0
+				}
+				if err := Gemm(gc.ta, gc.tb, ml, nl, kl, a[ao:], lda, b[bo:], ldb, c[m0*ldc+n0:], ldc, k0 > 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return c
+}
+
+var gemmCases = []gemmCase{
+	{1, 1, 1, false, false}, {1, 1000, 512, false, false}, {3, 17, 5, true, false},
+	{7, 33, 300, false, true}, {12, 32, 256, false, false}, {13, 31, 257, true, true},
+	{25, 65, 600, false, false}, {64, 49, 576, false, false}, {97, 100, 27, false, true},
+	{130, 20, 1100, true, false},
+}
+
+// TestGemmBitsIndependentOfTilingAndISA checks the GEMM core's contract:
+// whatever the tiling of C, the split of K and the instruction set, every
+// element has the same bits as one call on the portable implementation.
+func TestGemmBitsIndependentOfTilingAndISA(t *testing.T) {
+	defer SetGemmISA("")
+	isas := GemmISAs()
+	t.Logf("instruction sets: %v (default %s)", isas, GemmISA())
+	r := rand.New(rand.NewSource(11))
+	for ci, gc := range gemmCases {
+		a, lda, b, ldb := gemmOperands(gc, int64(ci))
+		if err := SetGemmISA("generic"); err != nil {
+			t.Fatal(err)
+		}
+		want := gemmTiled(t, gc, a, lda, b, ldb, gc.m, gc.n, gc.k)
+		// the portable result against a float64 reference: the core
+		// computes the product at all
+		for i := 0; i < gc.m; i++ {
+			for j := 0; j < gc.n; j++ {
+				var s, mag float64
+				for p := 0; p < gc.k; p++ {
+					ai, bi := i*lda+p, p*ldb+j
+					if gc.ta {
+						ai = p*lda + i
+					}
+					if gc.tb {
+						bi = j*ldb + p
+					}
+					av, bv := a[ai], b[bi]
+					s += float64(av) * float64(bv)
+					mag += math.Abs(float64(av) * float64(bv))
+				}
+				if d := math.Abs(float64(want[i*gc.n+j]) - s); d > 1e-6*(mag+1) {
+					t.Fatalf("case %+v: C[%d][%d] = %v, float64 reference %v", gc, i, j, want[i*gc.n+j], s)
+				}
+			}
+		}
+		for _, isa := range isas {
+			if err := SetGemmISA(isa); err != nil {
+				t.Fatal(err)
+			}
+			for trial := 0; trial < 4; trial++ {
+				mt, nt, kt := 1+r.Intn(gc.m), 1+r.Intn(gc.n), 1+r.Intn(gc.k)
+				if trial == 0 {
+					mt, nt, kt = gc.m, gc.n, gc.k
+				}
+				got := gemmTiled(t, gc, a, lda, b, ldb, mt, nt, kt)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("case %+v, %s, tiles %dx%d, K in %d: C[%d] = %v, want %v (bits %08x vs %08x)",
+							gc, isa, mt, nt, kt, i, got[i], want[i], math.Float32bits(got[i]), math.Float32bits(want[i]))
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGemmRejectsBadShapes checks the Go wrapper's argument checks.
+func TestGemmRejectsBadShapes(t *testing.T) {
+	a, b, c := make([]float32, 6), make([]float32, 6), make([]float32, 4)
+	if err := Gemm(false, false, 2, 2, 3, a, 3, b, 2, c, 2, false); err != nil {
+		t.Fatalf("valid call: %v", err)
+	}
+	for _, bad := range []func() error{
+		func() error { return Gemm(false, false, 0, 2, 3, a, 3, b, 2, c, 2, false) },
+		func() error { return Gemm(false, false, 2, 2, 3, a, 2, b, 2, c, 2, false) },
+		func() error { return Gemm(false, false, 2, 2, 4, a, 4, b, 2, c, 2, false) },
+		func() error { return Gemm(false, false, 3, 2, 3, a, 3, b, 2, c, 2, false) },
+		func() error { return SetGemmISA("sse1") },
+	} {
+		if bad() == nil {
+			t.Fatal("a bad call was accepted")
+		}
+	}
+}

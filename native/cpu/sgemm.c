@@ -1,0 +1,346 @@
+/*
+ * sgemm.c: sluice's own single-precision GEMM, the one core under GEMM,
+ * CONV and Winograd blocks.
+ *
+ * Determinism by construction: every element of C is one chain of fused
+ * multiply-adds over k in increasing order, starting from 0.0f (or, when
+ * accumulating, from the value C already holds, which is exactly where an
+ * earlier call over a leading range of k stopped). Tiles, blocks, row and
+ * column splits, K splits, preemption and restore, and the instruction set
+ * (AVX-512, AVX2+FMA, or the portable fmaf fallback) all compute the same
+ * chain for each element, so they give the same bits. OpenBLAS does not:
+ * its kernels change the summation order with the tile's shape.
+ *
+ * Layout: B is packed a micro-panel (KC x NR, zero-padded) at a time into a
+ * buffer on the stack; A is read in place (a row of A or, transposed, a
+ * column). The micro-kernels keep an MR x NR tile of C in registers.
+ */
+#include "sluice_cpu.h"
+
+#include <math.h>
+#include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SK_X86 1
+#else
+#define SK_X86 0
+#endif
+
+/* A(i, k) is A[i * rsa + k * csa]. m <= MR rows, n <= NR columns of C
+ * (columns past n are computed on zero padding and never stored). */
+typedef void (*sk_ukern_fn)(int64_t m, int64_t n, int64_t kc, const float *A,
+			    int64_t rsa, int64_t csa, const float *Bp, int64_t ldbp,
+			    float *C, int64_t ldc, int acc);
+
+typedef struct sk_gemm_impl {
+	const char *name;
+	int mr, nr, kc, mc;
+	sk_ukern_fn uk;
+} sk_gemm_impl;
+
+#define KC_MAX 256
+#define NR_MAX 32
+
+/* ---- portable: one fmaf per multiply-add ------------------------------ */
+
+#define GEN_MR 4
+#define GEN_NR 16
+
+static void uk_generic(int64_t m, int64_t n, int64_t kc, const float *A,
+		       int64_t rsa, int64_t csa, const float *Bp, int64_t ldbp, float *C,
+		       int64_t ldc, int acc)
+{
+	float c[GEN_MR][GEN_NR];
+	for (int64_t r = 0; r < m; r++)
+		for (int64_t j = 0; j < GEN_NR; j++)
+			c[r][j] = acc && j < n ? C[r * ldc + j] : 0.0f;
+	for (int64_t k = 0; k < kc; k++) {
+		const float *b = Bp + k * ldbp;
+		for (int64_t r = 0; r < m; r++) {
+			float a = A[r * rsa + k * csa];
+			for (int64_t j = 0; j < GEN_NR; j++)
+				c[r][j] = fmaf(a, b[j], c[r][j]);
+		}
+	}
+	for (int64_t r = 0; r < m; r++)
+		for (int64_t j = 0; j < n; j++)
+			C[r * ldc + j] = c[r][j];
+}
+
+#if SK_X86
+
+/* ---- AVX2 + FMA: 6 x 16 ----------------------------------------------- */
+
+#define AVX2_MR 6
+
+#define SK_AVX2 __attribute__((target("avx2,fma")))
+#define SK_AVX512 __attribute__((target("avx512f,avx2,fma")))
+#define SK_INLINE static inline __attribute__((always_inline))
+
+SK_AVX2 SK_INLINE void uk_avx2_m(const int MR, int64_t n, int64_t kc, const float *A,
+				 int64_t rsa, int64_t csa, const float *Bp, int64_t ldbp, float *C,
+				 int64_t ldc, int acc)
+{
+	__m256 c0[AVX2_MR], c1[AVX2_MR];
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	__m256i k0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)SK_MIN(n, 8)), lane);
+	__m256i k1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)SK_MAX(n - 8, 0)), lane);
+#pragma GCC unroll 8
+	for (int r = 0; r < MR; r++) {
+		if (acc) {
+			c0[r] = _mm256_maskload_ps(C + r * ldc, k0);
+			c1[r] = _mm256_maskload_ps(C + r * ldc + 8, k1);
+		} else {
+			c0[r] = _mm256_setzero_ps();
+			c1[r] = _mm256_setzero_ps();
+		}
+	}
+	for (int64_t k = 0; k < kc; k++) {
+		__m256 b0 = _mm256_loadu_ps(Bp + k * ldbp);
+		__m256 b1 = _mm256_loadu_ps(Bp + k * ldbp + 8);
+		const float *a = A + k * csa;
+#pragma GCC unroll 8
+		for (int r = 0; r < MR; r++) {
+			__m256 av = _mm256_broadcast_ss(a + r * rsa);
+			c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
+			c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
+		}
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < MR; r++) {
+		_mm256_maskstore_ps(C + r * ldc, k0, c0[r]);
+		_mm256_maskstore_ps(C + r * ldc + 8, k1, c1[r]);
+	}
+}
+
+SK_AVX2 static void uk_avx2(int64_t m, int64_t n, int64_t kc, const float *A,
+			    int64_t rsa, int64_t csa, const float *Bp, int64_t ldbp, float *C,
+			    int64_t ldc, int acc)
+{
+	switch (m) {
+	case 6: uk_avx2_m(6, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc); break;
+	case 5: uk_avx2_m(5, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc); break;
+	case 4: uk_avx2_m(4, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc); break;
+	case 3: uk_avx2_m(3, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc); break;
+	case 2: uk_avx2_m(2, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc); break;
+	default: uk_avx2_m(1, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc); break;
+	}
+}
+
+/* ---- AVX-512: 12 x 32 ------------------------------------------------- */
+
+#define AVX512_MR 12
+
+SK_AVX512 SK_INLINE void uk_avx512_m(const int MR, int64_t n, int64_t kc,
+				     const float *A, int64_t rsa, int64_t csa,
+				     const float *Bp, int64_t ldbp, float *C, int64_t ldc, int acc)
+{
+	__m512 c0[AVX512_MR], c1[AVX512_MR];
+	__mmask16 k0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+	__mmask16 k1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+#pragma GCC unroll 16
+	for (int r = 0; r < MR; r++) {
+		if (acc) {
+			c0[r] = _mm512_maskz_loadu_ps(k0, C + r * ldc);
+			c1[r] = _mm512_maskz_loadu_ps(k1, C + r * ldc + 16);
+		} else {
+			c0[r] = _mm512_setzero_ps();
+			c1[r] = _mm512_setzero_ps();
+		}
+	}
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_loadu_ps(Bp + k * ldbp);
+		__m512 b1 = _mm512_loadu_ps(Bp + k * ldbp + 16);
+		const float *a = A + k * csa;
+#pragma GCC unroll 16
+		for (int r = 0; r < MR; r++) {
+			__m512 av = _mm512_set1_ps(a[r * rsa]);
+			c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
+			c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
+		}
+	}
+#pragma GCC unroll 16
+	for (int r = 0; r < MR; r++) {
+		_mm512_mask_storeu_ps(C + r * ldc, k0, c0[r]);
+		_mm512_mask_storeu_ps(C + r * ldc + 16, k1, c1[r]);
+	}
+}
+
+/* n <= 16: half the work (the upper half of a 32-wide panel is padding) */
+SK_AVX512 SK_INLINE void uk_avx512_h(const int MR, int64_t n, int64_t kc,
+				     const float *A, int64_t rsa, int64_t csa,
+				     const float *Bp, int64_t ldbp, float *C, int64_t ldc, int acc)
+{
+	__m512 c0[AVX512_MR];
+	__mmask16 k0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+#pragma GCC unroll 16
+	for (int r = 0; r < MR; r++)
+		c0[r] = acc ? _mm512_maskz_loadu_ps(k0, C + r * ldc) : _mm512_setzero_ps();
+	for (int64_t k = 0; k < kc; k++) {
+		__m512 b0 = _mm512_loadu_ps(Bp + k * ldbp);
+		const float *a = A + k * csa;
+#pragma GCC unroll 16
+		for (int r = 0; r < MR; r++)
+			c0[r] = _mm512_fmadd_ps(_mm512_set1_ps(a[r * rsa]), b0, c0[r]);
+	}
+#pragma GCC unroll 16
+	for (int r = 0; r < MR; r++)
+		_mm512_mask_storeu_ps(C + r * ldc, k0, c0[r]);
+}
+
+#define UK512_CASE(M)                                                          \
+	case M:                                                                \
+		if (n > 16)                                                    \
+			uk_avx512_m(M, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc);   \
+		else                                                           \
+			uk_avx512_h(M, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc);   \
+		break;
+
+SK_AVX512 static void uk_avx512(int64_t m, int64_t n, int64_t kc, const float *A,
+				int64_t rsa, int64_t csa, const float *Bp, int64_t ldbp, float *C,
+				int64_t ldc, int acc)
+{
+	switch (m) {
+	UK512_CASE(12)
+	UK512_CASE(11)
+	UK512_CASE(10)
+	UK512_CASE(9)
+	UK512_CASE(8)
+	UK512_CASE(7)
+	UK512_CASE(6)
+	UK512_CASE(5)
+	UK512_CASE(4)
+	UK512_CASE(3)
+	UK512_CASE(2)
+	default:
+		UK512_CASE(1)
+	}
+}
+
+#endif /* SK_X86 */
+
+static const sk_gemm_impl impls[SK_ISA_COUNT] = {
+	[SK_ISA_GENERIC] = {"generic", GEN_MR, GEN_NR, 256, 64, uk_generic},
+#if SK_X86
+	[SK_ISA_AVX2] = {"avx2", AVX2_MR, 16, 256, 96, uk_avx2},
+	[SK_ISA_AVX512] = {"avx512", AVX512_MR, 32, 256, 96, uk_avx512},
+#endif
+};
+
+static int isa_supported(int isa)
+{
+	if (isa < 0 || isa >= SK_ISA_COUNT || !impls[isa].uk)
+		return 0;
+#if SK_X86
+	__builtin_cpu_init();
+	if (isa == SK_ISA_AVX512)
+		return __builtin_cpu_supports("avx512f");
+	if (isa == SK_ISA_AVX2)
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+	return isa == SK_ISA_GENERIC;
+}
+
+/* the chosen implementation; -1 until the first call picks the best */
+static int cur_isa = -1;
+
+static int best_isa(void)
+{
+	for (int isa = SK_ISA_COUNT - 1; isa > 0; isa--)
+		if (isa_supported(isa))
+			return isa;
+	return SK_ISA_GENERIC;
+}
+
+int sk_gemm_isa(void)
+{
+	int isa = __atomic_load_n(&cur_isa, __ATOMIC_RELAXED);
+	if (isa < 0) {
+		isa = best_isa();
+		__atomic_store_n(&cur_isa, isa, __ATOMIC_RELAXED);
+	}
+	return isa;
+}
+
+int sk_gemm_set_isa(int isa)
+{
+	if (isa < 0)
+		isa = best_isa();
+	if (!isa_supported(isa))
+		return SK_ERR;
+	__atomic_store_n(&cur_isa, isa, __ATOMIC_RELAXED);
+	return SK_OK;
+}
+
+int sk_gemm_isa_supported(int isa) { return isa_supported(isa); }
+
+const char *sk_gemm_isa_name(int isa)
+{
+	return isa >= 0 && isa < SK_ISA_COUNT && impls[isa].name ? impls[isa].name : "";
+}
+
+/* pack_b copies B(k0.., j0..) (kc x n) into bp as kc rows of nr floats,
+ * zero past n. */
+static void pack_b(int tb, const float *B, int64_t ldb, int64_t k0, int64_t kc,
+		   int64_t j0, int64_t n, int nr, float *bp)
+{
+	if (!tb) {
+		const float *b = B + k0 * ldb + j0;
+		for (int64_t k = 0; k < kc; k++) {
+			memcpy(bp + k * nr, b + k * ldb, (size_t)n * 4);
+			for (int64_t j = n; j < nr; j++)
+				bp[k * nr + j] = 0.0f;
+		}
+		return;
+	}
+	/* B(k, j) = B[j * ldb + k] */
+	for (int64_t j = 0; j < n; j++) {
+		const float *b = B + (j0 + j) * ldb + k0;
+		for (int64_t k = 0; k < kc; k++)
+			bp[k * nr + j] = b[k];
+	}
+	for (int64_t j = n; j < nr; j++)
+		for (int64_t k = 0; k < kc; k++)
+			bp[k * nr + j] = 0.0f;
+}
+
+void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+	     int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
+{
+	if (M <= 0 || N <= 0)
+		return;
+	if (K <= 0) {
+		if (!acc)
+			for (int64_t i = 0; i < M; i++)
+				memset(C + i * ldc, 0, (size_t)N * 4);
+		return;
+	}
+	const sk_gemm_impl *g = &impls[sk_gemm_isa()];
+	float bp[KC_MAX * NR_MAX] __attribute__((aligned(64)));
+	int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
+	int direct = !tb && M <= g->mr;
+	for (int64_t k0 = 0; k0 < K; k0 += g->kc) {
+		int64_t kc = SK_MIN(g->kc, K - k0);
+		int a = acc || k0 > 0;
+		for (int64_t m0 = 0; m0 < M; m0 += g->mc) {
+			int64_t mc = SK_MIN(g->mc, M - m0);
+			for (int64_t j0 = 0; j0 < N; j0 += g->nr) {
+				int64_t n = SK_MIN(g->nr, N - j0);
+				const float *b = bp;
+				int64_t ldbp = g->nr;
+				if (direct && n == g->nr) {
+					/* one row group: packing would copy B
+					 * to read it once */
+					b = B + k0 * ldb + j0;
+					ldbp = ldb;
+				} else {
+					pack_b(tb, B, ldb, k0, kc, j0, n, g->nr, bp);
+				}
+				for (int64_t i = m0; i < m0 + mc; i += g->mr)
+					g->uk(SK_MIN(g->mr, m0 + mc - i), n, kc,
+					      A + i * rsa + k0 * csa, rsa, csa, b, ldbp,
+					      C + i * ldc + j0, ldc, a);
+			}
+		}
+	}
+}
