@@ -17,7 +17,7 @@ THIRD := $(ROOT)/third_party
 
 # Debian packages the project needs.
 APT_PACKAGES := build-essential pkg-config iproute2 libdpdk-dev libpcap-dev \
-	libzmq3-dev libopenblas-dev libonnx-testdata
+	libzmq3-dev libonnx-testdata
 # Extra dependency steps (targets) added by mk/*.mk.
 DEPS_EXTRA :=
 # Extra checks run by `make test` before go test (targets).

@@ -1,6 +1,7 @@
 // Package cpu is libml's "cpu" backend: models compiled by libml/engine run
 // as C kernels (native/cpu) on a pool of pinned worker threads, GEMMs
-// through single-threaded OpenBLAS calls.
+// through native/cpu's own deterministic GEMM core (the same bits whatever
+// the tiling, batch size or instruction set).
 //
 // Every instance owns a stream (preemption flag, execution index, kernel
 // queue) and an activation arena; the weights are loaded once per model and

@@ -6,7 +6,7 @@
 #
 #   cuda.test    go test -c ./libml/cuda (the GPU tests and benchmarks)
 #   gpubench     tools/gpubench (GPU DISB, ONNX export, latency)
-#   lib/         the cpu reference backend's OpenBLAS libraries
+#   lib/         shared libraries to load first (empty: none are needed now)
 #   torchref.py  our outputs vs ONNX Runtime, our latency vs PyTorch
 #
 #   cd bin/gpu && ./run-gpu.sh [STEP...]      (default: every step)
