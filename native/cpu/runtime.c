@@ -71,6 +71,36 @@ typedef struct sk_slot {
 					     ran to their end */
 } sk_slot;
 
+/* A test hook (sk_stream_hold_at, sk_pool_hold_from): the unit that claims
+ * the block it names waits, past the block's prologue and before its body,
+ * until the test releases it (or, with SK_HOLD_UNTIL_FLAG, until the
+ * stream's preemption flag is set), so a test can script "X happens while
+ * kernel k runs" instead of hoping for it. idx < 0: not armed (the only
+ * cost when off is that load). */
+typedef struct sk_hold {
+	int64_t idx;      /* execution index (-1 = off) */
+	int64_t blk;      /* block of the kernel */
+	int32_t mode;     /* SK_HOLD_* */
+	uint32_t gen;     /* bumped by a release */
+	int32_t holding;  /* units waiting now */
+	int64_t holds;    /* holds reached */
+} sk_hold;
+
+#define SK_HOLD_UNTIL_FLAG 1 /* also let go when the stream's flag is set */
+#define SK_HOLD_FROM 2       /* any block of any index >= idx */
+#define SK_HOLD_NONPRIO 4    /* only streams off the priority list */
+
+static void hold_release(sk_hold *h);
+/* the hooks' entry points (declared for Go in sched.go) */
+void sk_stream_hold_at(sk_stream *s, int64_t idx, int64_t blk, int until_flag);
+void sk_stream_hold_release(sk_stream *s);
+int64_t sk_stream_holds(const sk_stream *s);
+int32_t sk_stream_holding(const sk_stream *s);
+void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag);
+void sk_pool_hold_release(sk_pool *p);
+int64_t sk_pool_holds(const sk_pool *p);
+int32_t sk_pool_holding(const sk_pool *p);
+
 /* A launch waiting in a stream's virtual host queue. */
 typedef struct sk_hq_node {
 	struct sk_hq_node *next;
@@ -114,6 +144,8 @@ struct sk_stream {
 	uint32_t mark_seq;
 	int32_t mark_armed;
 	int64_t mark_ns;
+	int32_t prio;      /* on the pool's priority list */
+	_Alignas(64) sk_hold hold; /* test hook */
 };
 
 typedef struct sk_unit {
@@ -150,6 +182,7 @@ struct sk_pool {
 	/* streams units visit first (sk_stream_set_priority) */
 	sk_stream *prio[SK_MAX_PRIO];
 	int32_t nprio;
+	_Alignas(64) sk_hold hold; /* test hook (sk_pool_hold_from) */
 };
 
 #define LD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
@@ -339,6 +372,17 @@ static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 	}
 }
 
+static void hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b);
+
+/* hold_point is where the test hooks hold a block (see sk_hold). */
+static inline void hold_point(sk_stream *s, int64_t idx, int64_t b)
+{
+	if (__builtin_expect(LDR(&s->hold.idx) >= 0, 0))
+		hold_wait(&s->hold, s, idx, b);
+	if (__builtin_expect(LDR(&s->pool->hold.idx) >= 0, 0))
+		hold_wait(&s->pool->hold, s, idx, b);
+}
+
 /* try_block claims and runs one block of s's current kernel on unit u.
  * Returns 1 when it made progress (or lost a race), 0 when s has nothing for
  * this unit now. */
@@ -400,6 +444,7 @@ static int try_block(sk_stream *s, sk_unit *u)
 	if (!__atomic_load_n(&s->flag, __ATOMIC_RELAXED)) {
 		if (LDR(&s->exec_idx) != idx)
 			STR(&s->exec_idx, idx);
+		hold_point(s, idx, b);
 		sk_table[k->op].block(k, b, &u->ctx);
 		/* a block that returns with the flag clear ran to its end */
 		ran = !__atomic_load_n(&s->flag, __ATOMIC_SEQ_CST);
@@ -407,6 +452,7 @@ static int try_block(sk_stream *s, sk_unit *u)
 #else
 	if (LDR(&s->exec_idx) != idx)
 		STR(&s->exec_idx, idx);
+	hold_point(s, idx, b);
 	sk_table[k->op].block(k, b, &u->ctx);
 	ran = 1;
 #endif
@@ -561,6 +607,7 @@ sk_pool *sk_pool_create(int units, int pin)
 	p->units = units;
 	p->pin = pin;
 	p->all_mask = units == 64 ? ~0ULL : ((1ULL << units) - 1);
+	p->hold.idx = -1;
 	pthread_mutex_init(&p->mu, NULL);
 	int cpus[SK_MAX_UNITS * 4];
 	int ncpu = 0;
@@ -594,6 +641,7 @@ void sk_pool_destroy(sk_pool *p)
 		return;
 	ST(&p->stop, 1);
 	pool_kick(p);
+	hold_release(&p->hold); /* held units see stop */
 	for (int i = 0; i < p->units; i++)
 		pthread_join(p->unit[i].thread, NULL);
 	if (p->gc_started) {
@@ -679,6 +727,8 @@ sk_stream *sk_stream_create(sk_pool *p, int cap)
 	s->exec_idx = -1;
 	s->pre_idx = -1;
 	s->pre_blk = -1;
+	s->prio = 0;
+	ST(&s->hold.idx, -1);
 	s->waiting = 0;
 	s->hq_on = 0;
 	s->window = 0;
@@ -712,6 +762,7 @@ void sk_stream_destroy(sk_stream *s)
 		hq_free_chain(h);
 	}
 	sk_stream_preempt(s);
+	sk_stream_hold_release(s); /* a unit held by a test hook */
 	sk_stream_sync(s);
 	sk_stream_set_priority(s, 0);
 	sk_pool *p = s->pool;
@@ -872,6 +923,79 @@ void sk_stream_preempt_at(sk_stream *s, int64_t idx, int64_t blk)
 	ST(&s->pre_blk, blk);
 	ST(&s->pre_idx, idx);
 }
+
+/* ---- test hooks: holding a block (sk_hold) ------------------------------ */
+
+static void hold_arm(sk_hold *h, int64_t idx, int64_t blk, int mode)
+{
+	STR(&h->blk, blk);
+	STR(&h->mode, mode);
+	ST(&h->idx, idx < 0 ? -1 : idx);
+}
+
+static void hold_release(sk_hold *h)
+{
+	__atomic_add_fetch(&h->gen, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&h->holding, __ATOMIC_SEQ_CST))
+		futex(&h->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
+}
+
+/* hold_wait holds the block (idx, b) of s on the calling unit if h is
+ * armed for it: one unit takes the hold (it disarms) and waits, before
+ * the block's body, until a release, the pool's stop or, with
+ * SK_HOLD_UNTIL_FLAG, the stream's flag. */
+static void hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b)
+{
+	int64_t hi = LD(&h->idx);
+	if (hi < 0)
+		return;
+	int mode = LDR(&h->mode);
+	if (mode & SK_HOLD_FROM) {
+		if (idx < hi)
+			return;
+	} else if (idx != hi || b != LDR(&h->blk)) {
+		return;
+	}
+	if ((mode & SK_HOLD_NONPRIO) && LD(&s->prio))
+		return;
+	if (!__atomic_compare_exchange_n(&h->idx, &hi, -1, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_RELAXED))
+		return; /* another unit took it, or it was re-armed */
+	uint32_t g = __atomic_load_n(&h->gen, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&h->holding, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&h->holds, 1, __ATOMIC_SEQ_CST);
+	/* a timed futex wait: the flag and the pool's stop are polled */
+	while (__atomic_load_n(&h->gen, __ATOMIC_SEQ_CST) == g &&
+	       !LD(&s->pool->stop) &&
+	       !((mode & SK_HOLD_UNTIL_FLAG) && __atomic_load_n(&s->flag, __ATOMIC_SEQ_CST))) {
+		struct timespec ts = {0, 100000};
+		syscall(SYS_futex, &h->gen, FUTEX_WAIT_PRIVATE, g, &ts, NULL, 0);
+	}
+	__atomic_sub_fetch(&h->holding, 1, __ATOMIC_SEQ_CST);
+}
+
+void sk_stream_hold_at(sk_stream *s, int64_t idx, int64_t blk, int until_flag)
+{
+	hold_arm(&s->hold, idx, blk, until_flag ? SK_HOLD_UNTIL_FLAG : 0);
+}
+
+void sk_stream_hold_release(sk_stream *s) { hold_release(&s->hold); }
+
+int64_t sk_stream_holds(const sk_stream *s) { return LD(&s->hold.holds); }
+
+int32_t sk_stream_holding(const sk_stream *s) { return LD(&s->hold.holding); }
+
+void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag)
+{
+	hold_arm(&p->hold, idx, 0,
+		 SK_HOLD_FROM | SK_HOLD_NONPRIO | (until_flag ? SK_HOLD_UNTIL_FLAG : 0));
+}
+
+void sk_pool_hold_release(sk_pool *p) { hold_release(&p->hold); }
+
+int64_t sk_pool_holds(const sk_pool *p) { return LD(&p->hold.holds); }
+
+int32_t sk_pool_holding(const sk_pool *p) { return LD(&p->hold.holding); }
 
 /* ---- virtual host queues (REEF §4.2) ------------------------------------ */
 
@@ -1196,12 +1320,14 @@ int sk_stream_set_priority(sk_stream *s, int on)
 		if (p->nprio < SK_MAX_PRIO) {
 			ST(&p->prio[p->nprio], s);
 			ST(&p->nprio, p->nprio + 1);
+			ST(&s->prio, 1);
 		} else {
 			r = SK_ERR;
 		}
 	} else if (!on && at >= 0) {
 		/* units may be reading the list: a slot is cleared, never moved */
 		ST(&p->prio[at], NULL);
+		ST(&s->prio, 0);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return r;

@@ -3,6 +3,17 @@ package cpu
 /*
 #include <stdlib.h>
 #include "sluice_cpu.h"
+
+// Test hooks (runtime.c, "holding a block"); declared here rather than in
+// sluice_cpu.h: nothing but tests calls them.
+void sk_stream_hold_at(sk_stream *s, int64_t idx, int64_t blk, int until_flag);
+void sk_stream_hold_release(sk_stream *s);
+int64_t sk_stream_holds(const sk_stream *s);
+int32_t sk_stream_holding(const sk_stream *s);
+void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag);
+void sk_pool_hold_release(sk_pool *p);
+int64_t sk_pool_holds(const sk_pool *p);
+int32_t sk_pool_holding(const sk_pool *p);
 */
 import "C"
 
@@ -429,3 +440,60 @@ func (p *Pad) Select(remNs, rtBW int64) (cand, k, v int, blk int64) {
 
 // Complete records a block claimed by Select as done.
 func (p *Pad) Complete(cand int, ns int64) { C.sk_pad_complete(p.p, C.int(cand), C.int64_t(ns)) }
+
+// Holding a block is a test hook: it lets a test script an interleaving
+// ("the RT job arrives while kernel k of the BE job runs") instead of
+// hoping a timing produces it. The unit that claims the block a hold names
+// takes the hold (it disarms: one block per arming) and waits past the
+// block's prologue (the execution index is recorded, the block counts as
+// running) and before its body, until the test releases it, the pool
+// closes or, with untilFlag, the stream's preemption flag is set (the body
+// then stops at its first in-loop check). Held units wait in a futex, off
+// the CPU. Unarmed, a hook costs one load per block.
+
+// HoldAt arms a hold on block blk of the stream's launch with execution
+// index idx (idx < 0 disarms). The stream's Close lets a held unit go.
+func (s *Stream) HoldAt(idx, blk int64, untilFlag bool) {
+	if s.s != nil {
+		C.sk_stream_hold_at(s.s, C.int64_t(idx), C.int64_t(blk), holdMode(untilFlag))
+	}
+}
+
+// ReleaseHold lets every unit held on the stream go (a closed stream: a
+// no-op).
+func (s *Stream) ReleaseHold() {
+	if s.s != nil {
+		C.sk_stream_hold_release(s.s)
+	}
+}
+
+// Holds counts the holds the stream's units have taken so far.
+func (s *Stream) Holds() int64 { return int64(C.sk_stream_holds(s.s)) }
+
+// Holding is the number of units held on the stream now.
+func (s *Stream) Holding() int { return int(C.sk_stream_holding(s.s)) }
+
+// HoldFrom arms a hold on the first block, with an execution index of at
+// least idx, that a unit claims on any of the pool's streams not on the
+// priority list (SetPriority): a test that cannot reach the stream (an
+// appliance's scheduler) holds its best-effort work this way. idx < 0
+// disarms.
+func (p *Pool) HoldFrom(idx int64, untilFlag bool) {
+	C.sk_pool_hold_from(p.p, C.int64_t(idx), holdMode(untilFlag))
+}
+
+// ReleaseHold lets every unit held by HoldFrom go.
+func (p *Pool) ReleaseHold() { C.sk_pool_hold_release(p.p) }
+
+// Holds counts the holds HoldFrom's arming have taken so far.
+func (p *Pool) Holds() int64 { return int64(C.sk_pool_holds(p.p)) }
+
+// Holding is the number of units held by HoldFrom now.
+func (p *Pool) Holding() int { return int(C.sk_pool_holding(p.p)) }
+
+func holdMode(untilFlag bool) C.int {
+	if untilFlag {
+		return 1
+	}
+	return 0
+}
