@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"math/rand"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -133,7 +132,8 @@ func TestBackendBucketsMatchCPU(t *testing.T) {
 
 // Under reef, an RT instance's batches preempt a BE instance's running
 // batches; both stay correct, and the preemption latencies are handed out
-// once.
+// once. Each RT batch arrives while a BE batch's kernel is held past its
+// prologue (the runtime's test hook), so each one preempts.
 func TestBackendRTPreemptsBE(t *testing.T) {
 	b := newTestBackend(t, PolicyREEF)
 	ctx := context.Background()
@@ -161,46 +161,31 @@ func TestBackendRTPreemptsBE(t *testing.T) {
 	beWant := cpuReference(t, gBE, 4, beIn)
 	rtWant := cpuReference(t, gRT, 1, rtIn)
 
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var beErr error
-	beRuns := 0
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		out := make([]float32, 4*be.OutputSize())
-		for !stop.Load() {
-			if err := b.InferBatch(ctx, be, 4, beIn, out); err != nil {
-				beErr = err
-				return
-			}
-			for i := range beWant {
-				if d := math.Abs(float64(out[i] - beWant[i])); d > 1e-4*(1+math.Abs(float64(beWant[i]))) {
-					beErr = errBEOutput
-					return
-				}
-			}
-			beRuns++
-		}
-	}()
+	s := b.Scheduler()
+	lane := s.lanes[1+be.(*Instance).g.queue]
+	defer lane.st.ReleaseHold()
+	live := liveKernels(be.(*Instance).g.bucket(4))
+	const rounds = 3
 	out := make([]float32, rt.OutputSize())
-	for k := 0; k < 200; k++ {
+	beOut := make([]float32, 4*be.OutputSize())
+	for k := 0; k < rounds; k++ {
+		h := lane.st.Holds()
+		lane.st.HoldAt(int64(live[1+k*len(live)/(rounds+1)]), 0, true)
+		beDone := make(chan error, 1)
+		go func() { beDone <- b.InferBatch(ctx, be, 4, beIn, beOut) }()
+		waitFor(t, "a BE batch's kernel", func() bool { return lane.st.Holds() > h })
 		if err := b.InferBatch(ctx, rt, 1, rtIn, out); err != nil {
 			t.Fatal(err)
 		}
 		closeEnough(t, "RT output", out, rtWant)
-		if k >= 20 && b.Scheduler().Stats().Preemptions >= 3 {
-			break
+		if err := <-beDone; err != nil {
+			t.Fatal(err)
 		}
+		closeEnough(t, "BE output", beOut, beWant)
 	}
-	stop.Store(true)
-	wg.Wait()
-	if beErr != nil {
-		t.Fatal(beErr)
-	}
-	st := b.Scheduler().Stats()
-	if st.Preemptions == 0 {
-		t.Fatalf("no preemption in %d RT jobs next to %d BE batches", st.Jobs[RT], beRuns)
+	st := s.Stats()
+	if st.Preemptions != rounds || st.Jobs[RT] != rounds || st.Jobs[BE] != rounds {
+		t.Fatalf("%d preemptions, %d RT and %d BE jobs: want %d of each", st.Preemptions, st.Jobs[RT], st.Jobs[BE], rounds)
 	}
 	p := b.TakePreemptNs()
 	if int64(len(p)) != st.Preemptions {
@@ -209,14 +194,8 @@ func TestBackendRTPreemptsBE(t *testing.T) {
 	if again := b.TakePreemptNs(); len(again) != 0 {
 		t.Fatalf("latencies handed out twice: %d", len(again))
 	}
-	t.Logf("%d RT jobs, %d BE batches, %d preemptions, first latency %d ns", st.Jobs[RT], beRuns, st.Preemptions, p[0])
+	t.Logf("%d preemptions, first latency %d ns", st.Preemptions, p[0])
 }
-
-type testErr string
-
-func (e testErr) Error() string { return string(e) }
-
-const errBEOutput = testErr("BE output differs from the cpu backend")
 
 // Linked instances share the model; the last Close unloads its buckets
 // from the scheduler; Deinit with a model still loaded is an error.
