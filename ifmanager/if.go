@@ -173,8 +173,9 @@ var ErrStopped = errors.New("ifmanager: IF stopped")
 // New makes an IF around a loaded instance and configures its batch size.
 // The IF owns inst from here on.
 func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *slog.Logger) (*IF, error) {
-	if cfg.MaxBatch < 1 || cfg.QueueLen < 1 {
-		return nil, fmt.Errorf("ifmanager: IF %q: max_batch and queue_len must be positive", cfg.Name)
+	if cfg.MaxBatch < 1 || cfg.MaxBatch > MaxBatchLimit || cfg.QueueLen < 1 || cfg.QueueLen > MaxQueueLen {
+		return nil, fmt.Errorf("ifmanager: IF %q: max_batch %d and queue_len %d must be in 1..%d and 1..%d (see Spec.Validate)",
+			cfg.Name, cfg.MaxBatch, cfg.QueueLen, MaxBatchLimit, MaxQueueLen)
 	}
 	if cfg.MinBatch < 1 {
 		cfg.MinBatch = 1
