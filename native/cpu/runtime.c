@@ -383,6 +383,21 @@ static inline void hold_point(sk_stream *s, int64_t idx, int64_t b)
 		hold_wait(&s->pool->hold, s, idx, b);
 }
 
+/* preempt_hook is sk_stream_preempt_at's test hook: the stream preempts
+ * itself as block blk of slot sl is about to be claimed, if that is the
+ * block the hook names. The flag is set before the hook is disarmed, so a
+ * unit that finds it disarmed sees the flag, and none claims the block
+ * (or a later one) and passes its prologue before the flag is set. */
+static void preempt_hook(sk_stream *s, sk_slot *sl, uint32_t blk)
+{
+	int64_t pi = LD(&s->pre_idx);
+	if (pi >= 0 && LDR(&sl->idx) == pi &&
+	    LDR(&sl->base) + (int64_t)blk == LD(&s->pre_blk)) {
+		__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
+		ST(&s->pre_idx, -1);
+	}
+}
+
 /* try_block claims and runs one block of s's current kernel on unit u.
  * Returns 1 when it made progress (or lost a race), 0 when s has nothing for
  * this unit now. */
@@ -399,6 +414,8 @@ static int try_block(sk_stream *s, sk_unit *u)
 	int64_t grid = LDR(&sl->grid);
 	if (!((mask >> u->id) & 1) || (int64_t)blk >= grid)
 		return 0;
+	if (__builtin_expect(LD(&s->pre_idx) >= 0, 0))
+		preempt_hook(s, sl, blk);
 	if (__atomic_load_n(&s->flag, __ATOMIC_RELAXED)) {
 		/* lazy eviction, batched: claim the rest of the kernel at once */
 		uint64_t nt = ((uint64_t)seq << 32) | (uint32_t)grid;
@@ -413,10 +430,6 @@ static int try_block(sk_stream *s, sk_unit *u)
 	sk_kernel *k = LDR(&sl->k);
 	int64_t idx = LDR(&sl->idx);
 	int64_t b = LDR(&sl->base) + (int64_t)blk;
-	if (idx == LDR(&s->pre_idx) && b == LDR(&s->pre_blk)) {
-		STR(&s->pre_idx, -1);
-		__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
-	}
 	int prof = LDR(&s->profile);
 	int64_t t0 = 0;
 	if (blk == 0) {
