@@ -35,6 +35,21 @@ type Config struct {
 	// Timeout is how long after its first fragment an incomplete request is
 	// expired and answered timed_out.
 	Timeout time.Duration
+	// LateWindow is how long the table remembers a request after it stops
+	// tracking it (given back with Done, expired, failed, or refused at its
+	// first fragment): a fragment of a remembered request is dropped
+	// unanswered (late or after_failure) instead of starting a new request
+	// that would be answered a second time. 0 means DefaultLateFactor x
+	// Timeout. Negative turns the memory off, and with it the guarantee of
+	// one answer per request: only for benchmarks that replay the same
+	// requests over and over.
+	LateWindow time.Duration
+	// MaxLate caps how many requests the table remembers at once, besides
+	// those in its MaxRequests slots. While it is reached, the first
+	// fragment of a new request is dropped unanswered (late_memory_full):
+	// a request the table could not remember is never answered, so it is
+	// never answered twice. 0 means 64 x MaxRequests, within 4096..1<<20.
+	MaxLate int
 }
 
 // DefaultConfig returns limits suited to 224x224x3 frames at 1 KiB
@@ -61,8 +76,21 @@ func (c *Config) validate() error {
 		return fmt.Errorf("MaxHeldFragments %d out of range 1..%d", c.MaxHeldFragments, 1<<24)
 	case c.Timeout <= 0:
 		return errors.New("Timeout must be positive")
+	case c.MaxLate < 0 || c.MaxLate > 1<<24:
+		return fmt.Errorf("MaxLate %d out of range 0..%d", c.MaxLate, 1<<24)
 	}
 	return nil
+}
+
+// withDefaults fills in LateWindow and MaxLate when they are 0.
+func (c Config) withDefaults() Config {
+	if c.LateWindow == 0 {
+		c.LateWindow = DefaultLateFactor * c.Timeout
+	}
+	if c.MaxLate == 0 {
+		c.MaxLate = min(max(64*c.MaxRequests, 4096), 1<<20)
+	}
+	return c
 }
 
 // Handler receives what a Table produces. Both calls are made on the I/O
@@ -78,12 +106,12 @@ type Handler interface {
 
 type slotState uint8
 
+// A slot is free, assembling or complete. A request that ends (given back,
+// expired, failed) frees its slot at once; its key moves to the late memory.
 const (
-	stateFree       slotState = iota // never used, or reset
+	stateFree       slotState = iota // not indexed
 	stateAssembling                  // fragments arriving
 	stateComplete                    // handed to the consumer
-	stateFailed                      // answered with an error; absorbing its remaining fragments
-	stateRetired                     // done or expired; key kept so late fragments are recognised
 )
 
 // Request is one request slot. Its exported fields are valid from Complete
@@ -107,7 +135,7 @@ type Request struct {
 	state    slotState
 	idx      int32
 	fragHead int32 // first fragment entry, linked through fragNext
-	// expiry list of assembling/failed slots, oldest first
+	// expiry list of assembling slots, oldest first
 	prev, next int32
 }
 
@@ -139,7 +167,7 @@ type Table struct {
 	index []int32
 	mask  uint32
 
-	// free slots, FIFO so retired keys live as long as possible
+	// free slots, FIFO
 	freeRing           []int32
 	freeHead, freeSize int
 
@@ -149,7 +177,7 @@ type Table struct {
 	fragFree int32 // head of the free list
 	fragHeld int
 
-	// expiry list (assembling and failed slots), oldest first
+	// expiry list (assembling slots), oldest first
 	oldest, newest int32
 	assembling     int
 
@@ -163,8 +191,15 @@ type Table struct {
 	hdr wire.Header
 	// last is the slot the previous fragment belonged to, or -1.
 	last int32
-	// fragments counts accepted fragments; Expire publishes it to C.
-	fragments uint64
+	// fragments counts accepted fragments and received the datagrams
+	// given to Add; Expire publishes them to C.
+	fragments, received uint64
+
+	// late remembers requests no longer in a slot (late.go).
+	late lateMemory
+	// clock is the latest time passed to Add or Expire: DrainDone, which
+	// is given none, remembers the requests it frees from then.
+	clock int64
 }
 
 type fragRef struct {
@@ -184,6 +219,7 @@ func New(cfg Config, h Handler) (*Table, error) {
 	if h == nil {
 		return nil, errors.New("reasm: nil handler")
 	}
+	cfg = cfg.withDefaults()
 	n := cfg.MaxRequests
 	words := (cfg.MaxFragments + 63) / 64
 	isize := 1 << bits.Len(uint(2*n-1))
@@ -214,11 +250,15 @@ func New(cfg Config, h Handler) (*Table, error) {
 		t.fragNext[i] = int32(i + 1)
 	}
 	t.fragNext[len(t.fragNext)-1] = -1
+	t.late.init(int64(cfg.LateWindow), cfg.MaxLate+n)
 	return t, nil
 }
 
-// Config returns the table's limits.
+// Config returns the table's limits, LateWindow and MaxLate filled in.
 func (t *Table) Config() Config { return t.cfg }
+
+// Remembered is the number of requests in the late memory.
+func (t *Table) Remembered() int { return t.late.n }
 
 // Assembling is the number of requests still collecting fragments.
 func (t *Table) Assembling() int { return t.assembling }
@@ -234,6 +274,10 @@ func (t *Table) HeldFragments() int { return t.fragHeld }
 // packet's buffer is either kept by a request or queued for release; the
 // caller gives queued buffers back with TakeReleased.
 func (t *Table) Add(p *dataplane.Packet, now int64) {
+	t.received++
+	if now > t.clock {
+		t.clock = now
+	}
 	h := &t.hdr
 	if err := wire.Decode(p.Data, h); err != nil {
 		t.C.drop(decodeReason(err))
@@ -257,17 +301,8 @@ func (t *Table) Add(p *dataplane.Packet, now int64) {
 		return
 	}
 	s := &t.slots[si]
-	switch s.state {
-	case stateFailed:
-		t.C.drop(ReasonAfterFailure)
-		t.release = append(t.release, p.Buf)
-		return
-	case stateComplete, stateRetired:
-		if s.state == stateComplete || t.sameRequest(s, h) {
-			t.C.drop(ReasonLate)
-		} else {
-			t.C.drop(ReasonInconsistent)
-		}
+	if s.state == stateComplete {
+		t.C.drop(ReasonLate)
 		t.release = append(t.release, p.Buf)
 		return
 	}
@@ -323,8 +358,28 @@ func (t *Table) sameRequest(s *Request, h *wire.Header) bool {
 		s.FragCount == h.FragCount && s.DeadlineUS == h.DeadlineUS
 }
 
-// addFirst handles the first fragment seen of a request.
+// addFirst handles a fragment of a request no slot holds: one the late
+// memory remembers, or the first fragment seen of a new request.
 func (t *Table) addFirst(p *dataplane.Packet, h *wire.Header, now int64) {
+	var k lateEntry
+	if t.late.on() {
+		t.late.expire(now)
+		k = lateKeyOf(&p.From.Addr, h.Flow, h.Request)
+		if pos := t.late.lookup(&k); pos >= 0 {
+			t.C.drop(t.late.reason(pos))
+			t.release = append(t.release, p.Buf)
+			return
+		}
+		// Every request in a slot has its place in the late memory
+		// reserved; admit this one (to a slot or to an answer) only if
+		// it can have one too, else it would have to be forgotten
+		// early and a stale fragment could have it answered twice.
+		if t.late.room() <= len(t.slots)-t.freeSize {
+			t.C.drop(ReasonLateMemoryFull)
+			t.release = append(t.release, p.Buf)
+			return
+		}
+	}
 	fs, gerr := wire.FragSize(h)
 	var (
 		reason Reason
@@ -337,14 +392,24 @@ func (t *Table) addFirst(p *dataplane.Packet, h *wire.Header, now int64) {
 	case gerr != nil:
 		reason, status, bad = ReasonBadGeometry, wire.StatusMalformed, true
 	}
-	s := t.allocSlot(now)
-	if s == nil {
-		// No slot: refuse, answering once per request (on fragment 0) so
-		// a full table does not answer every fragment.
-		t.C.drop(ReasonTableFull)
-		if h.FragIndex == 0 {
-			t.C.Answered.Add(1)
-			t.handler.Reject(p.From, h, wire.StatusOverloaded)
+	var s *Request
+	if !bad {
+		s = t.allocSlot(now)
+		if s == nil {
+			// No slot: refuse the request on the first fragment seen,
+			// whichever it is, and remember it so that its other
+			// fragments are dropped (after_failure) rather than start
+			// it again once a slot frees.
+			reason, status, bad = ReasonTableFull, wire.StatusOverloaded, true
+		}
+	}
+	if bad {
+		// Refused at its first fragment, without a slot.
+		t.C.drop(reason)
+		t.C.Answered.Add(1)
+		t.handler.Reject(p.From, h, status)
+		if t.late.on() {
+			t.late.push(k, lateFailed, t.clock)
 		}
 		t.release = append(t.release, p.Buf)
 		return
@@ -358,11 +423,6 @@ func (t *Table) addFirst(p *dataplane.Packet, h *wire.Header, now int64) {
 	t.insert(s)
 	t.pushExpiry(s)
 	t.assembling++
-	if bad {
-		t.fail(s, reason, status)
-		t.release = append(t.release, p.Buf)
-		return
-	}
 	b := t.bits[int(s.idx)*t.words : int(s.idx)*t.words+(int(s.FragCount)+63)/64]
 	clear(b)
 	t.store(s, p, h, now)
@@ -402,16 +462,17 @@ func (t *Table) store(s *Request, p *dataplane.Packet, h *wire.Header, now int64
 	}
 }
 
-// fail answers a request with an error, frees its fragments and keeps the
-// slot until the timeout to absorb the rest of its fragments.
+// fail answers an assembling request with an error and frees its fragments
+// and its slot; the late memory absorbs the rest of its fragments.
 func (t *Table) fail(s *Request, r Reason, st wire.Status) {
 	t.C.drop(r)
 	t.C.Answered.Add(1)
 	t.freeFrags(s)
-	s.state = stateFailed
-	var h wire.Header
-	h = s.Header()
+	t.unlinkExpiry(s)
+	t.assembling--
+	h := s.Header()
 	t.handler.Reject(s.From, &h, st)
+	t.retire(s, lateFailed)
 }
 
 func (t *Table) freeFrags(s *Request) {
@@ -428,9 +489,12 @@ func (t *Table) freeFrags(s *Request) {
 }
 
 // Expire answers and frees requests whose timeout has passed at now, and
-// forgets failed requests after the same timeout. It returns how many
+// forgets the requests remembered for LateWindow. It returns how many
 // requests timed out.
 func (t *Table) Expire(now int64) int {
+	if now > t.clock {
+		t.clock = now
+	}
 	limit := now - int64(t.cfg.Timeout)
 	n := 0
 	for t.oldest >= 0 {
@@ -440,15 +504,16 @@ func (t *Table) Expire(now int64) int {
 		}
 		t.unlinkExpiry(s)
 		t.assembling--
-		if s.state == stateAssembling {
-			n++
-			t.C.drop(ReasonTimedOut)
-			t.C.Answered.Add(1)
-			t.freeFrags(s)
-			h := s.Header()
-			t.handler.Reject(s.From, &h, wire.StatusTimedOut)
-		}
-		t.retire(s)
+		n++
+		t.C.drop(ReasonTimedOut)
+		t.C.Answered.Add(1)
+		t.freeFrags(s)
+		h := s.Header()
+		t.handler.Reject(s.From, &h, wire.StatusTimedOut)
+		t.retire(s, lateDone)
+	}
+	if t.late.on() {
+		t.late.expire(now)
 	}
 	t.publish()
 	return n
@@ -457,6 +522,8 @@ func (t *Table) Expire(now int64) int {
 // publish refreshes the counters other goroutines read.
 func (t *Table) publish() {
 	t.C.Fragments.Store(t.fragments)
+	t.C.Received.Store(t.received)
+	t.C.Remembered.Store(int64(t.late.n))
 	t.C.HeldFragments.Store(int64(t.fragHeld))
 	t.C.Assembling.Store(int64(t.assembling))
 }
@@ -468,14 +535,12 @@ func (t *Table) Shutdown() {
 		s := &t.slots[t.oldest]
 		t.unlinkExpiry(s)
 		t.assembling--
-		if s.state == stateAssembling {
-			t.C.drop(ReasonShutdown)
-			t.C.Answered.Add(1)
-			t.freeFrags(s)
-			h := s.Header()
-			t.handler.Reject(s.From, &h, wire.StatusShuttingDown)
-		}
-		t.retire(s)
+		t.C.drop(ReasonShutdown)
+		t.C.Answered.Add(1)
+		t.freeFrags(s)
+		h := s.Header()
+		t.handler.Reject(s.From, &h, wire.StatusShuttingDown)
+		t.retire(s, lateDone)
 	}
 	t.publish()
 }
@@ -500,7 +565,7 @@ func (t *Table) DrainDone() {
 			t.freeFrags(s)
 			t.outstanding--
 			t.C.Released.Add(1)
-			t.retire(s)
+			t.retire(s, lateDone)
 		default:
 			return
 		}
@@ -553,9 +618,7 @@ func (t *Table) GatherBatch(dst []byte, stride int, reqs []*Request) error {
 func (t *Table) allocSlot(now int64) *Request {
 	if t.freeSize == 0 {
 		// Reclaim expired requests before refusing.
-		if t.Expire(now) == 0 && t.freeSize == 0 {
-			return nil
-		}
+		t.Expire(now)
 		if t.freeSize == 0 {
 			return nil
 		}
@@ -563,18 +626,18 @@ func (t *Table) allocSlot(now int64) *Request {
 	i := t.freeRing[t.freeHead]
 	t.freeHead = (t.freeHead + 1) % len(t.freeRing)
 	t.freeSize--
-	s := &t.slots[i]
-	if s.state == stateRetired {
-		t.remove(s)
-	}
-	s.state = stateFree
-	return s
+	return &t.slots[i]
 }
 
-// retire frees a slot but keeps its key in the index, so fragments that
-// arrive after it completed or expired are recognised as late.
-func (t *Table) retire(s *Request) {
-	s.state = stateRetired
+// retire frees a slot: its key leaves the index for the late memory (why
+// says how its later fragments are counted), where its place was reserved
+// when it was admitted.
+func (t *Table) retire(s *Request, why uint8) {
+	t.remove(s)
+	if t.late.on() {
+		t.late.push(lateKeyOf(&s.From.Addr, s.Flow, s.ID), why, t.clock)
+	}
+	s.state = stateFree
 	tail := (t.freeHead + t.freeSize) % len(t.freeRing)
 	t.freeRing[tail] = s.idx
 	t.freeSize++

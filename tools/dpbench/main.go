@@ -198,6 +198,8 @@ func run(o options) error {
 	rcfg.MaxRequests = min(16, o.requests/2)
 	rcfg.MaxHeldFragments = 8192
 	rcfg.Timeout = time.Second
+	// No late memory: it would drop every replayed request as late.
+	rcfg.LateWindow = -1
 	table, err := loop.NewTable(rcfg)
 	if err != nil {
 		return err
