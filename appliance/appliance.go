@@ -22,7 +22,6 @@ import (
 	"sluice/dataplane/ioloop"
 	"sluice/dataplane/reasm"
 	"sluice/dataplane/udp"
-	"sluice/dataplane/wire"
 	"sluice/ifmanager"
 	"sluice/libml"
 	"sluice/libml/cpu"
@@ -249,14 +248,8 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	class := wire.ClassBE
-	if s.Class == "rt" {
-		class = wire.ClassRT
-	}
 	obs := a.metrics.observer(s.Name, s.Class)
-	f, err := ifmanager.New(ifmanager.Config{Name: s.Name, ModelID: uint16(s.ModelID), Class: class,
-		MinBatch: s.MinBatch, MaxBatch: s.MaxBatch, QueueLen: s.QueueLen, Input: ifmanager.InputFormat(s.Input),
-		Mean: s.Mean, Std: s.Std, SLO: s.SLO(), Batching: s.Batching, Share: s.Share}, be, inst, obs, a.log)
+	f, err := ifmanager.New(s.Config(), be, inst, obs, a.log)
 	if err != nil {
 		_ = inst.Close()
 		return nil, err
