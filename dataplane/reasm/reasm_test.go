@@ -415,8 +415,19 @@ func TestFloodOfIncompleteRequestsIsBounded(t *testing.T) {
 	if h.tab.C.Drops(ReasonTimedOut) == 0 || h.tab.C.Drops(ReasonTableFull) == 0 {
 		t.Fatalf("flood: timed_out %d table_full %d", h.tab.C.Drops(ReasonTimedOut), h.tab.C.Drops(ReasonTableFull))
 	}
-	// A legitimate request still gets through once slots expire.
-	h.now += int64(cfg.Timeout) + 1
+	if h.tab.Remembered() > h.tab.Config().MaxLate+cfg.MaxRequests {
+		t.Fatalf("late memory holds %d requests, over its cap", h.tab.Remembered())
+	}
+	seen := map[key]bool{}
+	for _, r := range h.rejects {
+		if seen[r.key] {
+			t.Fatalf("request %d answered twice", r.key.id)
+		}
+		seen[r.key] = true
+	}
+	// A legitimate request still gets through once slots expire, and the
+	// late memory has room once the flood's requests age out of it.
+	h.now += int64(h.tab.Config().LateWindow) + 1
 	for _, d := range frags(t, 1<<40, payload(3000, 9), 1000) {
 		h.deliver(d, client)
 	}
@@ -444,23 +455,41 @@ func TestShutdownAnswersAssembling(t *testing.T) {
 }
 
 // TestIndexChurn drives many inserts and removals through the hash index and
-// checks lookups against a map.
+// the late memory's, and checks lookups against a map: a key is late for
+// LateWindow after its request was given back, and new after that.
 func TestIndexChurn(t *testing.T) {
 	cfg := smallConfig()
 	cfg.MaxRequests = 37
 	h := newHarness(t, cfg)
+	window := int64(h.tab.Config().LateWindow)
+	retired := map[key]int64{}
 	rng := rand.New(rand.NewPCG(5, 5))
 	for i := 0; i < 20000; i++ {
+		h.now += window / 50
 		id := rng.Uint64N(300)
 		addr := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 99, 0, byte(rng.IntN(4))}), 40000)
 		ds := frags(t, id, payload(100, id), 100)
+		late := h.tab.C.Drops(ReasonLate)
 		h.deliver(ds[0], dataplane.Endpoint{Addr: addr})
-		if len(h.completed) > 0 {
+		k := key{addr, 9, id}
+		if at, ok := retired[k]; ok && h.now-at < window {
+			if len(h.completed) != 0 || h.tab.C.Drops(ReasonLate) != late+1 {
+				t.Fatalf("request %d from %v given back %v ago: completed %d, late +%d; want 0, +1",
+					id, addr, time.Duration(h.now-at), len(h.completed), h.tab.C.Drops(ReasonLate)-late)
+			}
+		} else {
+			if len(h.completed) != 1 {
+				t.Fatalf("request %d from %v: completed %d, want 1", id, addr, len(h.completed))
+			}
 			r := h.completed[0]
 			if r.ID != id || r.From.Addr != addr {
 				t.Fatalf("completed wrong request %d from %v, want %d from %v", r.ID, r.From.Addr, id, addr)
 			}
+			retired[k] = h.now
 			h.doneAll()
+		}
+		if i%64 == 0 {
+			h.tab.Expire(h.now)
 		}
 		// every live index entry must be findable
 		for si := range h.tab.slots {
