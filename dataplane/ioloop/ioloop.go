@@ -141,7 +141,9 @@ func (l *Loop) Reject(to dataplane.Endpoint, h *wire.Header, st wire.Status) {
 
 // Poll runs one iteration: receive a burst, reassemble it, expire, give
 // buffers back, transmit responses. It reports whether there was any work.
-// Run calls it in a loop; benchmarks call it directly.
+// Run calls it in a loop; benchmarks call it directly. now (dataplane.Now
+// nanoseconds) is the only clock the table sees: it times fragments out and
+// ages the table's memory of answered requests (reasm.Config.LateWindow).
 func (l *Loop) Poll(now int64) (bool, error) {
 	n, err := l.port.RxBurst(l.pkts)
 	if err != nil {
