@@ -16,8 +16,10 @@ import (
 //
 // It is a FIFO ring of entries in the order they were remembered (which is
 // the order they expire in: every entry lives the same LateWindow), with an
-// open-addressing index over the ring positions. Both are allocated by New;
-// entries hold no pointers, so the garbage collector never scans them.
+// open-addressing index over the ring positions that also keeps each
+// entry's hash, so probing and deleting rarely touch the ring. Both are
+// allocated by New; neither holds pointers, so the garbage collector never
+// scans them.
 //
 // The ring has room for MaxLate entries plus one per request slot, and a
 // new request is admitted only while remembered + slots in use < that
@@ -76,8 +78,9 @@ type lateMemory struct {
 	ring   []lateEntry
 	head   int
 	n      int
-	index  []int32 // ring positions, -1 = empty
-	mask   uint32
+	// index: hash<<32 | ring position+1; 0 = empty
+	index []uint64
+	mask  uint32
 }
 
 // init allocates room for size entries (size > 0), or nothing when window
@@ -89,11 +92,8 @@ func (m *lateMemory) init(window int64, size int) {
 	}
 	isize := 1 << bits.Len(uint(2*size-1))
 	m.ring = make([]lateEntry, size)
-	m.index = make([]int32, isize)
+	m.index = make([]uint64, isize)
 	m.mask = uint32(isize - 1)
-	for i := range m.index {
-		m.index[i] = -1
-	}
 }
 
 func (m *lateMemory) on() bool { return m.window >= 0 }
@@ -110,22 +110,26 @@ func (m *lateMemory) push(k lateEntry, why uint8, now int64) {
 	k.why, k.until = why, now+m.window
 	m.ring[pos] = k
 	m.n++
-	i := k.hash() & m.mask
-	for m.index[i] >= 0 {
+	h := k.hash()
+	i := h & m.mask
+	for m.index[i] != 0 {
 		i = (i + 1) & m.mask
 	}
-	m.index[i] = int32(pos)
+	m.index[i] = uint64(h)<<32 | uint64(pos+1)
 }
 
 // lookup returns the ring position of k's entry, or -1.
 func (m *lateMemory) lookup(k *lateEntry) int32 {
-	for i := k.hash() & m.mask; ; i = (i + 1) & m.mask {
-		pos := m.index[i]
-		if pos < 0 {
+	h := k.hash()
+	for i := h & m.mask; ; i = (i + 1) & m.mask {
+		v := m.index[i]
+		if v == 0 {
 			return -1
 		}
-		if m.ring[pos].sameKey(k) {
-			return pos
+		if uint32(v>>32) == h {
+			if pos := int32(uint32(v)) - 1; m.ring[pos].sameKey(k) {
+				return pos
+			}
 		}
 	}
 }
@@ -154,26 +158,28 @@ func (m *lateMemory) expire(now int64) {
 // unindex deletes ring position pos from the index with backward-shift
 // deletion, so the index never fills with tombstones.
 func (m *lateMemory) unindex(pos int32) {
-	i := m.ring[pos].hash() & m.mask
-	for m.index[i] != pos {
-		if m.index[i] < 0 {
+	h := m.ring[pos].hash()
+	want := uint64(h)<<32 | uint64(pos+1)
+	i := h & m.mask
+	for m.index[i] != want {
+		if m.index[i] == 0 {
 			return
 		}
 		i = (i + 1) & m.mask
 	}
 	for {
-		m.index[i] = -1
+		m.index[i] = 0
 		j := i
 		for {
 			j = (j + 1) & m.mask
-			pj := m.index[j]
-			if pj < 0 {
+			vj := m.index[j]
+			if vj == 0 {
 				return
 			}
-			home := m.ring[pj].hash() & m.mask
-			// move pj back to i if its home is not in (i, j]
+			home := uint32(vj>>32) & m.mask
+			// move vj back to i if its home is not in (i, j]
 			if (j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j)) {
-				m.index[i] = pj
+				m.index[i] = vj
 				i = j
 				break
 			}
