@@ -2,6 +2,7 @@ package reasm
 
 import (
 	"encoding/binary"
+	"math"
 	"math/bits"
 	"net/netip"
 )
@@ -108,6 +109,9 @@ func (m *lateMemory) push(k lateEntry, why uint8, now int64) {
 		pos -= len(m.ring)
 	}
 	k.why, k.until = why, now+m.window
+	if k.until < now {
+		k.until = math.MaxInt64 // a window too long to add
+	}
 	m.ring[pos] = k
 	m.n++
 	h := k.hash()

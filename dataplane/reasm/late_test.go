@@ -457,3 +457,66 @@ func TestLateKeyIdentity(t *testing.T) {
 	}
 	h.checkBaseline()
 }
+
+// TestLateMemoryRingAndIndex churns a small late memory (an 8-entry ring,
+// a 16-slot index, keys crowding few home slots) through many wraparounds
+// and checks every lookup against a model: an entry is found exactly while
+// it is remembered, with its reason.
+func TestLateMemoryRingAndIndex(t *testing.T) {
+	var m lateMemory
+	const window = 100
+	m.init(window, 8)
+	type rec struct {
+		until int64
+		why   uint8
+	}
+	model := map[uint64]rec{} // by id; one sender, one flow
+	var order []uint64        // ids in push order
+	hits, fulls := 0, 0
+	keyOf := func(id uint64) lateEntry { return lateKeyOf(&client.Addr, 9, id) }
+	now := int64(0)
+	for step := 0; step < 5000; step++ {
+		now += int64(step%7) * int64(1+(step/250)%4) // phases of shorter and longer lives
+		m.expire(now)
+		for len(order) > 0 && model[order[0]].until <= now {
+			delete(model, order[0])
+			order = order[1:]
+		}
+		if m.n != len(order) {
+			t.Fatalf("step %d: %d entries, model has %d", step, m.n, len(order))
+		}
+		// 12 ids at a time, from a set that shifts every 500 steps: the
+		// 16-slot index sees many patterns of collision and wraparound
+		id := uint64(step*5)%12 + uint64(step/500)*7
+		k := keyOf(id)
+		pos := m.lookup(&k)
+		r, ok := model[id]
+		if ok != (pos >= 0) {
+			t.Fatalf("step %d: id %d found=%v, remembered=%v", step, id, pos >= 0, ok)
+		}
+		if ok {
+			hits++
+			if want := []Reason{ReasonLate, ReasonAfterFailure}[r.why]; m.reason(pos) != want {
+				t.Fatalf("step %d: id %d reason %v, want %v", step, id, m.reason(pos), want)
+			}
+			continue
+		}
+		if m.room() == 0 {
+			fulls++
+			continue // full: the table would drop the fragment
+		}
+		why := uint8(step % 2)
+		m.push(k, why, now)
+		model[id] = rec{now + window, why}
+		order = append(order, id)
+	}
+	for id := uint64(0); id < 100; id++ {
+		k := keyOf(id)
+		if _, ok := model[id]; ok != (m.lookup(&k) >= 0) {
+			t.Fatalf("end: id %d found=%v, remembered=%v", id, !ok, ok)
+		}
+	}
+	if hits < 500 || fulls < 100 {
+		t.Fatalf("weak churn: %d hits, %d times full", hits, fulls)
+	}
+}

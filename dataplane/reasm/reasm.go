@@ -4,6 +4,12 @@
 // payloads are copied exactly once, by Gather, into the batch tensor, and
 // the packet buffers go back to the driver when the consumer calls Done.
 //
+// A request the table stops tracking (given back with Done, expired,
+// failed, or refused at its first fragment) is remembered for
+// Config.LateWindow, so that its late, stale or duplicated fragments are
+// dropped and counted rather than answered a second time: each request is
+// answered once (late.go).
+//
 // A Table belongs to one goroutine, the port's I/O loop: Add, Expire,
 // TakeReleased and Shutdown are called from it. Gather and Done may be
 // called from any goroutine by the consumer that owns a completed request.
@@ -257,7 +263,8 @@ func New(cfg Config, h Handler) (*Table, error) {
 // Config returns the table's limits, LateWindow and MaxLate filled in.
 func (t *Table) Config() Config { return t.cfg }
 
-// Remembered is the number of requests in the late memory.
+// Remembered is the number of requests in the late memory. Like Assembling,
+// it is for the I/O loop's goroutine; others read Counters.Remembered.
 func (t *Table) Remembered() int { return t.late.n }
 
 // Assembling is the number of requests still collecting fragments.
