@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"net/netip"
+	"time"
 )
 
 // The late memory remembers the keys of requests the table no longer tracks
@@ -34,9 +35,15 @@ const (
 	lateFailed              // answered with an error: ReasonAfterFailure
 )
 
-// DefaultLateFactor is LateWindow in units of Timeout when the
-// configuration leaves it 0.
-const DefaultLateFactor = 10
+// When the configuration leaves LateWindow 0, it is DefaultLateFactor x
+// Timeout, but at most Timeout + MaxDefaultLateSlack: a long reassembly
+// timeout (set for slow links or tests) does not make the memory hold
+// requests for tens of minutes, which would lower the request rate the
+// MaxLate cap allows as much.
+const (
+	DefaultLateFactor   = 10
+	MaxDefaultLateSlack = 10 * time.Second
+)
 
 // lateEntry is one remembered request key (40 bytes, no pointers). The
 // address is kept as its 16-byte form plus an IPv4 bit; an IPv6 zone is not

@@ -79,6 +79,15 @@ func TestLateWindowDefaults(t *testing.T) {
 	if c := h.tab.Config(); c.LateWindow != time.Second || c.MaxLate != 65536 {
 		t.Fatalf("defaults: LateWindow %v MaxLate %d; want 1s, 65536", c.LateWindow, c.MaxLate)
 	}
+	// A long reassembly timeout gets 10 s more, not 10 times as long.
+	d.Timeout = 2 * time.Minute
+	if c := d.withDefaults(); c.LateWindow != 2*time.Minute+10*time.Second {
+		t.Fatalf("LateWindow %v for a 2-minute timeout, want 2m10s", c.LateWindow)
+	}
+	d.Timeout = 1<<63 - 1
+	if c := d.withDefaults(); c.LateWindow <= 0 {
+		t.Fatalf("LateWindow %v for the longest timeout", c.LateWindow)
+	}
 	d.MaxLate = -1
 	if _, err := New(d, h); err == nil {
 		t.Fatal("negative MaxLate accepted")

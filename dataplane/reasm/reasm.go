@@ -18,6 +18,7 @@ package reasm
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"net/netip"
 	"time"
@@ -46,7 +47,7 @@ type Config struct {
 	// first fragment): a fragment of a remembered request is dropped
 	// unanswered (late or after_failure) instead of starting a new request
 	// that would be answered a second time. 0 means DefaultLateFactor x
-	// Timeout. Negative turns the memory off, and with it the guarantee of
+	// Timeout, at most Timeout + MaxDefaultLateSlack. Negative turns the memory off, and with it the guarantee of
 	// one answer per request: only for benchmarks that replay the same
 	// requests over and over.
 	LateWindow time.Duration
@@ -54,7 +55,8 @@ type Config struct {
 	// those in its MaxRequests slots. While it is reached, the first
 	// fragment of a new request is dropped unanswered (late_memory_full):
 	// a request the table could not remember is never answered, so it is
-	// never answered twice. 0 means 64 x MaxRequests, within 4096..1<<20.
+	// never answered twice. Size it to the peak rate of new requests times
+	// LateWindow. 0 means 64 x MaxRequests, within 4096..1<<20.
 	MaxLate int
 }
 
@@ -92,6 +94,12 @@ func (c *Config) validate() error {
 func (c Config) withDefaults() Config {
 	if c.LateWindow == 0 {
 		c.LateWindow = DefaultLateFactor * c.Timeout
+		if c.Timeout > MaxDefaultLateSlack/(DefaultLateFactor-1) {
+			c.LateWindow = c.Timeout + MaxDefaultLateSlack
+			if c.LateWindow < 0 {
+				c.LateWindow = math.MaxInt64
+			}
+		}
 	}
 	if c.MaxLate == 0 {
 		c.MaxLate = min(max(64*c.MaxRequests, 4096), 1<<20)
