@@ -38,6 +38,15 @@ func (b *shareBackend) InferBatch(_ context.Context, _ libml.Instance, n int, in
 	copy(out[:n*2], in[:n*2])
 	return nil
 }
+func (b *shareBackend) InferInput(_ context.Context, _ libml.Instance, in *libml.Input, out []float32) error {
+	n := in.N()
+	if err := in.Decode(out[:n*2], 0, n); err != nil {
+		return err
+	}
+	in.Copies = 1
+	in.Gather()
+	return nil
+}
 func (b *shareBackend) newInst() *shareInst {
 	b.mu.Lock()
 	defer b.mu.Unlock()

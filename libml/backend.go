@@ -34,6 +34,14 @@ type Backend interface {
 	// inst.InputSize() float32 values; out receives batch outputs, each
 	// inst.OutputSize() values.
 	InferBatch(ctx context.Context, inst Instance, batch int, in, out []float32) error
+	// InferInput runs one batch of in.N() requests whose input is still
+	// their payload, in the dataplane's packet buffers (ARCHITECTURE.md
+	// §2, step 5): the backend gathers and converts in.Payload as in.Enc
+	// says straight into the instance's input tensor (on the host: one
+	// pass in C, one call per batch), calls in.Gathered once it no longer
+	// reads the payload, sets in.Copies, and writes the outputs into out
+	// as InferBatch does.
+	InferInput(ctx context.Context, inst Instance, in *Input, out []float32) error
 }
 
 // BackendConfig configures a backend.

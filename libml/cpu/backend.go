@@ -295,6 +295,16 @@ func (b *Backend) InferBatch(ctx context.Context, inst libml.Instance, batch int
 	return i.InferBatch(ctx, batch, in, out)
 }
 
+// InferInput runs one batch whose input is still the requests' payload
+// (see Instance.InferInput).
+func (b *Backend) InferInput(ctx context.Context, inst libml.Instance, in *libml.Input, out []float32) error {
+	i, ok := inst.(*Instance)
+	if !ok || i.b != b {
+		return errors.New("cpu: InferInput: instance is not from this backend")
+	}
+	return i.InferInput(ctx, in, out)
+}
+
 // RunGraph compiles g for the shapes of the given inputs and runs it once:
 // a convenience for conformance tests. Float inputs run as runtime tensors;
 // integer inputs are baked in as constants. It returns every graph output.

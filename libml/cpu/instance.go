@@ -30,6 +30,8 @@ type Instance struct {
 	arenaN   int // bytes
 	plans    map[int]*plan
 	mask     uint64
+	// ing gathers requests' payloads into the arena (InferInput).
+	ing Ingester
 }
 
 // plan is a program materialized over this instance's arena.
@@ -254,6 +256,62 @@ func (i *Instance) InferBatch(ctx context.Context, batch int, in, out []float32)
 	copy(arenaSlice(i.arena, ib.Off, ib.Size()), in[:batch*isz])
 	if err := runAll(ctx, i.stream, p.ks, ep, i.mask); err != nil {
 		return fmt.Errorf("cpu: InferBatch %q: %w", i.m.name, err)
+	}
+	copy(out[:batch*osz], arenaSlice(i.arena, ob.Off, ob.Size()))
+	return nil
+}
+
+// InferInput runs one batch whose input is the requests' payload (see
+// libml.Backend.InferInput): the payload is gathered and converted in C
+// straight into the arena's input tensor (one copy per request), given
+// back (in.Gathered) before the kernels run, and the outputs are copied
+// into out.
+func (i *Instance) InferInput(ctx context.Context, in *libml.Input, out []float32) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	batch := in.N()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return fmt.Errorf("cpu: InferInput %q: %w", i.m.name, err)
+	}
+	ep := p.pr.p
+	if len(ep.Inputs) != 1 || len(ep.Outputs) != 1 {
+		return fmt.Errorf("cpu: InferInput %q: the model has %d inputs and %d outputs; InferInput needs one of each",
+			i.m.name, len(ep.Inputs), len(ep.Outputs))
+	}
+	isz, osz := i.InputSize(), i.OutputSize()
+	if err := in.Check(batch, isz); err != nil {
+		return fmt.Errorf("cpu: InferInput %q: %w", i.m.name, err)
+	}
+	if len(out) < batch*osz {
+		return fmt.Errorf("cpu: InferInput %q: batch %d needs %d outputs, got %d", i.m.name, batch, batch*osz, len(out))
+	}
+	ib, ob := ep.Inputs[0], ep.Outputs[0]
+	dst := arenaSlice(i.arena, ib.Off, ib.Size())
+	in.Copies = 1
+	if !i.m.batched {
+		// one plan execution per request: each request is gathered into
+		// the arena right before its run
+		for r := 0; r < batch; r++ {
+			if err := i.ing.Ingest(dst, in, r, r+1); err != nil {
+				return fmt.Errorf("cpu: InferInput %q: %w", i.m.name, err)
+			}
+			if r == batch-1 {
+				in.Gather()
+			}
+			if err := runAll(ctx, i.stream, p.ks, ep, i.mask); err != nil {
+				return fmt.Errorf("cpu: InferInput %q: %w", i.m.name, err)
+			}
+			copy(out[r*osz:(r+1)*osz], arenaSlice(i.arena, ob.Off, ob.Size()))
+		}
+		return nil
+	}
+	if err := i.ing.Ingest(dst, in, 0, batch); err != nil {
+		return fmt.Errorf("cpu: InferInput %q: %w", i.m.name, err)
+	}
+	in.Gather()
+	if err := runAll(ctx, i.stream, p.ks, ep, i.mask); err != nil {
+		return fmt.Errorf("cpu: InferInput %q: %w", i.m.name, err)
 	}
 	copy(out[:batch*osz], arenaSlice(i.arena, ob.Off, ob.Size()))
 	return nil

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"sluice/libml"
+	"sluice/libml/cpu"
 	"sluice/libml/engine"
 )
 
@@ -43,6 +44,11 @@ type Instance struct {
 	descN    int
 	descEnc  []byte
 	gathered int
+	// InferInput: the batch's fragments for the device gather, or the
+	// host input the host gatherer writes (instance_input.go)
+	inFrags []Frag
+	hostIn  []float32
+	ing     cpu.Ingester
 
 	// preemption: pmu orders Preempt against the start and end of a run
 	pmu     sync.Mutex

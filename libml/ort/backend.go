@@ -9,6 +9,7 @@ import (
 	ortgo "github.com/yalue/onnxruntime_go"
 
 	"sluice/libml"
+	"sluice/libml/cpu"
 	"sluice/libml/graph"
 	"sluice/libml/onnx"
 )
@@ -398,6 +399,10 @@ type Instance struct {
 	// Scratch for integer-typed inputs and outputs.
 	inScratch  []int64
 	outScratch []int64
+	// in is the batch input InferInput gathers requests into (the input
+	// tensor ONNX Runtime reads), ing its gatherer.
+	in  []float32
+	ing cpu.Ingester
 }
 
 var _ libml.Instance = (*Instance)(nil)
@@ -486,6 +491,7 @@ func (b *Backend) ConfigureBatch(inst libml.Instance, maxBatch int) error {
 	if !i.m.batched {
 		n = 1
 	}
+	i.in = make([]float32, maxBatch*i.m.inSize)
 	if i.m.inType != graph.Float32 {
 		i.inScratch = make([]int64, n*i.m.inSize)
 	}
@@ -536,6 +542,30 @@ func (b *Backend) InferBatch(ctx context.Context, inst libml.Instance, batch int
 		return fmt.Errorf("ort: model %q: %w", m.name, err)
 	}
 	return nil
+}
+
+// InferInput runs one batch whose input is still the requests' payload:
+// it is gathered and converted in C, in one pass, into the instance's
+// input tensor (one copy per request), given back (in.Gathered), and the
+// batch runs as InferBatch's does.
+func (b *Backend) InferInput(ctx context.Context, inst libml.Instance, in *libml.Input, out []float32) error {
+	i, err := b.instance(inst)
+	if err != nil {
+		return err
+	}
+	n := in.N()
+	if n < 1 || n > i.maxBatch {
+		return fmt.Errorf("ort: model %q: batch %d outside 1..%d (ConfigureBatch sets the limit)", i.m.name, n, i.maxBatch)
+	}
+	if err := in.Check(n, i.m.inSize); err != nil {
+		return fmt.Errorf("ort: model %q: %w", i.m.name, err)
+	}
+	if err := i.ing.Ingest(i.in[:n*i.m.inSize], in, 0, n); err != nil {
+		return fmt.Errorf("ort: model %q: %w", i.m.name, err)
+	}
+	in.Copies = 1
+	in.Gather()
+	return b.InferBatch(ctx, inst, n, i.in[:n*i.m.inSize], out)
 }
 
 // run executes one ONNX Runtime call over n requests (n > 1 only when the

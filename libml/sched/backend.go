@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"sluice/libml"
+	"sluice/libml/cpu"
 	"sluice/libml/graph"
 )
 
@@ -146,8 +147,9 @@ type Instance struct {
 	rt     bool
 	maxB   int
 	jobs   []Job
-	in     []float32 // a bucket's input when the batch is smaller
+	in     []float32 // a bucket's input when the batch is smaller; InferInput's job input
 	out    []float32
+	ing    cpu.Ingester
 	closed bool
 }
 
@@ -243,9 +245,11 @@ func (b *Backend) ConfigureBatch(inst libml.Instance, maxBatch int) error {
 	in.jobs = make([]Job, njobs)
 	top := mg.buckets[len(mg.buckets)-1]
 	if mg.batched && top.batch > 1 {
-		in.in = make([]float32, top.InputSize())
 		in.out = make([]float32, top.OutputSize())
 	}
+	// the bucket's input when a batch is smaller, and where InferInput
+	// gathers requests: room for the top bucket and for maxBatch requests
+	in.in = make([]float32, max(top.InputSize(), maxBatch*in.InputSize()))
 	return nil
 }
 
@@ -280,6 +284,44 @@ func (b *Backend) InferBatch(_ context.Context, inst libml.Instance, n int, in, 
 	if !ok || ii.g.be != b {
 		return errors.New("sched backend: infer: not an instance of this backend")
 	}
+	return b.infer(ii, n, in, out, false)
+}
+
+// InferInput runs one batch whose input is still the requests' payload:
+// it is gathered and converted in C (one pass) into the instance's job
+// input, given back (in.Gathered), and the batch runs as InferBatch's
+// does. That is two copies per request: the scheduler copies the job's
+// input into the arena of the model instance it binds the job to, and
+// copies it again when a preempted job restarts from its first kernel,
+// after the packet buffers have gone back to the driver.
+func (b *Backend) InferInput(_ context.Context, inst libml.Instance, in *libml.Input, out []float32) error {
+	ii, ok := inst.(*Instance)
+	if !ok || ii.g.be != b {
+		return errors.New("sched backend: infer: not an instance of this backend")
+	}
+	n := in.N()
+	if ii.closed {
+		return errors.New("sched backend: infer: instance closed")
+	}
+	if n < 1 || n > ii.maxB {
+		return fmt.Errorf("sched backend: infer: batch %d outside 1..%d", n, ii.maxB)
+	}
+	is := ii.InputSize()
+	if err := in.Check(n, is); err != nil {
+		return fmt.Errorf("sched backend: infer: %w", err)
+	}
+	if err := ii.ing.Ingest(ii.in[:n*is], in, 0, n); err != nil {
+		return fmt.Errorf("sched backend: infer: %w", err)
+	}
+	in.Copies = 2
+	in.Gather()
+	return b.infer(ii, n, ii.in[:n*is], out, true)
+}
+
+// infer runs a batch of n requests whose input is in; staged says that in
+// is the instance's own input buffer (ii.in), where a smaller batch's
+// bucket already reads it.
+func (b *Backend) infer(ii *Instance, n int, in, out []float32, staged bool) error {
 	if ii.closed {
 		return errors.New("sched backend: infer: instance closed")
 	}
@@ -324,7 +366,9 @@ func (b *Backend) InferBatch(_ context.Context, inst libml.Instance, n int, in, 
 	m := mg.fit(n)
 	jin, jout := in[:n*is], out[:n*os]
 	if m.batch != n {
-		copy(ii.in, jin)
+		if !staged {
+			copy(ii.in, jin)
+		}
 		jin, jout = ii.in[:m.batch*is], ii.out[:m.batch*os]
 	}
 	j := &ii.jobs[0]

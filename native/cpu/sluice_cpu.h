@@ -532,4 +532,40 @@ static inline void sk_check_split(int64_t checks, int64_t n1, int64_t per1,
 		*sub2 = SK_MAX(SK_CDIV(SK_CDIV(n2, calls2), a2) * a2, a2);
 }
 
+/* ---------------------------------------------------------------------
+ * Request ingest (ingest.c): the requests' payloads, as fragments still in
+ * the dataplane's packet buffers, gathered and converted in one pass into
+ * a batch's float32 input tensor (ARCHITECTURE.md §2, step 5). Not a
+ * kernel: the caller's thread runs it, one call per batch.
+ * ------------------------------------------------------------------- */
+
+/* Payload formats (libml.InputFormat). */
+enum sk_in_fmt {
+	SK_IN_F32 = 0,    /* float32 little-endian, the tensor itself */
+	SK_IN_U8_HWC = 1, /* u8 HWC image -> float32 CHW, x*scale[c] + bias[c] */
+	SK_IN_COUNT = 2
+};
+
+/* sk_frag is one fragment: n bytes at p. p is an address, not a typed
+ * pointer: the bytes may be Go memory, which the caller keeps alive and
+ * unmoved for the duration of the call. */
+typedef struct {
+	uintptr_t p;
+	int64_t n;
+} sk_frag;
+
+/* sk_ingest writes nreq requests into dst, elems floats each, back to
+ * back. Request r is made of frags[ends[r-1]:ends[r]] (ends[-1] = 0), in
+ * payload order; fragments may end anywhere, inside a float or a pixel.
+ * SK_IN_F32 copies 4*elems bytes; SK_IN_U8_HWC converts elems bytes of an
+ * HWC image with channels channels into CHW planes, byte x of channel c to
+ * (float)x * scale[c] + bias[c] (one rounding each, no fused multiply-add).
+ * Nothing is written unless every request's fragments add up to its
+ * payload size. Returns 0, or -1 - r for the first request r whose size
+ * is wrong, or SK_IN_EBAD for bad arguments. */
+#define SK_IN_EBAD INT64_MIN
+int64_t sk_ingest(float *dst, int32_t fmt, int64_t elems, int64_t channels,
+		  const float *scale, const float *bias, const sk_frag *frags,
+		  const int64_t *ends, int64_t nreq);
+
 #endif /* SLUICE_CPU_H */

@@ -1,0 +1,119 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"sluice/libml"
+)
+
+// InferInput runs one batch whose input is still the requests' payload
+// (see libml.Backend.InferInput).
+func (b *Backend) InferInput(ctx context.Context, inst libml.Instance, in *libml.Input, out []float32) error {
+	i, ok := inst.(*Instance)
+	if !ok || i.b != b {
+		return errors.New("cuda: InferInput: instance is not from this backend")
+	}
+	return i.InferInput(ctx, in, out)
+}
+
+// InferInput runs one batch whose input is the requests' payload. An f32
+// payload whose fragments all lie in registered regions (a DPDK port's
+// packet region, RegisterRegion) is gathered on the device: sg_batch_gather
+// reads the fragments in place into the input tensor, no host copy
+// (in.Copies = 0), and the packet buffers are given back (in.Gathered)
+// once the run has finished reading them. Otherwise (a u8 image: the
+// gather kernel copies bytes and does not convert; packets outside every
+// registered region, as a kernel-socket port's are; a model without a
+// batch dimension at batch > 1) the payload is gathered and converted on
+// the host, in C, into the instance's host input, given back, and run as
+// InferBatch's: two host copies (that input, then the pinned upload
+// buffer) and the upload.
+func (i *Instance) InferInput(ctx context.Context, in *libml.Input, out []float32) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if err := i.inferInput(ctx, in, out); err != nil {
+		return fmt.Errorf("cuda: InferInput %q: %w", i.m.name, err)
+	}
+	return nil
+}
+
+func (i *Instance) inferInput(ctx context.Context, in *libml.Input, out []float32) error {
+	batch := in.N()
+	if _, err := i.planFor(batch); err != nil {
+		return err
+	}
+	isz := i.InputSize()
+	if err := in.Check(batch, isz); err != nil {
+		return err
+	}
+	if in.Enc.Format == libml.InputF32 && (i.m.batched || batch == 1) && i.regionFrags(in) {
+		if err := i.gather(batch, i.inFrags); err != nil {
+			return err
+		}
+		in.Copies = 0
+		err := i.inferGathered(ctx, batch, out)
+		in.Gather()
+		return err
+	}
+	if need := i.maxBatch * isz; len(i.hostIn) < need {
+		i.hostIn = make([]float32, need)
+	}
+	if err := i.ing.Ingest(i.hostIn[:batch*isz], in, 0, batch); err != nil {
+		return err
+	}
+	in.Copies = 2
+	in.Gather()
+	return i.inferBatch(ctx, batch, i.hostIn[:batch*isz], out)
+}
+
+// regionFrags describes in's fragments for the batch gather (into
+// i.inFrags) and reports whether every one lies in a registered region
+// and every request has its payload size.
+func (i *Instance) regionFrags(in *libml.Input) bool {
+	b := i.b
+	b.mu.Lock()
+	regions := b.regions
+	b.mu.Unlock()
+	if len(regions) == 0 {
+		return false
+	}
+	i.inFrags = i.inFrags[:0]
+	rowBytes := uint64(4 * in.Enc.Elems)
+	var last *Region
+	for r := 0; r < in.N(); r++ {
+		off := uint64(0)
+		for _, f := range in.Request(r) {
+			if len(f) == 0 {
+				continue
+			}
+			p := uintptr(unsafe.Pointer(unsafe.SliceData(f)))
+			if last == nil || !last.holds(p, len(f)) {
+				last = nil
+				for _, reg := range regions {
+					if reg.holds(p, len(f)) {
+						last = reg
+						break
+					}
+				}
+				if last == nil {
+					return false
+				}
+			}
+			i.inFrags = append(i.inFrags, Frag{Src: last.Dev + uint64(p-uintptr(last.host)), Dst: uint64(r)*rowBytes + off, Len: uint64(len(f))})
+			off += uint64(len(f))
+		}
+		if off != rowBytes {
+			return false
+		}
+	}
+	return true
+}
+
+// holds reports whether host bytes [p, p+n) lie inside the region.
+func (r *Region) holds(p uintptr, n int) bool {
+	base := uintptr(r.host)
+	return p >= base && n >= 0 && uintptr(n) <= uintptr(r.size) && p-base <= uintptr(r.size)-uintptr(n)
+}
