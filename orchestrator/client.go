@@ -28,7 +28,11 @@ type ClientConfig struct {
 	CurveSecretKey string
 	// Insecure allows tcp:// without CURVE.
 	Insecure bool
-	// Timeout bounds a call whose context has no deadline (default 10s).
+	// Timeout bounds the wait of a call whose context has no deadline for
+	// hearing from the server (default 10s): the reply, or a progress
+	// notice (Reply.Running) for a command still queued or running, after
+	// which the call waits another Timeout. Such a call waits as long as
+	// the server works on the command.
 	Timeout time.Duration
 	// Identity is the ZeroMQ routing identity (default: random). The
 	// server de-duplicates retried request ids per identity, so a fixed
@@ -253,8 +257,13 @@ func (r *Reply) Decode(data any) error {
 }
 
 // Do sends req (a fresh id is filled in when req.ID is empty) and waits
-// for the reply with the same id, until ctx is done or, without a
-// deadline, the client's Timeout. It returns the decoded reply and its raw
+// for the reply with the same id. With a deadline in ctx it waits until
+// then; without one, until it has heard nothing from the server for the
+// client's Timeout: progress notices (Reply.Running) of a command still
+// queued or running restart that wait, so Do waits as long as the server
+// works on the command. When the wait ends after a progress notice, Do
+// returns that notice (CodeUnavailable, Running set; a retry with the same
+// id gets the final reply). It returns the decoded reply and its raw
 // bytes; an error reply is not an error of Do. Replies to earlier calls
 // that gave up waiting are skipped.
 func (c *Client) Do(ctx context.Context, req Request) (Reply, []byte, error) {
@@ -265,11 +274,12 @@ func (c *Client) Do(ctx context.Context, req Request) (Reply, []byte, error) {
 	if err != nil {
 		return Reply{}, nil, fmt.Errorf("orchestrator: encoding request: %w", err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
-		defer cancel()
-	}
+	// Without a deadline, the wait is for hearing from the server: quiet
+	// is pushed back by each progress notice.
+	_, hasDeadline := ctx.Deadline()
+	quiet := time.Now().Add(c.cfg.Timeout)
+	var progress Reply
+	var progressRaw []byte
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sock == nil {
@@ -291,20 +301,18 @@ func (c *Client) Do(ctx context.Context, req Request) (Reply, []byte, error) {
 				return Reply{}, nil, fmt.Errorf("orchestrator: sending %s to %s: %w", req.Cmd, c.endpoint, err)
 			}
 		}
+		if !hasDeadline && !time.Now().Before(quiet) {
+			return c.giveUp(req, sent, progress, progressRaw, context.DeadlineExceeded)
+		}
 		if err := ctx.Err(); err != nil {
-			what := "no reply"
-			if !sent {
-				what = "not connected"
-			}
-			err := fmt.Errorf("orchestrator: %s (id %s) to %s: %s: %w", req.Cmd, req.ID, c.endpoint, what, err)
-			if c.handshakeErr != nil {
-				return Reply{}, nil, fmt.Errorf("%w (%w)", err, c.handshakeErr)
-			}
-			return Reply{}, nil, err
+			return c.giveUp(req, sent, progress, progressRaw, err)
 		}
 		wait := 100 * time.Millisecond
 		if dl, ok := ctx.Deadline(); ok {
 			wait = min(wait, max(time.Until(dl), time.Millisecond))
+		}
+		if !hasDeadline {
+			wait = min(wait, max(time.Until(quiet), time.Millisecond))
 		}
 		polled, err := c.poller.Poll(wait)
 		if err != nil {
@@ -324,11 +332,33 @@ func (c *Client) Do(ctx context.Context, req Request) (Reply, []byte, error) {
 			if err != nil {
 				return Reply{}, nil, err
 			}
+			if ok && rep.Running {
+				progress, progressRaw = rep, raw
+				quiet = time.Now().Add(c.cfg.Timeout)
+				continue
+			}
 			if ok {
 				return rep, raw, nil
 			}
 		}
 	}
+}
+
+// giveUp ends a call that got no final reply: with the last progress
+// notice as its reply when there was one, else with an error.
+func (c *Client) giveUp(req Request, sent bool, progress Reply, progressRaw []byte, cause error) (Reply, []byte, error) {
+	if progressRaw != nil {
+		return progress, progressRaw, nil
+	}
+	what := "no reply"
+	if !sent {
+		what = "not connected"
+	}
+	err := fmt.Errorf("orchestrator: %s (id %s) to %s: %s: %w", req.Cmd, req.ID, c.endpoint, what, cause)
+	if c.handshakeErr != nil {
+		return Reply{}, nil, fmt.Errorf("%w (%w)", err, c.handshakeErr)
+	}
+	return Reply{}, nil, err
 }
 
 // readReply reads the waiting replies and returns the one for id, if any.

@@ -50,11 +50,18 @@ type Request struct {
 }
 
 // Reply is one reply on the wire: OK with Data, or not OK with Error.
+//
+// A reply with Running set is a progress notice, not the answer: the
+// command is still queued or running on the server (Error, with
+// CodeUnavailable, says which and for how long), and its final reply,
+// with the same ID, follows. The server sends one every
+// ServerConfig.ProgressInterval while its waiters have heard nothing else.
 type Reply struct {
-	ID    string          `json:"id"`
-	OK    bool            `json:"ok"`
-	Data  json.RawMessage `json:"data,omitempty"`
-	Error *Error          `json:"error,omitempty"`
+	ID      string          `json:"id"`
+	OK      bool            `json:"ok"`
+	Running bool            `json:"running,omitempty"`
+	Data    json.RawMessage `json:"data,omitempty"`
+	Error   *Error          `json:"error,omitempty"`
 }
 
 // DeployArgs are deploy's arguments: start a new IF. They are the IF spec
@@ -140,6 +147,19 @@ type ReloadResult struct {
 	Removed   []string `json:"removed"`
 	Changed   []string `json:"changed"`
 	Unchanged []string `json:"unchanged"`
+	// Failed are the IFs of the profile that could not be applied (a
+	// model that does not load): a new IF is not deployed (its status
+	// shows state "failed"), a changed one keeps serving as it was. The
+	// rest of the profile is applied all the same.
+	Failed []IFFailure `json:"failed,omitempty"`
+}
+
+// IFFailure is an IF that could not be loaded or changed, and why.
+type IFFailure struct {
+	Name string `json:"name"`
+	// Error names the profile file, line and key where it can
+	// ("profile p.toml:14: if[1].model \"onnx:/m/bad.onnx\": ...").
+	Error string `json:"error"`
 }
 
 // StatusArgs are status's arguments.
@@ -180,8 +200,12 @@ type IFStatus struct {
 	Share float64 `json:"share"`
 	// Units is the current count of execution units, when known.
 	Units int `json:"units,omitempty"`
-	// State is "starting", "active", "swapping", "draining" or "stopped".
+	// State is "serving", "underprovisioned", "stopping", or "failed" for
+	// an IF of the profile that failed to load (Error says why; it serves
+	// nothing and only a reload or deploy brings it back).
 	State string `json:"state"`
+	// Error is why a failed IF failed to load.
+	Error string `json:"error,omitempty"`
 	// Served, Failed and Overloaded count requests answered ok, answered
 	// with an error after admission, and refused at admission.
 	Served     uint64 `json:"served"`

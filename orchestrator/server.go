@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -57,6 +58,15 @@ type ServerConfig struct {
 	// CommandTimeout bounds each command (default 30s; drain's own
 	// timeout_ms extends it).
 	CommandTimeout time.Duration
+	// ProgressInterval is how often the waiters of a command that has not
+	// finished (queued or running) get a progress notice, a reply with
+	// Running set (default 2s). Clients keep waiting while notices come.
+	ProgressInterval time.Duration
+	// ShutdownTimeout bounds how long Run, once its context ends, waits
+	// for running commands (default 5s). A handler still running then is
+	// abandoned: its waiters are answered CodeUnavailable and Run returns;
+	// the handler's goroutine finishes on its own.
+	ShutdownTimeout time.Duration
 	// MaxRequestBytes caps a request frame (default 1 MiB). Larger ones up
 	// to 4× the cap get a bad_request reply; beyond that libzmq drops the
 	// connection.
@@ -88,6 +98,12 @@ func (c *ServerConfig) setDefaults() {
 	}
 	if c.MaxRequestBytes <= 0 {
 		c.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = 2 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 5 * time.Second
 	}
 	if c.QueueLen <= 0 {
 		c.QueueLen = 64
@@ -148,6 +164,12 @@ type Server struct {
 	serial    chan *job     // mutating commands, in order
 	statusSem chan struct{} // status commands running
 	wg        sync.WaitGroup
+	// abandon is closed when Run stops waiting for running commands.
+	abandon chan struct{}
+
+	// inflight are the accepted commands without a final reply, with the
+	// time their waiters last heard of them (socket goroutine only).
+	inflight map[*job]time.Time
 
 	cache *replyCache // socket goroutine only
 	// refusals is when each refused CURVE key was last logged (socket
@@ -172,6 +194,9 @@ type job struct {
 	args     any
 	entry    *cacheEntry
 	received time.Time
+	// started is when the command started running (UnixNano; 0 while
+	// queued).
+	started atomic.Int64
 }
 
 // result is a reply for a job's waiters; a non-final one (a timeout
@@ -201,6 +226,8 @@ func NewServer(cfg ServerConfig, h Handler, logger *slog.Logger) (*Server, error
 		statusSem: make(chan struct{}, cfg.MaxConcurrentStatus),
 		cache:     newReplyCache(cfg.ReplyCacheSize, cfg.ReplyCacheClients, cfg.ReplyCacheTTL),
 		refusals:  make(map[string]time.Time),
+		abandon:   make(chan struct{}),
+		inflight:  make(map[*job]time.Time),
 	}
 	scheme, _, ok := strings.Cut(cfg.Endpoint, "://")
 	if !ok || (scheme != "ipc" && scheme != "tcp") {
@@ -460,10 +487,11 @@ func (s *Server) Run(ctx context.Context) error {
 
 	err := s.loop(runCtx)
 
-	// Stop: refuse what is queued, cancel what runs, wait, flush replies.
+	// Stop: refuse what is queued, cancel what runs, wait (at most
+	// ShutdownTimeout, then abandon what still runs), flush replies.
 	cancel()
 	close(s.serial)
-	s.wg.Wait() // no goroutine but this one uses the sockets now
+	s.waitWorkers() // no goroutine but this one uses the sockets now
 	s.deliverResults()
 	s.closeSockets()
 	s.mu.Lock()
@@ -471,6 +499,25 @@ func (s *Server) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	s.log.Info("control server stopped", "endpoint", s.Endpoint())
 	return err
+}
+
+// waitWorkers waits for the command goroutines; after ShutdownTimeout it
+// tells the ones still waiting for a handler to give up (they answer
+// their waiters and return), and waits for that.
+func (s *Server) waitWorkers() {
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(s.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		close(s.abandon)
+		<-done
+	}
 }
 
 // loop is the socket goroutine's body.
@@ -481,8 +528,9 @@ func (s *Server) loop(ctx context.Context) error {
 	if s.zap != nil {
 		poller.Add(s.zap, zmq.POLLIN)
 	}
+	tick := min(time.Second, s.cfg.ProgressInterval/2)
 	for ctx.Err() == nil {
-		polled, err := poller.Poll(time.Second)
+		polled, err := poller.Poll(tick)
 		if err != nil {
 			return fmt.Errorf("orchestrator: poll: %w", err)
 		}
@@ -503,8 +551,38 @@ func (s *Server) loop(ctx context.Context) error {
 			}
 		}
 		s.deliverResults()
+		s.sendProgress(time.Now())
 	}
 	return nil
+}
+
+// sendProgress tells the waiters of every command they have not heard of
+// for ProgressInterval that it is still queued or running.
+func (s *Server) sendProgress(now time.Time) {
+	for j, last := range s.inflight {
+		if now.Sub(last) < s.cfg.ProgressInterval || len(j.entry.waiters) == 0 {
+			continue
+		}
+		s.inflight[j] = now
+		var e *Error
+		if st := j.started.Load(); st == 0 {
+			e = Errorf(CodeUnavailable, "%s queued for %s behind other commands; its reply follows", j.cmd.name, roundDur(now.Sub(j.received)))
+		} else {
+			e = Errorf(CodeUnavailable, "%s still running after %s; its reply follows", j.cmd.name, roundDur(now.Sub(time.Unix(0, st))))
+		}
+		rep := marshalReply(Reply{ID: j.id, Running: true, Error: e})
+		for _, env := range j.entry.waiters {
+			s.send(env, rep)
+		}
+	}
+}
+
+// roundDur rounds a duration for messages.
+func roundDur(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Millisecond)
 }
 
 // readRequests handles the requests waiting on the ROUTER socket, a
@@ -579,6 +657,7 @@ func (s *Server) handle(frames [][]byte) {
 	if cmd.mutating {
 		select {
 		case s.serial <- j:
+			s.inflight[j] = now
 		default:
 			s.cache.forget(identity, j.entry)
 			s.refuse(env, identity, req.ID, req.Cmd, Errorf(CodeUnavailable, "busy: %d commands queued; retry later", len(s.serial)))
@@ -587,6 +666,7 @@ func (s *Server) handle(frames [][]byte) {
 	}
 	select {
 	case s.statusSem <- struct{}{}:
+		s.inflight[j] = now
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -632,23 +712,38 @@ type outcome struct {
 }
 
 // execute runs one command under its time limit and posts its reply. If
-// the handler overstays the limit, the waiters are told so and the final
-// reply goes to the cache (and to later retries) when it returns.
+// the handler overstays the limit, the waiters are told so (a progress
+// notice) and the final reply goes to them and to the cache (and later
+// retries) when it returns. When Run abandons running commands at
+// shutdown, execute answers CodeUnavailable and returns without waiting
+// for the handler.
 func (s *Server) execute(j *job) {
 	timeout := j.cmd.timeout(j.args, s.cfg.CommandTimeout)
 	ctx, cancel := context.WithTimeout(s.runCtx, timeout)
 	defer cancel()
 	start := time.Now()
+	j.started.Store(start.UnixNano())
 	done := make(chan outcome, 1)
 	go func() { done <- s.call(ctx, j) }()
+	overrun := time.NewTimer(timeout + timeoutGrace)
+	defer overrun.Stop()
 	var o outcome
-	select {
-	case o = <-done:
-	case <-time.After(timeout + timeoutGrace):
-		e := Errorf(CodeUnavailable, "%s still running after %s; retry with the same id for its result", j.cmd.name, timeout)
-		s.post(result{job: j, reply: marshalReply(Reply{ID: j.id, Error: e})})
-		s.log.Warn("control command overran its timeout", "cmd", j.cmd.name, "id", j.id, "timeout", timeout)
-		o = <-done
+wait:
+	for {
+		select {
+		case o = <-done:
+			break wait
+		case <-overrun.C:
+			e := Errorf(CodeUnavailable, "%s still running after %s; retry with the same id for its result", j.cmd.name, timeout)
+			s.post(result{job: j, reply: marshalReply(Reply{ID: j.id, Running: true, Error: e})})
+			s.log.Warn("control command overran its timeout", "cmd", j.cmd.name, "id", j.id, "timeout", timeout)
+		case <-s.abandon:
+			e := Errorf(CodeUnavailable, "%s abandoned after %s: control server shutting down", j.cmd.name, roundDur(time.Since(start)))
+			s.post(result{job: j, reply: marshalReply(Reply{ID: j.id, Error: e}), final: true})
+			s.log.Error("control command still running at shutdown: abandoned", "cmd", j.cmd.name, "id", j.id,
+				"client", clientName(j.identity), "running", time.Since(start))
+			return
+		}
 	}
 	rep := Reply{ID: j.id, OK: o.err == nil}
 	attrs := []any{"cmd", j.cmd.name, "id", j.id, "client", clientName(j.identity),
@@ -729,9 +824,12 @@ func (s *Server) deliverResults() {
 		for _, env := range e.waiters {
 			s.send(env, r.reply)
 		}
-		e.waiters = nil
 		if r.final {
+			e.waiters = nil
 			s.cache.finish(r.job.identity, e, r.reply, now)
+			delete(s.inflight, r.job)
+		} else {
+			s.inflight[r.job] = now // the waiters just heard of it
 		}
 	}
 }

@@ -28,6 +28,8 @@ type Fake struct {
 	calls    []Call
 	hooks    map[string]func(context.Context) error
 	draining bool
+	// reloadFailed are reported as failed IFs by ReloadProfile.
+	reloadFailed []orchestrator.IFFailure
 }
 
 var _ orchestrator.Handler = (*Fake)(nil)
@@ -52,6 +54,14 @@ func (f *Fake) SetHook(cmd string, fn func(ctx context.Context) error) {
 		return
 	}
 	f.hooks[cmd] = fn
+}
+
+// SetReloadFailures makes ReloadProfile report these IFs as failed to
+// load (the rest of the profile applied).
+func (f *Fake) SetReloadFailures(failed ...orchestrator.IFFailure) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reloadFailed = slices.Clone(failed)
 }
 
 // SetError makes calls of cmd fail with err.
@@ -229,6 +239,7 @@ func (f *Fake) ReloadProfile(ctx context.Context, a orchestrator.ReloadArgs) (or
 	for _, s := range f.sorted() {
 		r.Unchanged = append(r.Unchanged, s.Name)
 	}
+	r.Failed = slices.Clone(f.reloadFailed)
 	return r, nil
 }
 

@@ -183,7 +183,8 @@ func commands() map[string]command {
 		"reload-profile": {
 			synopsis: "[-path FILE]",
 			doc: "Re-read the profile (default: the one the appliance started with) and apply the\n" +
-				"differences. Over ipc:// a relative path is made absolute here.",
+				"differences. Over ipc:// a relative path is made absolute here. IFs whose model\n" +
+				"fails to load are listed and make the exit status 1; the rest is applied.",
 			flags: func(fs *flag.FlagSet) func(*env, map[string]bool) error {
 				var a orchestrator.ReloadArgs
 				fs.StringVar(&a.Path, "path", "", "profile file, as the appliance sees it")
@@ -196,10 +197,15 @@ func commands() map[string]command {
 						a.Path = abs
 					}
 					var r orchestrator.ReloadResult
-					if err := e.call(orchestrator.CmdReloadProfile, a, &r, 0); err != nil || e.g.json {
+					if err := e.call(orchestrator.CmdReloadProfile, a, &r, 0); err != nil {
 						return err
 					}
-					printReload(e.stdout, r)
+					if !e.g.json {
+						printReload(e.stdout, r)
+					}
+					if len(r.Failed) > 0 {
+						return fmt.Errorf("%d IFs failed to load (the rest of the profile is applied): %s", len(r.Failed), failedNames(r.Failed))
+					}
 					return nil
 				}
 			},

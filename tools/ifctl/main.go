@@ -10,7 +10,9 @@
 //
 //	-endpoint URL      control endpoint (default $SLUICE_CONTROL, else ipc:///run/sluice/control.sock)
 //	-json              print the raw JSON reply instead of text
-//	-timeout D         how long to wait for a reply (default 5s)
+//	-timeout D         how long to wait without hearing from the appliance (default 5s); a command
+//	                   it is still working on sends a progress notice every 2s, and ifctl
+//	                   waits for its reply as long as they come
 //	-server-key KEY    the server's CURVE public key, or -server-key-file FILE ($SLUICE_SERVER_KEY)
 //	-key-file FILE     this client's CURVE key pair, from `ifctl keygen` ($SLUICE_CLIENT_KEY_FILE)
 //	-insecure          allow tcp:// without CURVE
@@ -68,7 +70,7 @@ type globals struct {
 func (g *globals) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&g.endpoint, "endpoint", orDefault(getenv("SLUICE_CONTROL"), orchestrator.DefaultEndpoint), "control endpoint (ipc://PATH or tcp://HOST:PORT)")
 	fs.BoolVar(&g.json, "json", false, "print the raw JSON reply")
-	fs.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long to wait for a reply")
+	fs.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long to wait without hearing from the appliance (a command it works on sends progress notices: ifctl waits for as long as they come)")
 	fs.StringVar(&g.serverKey, "server-key", getenv("SLUICE_SERVER_KEY"), "server's CURVE public key (Z85)")
 	fs.StringVar(&g.serverKeyFile, "server-key-file", "", "file with the server's CURVE public key")
 	fs.StringVar(&g.keyFile, "key-file", getenv("SLUICE_CLIENT_KEY_FILE"), "this client's CURVE key pair file (ifctl keygen)")
@@ -224,10 +226,11 @@ func isGlobalFlag(name string) bool {
 	return false
 }
 
-// dial connects to the appliance described by the global flags.
-func (e *env) dial() (*orchestrator.Client, error) {
+// dial connects to the appliance described by the global flags; a call
+// gives up after hearing nothing from it for timeout.
+func (e *env) dial(timeout time.Duration) (*orchestrator.Client, error) {
 	g := e.g
-	cfg := orchestrator.ClientConfig{Insecure: g.insecure, Timeout: g.timeout, Identity: g.clientID}
+	cfg := orchestrator.ClientConfig{Insecure: g.insecure, Timeout: timeout, Identity: g.clientID}
 	cfg.CurveServerKey = g.serverKey
 	if g.serverKeyFile != "" {
 		if g.serverKey != "" {
@@ -269,10 +272,12 @@ func (e *env) dial() (*orchestrator.Client, error) {
 
 // call sends one command and returns the reply: printed raw with -json,
 // decoded into data otherwise. An error reply is returned as
-// *orchestrator.Error. wait extends the reply timeout for commands that
-// take long on purpose (drain).
+// *orchestrator.Error. The call waits as long as the appliance works on
+// the command (it sends a progress notice every 2s) and gives up after
+// -timeout without hearing from it; wait extends that for commands that
+// take long on purpose (drain), in case the appliance sends no notices.
 func (e *env) call(cmd string, args, data any, wait time.Duration) error {
-	c, err := e.dial()
+	c, err := e.dial(max(e.g.timeout, wait))
 	if err != nil {
 		return err
 	}
@@ -281,15 +286,21 @@ func (e *env) call(cmd string, args, data any, wait time.Duration) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(e.g.timeout, wait))
-	defer cancel()
-	rep, raw, err := c.Do(ctx, req)
+	rep, raw, err := c.Do(context.Background(), req)
 	if err != nil {
 		return err
 	}
+	if rep.Running && rep.Error != nil {
+		// Do stopped waiting after a progress notice: the command may
+		// still finish on the appliance.
+		if e.g.json {
+			fmt.Fprintf(e.stdout, "%s\n", raw)
+		}
+		return &orchestrator.Error{Code: rep.Error.Code, Message: fmt.Sprintf("%s (ifctl stopped waiting: nothing heard for %s; a retry with the same -id and -client-id gets its result)",
+			rep.Error.Message, max(e.g.timeout, wait))}
+	}
 	if e.g.json {
 		fmt.Fprintf(e.stdout, "%s\n", raw)
-		return rep.Decode(nil)
 	}
 	return rep.Decode(data)
 }

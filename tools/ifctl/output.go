@@ -27,6 +27,16 @@ func printStatus(w io.Writer, r orchestrator.StatusReply) {
 		fmt.Fprintln(w)
 		printIFs(w, r.IFs)
 	}
+	first := true
+	for _, s := range r.IFs {
+		if s.State == "failed" {
+			if first {
+				fmt.Fprintln(w)
+				first = false
+			}
+			fmt.Fprintf(w, "%s failed: %s\n", s.Name, s.Error)
+		}
+	}
 }
 
 // printIFs prints IFs as an aligned table.
@@ -64,8 +74,12 @@ func printIFs(w io.Writer, ifs []orchestrator.IFStatus) {
 
 // printReload prints what a profile reload did.
 func printReload(w io.Writer, r orchestrator.ReloadResult) {
-	fmt.Fprintf(w, "reloaded %s: %d added, %d removed, %d changed, %d unchanged\n",
+	fmt.Fprintf(w, "reloaded %s: %d added, %d removed, %d changed, %d unchanged",
 		r.Path, len(r.Added), len(r.Removed), len(r.Changed), len(r.Unchanged))
+	if len(r.Failed) > 0 {
+		fmt.Fprintf(w, ", %d failed", len(r.Failed))
+	}
+	fmt.Fprintln(w)
 	for _, l := range []struct {
 		name  string
 		names []string
@@ -74,6 +88,18 @@ func printReload(w io.Writer, r orchestrator.ReloadResult) {
 			fmt.Fprintf(w, "  %s: %s\n", l.name, strings.Join(l.names, ", "))
 		}
 	}
+	for _, f := range r.Failed {
+		fmt.Fprintf(w, "  failed: %s: %s\n", f.Name, f.Error)
+	}
+}
+
+// failedNames lists the names of failed IFs.
+func failedNames(fs []orchestrator.IFFailure) string {
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = f.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // fmtMS renders milliseconds as a short duration ("25ms", "1.5ms", "42µs").
