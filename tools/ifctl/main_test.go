@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"sluice/orchestrator"
 	"sluice/orchestrator/orchtest"
@@ -297,5 +298,50 @@ func TestBinary(t *testing.T) {
 		if cmd.ProcessState.ExitCode() != tc.code || !strings.Contains(string(out), tc.out) {
 			t.Errorf("ifctl %v: exit %d, output %q; want %d, %q", tc.args, cmd.ProcessState.ExitCode(), out, tc.code, tc.out)
 		}
+	}
+}
+
+// TestFailedIFs: status lists an IF that failed to load with its error;
+// a reload with failed IFs prints them and exits 1, also with -json.
+func TestFailedIFs(t *testing.T) {
+	failed := orchestrator.IFStatus{Name: "det", ModelID: 3, Model: "onnx:/m/det.onnx", Backend: "cpu", Class: "be",
+		MaxBatch: 8, QueueLen: 256, Share: 1, State: "failed",
+		Error: `profile p.toml:14: if[1].model "onnx:/m/det.onnx": /m/det.onnx: no such file or directory`}
+	fake := orchtest.New(seed, failed)
+	srv := server(t, orchestrator.ServerConfig{}, fake)
+	env := map[string]string{"SLUICE_CONTROL": srv.Endpoint()}
+	code, out, errs := ifctl(t, env, "status")
+	if code != 0 || !strings.Contains(out, "det   3   onnx:/m/det.onnx") || !strings.Contains(out, "  failed  ") ||
+		!strings.HasSuffix(out, "\ndet failed: "+failed.Error+"\n") {
+		t.Errorf("status: %d %q %q", code, out, errs)
+	}
+
+	fake.SetReloadFailures(orchestrator.IFFailure{Name: "det", Error: failed.Error})
+	code, out, errs = ifctl(t, env, "reload-profile", "-path", "/etc/p.toml")
+	if code != 1 || !strings.HasPrefix(out, "reloaded /etc/p.toml: 0 added, 0 removed, 0 changed, 2 unchanged, 1 failed\n") ||
+		!strings.Contains(out, "  failed: det: "+failed.Error+"\n") ||
+		errs != "ifctl reload-profile: 1 IFs failed to load (the rest of the profile is applied): det\n" {
+		t.Errorf("reload with a failed IF: %d %q %q", code, out, errs)
+	}
+	code, out, _ = ifctl(t, env, "-json", "reload-profile", "-path", "/etc/p.toml")
+	if code != 1 || !strings.Contains(out, `"failed":[{"name":"det"`) {
+		t.Errorf("reload -json with a failed IF: %d %q", code, out)
+	}
+}
+
+// TestWaitsWhileServerWorks: ifctl waits for a command that runs longer
+// than -timeout while the server sends progress notices (50 per
+// -timeout: only a stall of a second could fail this).
+func TestWaitsWhileServerWorks(t *testing.T) {
+	fake := orchtest.New(seed)
+	srv := server(t, orchestrator.ServerConfig{ProgressInterval: 20 * time.Millisecond}, fake)
+	env := map[string]string{"SLUICE_CONTROL": srv.Endpoint()}
+	fake.SetHook(orchestrator.CmdDeploy, func(context.Context) error {
+		time.Sleep(2500 * time.Millisecond) // a model that compiles for 2.5 -timeouts
+		return nil
+	})
+	code, out, errs := ifctl(t, env, "-timeout", "1s", "deploy", "-name", "det", "-model", "zoo:resnet50", "-model-id", "3")
+	if code != 0 || !strings.HasPrefix(out, "deployed det\n") {
+		t.Errorf("deploy: %d %q %q", code, out, errs)
 	}
 }
