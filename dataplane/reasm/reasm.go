@@ -47,9 +47,9 @@ type Config struct {
 	// first fragment): a fragment of a remembered request is dropped
 	// unanswered (late or after_failure) instead of starting a new request
 	// that would be answered a second time. 0 means DefaultLateFactor x
-	// Timeout, at most Timeout + MaxDefaultLateSlack. Negative turns the memory off, and with it the guarantee of
-	// one answer per request: only for benchmarks that replay the same
-	// requests over and over.
+	// Timeout, at most Timeout + MaxDefaultLateSlack. Negative turns the
+	// memory off, and with it the guarantee of one answer per request:
+	// only for benchmarks that replay the same requests over and over.
 	LateWindow time.Duration
 	// MaxLate caps how many requests the table remembers at once, besides
 	// those in its MaxRequests slots. While it is reached, the first
