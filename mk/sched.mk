@@ -26,7 +26,7 @@ SCHED_PROFILES := $(BIN)/sched-profiles
 
 test-sched-race: deps
 	$(GO) test -race -count=1 -timeout 10m ./libml/sched
-	$(GO) test -race -count=1 -timeout 10m -run 'LaunchRange|HostQueue|Flag|Pad|DrainNotify|Priority|Checks' ./native/cpu
+	$(GO) test -race -count=1 -timeout 10m -run 'LaunchRange|HostQueue|Flag|Pad|DrainNotify|Priority|Checks|Hold' ./native/cpu
 
 bench-sched: deps
 	@mkdir -p $(BIN) $(SCHED_PROFILES)

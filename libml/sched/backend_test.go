@@ -2,7 +2,6 @@ package sched
 
 import (
 	"context"
-	"math"
 	"math/rand"
 	"sync/atomic"
 	"testing"
@@ -41,12 +40,13 @@ func randInput(r *rand.Rand, n int) []float32 {
 	return x
 }
 
-func closeEnough(t *testing.T, what string, got, want []float32) {
+// requireSameBits fails unless got equals want bit for bit: the scheduler
+// runs the cpu backend's kernels (in any version, preempted or padded) and
+// a model's output depends on its input and batch size only.
+func requireSameBits(t *testing.T, what string, got, want []float32) {
 	t.Helper()
-	for i := range want {
-		if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
-			t.Fatalf("%s: [%d] = %g, want %g", what, i, got[i], want[i])
-		}
+	if d := sameBits(got, want); d != "" {
+		t.Fatalf("%s: %s", what, d)
 	}
 }
 
@@ -111,7 +111,7 @@ func TestBackendBucketsMatchCPU(t *testing.T) {
 					if err := b.InferBatch(ctx, inst, n, in[:n*is], out); err != nil {
 						t.Fatal(err)
 					}
-					closeEnough(t, "output", out[:n*os], want[:n*os])
+					requireSameBits(t, "output", out[:n*os], want[:n*os])
 					for _, v := range out[n*os:] {
 						if v != 42 {
 							t.Fatalf("batch %d wrote past its outputs", n)
@@ -177,11 +177,11 @@ func TestBackendRTPreemptsBE(t *testing.T) {
 		if err := b.InferBatch(ctx, rt, 1, rtIn, out); err != nil {
 			t.Fatal(err)
 		}
-		closeEnough(t, "RT output", out, rtWant)
+		requireSameBits(t, "RT output", out, rtWant)
 		if err := <-beDone; err != nil {
 			t.Fatal(err)
 		}
-		closeEnough(t, "BE output", beOut, beWant)
+		requireSameBits(t, "BE output", beOut, beWant)
 	}
 	st := s.Stats()
 	if st.Preemptions != rounds || st.Jobs[RT] != rounds || st.Jobs[BE] != rounds {
@@ -246,7 +246,7 @@ func TestBackendLinkAndUnload(t *testing.T) {
 	if err := b.InferBatch(ctx, l, 2, in, out); err != nil {
 		t.Fatal(err)
 	}
-	closeEnough(t, "linked output", out, want)
+	requireSameBits(t, "linked output", out, want)
 	if n := models(); n != 3 {
 		t.Fatalf("closing one of two instances unloaded the model: %d models", n)
 	}
@@ -300,7 +300,7 @@ func TestBackendFixedBatchModel(t *testing.T) {
 	}
 	for k := 0; k < 3; k++ {
 		want := cpuReference(t, g, 1, in[k*is:(k+1)*is])
-		closeEnough(t, "request", out[k*os:(k+1)*os], want)
+		requireSameBits(t, "request", out[k*os:(k+1)*os], want)
 	}
 	if st := b.Scheduler().Stats(); st.Jobs[BE] != 3 {
 		t.Fatalf("%d BE jobs, want 3", st.Jobs[BE])
@@ -357,5 +357,5 @@ func TestBackendBucketsGrowWhileServing(t *testing.T) {
 	if err := b.InferBatch(ctx, a, 2, in, out); err != nil {
 		t.Fatal(err)
 	}
-	closeEnough(t, "after the buckets grew", out, want)
+	requireSameBits(t, "after the buckets grew", out, want)
 }
