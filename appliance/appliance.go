@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -27,7 +26,6 @@ import (
 	"sluice/libml/cpu"
 	"sluice/libml/cuda"
 	"sluice/libml/graph"
-	"sluice/libml/onnx"
 	"sluice/libml/ort"
 	"sluice/libml/sched"
 	"sluice/libml/zoo"
@@ -51,6 +49,7 @@ type Appliance struct {
 	running  bool
 	ifCtx    context.Context
 	ifWG     sync.WaitGroup
+	iso      isolation // IFs that failed to load; one reload at a time
 
 	// metricsAddr is the metrics listener's address (a string).
 	metricsAddr atomic.Value
@@ -78,26 +77,28 @@ type portRun struct {
 }
 
 // New loads models and opens ports as the profile says. Close undoes it.
-// path is the profile's file, used by reloads without a path.
-func New(ctx context.Context, prof *Profile, log *slog.Logger) (_ *Appliance, err error) {
+// An IF whose model fails to load is logged and shown as failed, and the
+// rest of the profile serves (see Options.Strict).
+func New(ctx context.Context, prof *Profile, log *slog.Logger) (*Appliance, error) {
+	return NewWithOptions(ctx, prof, log, Options{})
+}
+
+// NewWithOptions is New with start-up options.
+func NewWithOptions(ctx context.Context, prof *Profile, log *slog.Logger, opts Options) (_ *Appliance, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	a := &Appliance{prof: prof, log: log, backends: map[string]libml.Backend{}, ifs: map[string]*ifRun{},
 		metrics: newMetricsSet(), started: time.Now()}
+	a.iso = isolation{opts: opts, reload: make(chan struct{}, 1)}
 	a.metrics.registerCollector(a)
 	defer func() {
 		if err != nil {
 			a.Close()
 		}
 	}()
-	for i := range prof.IFs {
-		r, err := a.loadIF(ctx, prof.IFs[i])
-		if err != nil {
-			return nil, err
-		}
-		a.ifs[r.spec.Name] = r
-		a.order = append(a.order, r.spec.Name)
+	if err := a.loadIFs(ctx, prof); err != nil {
+		return nil, err
 	}
 	a.applyShares(false)
 	for i := range prof.Ports {
@@ -176,7 +177,7 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 	kind, ref, _ := strings.Cut(s.Model, ":")
 	switch {
 	case kind == "onnx" && s.Backend == "ort":
-		data, rerr := os.ReadFile(ref)
+		data, rerr := readModelFile(ctx, ref)
 		if rerr != nil {
 			return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, rerr)
 		}
@@ -186,7 +187,7 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 		if kind == "zoo" {
 			g, err = zoo.Build(ref, zoo.Options{})
 		} else {
-			g, err = onnx.ReadFile(ref)
+			g, err = readONNX(ctx, ref)
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
@@ -195,6 +196,9 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 			if err := fixInputShape(g, s.InputShape); err != nil {
 				return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
 			}
+		}
+		if err := checkServable(g); err != nil {
+			return nil, nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
 		}
 		inst, err = be.LoadModel(ctx, s.Name, g)
 	}
@@ -345,6 +349,9 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 	}
 	lcfg := ioloop.DefaultConfig()
 	lcfg.Spin = spinFor(s.Spin, ap.Threads, runtime.NumCPU())
+	if ap.DrainTimeoutMS > 0 { // at most half the drain timeout (see ApplianceSection)
+		lcfg.DrainTimeout = min(lcfg.DrainTimeout, time.Duration(ap.DrainTimeoutMS)*time.Millisecond/2)
+	}
 	loop, err := ioloop.New(lcfg, port, out, router, a.log.With("port", s.Name))
 	if err != nil {
 		port.Close()
@@ -437,10 +444,10 @@ func (a *Appliance) Run(ctx context.Context) error {
 	}
 	stopAux()
 	stopIFs()
-	a.ifWG.Wait()
 	a.mu.Lock()
-	a.running = false
+	a.running = false // a control command abandoned at shutdown starts no IF now
 	a.mu.Unlock()
+	a.ifWG.Wait()
 	for _, p := range a.ports {
 		p.out.Flush(p.port)
 	}

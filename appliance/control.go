@@ -20,6 +20,11 @@ func (a *Appliance) newControlServer() (*orchestrator.Server, error) {
 	ap := a.prof.Appliance
 	cfg := orchestrator.ServerConfig{Endpoint: ap.Control, CurveServerSecretKey: ap.ControlCurveSecretKey,
 		AllowedClientKeys: ap.ControlClientKeys}
+	if ap.DrainTimeoutMS > 0 {
+		// Commands still running at shutdown get a quarter of the drain
+		// timeout (at most 5 s), then are abandoned.
+		cfg.ShutdownTimeout = min(5*time.Second, time.Duration(ap.DrainTimeoutMS)*time.Millisecond/4)
+	}
 	srv, err := orchestrator.NewServer(cfg, &controlHandler{a: a}, a.log.With("component", "control"))
 	if err != nil {
 		return nil, fmt.Errorf("appliance: control: %w", err)
@@ -96,7 +101,21 @@ func (h *controlHandler) Deploy(ctx context.Context, args orchestrator.DeployArg
 }
 
 // Deploy loads and starts a new IF and routes its model id on every port.
+// A model that fails to load is CodeNotFound (no such file) or
+// CodeBadRequest; an IF of the profile that had failed to load and is
+// deployed is no longer failed.
 func (a *Appliance) Deploy(ctx context.Context, spec IFSection) (*ifRun, error) {
+	r, err := a.deploy(ctx, spec)
+	var le *loadError
+	if errors.As(err, &le) {
+		return nil, orchestrator.Errorf(loadErrorCode(le.err), "%v", le.err)
+	}
+	return r, err
+}
+
+// deploy is Deploy with a model that fails to load returned as a
+// *loadError.
+func (a *Appliance) deploy(ctx context.Context, spec IFSection) (*ifRun, error) {
 	if a.draining.Load() {
 		return nil, orchestrator.Errorf(orchestrator.CodeConflict, "the appliance is draining")
 	}
@@ -114,7 +133,7 @@ func (a *Appliance) Deploy(ctx context.Context, spec IFSection) (*ifRun, error) 
 	a.mu.Unlock()
 	r, err := a.loadIF(ctx, spec)
 	if err != nil {
-		return nil, orchestrator.Errorf(orchestrator.CodeBadRequest, "%v", err)
+		return nil, &loadError{err}
 	}
 	a.mu.Lock()
 	a.ifs[spec.Name] = r
@@ -129,6 +148,7 @@ func (a *Appliance) Deploy(ctx context.Context, spec IFSection) (*ifRun, error) 
 		}
 	}
 	a.mu.Unlock()
+	a.setFailed(spec, "")
 	a.applyShares(true)
 	a.log.Info("IF deployed", "if", spec.Name)
 	return r, nil
@@ -140,9 +160,15 @@ func (h *controlHandler) Remove(ctx context.Context, args orchestrator.RemoveArg
 }
 
 // Remove stops routing to an IF, serves what it has queued, and unloads it.
+// An IF of the profile that failed to load is forgotten.
 func (a *Appliance) Remove(ctx context.Context, name string) error {
 	r, err := a.lookup(name)
 	if err != nil {
+		if len(a.failedStatus(name)) > 0 {
+			a.setFailed(IFSection{Name: name}, "")
+			a.log.Info("failed IF removed", "if", name)
+			return nil
+		}
 		return err
 	}
 	a.mu.Lock()
@@ -271,10 +297,20 @@ func (h *controlHandler) ReloadProfile(ctx context.Context, args orchestrator.Re
 
 // Reload reads a profile and applies its IF changes: new IFs are
 // deployed, missing ones removed, changed ones swapped (a new model or
-// batch bound or share) or replaced. A profile that does not validate
-// changes nothing. Port and [appliance] changes need a restart and are
-// reported in the log.
+// batch bound or share) or replaced. A profile that cannot be read or
+// does not validate changes nothing; only a regular file of at most
+// MaxProfileBytes is read (see LoadProfile). An IF whose model fails to
+// load is listed in the result's Failed and the rest is applied: a new
+// IF is then shown as failed, a changed one keeps serving as it was. IFs
+// that had failed are loaded again. Port and [appliance] changes need a
+// restart and are reported in the log. One reload runs at a time.
 func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.ReloadResult, error) {
+	select {
+	case a.iso.reload <- struct{}{}:
+		defer func() { <-a.iso.reload }()
+	case <-ctx.Done():
+		return orchestrator.ReloadResult{}, orchestrator.Errorf(orchestrator.CodeUnavailable, "reload not run: another reload was still running: %v", context.Cause(ctx))
+	}
 	a.mu.Lock()
 	if path == "" {
 		path = a.path
@@ -284,8 +320,11 @@ func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.Reloa
 	if path == "" {
 		return orchestrator.ReloadResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "no profile path: the appliance was not started from a file")
 	}
-	prof, err := LoadProfile(path)
+	prof, err := LoadProfileContext(ctx, path)
 	if err != nil {
+		if ctx.Err() != nil {
+			return orchestrator.ReloadResult{}, orchestrator.Errorf(orchestrator.CodeUnavailable, "%v", err)
+		}
 		if errors.Is(err, os.ErrNotExist) {
 			return orchestrator.ReloadResult{}, orchestrator.Errorf(orchestrator.CodeNotFound, "%v", err)
 		}
@@ -305,37 +344,76 @@ func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.Reloa
 		current[name] = r.spec
 	}
 	a.mu.Unlock()
+	// An IF that cannot be applied is a failure of its own: the others
+	// are applied all the same. Once ctx has ended, nothing more is tried.
+	failed := map[string]string{}
+	fail := func(i int, name string, err error) error {
+		if ctx.Err() != nil {
+			return orchestrator.Errorf(orchestrator.CodeUnavailable, "reload of %s stopped at IF %q: %v", path, name, err)
+		}
+		key := ""
+		var le *loadError
+		if errors.As(err, &le) {
+			key, err = "model", le.err
+			if i >= 0 {
+				err = trimIFPrefix(&prof.IFs[i], le.err)
+			}
+		}
+		if i >= 0 {
+			err = prof.ifError(i, key, err)
+		}
+		failed[name] = err.Error()
+		res.Failed = append(res.Failed, orchestrator.IFFailure{Name: name, Error: err.Error()})
+		return nil
+	}
 	// Removals first, so a model id can move to another IF.
 	for name := range current {
 		if _, ok := want[name]; !ok {
 			if err := a.Remove(ctx, name); err != nil {
-				return res, err
+				if ferr := fail(-1, name, err); ferr != nil {
+					return res, ferr
+				}
+				continue
 			}
 			res.Removed = append(res.Removed, name)
 		}
 	}
-	for _, s := range prof.IFs {
+	for i, s := range prof.IFs {
 		cur, ok := current[s.Name]
 		switch {
 		case !ok:
-			if _, err := a.Deploy(ctx, s); err != nil {
-				return res, err
+			if _, err := a.deploy(ctx, s); err != nil {
+				if ferr := fail(i, s.Name, err); ferr != nil {
+					return res, ferr
+				}
+				continue
 			}
 			res.Added = append(res.Added, s.Name)
 		case reflect.DeepEqual(cur, s):
 			res.Unchanged = append(res.Unchanged, s.Name)
 		default:
 			if err := a.change(ctx, cur, s); err != nil {
-				return res, err
+				if ferr := fail(i, s.Name, err); ferr != nil {
+					return res, ferr
+				}
+				continue
 			}
 			res.Changed = append(res.Changed, s.Name)
 		}
 	}
+	// The profile's IFs that do not run now are its failed ones; those of
+	// the old profile that are gone from the new one are forgotten.
 	a.mu.Lock()
 	a.prof.IFs = prof.IFs
+	a.iso.failed = nil
+	for _, s := range prof.IFs {
+		if _, running := a.ifs[s.Name]; !running && failed[s.Name] != "" {
+			a.iso.failed = append(a.iso.failed, failedIF{spec: s, err: failed[s.Name]})
+		}
+	}
 	a.mu.Unlock()
 	slices.Sort(res.Removed)
-	a.log.Info("profile reloaded", "path", path, "added", res.Added, "removed", res.Removed, "changed", res.Changed)
+	logReload(a.log, res)
 	return res, nil
 }
 
@@ -358,14 +436,14 @@ func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
 		if err := a.Remove(ctx, cur.Name); err != nil {
 			return err
 		}
-		_, err := a.Deploy(ctx, next)
+		_, err := a.deploy(ctx, next)
 		return err
 	}
 	spec := ifmanager.SwapSpec{MaxBatch: next.MaxBatch}
 	if next.Model != cur.Model || !slices.Equal(next.InputShape, cur.InputShape) {
 		_, inst, err := a.loadInstance(ctx, &next)
 		if err != nil {
-			return orchestrator.Errorf(orchestrator.CodeInvalidProfile, "%v", err)
+			return &loadError{err}
 		}
 		spec.Instance = inst
 	}
@@ -403,12 +481,14 @@ func (h *controlHandler) Status(_ context.Context, args orchestrator.StatusArgs)
 		}
 	}
 	a.mu.Unlock()
-	if args.Name != "" && len(runs) == 0 {
+	failed := a.failedStatus(args.Name)
+	if args.Name != "" && len(runs) == 0 && len(failed) == 0 {
 		return rep, notFound(args.Name)
 	}
 	for _, r := range runs {
 		rep.IFs = append(rep.IFs, a.ifStatus(r))
 	}
+	rep.IFs = append(rep.IFs, failed...) // state "failed", with the error
 	return rep, nil
 }
 

@@ -161,13 +161,7 @@ func (a *Appliance) serveHTTP(ctx context.Context, addr string, ready *atomic.Bo
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { a.readyz(w, ready.Load()) })
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("appliance: metrics listener: %w", err)

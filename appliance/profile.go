@@ -1,14 +1,19 @@
 package appliance
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net/netip"
 	"os"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -20,6 +25,10 @@ type Profile struct {
 	Appliance ApplianceSection `toml:"appliance"`
 	Ports     []PortSection    `toml:"port"`
 	IFs       []IFSection      `toml:"if"`
+
+	// name and text are where the profile came from, for errors that
+	// name a key's line after parsing (an IF whose model fails to load).
+	name, text string
 }
 
 // ApplianceSection holds process-wide settings.
@@ -53,7 +62,27 @@ type ApplianceSection struct {
 	// their own: "none" (default: each IF runs on its share of the units)
 	// or one of libml/sched's: reef, seq, conc, srpt, split.
 	Policy string `toml:"policy"`
+	// DrainTimeoutMS bounds the time from SIGTERM (or SIGINT) to exit
+	// (default DefaultDrainTimeoutMS): ports answer in-flight requests for
+	// at most half of it, control commands still running get at most a
+	// quarter (and 5 s), and the sluice command exits when it has passed.
+	DrainTimeoutMS int `toml:"drain_timeout_ms"`
 }
+
+// Limits on the files the appliance reads.
+const (
+	// MaxProfileBytes caps a profile file (1 MiB).
+	MaxProfileBytes = 1 << 20
+	// ProfileReadTimeout bounds reading a profile file.
+	ProfileReadTimeout = 5 * time.Second
+	// MaxModelBytes caps an onnx: model file (2 GiB, protobuf's own
+	// limit).
+	MaxModelBytes = 2 << 30
+	// DefaultDrainTimeoutMS is appliance.drain_timeout_ms when not given.
+	DefaultDrainTimeoutMS = 10_000
+	// MaxDrainTimeoutMS bounds appliance.drain_timeout_ms (10 minutes).
+	MaxDrainTimeoutMS = 600_000
+)
 
 // PortSection is one port.
 type PortSection struct {
@@ -83,13 +112,139 @@ type PortSection struct {
 type IFSection = ifmanager.Spec
 
 // LoadProfile reads and validates a profile. Errors name the file and,
-// where TOML can tell, the line and key.
+// where TOML can tell, the line and key. Only a regular file of at most
+// MaxProfileBytes is read, within ProfileReadTimeout: a device
+// (/dev/zero), a FIFO, a socket or a directory is refused at once.
 func LoadProfile(path string) (*Profile, error) {
-	data, err := os.ReadFile(path)
+	return LoadProfileContext(context.Background(), path)
+}
+
+// LoadProfileContext is LoadProfile that also gives up when ctx ends.
+func LoadProfileContext(ctx context.Context, path string) (*Profile, error) {
+	data, err := readRegularFile(ctx, path, MaxProfileBytes, ProfileReadTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("profile: %w", err)
+		return nil, fmt.Errorf("profile %w", err)
 	}
 	return ParseProfile(path, string(data))
+}
+
+// fileReads bounds the file reads in progress: a read that blocks (a hung
+// network file system) is given up on, not stopped, and each holds one.
+var fileReads = make(chan struct{}, 4)
+
+// readRegularFile reads path when it is a regular file of at most limit
+// bytes, giving up after timeout (0: none) or when ctx ends. It never
+// blocks on opening: a FIFO is opened non-blocking, then refused with
+// every other file that is not regular. Errors start with the path.
+func readRegularFile(ctx context.Context, path string, limit int64, timeout time.Duration) ([]byte, error) {
+	select {
+	case fileReads <- struct{}{}:
+	default:
+		return nil, fmt.Errorf("%s: not read: %d earlier file reads are still blocked", path, cap(fileReads))
+	}
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() { <-fileReads }()
+		data, err := readRegular(path, limit)
+		done <- result{data, err}
+	}()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-expired:
+		return nil, fmt.Errorf("%s: not read within %s", path, timeout)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: not read: %w", path, context.Cause(ctx))
+	}
+}
+
+func readRegular(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s: %w", path, pe.Err)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %s, not a regular file", path, fileKind(fi.Mode()))
+	}
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s: %d bytes, larger than the %s limit", path, fi.Size(), byteSize(limit))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s: larger than the %s limit", path, byteSize(limit))
+	}
+	return data, nil
+}
+
+// fileKind names the type of a file that is not regular.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a special file"
+}
+
+// byteSize writes a power-of-two limit ("1 MiB", "2 GiB").
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d-byte", n)
+}
+
+// ifError places an error about the IF at index i of the profile at the
+// line of its key (or of its [[if]] header when key is not written there):
+// "profile p.toml:14: if[1].model "onnx:m.onnx": ...".
+func (p *Profile) ifError(i int, key string, err error) error {
+	what := fmt.Sprintf("if[%d]", i)
+	if key != "" {
+		what += "." + key
+		if key == "model" && i < len(p.IFs) {
+			what += fmt.Sprintf(" %q", p.IFs[i].Model)
+		}
+	}
+	if p.name == "" {
+		return fmt.Errorf("profile: %s: %w", what, err)
+	}
+	where := p.name
+	if line := findLine(p.text, "if", i, key); line > 0 {
+		where = fmt.Sprintf("%s:%d", p.name, line)
+	}
+	return fmt.Errorf("profile %s: %s: %w", where, what, err)
 }
 
 // ParseProfile parses a profile's text; name is used in errors.
@@ -142,6 +297,7 @@ func ParseProfile(name, text string) (*Profile, error) {
 		}
 		return nil, fmt.Errorf("profile %s: %w", where, err)
 	}
+	p.name, p.text = name, text
 	return &p, nil
 }
 
@@ -266,6 +422,12 @@ func (p *Profile) validate() error {
 	}
 	if a.Policy == "" {
 		a.Policy = PolicyNone
+	}
+	if a.DrainTimeoutMS == 0 {
+		a.DrainTimeoutMS = DefaultDrainTimeoutMS
+	}
+	if a.DrainTimeoutMS < 0 || a.DrainTimeoutMS > MaxDrainTimeoutMS {
+		return fmt.Errorf("appliance.drain_timeout_ms %d: out of range 1..%d", a.DrainTimeoutMS, MaxDrainTimeoutMS)
 	}
 	if err := ifmanager.CheckPolicy(a.Policy); err != nil {
 		return fmt.Errorf("appliance.policy %w", err)

@@ -32,7 +32,7 @@
 // client (ZeroMQ routing identity) for a while. A request whose id was
 // already seen from the same client gets the recorded reply again without
 // running the command a second time; if the first one is still running, the
-// duplicate is answered when it finishes. Reusing an id for a different
+// duplicate gets its progress notices and is answered when it finishes. Reusing an id for a different
 // request is a conflict.
 //
 // # Concurrency
@@ -41,6 +41,11 @@
 // other goroutines: mutating commands (everything except status) one at a
 // time in arrival order, status concurrently with them. Each call gets a
 // context that ends at the command's timeout or when the server stops.
+// While a command is queued or running, its client gets a progress notice
+// (a reply with Running set) every ServerConfig.ProgressInterval; Client
+// waits as long as they come. When the server stops it waits for running
+// calls at most ServerConfig.ShutdownTimeout, then abandons them: no
+// handler can hold a shutdown.
 //
 // # Authentication
 //

@@ -19,7 +19,9 @@ import (
 //
 // Methods other than Status are called one at a time, in arrival order;
 // Status may run concurrently with one of them. Every method must return
-// soon after ctx is done: the server waits for running calls when it stops.
+// soon after ctx is done: the server waits for running calls when it stops
+// (at most ServerConfig.ShutdownTimeout; then it answers their clients
+// CodeUnavailable and returns without them).
 type Handler interface {
 	// Deploy starts a new IF and returns its status.
 	Deploy(ctx context.Context, args DeployArgs) (IFStatus, error)

@@ -3,7 +3,16 @@
 // or SIGINT, then drains: every request in flight is answered before it
 // exits.
 //
-//	sluice -profile profiles/demo.toml
+//	sluice -profile profiles/demo.toml [-strict]
+//
+// An IF whose model fails to load is logged (with the profile's file, line
+// and key) and shown as failed by `ifctl status` and /readyz; the rest of
+// the profile serves. With -strict, sluice exits with status 1 instead.
+//
+// After SIGTERM or SIGINT, sluice exits within the profile's
+// appliance.drain_timeout_ms (default 10 s): status 0 when the drain
+// finished, 1 when it had to stop waiting. A second SIGTERM or SIGINT
+// exits at once (status 1). SIGHUP reloads the profile.
 package main
 
 import (
@@ -14,6 +23,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,31 +33,46 @@ import (
 func main() {
 	profile := flag.String("profile", "profiles/default.toml", "appliance profile (TOML)")
 	statsEvery := flag.Duration("stats-interval", 5*time.Second, "log counters this often (0: never)")
+	strict := flag.Bool("strict", false, "exit when an IF of the profile fails to load, instead of serving the others")
 	flag.Parse()
-	if err := run(*profile, *statsEvery); err != nil {
+	if err := run(*profile, *statsEvery, *strict); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)
 	}
 }
 
-func run(path string, statsEvery time.Duration) error {
-	prof, err := appliance.LoadProfile(path)
+func run(path string, statsEvery time.Duration, strict bool) error {
+	// Signals first: a SIGTERM while the profile is read or the models
+	// load stops the start-up too.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sup := &supervisor{exit: os.Exit}
+	sup.timeout.Store(int64(appliance.DefaultDrainTimeoutMS) * int64(time.Millisecond))
+	sup.log.Store(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	finished := make(chan struct{})
+	defer close(finished)
+	go sup.watch(sigs, cancel, finished)
+
+	prof, err := appliance.LoadProfileContext(ctx, path)
 	if err != nil {
 		return err
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(prof.Appliance.LogLevel))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	a, err := appliance.New(ctx, prof, log)
+	sup.log.Store(log)
+	sup.timeout.Store(int64(prof.Appliance.DrainTimeoutMS) * int64(time.Millisecond))
+	a, err := appliance.NewWithOptions(ctx, prof, log, appliance.Options{Strict: strict})
 	if err != nil {
 		return err
 	}
 	defer a.Close()
 	a.SetProfilePath(path)
-	// SIGHUP reloads the profile; one that does not validate changes
-	// nothing.
+	// SIGHUP reloads the profile; one that cannot be read or does not
+	// validate changes nothing.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -57,10 +82,8 @@ func run(path string, statsEvery time.Duration) error {
 			case <-ctx.Done():
 				return
 			case <-hup:
-				if res, err := a.Reload(ctx, path); err != nil {
+				if _, err := a.Reload(ctx, path); err != nil {
 					log.Error("reload rejected; the old profile stays", "path", path, "err", err)
-				} else {
-					log.Info("reload applied", "added", res.Added, "removed", res.Removed, "changed", res.Changed)
 				}
 			}
 		}
@@ -85,6 +108,42 @@ func run(path string, statsEvery time.Duration) error {
 	b, _ := json.Marshal(st)
 	log.Info("final counters", "stats", string(b))
 	return err
+}
+
+// supervisor turns signals into a bounded shutdown: the first SIGTERM or
+// SIGINT cancels the appliance's context (it drains); if the process is
+// still running the drain timeout later, or on a second signal, it exits
+// at once with status 1.
+type supervisor struct {
+	// timeout is the drain timeout (a time.Duration).
+	timeout atomic.Int64
+	log     atomic.Pointer[slog.Logger]
+	exit    func(code int)
+}
+
+// watch runs until finished is closed (a normal exit) or it exits the
+// process.
+func (s *supervisor) watch(sigs <-chan os.Signal, cancel context.CancelFunc, finished <-chan struct{}) {
+	var first os.Signal
+	select {
+	case first = <-sigs:
+	case <-finished:
+		return
+	}
+	timeout := time.Duration(s.timeout.Load())
+	s.log.Load().Info("signal: draining; a second signal exits at once", "signal", first.String(), "drain_timeout", timeout)
+	cancel()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-finished:
+	case sig := <-sigs:
+		s.log.Load().Error("second signal: exiting at once, without finishing the drain", "signal", sig.String())
+		s.exit(1)
+	case <-t.C:
+		s.log.Load().Error("drain did not finish within the drain timeout: exiting without it", "drain_timeout", timeout)
+		s.exit(1)
+	}
 }
 
 func logStats(log *slog.Logger, s appliance.Stats) {

@@ -1,0 +1,220 @@
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"sluice/libml/graph"
+	"sluice/libml/onnx"
+	"sluice/orchestrator"
+)
+
+// Options are the appliance's start-up options.
+type Options struct {
+	// Strict makes New fail when an IF of the profile fails to load.
+	// Without it the IF is logged and shown as failed (status, /readyz)
+	// and the rest of the profile serves.
+	Strict bool
+}
+
+// isolation keeps the IFs of the profile that failed to load, so that one
+// bad model does not take the others down.
+type isolation struct {
+	opts Options
+	// failed are the IFs of the profile that are not running because
+	// their model failed to load, in profile order (guarded by
+	// Appliance.mu).
+	failed []failedIF
+	// reload holds a token while a reload runs: SIGHUP and
+	// reload-profile apply one profile at a time.
+	reload chan struct{}
+}
+
+// failedIF is an IF of the profile whose model failed to load.
+type failedIF struct {
+	spec IFSection
+	err  string
+}
+
+// loadError is a model that failed to load for an IF.
+type loadError struct{ err error }
+
+func (e *loadError) Error() string { return e.err.Error() }
+func (e *loadError) Unwrap() error { return e.err }
+
+// loadIFs loads the profile's IFs. One that fails is logged and kept as
+// failed, and the others load, unless Options.Strict: then the first
+// failure is returned. Errors name the file, line and key.
+func (a *Appliance) loadIFs(ctx context.Context, prof *Profile) error {
+	for i := range prof.IFs {
+		r, err := a.loadIF(ctx, prof.IFs[i])
+		if err != nil {
+			err = prof.ifError(i, "model", trimIFPrefix(&prof.IFs[i], err))
+			if a.iso.opts.Strict || ctx.Err() != nil {
+				return err
+			}
+			a.log.Error("IF failed to load; the rest of the profile serves", "if", prof.IFs[i].Name, "err", err)
+			a.iso.failed = append(a.iso.failed, failedIF{spec: prof.IFs[i], err: err.Error()})
+			continue
+		}
+		a.ifs[r.spec.Name] = r
+		a.order = append(a.order, r.spec.Name)
+	}
+	if len(a.order) == 0 && len(a.iso.failed) > 0 {
+		a.log.Error("no IF loaded: every request is answered unknown_model until a reload or deploy brings one", "failed", len(a.iso.failed))
+	}
+	return nil
+}
+
+// trimIFPrefix drops the `appliance: IF "name": model M: ` that load
+// errors start with, for errors that name the IF and its model themselves.
+func trimIFPrefix(s *IFSection, err error) error {
+	msg, ok := strings.CutPrefix(err.Error(), fmt.Sprintf("appliance: IF %q: ", s.Name))
+	if !ok {
+		return err
+	}
+	msg = strings.TrimPrefix(msg, fmt.Sprintf("model %s: ", s.Model))
+	return &trimmedError{msg: msg, err: err}
+}
+
+type trimmedError struct {
+	msg string
+	err error
+}
+
+func (e *trimmedError) Error() string { return e.msg }
+func (e *trimmedError) Unwrap() error { return e.err }
+
+// setFailed records (err != "") or clears the failure of the IF spec names.
+func (a *Appliance) setFailed(spec IFSection, err string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i := slices.IndexFunc(a.iso.failed, func(f failedIF) bool { return f.spec.Name == spec.Name })
+	switch {
+	case err == "" && i >= 0:
+		a.iso.failed = slices.Delete(a.iso.failed, i, i+1)
+	case err != "" && i >= 0:
+		a.iso.failed[i] = failedIF{spec: spec, err: err}
+	case err != "":
+		a.iso.failed = append(a.iso.failed, failedIF{spec: spec, err: err})
+	}
+}
+
+// failedStatus describes the failed IFs for status.
+func (a *Appliance) failedStatus(name string) []orchestrator.IFStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []orchestrator.IFStatus
+	for _, f := range a.iso.failed {
+		if name != "" && f.spec.Name != name {
+			continue
+		}
+		s := f.spec
+		out = append(out, orchestrator.IFStatus{Name: s.Name, ModelID: s.ModelID, Model: s.Model, Backend: s.Backend,
+			Policy: s.Policy, Class: s.Class, SLOMS: s.SLOMS, MaxBatch: s.MaxBatch, MinBatch: s.MinBatch,
+			QueueLen: s.QueueLen, Share: s.Share, State: "failed", Error: f.err})
+	}
+	return out
+}
+
+// readyz answers /readyz: 200 while the appliance serves and at least one
+// IF runs, 503 before it serves, while it drains, and when no IF runs.
+// IFs that failed to load do not make it non-ready (the others serve);
+// the body lists them, one "failed IF NAME: ERROR" line each.
+func (a *Appliance) readyz(w http.ResponseWriter, serving bool) {
+	a.mu.Lock()
+	running := len(a.order)
+	failed := slices.Clone(a.iso.failed)
+	a.mu.Unlock()
+	var b strings.Builder
+	code := http.StatusOK
+	switch {
+	case !serving || a.draining.Load():
+		code = http.StatusServiceUnavailable
+		b.WriteString("not ready\n")
+	case running == 0:
+		code = http.StatusServiceUnavailable
+		b.WriteString("not ready: no IF is serving\n")
+	default:
+		b.WriteString("ready\n")
+	}
+	for _, f := range failed {
+		fmt.Fprintf(&b, "failed IF %s: %s\n", f.spec.Name, f.err)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// readModelFile reads an onnx: model file: a regular file of at most
+// MaxModelBytes (a FIFO or a device is refused, not waited on).
+func readModelFile(ctx context.Context, path string) ([]byte, error) {
+	return readRegularFile(ctx, path, MaxModelBytes, 0)
+}
+
+// readONNX reads and decodes an onnx: model file.
+func readONNX(ctx context.Context, path string) (*graph.Graph, error) {
+	data, err := readModelFile(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return onnx.Decode(data)
+}
+
+// checkServable refuses a model the IF manager cannot serve: it feeds one
+// input tensor per request and returns one output tensor, so a model
+// needs exactly one data input (initializers aside) and one output.
+// Caught here, at load, rather than as an internal error on every request.
+func checkServable(g *graph.Graph) error {
+	var ins []string
+	for _, in := range g.Inputs {
+		if g.Initializer(in.Name) == nil {
+			ins = append(ins, in.Name)
+		}
+	}
+	outs := make([]string, len(g.Outputs))
+	for i, o := range g.Outputs {
+		outs[i] = o.Name
+	}
+	var bad []string
+	for _, side := range []struct {
+		what  string
+		names []string
+	}{{"inputs", ins}, {"outputs", outs}} {
+		if len(side.names) != 1 {
+			bad = append(bad, fmt.Sprintf("%d %s (%s)", len(side.names), side.what, strings.Join(side.names, ", ")))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the model has %s; an IF serves models with one input and one output", strings.Join(bad, " and "))
+}
+
+// loadErrorCode is the control code of a model that failed to load:
+// not_found for a missing file, bad_request otherwise.
+func loadErrorCode(err error) orchestrator.Code {
+	if errors.Is(err, fs.ErrNotExist) {
+		return orchestrator.CodeNotFound
+	}
+	return orchestrator.CodeBadRequest
+}
+
+// logReload logs a reload's outcome.
+func logReload(log *slog.Logger, res orchestrator.ReloadResult) {
+	attrs := []any{"path", res.Path, "added", res.Added, "removed", res.Removed, "changed", res.Changed}
+	if len(res.Failed) == 0 {
+		log.Info("profile reloaded", attrs...)
+		return
+	}
+	for _, f := range res.Failed {
+		log.Error("reload: IF failed to load; the rest of the profile is applied", "if", f.Name, "err", f.Error)
+	}
+	log.Warn("profile reloaded with failed IFs", append(attrs, "failed", len(res.Failed))...)
+}
