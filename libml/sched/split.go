@@ -11,7 +11,17 @@ import (
 // queue is ordered by greedy response-ratio preemption: a new job moves
 // ahead of its neighbour while that lowers the pair's summed response
 // ratio, never past a job of the same model (FIFO per model). The job at
-// the head runs its next block; preemption happens at block boundaries.
+// the head runs its next block; preemption happens at block boundaries, so
+// a job that moves to the head waits at most the running block.
+//
+// Two rules beyond Algorithm 1, which knows neither classes nor waiting
+// (the wait a queued job has done enters both sides of its comparison
+// alike and cancels, so a stream of short jobs passes a long one forever):
+//   - classes: an RT job passes every BE job, a BE job never passes an RT
+//     job; within a class, Algorithm 1;
+//   - aging (PREMA's, which SPLIT's latency target comes from): a job that
+//     has waited past its latency target (Alpha x its standalone time) is
+//     not passed any more, so no job starves.
 type split struct {
 	s *Scheduler
 	l *lane
@@ -39,10 +49,17 @@ func (p *split) insert(j *Job) int {
 	pos := len(p.q)
 	for pos > 0 {
 		t := p.q[pos-1]
-		if t.Model == j.Model {
+		if t.Model == j.Model || (t.Class == RT && j.Class != RT) {
 			break
 		}
 		ahead -= remaining(t)
+		if j.Class == RT && t.Class != RT {
+			pos--
+			continue
+		}
+		if p.overdue(t, now) {
+			break
+		}
 		newBack, newFront := p.rr(j, now, ahead+remaining(t)), p.rr(j, now, ahead)
 		tBack, tFront := p.rr(t, now, ahead), p.rr(t, now, ahead+remaining(j))
 		if newFront+tFront >= newBack+tBack {
@@ -54,6 +71,11 @@ func (p *split) insert(j *Job) int {
 	copy(p.q[pos+1:], p.q[pos:])
 	p.q[pos] = j
 	return pos
+}
+
+// overdue reports whether j has waited past its latency target.
+func (p *split) overdue(j *Job, now int64) bool {
+	return float64(now-j.Arrival) >= p.s.cfg.Alpha*j.Model.remain[0]
 }
 
 func (p *split) submit(j *Job) {

@@ -16,61 +16,86 @@ func synthModel(name string, ts ...float64) *Model {
 	return m
 }
 
-// TestSplitRuleIgnoresWait checks split's queue rule against SPLIT's
-// Algorithm 1 and shows why a closed-loop stream of shorter jobs starves
-// a long one (DISB C: RT VGG-16 behind five closed-loop BE clients):
+// TestSplitRule checks split's queue rule: SPLIT's Algorithm 1 within a
+// class, RT ahead of BE, and aging against starvation.
 //
-//   - a new job moves ahead of a queued job of another model exactly when
-//     that lowers the pair's summed response ratio (eq. 3). A job's
-//     response ratio is linear in its own wait, and the wait it has
-//     already done enters both sides of the comparison alike, so it
-//     cancels: the swap happens iff rem(queued) x ext(queued) > rem(new)
-//     x ext(new) (Smith's weighted-shortest-job rule with weights
-//     1/(alpha x ext)), however long the queued job has waited;
-//   - so a new short job passes a long one that has waited 1 us or 100 s
-//     alike, and never passes a job of its own model (FIFO per model).
-//
-// That is the paper's rule, not a slip in ours: SPLIT's evaluation
-// sends open-loop requests that leave the queue empty at times, while
-// DISB's closed-loop BE clients always have a shorter job queued.
-func TestSplitRuleIgnoresWait(t *testing.T) {
-	s := &Scheduler{cfg: Config{Alpha: 4}}
+//   - Within a class, a new job moves ahead of a queued job of another
+//     model exactly when that lowers the pair's summed response ratio
+//     (eq. 3). A job's response ratio is linear in its own wait, and the
+//     wait it has already done enters both sides of the comparison alike,
+//     so it cancels: the swap happens iff rem(queued) x ext(queued) >
+//     rem(new) x ext(new) (Smith's weighted-shortest-job rule with weights
+//     1/(alpha x ext)). Alone, that lets a closed-loop stream of shorter
+//     jobs starve a long one forever (DISB C: RT VGG-16 behind five
+//     closed-loop BE clients finished 0 of 187 jobs).
+//   - So a queued job that has waited past its latency target (alpha x
+//     ext) is not passed any more, and RT jobs pass BE jobs, never the
+//     other way round. A job never passes one of its own model (FIFO).
+func TestSplitRule(t *testing.T) {
+	const alpha = 4
+	s := &Scheduler{cfg: Config{Alpha: alpha}}
 	p := &split{s: s}
 	long := synthModel("long", 4e6, 4e6, 2e6) // 10 ms
 	short := synthModel("short", 2e5, 3e5)    // 0.5 ms
 	mid := synthModel("mid", 1e6, 1e6)        // 2 ms
-	for _, waited := range []int64{1e3, 1e7, 1e9, 1e11} {
+	for _, waited := range []int64{1e3, 1e6, 39e6} { // within long's 40 ms target
 		now := Now()
-		l := &Job{Model: long, Arrival: now - waited}
+		l := &Job{Model: long, Class: BE, Arrival: now - waited}
 		p.q = []*Job{l}
-		if pos := p.insert(&Job{Model: short, Arrival: now}); pos != 0 {
-			t.Fatalf("long job waited %.0f ms: a new short job goes to position %d, want 0 (ahead)", float64(waited)/1e6, pos)
+		if pos := p.insert(&Job{Model: short, Class: BE, Arrival: now}); pos != 0 {
+			t.Fatalf("long job waited %.3f ms: a new short job goes to position %d, want 0 (ahead)", float64(waited)/1e6, pos)
 		}
 		// a second short job stays behind the first (same model: FIFO)
 		// and ahead of the long one
-		if pos := p.insert(&Job{Model: short, Arrival: now}); pos != 1 {
+		if pos := p.insert(&Job{Model: short, Class: BE, Arrival: now}); pos != 1 {
 			t.Fatalf("second short job at %d, want 1", pos)
 		}
 		if p.q[2] != l {
 			t.Fatalf("long job not last")
 		}
 	}
+	// aging: past its target the long job is not passed
+	for _, waited := range []int64{40e6, 1e9, 1e11} {
+		p.q = []*Job{{Model: long, Class: BE, Arrival: Now() - waited}}
+		if pos := p.insert(&Job{Model: short, Class: BE, Arrival: Now()}); pos != 1 {
+			t.Fatalf("long job waited %.0f ms (target 40): a new short job goes to %d, want 1 (behind)", float64(waited)/1e6, pos)
+		}
+	}
 	// a new long job never passes a queued shorter one, however new
-	p.q = []*Job{{Model: short, Arrival: Now() - 1e3}}
-	if pos := p.insert(&Job{Model: long, Arrival: Now()}); pos != 1 {
+	p.q = []*Job{{Model: short, Class: BE, Arrival: Now() - 1e3}}
+	if pos := p.insert(&Job{Model: long, Class: BE, Arrival: Now()}); pos != 1 {
 		t.Fatalf("long job at %d, want 1 (behind)", pos)
 	}
-	// the closed form, on random queues and arrival times
+	// classes: a long RT job passes short BE jobs (even overdue ones) but
+	// not an RT job of its own model; a short BE job never passes RT
+	now := Now()
+	p.q = []*Job{{Model: short, Class: BE, Arrival: now - 1e9}, {Model: mid, Class: BE, Arrival: now}}
+	if pos := p.insert(&Job{Model: long, Class: RT, Arrival: now}); pos != 0 {
+		t.Fatalf("RT job behind BE jobs: position %d, want 0", pos)
+	}
+	if pos := p.insert(&Job{Model: long, Class: RT, Arrival: now}); pos != 1 {
+		t.Fatalf("second RT job of the same model at %d, want 1 (FIFO)", pos)
+	}
+	if pos := p.insert(&Job{Model: short, Class: BE, Arrival: now}); pos != 3 {
+		t.Fatalf("short BE job at %d, want 3 (past mid, behind the BE job of its own model)", pos)
+	}
+	p.q = []*Job{{Model: long, Class: RT, Arrival: now}}
+	if pos := p.insert(&Job{Model: short, Class: BE, Arrival: now}); pos != 1 {
+		t.Fatalf("short BE job passed an RT job: position %d", pos)
+	}
+	// the closed form, on random queues of one class whose jobs are all
+	// within their targets
 	models := []*Model{long, short, mid}
 	rng := rand.New(rand.NewSource(3))
 	for it := 0; it < 200; it++ {
 		now := Now()
 		p.q = p.q[:0]
 		for i := 0; i < 1+rng.Intn(5); i++ {
-			p.q = append(p.q, &Job{Model: models[rng.Intn(3)], Arrival: now - rng.Int63n(1e9)})
+			m := models[rng.Intn(3)]
+			p.q = append(p.q, &Job{Model: m, Class: BE, Arrival: now - rng.Int63n(int64(alpha*m.remain[0]))})
 		}
 		q0 := append([]*Job(nil), p.q...)
-		j := &Job{Model: models[rng.Intn(3)], Arrival: now}
+		j := &Job{Model: models[rng.Intn(3)], Class: BE, Arrival: now}
 		pos := p.insert(j)
 		want := len(q0)
 		for want > 0 {
