@@ -176,9 +176,13 @@ queue_len = 2
 			time.Sleep(time.Millisecond)
 		}
 	}
-	ok, over := 0, 0
+	// A request whose datagram the kernel dropped (a loaded machine may
+	// overflow the socket buffer with 6000 datagrams) is answered
+	// timed_out after the reassembly timeout: one answer each, whatever
+	// the timing.
+	ok, over, timedOut := 0, 0, 0
 	for id := uint64(1); id <= n; id++ {
-		r, got := cl.Wait(id, 10*time.Second)
+		r, got := cl.Wait(id, 2*testReassemblyTimeoutMS*time.Millisecond)
 		switch {
 		case !got:
 			t.Fatalf("request %d never answered", id)
@@ -186,20 +190,22 @@ queue_len = 2
 			ok++
 		case r.Status == wire.StatusOverloaded:
 			over++
+		case r.Status == wire.StatusTimedOut:
+			timedOut++
 		default:
 			t.Fatalf("request %d: %v", id, r.Status)
 		}
 	}
 	stop()
 	s := a.Stats()
-	t.Logf("%d ok, %d overloaded; IF served %d overloaded %d", ok, over, s.IFs[0].Served, s.IFs[0].Overloaded)
+	t.Logf("%d ok, %d overloaded, %d timed out; IF served %d overloaded %d", ok, over, timedOut, s.IFs[0].Served, s.IFs[0].Overloaded)
 	if over == 0 {
 		t.Fatal("no request was refused: the test did not overload the IF")
 	}
-	if ok+over != n || uint64(ok) != s.IFs[0].Served || uint64(over) != s.IFs[0].Overloaded ||
-		s.Ports[0].Completed != n || s.Ports[0].Responses != n {
-		t.Fatalf("counts do not add up: client ok %d overloaded %d; IF served %d overloaded %d; port completed %d responses %d",
-			ok, over, s.IFs[0].Served, s.IFs[0].Overloaded, s.Ports[0].Completed, s.Ports[0].Responses)
+	if ok+over+timedOut != n || uint64(ok) != s.IFs[0].Served || uint64(over) != s.IFs[0].Overloaded ||
+		s.Ports[0].Completed+uint64(timedOut) != n || s.Ports[0].Responses != n || cl.Duplicates() != 0 {
+		t.Fatalf("counts do not add up: client ok %d overloaded %d timed out %d duplicates %d; IF served %d overloaded %d; port completed %d responses %d",
+			ok, over, timedOut, cl.Duplicates(), s.IFs[0].Served, s.IFs[0].Overloaded, s.Ports[0].Completed, s.Ports[0].Responses)
 	}
 }
 

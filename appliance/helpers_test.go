@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -14,11 +15,21 @@ type running struct {
 
 // startAppliance parses profile text, makes the appliance and runs it until
 // the returned stop is called (stop waits for Run and checks its error).
+// testReassemblyTimeoutMS is the reassembly timeout of test profiles that
+// do not set one.
+const testReassemblyTimeoutMS = 30000
+
 func startAppliance(t *testing.T, name, text string) (*running, func()) {
 	t.Helper()
 	prof, err := ParseProfile(name, text)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(text, "reassembly_timeout_ms") {
+		// A loaded test machine can take longer than the default 100 ms
+		// to read a request's datagrams; a test that is about the
+		// timeout sets it.
+		prof.Appliance.ReassemblyTimeoutMS = testReassemblyTimeoutMS
 	}
 	ctx := context.Background()
 	a, err := New(ctx, prof, nil)
