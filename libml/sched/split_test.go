@@ -35,9 +35,9 @@ func TestSplitRule(t *testing.T) {
 	const alpha = 4
 	s := &Scheduler{cfg: Config{Alpha: alpha}}
 	p := &split{s: s}
-	long := synthModel("long", 4e6, 4e6, 2e6) // 10 ms
-	short := synthModel("short", 2e5, 3e5)    // 0.5 ms
-	mid := synthModel("mid", 1e6, 1e6)        // 2 ms
+	long := synthModel("long", 4e6, 4e6, 2e6)        // 10 ms
+	short := synthModel("short", 2e5, 3e5)           // 0.5 ms
+	mid := synthModel("mid", 1e6, 1e6)               // 2 ms
 	for _, waited := range []int64{1e3, 1e6, 39e6} { // within long's 40 ms target
 		now := Now()
 		l := &Job{Model: long, Class: BE, Arrival: now - waited}
