@@ -32,8 +32,11 @@ type emuHooks struct {
 	// block PreemptBlock starts or after it passed PreemptAfterSyncs
 	// barriers (one-shot).
 	preempt map[int64]emu.Options
-	// before runs in the stream's goroutine before each kernel starts.
-	before func(kernel string, exec int64)
+	// before runs in the stream's goroutine before each kernel starts;
+	// onLaunch too, told the stream (disb_script_test.go holds one
+	// instance's kernel until another's event).
+	before   func(kernel string, exec int64)
+	onLaunch func(s *emuStream, kernel string, exec int64)
 	log    []emuLaunch
 	// occ is every kernel's occupancy (blocks per SM; 0: 2), padReverse
 	// runs sg_pad's blocks last to first (pad_emu_test.go).
@@ -282,11 +285,14 @@ func (s *emuStream) Launch(kernel string, grid int, params []byte) error {
 		if kernel == KernelPad && h.padReverse {
 			opt.Reverse = true
 		}
-		before := h.before
+		before, on := h.before, h.onLaunch
 		h.log = append(h.log, emuLaunch{kernel: kernel, exec: exec, grid: grid, sms: s.d.sms})
 		h.mu.Unlock()
 		if before != nil {
 			before(kernel, exec)
+		}
+		if on != nil {
+			on(s, kernel, exec)
 		}
 		err := emu.Launch(kernel, grid, Threads, params, opt)
 		s.mu.Lock()

@@ -65,12 +65,15 @@ func mlpGraph(layers, width int, seed uint64) *graph.Graph {
 	return g
 }
 
-// GPU DISB on the emulated device: every job of every client finishes
-// with the unpreempted output, and the policies order the runs as they
-// must: seq never overlaps two runs and never preempts; conc runs RT and
-// BE together and never preempts; reef preempts the BE runs an RT arrival
-// finds, starts no BE run while an RT job runs, and restores the BE jobs
-// to the right output; rt-only has no BE client.
+// GPU DISB on the emulated device, end to end (calibration, every
+// policy, the restore measurement, the report): every job of every
+// client finishes with the unpreempted output, and the policies order
+// the runs as they must: seq never overlaps two runs and never preempts;
+// conc never preempts; reef starts no BE run while an RT job runs and
+// never preempts an RT run; rt-only has no BE client (checkDISB). What
+// the window got done is not checked here (see checkDISB); that conc
+// runs RT beside BE and that reef preempts and restores are asserted by
+// the scripted runs (disb_script_test.go).
 func TestDISBEmu(t *testing.T) {
 	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, true)
 	var wls []DISBWorkload
@@ -133,7 +136,8 @@ func TestGPUBackendDISB(t *testing.T) {
 // scaleRates returns w with its RT rates times f. The emulator shares 2
 // cores with whatever else runs: a machine twice as loaded as when the
 // models were calibrated doubles the RT load, and at REEF's rates seq
-// would then never get to a BE job.
+// would then rarely get to a BE job (nothing fails then: checkDISB does
+// not count jobs, but the run would exercise less).
 func scaleRates(w DISBWorkload, f float64) DISBWorkload {
 	w.Clients = slices.Clone(w.Clients)
 	for i := range w.Clients {
@@ -144,7 +148,23 @@ func scaleRates(w DISBWorkload, f float64) DISBWorkload {
 }
 
 // checkDISB checks a DISB report made with cfg (trace on) over nModels
-// models: outputs, counts, and each policy's ordering of the runs.
+// models. It checks only what holds whatever the machine got done in the
+// window: every output exact, the counters consistent with each other,
+// and each policy's ordering of the runs (seq never overlaps two runs;
+// no policy but reef and reef-pad preempts; reef starts no BE run inside
+// an RT run; no RT run is ever preempted).
+//
+// How much got done is a benchmark figure, not a test: jobs finished per
+// client, RT runs beside BE runs under conc, preempting arrivals and
+// relaunched kernels under reef, padded blocks and gain under reef-pad,
+// jobs preempted by the restore measurement. On a loaded or slow machine
+// any of them can be 0 in a short window (an RT queue that does not
+// drain starves seq's BE client; a BE run that no arrival finds is never
+// preempted), so they are reported by tools/gpubench disb and
+// tools/disb (make bench-sched), and asserted for certain, with the
+// interleaving held in place, by the scripted runs of
+// disb_script_test.go (TestDISBScriptConc, TestDISBScriptReef,
+// TestDISBPadEmu, TestDISBPadVersionEmu).
 func checkDISB(t *testing.T, rep *DISBReport, cfg DISBConfig, nModels int) {
 	t.Helper()
 	wls := cfg.Workloads
@@ -154,8 +174,9 @@ func checkDISB(t *testing.T, rep *DISBReport, cfg DISBConfig, nModels int) {
 	if len(rep.Models) != nModels {
 		t.Errorf("%d models in the report, want %d", len(rep.Models), nModels)
 	}
+	// calibration runs at least 5 jobs whatever its duration
 	for _, m := range rep.Models {
-		if m.Kernels == 0 || m.MaxPerSec <= 0 || m.AloneMs <= 0 {
+		if m.Kernels == 0 || m.MaxPerSec <= 0 || m.AloneMs <= 0 || m.AloneP99Ms < m.AloneMs {
 			t.Errorf("model %s not calibrated: %+v", m.Role, m)
 		}
 	}
@@ -163,10 +184,10 @@ func checkDISB(t *testing.T, rep *DISBReport, cfg DISBConfig, nModels int) {
 	for _, m := range rep.Models {
 		maxThr[m.Role] = m.MaxPerSec
 	}
-	rate := map[string]float64{}
+	spec := map[string]DISBClient{}
 	for _, w := range wls {
 		for _, c := range w.Clients {
-			rate[w.Name+" "+c.Name] = c.Rate
+			spec[w.Name+" "+c.Name] = c
 		}
 	}
 	for _, row := range rep.Rows {
@@ -174,59 +195,96 @@ func checkDISB(t *testing.T, rep *DISBReport, cfg DISBConfig, nModels int) {
 		if row.Wrong != 0 {
 			t.Errorf("%s: %d jobs with a wrong output", what, row.Wrong)
 		}
+		rtDone, bePre := 0, 0
 		for _, c := range row.Clients {
-			// an RT client whose rate leaves fewer than 2 arrivals in
-			// the window (the calibration ran slowly: a loaded
-			// machine, the race detector) may have none
-			sparse := c.RT && rate[row.Workload+" "+c.Name]*maxThr[c.Role]*cfg.Duration.Seconds() < 2
-			if sparse {
-				t.Logf("%s: client %s: under 2 arrivals expected in the window (%d)", what, c.Name, c.Arrived)
+			cs := spec[row.Workload+" "+c.Name]
+			if c.WrongJobs != 0 {
+				t.Errorf("%s: client %s: %d wrong outputs (max diff %g)", what, c.Name, c.WrongJobs, c.MaxWrongDiff)
 			}
-			// under reef a BE job may be preempted by every RT arrival
-			// and finish none in a short window: it must have run
-			if c.Done == 0 && !sparse && (c.RT || (row.Policy != PolicyReef && row.Policy != PolicyReefPad)) {
-				t.Errorf("%s: client %s finished no job in the window", what, c.Name)
-			}
-			if !c.RT && !slices.ContainsFunc(row.spans, func(s disbSpan) bool { return s.client == c.Name }) {
-				t.Errorf("%s: client %s never ran", what, c.Name)
-			}
-			if c.RT && c.Arrived == 0 && !sparse {
+			// the arrivals are a schedule, not something run: uniform
+			// gaps leave at least one in a window of two gaps
+			if c.RT && !cs.Poisson && c.Arrived == 0 && cs.Rate*maxThr[c.Role]*cfg.Duration.Seconds() >= 2 {
 				t.Errorf("%s: client %s had no arrival", what, c.Name)
 			}
-			// under reef-pad, padding runs some of a BE job's kernels
+			if !c.RT && c.Arrived != 0 {
+				t.Errorf("%s: BE client %s has %d arrivals", what, c.Name, c.Arrived)
+			}
+			// every finished job launched its whole plan at least
+			// (under reef-pad, padding runs some of a BE job's kernels)
 			if c.Done > 0 && c.LaunchesPerJob < float64(c.PlannedPerJob) && (c.RT || row.Policy != PolicyReefPad) {
 				t.Errorf("%s: client %s launched %.1f kernels per job, its plan has %d", what, c.Name, c.LaunchesPerJob, c.PlannedPerJob)
 			}
+			if c.Done < 0 || c.NormThr < 0 || (c.Done == 0) != (c.NormThr == 0) {
+				t.Errorf("%s: client %s: %d done, normalized thr %v", what, c.Name, c.Done, c.NormThr)
+			}
+			if c.RT {
+				rtDone += c.Done
+				if c.Preemptions != 0 {
+					t.Errorf("%s: RT client %s was preempted %d times", what, c.Name, c.Preemptions)
+				}
+			} else {
+				bePre += c.Preemptions
+			}
 		}
-		if row.RTDone == 0 || row.RTMeanMs <= 0 || row.RTP99Ms < row.RTP50Ms || row.Thr <= 0 {
-			t.Errorf("%s: RT done %d, mean %.3f ms, p50 %.3f p99 %.3f, thr %.3f", what, row.RTDone, row.RTMeanMs, row.RTP50Ms, row.RTP99Ms, row.Thr)
+		if row.RTDone != rtDone || row.Preemptions != bePre {
+			t.Errorf("%s: RT done %d (clients %d), BE preemptions %d (clients %d)", what, row.RTDone, rtDone, row.Preemptions, bePre)
 		}
-		if row.ViolRate < 0 || row.ViolRate > 1 || row.RTJitterMs < 0 || (row.RTDone > 1 && row.RTJitterMs == 0) {
+		if row.RTDone > 0 && (row.RTMeanMs <= 0 || row.RTP50Ms <= 0 || row.RTP99Ms < row.RTP50Ms) {
+			t.Errorf("%s: RT done %d, mean %.3f ms, p50 %.3f p99 %.3f", what, row.RTDone, row.RTMeanMs, row.RTP50Ms, row.RTP99Ms)
+		}
+		if row.Thr < 0 || row.JobsPerSec < row.BEPerSec || row.BEPerSec < 0 {
+			t.Errorf("%s: thr %v, jobs/s %v, BE jobs/s %v", what, row.Thr, row.JobsPerSec, row.BEPerSec)
+		}
+		if row.ViolRate < 0 || row.ViolRate > 1 || row.RTJitterMs < 0 {
 			t.Errorf("%s: violation rate %v, jitter %v ms", what, row.ViolRate, row.RTJitterMs)
 		}
+		if row.PreemptN > 0 && (row.PreemptP50Us < 0 || row.PreemptP99Us < row.PreemptP50Us || row.PreemptMaxUs < row.PreemptP99Us) {
+			t.Errorf("%s: %d preempting arrivals, preemption p50 %.1f p99 %.1f max %.1f µs", what, row.PreemptN, row.PreemptP50Us, row.PreemptP99Us, row.PreemptMaxUs)
+		}
+		if row.ReexecShare < 0 || row.ReexecShare > 1 || row.RelaunchPerPreempt < 0 {
+			t.Errorf("%s: re-exec share %v, relaunches per preemption %v", what, row.ReexecShare, row.RelaunchPerPreempt)
+		}
+		// padding's counters: only reef-pad pads; a padded launch
+		// carries at least one BE kernel, and BE blocks run only in one
+		if row.Policy != PolicyReefPad && (row.PadRTKernels != 0 || row.PadLaunches != 0 || row.PadBEBlocks != 0) {
+			t.Errorf("%s padded: %d RT kernels, %d padded", what, row.PadRTKernels, row.PadLaunches)
+		}
+		if row.PadLaunches > row.PadRTKernels || row.PadBEKernels < row.PadLaunches || row.PadBEVersioned > row.PadBEKernels ||
+			row.PadBEBlocks > 0 && row.PadLaunches == 0 {
+			t.Errorf("%s: %d RT kernels, %d padded, %d BE kernels (%d not version 0), %d BE blocks", what,
+				row.PadRTKernels, row.PadLaunches, row.PadBEKernels, row.PadBEVersioned, row.PadBEBlocks)
+		}
 		var rt, be []disbSpan
+		spanPre := 0
 		for _, s := range row.spans {
+			if s.end < s.start {
+				t.Errorf("%s: run of %s ends at %d before its start %d", what, s.client, s.end, s.start)
+			}
 			if s.rt {
 				rt = append(rt, s)
 			} else {
 				be = append(be, s)
 			}
-			if s.preempted && s.rt {
-				t.Errorf("%s: an RT run was preempted", what)
+			if s.preempted {
+				spanPre++
+				if s.rt {
+					t.Errorf("%s: an RT run was preempted", what)
+				}
 			}
+		}
+		// the spans are every run, the window's and the others
+		if spanPre < row.Preemptions {
+			t.Errorf("%s: %d preempted runs traced, %d counted", what, spanPre, row.Preemptions)
 		}
 		switch row.Policy {
 		case PolicyRTOnly:
-			if len(be) != 0 || row.BEPerSec != 0 {
+			if len(be) != 0 || row.BEPerSec != 0 || slices.ContainsFunc(row.Clients, func(c DISBClientRow) bool { return !c.RT }) {
 				t.Errorf("rt-only %s ran BE jobs", row.Workload)
 			}
-			if row.RTMeanNorm != 1 {
+			if row.RTDone > 0 && row.RTMeanNorm != 1 {
 				t.Errorf("rt-only %s: mean / RT-only = %v", row.Workload, row.RTMeanNorm)
 			}
 		case PolicySeq:
-			if row.Preemptions != 0 || row.PreemptN != 0 {
-				t.Errorf("seq %s preempted", row.Workload)
-			}
 			all := slices.Clone(row.spans)
 			slices.SortFunc(all, func(a, b disbSpan) int { return int(a.start - b.start) })
 			for k := 1; k < len(all); k++ {
@@ -235,56 +293,32 @@ func checkDISB(t *testing.T, rep *DISBReport, cfg DISBConfig, nModels int) {
 						all[k].client, all[k].start, all[k].end, all[k-1].client, all[k-1].start, all[k-1].end)
 				}
 			}
-			if row.ThrNorm != 1 {
+			if row.Thr > 0 && row.ThrNorm != 1 {
 				t.Errorf("seq %s: thr / seq = %v", row.Workload, row.ThrNorm)
 			}
-		case PolicyConc:
-			if row.Preemptions != 0 || row.PreemptN != 0 {
-				t.Errorf("conc %s preempted", row.Workload)
-			}
-			if overlaps(rt, be) == 0 {
-				t.Errorf("conc %s: no RT run ran alongside a BE run", row.Workload)
-			}
 		case PolicyReef, PolicyReefPad:
-			if row.PreemptN == 0 || row.PreemptP50Us <= 0 {
-				t.Errorf("%s: %d preempting arrivals, preemption p50 %.1f µs", what, row.PreemptN, row.PreemptP50Us)
-			}
-			if row.Policy == PolicyReefPad && (row.PadRTKernels == 0 || row.PadGain <= 0 ||
-				row.PadBEBlocks > 0 && row.PadLaunches == 0) {
-				t.Errorf("reef-pad %s: %d RT kernels, %d padded, %d BE blocks, gain %v", row.Workload,
-					row.PadRTKernels, row.PadLaunches, row.PadBEBlocks, row.PadGain)
-			}
-			if row.Policy == PolicyReef && row.Preemptions > 0 && row.ReexecShare <= 0 {
-				t.Errorf("reef %s: %d preempted BE jobs finished, but no kernel was relaunched", row.Workload, row.Preemptions)
-			}
 			for _, r := range rt {
 				for _, s := range be {
 					if s.start > r.start && s.start < r.end {
-						t.Fatalf("reef %s: BE run of %s started at %d inside RT run of %s [%d, %d]",
-							row.Workload, s.client, s.start, r.client, r.start, r.end)
+						t.Fatalf("%s: BE run of %s started at %d inside RT run of %s [%d, %d]",
+							what, s.client, s.start, r.client, r.start, r.end)
 					}
 				}
 			}
-			preempted := 0
-			for _, s := range be {
-				if s.preempted {
-					preempted++
-				}
-			}
-			if preempted == 0 {
-				t.Errorf("reef %s: no BE run came back preempted", row.Workload)
-			}
+		}
+		if row.Policy != PolicyReef && row.Policy != PolicyReefPad && (spanPre != 0 || row.Preemptions != 0 || row.PreemptN != 0) {
+			t.Errorf("%s preempted: %d runs, %d arrivals", what, spanPre, row.PreemptN)
 		}
 	}
-	preempted := 0
+	if len(rep.Restore) != nModels && cfg.RestoreJobs > 0 {
+		t.Errorf("restore: %d models, want %d", len(rep.Restore), nModels)
+	}
+	// every other job is preempted if its run is still going when the
+	// preemption comes; a preempted job's output was checked (an error)
 	for _, r := range rep.Restore {
-		preempted += r.Preempted
-		if r.Jobs != cfg.RestoreJobs || r.BaseMs <= 0 {
+		if r.Jobs != cfg.RestoreJobs || r.BaseMs <= 0 || r.Preempted > (r.Jobs+1)/2 || (r.Preempted > 0) != (r.PreemptedMs > 0) {
 			t.Errorf("restore %s: %+v", r.Role, r)
 		}
-	}
-	if len(rep.Restore) != nModels || preempted == 0 {
-		t.Errorf("restore: %d models, %d jobs preempted", len(rep.Restore), preempted)
 	}
 	md := rep.Markdown()
 	for _, row := range rep.Rows {

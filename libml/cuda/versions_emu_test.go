@@ -3,9 +3,7 @@
 package cuda
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"sluice/libml"
 	"sluice/libml/cuda/internal/emu"
@@ -155,39 +153,14 @@ func TestRunPaddedVersionEmu(t *testing.T) {
 }
 
 // reef-pad in the GPU DISB on the emulator with the BE model's GEMMs
-// fitting Rule 1 only in version 1 (synthVersionProfile): padded launches
-// carry version-1 kernels, BE jobs resume from what padding left in that
-// version, and every output is exact.
+// fitting Rule 1 only in version 1 (synthVersionProfile), scripted
+// (reefPadScript): the padded launches of the RT job that preempted the
+// BE job carry version-1 kernels, the BE job resumes from what padding
+// left in that version, and every output is exact.
 func TestDISBPadVersionEmu(t *testing.T) {
-	d := newEmuDev(emuSMs, false)
-	b, err := newEmuDevBackend(d, libml.BackendConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Deinit() })
-	d.h.padReverse = true
-	prof := disbPadProfiles(t, b, "emulator (synthetic times, BE in version 1)",
-		map[string]func(testing.TB, *Instance) *ModelProfile{"VGG": synthProfile, "RNET": synthVersionProfile})
-	cfg := DISBConfig{Workloads: []DISBWorkload{scaleRates(DISBWorkloads()[0], 0.4)},
-		Policies: []string{PolicyReefPad}, Duration: 600 * time.Millisecond,
-		Warmup: 100 * time.Millisecond, Calibrate: 100 * time.Millisecond, Seed: 5,
-		Profiles: prof, Logf: t.Logf}
-	rep, err := RunDISB(context.Background(), b, disbEmuModels(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range rep.Models {
-		if m.PadProfile != "given" {
-			t.Errorf("%s: profile %q", m.Role, m.PadProfile)
-		}
-	}
-	row := rep.Rows[0]
-	if row.Policy != PolicyReefPad || row.Wrong != 0 || row.RTDone == 0 {
-		t.Fatalf("%s: %d wrong outputs, %d RT jobs done", row.Policy, row.Wrong, row.RTDone)
-	}
-	if row.PadBEKernels == 0 || row.PadBEVersioned == 0 {
+	row := reefPadScript(t, emuSMs, synthVersionProfile)
+	if row.PadLaunches == 0 || row.PadBEKernels == 0 || row.PadBEVersioned == 0 {
 		t.Errorf("no version-1 padding: %d padded, %d BE kernels, %d of them not version 0, %d BE blocks",
 			row.PadLaunches, row.PadBEKernels, row.PadBEVersioned, row.PadBEBlocks)
 	}
-	t.Logf("padded %d, BE kernels %d (version 1: %d), BE blocks %d", row.PadLaunches, row.PadBEKernels, row.PadBEVersioned, row.PadBEBlocks)
 }
