@@ -37,7 +37,7 @@ type emuHooks struct {
 	// instance's kernel until another's event).
 	before   func(kernel string, exec int64)
 	onLaunch func(s *emuStream, kernel string, exec int64)
-	log    []emuLaunch
+	log      []emuLaunch
 	// occ is every kernel's occupancy (blocks per SM; 0: 2), padReverse
 	// runs sg_pad's blocks last to first (pad_emu_test.go).
 	occ        int
