@@ -50,7 +50,7 @@ func TestAfPacketVethRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := dptest.NewDigestSink(out, 1, 512)
+	sink := dptest.NewDigestSink(1, 512)
 	loop, err := ioloop.New(ioloop.DefaultConfig(), port, out, sink, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,6 @@ func TestAfPacketVethRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink.Table = table
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sink.Start(ctx, 1)
@@ -95,11 +94,17 @@ func TestAfPacketVethRequests(t *testing.T) {
 			time.Sleep(d)
 		}
 	}
-	ok, bad := 0, 0
+	ok, bad, timedOut := 0, 0, 0
 	deadline := time.Now().Add(5 * time.Second)
 	for id := uint64(1); id <= n; id++ {
 		r, got := cl.Wait(id, time.Until(deadline))
 		if !got {
+			continue
+		}
+		if r.Status == wire.StatusTimedOut {
+			// a datagram lost while the VM stalled: the request's one
+			// answer is timed_out, which the 95% rule below allows for
+			timedOut++
 			continue
 		}
 		if r.Status == wire.StatusOK && bytes.Equal(r.Output, dptest.Result(payloads[id])) {
@@ -116,7 +121,7 @@ func TestAfPacketVethRequests(t *testing.T) {
 	cancel()
 	sink.Wait()
 	st := port.Stats()
-	t.Logf("af_packet e2e: %d/%d requests answered correctly; port %+v; drops %d", ok, n, st, table.C.TotalDrops())
+	t.Logf("af_packet e2e: %d/%d requests answered correctly, %d timed out, %d wrong; port %+v; drops %d", ok, n, timedOut, bad, st, table.C.TotalDrops())
 	if ok < n*95/100 {
 		t.Errorf("%d of %d requests completed, want >= 95%%", ok, n)
 	}
