@@ -340,7 +340,7 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 		port.Close()
 		return nil, fmt.Errorf("appliance: port %s: %w", s.Name, err)
 	}
-	router := ifmanager.NewRouter(ifmanager.Origin{Out: out})
+	router := ifmanager.NewRouter()
 	for _, name := range a.order {
 		if err := router.Add(a.ifs[name].f); err != nil {
 			port.Close()
@@ -362,12 +362,10 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 	rc.MaxRequestBytes = uint32(ap.MaxRequestBytes)
 	rc.Timeout = time.Duration(ap.ReassemblyTimeoutMS) * time.Millisecond
 	rc.MaxHeldFragments = min(rc.MaxHeldFragments, bufs-2*ioloop.DefaultConfig().Burst-2048)
-	table, err := loop.NewTable(rc)
-	if err != nil {
+	if _, err := loop.NewTable(rc); err != nil {
 		port.Close()
 		return nil, fmt.Errorf("appliance: port %s: %w", s.Name, err)
 	}
-	router.SetTable(table)
 	a.log.Info("port open", "port", s.Name, "driver", s.Driver, "buffers", bufs)
 	return &portRun{name: s.Name, port: port, out: out, loop: loop, router: router}, nil
 }
@@ -449,7 +447,7 @@ func (a *Appliance) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	a.ifWG.Wait()
 	for _, p := range a.ports {
-		p.out.Flush(p.port)
+		p.loop.Flush() // the answers of requests the IFs finished after the loop stopped
 	}
 	a.log.Info("sluice drained")
 	return errors.Join(errs...)

@@ -30,13 +30,15 @@ type collector struct {
 	served, failed, overloaded, queueDepth, batches, batchItems, compute   *prometheus.Desc
 	share, batchLimit, swaps, under                                        *prometheus.Desc
 	schedJobs, preemptions, restores, padBlocks, modeSwitches              *prometheus.Desc
+	// the request path's copies and buffers (newPathDescs)
+	payloadCopies, outBuffers, outBuffersInUse, inFlight *prometheus.Desc
 }
 
 func newCollector(a *Appliance) *collector {
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc("sluice_"+name, help, labels, nil)
 	}
-	return &collector{a: a,
+	c := &collector{a: a,
 		rxPackets:    d("rx_packets_total", "Sluice datagrams received by the port driver.", "port"),
 		rxBytes:      d("rx_bytes_total", "UDP payload bytes of received sluice datagrams.", "port"),
 		txPackets:    d("tx_packets_total", "Datagrams transmitted.", "port"),
@@ -70,6 +72,16 @@ func newCollector(a *Appliance) *collector {
 		padBlocks:    d("pad_blocks_total", "Best-effort blocks run as padding beside real-time kernels.", "policy"),
 		modeSwitches: d("sched_rt_mode_switches_total", "Switches from normal to real-time mode.", "policy"),
 	}
+	c.newPathDescs(d)
+	return c
+}
+
+// newPathDescs describes the request path's copies and buffers.
+func (c *collector) newPathDescs(d func(name, help string, labels ...string) *prometheus.Desc) {
+	c.payloadCopies = d("if_payload_copies_total", "Copies of request payloads made on their way to the model's input (divide by if_batch_items_total for copies per request; 1 on the cpu backend: packet to tensor).", "if", "class")
+	c.outBuffers = d("if_output_buffers", "Output buffers in the IF's pool (one per batch whose responses are being sent, kept for reuse).", "if", "class")
+	c.outBuffersInUse = d("if_output_buffers_in_use", "Output buffers whose responses are not all sent yet.", "if", "class")
+	c.inFlight = d("requests_in_flight", "Requests handed to the IFs whose replies are not sent yet (each holds a reply slot).", "port")
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
@@ -104,6 +116,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.drops, t.C.Drops(r), n, r.String())
 		}
 		counter(c.drops, p.router.Unknown.Load(), n, "unknown_model")
+		counter(c.drops, p.loop.C.NoReplySlot.Load(), n, "no_reply_slot")
+		gauge(c.inFlight, float64(p.loop.InFlight()), n)
 		for st := range p.out.C.ByStatus {
 			if v := p.out.C.ByStatus[st].Load(); v > 0 || st <= int(wire.StatusBadInput) {
 				counter(c.responses, v, n, wire.Status(st).String())
@@ -147,6 +161,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.batches, f.C.Batches.Load(), l...)
 		counter(c.batchItems, f.C.BatchItems.Load(), l...)
 		ch <- prometheus.MustNewConstMetric(c.compute, prometheus.CounterValue, float64(f.C.ComputeNS.Load())/1e9, l...)
+		counter(c.payloadCopies, f.C.PayloadCopies.Load(), l...)
+		gauge(c.outBuffers, float64(st.OutBuffers), l...)
+		gauge(c.outBuffersInUse, float64(st.OutBuffersInUse), l...)
 	}
 }
 

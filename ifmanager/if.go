@@ -1,7 +1,8 @@
 // Package ifmanager runs inference functions (IFs): a model instance with
 // its profile, a bounded queue of reassembled requests, and a worker that
-// batches them (SLAB), gathers their payloads into the input tensor, runs
-// the model and answers each request. Shares, batch bounds and even the
+// batches them (SLAB), hands their payloads (views into the packet buffers,
+// still owned by the dataplane) to the backend, which gathers them into the
+// model's input, and answers each request from pooled output buffers. Shares, batch bounds and even the
 // model are changed by shadow swaps: a standby instance linked to the same
 // weights is prepared and warmed while the active one serves, and the
 // worker switches between batches, losing nothing. The Router hands
@@ -10,34 +11,28 @@ package ifmanager
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"sluice/dataplane"
-	"sluice/dataplane/egress"
-	"sluice/dataplane/reasm"
+	"sluice/dataplane/ioloop"
 	"sluice/dataplane/wire"
 	"sluice/libml"
 )
 
-// InputFormat says how a request's payload becomes the model's input.
-type InputFormat string
+// InputFormat says how a request's payload becomes the model's input: the
+// backends' one type, libml.InputFormat, under the name profiles and specs
+// use.
+type InputFormat = libml.InputFormat
 
-// Input formats.
+// Input formats (see libml.InputF32 and libml.InputImageU8).
 const (
-	// InputF32 is the input tensor itself: InputSize float32 values,
-	// little-endian.
-	InputF32 InputFormat = "f32"
-	// InputImageU8 is an 8-bit image in HWC order (H×W×C bytes, C = the
-	// model's channel count): scaled to [0,1], normalized with Mean and Std
-	// per channel, and transposed to the model's CHW layout.
-	InputImageU8 InputFormat = "u8-hwc"
+	InputF32     = libml.InputF32
+	InputImageU8 = libml.InputImageU8
 )
 
 // Config is what the IF manager needs to run an IF, in its own terms
@@ -90,16 +85,8 @@ func (nopObserver) Request(wire.Status, time.Duration, time.Duration, time.Durat
 func (nopObserver) Batch(int, time.Duration, time.Duration, time.Duration)           {}
 func (nopObserver) Swap(time.Duration)                                               {}
 
-// Origin is where a request came from: the reassembly table holding its
-// fragments and the egress that answers it.
-type Origin struct {
-	Table *reasm.Table
-	Out   *egress.Egress
-}
-
 type item struct {
-	r      *reasm.Request
-	o      *Origin
+	r      *ioloop.Request
 	queued int64 // dataplane.Now() at admission
 }
 
@@ -112,22 +99,24 @@ type Counters struct {
 	BatchItems atomic.Uint64
 	ComputeNS  atomic.Uint64
 	GatherNS   atomic.Uint64
-	Swaps      atomic.Uint64
+	// PayloadCopies sums, over the requests of the batches run, the
+	// copies of each request's payload the backend made on its way to the
+	// model's input (libml.Input.Copies): divided by BatchItems, the
+	// copies per request (1 on the cpu backend: packet → tensor).
+	PayloadCopies atomic.Uint64
+	Swaps         atomic.Uint64
 	// LastSwapGapNS is the idle gap of the latest swap.
 	LastSwapGapNS atomic.Int64
 	// Arrivals counts admitted requests (for the share tuner).
 	Arrivals atomic.Uint64
 }
 
-// active is what the worker runs: the instance and its buffers.
+// active is what the worker runs: the instance and its batch bound.
 type active struct {
 	inst  libml.Instance
 	units uint64
 	share float64
 	max   int
-	stage []byte
-	in    []float32
-	out   []float32
 }
 
 // IF is one inference function.
@@ -145,17 +134,21 @@ type IF struct {
 	stopped chan struct{}
 
 	inElems, outElems int
-	inBytes           int
-	channels, hw      int
+	// enc says how a payload becomes the model's input (the backend
+	// converts it)
+	enc *libml.Encoding
+	// outs holds the output buffers responses are sent from
+	outs outPool
 
 	// owned by the worker
 	act      *active
 	batcher  BatchPolicy
 	batch    []item
 	minBatch int
-
-	// per-channel input normalization for InputImageU8
-	scale, bias []float32
+	// input is the batch's payload views for the backend; gatheredNS is
+	// when the backend said it had gathered them (input.Gathered)
+	input      libml.Input
+	gatheredNS int64
 
 	// status snapshot for other goroutines
 	mu          sync.Mutex
@@ -195,23 +188,16 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 	f := &IF{cfg: cfg, be: be, base: inst, log: log.With("if", cfg.Name), obs: obs,
 		queue: make(chan item, cfg.QueueLen), ctl: make(chan func()), stopped: make(chan struct{}),
 		inElems: inst.InputSize(), outElems: inst.OutputSize(), bottleneck: "unknown"}
-	switch cfg.Input {
-	case InputF32, "":
-		f.cfg.Input = InputF32
-		f.inBytes = 4 * f.inElems
-	case InputImageU8:
-		shape := inst.InputShape()
-		if len(shape) != 3 {
-			return nil, fmt.Errorf("ifmanager: IF %q: input %q needs a CHW model input, model has shape %v", cfg.Name, cfg.Input, shape)
-		}
-		f.channels, f.hw = int(shape[0]), int(shape[1]*shape[2])
-		if len(cfg.Mean) != 0 && len(cfg.Mean) != f.channels || len(cfg.Std) != 0 && len(cfg.Std) != f.channels {
-			return nil, fmt.Errorf("ifmanager: IF %q: mean and std need %d values", cfg.Name, f.channels)
-		}
-		f.inBytes = f.inElems
-	default:
-		return nil, fmt.Errorf("ifmanager: IF %q: unknown input format %q (want %q or %q)", cfg.Name, cfg.Input, InputF32, InputImageU8)
+	enc, err := libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, inst.InputShape())
+	if err != nil {
+		return nil, fmt.Errorf("ifmanager: IF %q: %w", cfg.Name, err)
 	}
+	if enc.Elems != f.inElems {
+		return nil, fmt.Errorf("ifmanager: IF %q: input shape %v has %d elements, the instance takes %d", cfg.Name, inst.InputShape(), enc.Elems, f.inElems)
+	}
+	f.enc, f.cfg.Input = enc, enc.Format
+	f.input = libml.Input{Enc: enc, Gathered: f.gathered}
+	f.outs.init(f.outElems)
 	switch cfg.Batching {
 	case "", "slab":
 		s := NewSLAB(cfg.SLO, cfg.MinBatch, cfg.MaxBatch)
@@ -230,19 +216,6 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 		return nil, fmt.Errorf("ifmanager: IF %q: unknown batching %q (want slab, aimd or fixed)", cfg.Name, cfg.Batching)
 	}
 	f.minBatch = cfg.MinBatch
-	if f.cfg.Input == InputImageU8 {
-		f.scale, f.bias = make([]float32, f.channels), make([]float32, f.channels)
-		for ch := range f.scale {
-			m, s := float32(0), float32(1)
-			if len(cfg.Mean) > 0 {
-				m = cfg.Mean[ch]
-			}
-			if len(cfg.Std) > 0 && cfg.Std[ch] != 0 {
-				s = cfg.Std[ch]
-			}
-			f.scale[ch], f.bias[ch] = 1/(255*s), -m/s
-		}
-	}
 	act, err := f.prepare(inst, cfg.MaxBatch, cfg.Units, cfg.Share)
 	if err != nil {
 		return nil, err
@@ -274,8 +247,8 @@ func (f *IF) applyShare(inst libml.Instance, share float64) {
 	}
 }
 
-// prepare configures inst for batches up to max on units and allocates its
-// buffers: everything a swap needs done before the switch.
+// prepare configures inst for batches up to max on units: everything a
+// swap needs done before the switch.
 func (f *IF) prepare(inst libml.Instance, max int, units uint64, share float64) (*active, error) {
 	if err := f.be.ConfigureBatch(inst, max); err != nil {
 		return nil, fmt.Errorf("ifmanager: IF %q: %w", f.cfg.Name, err)
@@ -284,15 +257,14 @@ func (f *IF) prepare(inst libml.Instance, max int, units uint64, share float64) 
 		us.SetUnits(units)
 	}
 	f.applyShare(inst, share)
-	return &active{inst: inst, units: units, share: share, max: max,
-		stage: make([]byte, max*f.inBytes), in: make([]float32, max*f.inElems), out: make([]float32, max*f.outElems)}, nil
+	return &active{inst: inst, units: units, share: share, max: max}, nil
 }
 
 // Config returns the IF's profile as created.
 func (f *IF) Config() Config { return f.cfg }
 
 // RequestBytes is the payload size a request must have.
-func (f *IF) RequestBytes() int { return f.inBytes }
+func (f *IF) RequestBytes() int { return f.enc.Bytes }
 
 // ResponseBytes is the size of an ok response's output.
 func (f *IF) ResponseBytes() int { return 4 * f.outElems }
@@ -321,27 +293,31 @@ type Status struct {
 	// Bottleneck is "cpu" when gathering and converting inputs takes longer
 	// than the model, "compute" otherwise.
 	Bottleneck string
+	// OutBuffers and OutBuffersInUse count the IF's pooled output buffers
+	// (one per batch whose responses are not all sent yet).
+	OutBuffers, OutBuffersInUse int
 }
 
 // Status returns the IF's state.
 func (f *IF) Status() Status {
+	total, inUse := f.outs.counts()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return Status{Name: f.cfg.Name, ModelID: f.cfg.ModelID, Class: f.cfg.Class, SLO: f.cfg.SLO,
 		BatchLimit: f.limit, MaxBatch: f.maxBatchNow, Share: f.shareNow, QueueDepth: len(f.queue),
 		Served: f.C.Served.Load(), Failed: f.C.Failed.Load(), Overloaded: f.C.Overloaded.Load(),
 		Swaps: f.C.Swaps.Load(), LastSwapGap: time.Duration(f.C.LastSwapGapNS.Load()),
-		UnderProvisioned: f.underProv, Bottleneck: f.bottleneck}
+		UnderProvisioned: f.underProv, Bottleneck: f.bottleneck, OutBuffers: total, OutBuffersInUse: inUse}
 }
 
 // Enqueue admits r without blocking; it reports false when the queue is
 // full or the IF is stopping, and the caller must answer r.
-func (f *IF) Enqueue(r *reasm.Request, o *Origin) bool {
+func (f *IF) Enqueue(r *ioloop.Request) bool {
 	if f.closing.Load() {
 		return false
 	}
 	select {
-	case f.queue <- item{r: r, o: o, queued: dataplane.Now()}:
+	case f.queue <- item{r: r, queued: dataplane.Now()}:
 		f.C.Arrivals.Add(1)
 		return true
 	default:
@@ -531,7 +507,7 @@ func (f *IF) Swap(ctx context.Context, spec SwapSpec) (SwapResult, error) {
 		// Warm: one request through the shadow pages in its weights and
 		// code; a full batch would steal more compute from the active
 		// instance, which shares the units until the switch.
-		err = f.be.InferBatch(ctx, inst, 1, shadow.in[:f.inElems], shadow.out[:f.outElems])
+		err = f.be.InferBatch(ctx, inst, 1, make([]float32, f.inElems), make([]float32, f.outElems))
 	}
 	if err != nil {
 		_ = inst.Close()
@@ -568,7 +544,11 @@ func (f *IF) Swap(ctx context.Context, spec SwapSpec) (SwapResult, error) {
 }
 
 // serveBatch serves first and whatever else is queued, up to the batch
-// limit.
+// limit. The payloads stay in the packet buffers: the backend gathers and
+// converts them into the model's input (one copy per request on the CPU)
+// and says when it is done with them (gathered), and the buffers go back
+// to the driver then, before the batch's results are in. The outputs are
+// written into a pooled buffer the responses are sent from.
 func (f *IF) serveBatch(first item) {
 	a := f.act
 	limit := min(f.batcher.Limit(), a.max)
@@ -582,45 +562,57 @@ func (f *IF) serveBatch(first item) {
 		}
 		break
 	}
-	// Gather: each payload is copied once, from its packet buffers into
-	// the staging tensor; the buffers go back to the driver right after.
 	t0 := dataplane.Now()
+	in := &f.input
+	in.Reset()
 	n := 0
 	for _, it := range b {
 		r := it.r
-		st := wire.StatusOK
-		if int(r.TotalLen) != f.inBytes {
-			st = wire.StatusBadInput
-		} else if err := it.o.Table.Gather(a.stage[n*f.inBytes:(n+1)*f.inBytes], r); err != nil {
-			st = wire.StatusInternal
-		}
-		if st != wire.StatusOK {
-			f.answer(it, st, nil, t0, t0)
+		if int(r.TotalLen) != f.enc.Bytes {
+			f.answer(it, wire.StatusBadInput, nil, nil, t0, t0)
 			continue
 		}
+		var err error
+		if in.Payload, err = r.AppendPayload(in.Payload); err != nil {
+			f.log.Error("request payload", "request", r.ID, "err", err)
+			f.answer(it, wire.StatusInternal, nil, nil, t0, t0)
+			continue
+		}
+		in.EndRequest()
 		b[n] = it
 		n++
 	}
+	clear(b[n:])
 	b = b[:n]
-	f.batch = b[:0]
+	f.batch = b
 	if n == 0 {
 		return
 	}
-	f.convert(a, n)
-	t1 := dataplane.Now()
-	err := f.be.InferBatch(context.Background(), a.inst, n, a.in[:n*f.inElems], a.out[:n*f.outElems])
+	ob := f.outs.get(a.max)
+	f.gatheredNS = 0
+	err := f.be.InferInput(context.Background(), a.inst, in, ob.f[:n*f.outElems])
 	t2 := dataplane.Now()
+	t1 := f.gatheredNS
+	if t1 == 0 { // the backend failed before it gathered
+		t1 = t2
+	}
+	copies := in.Copies
+	in.Reset()
 	gather, compute := time.Duration(t1-t0), time.Duration(t2-t1)
 	f.C.GatherNS.Add(uint64(gather))
 	f.C.ComputeNS.Add(uint64(compute))
 	f.C.Batches.Add(1)
 	f.C.BatchItems.Add(uint64(n))
+	f.C.PayloadCopies.Add(uint64(n * copies))
 	if err != nil {
+		f.outs.put(ob)
 		f.obs.Batch(n, gather, compute, 0)
 		f.log.Error("inference failed", "batch", n, "err", err)
 		for _, it := range b {
-			f.answer(it, wire.StatusInternal, nil, t0, t2)
+			f.answer(it, wire.StatusInternal, nil, nil, t0, t2)
 		}
+		f.batch = b[:0]
+		clear(b)
 		return
 	}
 	// SLAB learns from the oldest request's time to its result.
@@ -639,60 +631,37 @@ func (f *IF) serveBatch(first item) {
 	}
 	f.mu.Unlock()
 	outBytes := 4 * f.outElems
-	buf := make([]byte, n*outBytes) // one allocation per batch, owned by egress until sent
+	out := ob.bytes(n * f.outElems)
+	ob.pending.Store(int32(n))
 	for i, it := range b {
-		o := buf[i*outBytes : (i+1)*outBytes]
-		for k, v := range a.out[i*f.outElems : (i+1)*f.outElems] {
-			binary.LittleEndian.PutUint32(o[4*k:], math.Float32bits(v))
-		}
-		f.answer(it, wire.StatusOK, o, t0, t2)
+		f.answer(it, wire.StatusOK, out[i*outBytes:(i+1)*outBytes], ob.sent, t0, t2)
+	}
+	f.batch = b[:0]
+	clear(b)
+}
+
+// gathered is the input's Gathered hook: the backend no longer reads the
+// batch's payloads, so their packet buffers go back to the driver now.
+func (f *IF) gathered() {
+	f.gatheredNS = dataplane.Now()
+	for _, it := range f.batch {
+		it.r.Release()
 	}
 }
 
-// answer gives r back to its table and queues its response.
-func (f *IF) answer(it item, st wire.Status, out []byte, gathered, computed int64) {
+// answer replies to one request (which also releases its packet buffers
+// if the batch did not) and counts it. The reply is never refused and
+// never waits: the request's handle holds a reply slot the I/O loop
+// drains (ioloop.Request.Reply). out, when set, stays untouched until
+// sent is called.
+func (f *IF) answer(it item, st wire.Status, out []byte, sent func([]byte), gathered, computed int64) {
 	r := it.r
-	resp := egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st, Output: out,
-		ArrivedNS: r.FirstNS}
 	first := r.FirstNS
-	it.o.Table.Done(r)
 	if st == wire.StatusOK {
 		f.C.Served.Add(1)
 	} else {
 		f.C.Failed.Add(1)
 	}
 	f.obs.Request(st, time.Duration(gathered-it.queued), time.Duration(computed-gathered), time.Duration(computed-first))
-	// The egress queue only blocks when full; then wait up to a second for
-	// the I/O loop before counting the response as dropped.
-	if it.o.Out.TrySend(&resp) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	if err := it.o.Out.SendWait(ctx, &resp); err != nil {
-		f.log.Warn("response dropped: egress full", "request", r.ID, "err", err)
-	}
-}
-
-// convert turns the staged payloads of n requests into the input tensor.
-func (f *IF) convert(a *active, n int) {
-	switch f.cfg.Input {
-	case InputF32:
-		for i := 0; i < n*f.inElems; i++ {
-			a.in[i] = math.Float32frombits(binary.LittleEndian.Uint32(a.stage[4*i:]))
-		}
-	case InputImageU8:
-		c, hw := f.channels, f.hw
-		for b := 0; b < n; b++ {
-			src := a.stage[b*f.inBytes : (b+1)*f.inBytes]
-			dst := a.in[b*f.inElems : (b+1)*f.inElems]
-			for ch := 0; ch < c; ch++ {
-				d := dst[ch*hw : (ch+1)*hw]
-				sc, bi := f.scale[ch], f.bias[ch]
-				for p := 0; p < hw; p++ {
-					d[p] = float32(src[p*c+ch])*sc + bi
-				}
-			}
-		}
-	}
+	r.Reply(st, out, sent)
 }

@@ -7,19 +7,18 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"sluice/dataplane/egress"
-	"sluice/dataplane/reasm"
+	"sluice/dataplane/ioloop"
 	"sluice/dataplane/wire"
 )
 
 // Router is an ioloop.Sink: it hands each completed request to the IF
 // serving its model id, and answers unknown_model, overloaded and
-// shutting_down itself. The routing table is an immutable snapshot swapped
-// atomically, so Deliver takes no lock.
+// shutting_down itself, through the request's own reply. The routing table
+// is an immutable snapshot swapped atomically, so Deliver takes no lock.
+// One router may serve several ports: requests carry their way back.
 type Router struct {
-	origin Origin
-	mu     sync.Mutex // serializes writers
-	table  atomic.Pointer[map[uint16]*IF]
+	mu    sync.Mutex // serializes writers
+	table atomic.Pointer[map[uint16]*IF]
 	// draining refuses every request with shutting_down.
 	draining atomic.Bool
 	// Unknown counts requests for models no IF serves.
@@ -28,16 +27,13 @@ type Router struct {
 	Refused atomic.Uint64
 }
 
-// NewRouter makes a router for one port.
-func NewRouter(o Origin) *Router {
-	rt := &Router{origin: o}
+// NewRouter makes a router with no routes.
+func NewRouter() *Router {
+	rt := &Router{}
 	empty := map[uint16]*IF{}
 	rt.table.Store(&empty)
 	return rt
 }
-
-// SetTable sets the origin's table once the I/O loop made it.
-func (rt *Router) SetTable(t *reasm.Table) { rt.origin.Table = t }
 
 // ErrDuplicateModel is returned by Add for a model id already routed.
 var ErrDuplicateModel = errors.New("ifmanager: model id already served")
@@ -73,7 +69,7 @@ func (rt *Router) Remove(f *IF) {
 func (rt *Router) SetDraining(on bool) { rt.draining.Store(on) }
 
 // Deliver implements ioloop.Sink.
-func (rt *Router) Deliver(r *reasm.Request) {
+func (rt *Router) Deliver(r *ioloop.Request) {
 	var st wire.Status
 	switch f := (*rt.table.Load())[r.Model]; {
 	case rt.draining.Load():
@@ -82,14 +78,12 @@ func (rt *Router) Deliver(r *reasm.Request) {
 	case f == nil:
 		rt.Unknown.Add(1)
 		st = wire.StatusUnknownModel
-	case f.Enqueue(r, &rt.origin):
+	case f.Enqueue(r):
 		return
 	case f.Closing():
 		st = wire.StatusShuttingDown
 	default:
 		st = wire.StatusOverloaded
 	}
-	_ = rt.origin.Out.Send(&egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st,
-		ArrivedNS: r.FirstNS})
-	rt.origin.Table.Done(r)
+	r.Reply(st, nil, nil)
 }

@@ -17,23 +17,21 @@ import (
 )
 
 // checkSink gathers each completed request on the I/O loop, compares it
-// with what the pcap carried, gives it back and answers with the 64-bit sum
-// of its bytes.
+// with what the pcap carried, and answers it with the 64-bit sum of its
+// bytes.
 type checkSink struct {
 	t    *testing.T
-	loop *ioloop.Loop
-	out  *egress.Egress
 	want map[uint64][]byte
 	got  map[uint64]bool
 	buf  []byte
 }
 
-func (s *checkSink) Deliver(r *reasm.Request) {
+func (s *checkSink) Deliver(r *ioloop.Request) {
 	buf := s.buf[:r.TotalLen]
-	if err := s.loop.Table().Gather(buf, r); err != nil {
+	if err := r.CopyPayload(buf); err != nil {
 		s.t.Errorf("gather %d: %v", r.ID, err)
 	}
-	s.loop.Table().Done(r)
+	r.Release()
 	if !bytes.Equal(buf, s.want[r.ID]) {
 		s.t.Errorf("request %d: reassembled payload differs", r.ID)
 	}
@@ -45,10 +43,7 @@ func (s *checkSink) Deliver(r *reasm.Request) {
 	for _, b := range buf {
 		sum += uint64(b)
 	}
-	out := binary.BigEndian.AppendUint64(nil, sum)
-	if err := s.out.Send(&egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Output: out}); err != nil {
-		s.t.Errorf("egress: %v", err)
-	}
+	r.Reply(wire.StatusOK, binary.BigEndian.AppendUint64(nil, sum), nil)
 }
 
 // TestPcapFullPath replays the pcap mix through the whole receive path:
@@ -79,12 +74,11 @@ func TestPcapFullPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := &checkSink{t: t, out: eg, want: mix.requests, got: map[uint64]bool{}, buf: make([]byte, 1<<16)}
+	sink := &checkSink{t: t, want: mix.requests, got: map[uint64]bool{}, buf: make([]byte, 1<<16)}
 	loop, err := ioloop.New(ioloop.DefaultConfig(), p, eg, sink, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink.loop = loop
 	rc := reasm.DefaultConfig()
 	rc.MaxRequests, rc.MaxHeldFragments, rc.Timeout = 64, 1024, time.Minute
 	table, err := loop.NewTable(rc)
@@ -99,7 +93,7 @@ func TestPcapFullPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := p.Stats()
-		if st.RxPackets+st.RxFiltered == total && table.Outstanding() == 0 && eg.Pending() == 0 {
+		if st.RxPackets+st.RxFiltered == total && table.Outstanding() == 0 && eg.Pending() == 0 && loop.InFlight() == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

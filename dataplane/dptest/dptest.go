@@ -14,8 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"sluice/dataplane/egress"
-	"sluice/dataplane/reasm"
+	"sluice/dataplane/ioloop"
 	"sluice/dataplane/wire"
 )
 
@@ -37,34 +36,27 @@ func Result(payload []byte) []byte {
 // Requests for models other than Model are answered unknown_model; when
 // the queue is full they are answered overloaded.
 type DigestSink struct {
-	Table *reasm.Table
-	Out   *egress.Egress
 	Model uint16
-	queue chan *reasm.Request
+	queue chan *ioloop.Request
 	wg    sync.WaitGroup
 }
 
 // NewDigestSink makes a sink with a queue of queueLen requests.
-func NewDigestSink(out *egress.Egress, model uint16, queueLen int) *DigestSink {
-	return &DigestSink{Out: out, Model: model, queue: make(chan *reasm.Request, queueLen)}
+func NewDigestSink(model uint16, queueLen int) *DigestSink {
+	return &DigestSink{Model: model, queue: make(chan *ioloop.Request, queueLen)}
 }
 
 // Deliver implements ioloop.Sink.
-func (s *DigestSink) Deliver(r *reasm.Request) {
+func (s *DigestSink) Deliver(r *ioloop.Request) {
 	if r.Model != s.Model {
-		s.answer(r, wire.StatusUnknownModel)
+		r.Reply(wire.StatusUnknownModel, nil, nil)
 		return
 	}
 	select {
 	case s.queue <- r:
 	default:
-		s.answer(r, wire.StatusOverloaded)
+		r.Reply(wire.StatusOverloaded, nil, nil)
 	}
-}
-
-func (s *DigestSink) answer(r *reasm.Request, st wire.Status) {
-	_ = s.Out.Send(&egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Status: st})
-	s.Table.Done(r)
 }
 
 // Start runs workers goroutines until ctx ends; Wait waits for them.
@@ -80,13 +72,13 @@ func (s *DigestSink) Start(ctx context.Context, workers int) {
 					for {
 						select {
 						case r := <-s.queue:
-							s.serve(context.Background(), r)
+							s.serve(r)
 						default:
 							return
 						}
 					}
 				case r := <-s.queue:
-					s.serve(ctx, r)
+					s.serve(r)
 				}
 			}
 		}()
@@ -96,19 +88,13 @@ func (s *DigestSink) Start(ctx context.Context, workers int) {
 // Wait waits for the workers to stop.
 func (s *DigestSink) Wait() { s.wg.Wait() }
 
-func (s *DigestSink) serve(ctx context.Context, r *reasm.Request) {
+func (s *DigestSink) serve(r *ioloop.Request) {
 	buf := make([]byte, r.TotalLen)
-	err := s.Table.Gather(buf, r)
-	resp := egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags}
-	s.Table.Done(r)
-	if err != nil {
-		resp.Status = wire.StatusInternal
-	} else {
-		resp.Output = Result(buf)
+	if err := r.CopyPayload(buf); err != nil {
+		r.Reply(wire.StatusInternal, nil, nil)
+		return
 	}
-	if err := s.Out.SendWait(ctx, &resp); err != nil {
-		_ = s.Out.SendWait(context.Background(), &resp)
-	}
+	r.Reply(wire.StatusOK, Result(buf), nil)
 }
 
 // Response is a reassembled response.

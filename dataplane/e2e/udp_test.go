@@ -34,7 +34,7 @@ func TestUDPLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := dptest.NewDigestSink(out, 1, 256)
+	sink := dptest.NewDigestSink(1, 256)
 	loop, err := ioloop.New(ioloop.DefaultConfig(), port, out, sink, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,6 @@ func TestUDPLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink.Table = table
 	sctx, scancel := context.WithCancel(ctx)
 	sink.Start(sctx, 2)
 	lctx, lcancel := context.WithCancel(ctx)

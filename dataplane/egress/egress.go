@@ -2,8 +2,10 @@
 // they came in on: it fragments each response into datagrams and transmits
 // them in bursts from the port's I/O loop.
 //
-// Producers (inference functions, the reassembler) queue responses with
-// Send or SendWait from any goroutine; the I/O loop calls Flush.
+// Producers queue responses with Send or SendWait from any goroutine; the
+// I/O loop calls Flush. The I/O loop's own responses (the replies of
+// ioloop's request handles, which have a slot reserved from admission on)
+// skip the queue: SendNow transmits them at once.
 package egress
 
 import (
@@ -58,8 +60,10 @@ type Response struct {
 	// ArrivedNS is when the request's first fragment arrived
 	// (dataplane.Now clock; 0: unknown), for Config.OnSent.
 	ArrivedNS int64
-
-	queued int64 // dataplane.Now() when queued
+	// QueuedNS is when the response was queued (dataplane.Now clock), for
+	// Counters.WaitNS: Send and SendWait set it; a caller of SendNow sets
+	// it itself.
+	QueuedNS int64
 }
 
 // ErrFull is returned by Send when the queue is full.
@@ -193,7 +197,7 @@ func (e *Egress) sendWait(ctx context.Context, r *Response) error {
 func (e *Egress) push(r *Response) {
 	slot := &e.ring[(e.head+e.n)%len(e.ring)]
 	*slot = *r
-	slot.queued = dataplane.Now()
+	slot.QueuedNS = dataplane.Now()
 	e.n++
 }
 
@@ -229,9 +233,19 @@ func (e *Egress) Flush(port dataplane.Port) int {
 	if len(e.work) == 0 {
 		return 0
 	}
+	done := e.SendNow(port, e.work)
+	clear(e.work)
+	e.work = e.work[:0]
+	return done
+}
+
+// SendNow transmits rs through port at once, as Flush transmits the
+// queued responses, and returns how many it finished (all of them). It is
+// called from the port's I/O loop only; rs may be reused when it returns.
+func (e *Egress) SendNow(port dataplane.Port, rs []Response) int {
 	var h wire.Header
-	for i := range e.work {
-		r := &e.work[i]
+	for i := range rs {
+		r := &rs[i]
 		h = wire.Header{Kind: wire.KindResponse, Flags: r.Flags &^ wire.FlagDeadline, Status: r.Status,
 			Model: r.Model, Flow: r.Flow, Request: r.ID, TotalLen: uint32(len(r.Output))}
 		if r.Status != wire.StatusOK {
@@ -250,22 +264,19 @@ func (e *Egress) Flush(port dataplane.Port) int {
 				d.Payload = r.Output[h.Offset : h.Offset+uint32(h.PayloadLen)]
 			}
 			if len(e.dgs) == cap(e.dgs) {
-				e.transmit(port)
+				e.transmit(port, rs)
 			}
 		}
 		e.sent = append(e.sent, i)
 		e.C.ByStatus[r.Status&15].Add(1)
 	}
-	e.transmit(port)
-	done := len(e.work)
-	clear(e.work)
-	e.work = e.work[:0]
-	return done
+	e.transmit(port, rs)
+	return len(rs)
 }
 
 // transmit sends the datagrams in dgs, retrying refusals, then tells the
-// owners of fully sent responses.
-func (e *Egress) transmit(port dataplane.Port) {
+// owners of fully sent responses (indices into rs).
+func (e *Egress) transmit(port dataplane.Port, rs []Response) {
 	pending := e.dgs
 	for try := 0; len(pending) > 0 && try <= e.cfg.Retries; try++ {
 		n, err := port.TxBurst(pending)
@@ -285,9 +296,9 @@ func (e *Egress) transmit(port dataplane.Port) {
 	e.dgs = e.dgs[:0]
 	now := dataplane.Now()
 	for _, i := range e.sent {
-		r := &e.work[i]
+		r := &rs[i]
 		e.C.Responses.Add(1)
-		e.C.WaitNS.Add(uint64(now - r.queued))
+		e.C.WaitNS.Add(uint64(now - r.QueuedNS))
 		if e.cfg.OnSent != nil {
 			e.cfg.OnSent(r, now)
 		}

@@ -1,7 +1,8 @@
 // Package ioloop runs one port's receive, reassembly and transmit loop:
 // bursts in, fragments into the reassembly table, completed requests to a
-// sink, released buffers back to the driver in bulk, responses out in
-// bursts. It is the only goroutine that touches the port and the table.
+// sink as request handles (Request: payload views, Release, Reply),
+// released buffers back to the driver in bulk, responses out in bursts.
+// It is the only goroutine that touches the port and the table.
 package ioloop
 
 import (
@@ -20,11 +21,10 @@ import (
 )
 
 // Sink receives completed requests on the I/O loop's goroutine. Deliver
-// must not block: a sink that cannot take a request answers it (for example
-// with wire.StatusOverloaded through the Egress) and gives it back with
-// Table.Done.
+// must not block: a sink that cannot take a request answers it at once
+// (r.Reply with wire.StatusOverloaded, say).
 type Sink interface {
-	Deliver(r *reasm.Request)
+	Deliver(r *Request)
 }
 
 // Config tunes a Loop.
@@ -45,6 +45,11 @@ type Config struct {
 	// DrainQuiet is how long the port must stay silent, once its context
 	// ended, before the loop stops receiving.
 	DrainQuiet time.Duration
+	// Replies is the number of request handles, each a reply slot: the
+	// most requests delivered and not yet answered and sent. 0 means
+	// twice the reassembly table's MaxRequests (a request holds a table
+	// slot until its consumer releases its payload, then only its handle).
+	Replies int
 }
 
 // DefaultConfig returns the defaults.
@@ -71,6 +76,17 @@ type Loop struct {
 	wakeCh   chan struct{}
 	// Wakes counts wake-ups by queued responses.
 	Wakes atomic.Uint64
+	// C counts request handles.
+	C Counters
+
+	// request handles (request.go): free is the loop's stack of free
+	// handles, ready the replies waiting to be sent, replies the batch
+	// handed to egress; inUse counts handles not free
+	reqs    []Request
+	free    []int32
+	ready   chan int32
+	replies []egress.Response
+	inUse   int
 }
 
 // New wires a loop. The table must have been made with the loop as its
@@ -120,7 +136,12 @@ func (l *Loop) NewTable(cfg reasm.Config) (*reasm.Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ioloop: %w", err)
 	}
+	n := l.cfg.Replies
+	if n <= 0 {
+		n = 2 * cfg.MaxRequests
+	}
 	l.table = t
+	l.initHandles(n)
 	return t, nil
 }
 
@@ -130,8 +151,9 @@ func (l *Loop) Table() *reasm.Table { return l.table }
 // Now is the loop's clock, dataplane.Now.
 func (l *Loop) Now() int64 { return dataplane.Now() }
 
-// Complete implements reasm.Handler.
-func (l *Loop) Complete(r *reasm.Request) { l.sink.Deliver(r) }
+// Complete implements reasm.Handler: r goes to the sink in a request
+// handle.
+func (l *Loop) Complete(r *reasm.Request) { l.deliver(r) }
 
 // Reject implements reasm.Handler.
 func (l *Loop) Reject(to dataplane.Endpoint, h *wire.Header, st wire.Status) {
@@ -139,12 +161,16 @@ func (l *Loop) Reject(to dataplane.Endpoint, h *wire.Header, st wire.Status) {
 	_ = l.out.Send(&l.reject) // a full queue is counted by egress
 }
 
-// Poll runs one iteration: receive a burst, reassemble it, expire, give
-// buffers back, transmit responses. It reports whether there was any work.
+// Poll runs one iteration: send the replies of request handles, receive a
+// burst, reassemble it, expire, give buffers back, transmit the other
+// responses. It reports whether there was any work.
 // Run calls it in a loop; benchmarks call it directly. now (dataplane.Now
 // nanoseconds) is the only clock the table sees: it times fragments out and
 // ages the table's memory of answered requests (reasm.Config.LateWindow).
 func (l *Loop) Poll(now int64) (bool, error) {
+	// replies first: their slots are free again for the requests this
+	// burst completes
+	sent := l.collect()
 	n, err := l.port.RxBurst(l.pkts)
 	if err != nil {
 		return false, fmt.Errorf("ioloop: rx: %w", err)
@@ -158,9 +184,26 @@ func (l *Loop) Poll(now int64) (bool, error) {
 	if rel := l.table.TakeReleased(); len(rel) > 0 {
 		l.port.Release(rel)
 	}
-	sent := l.out.Flush(l.port)
+	sent += l.out.Flush(l.port)
 	return n > 0 || sent > 0, nil
 }
+
+// Flush gives back the buffers of released requests and sends every
+// response queued so far. Run does it on every iteration; after Run has
+// returned, the owner calls Flush to send the answers of requests its
+// consumers finished later.
+func (l *Loop) Flush() {
+	l.table.DrainDone()
+	if rel := l.table.TakeReleased(); len(rel) > 0 {
+		l.port.Release(rel)
+	}
+	l.out.Flush(l.port)
+	l.collect()
+}
+
+// InFlight is the number of requests delivered whose replies have not
+// been sent yet.
+func (l *Loop) InFlight() int { return int(l.C.InFlight.Load()) }
 
 // Run polls until ctx ends, then drains (see drain): every request that
 // reaches the port is answered, and Run returns once the port is quiet and
@@ -228,7 +271,7 @@ func (l *Loop) asleep() bool {
 	default:
 	}
 	l.sleeping.Store(true)
-	if l.out.Pending() > 0 {
+	if l.out.Pending() > 0 || len(l.ready) > 0 {
 		l.sleeping.Store(false)
 		return false
 	}
@@ -264,12 +307,12 @@ func (l *Loop) drain() error {
 		if busy {
 			quiet = now
 		}
-		if l.table.Outstanding() == 0 && l.out.Pending() == 0 && now.Sub(quiet) >= l.cfg.DrainQuiet {
+		if l.inUse == 0 && l.table.Outstanding() == 0 && l.out.Pending() == 0 && now.Sub(quiet) >= l.cfg.DrainQuiet {
 			break
 		}
 		if now.After(deadline) {
-			l.log.Warn("ioloop: drain timed out", "outstanding", l.table.Outstanding(), "pending_responses", l.out.Pending())
-			err = fmt.Errorf("ioloop: drain: %d requests still outstanding after %v", l.table.Outstanding(), l.cfg.DrainTimeout)
+			l.log.Warn("ioloop: drain timed out", "in_flight", l.inUse, "outstanding", l.table.Outstanding(), "pending_responses", l.out.Pending())
+			err = fmt.Errorf("ioloop: drain: %d requests still in flight after %v", l.inUse, l.cfg.DrainTimeout)
 			break
 		}
 		if !busy {
@@ -277,12 +320,8 @@ func (l *Loop) drain() error {
 		}
 	}
 	l.table.Shutdown()
-	for i := 0; i < 100 && (l.table.Outstanding() > 0 || l.out.Pending() > 0 || i == 0); i++ {
-		l.table.DrainDone()
-		if rel := l.table.TakeReleased(); len(rel) > 0 {
-			l.port.Release(rel)
-		}
-		l.out.Flush(l.port)
+	for i := 0; i < 100 && (l.inUse > 0 || l.table.Outstanding() > 0 || l.out.Pending() > 0 || i == 0); i++ {
+		l.Flush()
 		if i > 0 {
 			time.Sleep(time.Millisecond)
 		}

@@ -21,16 +21,13 @@ import (
 // function would.
 type sumSink struct {
 	loop *Loop
-	out  *egress.Egress
-	in   chan *reasm.Request
+	in   chan *Request
 	full bool // answer everything overloaded, as a full queue does
 }
 
-func (s *sumSink) Deliver(r *reasm.Request) {
+func (s *sumSink) Deliver(r *Request) {
 	if s.full {
-		h := r.Header()
-		s.loop.Reject(r.From, &h, wire.StatusOverloaded)
-		s.loop.Table().Done(r)
+		r.Reply(wire.StatusOverloaded, nil, nil)
 		return
 	}
 	s.in <- r
@@ -44,10 +41,10 @@ func (s *sumSink) run(ctx context.Context, wg *sync.WaitGroup) {
 			return
 		case r := <-s.in:
 			buf := make([]byte, r.TotalLen)
-			if err := s.loop.Table().Gather(buf, r); err != nil {
+			if err := r.CopyPayload(buf); err != nil {
 				panic(err)
 			}
-			s.loop.Table().Done(r)
+			r.Release()
 			var sum uint64
 			for _, b := range buf {
 				sum += uint64(b)
@@ -57,7 +54,7 @@ func (s *sumSink) run(ctx context.Context, wg *sync.WaitGroup) {
 			for i, b := range buf {
 				out[len(out)-1-i] = b
 			}
-			_ = s.out.SendWait(ctx, &egress.Response{To: r.From, Model: r.Model, Flow: r.Flow, ID: r.ID, Flags: r.Flags, Output: out})
+			r.Reply(wire.StatusOK, out, nil)
 		}
 	}
 }
@@ -110,7 +107,7 @@ func setup(t *testing.T, bufs int, full bool) (*mem.Port, *Loop, *sumSink, *coll
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := &sumSink{out: out, in: make(chan *reasm.Request, 1024), full: full}
+	sink := &sumSink{in: make(chan *Request, 1024), full: full}
 	loop, err := New(DefaultConfig(), port, out, sink, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 // nopSink takes no requests: these tests only send responses.
 type nopSink struct{}
 
-func (nopSink) Deliver(*reasm.Request) {}
+func (nopSink) Deliver(r *Request) { r.Reply(wire.StatusOverloaded, nil, nil) }
 
 // runIdle starts a loop on port whose idle waits and sleeps last far
 // longer than the test waits: only a wake-up can send a response queued

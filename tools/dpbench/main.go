@@ -1,5 +1,7 @@
 // Command dpbench measures the dataplane on one core: packets and requests
-// per second through DPDK receive, zero-copy reassembly and batch gather,
+// per second through DPDK receive, zero-copy reassembly, the batch gather
+// into a float32 tensor (in C, from the payload views) and each request's
+// answer,
 // against the raw rx_burst rate of the same port in the same run (the
 // ceiling), and the allocations per packet.
 //
@@ -33,6 +35,8 @@ import (
 	"sluice/dataplane/reasm"
 	"sluice/dataplane/wire"
 	"sluice/dataplane/wire/wirelayer"
+	"sluice/libml"
+	"sluice/libml/cpu"
 )
 
 type options struct {
@@ -122,32 +126,44 @@ func writePcap(path string, o options) (frames int, err error) {
 	return frames, nil
 }
 
-// gatherSink gathers each completed request into the next slot of the
-// batch tensor as soon as it completes, while its fragments are still in
-// cache, and gives it back at once: the packet buffers return to the pool
-// as soon as their bytes are in the tensor.
+// gatherSink serves requests as an inference function does, minus the
+// model: it collects batch requests' payload views (no copy), gathers the
+// batch into the float32 input tensor in one pass in C (libml/cpu's
+// Ingester, one cgo call per batch: the request's one copy), and answers
+// each request (one response datagram each), which gives its packet
+// buffers back.
 type gatherSink struct {
-	table    *reasm.Table
-	slot     int
+	ing      cpu.Ingester
+	in       libml.Input
+	held     []*ioloop.Request
 	batch    int
-	tensor   []byte
-	stride   int
+	tensor   []float32
 	batches  uint64
 	gathered uint64
 	err      error
 }
 
-func (s *gatherSink) Deliver(r *reasm.Request) {
-	off := s.slot * s.stride
-	if err := s.table.Gather(s.tensor[off:off+s.stride], r); err != nil && s.err == nil {
+func (s *gatherSink) Deliver(r *ioloop.Request) {
+	var err error
+	if s.in.Payload, err = r.AppendPayload(s.in.Payload); err != nil && s.err == nil {
 		s.err = err
 	}
-	s.gathered += uint64(r.TotalLen)
-	s.table.Done(r)
-	if s.slot++; s.slot == s.batch {
-		s.slot = 0
-		s.batches++
+	s.in.EndRequest()
+	s.held = append(s.held, r)
+	if len(s.held) < s.batch {
+		return
 	}
+	if err := s.ing.Ingest(s.tensor, &s.in, 0, len(s.held)); err != nil && s.err == nil {
+		s.err = err
+	}
+	for _, h := range s.held {
+		s.gathered += uint64(h.TotalLen)
+		h.Reply(wire.StatusOK, nil, nil)
+	}
+	clear(s.held)
+	s.held = s.held[:0]
+	s.in.Reset()
+	s.batches++
 }
 
 func run(o options) error {
@@ -185,7 +201,14 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	sink := &gatherSink{batch: o.batch, tensor: make([]byte, o.batch*o.size), stride: o.size}
+	if o.size%4 != 0 {
+		return fmt.Errorf("-size %d: the payload is float32 values, a multiple of 4 bytes", o.size)
+	}
+	enc, err := libml.NewEncoding(libml.InputF32, nil, nil, []int64{int64(o.size / 4)})
+	if err != nil {
+		return err
+	}
+	sink := &gatherSink{batch: o.batch, tensor: make([]float32, o.batch*o.size/4), in: libml.Input{Enc: enc}}
 	lcfg := ioloop.DefaultConfig()
 	lcfg.Burst = o.burst
 	loop, err := ioloop.New(lcfg, port, out, sink, nil)
@@ -204,7 +227,6 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	sink.table = table
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -309,7 +331,7 @@ func rawPhase(port *dpdk.Port, o options, d time.Duration) result {
 		AllocsPerPkt: float64(ms1.Mallocs-ms0.Mallocs) / float64(max(pkts, 1))}
 }
 
-// fullPhase runs the I/O loop: rx, reassembly, gather, release.
+// fullPhase runs the I/O loop: rx, reassembly, gather, answers, release.
 func fullPhase(loop *ioloop.Loop, port *dpdk.Port, sink *gatherSink, o options, d time.Duration) result {
 	s0 := port.Stats()
 	c0, g0, d0 := loop.Table().C.Completed.Load(), sink.gathered, loop.Table().C.TotalDrops()
