@@ -494,6 +494,10 @@ type IFStats struct {
 	Served, Failed, Overloaded, Batches uint64
 	MeanBatch                           float64
 	MeanComputeMS                       float64
+	// BatchItems counts the requests run in batches, PayloadCopies the
+	// copies of their payloads the backend made on their way to the
+	// model's input (ifmanager.Counters).
+	BatchItems, PayloadCopies uint64
 }
 
 // Stats returns the appliance's counters.
@@ -515,6 +519,7 @@ func (a *Appliance) Stats() Stats {
 		b := f.C.Batches.Load()
 		st := IFStats{Name: f.Config().Name, Served: f.C.Served.Load(), Failed: f.C.Failed.Load(),
 			Overloaded: f.C.Overloaded.Load(), Batches: b}
+		st.BatchItems, st.PayloadCopies = f.C.BatchItems.Load(), f.C.PayloadCopies.Load()
 		if b > 0 {
 			st.MeanBatch = float64(f.C.BatchItems.Load()) / float64(b)
 			st.MeanComputeMS = float64(f.C.ComputeNS.Load()) / float64(b) / 1e6

@@ -268,6 +268,7 @@ listen = "127.0.0.1:0"
 		return m
 	}
 	var rows []row
+	copies, items := map[string]float64{}, map[string]float64{}
 	for _, load := range o.loads {
 		rate := load * capRT
 		type sent struct {
@@ -310,6 +311,10 @@ listen = "127.0.0.1:0"
 		}
 		for _, c := range classes {
 			b0, b1 := before[c], after[c]
+			if n := b1.BatchItems - b0.BatchItems; n > 0 {
+				copies[c] += float64(b1.PayloadCopies - b0.PayloadCopies)
+				items[c] += float64(n)
+			}
 			comp := math.NaN()
 			if nb := float64(b1.Batches - b0.Batches); nb > 0 {
 				comp = (b1.MeanComputeMS*float64(b1.Batches) - b0.MeanComputeMS*float64(b0.Batches)) / nb
@@ -320,6 +325,13 @@ listen = "127.0.0.1:0"
 				OverheadMS: m - comp, OverheadPct: 100 * (m - comp) / comp})
 		}
 	}
+	fmt.Printf("%s, policy %s: payload copies per request (the backend's count, if_payload_copies_total):", setup, policy)
+	for _, c := range []string{"rt", "be"} {
+		if items[c] > 0 {
+			fmt.Printf(" %s %.2f", c, copies[c]/items[c])
+		}
+	}
+	fmt.Println()
 	if swaps && !mixed && o.swaps > 0 {
 		if err := swapUnderLoad(ctx, o, a, cl, addr, frame, &id, capRT*0.5); err != nil {
 			return nil, 0, err
