@@ -361,6 +361,8 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 	rc.MaxRequests = ap.MaxInflight
 	rc.MaxRequestBytes = uint32(ap.MaxRequestBytes)
 	rc.Timeout = time.Duration(ap.ReassemblyTimeoutMS) * time.Millisecond
+	rc.LateWindow = time.Duration(ap.LateWindowMS) * time.Millisecond
+	rc.MaxLate = ap.MaxLate
 	rc.MaxHeldFragments = min(rc.MaxHeldFragments, bufs-2*ioloop.DefaultConfig().Burst-2048)
 	if _, err := loop.NewTable(rc); err != nil {
 		port.Close()

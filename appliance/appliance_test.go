@@ -192,6 +192,8 @@ func TestProfileErrors(t *testing.T) {
 		{"[[port]]\ndriver=\"carrier-pigeon\"\n", `test.toml:2: port[0].driver "carrier-pigeon"`},
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nmodel_id=1\n[[if]]\nname=\"b\"\nmodel=\"zoo:y\"\nmodel_id=1\n", "already served"},
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nclass=\"urgent\"\n", `if[0].class "urgent"`},
+		{"[appliance]\nlate_window_ms = -1\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", "test.toml:2: appliance.late_window_ms -1"},
+		{"[appliance]\nmax_late = 99999999\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", "test.toml:2: appliance.max_late 99999999"},
 	} {
 		_, err := ParseProfile("test.toml", tc.text)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -42,6 +42,14 @@ type ApplianceSection struct {
 	EAL []string `toml:"eal"`
 	// ReassemblyTimeoutMS expires incomplete requests.
 	ReassemblyTimeoutMS int `toml:"reassembly_timeout_ms"`
+	// LateWindowMS is how long a port remembers a request after its
+	// answer, so its late or duplicated fragments are dropped instead of
+	// answered again (0: 10 x the reassembly timeout, at most the timeout
+	// + 10 s; see docs/protocol.md).
+	LateWindowMS int `toml:"late_window_ms"`
+	// MaxLate caps the requests a port remembers at once (0: 64 x
+	// max_inflight, within 4096..1048576).
+	MaxLate int `toml:"max_late"`
 	// MaxRequestBytes caps a request's size.
 	MaxRequestBytes int `toml:"max_request_bytes"`
 	// MaxInflight caps requests in reassembly or queued, per port.
@@ -398,6 +406,12 @@ func (p *Profile) validate() error {
 	}
 	if a.ReassemblyTimeoutMS < 0 {
 		return fmt.Errorf("appliance.reassembly_timeout_ms %d: must be positive", a.ReassemblyTimeoutMS)
+	}
+	if a.LateWindowMS < 0 || a.LateWindowMS > 3600_000 {
+		return fmt.Errorf("appliance.late_window_ms %d: want 0 (the default) to 3600000", a.LateWindowMS)
+	}
+	if a.MaxLate < 0 || a.MaxLate > 1<<24 {
+		return fmt.Errorf("appliance.max_late %d: want 0 (the default) to %d", a.MaxLate, 1<<24)
 	}
 	if a.MaxRequestBytes == 0 {
 		a.MaxRequestBytes = 16 << 20
