@@ -18,7 +18,8 @@ import (
 // tensor, and InferGathered runs the model on it. No CPU copy and no
 // staging buffer: the host only writes the fragment descriptors.
 //
-// The appliance's use, per IF on the cuda backend:
+// InferInput (instance_input.go) takes this path by itself for f32
+// payloads whose fragments all lie in registered regions. By hand:
 //
 //	reg, err := be.RegisterRegion(pool.Base(), pool.Size()) // once, after Init
 //	...
@@ -29,6 +30,9 @@ import (
 //	err = be.GatherBatch(inst, batch, frags)
 //	err = be.InferGathered(ctx, inst, batch, out)
 //	// the batch's packet buffers may be released now
+//
+// The appliance does not register its DPDK ports' packet regions yet, so
+// its cuda IFs gather on the host (InferInput's other path).
 //
 // Packet buffers must stay untouched until InferGathered returns (the
 // gather runs on the instance's stream before the model's kernels).

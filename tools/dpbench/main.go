@@ -47,6 +47,7 @@ type options struct {
 	frag       int
 	batch      int
 	burst      int
+	hold       bool
 	jsonOut    string
 	cpuProfile string
 }
@@ -74,6 +75,7 @@ func main() {
 	flag.IntVar(&o.frag, "frag", 1024, "fragment payload bytes")
 	flag.IntVar(&o.batch, "batch", 8, "requests per gathered batch")
 	flag.IntVar(&o.burst, "burst", 64, "rx burst size")
+	flag.BoolVar(&o.hold, "hold", false, "hold each batch's requests and gather them in one call, as an IF does (default: gather each request as it completes)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases to this file")
 	flag.Parse()
@@ -126,17 +128,21 @@ func writePcap(path string, o options) (frames int, err error) {
 	return frames, nil
 }
 
-// gatherSink serves requests as an inference function does, minus the
-// model: it collects batch requests' payload views (no copy), gathers the
-// batch into the float32 input tensor in one pass in C (libml/cpu's
-// Ingester, one cgo call per batch: the request's one copy), and answers
-// each request (one response datagram each), which gives its packet
-// buffers back.
+// gatherSink gathers each request's payload, from its views in the packet
+// buffers (no copy until then), into the float32 batch tensor in one pass
+// in C (libml/cpu's Ingester: the request's one copy) and answers it (one
+// response datagram), which gives its packet buffers back. By default
+// each request is gathered as soon as it completes, into the next slot of
+// the tensor, while its fragments are still in cache (one cgo call per
+// request); with -hold, batch requests are held and gathered together
+// (one cgo call per batch), as an IF does.
 type gatherSink struct {
 	ing      cpu.Ingester
 	in       libml.Input
 	held     []*ioloop.Request
+	hold     bool
 	batch    int
+	slot     int
 	tensor   []float32
 	batches  uint64
 	gathered uint64
@@ -150,20 +156,24 @@ func (s *gatherSink) Deliver(r *ioloop.Request) {
 	}
 	s.in.EndRequest()
 	s.held = append(s.held, r)
-	if len(s.held) < s.batch {
+	if s.hold && len(s.held) < s.batch {
 		return
 	}
-	if err := s.ing.Ingest(s.tensor, &s.in, 0, len(s.held)); err != nil && s.err == nil {
+	elems := s.in.Enc.Elems
+	if err := s.ing.Ingest(s.tensor[s.slot*elems:], &s.in, 0, len(s.held)); err != nil && s.err == nil {
 		s.err = err
 	}
 	for _, h := range s.held {
 		s.gathered += uint64(h.TotalLen)
 		h.Reply(wire.StatusOK, nil, nil)
 	}
+	if s.slot += len(s.held); s.slot == s.batch {
+		s.slot = 0
+		s.batches++
+	}
 	clear(s.held)
 	s.held = s.held[:0]
 	s.in.Reset()
-	s.batches++
 }
 
 func run(o options) error {
@@ -208,7 +218,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	sink := &gatherSink{batch: o.batch, tensor: make([]float32, o.batch*o.size/4), in: libml.Input{Enc: enc}}
+	sink := &gatherSink{batch: o.batch, hold: o.hold, tensor: make([]float32, o.batch*o.size/4), in: libml.Input{Enc: enc}}
 	lcfg := ioloop.DefaultConfig()
 	lcfg.Burst = o.burst
 	loop, err := ioloop.New(lcfg, port, out, sink, nil)
@@ -230,8 +240,12 @@ func run(o options) error {
 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	fmt.Printf("dpbench: %s, %d requests x %d B in %d B fragments (%d frames), batch %d, burst %d, %v x %d rounds, GOMAXPROCS %d\n",
-		dpdk.Version(), o.requests, o.size, o.frag, frames, o.batch, o.burst, o.duration, o.rounds, runtime.GOMAXPROCS(0))
+	mode := "each request gathered as it completes"
+	if o.hold {
+		mode = "requests held and gathered by batch"
+	}
+	fmt.Printf("dpbench: %s, %d requests x %d B in %d B fragments (%d frames), batch %d (%s), burst %d, %v x %d rounds, GOMAXPROCS %d\n",
+		dpdk.Version(), o.requests, o.size, o.frag, frames, o.batch, mode, o.burst, o.duration, o.rounds, runtime.GOMAXPROCS(0))
 
 	// warm up: fill the PMD's replay ring and the caches
 	rawPhase(port, o, 300*time.Millisecond)
