@@ -500,6 +500,10 @@ type IFStats struct {
 	// copies of their payloads the backend made on their way to the
 	// model's input (ifmanager.Counters).
 	BatchItems, PayloadCopies uint64
+	// DeadlineAdmission and DeadlineBatch count the requests answered
+	// deadline_exceeded at admission and at batch formation, Late those
+	// answered ok past their deadline (ifmanager.Counters).
+	DeadlineAdmission, DeadlineBatch, Late uint64
 }
 
 // Stats returns the appliance's counters.
@@ -522,6 +526,7 @@ func (a *Appliance) Stats() Stats {
 		st := IFStats{Name: f.Config().Name, Served: f.C.Served.Load(), Failed: f.C.Failed.Load(),
 			Overloaded: f.C.Overloaded.Load(), Batches: b}
 		st.BatchItems, st.PayloadCopies = f.C.BatchItems.Load(), f.C.PayloadCopies.Load()
+		st.DeadlineAdmission, st.DeadlineBatch, st.Late = f.C.DeadlineAdmission.Load(), f.C.DeadlineBatch.Load(), f.C.Late.Load()
 		if b > 0 {
 			st.MeanBatch = float64(f.C.BatchItems.Load()) / float64(b)
 			st.MeanComputeMS = float64(f.C.ComputeNS.Load()) / float64(b) / 1e6

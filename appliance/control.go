@@ -73,7 +73,8 @@ func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
 	return orchestrator.IFStatus{Name: spec.Name, ModelID: spec.ModelID, Model: spec.Model,
 		Backend: spec.Backend, Policy: spec.Policy, Class: spec.Class, SLOMS: spec.SLOMS, MaxBatch: st.MaxBatch,
 		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share,
-		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded}
+		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded,
+		TimeoutAction: spec.TimeoutAction, DeadlineExceeded: st.DeadlineAdmission + st.DeadlineBatch}
 }
 
 func unitsOf(mask uint64) int {
@@ -418,7 +419,7 @@ func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.Reloa
 }
 
 // change moves an IF from cur to next: by swaps when only the model, batch
-// bounds, share or SLO change; otherwise (model id, class, input, queue)
+// bounds, share, SLO or timeout action change; otherwise (model id, class, input, queue)
 // by deploying a replacement under a temporary name and removing the old.
 func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
 	r, err := a.lookup(cur.Name)
@@ -428,7 +429,7 @@ func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
 	swappable := cur
 	swappable.Model, swappable.Backend = next.Model, next.Backend
 	swappable.MaxBatch, swappable.MinBatch, swappable.Share, swappable.AutoShare = next.MaxBatch, next.MinBatch, next.Share, next.AutoShare
-	swappable.SLOMS, swappable.Batching = next.SLOMS, next.Batching
+	swappable.SLOMS, swappable.Batching, swappable.TimeoutAction = next.SLOMS, next.Batching, next.TimeoutAction
 	swappable.InputShape = next.InputShape
 	if !reflect.DeepEqual(swappable, next) || cur.Backend != next.Backend || cur.Batching != next.Batching {
 		// Not a swap: replace the IF. Route the model id to the new IF
@@ -458,6 +459,7 @@ func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
 			return err
 		}
 	}
+	r.f.SetServeLate(next.TimeoutAction == ifmanager.TimeoutServeLate)
 	a.mu.Lock()
 	r.spec = next
 	if next.AutoShare && r.tuner.Load() == nil {

@@ -117,7 +117,7 @@ func (a *Appliance) failedStatus(name string) []orchestrator.IFStatus {
 		}
 		s := f.spec
 		out = append(out, orchestrator.IFStatus{Name: s.Name, ModelID: s.ModelID, Model: s.Model, Backend: s.Backend,
-			Policy: s.Policy, Class: s.Class, SLOMS: s.SLOMS, MaxBatch: s.MaxBatch, MinBatch: s.MinBatch,
+			Policy: s.Policy, Class: s.Class, SLOMS: s.SLOMS, TimeoutAction: s.TimeoutAction, MaxBatch: s.MaxBatch, MinBatch: s.MinBatch,
 			QueueLen: s.QueueLen, Share: s.Share, State: "failed", Error: f.err})
 	}
 	return out

@@ -32,6 +32,8 @@ type collector struct {
 	schedJobs, preemptions, restores, padBlocks, modeSwitches              *prometheus.Desc
 	// the request path's copies and buffers (newPathDescs)
 	payloadCopies, outBuffers, outBuffersInUse, inFlight *prometheus.Desc
+	// deadlines (newDeadlineDescs)
+	deadlineExceeded, late *prometheus.Desc
 }
 
 func newCollector(a *Appliance) *collector {
@@ -73,7 +75,14 @@ func newCollector(a *Appliance) *collector {
 		modeSwitches: d("sched_rt_mode_switches_total", "Switches from normal to real-time mode.", "policy"),
 	}
 	c.newPathDescs(d)
+	c.newDeadlineDescs(d)
 	return c
+}
+
+// newDeadlineDescs describes the deadline refusals and late answers.
+func (c *collector) newDeadlineDescs(d func(name, help string, labels ...string) *prometheus.Desc) {
+	c.deadlineExceeded = d("if_deadline_exceeded_total", "Requests answered deadline_exceeded: at admission (predicted to finish past their deadline) or at batch formation (could no longer finish in time).", "if", "class", "stage")
+	c.late = d("if_late_total", "Requests answered ok past their deadline (timeout_action serve_late, or a batch that ran longer than its estimate).", "if", "class")
 }
 
 // newPathDescs describes the request path's copies and buffers.
@@ -157,6 +166,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.served, f.C.Served.Load(), l...)
 		counter(c.failed, f.C.Failed.Load(), l...)
 		counter(c.overloaded, f.C.Overloaded.Load(), l...)
+		counter(c.deadlineExceeded, f.C.DeadlineAdmission.Load(), cfg.Name, cfg.Class.String(), "admission")
+		counter(c.deadlineExceeded, f.C.DeadlineBatch.Load(), cfg.Name, cfg.Class.String(), "batch")
+		counter(c.late, f.C.Late.Load(), l...)
 		gauge(c.queueDepth, float64(f.QueueDepth()), l...)
 		counter(c.batches, f.C.Batches.Load(), l...)
 		counter(c.batchItems, f.C.BatchItems.Load(), l...)

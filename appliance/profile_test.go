@@ -64,7 +64,7 @@ func TestProfileIFDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := IFSection{Name: "a", Model: "zoo:x", Backend: "cpu", Class: "be", MaxBatch: 8, MinBatch: 1,
-		Batching: "slab", QueueLen: 256, Input: ifmanager.InputF32, Share: 1, Policy: PolicyNone}
+		Batching: "slab", QueueLen: 256, Input: ifmanager.InputF32, Share: 1, Policy: PolicyNone, TimeoutAction: ifmanager.TimeoutReject}
 	if !reflect.DeepEqual(p.IFs[0], want) {
 		t.Errorf("if[0] = %#v\nwant %#v", p.IFs[0], want)
 	}

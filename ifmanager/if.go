@@ -14,6 +14,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,6 +66,10 @@ type Config struct {
 	// CPU backend (0: all units).
 	Share float64
 	Units uint64
+	// ServeLate serves requests that cannot finish by their deadline
+	// instead of answering them deadline_exceeded (timeout_action
+	// "serve_late"; see deadline.go).
+	ServeLate bool
 }
 
 // Observer receives an IF's measurements; the appliance turns them into
@@ -86,15 +92,31 @@ func (nopObserver) Batch(int, time.Duration, time.Duration, time.Duration)      
 func (nopObserver) Swap(time.Duration)                                               {}
 
 type item struct {
-	r      *ioloop.Request
-	queued int64 // dataplane.Now() at admission
+	r        *ioloop.Request
+	queued   int64 // the IF's clock at admission
+	deadline int64 // when its result is due (deadlineOf); 0: none
+	rt       bool  // the request's class is RT: it is served before BE ones
 }
 
-// Counters are an IF's cumulative counts.
+// Counters are an IF's cumulative counts. Every request handed to Admit
+// is counted once: refused (Overloaded, DeadlineAdmission, or
+// shutting_down, which the router counts) or admitted (Arrivals less
+// DeadlineAdmission); every admitted request is answered once, and
+// counted once: Served, Failed or DeadlineBatch.
 type Counters struct {
 	Served     atomic.Uint64 // answered ok
-	Failed     atomic.Uint64 // answered with an error after admission
+	Failed     atomic.Uint64 // answered with an error after admission (bad_input, internal)
 	Overloaded atomic.Uint64 // refused: queue full
+	// DeadlineAdmission counts requests refused deadline_exceeded at
+	// admission: their predicted finish was past their deadline.
+	DeadlineAdmission atomic.Uint64
+	// DeadlineBatch counts admitted requests answered deadline_exceeded
+	// when a batch was formed: they could no longer finish in time.
+	DeadlineBatch atomic.Uint64
+	// Late counts requests answered ok after their deadline (all the late
+	// ones with timeout_action serve_late; with reject, those whose batch
+	// ran longer than its estimate).
+	Late       atomic.Uint64
 	Batches    atomic.Uint64
 	BatchItems atomic.Uint64
 	ComputeNS  atomic.Uint64
@@ -107,7 +129,9 @@ type Counters struct {
 	Swaps         atomic.Uint64
 	// LastSwapGapNS is the idle gap of the latest swap.
 	LastSwapGapNS atomic.Int64
-	// Arrivals counts admitted requests (for the share tuner).
+	// Arrivals counts the requests the IF admitted or refused for their
+	// deadline: its demand, for the share tuner (a refusal for a deadline
+	// is demand the IF's share did not meet).
 	Arrivals atomic.Uint64
 }
 
@@ -128,10 +152,15 @@ type IF struct {
 	C    Counters
 	base libml.Instance // the instance whose weights shadows link to
 
-	queue   chan item
-	ctl     chan func()
-	closing atomic.Bool
-	stopped chan struct{}
+	// Admitted requests wait in rtQ (RT requests) and beQ (BE), each
+	// with room for QueueLen; depth counts the requests admitted and not
+	// yet taken into a batch or refused, rtDepth the RT ones among them,
+	// and bounds the queue at QueueLen.
+	rtQ, beQ       chan item
+	depth, rtDepth atomic.Int64
+	ctl            chan func()
+	closing        atomic.Bool
+	stopped        chan struct{}
 
 	inElems, outElems int
 	// enc says how a payload becomes the model's input (the backend
@@ -140,10 +169,23 @@ type IF struct {
 	// outs holds the output buffers responses are sent from
 	outs outPool
 
+	// What admission reads to predict a request's finish (deadline.go):
+	// the batch estimates, the batch limit, when the running batch is
+	// expected to end (0: none runs), the SLO (ns) and the timeout action.
+	est       batchEstimate
+	admLimit  atomic.Int64
+	busyUntil atomic.Int64
+	sloNS     atomic.Int64
+	serveLate atomic.Bool
+	// now is the IF's clock (dataplane.Now; tests set their own before
+	// Run).
+	now func() int64
+
 	// owned by the worker
 	act      *active
 	batcher  BatchPolicy
 	batch    []item
+	cand     []item // the next batch's candidates: taken from the queues, not yet served
 	minBatch int
 	// input is the batch's payload views for the backend; gatheredNS is
 	// when the backend said it had gathered them (input.Gathered)
@@ -186,7 +228,8 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 		obs = nopObserver{}
 	}
 	f := &IF{cfg: cfg, be: be, base: inst, log: log.With("if", cfg.Name), obs: obs,
-		queue: make(chan item, cfg.QueueLen), ctl: make(chan func()), stopped: make(chan struct{}),
+		rtQ: make(chan item, cfg.QueueLen), beQ: make(chan item, cfg.QueueLen), ctl: make(chan func()), stopped: make(chan struct{}),
+		now:     dataplane.Now,
 		inElems: inst.InputSize(), outElems: inst.OutputSize(), bottleneck: "unknown"}
 	enc, err := libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, inst.InputShape())
 	if err != nil {
@@ -222,6 +265,10 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 	}
 	f.act = act
 	f.limit, f.shareNow, f.maxBatchNow, f.unitsNow = f.batcher.Limit(), cfg.Share, cfg.MaxBatch, cfg.Units
+	f.admLimit.Store(int64(min(f.limit, cfg.MaxBatch)))
+	f.sloNS.Store(int64(cfg.SLO))
+	f.serveLate.Store(cfg.ServeLate)
+	f.est.publish(cfg.MaxBatch)
 	return f, nil
 }
 
@@ -270,21 +317,28 @@ func (f *IF) RequestBytes() int { return f.enc.Bytes }
 func (f *IF) ResponseBytes() int { return 4 * f.outElems }
 
 // QueueDepth is the number of queued requests.
-func (f *IF) QueueDepth() int { return len(f.queue) }
+func (f *IF) QueueDepth() int { return int(f.depth.Load()) }
 
 // Status is a snapshot of an IF's state.
 type Status struct {
-	Name        string
-	ModelID     uint16
-	Class       wire.Class
-	SLO         time.Duration
-	BatchLimit  int
-	MaxBatch    int
-	Share       float64
-	QueueDepth  int
-	Served      uint64
-	Failed      uint64
-	Overloaded  uint64
+	Name       string
+	ModelID    uint16
+	Class      wire.Class
+	SLO        time.Duration
+	BatchLimit int
+	MaxBatch   int
+	Share      float64
+	QueueDepth int
+	Served     uint64
+	Failed     uint64
+	Overloaded uint64
+	// DeadlineAdmission and DeadlineBatch count the requests answered
+	// deadline_exceeded at admission and at batch formation, Late those
+	// answered ok past their deadline.
+	DeadlineAdmission, DeadlineBatch, Late uint64
+	// ServeLate is the timeout action: true for serve_late, false for
+	// reject.
+	ServeLate   bool
 	Swaps       uint64
 	LastSwapGap time.Duration
 	// UnderProvisioned is set when SLAB saw five SLO misses at batch 1 in
@@ -304,26 +358,64 @@ func (f *IF) Status() Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return Status{Name: f.cfg.Name, ModelID: f.cfg.ModelID, Class: f.cfg.Class, SLO: f.cfg.SLO,
-		BatchLimit: f.limit, MaxBatch: f.maxBatchNow, Share: f.shareNow, QueueDepth: len(f.queue),
+		BatchLimit: f.limit, MaxBatch: f.maxBatchNow, Share: f.shareNow, QueueDepth: f.QueueDepth(),
 		Served: f.C.Served.Load(), Failed: f.C.Failed.Load(), Overloaded: f.C.Overloaded.Load(),
-		Swaps: f.C.Swaps.Load(), LastSwapGap: time.Duration(f.C.LastSwapGapNS.Load()),
+		DeadlineAdmission: f.C.DeadlineAdmission.Load(), DeadlineBatch: f.C.DeadlineBatch.Load(), Late: f.C.Late.Load(),
+		ServeLate: f.serveLate.Load(),
+		Swaps:     f.C.Swaps.Load(), LastSwapGap: time.Duration(f.C.LastSwapGapNS.Load()),
 		UnderProvisioned: f.underProv, Bottleneck: f.bottleneck, OutBuffers: total, OutBuffersInUse: inUse}
 }
 
-// Enqueue admits r without blocking; it reports false when the queue is
-// full or the IF is stopping, and the caller must answer r.
-func (f *IF) Enqueue(r *ioloop.Request) bool {
+// Admit admits r without blocking and returns wire.StatusOK: the IF
+// answers r. Otherwise it returns the status the caller must answer r
+// with: StatusShuttingDown when the IF is stopping, StatusOverloaded when
+// its queue is full, and, unless the IF serves late, StatusDeadline when r
+// is predicted to finish past its deadline (see deadline.go). RT requests
+// are predicted, and served, ahead of every queued BE request.
+func (f *IF) Admit(r *ioloop.Request) wire.Status {
 	if f.closing.Load() {
-		return false
+		return wire.StatusShuttingDown
 	}
-	select {
-	case f.queue <- item{r: r, queued: dataplane.Now()}:
-		f.C.Arrivals.Add(1)
-		return true
-	default:
+	now := f.now()
+	it := item{r: r, queued: now, deadline: deadlineOf(r, f.sloNS.Load()), rt: r.Flags&wire.FlagRT != 0}
+	d := f.depth.Load()
+	if d >= int64(f.cfg.QueueLen) {
 		f.C.Overloaded.Add(1)
-		return false
+		return wire.StatusOverloaded
 	}
+	if it.deadline != 0 && !f.serveLate.Load() {
+		ahead := d
+		if it.rt {
+			ahead = f.rtDepth.Load()
+		}
+		fin := predictFinish(now, f.busyUntil.Load(), int(ahead), int(f.admLimit.Load()), f.est.get)
+		if fin > it.deadline {
+			f.C.Arrivals.Add(1)
+			f.C.DeadlineAdmission.Add(1)
+			return wire.StatusDeadline
+		}
+	}
+	// Take a place: depth bounds the two queues together.
+	for !f.depth.CompareAndSwap(d, d+1) {
+		if d = f.depth.Load(); d >= int64(f.cfg.QueueLen) {
+			f.C.Overloaded.Add(1)
+			return wire.StatusOverloaded
+		}
+	}
+	// A worker that started draining after the place was taken waits for
+	// the request (depth > 0); one that started before is seen here.
+	if f.closing.Load() {
+		f.depth.Add(-1)
+		return wire.StatusShuttingDown
+	}
+	f.C.Arrivals.Add(1)
+	if it.rt {
+		f.rtDepth.Add(1)
+		f.rtQ <- it // never blocks: depth <= QueueLen, the room of each queue
+	} else {
+		f.beQ <- it
+	}
+	return wire.StatusOK
 }
 
 // Closing reports whether the IF stopped admitting requests.
@@ -339,24 +431,56 @@ func (f *IF) Run(ctx context.Context) {
 		}
 	}()
 	for {
+		if len(f.cand) > 0 {
+			// requests wait already: serve them unless told otherwise
+			select {
+			case <-ctx.Done():
+				f.closing.Store(true)
+				f.drain()
+				return
+			case fn := <-f.ctl:
+				if fn == nil { // Stop
+					f.drain()
+					return
+				}
+				fn()
+				continue
+			default:
+			}
+			f.serveBatch()
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			f.closing.Store(true)
-			for len(f.queue) > 0 {
-				f.serveBatch(<-f.queue)
-			}
+			f.drain()
 			return
 		case fn := <-f.ctl:
 			if fn == nil { // Stop
-				for len(f.queue) > 0 {
-					f.serveBatch(<-f.queue)
-				}
+				f.drain()
 				return
 			}
 			fn()
-		case it := <-f.queue:
-			f.serveBatch(it)
+		case it := <-f.rtQ:
+			f.cand = append(f.cand, it)
+			f.serveBatch()
+		case it := <-f.beQ:
+			f.cand = append(f.cand, it)
+			f.serveBatch()
 		}
+	}
+}
+
+// drain serves (or, past their deadlines, refuses) every admitted request;
+// admission is closed. A request whose admission took its place before
+// admission closed is waited for.
+func (f *IF) drain() {
+	for f.depth.Load() > 0 {
+		if len(f.cand) == 0 && len(f.rtQ) == 0 && len(f.beQ) == 0 {
+			runtime.Gosched() // an Admit between its place and its send
+			continue
+		}
+		f.serveBatch()
 	}
 }
 
@@ -417,8 +541,12 @@ func (f *IF) SetBatch(ctx context.Context, min, max int) error {
 		f.mu.Lock()
 		f.limit = f.batcher.Limit()
 		f.mu.Unlock()
+		f.admLimit.Store(int64(f.batchLimit()))
 	})
 }
+
+// batchLimit is the largest batch the worker forms now.
+func (f *IF) batchLimit() int { return min(f.batcher.Limit(), f.act.max) }
 
 // SetSLO changes the SLO SLAB batches against, between batches.
 func (f *IF) SetSLO(ctx context.Context, slo time.Duration) error {
@@ -428,8 +556,16 @@ func (f *IF) SetSLO(ctx context.Context, slo time.Duration) error {
 		f.cfg.SLO = slo
 		f.limit = f.batcher.Limit()
 		f.mu.Unlock()
+		f.sloNS.Store(int64(slo))
+		f.admLimit.Store(int64(f.batchLimit()))
 	})
 }
+
+// SetServeLate sets the timeout action (see Config.ServeLate); it applies
+// to the requests admitted from now on and to the batches formed from now
+// on (Config keeps the value the IF was made with; Status has the
+// current one).
+func (f *IF) SetServeLate(on bool) { f.serveLate.Store(on) }
 
 // Units is the active instance's unit mask.
 func (f *IF) Units() uint64 {
@@ -521,7 +657,9 @@ func (f *IF) Swap(ctx context.Context, spec SwapSpec) (SwapResult, error) {
 		old, f.act = f.act, shadow
 		if max != cur.max {
 			f.batcher.SetBounds(min(f.minBatch, max), max)
+			f.est.publish(max)
 		}
+		f.admLimit.Store(int64(f.batchLimit()))
 		gap = time.Since(t0)
 		f.mu.Lock()
 		f.shareNow, f.maxBatchNow, f.limit, f.unitsNow = share, max, f.batcher.Limit(), units
@@ -543,26 +681,112 @@ func (f *IF) Swap(ctx context.Context, spec SwapSpec) (SwapResult, error) {
 	return SwapResult{Prepare: prep, Gap: gap}, nil
 }
 
-// serveBatch serves first and whatever else is queued, up to the batch
-// limit. The payloads stay in the packet buffers: the backend gathers and
-// converts them into the model's input (one copy per request on the CPU)
-// and says when it is done with them (gathered), and the buffers go back
-// to the driver then, before the batch's results are in. The outputs are
-// written into a pooled buffer the responses are sent from.
-func (f *IF) serveBatch(first item) {
-	a := f.act
-	limit := min(f.batcher.Limit(), a.max)
-	b := append(f.batch[:0], first)
-	for len(b) < limit {
+// topUp moves queued requests into the candidates: RT ones until limit
+// RT requests wait there, then BE ones until limit requests do.
+func (f *IF) topUp(limit int) {
+	rt := 0
+	for i := range f.cand {
+		if f.cand[i].rt {
+			rt++
+		}
+	}
+	for ; rt < limit; rt++ {
 		select {
-		case it := <-f.queue:
-			b = append(b, it)
+		case it := <-f.rtQ:
+			f.cand = append(f.cand, it)
 			continue
 		default:
 		}
 		break
 	}
-	t0 := dataplane.Now()
+	for len(f.cand) < limit {
+		select {
+		case it := <-f.beQ:
+			f.cand = append(f.cand, it)
+			continue
+		default:
+		}
+		break
+	}
+}
+
+// unqueue counts it out of the queue (taken into a batch or refused).
+func (f *IF) unqueue(it *item) {
+	f.depth.Add(-1)
+	if it.rt {
+		f.rtDepth.Add(-1)
+	}
+}
+
+// formBatch takes the next batch out of the candidates into f.batch, at
+// most limit requests: RT ones first, then by deadline. Unless the IF
+// serves late, candidates that can no longer finish by their deadline
+// are answered deadline_exceeded first (and more are taken from the
+// queues in their place), and the batch is chosen so its members finish
+// in time (pickBatch): the candidates left out wait for the next batch.
+func (f *IF) formBatch(limit int) []item {
+	b := f.batch[:0]
+	reject := !f.serveLate.Load()
+	var now int64
+	for {
+		f.topUp(limit)
+		slices.SortStableFunc(f.cand, itemOrder)
+		if !reject {
+			break
+		}
+		now = f.now()
+		fin := now + f.est.get(1)
+		k, dropped := 0, 0
+		for _, it := range f.cand {
+			if it.meets(fin) {
+				f.cand[k] = it
+				k++
+				continue
+			}
+			f.unqueue(&it)
+			f.C.DeadlineBatch.Add(1)
+			f.answer(it, wire.StatusDeadline, nil, nil, now, now)
+			dropped++
+		}
+		clear(f.cand[k:])
+		f.cand = f.cand[:k]
+		if dropped == 0 || (len(f.rtQ) == 0 && len(f.beQ) == 0) {
+			break
+		}
+	}
+	n, prefix, fin := min(limit, len(f.cand)), true, int64(0)
+	if reject {
+		n, prefix, fin = pickBatch(f.cand, limit, now, f.est.get)
+	}
+	k := 0
+	for _, it := range f.cand {
+		if len(b) < n && (prefix || it.meets(fin)) {
+			f.unqueue(&it)
+			b = append(b, it)
+			continue
+		}
+		f.cand[k] = it
+		k++
+	}
+	clear(f.cand[k:])
+	f.cand = f.cand[:k]
+	return b
+}
+
+// serveBatch serves the next batch (formBatch). The payloads stay in the
+// packet buffers: the backend gathers and converts them into the model's
+// input (one copy per request on the CPU) and says when it is done with
+// them (gathered), and the buffers go back to the driver then, before the
+// batch's results are in. The outputs are written into a pooled buffer the
+// responses are sent from.
+func (f *IF) serveBatch() {
+	a := f.act
+	b := f.formBatch(f.batchLimit())
+	if len(b) == 0 {
+		f.batch = b
+		return
+	}
+	t0 := f.now()
 	in := &f.input
 	in.Reset()
 	n := 0
@@ -590,8 +814,10 @@ func (f *IF) serveBatch(first item) {
 	}
 	ob := f.outs.get(a.max)
 	f.gatheredNS = 0
+	f.busyUntil.Store(t0 + f.est.get(n))
 	err := f.be.InferInput(context.Background(), a.inst, in, ob.f[:n*f.outElems])
-	t2 := dataplane.Now()
+	t2 := f.now()
+	f.busyUntil.Store(0)
 	t1 := f.gatheredNS
 	if t1 == 0 { // the backend failed before it gathered
 		t1 = t2
@@ -621,7 +847,9 @@ func (f *IF) serveBatch(first item) {
 		oldest = min(oldest, it.r.FirstNS)
 	}
 	f.batcher.Observe(n, time.Duration(t2-oldest))
+	f.est.observe(n, time.Duration(t2-t0))
 	f.obs.Batch(n, gather, compute, time.Duration(t2-oldest))
+	f.admLimit.Store(int64(f.batchLimit()))
 	f.mu.Lock()
 	f.limit = f.batcher.Limit()
 	if gather > compute {
@@ -634,6 +862,9 @@ func (f *IF) serveBatch(first item) {
 	out := ob.bytes(n * f.outElems)
 	ob.pending.Store(int32(n))
 	for i, it := range b {
+		if it.deadline != 0 && t2 > it.deadline {
+			f.C.Late.Add(1)
+		}
 		f.answer(it, wire.StatusOK, out[i*outBytes:(i+1)*outBytes], ob.sent, t0, t2)
 	}
 	f.batch = b[:0]
@@ -643,7 +874,7 @@ func (f *IF) serveBatch(first item) {
 // gathered is the input's Gathered hook: the backend no longer reads the
 // batch's payloads, so their packet buffers go back to the driver now.
 func (f *IF) gathered() {
-	f.gatheredNS = dataplane.Now()
+	f.gatheredNS = f.now()
 	for _, it := range f.batch {
 		it.r.Release()
 	}
@@ -657,9 +888,11 @@ func (f *IF) gathered() {
 func (f *IF) answer(it item, st wire.Status, out []byte, sent func([]byte), gathered, computed int64) {
 	r := it.r
 	first := r.FirstNS
-	if st == wire.StatusOK {
+	switch st {
+	case wire.StatusOK:
 		f.C.Served.Add(1)
-	} else {
+	case wire.StatusDeadline: // counted by the caller (DeadlineBatch)
+	default:
 		f.C.Failed.Add(1)
 	}
 	f.obs.Request(st, time.Duration(gathered-it.queued), time.Duration(computed-gathered), time.Duration(computed-first))

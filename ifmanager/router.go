@@ -12,8 +12,9 @@ import (
 )
 
 // Router is an ioloop.Sink: it hands each completed request to the IF
-// serving its model id, and answers unknown_model, overloaded and
-// shutting_down itself, through the request's own reply. The routing table
+// serving its model id, and answers unknown_model, shutting_down and the
+// IF's refusals (overloaded, deadline_exceeded) itself, through the
+// request's own reply. The routing table
 // is an immutable snapshot swapped atomically, so Deliver takes no lock.
 // One router may serve several ports: requests carry their way back.
 type Router struct {
@@ -78,12 +79,12 @@ func (rt *Router) Deliver(r *ioloop.Request) {
 	case f == nil:
 		rt.Unknown.Add(1)
 		st = wire.StatusUnknownModel
-	case f.Enqueue(r):
-		return
-	case f.Closing():
-		st = wire.StatusShuttingDown
 	default:
-		st = wire.StatusOverloaded
+		// overloaded, deadline_exceeded or shutting_down, counted by
+		// the IF; ok: the IF answers
+		if st = f.Admit(r); st == wire.StatusOK {
+			return
+		}
 	}
 	r.Reply(st, nil, nil)
 }

@@ -33,8 +33,15 @@ type Spec struct {
 	// Class is "rt" or "be" (default).
 	Class string `toml:"class" json:"class,omitempty"`
 	// SLOMS is the latency objective in milliseconds, 0..MaxSLOMS (0: no
-	// objective; batches of MaxBatch whenever that many are queued).
+	// objective; batches of MaxBatch whenever that many are queued). It is
+	// also the deadline of the requests whose header sets none.
 	SLOMS float64 `toml:"slo_ms" json:"slo_ms,omitempty"`
+	// TimeoutAction is what the IF does with a request that cannot finish
+	// by its deadline: TimeoutReject (default) answers it
+	// deadline_exceeded at once, at admission or when its batch is
+	// formed; TimeoutServeLate serves it anyway (Triton's
+	// timeout_action).
+	TimeoutAction string `toml:"timeout_action" json:"timeout_action,omitempty"`
 	// MaxBatch bounds a batch, 1..MaxBatchLimit (default DefaultMaxBatch).
 	MaxBatch int `toml:"max_batch" json:"max_batch,omitempty"`
 	// MinBatch bounds SLAB's batch limit from below, 1..MaxBatch (default
@@ -90,6 +97,15 @@ const (
 	// DefaultAutoShare is the starting Share of an AutoShare IF that
 	// gives none.
 	DefaultAutoShare = 0.3
+)
+
+// Timeout actions (Spec.TimeoutAction).
+const (
+	// TimeoutReject answers a request that cannot finish by its deadline
+	// deadline_exceeded at once.
+	TimeoutReject = "reject"
+	// TimeoutServeLate serves every admitted request, late or not.
+	TimeoutServeLate = "serve_late"
 )
 
 // PolicyNone is the policy of IFs that run on their own share of the
@@ -178,6 +194,11 @@ func (s *Spec) Validate() error {
 	}
 	if math.IsNaN(s.SLOMS) || s.SLOMS < 0 || s.SLOMS > MaxSLOMS {
 		return fieldErr("slo_ms", " %v: want 0..%d", s.SLOMS, MaxSLOMS)
+	}
+	switch s.TimeoutAction {
+	case "", TimeoutReject, TimeoutServeLate:
+	default:
+		return fieldErr("timeout_action", " %q: want %q or %q", s.TimeoutAction, TimeoutReject, TimeoutServeLate)
 	}
 	maxBatch := s.MaxBatch
 	if maxBatch == 0 {
@@ -273,6 +294,9 @@ func (s *Spec) Resolve(appliancePolicy string) error {
 	if s.Class == "" {
 		s.Class = "be"
 	}
+	if s.TimeoutAction == "" {
+		s.TimeoutAction = TimeoutReject
+	}
 	if s.MaxBatch == 0 {
 		s.MaxBatch = DefaultMaxBatch
 	}
@@ -309,5 +333,5 @@ func (s *Spec) Config() Config {
 	}
 	return Config{Name: s.Name, ModelID: s.ModelID, Class: class, MinBatch: s.MinBatch, MaxBatch: s.MaxBatch,
 		QueueLen: s.QueueLen, Input: s.Input, Mean: s.Mean, Std: s.Std, SLO: s.SLO(), Batching: s.Batching,
-		Share: s.Share}
+		Share: s.Share, ServeLate: s.TimeoutAction == TimeoutServeLate}
 }

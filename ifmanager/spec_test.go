@@ -52,6 +52,7 @@ func TestSpecValidateNamesTheKey(t *testing.T) {
 		{func(s *Spec) { s.MinBatch = 9 }, "min_batch", "min_batch 9: out of range 1..max_batch (8)"},
 		{func(s *Spec) { s.MinBatch, s.MaxBatch = 5, 4 }, "min_batch", "min_batch 5"},
 		{func(s *Spec) { s.Batching = "greedy" }, "batching", `batching "greedy"`},
+		{func(s *Spec) { s.TimeoutAction = "drop" }, "timeout_action", `timeout_action "drop": want "reject" or "serve_late"`},
 		{func(s *Spec) { s.Share = 1.5 }, "share", "share 1.5: want 0 < share <= 1"},
 		{func(s *Spec) { s.Share = math.NaN() }, "share", "share NaN"},
 		{func(s *Spec) { s.QueueLen = -1 }, "queue_len", "queue_len -1"},
@@ -107,7 +108,7 @@ func TestSpecResolve(t *testing.T) {
 	if err := s.Resolve(""); err != nil {
 		t.Fatal(err)
 	}
-	want := Spec{Name: "det", ModelID: 3, Model: "zoo:resnet18", Backend: "cpu", Class: "rt", SLOMS: 25,
+	want := Spec{Name: "det", ModelID: 3, Model: "zoo:resnet18", Backend: "cpu", Class: "rt", SLOMS: 25, TimeoutAction: TimeoutReject,
 		MaxBatch: DefaultMaxBatch, MinBatch: 1, Batching: "slab", QueueLen: DefaultQueueLen, Input: InputImageU8,
 		Mean: []float32{0.5, 0.5, 0.5}, Share: 1, Policy: PolicyNone}
 	if !reflect.DeepEqual(s, want) {

@@ -188,12 +188,14 @@ type IFStatus struct {
 	Backend string `json:"backend"`
 	// Policy is the scheduling policy the IF runs under ("none" when it
 	// runs on its own share of the units).
-	Policy   string  `json:"policy,omitempty"`
-	Class    string  `json:"class"`
-	SLOMS    float64 `json:"slo_ms"`
-	MaxBatch int     `json:"max_batch"`
-	MinBatch int     `json:"min_batch,omitempty"`
-	QueueLen int     `json:"queue_len"`
+	Policy string  `json:"policy,omitempty"`
+	Class  string  `json:"class"`
+	SLOMS  float64 `json:"slo_ms"`
+	// TimeoutAction is "reject" or "serve_late" (ifmanager.Spec).
+	TimeoutAction string `json:"timeout_action,omitempty"`
+	MaxBatch      int    `json:"max_batch"`
+	MinBatch      int    `json:"min_batch,omitempty"`
+	QueueLen      int    `json:"queue_len"`
 	// Queued is the current queue depth.
 	Queued int `json:"queued"`
 	// Share is the current resource share (0..1).
@@ -211,6 +213,9 @@ type IFStatus struct {
 	Served     uint64 `json:"served"`
 	Failed     uint64 `json:"failed"`
 	Overloaded uint64 `json:"overloaded"`
+	// DeadlineExceeded counts requests answered deadline_exceeded, at
+	// admission or when their batch was formed.
+	DeadlineExceeded uint64 `json:"deadline_exceeded,omitempty"`
 	// P99MS is the recent 99th-percentile latency, when known.
 	P99MS float64 `json:"p99_ms,omitempty"`
 }

@@ -50,6 +50,7 @@ func commands() map[string]command {
 				fs.StringVar(&a.Backend, "backend", "", `backend, "cpu", "cuda" or "ort"`)
 				fs.StringVar(&a.Class, "class", "", `scheduling class, "rt" or "be"`)
 				fs.Float64Var(&a.SLOMS, "slo-ms", 0, "latency objective in milliseconds")
+				fs.StringVar(&a.TimeoutAction, "timeout-action", "", `a request that cannot finish by its deadline: "reject" (answered deadline_exceeded at once; the default) or "serve_late"`)
 				fs.IntVar(&a.MaxBatch, "max-batch", 0, "batch size bound, 1..1024")
 				fs.IntVar(&a.MinBatch, "min-batch", 0, "smallest batch limit adaptive batching may choose, 1..max-batch")
 				fs.StringVar(&a.Batching, "batching", "", "batching: slab, aimd or fixed")

@@ -153,6 +153,7 @@ func logStats(log *slog.Logger, s appliance.Stats) {
 	}
 	for _, f := range s.IFs {
 		log.Info("if", "if", f.Name, "served", f.Served, "failed", f.Failed, "overloaded", f.Overloaded,
+			"deadline_exceeded", f.DeadlineAdmission+f.DeadlineBatch, "late", f.Late,
 			"mean_batch", fmt.Sprintf("%.2f", f.MeanBatch), "mean_compute_ms", fmt.Sprintf("%.2f", f.MeanComputeMS))
 	}
 }
