@@ -114,22 +114,23 @@ func TestControlUnderLoad(t *testing.T) {
 	sendWG.Wait()
 
 	// Every request is answered exactly once. On a loaded machine the
-	// queue may overflow while the IF runs on half the units: overloaded is
-	// an answer, counted; anything else is a failure.
+	// queue may overflow while the IF runs on half the units, and a
+	// request may be predicted to miss its 50 ms SLO: overloaded and
+	// deadline_exceeded are answers, counted; anything else is a failure.
 	lost, failed, over := 0, 0, 0
 	for id := uint64(1); id <= n; id++ {
 		r, ok := client.Wait(id, 10*time.Second)
 		switch {
 		case !ok:
 			lost++
-		case r.Status == wire.StatusOverloaded:
+		case r.Status == wire.StatusOverloaded || r.Status == wire.StatusDeadline:
 			over++
 		case r.Status != wire.StatusOK:
 			failed++
 			t.Errorf("request %d: %v", id, r.Status)
 		}
 	}
-	t.Logf("%d requests across swaps and a resize: %d lost, %d failed, %d overloaded", n, lost, failed, over)
+	t.Logf("%d requests across swaps and a resize: %d lost, %d failed, %d overloaded or deadline_exceeded", n, lost, failed, over)
 	if lost != 0 || failed != 0 {
 		t.Fatalf("%d lost and %d failed of %d requests across swaps and resizes", lost, failed, n)
 	}
