@@ -10,3 +10,14 @@ APPBENCH_FLAGS ?= -duration 6s
 .PHONY: bench-appliance
 bench-appliance: build
 	$(BIN)/appbench $(APPBENCH_FLAGS)
+
+# Overload: one ResNet-18 IF (slo_ms 100, max_batch 8) at 1, 2 and 4 times
+# its capacity, RT and BE requests mixed, under timeout_action "reject"
+# and "serve_late": share answered ok, ok latency against the SLO, time to
+# a refusal, goodput (ok within the SLO per second).
+BENCH_TARGETS += bench-overload
+OVERLOAD_FLAGS ?= -duration 6s
+
+.PHONY: bench-overload
+bench-overload: build
+	$(BIN)/appbench -overload $(OVERLOAD_FLAGS)

@@ -5,6 +5,10 @@
 // time measured on the same backend in the same run.
 //
 //	go build -o bin/appbench ./tools/appbench && bin/appbench
+//
+// With -overload it drives one IF at 1, 2 and 4 times its capacity
+// instead, RT and BE requests mixed, under timeout_action "reject" and
+// "serve_late" (overload.go; make bench-overload).
 package main
 
 import (
@@ -66,7 +70,29 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "also write the rows as JSON")
 	flag.IntVar(&o.swaps, "swaps", 50, "shadow swaps to run under load (RT IF alone, first policy)")
 	pols := flag.String("policies", "none,reef", "scheduling policies to run the set-ups under (appliance.policy), compared at the same request rates")
+	overload := flag.Bool("overload", false, "overload mode: one IF at -loads-x times its capacity under each timeout_action")
+	var ov overloadOptions
+	flag.Float64Var(&ov.sloMS, "slo-ms", 100, "overload mode: the IF's slo_ms")
+	flag.IntVar(&ov.maxBatch, "max-batch", 8, "overload mode: the IF's max_batch")
+	flag.IntVar(&ov.queueLen, "queue-len", 256, "overload mode: the IF's queue_len")
+	loadsX := flag.String("loads-x", "1,2,4", "overload mode: loads, as multiples of the IF's capacity")
 	flag.Parse()
+	if *overload {
+		ov.model, ov.threads, ov.duration, ov.jsonOut = o.model, o.threads, o.duration, o.jsonOut
+		for _, f := range strings.Split(*loadsX, ",") {
+			var x float64
+			if _, err := fmt.Sscan(f, &x); err != nil || x <= 0 {
+				fmt.Fprintf(os.Stderr, "appbench: -loads-x %q: want positive numbers\n", *loadsX)
+				os.Exit(2)
+			}
+			ov.loads = append(ov.loads, x)
+		}
+		if err := runOverload(ov); err != nil {
+			fmt.Fprintln(os.Stderr, "appbench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	o.policies = strings.Split(*pols, ",")
 	o.loads = []float64{0.1, 0.3, 0.6, 0.9}
 	if err := run(o); err != nil {
