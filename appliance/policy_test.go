@@ -13,10 +13,7 @@ import (
 
 	"sluice/dataplane/wire"
 	"sluice/ifmanager"
-	"sluice/libml"
-	"sluice/libml/cpu"
 	"sluice/libml/sched"
-	"sluice/libml/zoo"
 	"sluice/orchestrator"
 )
 
@@ -107,32 +104,6 @@ queue_len = 64
 		t.Fatal("no udp port address")
 	}
 
-	// references: the same models on the plain cpu backend
-	ctx := context.Background()
-	ref := cpu.New()
-	if err := ref.Init(ctx, libml.BackendConfig{Units: 2}); err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Deinit()
-	refOut := func(model string, in []float32) []float32 {
-		g, err := zoo.Build(model, zoo.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		inst, err := ref.LoadModel(ctx, model, g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer inst.Close()
-		if err := ref.ConfigureBatch(inst, 1); err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float32, inst.OutputSize())
-		if err := ref.InferBatch(ctx, inst, 1, in, out); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	input := func(seed float64) []float32 {
 		in := make([]float32, 3*224*224)
 		for i := range in {
@@ -141,7 +112,7 @@ queue_len = 64
 		return in
 	}
 	beIn, rtIn := input(1), input(2)
-	beWant, rtWant := refOut("resnet18", beIn), refOut("squeezenet11", rtIn)
+	beWant, rtWant := cpuAnswer(t, "resnet18", beIn), cpuAnswer(t, "squeezenet11", rtIn)
 
 	cl := newClient(t, 21)
 	// BE requests keep the BE IF busy, at most beWindow in flight: a flood
