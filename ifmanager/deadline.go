@@ -2,6 +2,7 @@ package ifmanager
 
 import (
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -24,11 +25,15 @@ import (
 //     ⌊p/L⌋·E(L) + E(p mod L + 1), where p is the number of requests ahead
 //     of it (every queued request for a BE request; the queued RT requests
 //     for an RT request, which are served first), L the batch limit, and
-//     E(n) the estimated time of a batch of n (batchEstimate);
+//     E(n) the estimated time of a batch of n (batchEstimate: the median
+//     of the last 32 batches of that size);
 //   - when a batch is formed, if it can no longer finish even alone
-//     (now + E(1) > deadline), before it takes a place in the batch; and
-//     a batch is only as large as its members' deadlines allow
-//     (pickBatch): the candidates left out wait for the next batch.
+//     (now + E(1) > deadline), before it takes a place in the batch: the
+//     batch's candidates, and the requests at the head of each queue
+//     (so a BE request behind RT work is answered as soon as it cannot
+//     finish, not when its turn comes); and a batch is only as large as
+//     its members' deadlines allow (pickBatch): the candidates left out
+//     wait for the next batch.
 //
 // With TimeoutServeLate nothing is refused for its deadline; requests
 // served past it are counted (Counters.Late), as are those the estimate
@@ -158,91 +163,144 @@ func pickBatch(cand []item, limit int, now int64, est func(n int) int64) (n int,
 }
 
 // batchEstimate learns how long a batch of each size takes, from its start
-// to its results (gather + compute): per size, an EWMA of the observed
-// times (weight 1/8) plus twice an EWMA of their absolute deviation from
-// it (weight 1/4), as TCP estimates its retransmission timeout, so a
-// noisy size is estimated high. A size not observed yet takes the
-// estimate interpolated between the observed sizes around it; above the
-// largest observed size m, E(m)·n/m; below the smallest, the smallest's.
-// Nothing observed: 0 (unknown: admission then only refuses requests
-// whose deadline has passed).
+// to its results (gather + compute): per size, the median of the last
+// estimateWindow batches of that size, so that a stall of the machine now
+// and then does not move it, while a lasting change does within half the
+// window. The median, not a high percentile: on a noisy machine a high
+// percentile refuses requests that most likely finish in time (in
+// make bench-overload, the 90th percentile gave 0.5-0.7x the goodput of
+// the median at 2x and 4x the IF's capacity); the ones that do not are
+// answered late, and counted (Counters.Late). A size not observed yet
+// takes the estimate interpolated between the observed sizes
+// around it; above the largest observed size m, E(m)·n/m; below the
+// smallest, the smallest's. Nothing observed: 0 (unknown: admission then
+// only refuses requests whose deadline has passed).
+//
+// The IF starts with E(1) measured: its worker runs a batch of 1 twice
+// before it serves (a zero input: the first run pages the model in, the
+// second is measured). An estimate can only be corrected by running
+// batches, and a too high one refuses every request: so the estimates are
+// stale, and not used, while the IF is idle (no batch running) longer
+// than max(1 s, 4·E(1)), at most 10 s, after its last batch. The next
+// request is then admitted and run, and re-measures (an IF that cannot
+// meet its deadlines at all serves about one request late per such
+// interval, and refuses the rest).
 //
 // The worker observes and publishes; admission reads the published
 // estimates (atomics), from the I/O loops.
 type batchEstimate struct {
-	mean, dev [MaxBatchLimit + 1]float64 // worker-owned; mean 0: not observed
-	pub       [MaxBatchLimit + 1]atomic.Int64
-	next      [MaxBatchLimit + 1]int16 // publish's scratch
+	rings [MaxBatchLimit + 1]*sampleRing // worker-owned; nil: not observed
+	pub   [MaxBatchLimit + 1]atomic.Int64
+	next  [MaxBatchLimit + 1]int16 // publish's scratch
+	// lastEnd is when the last batch observed ended (the IF's clock).
+	lastEnd atomic.Int64
 	// max is the largest size published.
-	max int
+	max     int
+	scratch [estimateWindow]int64
 }
 
-// estimateDevWeight is how many deviations the estimate adds to the mean.
-const estimateDevWeight = 2
+// estimateWindow is how many batches of a size the estimate looks at.
+const estimateWindow = 32
+
+// estimatePct is the percentile of those batches' times the estimate is.
+const estimatePct = 50
+
+// sampleRing holds the last estimateWindow times of one batch size.
+type sampleRing struct {
+	buf  [estimateWindow]int64
+	n, i int
+	p    int64 // the estimatePct percentile of buf[:n]
+}
+
+// add records v and recomputes the percentile (scratch: room for a copy
+// of the samples).
+func (r *sampleRing) add(v int64, scratch []int64) {
+	r.buf[r.i] = v
+	r.i = (r.i + 1) % estimateWindow
+	r.n = min(r.n+1, estimateWindow)
+	s := scratch[:r.n]
+	copy(s, r.buf[:r.n])
+	slices.Sort(s)
+	r.p = s[(estimatePct*r.n+99)/100-1] // the ceil(pct n / 100)-th smallest
+}
 
 // get returns the estimate for a batch of n, in nanoseconds (0: unknown).
 func (e *batchEstimate) get(n int) int64 {
 	return e.pub[min(max(n, 1), MaxBatchLimit)].Load()
 }
 
-// set makes the estimate of size n exactly d, with no deviation (tests,
-// and a caller who has measured it).
-func (e *batchEstimate) set(n int, d time.Duration) {
-	e.mean[n], e.dev[n] = max(float64(d), 1), 0
+// noEstimate is the estimate while the published ones are stale.
+func noEstimate(int) int64 { return 0 }
+
+// stale reports whether the estimates are too old to use at now: no batch
+// runs (running false) and none ended for max(1 s, 4·E(1)), at most 10 s.
+func (e *batchEstimate) stale(now int64, running bool) bool {
+	return !running && now-e.lastEnd.Load() > min(max(int64(time.Second), 4*e.get(1)), int64(10*time.Second))
+}
+
+// set makes the estimate of size n exactly d, as if measured at now
+// (tests, and a caller who has measured it).
+func (e *batchEstimate) set(n int, d time.Duration, now int64) {
+	e.rings[n] = &sampleRing{}
+	e.rings[n].add(max(int64(d), 1), e.scratch[:])
+	e.lastEnd.Store(now)
 	e.publish(max(e.max, n))
 }
 
-// observe records a batch of n that took d.
-func (e *batchEstimate) observe(n int, d time.Duration) {
+// observe records a batch of n that took d and ended at end.
+func (e *batchEstimate) observe(n int, d time.Duration, end int64) {
 	if n < 1 || n > MaxBatchLimit {
 		return
 	}
-	x := max(float64(d), 1)
-	if e.mean[n] == 0 {
-		e.mean[n], e.dev[n] = x, 0
-	} else {
-		e.dev[n] += (math.Abs(x-e.mean[n]) - e.dev[n]) / 4
-		e.mean[n] += (x - e.mean[n]) / 8
+	r := e.rings[n]
+	if r == nil {
+		r = &sampleRing{}
+		e.rings[n] = r
 	}
+	r.add(max(int64(d), 1), e.scratch[:])
+	e.lastEnd.Store(end)
 	e.publish(e.max)
 }
 
 // publish recomputes the published estimates of sizes 1..maxN.
 func (e *batchEstimate) publish(maxN int) {
 	e.max = min(max(maxN, 1), MaxBatchLimit)
-	val := func(n int) float64 { return e.mean[n] + estimateDevWeight*e.dev[n] }
+	val := func(n int) float64 { return float64(e.rings[n].p) }
 	// next[k]: the smallest observed size above k (0: none)
 	hi := 0
 	for k := e.max + 1; k <= MaxBatchLimit; k++ {
-		if e.mean[k] != 0 {
+		if e.rings[k] != nil {
 			hi = k
 			break
 		}
 	}
 	for k := e.max; k >= 1; k-- {
 		e.next[k] = int16(hi)
-		if e.mean[k] != 0 {
+		if e.rings[k] != nil {
 			hi = k
 		}
 	}
-	lo := 0 // the largest observed size below k
+	lo, vlo := 0, 0.0 // the largest observed size below k, and its value
 	for k := 1; k <= e.max; k++ {
-		if e.mean[k] != 0 {
-			lo = k
-			e.pub[k].Store(int64(val(k)))
+		if e.rings[k] != nil {
+			lo, vlo = k, val(k)
+			e.pub[k].Store(int64(vlo))
 			continue
 		}
-		hi := int(e.next[k])
+		hi, vhi := int(e.next[k]), 0.0
+		if hi != 0 {
+			vhi = val(hi)
+		}
 		var v float64
 		switch {
 		case lo == 0 && hi == 0:
 			v = 0
 		case lo == 0:
-			v = val(hi)
+			v = vhi
 		case hi == 0:
-			v = val(lo) * float64(k) / float64(lo)
+			v = vlo * float64(k) / float64(lo)
 		default:
-			v = val(lo) + (val(hi)-val(lo))*float64(k-lo)/float64(hi-lo)
+			v = vlo + (vhi-vlo)*float64(k-lo)/float64(hi-lo)
 		}
 		e.pub[k].Store(int64(v))
 	}

@@ -94,6 +94,28 @@ func (b *costBackend) ran() [][]int {
 	return append([][]int(nil), b.batches...)
 }
 
+// dlObs records the worker's answers: status and time from the first
+// fragment, in order.
+type dlObs struct {
+	answered chan wire.Status
+	mu       sync.Mutex
+	log      []dlAnswer
+}
+
+type dlAnswer struct {
+	st    wire.Status
+	total time.Duration
+}
+
+func (o *dlObs) Request(st wire.Status, _, _, total time.Duration) {
+	o.mu.Lock()
+	o.log = append(o.log, dlAnswer{st, total})
+	o.mu.Unlock()
+	o.answered <- st
+}
+func (o *dlObs) Batch(int, time.Duration, time.Duration, time.Duration) {}
+func (o *dlObs) Swap(time.Duration)                                     {}
+
 // dlPath is the serving path on the fake clock: a mem port, its I/O loop
 // polled by the test, a router and one IF on costBackend.
 type dlPath struct {
@@ -103,7 +125,7 @@ type dlPath struct {
 	port   *mem.Port
 	loop   *ioloop.Loop
 	f      *IF
-	obs    *signalObs
+	obs    *dlObs
 	mu     sync.Mutex
 	resp   map[uint64][]wire.Status
 	sent   int
@@ -116,7 +138,7 @@ type dlPath struct {
 // IF runs.
 func newDLPath(t *testing.T, cfg Config, cost map[int]time.Duration, est map[int]time.Duration) *dlPath {
 	t.Helper()
-	p := &dlPath{t: t, clk: &fakeClock{}, obs: &signalObs{answered: make(chan wire.Status, 256)}, resp: map[uint64][]wire.Status{}}
+	p := &dlPath{t: t, clk: &fakeClock{}, obs: &dlObs{answered: make(chan wire.Status, 256)}, resp: map[uint64][]wire.Status{}}
 	p.clk.ns.Store(int64(time.Second)) // the clock starts at 1 s
 	p.be = &costBackend{clk: p.clk, cost: cost}
 	cfg.Name, cfg.ModelID, cfg.Input = "dl", 7, InputF32
@@ -132,7 +154,7 @@ func newDLPath(t *testing.T, cfg Config, cost map[int]time.Duration, est map[int
 	}
 	p.f.now = p.clk.now
 	for n, d := range est {
-		p.f.est.set(n, d)
+		p.f.est.set(n, d, p.clk.now())
 	}
 	if p.port, err = mem.New(mem.Config{Buffers: 256, BufSize: 2048, OnTx: p.onTx}); err != nil {
 		t.Fatal(err)
@@ -345,8 +367,8 @@ func TestQueueTailRefused(t *testing.T) {
 // is formed, without running, and does not hold the others back. The SLO
 // is 25 ms and a batch is estimated at 10 ms: both requests arriving at 0
 // are admitted (predicted 10 and 20 ms). The first batch takes 16 ms; at
-// 16 ms the second request cannot finish by 25 ms (16 + the estimate, now
-// 13.75 ms) and is answered deadline_exceeded; the third, which came with
+// 16 ms the second request cannot finish by 25 ms (16 + the estimate, the
+// median of 10 and 16 ms: 10) and is answered deadline_exceeded; the third, which came with
 // a deadline of its own (100 ms), is served. With serve_late the second
 // is served at 26 ms, late.
 func TestHopelessDroppedAtBatch(t *testing.T) {
@@ -409,6 +431,35 @@ func TestRTAheadOfBE(t *testing.T) {
 	wantBatches(t, p.be, [][]int{{3}})
 	if p.f.C.DeadlineAdmission.Load() != 1 || p.f.C.DeadlineBatch.Load() != 1 {
 		t.Fatalf("deadline refusals: %d at admission (want 1: BE 2), %d at batch (want 1: BE 1)", p.f.C.DeadlineAdmission.Load(), p.f.C.DeadlineBatch.Load())
+	}
+}
+
+// A BE request that becomes hopeless while RT requests fill the batches
+// is answered when the first batch after that is formed, not when its
+// turn comes. Batches of 1 take 10 ms. BE 1 (due in 15 ms) and BE 2 (25
+// ms) are admitted, then RT 3, 4, 5 (no deadline): they run first, at 0,
+// 10 and 20 ms. BE 1 cannot finish by 15 ms from 10 ms on, BE 2 by 25 ms
+// from 20 ms on: each is answered deadline_exceeded then (10 and 20 ms
+// after it arrived), while RT requests still wait, and neither runs.
+func TestHopelessAnsweredBehindRT(t *testing.T) {
+	cost := map[int]time.Duration{1: 10 * time.Millisecond}
+	p := newDLPath(t, Config{MaxBatch: 1}, cost, cost)
+	release := p.hold()
+	p.send(1, dlFlag, 15_000)
+	p.send(2, dlFlag, 25_000)
+	for id := uint64(3); id <= 5; id++ {
+		p.send(id, rtFlag, 0)
+	}
+	release()
+	got := p.settle(5)
+	wantStatuses(t, got, map[uint64]wire.Status{1: wire.StatusDeadline, 2: wire.StatusDeadline, 3: wire.StatusOK, 4: wire.StatusOK, 5: wire.StatusOK})
+	wantBatches(t, p.be, [][]int{{3}, {4}, {5}})
+	p.obs.mu.Lock()
+	defer p.obs.mu.Unlock()
+	want := []dlAnswer{{wire.StatusOK, 10 * time.Millisecond}, {wire.StatusDeadline, 10 * time.Millisecond},
+		{wire.StatusOK, 20 * time.Millisecond}, {wire.StatusDeadline, 20 * time.Millisecond}, {wire.StatusOK, 30 * time.Millisecond}}
+	if !reflect.DeepEqual(p.obs.log, want) {
+		t.Fatalf("answers (status, time from arrival) %v, want %v", p.obs.log, want)
 	}
 }
 
@@ -505,27 +556,57 @@ func TestBatchEstimate(t *testing.T) {
 	if e.get(1) != 0 || e.get(8) != 0 {
 		t.Fatal("an estimate before any observation")
 	}
-	e.observe(2, 20*time.Millisecond)
+	t0 := int64(time.Hour)
+	e.observe(2, 20*time.Millisecond, t0)
 	// only size 2 seen: below it its value, above it in proportion
 	for n, want := range map[int]int64{1: 20 * ms, 2: 20 * ms, 4: 40 * ms, 8: 80 * ms} {
 		if got := e.get(n); got != want {
 			t.Errorf("after one batch of 2: E(%d) = %d, want %d", n, got, want)
 		}
 	}
-	e.observe(6, 40*time.Millisecond)
+	e.observe(6, 40*time.Millisecond, t0)
 	for n, want := range map[int]int64{4: 30 * ms, 5: 35 * ms, 7: 40 * ms * 7 / 6} {
 		if got := e.get(n); got != want {
 			t.Errorf("with batches of 2 and 6: E(%d) = %d, want %d", n, got, want)
 		}
 	}
-	// EWMA: mean moves 1/8 of the way, the deviation 1/4 of the way to
-	// the new sample's distance; the estimate is mean + 2 deviations
-	e.observe(2, 28*time.Millisecond) // mean 21 ms, deviation 2 ms
-	if got, want := e.get(2), 25*ms; got != want {
-		t.Errorf("E(2) after 20 and 28 ms: %d, want %d", got, want)
+	// the median of the last 32: a stall now and then does not move it
+	// (16 of 32 do not), a lasting change does (17), and 17 batches later
+	// it is back
+	for range 32 {
+		e.observe(3, 10*time.Millisecond, t0)
 	}
-	if e.get(1) != e.get(2) || e.get(3) != (25*ms+(40*ms-25*ms)/4) {
-		t.Errorf("derived sizes not updated: E(1) %d, E(3) %d", e.get(1), e.get(3))
+	for range 16 {
+		e.observe(3, time.Second, t0)
+	}
+	if got := e.get(3); got != 10*ms {
+		t.Errorf("E(3) with 16 of the last 32 batches at 1 s, the others at 10 ms: %d, want 10 ms", got)
+	}
+	e.observe(3, time.Second, t0)
+	if got := e.get(3); got != int64(time.Second) {
+		t.Errorf("E(3) with 17 of the last 32 at 1 s: %d, want 1 s", got)
+	}
+	for range 17 {
+		e.observe(3, 10*time.Millisecond, t0)
+	}
+	if got := e.get(3); got != 10*ms {
+		t.Errorf("E(3) after 17 more of 10 ms: %d, want 10 ms", got)
+	}
+	// stale while idle for max(1 s, 4 E(1)), at most 10 s, after the
+	// last batch (E(1) is E(2)'s here, 20 ms); never while a batch runs
+	sec := int64(time.Second)
+	if e.stale(t0+sec, false) || !e.stale(t0+sec+1, false) || e.stale(t0+int64(time.Hour), true) {
+		t.Error("staleness after 1 s idle")
+	}
+	e.observe(1, 500*time.Millisecond, t0)
+	if e.stale(t0+2*sec, false) || !e.stale(t0+2*sec+1, false) {
+		t.Error("staleness after 4 E(1) = 2 s idle")
+	}
+	for range 2 {
+		e.observe(1, 5*time.Second, t0)
+	}
+	if e.stale(t0+10*sec, false) || !e.stale(t0+10*sec+1, false) {
+		t.Errorf("staleness with E(1) = %d: after 10 s idle", e.get(1))
 	}
 }
 

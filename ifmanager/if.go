@@ -388,7 +388,11 @@ func (f *IF) Admit(r *ioloop.Request) wire.Status {
 		if it.rt {
 			ahead = f.rtDepth.Load()
 		}
-		fin := predictFinish(now, f.busyUntil.Load(), int(ahead), int(f.admLimit.Load()), f.est.get)
+		busy, est := f.busyUntil.Load(), f.est.get
+		if f.est.stale(now, busy != 0) {
+			est = noEstimate
+		}
+		fin := predictFinish(now, busy, int(ahead), int(f.admLimit.Load()), est)
 		if fin > it.deadline {
 			f.C.Arrivals.Add(1)
 			f.C.DeadlineAdmission.Add(1)
@@ -430,6 +434,7 @@ func (f *IF) Run(ctx context.Context) {
 			f.log.Warn("closing instance", "err", err)
 		}
 	}()
+	f.measure(ctx)
 	for {
 		if len(f.cand) > 0 {
 			// requests wait already: serve them unless told otherwise
@@ -469,6 +474,26 @@ func (f *IF) Run(ctx context.Context) {
 			f.serveBatch()
 		}
 	}
+}
+
+// measure gives the batch estimates their first value, E(1), unless they
+// have one: a batch of 1 on a zero input pages the model in, and a second
+// one is timed (requests queue meanwhile).
+func (f *IF) measure(ctx context.Context) {
+	if f.est.rings[1] != nil {
+		return
+	}
+	in, out := make([]float32, f.inElems), make([]float32, f.outElems)
+	var d int64
+	for range 2 {
+		t0 := f.now()
+		if err := f.be.InferBatch(ctx, f.act.inst, 1, in, out); err != nil {
+			f.log.Warn("measuring a batch of 1 for the deadline estimates", "err", err)
+			return
+		}
+		d = f.now() - t0
+	}
+	f.est.observe(1, time.Duration(d), f.now())
 }
 
 // drain serves (or, past their deadlines, refuses) every admitted request;
@@ -727,15 +752,14 @@ func (f *IF) unqueue(it *item) {
 func (f *IF) formBatch(limit int) []item {
 	b := f.batch[:0]
 	reject := !f.serveLate.Load()
-	var now int64
-	for {
+	now, est := int64(0), f.est.get
+	for reject {
 		f.topUp(limit)
-		slices.SortStableFunc(f.cand, itemOrder)
-		if !reject {
-			break
-		}
 		now = f.now()
-		fin := now + f.est.get(1)
+		if f.est.stale(now, false) {
+			est = noEstimate
+		}
+		fin := now + est(1)
 		k, dropped := 0, 0
 		for _, it := range f.cand {
 			if it.meets(fin) {
@@ -743,20 +767,25 @@ func (f *IF) formBatch(limit int) []item {
 				k++
 				continue
 			}
-			f.unqueue(&it)
-			f.C.DeadlineBatch.Add(1)
-			f.answer(it, wire.StatusDeadline, nil, nil, now, now)
+			f.refuseLate(it, now)
 			dropped++
 		}
 		clear(f.cand[k:])
 		f.cand = f.cand[:k]
+		// the requests at the head of each queue that cannot finish are
+		// answered now too, not when their turn comes
+		dropped += f.sweep(f.rtQ, fin, now) + f.sweep(f.beQ, fin, now)
 		if dropped == 0 || (len(f.rtQ) == 0 && len(f.beQ) == 0) {
 			break
 		}
 	}
+	if !reject {
+		f.topUp(limit)
+	}
+	slices.SortStableFunc(f.cand, itemOrder)
 	n, prefix, fin := min(limit, len(f.cand)), true, int64(0)
 	if reject {
-		n, prefix, fin = pickBatch(f.cand, limit, now, f.est.get)
+		n, prefix, fin = pickBatch(f.cand, limit, now, est)
 	}
 	k := 0
 	for _, it := range f.cand {
@@ -771,6 +800,35 @@ func (f *IF) formBatch(limit int) []item {
 	clear(f.cand[k:])
 	f.cand = f.cand[:k]
 	return b
+}
+
+// refuseLate answers it deadline_exceeded at batch formation.
+func (f *IF) refuseLate(it item, now int64) {
+	f.unqueue(&it)
+	f.C.DeadlineBatch.Add(1)
+	f.answer(it, wire.StatusDeadline, nil, nil, now, now)
+}
+
+// sweep answers deadline_exceeded the requests at the head of q that
+// cannot finish by fin, up to the first that can (a candidate now); it
+// returns how many it answered. With deadlines of arrival + SLO, a queue
+// is in deadline order and its head is its most urgent request.
+func (f *IF) sweep(q chan item, fin, now int64) int {
+	n := 0
+	for {
+		select {
+		case it := <-q:
+			if it.meets(fin) {
+				f.cand = append(f.cand, it)
+				return n
+			}
+			f.refuseLate(it, now)
+			n++
+			continue
+		default:
+		}
+		return n
+	}
 }
 
 // serveBatch serves the next batch (formBatch). The payloads stay in the
@@ -814,7 +872,7 @@ func (f *IF) serveBatch() {
 	}
 	ob := f.outs.get(a.max)
 	f.gatheredNS = 0
-	f.busyUntil.Store(t0 + f.est.get(n))
+	f.busyUntil.Store(max(t0+f.est.get(n), 1)) // not 0: a batch runs
 	err := f.be.InferInput(context.Background(), a.inst, in, ob.f[:n*f.outElems])
 	t2 := f.now()
 	f.busyUntil.Store(0)
@@ -847,7 +905,7 @@ func (f *IF) serveBatch() {
 		oldest = min(oldest, it.r.FirstNS)
 	}
 	f.batcher.Observe(n, time.Duration(t2-oldest))
-	f.est.observe(n, time.Duration(t2-t0))
+	f.est.observe(n, time.Duration(t2-t0), t2)
 	f.obs.Batch(n, gather, compute, time.Duration(t2-oldest))
 	f.admLimit.Store(int64(f.batchLimit()))
 	f.mu.Lock()

@@ -78,7 +78,9 @@ func runOverload(o overloadOptions) error {
 	ctx := context.Background()
 	var rows []overloadRow
 	capacity := 0.0
-	for _, action := range []string{"reject", "serve_late"} {
+	// serve_late first: its closed loop measures the capacity, which
+	// reject then sees at the same request rates
+	for _, action := range []string{"serve_late", "reject"} {
 		rs, c, err := overloadPhase(ctx, o, action, capacity)
 		if err != nil {
 			return fmt.Errorf("%s: %w", action, err)
@@ -136,9 +138,14 @@ func overloadPhase(ctx context.Context, o overloadOptions, action string, capaci
 		frame[i] = byte(i * 13)
 	}
 	id := uint64(0)
+	// warm-up: requests one at a time (the IF measures its batches)
+	for range 20 {
+		id++
+		_ = cl.Send(addr, 1, id, 0, frame)
+		cl.Wait(id, 10*time.Second)
+	}
 	// capacity: closed loop with max_batch requests outstanding (the
-	// IF's batches fill), ok answers per second; it also warms the IF
-	// and its batch estimates up
+	// IF's batches fill), ok answers per second
 	probe := func(d time.Duration) float64 {
 		out := map[uint64]bool{}
 		for range o.maxBatch {
@@ -169,11 +176,13 @@ func overloadPhase(ctx context.Context, o overloadOptions, action string, capaci
 		}
 		return float64(okN) / el.Seconds()
 	}
-	probe(time.Second) // warm-up
-	probed := probe(3 * time.Second)
-	fmt.Printf("timeout_action %s: closed-loop capacity (%d outstanding): %.1f requests/s\n", action, o.maxBatch, probed)
 	if capacity == 0 {
-		capacity = probed
+		probe(time.Second)
+		capacity = probe(3 * time.Second)
+		fmt.Printf("timeout_action %s: closed-loop capacity (%d outstanding): %.1f requests/s\n", action, o.maxBatch, capacity)
+		if capacity <= 0 {
+			return nil, 0, fmt.Errorf("no request answered ok in the capacity probe")
+		}
 	}
 	slo := time.Duration(o.sloMS * float64(time.Millisecond))
 	var rows []overloadRow
