@@ -176,15 +176,14 @@ func pickBatch(cand []item, limit int, now int64, est func(n int) int64) (n int,
 // smallest, the smallest's. Nothing observed: 0 (unknown: admission then
 // only refuses requests whose deadline has passed).
 //
-// The IF starts with E(1) measured: its worker runs a batch of 1 twice
-// before it serves (a zero input: the first run pages the model in, the
-// second is measured). An estimate can only be corrected by running
-// batches, and a too high one refuses every request: so the estimates are
-// stale, and not used, while the IF is idle (no batch running) longer
-// than max(1 s, 4·E(1)), at most 10 s, after its last batch. The next
-// request is then admitted and run, and re-measures (an IF that cannot
-// meet its deadlines at all serves about one request late per such
-// interval, and refuses the rest).
+// An IF's first batch is not observed: it pages the model in, and can
+// take many times what the next ones do. An estimate can only be
+// corrected by running batches, and a too high one refuses every request:
+// so the estimates are stale, and not used, while the IF is idle (no batch
+// running) longer than max(1 s, 4·E(1)), at most 10 s, after its last
+// batch. The next request is then admitted and run, and re-measures (an
+// IF that cannot meet its deadlines at all serves about one request late
+// per such interval, and refuses the rest).
 //
 // The worker observes and publishes; admission reads the published
 // estimates (atomics), from the I/O loops.

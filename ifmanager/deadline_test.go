@@ -332,6 +332,23 @@ func TestPassedDeadlineRefusedWithoutEstimate(t *testing.T) {
 	}
 }
 
+// An IF's first batch, which pages the model in, is not measured; the
+// second is.
+func TestFirstBatchNotMeasured(t *testing.T) {
+	p := newDLPath(t, Config{MaxBatch: 1}, map[int]time.Duration{1: 10 * time.Millisecond}, nil)
+	p.be.once = []time.Duration{500 * time.Millisecond}
+	p.send(1, 0, 0)
+	p.settle(1)
+	if e := p.f.est.get(1); e != 0 {
+		t.Fatalf("E(1) = %d after the first batch, want 0 (unknown)", e)
+	}
+	p.send(2, 0, 0)
+	p.settle(1)
+	if e := p.f.est.get(1); e != 10*ms {
+		t.Fatalf("E(1) = %d after the second batch, want 10 ms", e)
+	}
+}
+
 // Admission refuses the tail of a queue whose predicted finish is past
 // the SLO. Batches of 2 take 15 ms, of 1 10 ms; the SLO is 40 ms. The
 // requests arriving at 0 are predicted to finish at 10, 15 (the second

@@ -187,6 +187,9 @@ type IF struct {
 	batch    []item
 	cand     []item // the next batch's candidates: taken from the queues, not yet served
 	minBatch int
+	// warm is set after the first batch, which pages the model in: it is
+	// not observed (unless the estimates were given a value before)
+	warm bool
 	// input is the batch's payload views for the backend; gatheredNS is
 	// when the backend said it had gathered them (input.Gathered)
 	input      libml.Input
@@ -434,7 +437,6 @@ func (f *IF) Run(ctx context.Context) {
 			f.log.Warn("closing instance", "err", err)
 		}
 	}()
-	f.measure(ctx)
 	for {
 		if len(f.cand) > 0 {
 			// requests wait already: serve them unless told otherwise
@@ -474,26 +476,6 @@ func (f *IF) Run(ctx context.Context) {
 			f.serveBatch()
 		}
 	}
-}
-
-// measure gives the batch estimates their first value, E(1), unless they
-// have one: a batch of 1 on a zero input pages the model in, and a second
-// one is timed (requests queue meanwhile).
-func (f *IF) measure(ctx context.Context) {
-	if f.est.rings[1] != nil {
-		return
-	}
-	in, out := make([]float32, f.inElems), make([]float32, f.outElems)
-	var d int64
-	for range 2 {
-		t0 := f.now()
-		if err := f.be.InferBatch(ctx, f.act.inst, 1, in, out); err != nil {
-			f.log.Warn("measuring a batch of 1 for the deadline estimates", "err", err)
-			return
-		}
-		d = f.now() - t0
-	}
-	f.est.observe(1, time.Duration(d), f.now())
 }
 
 // drain serves (or, past their deadlines, refuses) every admitted request;
@@ -905,7 +887,10 @@ func (f *IF) serveBatch() {
 		oldest = min(oldest, it.r.FirstNS)
 	}
 	f.batcher.Observe(n, time.Duration(t2-oldest))
-	f.est.observe(n, time.Duration(t2-t0), t2)
+	if f.warm || f.est.lastEnd.Load() != 0 {
+		f.est.observe(n, time.Duration(t2-t0), t2)
+	}
+	f.warm = true
 	f.obs.Batch(n, gather, compute, time.Duration(t2-oldest))
 	f.admLimit.Store(int64(f.batchLimit()))
 	f.mu.Lock()
