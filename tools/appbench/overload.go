@@ -46,6 +46,7 @@ type overloadRow struct {
 	GoodputPerS float64 `json:"goodput_per_s"`
 	Deadline    int     `json:"deadline_exceeded"`
 	Overloaded  int     `json:"overloaded"`
+	RefusalP50  float64 `json:"refusal_p50_ms"`
 	RefusalP99  float64 `json:"refusal_p99_ms"`
 	NoAnswer    int     `json:"no_answer"`
 }
@@ -90,12 +91,12 @@ func runOverload(o overloadOptions) error {
 	}
 	fmt.Printf("\n%s, slo_ms %g, max_batch %d, queue_len %d, %s per load point; requests alternate RT and BE, each at half the rate\n\n",
 		o.model, o.sloMS, o.maxBatch, o.queueLen, o.duration)
-	fmt.Println("| timeout_action | load (× capacity) | class | rate/s | sent | ok | ok % | ok p50 ms | ok p99 ms | ok within SLO | goodput/s | deadline_exceeded | overloaded | refusal p99 ms | no answer |")
-	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("| timeout_action | load (× capacity) | class | rate/s | sent | ok | ok % | ok p50 ms | ok p99 ms | ok within SLO | goodput/s | deadline_exceeded | overloaded | refusal p50 ms | refusal p99 ms | no answer |")
+	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Printf("| %s | %.0f | %s | %.1f | %d | %d | %.1f | %.1f | %.1f | %d | %.1f | %d | %d | %.2f | %d |\n",
+		fmt.Printf("| %s | %.0f | %s | %.1f | %d | %d | %.1f | %.1f | %.1f | %d | %.1f | %d | %d | %.1f | %.1f | %d |\n",
 			r.Action, r.Load, r.Class, r.RatePerS, r.Sent, r.OK, r.OKPct, r.P50MS, r.P99MS, r.WithinSLO, r.GoodputPerS,
-			r.Deadline, r.Overloaded, r.RefusalP99, r.NoAnswer)
+			r.Deadline, r.Overloaded, r.RefusalP50, r.RefusalP99, r.NoAnswer)
 	}
 	if o.jsonOut != "" {
 		b, _ := json.MarshalIndent(map[string]any{"capacity_per_s": capacity, "rows": rows}, "", "  ")
@@ -194,6 +195,7 @@ func overloadPhase(ctx context.Context, o overloadOptions, action string, capaci
 			at time.Time
 		}
 		var reqs []sent
+		st0 := a.Stats().IFs[0]
 		interval := time.Duration(float64(time.Second) / rate)
 		start := time.Now()
 		next := start
@@ -250,11 +252,13 @@ func overloadPhase(ctx context.Context, o overloadOptions, action string, capaci
 			rows = append(rows, overloadRow{Action: action, Load: load, Class: class, RatePerS: rate / 2, Sent: c.sent, OK: c.ok,
 				OKPct: 100 * float64(c.ok) / float64(max(c.sent, 1)), P50MS: percentile(c.lat, 50), P99MS: percentile(c.lat, 99),
 				WithinSLO: c.within, GoodputPerS: float64(c.within) / el.Seconds(), Deadline: c.deadline, Overloaded: c.over,
-				RefusalP99: percentile(c.refusal, 99), NoAnswer: c.none})
+				RefusalP50: percentile(c.refusal, 50), RefusalP99: percentile(c.refusal, 99), NoAnswer: c.none})
 		}
 		st := a.Stats().IFs[0]
-		fmt.Printf("timeout_action %s, load %.0fx (%.1f requests/s): IF so far: served %d, deadline_exceeded %d at admission + %d at batch formation, late %d, overloaded %d, mean batch %.2f\n",
-			action, load, rate, st.Served, st.DeadlineAdmission, st.DeadlineBatch, st.Late, st.Overloaded, st.MeanBatch)
+		nb := st.Batches - st0.Batches
+		fmt.Printf("timeout_action %s, load %.0fx (%.1f requests/s), the IF's counts: served %d (late %d), deadline_exceeded %d at admission + %d at batch formation, overloaded %d; %d batches, mean %.2f requests\n",
+			action, load, rate, st.Served-st0.Served, st.Late-st0.Late, st.DeadlineAdmission-st0.DeadlineAdmission, st.DeadlineBatch-st0.DeadlineBatch,
+			st.Overloaded-st0.Overloaded, nb, float64(st.BatchItems-st0.BatchItems)/float64(max(nb, 1)))
 	}
 	return rows, capacity, nil
 }
