@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -147,6 +148,31 @@ func TestGemmRejectsBadShapes(t *testing.T) {
 	} {
 		if bad() == nil {
 			t.Fatal("a bad call was accepted")
+		}
+	}
+}
+
+// BenchmarkGemm times the GEMM core on each instruction set over shapes of
+// the zoo models' layers (a ResNet-50 3x3 convolution tile, a batch-1 and
+// a batch-8 fully connected layer): go test -run '^$' -bench Gemm
+// ./native/cpu/ (one thread; GFLOP/s in the flop/s column's place).
+func BenchmarkGemm(b *testing.B) {
+	defer SetGemmISA("")
+	for _, gc := range []gemmCase{{128, 784, 1152, false, false}, {1, 1000, 512, false, false}, {8, 1000, 2048, false, false}, {32, 12544, 27, false, false}} {
+		a, lda, bm, ldb := gemmOperands(gc, 1)
+		c := make([]float32, gc.m*gc.n)
+		for _, isa := range GemmISAs() {
+			b.Run(fmt.Sprintf("%dx%dx%d/%s", gc.m, gc.n, gc.k, isa), func(b *testing.B) {
+				if err := SetGemmISA(isa); err != nil {
+					b.Fatal(err)
+				}
+				for i := 0; i < b.N; i++ {
+					if err := Gemm(false, false, gc.m, gc.n, gc.k, a, lda, bm, ldb, c, gc.n, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(2*float64(gc.m)*float64(gc.n)*float64(gc.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
 		}
 	}
 }
