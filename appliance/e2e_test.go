@@ -79,7 +79,9 @@ queue_len = 512
 	serving := make(chan struct{})
 	var logBuf strings.Builder
 	var logMu sync.Mutex
+	logDone := make(chan struct{}) // the log read to its end (the process exited)
 	go func() {
+		defer close(logDone)
 		sc := bufio.NewScanner(stderr)
 		once := sync.Once{}
 		for sc.Scan() {
@@ -109,6 +111,9 @@ queue_len = 512
 		_ = cl.Send(addr, 7, id, wire.FlagRT, frame)
 		time.Sleep(2 * time.Millisecond)
 	}
+	// Wait closes the pipe: read the log to its end first, or its last
+	// lines ("sluice drained") may be lost
+	<-logDone
 	werr := cmd.Wait()
 	logMu.Lock()
 	logs := logBuf.String()
