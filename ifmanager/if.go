@@ -437,20 +437,30 @@ func (f *IF) Run(ctx context.Context) {
 			f.log.Warn("closing instance", "err", err)
 		}
 	}()
+	// control runs a control function; a nil one (Stop), or ctx's end,
+	// drains and reports that the worker is done
+	control := func(fn func(), cancelled bool) bool {
+		if cancelled {
+			f.closing.Store(true)
+		}
+		if cancelled || fn == nil {
+			f.drain()
+			return true
+		}
+		fn()
+		return false
+	}
 	for {
 		if len(f.cand) > 0 {
 			// requests wait already: serve them unless told otherwise
 			select {
 			case <-ctx.Done():
-				f.closing.Store(true)
-				f.drain()
+				control(nil, true)
 				return
 			case fn := <-f.ctl:
-				if fn == nil { // Stop
-					f.drain()
+				if control(fn, false) {
 					return
 				}
-				fn()
 				continue
 			default:
 			}
@@ -459,15 +469,12 @@ func (f *IF) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-			f.closing.Store(true)
-			f.drain()
+			control(nil, true)
 			return
 		case fn := <-f.ctl:
-			if fn == nil { // Stop
-				f.drain()
+			if control(fn, false) {
 				return
 			}
-			fn()
 		case it := <-f.rtQ:
 			f.cand = append(f.cand, it)
 			f.serveBatch()

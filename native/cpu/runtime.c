@@ -91,15 +91,6 @@ typedef struct sk_hold {
 #define SK_HOLD_NONPRIO 4    /* only streams off the priority list */
 
 static void hold_release(sk_hold *h);
-/* the hooks' entry points (declared for Go in sched.go) */
-void sk_stream_hold_at(sk_stream *s, int64_t idx, int64_t blk, int until_flag);
-void sk_stream_hold_release(sk_stream *s);
-int64_t sk_stream_holds(const sk_stream *s);
-int32_t sk_stream_holding(const sk_stream *s);
-void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag);
-void sk_pool_hold_release(sk_pool *p);
-int64_t sk_pool_holds(const sk_pool *p);
-int32_t sk_pool_holding(const sk_pool *p);
 
 /* A launch waiting in a stream's virtual host queue. */
 typedef struct sk_hq_node {

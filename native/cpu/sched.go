@@ -3,17 +3,6 @@ package cpu
 /*
 #include <stdlib.h>
 #include "sluice_cpu.h"
-
-// Test hooks (runtime.c, "holding a block"); declared here rather than in
-// sluice_cpu.h: nothing but tests calls them.
-void sk_stream_hold_at(sk_stream *s, int64_t idx, int64_t blk, int until_flag);
-void sk_stream_hold_release(sk_stream *s);
-int64_t sk_stream_holds(const sk_stream *s);
-int32_t sk_stream_holding(const sk_stream *s);
-void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag);
-void sk_pool_hold_release(sk_pool *p);
-int64_t sk_pool_holds(const sk_pool *p);
-int32_t sk_pool_holding(const sk_pool *p);
 */
 import "C"
 

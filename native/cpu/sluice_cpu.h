@@ -448,6 +448,22 @@ void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_gather(sk_kernel *k, int units);
 void sk_block_gather(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 
+/* ---- test hooks (runtime.c): holding a block ------------------------ */
+
+/* sk_stream_hold_at holds the unit that claims block blk of the kernel
+ * with execution index idx past its prologue until released (or, with
+ * until_flag, until the stream's flag is set); sk_pool_hold_from holds the
+ * first block at or past idx on any non-priority stream. Tests script
+ * interleavings with them; unarmed they cost one load per block. */
+void sk_stream_hold_at(sk_stream *s, int64_t idx, int64_t blk, int until_flag);
+void sk_stream_hold_release(sk_stream *s);
+int64_t sk_stream_holds(const sk_stream *s);
+int32_t sk_stream_holding(const sk_stream *s);
+void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag);
+void sk_pool_hold_release(sk_pool *p);
+int64_t sk_pool_holds(const sk_pool *p);
+int32_t sk_pool_holding(const sk_pool *p);
+
 /* ---- sgemm.c: the GEMM core ------------------------------------------ */
 
 /* Instruction sets the GEMM core has micro-kernels for. */
