@@ -101,6 +101,36 @@ func main() {
 	}
 }
 
+// serve starts an appliance on prof in this process, serving until done is
+// called, and a client on loopback (flow, socket buffers of bufBytes) for
+// its first port.
+func serve(ctx context.Context, prof *appliance.Profile, flow uint32, bufBytes int) (a *appliance.Appliance, addr netip.AddrPort, cl *dptest.Client, done func(), err error) {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if a, err = appliance.New(ctx, prof, log); err != nil {
+		return nil, addr, nil, nil, err
+	}
+	addr, _ = a.PortAddr("port0")
+	runCtx, stop := context.WithCancel(ctx)
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(runCtx) }()
+	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
+	if err != nil {
+		stop()
+		<-runErr
+		a.Close()
+		return nil, addr, nil, nil, err
+	}
+	_ = conn.SetReadBuffer(bufBytes)
+	_ = conn.SetWriteBuffer(bufBytes)
+	done = func() {
+		conn.Close()
+		stop()
+		<-runErr
+		a.Close()
+	}
+	return a, addr, dptest.NewClient(conn, flow, wire.DefaultFragSize), done, nil
+}
+
 func percentile(v []float64, p float64) float64 {
 	if len(v) == 0 {
 		return math.NaN()
@@ -238,28 +268,11 @@ listen = "127.0.0.1:0"
 	if err != nil {
 		return nil, 0, err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := appliance.New(ctx, prof, log)
+	a, addr, cl, done, err := serve(ctx, prof, 77, 16<<20)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer a.Close()
-	addr, _ := a.PortAddr("port0")
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
-	defer func() {
-		stop()
-		<-runErr
-	}()
-	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
-	if err != nil {
-		return nil, 0, err
-	}
-	defer conn.Close()
-	_ = conn.SetReadBuffer(16 << 20)
-	_ = conn.SetWriteBuffer(16 << 20)
-	cl := dptest.NewClient(conn, 77, wire.DefaultFragSize)
+	defer done()
 	frame := make([]byte, 224*224*3)
 	for i := range frame {
 		frame[i] = byte(i * 13)

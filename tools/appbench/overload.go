@@ -10,14 +10,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/netip"
 	"os"
 	"time"
 
 	"sluice/appliance"
-	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
 )
 
@@ -112,28 +108,11 @@ func overloadPhase(ctx context.Context, o overloadOptions, action string, capaci
 	if err != nil {
 		return nil, 0, err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := appliance.New(ctx, prof, log)
+	a, addr, cl, done, err := serve(ctx, prof, 91, 32<<20)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer a.Close()
-	addr, _ := a.PortAddr("port0")
-	runCtx, stop := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	go func() { runErr <- a.Run(runCtx) }()
-	defer func() {
-		stop()
-		<-runErr
-	}()
-	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.MustParseAddrPort("127.0.0.1:0")))
-	if err != nil {
-		return nil, 0, err
-	}
-	defer conn.Close()
-	_ = conn.SetReadBuffer(32 << 20)
-	_ = conn.SetWriteBuffer(32 << 20)
-	cl := dptest.NewClient(conn, 91, wire.DefaultFragSize)
+	defer done()
 	frame := make([]byte, 224*224*3)
 	for i := range frame {
 		frame[i] = byte(i * 13)
