@@ -22,18 +22,9 @@ import (
 // are Config.Replies of them; a request completed while every one is
 // taken is refused at once (overloaded) and counted (Counters.NoReplySlot).
 type Request struct {
-	// The request's header and arrival times; valid until Reply.
-	From       dataplane.Endpoint
-	Model      uint16
-	Flow       uint32
-	ID         uint64
-	Flags      uint8
-	TotalLen   uint32
-	FragCount  uint16
-	DeadlineUS uint32
-	// FirstNS and LastNS are the arrival times of the first and the last
-	// fragment (dataplane.Now clock).
-	FirstNS, LastNS int64
+	// The request's header and arrival times (dataplane.Now clock); valid
+	// until Reply.
+	reasm.Info
 
 	l     *Loop
 	r     *reasm.Request // the reassembly slot, nil once released
@@ -147,8 +138,7 @@ func (l *Loop) deliver(r *reasm.Request) {
 	idx := l.free[len(l.free)-1]
 	l.free = l.free[:len(l.free)-1]
 	h := &l.reqs[idx]
-	h.From, h.Model, h.Flow, h.ID, h.Flags = r.From, r.Model, r.Flow, r.ID, r.Flags
-	h.TotalLen, h.FragCount, h.DeadlineUS, h.FirstNS, h.LastNS = r.TotalLen, r.FragCount, r.DeadlineUS, r.FirstNS, r.LastNS
+	h.Info = r.Info
 	h.r = r
 	h.state.Store(handleDelivered)
 	l.inUse++

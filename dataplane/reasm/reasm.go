@@ -128,9 +128,10 @@ const (
 	stateComplete                    // handed to the consumer
 )
 
-// Request is one request slot. Its exported fields are valid from Complete
-// until Done.
-type Request struct {
+// Info is what a request's fragments say about it, and when they came:
+// the part of a request the layers above the table see (ioloop.Request
+// carries a copy).
+type Info struct {
 	From      dataplane.Endpoint
 	Model     uint16
 	Flow      uint32
@@ -143,6 +144,11 @@ type Request struct {
 	// FirstNS and LastNS are the arrival times of the first and the last
 	// fragment, on the clock passed to Add.
 	FirstNS, LastNS int64
+}
+
+// Request is one request slot. Its Info is valid from Complete until Done.
+type Request struct {
+	Info
 
 	fragSize uint32
 	received uint16
