@@ -75,6 +75,14 @@ type Options struct {
 	// Logf, when set, is told once per process why the GPU backend is
 	// unavailable.
 	Logf func(format string, args ...any)
+	// Emulate runs the backend on the kernel emulator instead of a GPU:
+	// the same kernels (native/cuda, compiled as C++), plans, streams,
+	// preemption, padding and batch gather, executed block by block on
+	// the CPU. It is for tests and demos of the CUDA path on machines
+	// without a GPU, not for speed. EmuSMs is the emulated SM count
+	// (default DefaultEmuSMs).
+	Emulate bool
+	EmuSMs  int
 
 	// open replaces the driver: tests run the backend on the kernel
 	// emulator or on the fake driver.
@@ -107,7 +115,11 @@ func (b *Backend) Init(ctx context.Context, cfg libml.BackendConfig) error {
 		return errors.New("cuda: Init: already initialized")
 	}
 	open := b.opts.open
-	if open == nil {
+	switch {
+	case open != nil:
+	case b.opts.Emulate:
+		open = func() (gpuCtx, error) { return openEmulator(b.opts.EmuSMs) }
+	default:
 		open = func() (gpuCtx, error) { return openDriver("", b.opts.Device) }
 	}
 	dev, err := open()

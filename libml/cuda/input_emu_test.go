@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"context"
+	"math"
 	"testing"
 	"unsafe"
 
@@ -11,11 +12,12 @@ import (
 	"sluice/libml/zoo"
 )
 
-// InferInput on the emulator: f32 payloads whose fragments lie in a
-// registered packet region are gathered on the device (no host copy),
-// payloads elsewhere (Go memory, as a kernel-socket port's) and u8 images
-// on the host (two host copies); every way gives InferBatch's outputs on
-// the reference conversion, and Gathered is called once per batch.
+// InferInput on the emulator: f32 payloads and u8 images whose fragments
+// lie in a registered packet region are gathered on the device, the
+// image converted there (no host copy); payloads elsewhere (Go memory,
+// as a kernel-socket port's) on the host (two host copies); every way
+// gives InferBatch's outputs on the reference conversion, bit for bit,
+// and Gathered is called once per batch.
 func TestInferInputEmu(t *testing.T) {
 	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
 	inst := load(t, b, "sq", preemptModel(t, "squeezenet11"), 2).(*Instance)
@@ -71,21 +73,71 @@ func TestInferInputEmu(t *testing.T) {
 	}
 	run("f32 outside every region", inGo, 2, want)
 
-	// a u8 image: converted on the host
+	// u8 images of two requests, fragments ending inside pixels: converted
+	// by the gather kernel, bit for bit as the host converts them
 	u8, err := libml.NewEncoding(libml.InputImageU8, []float32{0.5, 0.4, 0.3}, []float32{0.2, 0.3, 0.4}, inst.InputShape())
 	if err != nil {
 		t.Fatal(err)
 	}
-	img := make([]byte, u8.Bytes)
-	for i := range img {
-		img[i] = byte(i * 13)
-	}
 	inU8 := &libml.Input{Enc: u8}
-	copy(mem, img)
-	inU8.Add(mem[:500], mem[500:u8.Bytes])
-	ref := make([]float32, isz)
-	if err := inU8.Decode(ref, 0, 1); err != nil {
+	inU8Go := &libml.Input{Enc: u8}
+	pos = 1
+	for r := 0; r < 2; r++ {
+		img := make([]byte, u8.Bytes)
+		for i := range img {
+			img[i] = byte(i*13 + r*7)
+		}
+		for off := 0; off < len(img); off += 1433 {
+			n := copy(mem[pos:], img[off:min(off+1433, len(img))])
+			inU8.Payload = append(inU8.Payload, mem[pos:pos+n])
+			pos += n + 5
+		}
+		inU8.EndRequest()
+		inU8Go.Add(img[:500], img[500:])
+	}
+	ref := make([]float32, 2*isz)
+	if err := inU8.Decode(ref, 0, 2); err != nil {
 		t.Fatal(err)
 	}
-	run("u8 image", inU8, 2, infer(t, b, inst, 1, ref))
+	wantU8 := infer(t, b, inst, 2, ref)
+	run("u8 images in the registered region", inU8, 0, wantU8)
+	run("u8 images outside every region", inU8Go, 2, wantU8)
+
+	// the gather kernel's conversion alone, against the reference
+	// conversion: the input tensor it wrote, read back bit for bit
+	inst.mu.Lock()
+	if !inst.regionFrags(inU8) {
+		t.Fatal("u8 fragments not found in the region")
+	}
+	if err := inst.gather(2, inst.inFrags, u8); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.ln.s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := inst.planFor(2)
+	got := make([]float32, 2*isz)
+	if err := b.dev.Read(f32view(got), inst.arena+4*uint64(p.pr.p.Inputs[0].Off)); err != nil {
+		t.Fatal(err)
+	}
+	inst.gathered = 0
+	inst.mu.Unlock()
+	for k := range got {
+		if math.Float32bits(got[k]) != math.Float32bits(ref[k]) {
+			t.Fatalf("device-converted tensor: element %d is %v (%#x), the host converts to %v (%#x)",
+				k, got[k], math.Float32bits(got[k]), ref[k], math.Float32bits(ref[k]))
+		}
+	}
+
+	// more channels than the kernel converts: refused by the plan
+	var a Args
+	a.Out, a.Aux = 1, 1
+	five := &libml.Encoding{Format: libml.InputImageU8, Channels: 5, Pixels: 4, Elems: 20, Bytes: 20,
+		Scale: make([]float32, 5), Bias: make([]float32, 5)}
+	if _, err := PlanBatchGatherConv(&a, 1, 1, five); err == nil {
+		t.Fatal("a 5-channel conversion was planned")
+	}
+	if deviceConverts(five) {
+		t.Fatal("a 5-channel image would be converted on the device")
+	}
 }

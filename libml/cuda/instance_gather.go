@@ -157,13 +157,16 @@ const gatherPerBlock = 1
 func (i *Instance) Gather(batch int, frags []Frag) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	if err := i.gather(batch, frags); err != nil {
+	if err := i.gather(batch, frags, nil); err != nil {
 		return fmt.Errorf("cuda: Gather %q: %w", i.m.name, err)
 	}
 	return nil
 }
 
-func (i *Instance) gather(batch int, frags []Frag) error {
+// gather queues the batch gather of frags; conv, when an InputImageU8
+// encoding, converts on the device (PlanBatchGatherConv: each fragment's
+// Dst is then an offset in the batch's payload bytes).
+func (i *Instance) gather(batch int, frags []Frag, conv *libml.Encoding) error {
 	p, err := i.planFor(batch)
 	if err != nil {
 		return err
@@ -174,10 +177,16 @@ func (i *Instance) gather(batch int, frags []Frag) error {
 	if !i.m.batched && batch != 1 {
 		return fmt.Errorf("the model has no batch dimension: gather one request at a time (batch %d)", batch)
 	}
-	size := uint64(4 * batch * i.InputSize())
+	size, what := uint64(4*batch*i.InputSize()), "batch tensor"
+	if conv != nil && conv.Format == libml.InputImageU8 {
+		if conv.Elems != i.InputSize() {
+			return fmt.Errorf("an encoding of %d values per request for a model input of %d", conv.Elems, i.InputSize())
+		}
+		size, what = uint64(batch*conv.Bytes), "batch payload"
+	}
 	for k, f := range frags {
 		if f.Len > size || f.Dst > size-f.Len {
-			return fmt.Errorf("fragment %d: bytes [%d, %d) outside the %d-byte batch tensor", k, f.Dst, f.Dst+f.Len, size)
+			return fmt.Errorf("fragment %d: bytes [%d, %d) outside the %d-byte %s", k, f.Dst, f.Dst+f.Len, size, what)
 		}
 		if f.Len > 0 && !i.b.inRegion(f.Src, f.Len) {
 			return fmt.Errorf("fragment %d: source %#x (+%d) outside every registered region", k, f.Src, f.Len)
@@ -210,7 +219,7 @@ func (i *Instance) gather(batch int, frags []Frag) error {
 		i.desc.Put(0, i.descEnc)
 		a.Aux = i.desc.Dev()
 	}
-	l, err := PlanBatchGather(&a, len(frags), gatherPerBlock)
+	l, err := PlanBatchGatherConv(&a, len(frags), gatherPerBlock, conv)
 	if err != nil {
 		return err
 	}

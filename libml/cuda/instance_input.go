@@ -19,18 +19,20 @@ func (b *Backend) InferInput(ctx context.Context, inst libml.Instance, in *libml
 	return i.InferInput(ctx, in, out)
 }
 
-// InferInput runs one batch whose input is the requests' payload. An f32
+// InferInput runs one batch whose input is the requests' payload. A
 // payload whose fragments all lie in registered regions (a DPDK port's
-// packet region, RegisterRegion) is gathered on the device: sg_batch_gather
-// reads the fragments in place into the input tensor, no host copy
-// (in.Copies = 0), and the packet buffers are given back (in.Gathered)
-// once the run has finished reading them. Otherwise (a u8 image: the
-// gather kernel copies bytes and does not convert; packets outside every
-// registered region, as a kernel-socket port's are; a model without a
-// batch dimension at batch > 1) the payload is gathered and converted on
-// the host, in C, into the instance's host input, given back, and run as
-// InferBatch's: two host copies (that input, then the pinned upload
-// buffer) and the upload.
+// packet region, RegisterRegion) is gathered on the device:
+// sg_batch_gather reads the fragments in place into the input tensor,
+// converting an 8-bit image (libml.InputImageU8, up to
+// MaxGatherChannels channels) to normalised floats on the way, with no
+// host copy (in.Copies = 0), and the packet buffers are given back
+// (in.Gathered) once the run has finished reading them. Otherwise
+// (packets outside every registered region, as a kernel-socket port's
+// are; an image of more channels; a model without a batch dimension at
+// batch > 1) the payload is gathered and converted on the host, in C,
+// into the instance's host input, given back, and run as InferBatch's:
+// two host copies (that input, then the pinned upload buffer) and the
+// upload. Both paths give the same bits.
 func (i *Instance) InferInput(ctx context.Context, in *libml.Input, out []float32) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -49,8 +51,8 @@ func (i *Instance) inferInput(ctx context.Context, in *libml.Input, out []float3
 	if err := in.Check(batch, isz); err != nil {
 		return err
 	}
-	if in.Enc.Format == libml.InputF32 && (i.m.batched || batch == 1) && i.regionFrags(in) {
-		if err := i.gather(batch, i.inFrags); err != nil {
+	if deviceConverts(in.Enc) && (i.m.batched || batch == 1) && i.regionFrags(in) {
+		if err := i.gather(batch, i.inFrags, in.Enc); err != nil {
 			return err
 		}
 		in.Copies = 0
@@ -69,6 +71,18 @@ func (i *Instance) inferInput(ctx context.Context, in *libml.Input, out []float3
 	return i.inferBatch(ctx, batch, i.hostIn[:batch*isz], out)
 }
 
+// deviceConverts reports whether the batch gather converts enc's
+// payload on the device.
+func deviceConverts(enc *libml.Encoding) bool {
+	switch enc.Format {
+	case libml.InputF32:
+		return true
+	case libml.InputImageU8:
+		return enc.Channels >= 1 && enc.Channels <= MaxGatherChannels
+	}
+	return false
+}
+
 // regionFrags describes in's fragments for the batch gather (into
 // i.inFrags) and reports whether every one lies in a registered region
 // and every request has its payload size.
@@ -81,7 +95,8 @@ func (i *Instance) regionFrags(in *libml.Input) bool {
 		return false
 	}
 	i.inFrags = i.inFrags[:0]
-	rowBytes := uint64(4 * in.Enc.Elems)
+	// f32: offsets in the tensor; u8: offsets in the batch's payload
+	rowBytes := uint64(in.Enc.Bytes)
 	var last *Region
 	for r := 0; r < in.N(); r++ {
 		off := uint64(0)

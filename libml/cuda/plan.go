@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"sluice/libml"
 )
 
 // Launch is the shape of one kernel launch.
@@ -325,8 +327,23 @@ func planConv(op Op, a *Args, v int) (int64, error) {
 }
 
 // PlanBatchGather is the launch of the batch gather over n fragments,
-// perBlock to a block (at least 1); it sets a.P[0] and a.T.
+// perBlock to a block (at least 1), copying bytes; it sets a.P[0] and a.T.
 func PlanBatchGather(a *Args, n, perBlock int) (Launch, error) {
+	return PlanBatchGatherConv(a, n, perBlock, nil)
+}
+
+// MaxGatherChannels is the most image channels the batch gather converts
+// on the device (their scales and biases fill sg_args.f).
+const MaxGatherChannels = NumF / 2
+
+// PlanBatchGatherConv is PlanBatchGather with the conversion enc says
+// fused into the copy: nil or an f32 encoding copies bytes (a fragment's
+// Dst is a byte offset into the tensor); a libml.InputImageU8 encoding of
+// at most MaxGatherChannels channels converts each payload byte to its
+// normalised float in CHW order (a fragment's Dst is then its offset in
+// the batch's payload: request r's image starts at byte r*enc.Bytes). It
+// sets a.P, a.F and a.T.
+func PlanBatchGatherConv(a *Args, n, perBlock int, enc *libml.Encoding) (Launch, error) {
 	if n < 0 || perBlock < 1 {
 		return Launch{}, fmt.Errorf("cuda: batch gather of %d fragments, %d per block", n, perBlock)
 	}
@@ -336,5 +353,15 @@ func PlanBatchGather(a *Args, n, perBlock int) (Launch, error) {
 	a.T = [NumT]int64{}
 	a.P[0] = int64(n)
 	a.T[0] = int64(perBlock)
+	if enc != nil && enc.Format == libml.InputImageU8 {
+		if enc.Channels < 1 || enc.Channels > MaxGatherChannels || len(enc.Scale) != enc.Channels || len(enc.Bias) != enc.Channels {
+			return Launch{}, fmt.Errorf("cuda: batch gather: %d image channels, the device converts 1..%d", enc.Channels, MaxGatherChannels)
+		}
+		a.T[1] = 1
+		a.P[1], a.P[2], a.P[3] = int64(enc.Channels), int64(enc.Pixels), int64(enc.Bytes)
+		a.F = [NumF]float32{}
+		copy(a.F[:MaxGatherChannels], enc.Scale)
+		copy(a.F[MaxGatherChannels:], enc.Bias)
+	}
 	return Launch{Kernel: KernelBatchGather, Grid: int(cdiv(int64(n), int64(perBlock)))}, nil
 }

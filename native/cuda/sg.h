@@ -103,6 +103,12 @@ SG_DEV float sg_cos_approx(float x) { return __nvvm_cos_approx_f(x); }
 /* Kernels register themselves with the emulator only. */
 #define SG_EMU_REGISTER(name)
 #define SG_EMU_REGISTER4(name, P)
+
+/* A product and a sum, each rounded on its own (mul.rn, add.rn): never
+ * contracted into one fused multiply-add, so that a conversion gives the
+ * host's bits (native/cpu's ingest). */
+SG_DEV float sg_mul_rn(float a, float b) { return __nvvm_mul_rn_f(a, b); }
+SG_DEV float sg_add_rn(float a, float b) { return __nvvm_add_rn_f(a, b); }
 #endif /* SG_EMU */
 
 /* Exactly rounded operations that both compilers lower inline (cvt.rmi,

@@ -66,6 +66,10 @@ SG_DEV float sg_ex2(float x) { return exp2f(x); }
 SG_DEV float sg_lg2(float x) { return log2f(x); }
 SG_DEV float sg_sin_approx(float x) { return sinf(x); }
 SG_DEV float sg_cos_approx(float x) { return cosf(x); }
+/* Separately rounded product and sum (built without FP contraction:
+ * C++17 is an ISO mode, and the baseline x86-64 target has no FMA). */
+SG_DEV float sg_mul_rn(float a, float b) { return a * b; }
+SG_DEV float sg_add_rn(float a, float b) { return a + b; }
 
 /* Kernel registration: a thunk that unpacks the parameter buffer the way
  * the driver does (the PTX parameter layout: 0 st, 8 idx, 16 args, 448
