@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"sluice/dataplane"
 	"sluice/dataplane/dpdk"
@@ -50,6 +51,7 @@ type Appliance struct {
 	ifCtx    context.Context
 	ifWG     sync.WaitGroup
 	iso      isolation // IFs that failed to load; one reload at a time
+	regions  []*packetRegion
 
 	// metricsAddr is the metrics listener's address (a string).
 	metricsAddr atomic.Value
@@ -107,6 +109,7 @@ func NewWithOptions(ctx context.Context, prof *Profile, log *slog.Logger, opts O
 			return nil, err
 		}
 		a.ports = append(a.ports, pr)
+		a.addRegion(pr.name, pr.port)
 	}
 	return a, nil
 }
@@ -125,13 +128,17 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 		return b, nil
 	}
 	var b libml.Backend
+	cfg := libml.BackendConfig{Units: a.prof.Appliance.Threads, PinUnits: true}
 	switch name {
 	case "cpu":
 		b = cpu.New()
 	case "ort":
 		b = ort.New(ort.Options{NoSpin: true})
 	case "cuda":
-		b = cuda.NewBackend(cuda.Options{})
+		// Units is an SM partition on the cuda backend: instances get the
+		// whole device unless a share says otherwise.
+		cfg = libml.BackendConfig{}
+		b = cuda.NewBackend(cuda.Options{Emulate: a.prof.Appliance.CUDA == CUDAEmu})
 	default:
 		if pol, ok := strings.CutPrefix(name, "sched/"); ok {
 			p, err := sched.ParsePolicy(pol)
@@ -147,8 +154,8 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 		}
 		return nil, fmt.Errorf("appliance: unknown backend %q", name)
 	}
-	if err := b.Init(ctx, libml.BackendConfig{Units: a.prof.Appliance.Threads, PinUnits: true}); err != nil {
-		if name == "cuda" && errors.Is(err, cuda.ErrNoDriver) {
+	if err := b.Init(ctx, cfg); err != nil {
+		if name == "cuda" && a.prof.Appliance.CUDA == CUDAAuto && errors.Is(err, cuda.ErrNoDriver) {
 			// One binary serves both cases: without a GPU driver the
 			// cuda IFs run on the CPU engine. Said once.
 			a.log.Warn("no CUDA driver: IFs asking for the cuda backend run on the cpu backend", "err", err)
@@ -163,8 +170,77 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 		}
 		return nil, fmt.Errorf("appliance: backend %s: %w", name, err)
 	}
+	if name == "cuda" && a.prof.Appliance.CUDA == CUDAEmu {
+		a.log.Warn("cuda IFs run on the kernel emulator (appliance.cuda = \"emu\"): the CUDA path on the CPU, for tests and demos, not for speed")
+	}
 	a.backends[name] = b
+	a.mapRegions(b)
 	return b, nil
+}
+
+// packetRegion is a port's packet region, mapped into the backends that
+// read payloads in place (libml.RegionMapper).
+type packetRegion struct {
+	port  string
+	base  unsafe.Pointer
+	size  int
+	unmap map[libml.Backend]func() error
+}
+
+// addRegion records a port's packet region and maps it into every
+// backend that takes one; a.mu must not be held.
+func (a *Appliance) addRegion(port string, p dataplane.Port) {
+	pr, ok := p.(dataplane.PacketRegioner)
+	if !ok {
+		return
+	}
+	base, size := pr.PacketRegion()
+	if base == nil || size <= 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.regions = append(a.regions, &packetRegion{port: port, base: base, size: size, unmap: map[libml.Backend]func() error{}})
+	for _, b := range a.backends {
+		a.mapRegions(b)
+	}
+}
+
+// mapRegions maps every recorded packet region into b if b reads
+// payloads in place and has not mapped it yet; a.mu is held. A region
+// that cannot be mapped is logged: the backend then gathers on the host.
+func (a *Appliance) mapRegions(b libml.Backend) {
+	m, ok := b.(libml.RegionMapper)
+	if !ok {
+		return
+	}
+	for _, r := range a.regions {
+		if r.unmap[b] != nil {
+			continue
+		}
+		unmap, err := m.MapRegion(r.base, r.size)
+		if err != nil {
+			a.log.Warn("packet region not mapped into the backend: its IFs gather on the host", "port", r.port, "backend", b.Name(), "err", err)
+			continue
+		}
+		r.unmap[b] = unmap
+		a.log.Info("packet region mapped into the backend: payloads reach the device in place", "port", r.port, "backend", b.Name(), "bytes", r.size)
+	}
+}
+
+// unmapRegions undoes every mapping (before the ports free their
+// regions); a.mu must not be held.
+func (a *Appliance) unmapRegions() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range a.regions {
+		for b, unmap := range r.unmap {
+			if err := unmap(); err != nil {
+				a.log.Warn("packet region unmap", "port", r.port, "backend", b.Name(), "err", err)
+			}
+		}
+	}
+	a.regions = nil
 }
 
 // loadInstance loads the model an IF section names.
@@ -176,12 +252,12 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 	var inst libml.Instance
 	kind, ref, _ := strings.Cut(s.Model, ":")
 	switch {
-	case kind == "onnx" && s.Backend == "ort":
+	case kind == "onnx" && isBytesLoader(be):
 		data, rerr := readModelFile(ctx, ref)
 		if rerr != nil {
 			return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, rerr)
 		}
-		inst, err = be.(*ort.Backend).LoadONNX(ctx, s.Name, data, ort.ModelOptions{InputShape: s.InputShape})
+		inst, err = be.(libml.ModelBytesLoader).LoadModelBytes(ctx, s.Name, data, s.InputShape)
 	default:
 		var g *graph.Graph
 		if kind == "zoo" {
@@ -205,10 +281,17 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 	if err != nil {
 		return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
 	}
-	if si, ok := inst.(*sched.Instance); ok {
-		si.SetRealTime(s.Class == "rt")
+	if ri, ok := inst.(libml.RealTimeInstance); ok {
+		ri.SetRealTime(s.Class == "rt")
 	}
 	return be, inst, nil
+}
+
+// isBytesLoader reports whether be loads ONNX files itself
+// (libml.ModelBytesLoader).
+func isBytesLoader(be libml.Backend) bool {
+	_, ok := be.(libml.ModelBytesLoader)
+	return ok
 }
 
 // Empty polls before a dpdk port's loop sleeps (ioloop.Config.Spin).
@@ -538,6 +621,7 @@ func (a *Appliance) Stats() Stats {
 
 // Close releases ports, models and backends.
 func (a *Appliance) Close() {
+	a.unmapRegions()
 	for _, p := range a.ports {
 		if err := p.port.Close(); err != nil {
 			a.log.Warn("port close", "port", p.name, "err", err)

@@ -11,7 +11,6 @@ import (
 
 	"sluice/ifmanager"
 	"sluice/libml"
-	"sluice/libml/cuda"
 	"sluice/orchestrator"
 )
 
@@ -590,7 +589,10 @@ func (a *Appliance) applyShares(swap bool) {
 func (a *Appliance) applySharesCtx(ctx context.Context, swap bool) error {
 	a.mu.Lock()
 	cpuBE := a.backends["cpu"]
-	gpu, _ := a.backends["cuda"].(*cuda.Backend) // not the cpu fallback
+	gpu := a.backends["cuda"]
+	if gpu == cpuBE {
+		gpu = nil // the cpu fallback: its IFs are divided with the cpu ones
+	}
 	a.mu.Unlock()
 	if cpuBE != nil {
 		if err := a.divideShares(ctx, swap, cpuBE, true); err != nil {

@@ -171,19 +171,19 @@ queue_len = 64
 		}
 		return v
 	}
-	pre := metric(`sluice_preemptions_total{policy="reef"}`)
-	res := metric(`sluice_restores_total{policy="reef"}`)
+	pre := metric(`sluice_preemptions_total{device="cpu",policy="reef"}`)
+	res := metric(`sluice_restores_total{device="cpu",policy="reef"}`)
 	if pre < float64(scripted) || res < float64(scripted) {
 		t.Errorf("%v preemptions, %v restores: want at least the %d scripted", pre, res, scripted)
 	}
-	if got := metric(`sluice_sched_jobs_total{class="rt",policy="reef"}`); got != rounds {
+	if got := metric(`sluice_sched_jobs_total{class="rt",device="cpu",policy="reef"}`); got != rounds {
 		t.Errorf("%v RT jobs, want %d", got, rounds)
 	}
-	if got := metric(`sluice_sched_jobs_total{class="be",policy="reef"}`); got != rounds {
+	if got := metric(`sluice_sched_jobs_total{class="be",device="cpu",policy="reef"}`); got != rounds {
 		t.Errorf("%v BE jobs, want %d (max_batch 1)", got, rounds)
 	}
 	t.Logf("%d rounds: %v preemptions (%d scripted), %v restores, %v padded blocks",
-		rounds, pre, scripted, res, metric(`sluice_pad_blocks_total{policy="reef"}`))
+		rounds, pre, scripted, res, metric(`sluice_pad_blocks_total{device="cpu",policy="reef"}`))
 	stop()
 }
 

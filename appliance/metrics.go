@@ -16,7 +16,7 @@ import (
 	"sluice/dataplane/egress"
 	"sluice/dataplane/reasm"
 	"sluice/dataplane/wire"
-	"sluice/libml/sched"
+	"sluice/libml"
 )
 
 // collector exports the appliance's counters at scrape time: the hot path
@@ -68,11 +68,11 @@ func newCollector(a *Appliance) *collector {
 		batchLimit:   d("if_batch_limit", "The batch limit SLAB currently allows.", "if", "class"),
 		swaps:        d("if_swaps_total", "Shadow swaps completed.", "if", "class"),
 		under:        d("if_underprovisioned", "1 when the IF missed its SLO at batch 1 five times in a row.", "if", "class"),
-		schedJobs:    d("sched_jobs_total", "Jobs (batches) the scheduler of a policy finished, by class.", "policy", "class"),
-		preemptions:  d("preemptions_total", "Times real-time work preempted running best-effort work.", "policy"),
-		restores:     d("restores_total", "Best-effort jobs restored after a preemption.", "policy"),
-		padBlocks:    d("pad_blocks_total", "Best-effort blocks run as padding beside real-time kernels.", "policy"),
-		modeSwitches: d("sched_rt_mode_switches_total", "Switches from normal to real-time mode.", "policy"),
+		schedJobs:    d("sched_jobs_total", "Jobs (batches) the scheduler of a policy finished, by class.", "policy", "class", "device"),
+		preemptions:  d("preemptions_total", "Times real-time work preempted running best-effort work.", "policy", "device"),
+		restores:     d("restores_total", "Best-effort jobs restored after a preemption.", "policy", "device"),
+		padBlocks:    d("pad_blocks_total", "Best-effort blocks run as padding beside real-time kernels.", "policy", "device"),
+		modeSwitches: d("sched_rt_mode_switches_total", "Switches from normal to real-time mode.", "policy", "device"),
 	}
 	c.newPathDescs(d)
 	c.newDeadlineDescs(d)
@@ -136,19 +136,18 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.egressWait, prometheus.CounterValue, float64(p.out.C.WaitNS.Load())/1e9, n)
 	}
 	for _, sb := range c.a.schedBackends() {
-		s := sb.Scheduler()
-		if s == nil {
+		st, ok := sb.SchedStats()
+		if !ok {
 			continue
 		}
-		pol := string(s.Config().Policy)
-		c.a.observePreemptions(sb)
-		st := s.Stats()
-		counter(c.schedJobs, uint64(st.Jobs[sched.RT]), pol, "rt")
-		counter(c.schedJobs, uint64(st.Jobs[sched.BE]), pol, "be")
-		counter(c.preemptions, uint64(st.Preemptions), pol)
-		counter(c.restores, uint64(st.Restores), pol)
-		counter(c.padBlocks, uint64(st.PadBlocks), pol)
-		counter(c.modeSwitches, uint64(st.ModeSwitches), pol)
+		c.a.observePreemptions(sb, st)
+		pol, dev := st.Policy, st.Device
+		counter(c.schedJobs, uint64(st.RTJobs), pol, "rt", dev)
+		counter(c.schedJobs, uint64(st.BEJobs), pol, "be", dev)
+		counter(c.preemptions, uint64(st.Preemptions), pol, dev)
+		counter(c.restores, uint64(st.Restores), pol, dev)
+		counter(c.padBlocks, uint64(st.PadBlocks), pol, dev)
+		counter(c.modeSwitches, uint64(st.ModeSwitches), pol, dev)
 	}
 	for _, r := range c.a.ifRuns() {
 		f := r.f
@@ -247,7 +246,7 @@ func newMetricsSet() *metricsSet {
 			Help: "Share changes made by the self-tuning allocator."}, []string{"if", "class"}),
 		preemptLat: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_preemption_latency_seconds",
 			Help:    "Preemption latency: from the preempt call until no preempted block runs and the real-time job's first kernel has started.",
-			Buckets: []float64{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2}}, []string{"policy"}),
+			Buckets: []float64{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2}}, []string{"policy", "device"}),
 	}
 	m.response = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_response_duration_seconds",
 		Help: "Server-side request life: first fragment received to response handed to the port driver.", Buckets: lat},
@@ -283,14 +282,14 @@ func (m *metricsSet) sentObserver(port string) func(r *egress.Response, sentNS i
 	}
 }
 
-// schedBackends are the schedulers the appliance runs (one per policy in
-// use).
-func (a *Appliance) schedBackends() []*sched.Backend {
+// schedBackends are the backends that schedule under a policy (one per
+// policy in use).
+func (a *Appliance) schedBackends() []libml.Scheduling {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var bs []*sched.Backend
+	var bs []libml.Scheduling
 	for _, b := range a.backends {
-		if sb, ok := b.(*sched.Backend); ok {
+		if sb, ok := b.(libml.Scheduling); ok {
 			bs = append(bs, sb)
 		}
 	}
@@ -298,19 +297,25 @@ func (a *Appliance) schedBackends() []*sched.Backend {
 }
 
 // observePreemptions moves the preemption latencies sb recorded since the
-// last call into the histogram.
-func (a *Appliance) observePreemptions(sb *sched.Backend) {
+// last call into the histogram (st: sb's counters, for its labels).
+func (a *Appliance) observePreemptions(sb libml.Scheduling, st libml.SchedStats) {
 	ns := sb.TakePreemptNs()
 	if len(ns) == 0 {
 		return
 	}
-	s := sb.Scheduler()
-	if s == nil {
-		return
-	}
-	h := a.metrics.preemptLat.WithLabelValues(string(s.Config().Policy))
+	h := a.metrics.preemptLat.WithLabelValues(st.Policy, st.Device)
 	for _, v := range ns {
 		h.Observe(float64(v) / 1e9)
+	}
+}
+
+// observeAllPreemptions observes every scheduling backend's preemption
+// latencies.
+func (a *Appliance) observeAllPreemptions() {
+	for _, sb := range a.schedBackends() {
+		if st, ok := sb.SchedStats(); ok {
+			a.observePreemptions(sb, st)
+		}
 	}
 }
 
@@ -322,14 +327,10 @@ func (a *Appliance) collectPreemptions(ctx context.Context, every time.Duration)
 	for {
 		select {
 		case <-ctx.Done():
-			for _, sb := range a.schedBackends() {
-				a.observePreemptions(sb)
-			}
+			a.observeAllPreemptions()
 			return
 		case <-t.C:
-			for _, sb := range a.schedBackends() {
-				a.observePreemptions(sb)
-			}
+			a.observeAllPreemptions()
 		}
 	}
 }

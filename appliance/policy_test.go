@@ -187,17 +187,17 @@ queue_len = 64
 		}
 		return v
 	}
-	if got := metric(`sluice_sched_jobs_total{class="rt",policy="reef"}`); got != nRT {
+	if got := metric(`sluice_sched_jobs_total{class="rt",device="cpu",policy="reef"}`); got != nRT {
 		t.Errorf("%v RT jobs, want %d (max_batch 1)", got, nRT)
 	}
-	if got := metric(`sluice_sched_jobs_total{class="be",policy="reef"}`); got < nBE/4 || got > nBE {
+	if got := metric(`sluice_sched_jobs_total{class="be",device="cpu",policy="reef"}`); got < nBE/4 || got > nBE {
 		t.Errorf("%v BE jobs for %d requests in batches of at most 4", got, nBE)
 	}
-	pre := metric(`sluice_preemptions_total{policy="reef"}`)
+	pre := metric(`sluice_preemptions_total{device="cpu",policy="reef"}`)
 	if pre == 0 {
 		t.Errorf("no preemption: %d RT requests arrived while %d BE requests were served", nRT, nBE)
 	}
-	if got := metric(`sluice_preemption_latency_seconds_count{policy="reef"}`); got != pre {
+	if got := metric(`sluice_preemption_latency_seconds_count{device="cpu",policy="reef"}`); got != pre {
 		t.Errorf("%v preemption latencies observed for %v preemptions", got, pre)
 	}
 	if got := metric(`sluice_if_served_total{class="rt",if="rt"}`); got != nRT {

@@ -75,7 +75,21 @@ type ApplianceSection struct {
 	// at most half of it, control commands still running get at most a
 	// quarter (and 5 s), and the sluice command exits when it has passed.
 	DrainTimeoutMS int `toml:"drain_timeout_ms"`
+	// CUDA says what runs the IFs on the cuda backend: "auto" (default:
+	// the GPU through the driver, or the cpu backend when the machine has
+	// no CUDA driver), "driver" (the GPU; without a driver those IFs fail
+	// to load) or "emu" (the kernel emulator: the real CUDA kernels, plans,
+	// streams and batch gather run on the CPU, for tests and demos of the
+	// CUDA path on machines without a GPU; slow).
+	CUDA string `toml:"cuda"`
 }
+
+// The [appliance] cuda modes.
+const (
+	CUDAAuto   = "auto"
+	CUDADriver = "driver"
+	CUDAEmu    = "emu"
+)
 
 // Limits on the files the appliance reads.
 const (
@@ -445,6 +459,13 @@ func (p *Profile) validate() error {
 	}
 	if err := ifmanager.CheckPolicy(a.Policy); err != nil {
 		return fmt.Errorf("appliance.policy %w", err)
+	}
+	switch a.CUDA {
+	case "":
+		a.CUDA = CUDAAuto
+	case CUDAAuto, CUDADriver, CUDAEmu:
+	default:
+		return fmt.Errorf("appliance.cuda %q: want %q, %q or %q", a.CUDA, CUDAAuto, CUDADriver, CUDAEmu)
 	}
 	if a.Metrics != "off" {
 		if _, err := netip.ParseAddrPort(a.Metrics); err != nil {

@@ -6,6 +6,7 @@ package dataplane
 
 import (
 	"net/netip"
+	"unsafe"
 
 	"sluice/dataplane/wire"
 )
@@ -85,6 +86,17 @@ type Port interface {
 	// Close stops the port and frees its resources. Buffers still held by
 	// callers must be released first.
 	Close() error
+}
+
+// PacketRegioner is implemented by ports whose receive buffers all lie in
+// one region of C memory that never moves (dpdk: the mbuf pool's region,
+// mlocked). A backend whose device reads host memory in place registers
+// it once (libml.RegionMapper), so requests reach the device without a
+// host copy (ARCHITECTURE.md §2 step 5).
+type PacketRegioner interface {
+	// PacketRegion returns the region's base and length (nil, 0 when the
+	// port has none).
+	PacketRegion() (base unsafe.Pointer, size int)
 }
 
 // Waiter is implemented by ports that can sleep until a packet is ready

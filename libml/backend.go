@@ -6,6 +6,7 @@ package libml
 
 import (
 	"context"
+	"unsafe"
 
 	"sluice/libml/graph"
 )
@@ -68,4 +69,62 @@ type Instance interface {
 	// Close frees the instance's own buffers; weights are freed with the
 	// last instance of the model.
 	Close() error
+}
+
+// The interfaces below are capabilities some backends and instances have
+// beyond the six calls. The layers above (IF manager, appliance) ask for
+// a capability, never for a concrete backend type.
+
+// RealTimeInstance is an instance whose backend schedules batches by
+// class (a scheduling policy): SetRealTime(true) makes its batches
+// real-time work that preempts best-effort work; false (the default)
+// makes them best-effort.
+type RealTimeInstance interface {
+	Instance
+	SetRealTime(rt bool)
+}
+
+// ModelBytesLoader is a backend that loads a model from the bytes of its
+// ONNX file itself, without the engine's graph import (ort: ONNX Runtime,
+// for models the engine cannot compile). inputShape fixes the per-request
+// input shape of a model whose input dimensions are dynamic (nil: as the
+// file says).
+type ModelBytesLoader interface {
+	LoadModelBytes(ctx context.Context, name string, onnx []byte, inputShape []int64) (Instance, error)
+}
+
+// RegionMapper is a backend whose device reads request payloads in place
+// from host memory registered with it once (GSLICE §3.3.2): the
+// dataplane's packet region (a DPDK port's mbuf memory). InferInput then
+// gathers fragments inside a mapped region with no host copy.
+type RegionMapper interface {
+	// MapRegion registers n bytes of C memory at p (memory that never
+	// moves and outlives the mapping). unmap undoes it; it must be called
+	// before the memory is freed, and no batch may be in flight on it.
+	MapRegion(p unsafe.Pointer, n int) (unmap func() error, err error)
+}
+
+// Scheduling is a backend that runs batches under a scheduling policy
+// (libml/sched): its counters, for metrics.
+type Scheduling interface {
+	// SchedStats returns the policy's counters; ok is false before Init
+	// or after Deinit.
+	SchedStats() (st SchedStats, ok bool)
+	// TakePreemptNs returns the preemption latencies (ns) recorded since
+	// the last call, and forgets them.
+	TakePreemptNs() []int64
+}
+
+// SchedStats are a scheduling backend's cumulative counters.
+type SchedStats struct {
+	// Policy is the policy's name (reef, seq, conc, srpt, split); Device
+	// the device its units belong to (cpu, cuda).
+	Policy, Device string
+	// RTJobs and BEJobs count finished jobs (batches) per class.
+	RTJobs, BEJobs int64
+	// Preemptions counts preemptions of running best-effort work,
+	// Restores their restores, PadBlocks the best-effort blocks run as
+	// padding beside real-time kernels, ModeSwitches normal → real-time
+	// mode switches.
+	Preemptions, Restores, PadBlocks, ModeSwitches int64
 }

@@ -47,6 +47,7 @@ type Port struct {
 	ipID   uint16
 
 	region     uintptr
+	regionPtr  unsafe.Pointer // region, as the C pointer it is
 	regionSize uintptr
 	regionInfo RegionInfo
 
@@ -133,6 +134,7 @@ func Open(cfg Config) (*Port, error) {
 	for i := range p.mac {
 		p.mac[i] = byte(info.mac[i])
 	}
+	p.regionPtr = unsafe.Pointer(info.region)
 	p.region = uintptr(info.region)
 	p.regionSize = uintptr(info.region_size)
 	p.regionInfo = RegionInfo{
@@ -191,6 +193,10 @@ func (p *Port) Config() Config { return p.cfg }
 // may pin it (cuMemHostRegister) and read Packet.Data in place. It stays
 // valid until Close.
 func (p *Port) Region() (ptr uintptr, size uintptr) { return p.region, p.regionSize }
+
+// PacketRegion returns the buffer region (dataplane.PacketRegioner): every
+// received payload lies in it until released.
+func (p *Port) PacketRegion() (unsafe.Pointer, int) { return p.regionPtr, int(p.regionSize) }
 
 // RegionInfo returns how the buffer region was made.
 func (p *Port) RegionInfo() RegionInfo { return p.regionInfo }

@@ -4,6 +4,7 @@ package dpdk
 
 import (
 	"net/netip"
+	"unsafe"
 
 	"sluice/dataplane"
 )
@@ -66,6 +67,9 @@ func (p *Port) Config() Config { return p.cfg }
 
 // Region returns 0, 0.
 func (p *Port) Region() (ptr uintptr, size uintptr) { return 0, 0 }
+
+// PacketRegion returns nil, 0.
+func (p *Port) PacketRegion() (unsafe.Pointer, int) { return nil, 0 }
 
 // RegionInfo returns the zero RegionInfo.
 func (p *Port) RegionInfo() RegionInfo { return RegionInfo{} }

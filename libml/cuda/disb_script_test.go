@@ -302,9 +302,17 @@ func reefScript(t *testing.T, s *disbScript, holdRT bool) *DISBRow {
 	row := s.run(arr, func(c *dclient, kernel string, exec int64) {
 		switch {
 		case c == be && exec == 3:
+			// only the BE client's first job is held: once it has
+			// finished (it passed kernel 3 without a hold when a
+			// preemption before it restored it past it), the run may
+			// stop at any moment, and a held later job would wait for a
+			// preemption that no longer comes
+			be.mu.Lock()
+			firstJob := be.done == 0
+			be.mu.Unlock()
 			mu.Lock()
-			first := !beHeld
-			beHeld = true
+			first := !beHeld && firstJob
+			beHeld = beHeld || firstJob
 			mu.Unlock()
 			if first {
 				s.waitFor(func() bool { return preempted(be) })

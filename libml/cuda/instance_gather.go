@@ -93,6 +93,17 @@ func (b *Backend) RegisterRegion(p unsafe.Pointer, n int) (*Region, error) {
 	return r, nil
 }
 
+// MapRegion is RegisterRegion for the layers above (libml.RegionMapper).
+func (b *Backend) MapRegion(p unsafe.Pointer, n int) (func() error, error) {
+	r, err := b.RegisterRegion(p, n)
+	if err != nil {
+		return nil, err
+	}
+	return func() error { return b.UnregisterRegion(r) }, nil
+}
+
+var _ libml.RegionMapper = (*Backend)(nil)
+
 // UnregisterRegion undoes RegisterRegion. No gather may be under way on
 // the region.
 func (b *Backend) UnregisterRegion(r *Region) error {

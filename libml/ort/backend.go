@@ -159,6 +159,14 @@ type ModelOptions struct {
 	InputShape []int64
 }
 
+// LoadModelBytes loads an ONNX file's bytes (libml.ModelBytesLoader);
+// inputShape fixes a dynamic per-request input shape.
+func (b *Backend) LoadModelBytes(ctx context.Context, name string, data []byte, inputShape []int64) (libml.Instance, error) {
+	return b.LoadONNX(ctx, name, data, ModelOptions{InputShape: inputShape})
+}
+
+var _ libml.ModelBytesLoader = (*Backend)(nil)
+
 // LoadModel encodes g as ONNX and loads it into ONNX Runtime. Its only
 // input must have fixed dimensions apart from the batch dimension.
 func (b *Backend) LoadModel(ctx context.Context, name string, g *graph.Graph) (libml.Instance, error) {

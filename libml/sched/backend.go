@@ -125,6 +125,23 @@ func (b *Backend) TakePreemptNs() []int64 {
 	return p
 }
 
+// SchedStats returns the scheduler's counters (libml.Scheduling).
+func (b *Backend) SchedStats() (libml.SchedStats, bool) {
+	s := b.Scheduler()
+	if s == nil {
+		return libml.SchedStats{}, false
+	}
+	st := s.Stats()
+	return libml.SchedStats{Policy: string(s.Config().Policy), Device: "cpu",
+		RTJobs: st.Jobs[RT], BEJobs: st.Jobs[BE], Preemptions: st.Preemptions, Restores: st.Restores,
+		PadBlocks: st.PadBlocks, ModeSwitches: st.ModeSwitches}, true
+}
+
+var (
+	_ libml.Scheduling       = (*Backend)(nil)
+	_ libml.RealTimeInstance = (*Instance)(nil)
+)
+
 // modelGroup is one loaded model: its batch buckets over shared weights,
 // and the instances that use them.
 type modelGroup struct {
