@@ -52,6 +52,7 @@ type Appliance struct {
 	ifWG     sync.WaitGroup
 	iso      isolation // IFs that failed to load; one reload at a time
 	regions  []*packetRegion
+	cpuDev   *cpu.Device // the units of every cpu-side backend (cpuDevice)
 
 	// metricsAddr is the metrics listener's address (a string).
 	metricsAddr atomic.Value
@@ -131,7 +132,11 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 	cfg := libml.BackendConfig{Units: a.prof.Appliance.Threads, PinUnits: true}
 	switch name {
 	case "cpu":
-		b = cpu.New()
+		dev, err := a.cpuDevice()
+		if err != nil {
+			return nil, err
+		}
+		b = cpu.OnDevice(dev)
 	case "ort":
 		b = ort.New(ort.Options{NoSpin: true})
 	case "cuda":
@@ -145,11 +150,16 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 			if err != nil {
 				return nil, fmt.Errorf("appliance: backend %s: %w", name, err)
 			}
-			// One scheduler per policy, over its own units. Its unit
-			// threads keep the process's nice value: a DPDK port polls a
-			// core without pause, and units at a higher nice value than
-			// the poller get a fraction of that core.
-			b = sched.NewBackend(sched.BackendOptions{Config: sched.Config{Policy: p}})
+			// One scheduler per policy, all on the one cpu device: the
+			// cpu IFs of every policy take turns on the same units. The
+			// unit threads keep the process's nice value: a DPDK port
+			// polls a core without pause, and units at a higher nice
+			// value than the poller get a fraction of that core.
+			dev, err := a.cpuDevice()
+			if err != nil {
+				return nil, err
+			}
+			b = sched.NewBackend(sched.BackendOptions{Config: sched.Config{Policy: p, Device: dev}})
 			break
 		}
 		return nil, fmt.Errorf("appliance: unknown backend %q", name)
@@ -176,6 +186,20 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 	a.backends[name] = b
 	a.mapRegions(b)
 	return b, nil
+}
+
+// cpuDevice is the cpu device (one pool of pinned units, appliance.threads
+// of them) that the cpu backend and every scheduler share, started on
+// first use; a.mu is held.
+func (a *Appliance) cpuDevice() (*cpu.Device, error) {
+	if a.cpuDev == nil {
+		d, err := cpu.NewDevice(a.prof.Appliance.Threads, true)
+		if err != nil {
+			return nil, fmt.Errorf("appliance: %w", err)
+		}
+		a.cpuDev = d
+	}
+	return a.cpuDev, nil
 }
 
 // packetRegion is a port's packet region, mapped into the backends that
@@ -642,6 +666,12 @@ func (a *Appliance) Close() {
 			}
 		}
 		delete(a.backends, name)
+	}
+	if a.cpuDev != nil {
+		if err := a.cpuDev.Close(); err != nil {
+			a.log.Debug("cpu device stopped with users", "err", err)
+		}
+		a.cpuDev = nil
 	}
 	a.mu.Unlock()
 	if a.eal {

@@ -341,7 +341,8 @@ queue_len = 256
 }
 
 // IFs with and without a policy side by side: the unit shares are divided
-// among the IFs without one, and the scheduler's IFs are left alone.
+// among the IFs without one, the scheduler's IFs are left alone, and both
+// run on the same units (one cpu device, no second thread pool).
 func TestPolicyNextToShares(t *testing.T) {
 	text := `
 [appliance]
@@ -379,6 +380,14 @@ policy = "seq"
 	}
 	if st := sch.f.Status(); st.Swaps != 0 || sch.f.Units() != 0 {
 		t.Errorf("the scheduler's IF was resized: %d swaps, units %b", st.Swaps, sch.f.Units())
+	}
+	// one pool of units for both: the cpu backend and the scheduler are
+	// the cpu device's two users, and it has appliance.threads units
+	a.mu.Lock()
+	dev := a.cpuDev
+	a.mu.Unlock()
+	if dev == nil || dev.Users() != 2 || dev.Units() != 2 {
+		t.Fatalf("the cpu backend and the seq scheduler do not share one cpu device of 2 units: %+v", dev)
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"unsafe"
 
@@ -24,10 +23,12 @@ import (
 	ncpu "sluice/native/cpu"
 )
 
-// Backend is the cpu backend. Make it with New; it is safe for concurrent
-// use (one InferBatch at a time per instance).
+// Backend is the cpu backend. Make it with New or OnDevice; it is safe
+// for concurrent use (one InferBatch at a time per instance).
 type Backend struct {
 	mu        sync.Mutex
+	shared    *Device // OnDevice's device (nil: Init starts one of its own)
+	dev       *Device // the device in use (nil before Init)
 	pool      *ncpu.Pool
 	units     int
 	instances int
@@ -36,31 +37,37 @@ type Backend struct {
 
 var _ libml.Backend = (*Backend)(nil)
 
-// New returns an uninitialized backend.
+// New returns an uninitialized backend that starts units of its own at
+// Init.
 func New() *Backend { return &Backend{} }
+
+// OnDevice returns an uninitialized backend that runs on d's units,
+// shared with d's other users (Init's Units and PinUnits are then
+// ignored; Deinit leaves d running).
+func OnDevice(d *Device) *Backend { return &Backend{shared: d} }
 
 // Name is "cpu".
 func (b *Backend) Name() string { return "cpu" }
 
-// Init starts cfg.Units worker threads (all CPUs when 0).
+// Init starts cfg.Units worker threads (all CPUs when 0), or joins the
+// shared device of OnDevice.
 func (b *Backend) Init(ctx context.Context, cfg libml.BackendConfig) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.pool != nil {
 		return errors.New("cpu: Init: already initialized")
 	}
-	units := cfg.Units
-	if units <= 0 {
-		units = runtime.NumCPU()
+	d := b.shared
+	if d == nil {
+		var err error
+		if d, err = NewDevice(cfg.Units, cfg.PinUnits); err != nil {
+			return fmt.Errorf("cpu: Init: %w", err)
+		}
 	}
-	if units > ncpu.MaxUnits {
-		units = ncpu.MaxUnits
-	}
-	p, err := ncpu.NewPool(units, cfg.PinUnits)
-	if err != nil {
+	if err := d.Acquire(); err != nil {
 		return fmt.Errorf("cpu: Init: %w", err)
 	}
-	b.pool, b.units = p, units
+	b.dev, b.pool, b.units = d, d.Pool(), d.Units()
 	return nil
 }
 
@@ -74,9 +81,13 @@ func (b *Backend) Deinit() error {
 	if b.instances > 0 {
 		return fmt.Errorf("cpu: Deinit: %d instances still open", b.instances)
 	}
-	b.pool.Close()
-	b.pool = nil
-	return nil
+	b.dev.Release(b)
+	var err error
+	if b.shared == nil {
+		err = b.dev.Close()
+	}
+	b.dev, b.pool = nil, nil
+	return err
 }
 
 // Units is the number of worker threads.

@@ -1,6 +1,8 @@
 package sched
 
 import (
+	"fmt"
+
 	ncpu "sluice/native/cpu"
 )
 
@@ -33,6 +35,10 @@ func newReef(s *Scheduler) (*reef, error) {
 	}
 	r.offer = make([]bool, len(r.be))
 	if !s.cfg.NoPadding {
+		// the units have one padding slot: one padding scheduler each
+		if err := s.dev.ClaimPadding(s); err != nil {
+			return nil, fmt.Errorf("sched: reef padding: %w", err)
+		}
 		var err error
 		if r.pad, err = ncpu.NewPad(r.rt.st, len(r.be), s.bw); err != nil {
 			return nil, err

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 
+	"sluice/libml/cpu"
 	"sluice/libml/graph"
 	ncpu "sluice/native/cpu"
 )
@@ -73,6 +74,11 @@ func (c Class) String() string {
 type Config struct {
 	// Policy is the scheduling policy (default reef).
 	Policy Policy
+	// Device, when set, is the cpu device whose units the scheduler runs
+	// on, shared with the device's other users (other schedulers, the cpu
+	// backend): Units and PinUnits are then the device's, and Close
+	// leaves it running. nil starts units of the scheduler's own.
+	Device *cpu.Device
 	// Units is the number of worker units (default: all CPUs); PinUnits
 	// pins them to cores.
 	Units    int
@@ -138,6 +144,12 @@ func (c *Config) defaults() error {
 	}
 	if _, err := ParsePolicy(string(c.Policy)); err != nil {
 		return err
+	}
+	if c.Device != nil {
+		c.Units = c.Device.Units()
+		if c.UnitNice != 0 {
+			return errors.New("sched: UnitNice changes the units' threads: not on a shared device")
+		}
 	}
 	if c.Units <= 0 {
 		c.Units = runtime.NumCPU()
@@ -277,6 +289,7 @@ type Stats struct {
 // safe for concurrent use.
 type Scheduler struct {
 	cfg    Config
+	dev    *cpu.Device
 	pool   *ncpu.Pool
 	mu     sync.Mutex
 	models []*Model
@@ -316,11 +329,21 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	pool, err := ncpu.NewPool(cfg.Units, cfg.PinUnits)
-	if err != nil {
+	dev := cfg.Device
+	if dev == nil {
+		var err error
+		if dev, err = cpu.NewDevice(cfg.Units, cfg.PinUnits); err != nil {
+			return nil, fmt.Errorf("sched: %w", err)
+		}
+	}
+	s := &Scheduler{cfg: cfg, dev: dev, pool: dev.Pool()}
+	if err := dev.Acquire(); err != nil {
+		if cfg.Device == nil {
+			dev.Close()
+		}
 		return nil, fmt.Errorf("sched: %w", err)
 	}
-	s := &Scheduler{cfg: cfg, pool: pool}
+	pool := s.pool
 	if cfg.UnitNice != 0 {
 		cur, err := syscall.Getpriority(syscall.PRIO_PROCESS, 0)
 		if err == nil {
@@ -328,7 +351,7 @@ func New(cfg Config) (*Scheduler, error) {
 			err = pool.SetNice(20 - cur + cfg.UnitNice)
 		}
 		if err != nil {
-			pool.Close()
+			s.leaveDevice()
 			return nil, fmt.Errorf("sched: unit nice %+d: %w", cfg.UnitNice, err)
 		}
 	}
@@ -350,6 +373,7 @@ func New(cfg Config) (*Scheduler, error) {
 		}
 		s.lanes = append(s.lanes, l)
 	}
+	var err error
 	switch cfg.Policy {
 	case PolicyREEF:
 		s.pol, err = newReef(s)
@@ -363,6 +387,7 @@ func New(cfg Config) (*Scheduler, error) {
 		s.pol = newSplit(s)
 	}
 	if err != nil {
+		s.pol = nil // not a policy holding a nil *reef
 		s.Close()
 		return nil, err
 	}
@@ -378,6 +403,9 @@ func (s *Scheduler) Config() Config { return s.cfg }
 
 // Units is the number of worker units.
 func (s *Scheduler) Units() int { return s.cfg.Units }
+
+// Device is the cpu device the scheduler runs on.
+func (s *Scheduler) Device() *cpu.Device { return s.dev }
 
 // Pool is the scheduler's worker pool (profilers and tests).
 func (s *Scheduler) Pool() *ncpu.Pool { return s.pool }
@@ -575,7 +603,16 @@ func (s *Scheduler) Close() error {
 	s.models = nil
 	s.mu.Unlock()
 	complete(fire)
-	s.pool.Close()
+	return s.leaveDevice()
+}
+
+// leaveDevice lets the device go: a shared one keeps running, the
+// scheduler's own stops.
+func (s *Scheduler) leaveDevice() error {
+	s.dev.Release(s)
+	if s.cfg.Device == nil {
+		return s.dev.Close()
+	}
 	return nil
 }
 
