@@ -46,7 +46,7 @@ type Appliance struct {
 	ifs      map[string]*ifRun
 	order    []string // IF names in profile order
 	ports    []*portRun
-	eal      bool
+	eal      bool // the appliance started the EAL (and cleans it up)
 	running  bool
 	ifCtx    context.Context
 	ifWG     sync.WaitGroup
@@ -419,7 +419,14 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 		addr, _ := netip.ParseAddrPort(s.Listen)
 		port, err = udp.Open(ctx, udp.Config{Addr: addr, BufCount: bufs, BufSize: 9216})
 	case "dpdk":
-		if !a.eal {
+		switch {
+		case a.eal:
+		case dpdk.EALInitialized():
+			// the process (a program embedding the appliance, a test
+			// binary) runs the EAL already: its ports open on it, and
+			// it is the process's to clean up
+			a.log.Debug("dpdk: the EAL is already running in this process: appliance.eal is not applied", "port", s.Name)
+		default:
 			args := ap.EAL
 			if len(args) == 0 {
 				args = dpdk.DefaultEALArgs()
