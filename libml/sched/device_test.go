@@ -144,4 +144,6 @@ func TestSchedulersShareOneDevice(t *testing.T) {
 
 type bitsErr struct{ who, diff string }
 
-func (e *bitsErr) Error() string { return e.who + ": output differs from the model run alone: " + e.diff }
+func (e *bitsErr) Error() string {
+	return e.who + ": output differs from the model run alone: " + e.diff
+}

@@ -133,19 +133,27 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	float *C = k->out + offc + m0 * ldc + n0;
 	SK_POLL(ctx);
 	if (K > 0) {
-		int64_t sub = k->t[4] > 0 ? k->t[4] : ml, csub = nl;
+		int64_t sub = k->t[4] > 0 ? k->t[4] : ml, ksub = K;
 		if (k->checks > 1)
 			/* a preemptible copy: about k->checks calls, over rows (at
-			 * least 8 a call), then over columns (at least 16) */
-			sk_check_split(k->checks, ml, 8, &sub, nl, 16, &csub);
+			 * least 8 a call), then over the reduction (at least 64 a
+			 * call: sk_gemm continues each element's chain, so the
+			 * bits are those of one call; a block cut halfway runs
+			 * again from its start). Splitting K, not the columns,
+			 * keeps each call's walk over B as wide as the block's:
+			 * a skinny product (a fully connected layer at batch 1)
+			 * cut into narrow column strips walks every row of B
+			 * once per strip, and its calls outlast the plan. */
+			sk_check_split(k->checks, ml, 8, &sub, K, 64, &ksub);
 		for (int64_t r = 0; r < ml; r += sub) {
 			int64_t rl = SK_MIN(sub, ml - r);
-			for (int64_t c = 0; c < nl; c += csub) {
-				if (r > 0 || c > 0)
+			for (int64_t kk = 0; kk < K; kk += ksub) {
+				if (r > 0 || kk > 0)
 					SK_POLL(ctx);
-				int64_t cl = SK_MIN(csub, nl - c);
-				sk_gemm(ta, tb, rl, cl, K, A + (ta ? r : r * lda), lda,
-					B + (tb ? c * ldb : c), ldb, C + r * ldc + c, ldc, 0);
+				int64_t kc = SK_MIN(ksub, K - kk);
+				sk_gemm(ta, tb, rl, nl, kc,
+					A + (ta ? r + kk * lda : r * lda + kk), lda,
+					B + (tb ? kk : kk * ldb), ldb, C + r * ldc, ldc, kk > 0);
 			}
 		}
 		if (k->f[0] != 1.0f)

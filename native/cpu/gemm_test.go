@@ -158,7 +158,8 @@ func TestGemmRejectsBadShapes(t *testing.T) {
 // ./native/cpu/ (one thread; GFLOP/s in the flop/s column's place).
 func BenchmarkGemm(b *testing.B) {
 	defer SetGemmISA("")
-	for _, gc := range []gemmCase{{128, 784, 1152, false, false}, {1, 1000, 512, false, false}, {8, 1000, 2048, false, false}, {32, 12544, 27, false, false}} {
+	for _, gc := range []gemmCase{{128, 784, 1152, false, false}, {1, 1000, 512, false, false}, {8, 1000, 2048, false, false}, {32, 12544, 27, false, false},
+		{512, 49, 4608, false, false}, {512, 16, 4608, false, false}, {64, 16, 4608, false, false}, {256, 196, 2304, false, false}} {
 		a, lda, bm, ldb := gemmOperands(gc, 1)
 		c := make([]float32, gc.m*gc.n)
 		for _, isa := range GemmISAs() {
