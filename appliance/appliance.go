@@ -188,6 +188,24 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 	return b, nil
 }
 
+// checkSocketBuffers warns when the kernel gave a udp port smaller socket
+// buffers than the profile asks for (Linux reports twice the size it
+// granted; without root it caps the request at net.core.rmem_max and
+// wmem_max): bursts of large requests then overflow the receive buffer.
+func (a *Appliance) checkSocketBuffers(s *PortSection, st udp.DriverStats) {
+	for _, b := range []struct {
+		what, sysctl  string
+		asked, gotten int
+	}{{"receive", "net.core.rmem_max", s.RecvBufferBytes, st.RecvBuffer / 2},
+		{"send", "net.core.wmem_max", s.SendBufferBytes, st.SendBuffer / 2}} {
+		if b.gotten < b.asked {
+			a.log.Warn("udp port: the kernel capped a socket buffer below the profile's size; raise "+b.sysctl+" or run as root",
+				"port", s.Name, "buffer", b.what, "asked_bytes", b.asked, "got_bytes", b.gotten, "sysctl", b.sysctl)
+		}
+	}
+	a.log.Debug("udp port socket buffers", "port", s.Name, "recv_bytes", st.RecvBuffer/2, "send_bytes", st.SendBuffer/2)
+}
+
 // cpuDevice is the cpu device (one pool of pinned units, appliance.threads
 // of them) that the cpu backend and every scheduler share, started on
 // first use; a.mu is held.
@@ -417,7 +435,13 @@ func (a *Appliance) openPort(ctx context.Context, s *PortSection) (*portRun, err
 			bufs = 16384
 		}
 		addr, _ := netip.ParseAddrPort(s.Listen)
-		port, err = udp.Open(ctx, udp.Config{Addr: addr, BufCount: bufs, BufSize: 9216})
+		var up *udp.Port
+		up, err = udp.Open(ctx, udp.Config{Addr: addr, BufCount: bufs, BufSize: 9216,
+			RecvBuffer: s.RecvBufferBytes, SendBuffer: s.SendBufferBytes})
+		if err == nil {
+			port = up
+			a.checkSocketBuffers(s, up.DriverStats())
+		}
 	case "dpdk":
 		switch {
 		case a.eal:

@@ -194,6 +194,9 @@ func TestProfileErrors(t *testing.T) {
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nclass=\"urgent\"\n", `if[0].class "urgent"`},
 		{"[appliance]\nlate_window_ms = -1\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", "test.toml:2: appliance.late_window_ms -1"},
 		{"[appliance]\nmax_late = 99999999\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", "test.toml:2: appliance.max_late 99999999"},
+		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\nrecv_buffer_bytes = 100\n", "test.toml:4: port[0].recv_buffer_bytes 100: out of range"},
+		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\nsend_buffer_bytes = 2147483648\n", "port[0].send_buffer_bytes 2147483648: out of range"},
+		{"[appliance]\ncuda = \"gpu\"\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", `test.toml:2: appliance.cuda "gpu"`},
 	} {
 		_, err := ParseProfile("test.toml", tc.text)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -126,7 +126,24 @@ type PortSection struct {
 	// sleeps between polls; 0 picks it from the units' placement (see
 	// spinFor).
 	Spin int `toml:"spin"`
+	// RecvBufferBytes and SendBufferBytes size a udp port's socket
+	// buffers (0: DefaultRecvBufferBytes, DefaultSendBufferBytes). As
+	// root the appliance sets them past net.core.rmem_max / wmem_max;
+	// otherwise the kernel caps them there, and the port logs a warning.
+	RecvBufferBytes int `toml:"recv_buffer_bytes"`
+	SendBufferBytes int `toml:"send_buffer_bytes"`
 }
+
+// Socket buffer defaults of udp ports: the receive buffer holds two
+// max-size requests (16 MiB each) arriving at once while the I/O loop is
+// held off its core (the kernel reports twice the size asked for, its
+// bookkeeping included).
+const (
+	DefaultRecvBufferBytes = 32 << 20
+	DefaultSendBufferBytes = 8 << 20
+	// MaxSocketBufferBytes bounds either (1 GiB).
+	MaxSocketBufferBytes = 1 << 30
+)
 
 // IFSection is one [[if]] table: an inference function's spec, the same
 // type the deploy command carries and the IF manager is configured from
@@ -491,6 +508,20 @@ func (p *Profile) validate() error {
 		}
 		if pt.Spin < 0 {
 			return fmt.Errorf("%s.spin %d: must not be negative", where, pt.Spin)
+		}
+		if pt.RecvBufferBytes == 0 {
+			pt.RecvBufferBytes = DefaultRecvBufferBytes
+		}
+		if pt.SendBufferBytes == 0 {
+			pt.SendBufferBytes = DefaultSendBufferBytes
+		}
+		for _, b := range []struct {
+			key string
+			v   int
+		}{{"recv_buffer_bytes", pt.RecvBufferBytes}, {"send_buffer_bytes", pt.SendBufferBytes}} {
+			if b.v < 4096 || b.v > MaxSocketBufferBytes {
+				return fmt.Errorf("%s.%s %d: out of range 4096..%d", where, b.key, b.v, MaxSocketBufferBytes)
+			}
 		}
 		switch pt.Driver {
 		case "udp":

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"sluice/dataplane/ioloop"
+	"sluice/dataplane/pace"
 	"sluice/dataplane/wire"
 )
 
@@ -109,6 +110,8 @@ type Client struct {
 	Conn     *net.UDPConn
 	Flow     uint32
 	FragSize int
+	// Pacer, when set, spaces the datagrams Send sends (large requests).
+	Pacer *pace.Pacer
 
 	mu      sync.Mutex
 	partial map[uint64]*partial
@@ -179,6 +182,7 @@ func (c *Client) Send(dst netip.AddrPort, model uint16, id uint64, flags uint8, 
 		return err
 	}
 	for _, d := range ds {
+		c.Pacer.Wait(len(d))
 		if _, err := c.Conn.WriteToUDPAddrPort(d, dst); err != nil {
 			return fmt.Errorf("dptest: send: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"sluice/dataplane/pace"
 	"sluice/dataplane/wire"
 )
 
@@ -34,6 +35,10 @@ type config struct {
 	PlotPath   string
 	MetricsURL string
 	Streams    []streamSpec
+	// Pace caps the rate datagrams leave at, bytes per second over every
+	// stream (bursts of pace.DefaultBurst go at once); 0: as fast as the
+	// socket takes them.
+	Pace float64
 }
 
 // pending is a request awaiting its response, and the response's
@@ -81,6 +86,7 @@ type client struct {
 	conn   *net.UDPConn
 	target netip.AddrPort
 	start  time.Time
+	pacer  *pace.Pacer // nil: not paced
 
 	mu       sync.Mutex
 	streams  []*streamState
@@ -99,6 +105,9 @@ func newClient(cfg config) (*client, error) {
 		return nil, fmt.Errorf("target %q: %w", cfg.Target, err)
 	}
 	c := &client{cfg: cfg, target: ua.AddrPort()}
+	if cfg.Pace > 0 {
+		c.pacer = pace.New(cfg.Pace, 0)
+	}
 	c.target = netip.AddrPortFrom(c.target.Addr().Unmap(), c.target.Port())
 	if cfg.Flow == 0 {
 		c.cfg.Flow = rand.Uint32() | 1
@@ -313,6 +322,7 @@ func (c *client) sendOne(st *streamState) {
 	// copies each one, so the request id is patched in place.
 	for _, d := range st.dgrams[p.frame] {
 		binary.BigEndian.PutUint64(d[12:20], id)
+		c.pacer.Wait(len(d))
 		if _, err := c.conn.WriteToUDPAddrPort(d, c.target); err != nil {
 			c.sendFailed(st, id, err)
 			return

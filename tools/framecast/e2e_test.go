@@ -271,6 +271,25 @@ func TestClosedLoop(t *testing.T) {
 	}
 }
 
+// -pace bounds what a run sends: an open-loop stream of 5000 requests a
+// second (1500 bytes in two datagrams of -frag 1000: 1540 bytes with
+// their headers) paced at 1 MB/s sends at most the 256 KiB burst plus
+// 1 MB in its second (a slower machine sends fewer).
+func TestPacedRun(t *testing.T) {
+	fake := startFake(t, func(uint32, uint64) action { return actAnswer })
+	cfg := testConfig(t, fake.addr(), "-duration", "1s", "-timeout", "200ms", "-pace", "1MB",
+		"-stream", "model=1,rate=5000,size=1500")
+	rep, err := run(context.Background(), cfg, io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := rep.Streams[0].Sent
+	t.Logf("paced at 1 MB/s for 1 s: %d requests sent", sent)
+	if limit := (256<<10+1_000_000)/1540 + 1; sent > limit || sent == 0 {
+		t.Fatalf("paced at 1 MB/s for 1 s: sent %d requests of 1540 bytes, want 1..%d", sent, limit)
+	}
+}
+
 func TestTraceRun(t *testing.T) {
 	fake := startFake(t, func(uint32, uint64) action { return actAnswer })
 	path := filepath.Join(t.TempDir(), "trace.txt")

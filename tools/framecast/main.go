@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/dataplane/pace"
 	"sluice/dataplane/wire"
 )
 
@@ -78,12 +79,16 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, quiet bool, err err
 	fs.StringVar(&cfg.PlotPath, "plot", "", "also write a latency CDF per stream as SVG to this `file`")
 	fs.StringVar(&cfg.MetricsURL, "metrics", "", "appliance metrics `URL` (http://host:port/metrics): report batch sizes")
 	fs.BoolVar(&quiet, "quiet", false, "no progress line")
+	paceFlag := fs.String("pace", "0", "send at most `RATE` bytes per second, in bursts of 256 KiB (400MB, 1.5G; 0: unpaced): spreads large requests out")
 	fs.Var(&streams, "stream", "a stream: model=ID,class=rt|be,rate=PER_S,size=BYTES,arrival=uniform|poisson|lognormal|trace,... (repeatable; see docs/framecast.md)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, quiet, err
 		}
 		return cfg, quiet, fmt.Errorf("%w: %w", errReported, err)
+	}
+	if cfg.Pace, err = pace.ParseRate(*paceFlag); err != nil {
+		return cfg, quiet, fmt.Errorf("-%w", err)
 	}
 	if fs.NArg() > 0 {
 		return cfg, quiet, fmt.Errorf("unexpected argument %q (streams are given with -stream)", fs.Arg(0))

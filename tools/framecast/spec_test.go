@@ -101,8 +101,11 @@ func TestParseArgs(t *testing.T) {
 	if len(cfg.Streams) != 2 || cfg.Streams[0].Name != "m1/rt" || cfg.Streams[1].Name != "m1/rt#2" {
 		t.Errorf("streams %+v", cfg.Streams)
 	}
+	if cfg, _, err = parseArgs([]string{"-pace", "400MB"}, io.Discard); err != nil || cfg.Pace != 400e6 {
+		t.Errorf("-pace 400MB: %v, %v", cfg.Pace, err)
+	}
 	cfg, _, err = parseArgs(nil, io.Discard)
-	if err != nil || len(cfg.Streams) != 1 || cfg.Streams[0].Rate != 20 || cfg.Streams[0].Class != "rt" {
+	if err != nil || cfg.Pace != 0 || len(cfg.Streams) != 1 || cfg.Streams[0].Rate != 20 || cfg.Streams[0].Class != "rt" {
 		t.Errorf("default stream: %+v, %v", cfg.Streams, err)
 	}
 	for args, want := range map[string]string{
@@ -113,6 +116,7 @@ func TestParseArgs(t *testing.T) {
 		"-flow 4294967296":                    "-flow 4294967296",
 		"-frag 1 -stream model=1,size=100000": "more than 65535: raise -frag",
 		"-stream model=1,rate=x":              `rate "x"`,
+		"-pace fast":                          `-pace "fast": want bytes per second`,
 		"stray":                               `unexpected argument "stray"`,
 		"-flow 4294967295 -stream model=1 -stream model=2": "flow ids past 4294967295",
 	} {

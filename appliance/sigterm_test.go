@@ -1,0 +1,76 @@
+package appliance
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"sluice/dataplane/wire"
+)
+
+// TestSecondSIGTERMExitsBinary runs the real sluice binary with a drain
+// that cannot finish soon: a request whose second fragment never comes
+// stays in reassembly for a minute, and the drain timeout is two. The
+// first SIGTERM starts the drain; a second one makes sluice exit at once,
+// with status 1, without the drain having finished.
+func TestSecondSIGTERMExitsBinary(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/sluice").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	port := freeUDPPort(t)
+	prof := filepath.Join(dir, "p.toml")
+	if err := os.WriteFile(prof, []byte(fmt.Sprintf(`
+[appliance]
+log_level = "info"
+threads = 1
+metrics = "off"
+control = "off"
+reassembly_timeout_ms = 60000
+drain_timeout_ms = 120000
+[[port]]
+driver = "udp"
+listen = "127.0.0.1:%d"
+[[if]]
+name = "sq"
+model_id = 3
+model = "zoo:squeezenet11"
+max_batch = 1
+`, port)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startBinary(t, bin, prof)
+	// the first of a request's two fragments: it keeps the port's drain
+	// waiting until the reassembly timeout, a minute away
+	ds, err := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 3, Flow: 61, Request: 1}, make([]byte, 3000), 1500)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("datagrams: %d, %v", len(ds), err)
+	}
+	cl := newClient(t, 61)
+	if err := cl.SendRaw(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)), ds[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, "signal: draining")
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	werr := p.wait(t)
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("sluice after a second SIGTERM: %v, want exit status 1:\n%s", werr, p.logs())
+	}
+	logs := p.logs()
+	if !strings.Contains(logs, "second signal: exiting at once") || strings.Contains(logs, "sluice drained") {
+		t.Fatalf("want the second signal's exit, before the drain finished:\n%s", logs)
+	}
+}
