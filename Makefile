@@ -29,6 +29,11 @@ BINARIES := sluice=./appliance/cmd/sluice
 
 GO_TEST_FLAGS ?= -count=1 -timeout 25m -p 2
 
+# The version stamped into every binary (sluice -version, ifctl status,
+# sluice_build_info): git describe of the checkout, "devel" outside one.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+GO_LDFLAGS := -X sluice/appliance/buildinfo.version=$(VERSION)
+
 # `make fuzz` fuzzes every Fuzz* target in the repository, one after the
 # other, each for FUZZ_TIME (a go test -fuzztime value: 30s, 5m, 10000x).
 # FUZZ narrows it to the targets whose name matches a grep -E pattern
@@ -61,7 +66,7 @@ deps-go:
 build: deps
 	@mkdir -p $(BIN)
 	@for b in $(BINARIES); do name=$${b%%=*}; pkg=$${b#*=}; \
-	  if [ -d "$$pkg" ]; then echo "go build -o bin/$$name $$pkg"; $(GO) build -o $(BIN)/$$name $$pkg || exit 1; fi; \
+	  if [ -d "$$pkg" ]; then echo "go build -o bin/$$name $$pkg"; $(GO) build -ldflags "$(GO_LDFLAGS)" -o $(BIN)/$$name $$pkg || exit 1; fi; \
 	done
 
 fmt-check:

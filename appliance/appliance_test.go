@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/appliance/buildinfo"
 	"sluice/dataplane/wire"
 	"sluice/libml"
 	"sluice/libml/cpu"
@@ -143,7 +144,8 @@ input_shape = [3, 48, 192]
 	// metrics
 	body := scrape(t, a.Appliance)
 	for _, m := range []string{`sluice_requests_total{port="udp0"} 42`, `sluice_if_served_total{class="rt",if="cls"} 40`,
-		`sluice_drops_total{port="udp0",reason="unknown_model"} 1`, `sluice_pool_buffers_in_use{port="udp0"} 0`} {
+		`sluice_drops_total{port="udp0",reason="unknown_model"} 1`, `sluice_pool_buffers_in_use{port="udp0"} 0`,
+		fmt.Sprintf(`sluice_build_info{goversion=%q,version=%q} 1`, buildinfo.GoVersion(), buildinfo.Version())} {
 		if !strings.Contains(body, m) {
 			t.Errorf("metrics lack %q", m)
 		}

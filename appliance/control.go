@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"sluice/appliance/buildinfo"
 	"sluice/ifmanager"
 	"sluice/libml"
 	"sluice/orchestrator"
@@ -473,7 +474,7 @@ func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
 // Status implements orchestrator.Handler.
 func (h *controlHandler) Status(_ context.Context, args orchestrator.StatusArgs) (orchestrator.StatusReply, error) {
 	a := h.a
-	rep := orchestrator.StatusReply{UptimeS: time.Since(a.started).Seconds(), Draining: a.draining.Load(), IFs: []orchestrator.IFStatus{}}
+	rep := orchestrator.StatusReply{Version: buildinfo.Version(), UptimeS: time.Since(a.started).Seconds(), Draining: a.draining.Load(), IFs: []orchestrator.IFStatus{}}
 	a.mu.Lock()
 	var runs []*ifRun
 	for _, name := range a.order {

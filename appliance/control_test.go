@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/appliance/buildinfo"
 	"sluice/dataplane/wire"
 	"sluice/orchestrator"
 )
@@ -81,7 +82,7 @@ func TestControlUnderLoad(t *testing.T) {
 	}()
 
 	var st orchestrator.StatusReply
-	if st, err = cl.Status(ctx, orchestrator.StatusArgs{}); err != nil || len(st.IFs) != 1 || st.IFs[0].Name != "cls" {
+	if st, err = cl.Status(ctx, orchestrator.StatusArgs{}); err != nil || len(st.IFs) != 1 || st.IFs[0].Name != "cls" || st.Version != buildinfo.Version() {
 		t.Fatalf("status: %+v, %v", st, err)
 	}
 	sw, err := cl.Swap(ctx, orchestrator.SwapArgs{Name: "cls"})

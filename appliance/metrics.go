@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"sluice/appliance/buildinfo"
 	"sluice/dataplane/egress"
 	"sluice/dataplane/reasm"
 	"sluice/dataplane/wire"
@@ -251,8 +252,11 @@ func newMetricsSet() *metricsSet {
 	m.response = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_response_duration_seconds",
 		Help: "Server-side request life: first fragment received to response handed to the port driver.", Buckets: lat},
 		[]string{"port", "class", "status"})
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_build_info",
+		Help: "Always 1: the running build's version and the Go release it was built with."}, []string{"version", "goversion"})
+	build.WithLabelValues(buildinfo.Version(), buildinfo.GoVersion()).Set(1)
 	m.reg.MustRegister(m.request, m.queue, m.compute, m.gather, m.batch, m.swapGap, m.responses, m.shareChanges, m.preemptLat, m.response,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		build, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -18,12 +18,18 @@ import (
 // that cannot finish soon: a request whose second fragment never comes
 // stays in reassembly for a minute, and the drain timeout is two. The
 // first SIGTERM starts the drain; a second one makes sluice exit at once,
-// with status 1, without the drain having finished.
+// with status 1, without the drain having finished. (The binary is
+// stamped with a version first, which -version prints.)
 func TestSecondSIGTERMExitsBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/sluice").CombinedOutput(); err != nil {
+	// stamped as the Makefile stamps it: -version prints the stamp
+	if out, err := exec.Command("go", "build", "-ldflags", "-X sluice/appliance/buildinfo.version=v0.0.0-sigterm-test",
+		"-o", bin, "./cmd/sluice").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin, "-version").Output(); err != nil || !strings.HasPrefix(string(out), "sluice v0.0.0-sigterm-test (go") {
+		t.Fatalf("sluice -version: %q, %v", out, err)
 	}
 	port := freeUDPPort(t)
 	prof := filepath.Join(dir, "p.toml")

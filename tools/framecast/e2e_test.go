@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"sluice/appliance/buildinfo"
 )
 
 const testFlow = 1000
@@ -282,6 +284,9 @@ func TestPacedRun(t *testing.T) {
 	rep, err := run(context.Background(), cfg, io.Discard, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rep.Version != buildinfo.Version() || rep.Seed != 1 || rep.PaceBps != 1e6 || rep.Start == "" {
+		t.Errorf("report header: version %q seed %d pace %v start %q", rep.Version, rep.Seed, rep.PaceBps, rep.Start)
 	}
 	sent := rep.Streams[0].Sent
 	t.Logf("paced at 1 MB/s for 1 s: %d requests sent", sent)

@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"sluice/appliance/buildinfo"
 	"sluice/dataplane/pace"
 	"sluice/dataplane/wire"
 )
@@ -31,6 +32,10 @@ import (
 func main() {
 	cfg, quiet, err := parseArgs(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if errors.Is(err, errVersion) {
+		fmt.Println(buildinfo.String("framecast"))
 		os.Exit(0)
 	}
 	if err != nil {
@@ -57,6 +62,9 @@ func main() {
 	}
 }
 
+// errVersion is parseArgs's answer to -version: print it, exit 0.
+var errVersion = errors.New("version asked for")
+
 // errReported marks errors the flag package has already printed, with the
 // usage.
 var errReported = errors.New("bad command line")
@@ -80,12 +88,16 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, quiet bool, err err
 	fs.StringVar(&cfg.MetricsURL, "metrics", "", "appliance metrics `URL` (http://host:port/metrics): report batch sizes")
 	fs.BoolVar(&quiet, "quiet", false, "no progress line")
 	paceFlag := fs.String("pace", "0", "send at most `RATE` bytes per second, in bursts of 256 KiB (400MB, 1.5G; 0: unpaced): spreads large requests out")
+	version := fs.Bool("version", false, "print framecast's version and exit")
 	fs.Var(&streams, "stream", "a stream: model=ID,class=rt|be,rate=PER_S,size=BYTES,arrival=uniform|poisson|lognormal|trace,... (repeatable; see docs/framecast.md)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, quiet, err
 		}
 		return cfg, quiet, fmt.Errorf("%w: %w", errReported, err)
+	}
+	if *version {
+		return cfg, quiet, errVersion
 	}
 	if cfg.Pace, err = pace.ParseRate(*paceFlag); err != nil {
 		return cfg, quiet, fmt.Errorf("-%w", err)

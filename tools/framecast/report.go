@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"sluice/appliance/buildinfo"
 )
 
 // Latency summarizes the latencies of a row's ok responses, in
@@ -127,6 +129,13 @@ func percentile(sorted []float64, p float64) float64 {
 
 // Report is everything a run found; -json writes it.
 type Report struct {
+	// Version is framecast's build (buildinfo), Start when sending began
+	// (RFC 3339, UTC), Seed the frames' and arrivals' seed, PaceBps the
+	// -pace rate (0: unpaced).
+	Version        string   `json:"version"`
+	Start          string   `json:"start"`
+	Seed           uint64   `json:"seed"`
+	PaceBps        float64  `json:"pace_bytes_per_s"`
 	Target         string   `json:"target"`
 	FirstFlow      uint32   `json:"first_flow"`
 	SendSeconds    float64  `json:"send_seconds"`
@@ -144,7 +153,8 @@ type Report struct {
 func (c *client) report(sending, total time.Duration) *Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := &Report{Target: c.target.String(), FirstFlow: c.cfg.Flow, SendSeconds: sending.Seconds(),
+	r := &Report{Version: buildinfo.Version(), Start: c.start.UTC().Format(time.RFC3339Nano), Seed: c.cfg.Seed, PaceBps: c.cfg.Pace,
+		Target: c.target.String(), FirstFlow: c.cfg.Flow, SendSeconds: sending.Seconds(),
 		Seconds: total.Seconds(), TimeoutSeconds: c.cfg.Timeout.Seconds(),
 		Total: newRow("all", ""), Foreign: c.foreign, Garbage: c.garbage}
 	r.Total.MaxInFlight = c.maxInFlight

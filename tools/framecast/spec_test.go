@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"reflect"
 	"strings"
@@ -100,6 +101,9 @@ func TestParseArgs(t *testing.T) {
 	}
 	if len(cfg.Streams) != 2 || cfg.Streams[0].Name != "m1/rt" || cfg.Streams[1].Name != "m1/rt#2" {
 		t.Errorf("streams %+v", cfg.Streams)
+	}
+	if _, _, err = parseArgs([]string{"-version"}, io.Discard); !errors.Is(err, errVersion) {
+		t.Errorf("-version: %v", err)
 	}
 	if cfg, _, err = parseArgs([]string{"-pace", "400MB"}, io.Discard); err != nil || cfg.Pace != 400e6 {
 		t.Errorf("-pace 400MB: %v, %v", cfg.Pace, err)

@@ -38,6 +38,7 @@ import (
 	"strings"
 	"time"
 
+	"sluice/appliance/buildinfo"
 	"sluice/orchestrator"
 )
 
@@ -124,6 +125,7 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 	fs := flag.NewFlagSet("ifctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	g.register(fs, getenv)
+	version := fs.Bool("version", false, "print ifctl's version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usageText)
@@ -131,6 +133,10 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		}
 		fmt.Fprintf(stderr, "ifctl: %v\n\n%s", err, usageText)
 		return exitUsage
+	}
+	if *version {
+		fmt.Fprintln(stdout, buildinfo.String("ifctl"))
+		return exitOK
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprintf(stderr, "ifctl: no command\n\n%s", usageText)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/appliance/buildinfo"
 	"sluice/orchestrator"
 	"sluice/orchestrator/orchtest"
 )
@@ -50,6 +51,14 @@ func ifctl(t *testing.T, env map[string]string, args ...string) (code int, stdou
 	var out, errb bytes.Buffer
 	code = run(args, &out, &errb, func(k string) string { return env[k] })
 	return code, out.String(), errb.String()
+}
+
+// -version prints ifctl's build and needs no appliance.
+func TestVersion(t *testing.T) {
+	code, out, errs := ifctl(t, nil, "-version")
+	if code != exitOK || out != buildinfo.String("ifctl")+"\n" || errs != "" {
+		t.Fatalf("ifctl -version: %d %q %q", code, out, errs)
+	}
 }
 
 func TestHumanOutput(t *testing.T) {

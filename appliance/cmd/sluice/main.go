@@ -4,6 +4,7 @@
 // exits.
 //
 //	sluice -profile profiles/demo.toml [-strict]
+//	sluice -version
 //
 // An IF whose model fails to load is logged (with the profile's file, line
 // and key) and shown as failed by `ifctl status` and /readyz; the rest of
@@ -28,13 +29,19 @@ import (
 	"time"
 
 	"sluice/appliance"
+	"sluice/appliance/buildinfo"
 )
 
 func main() {
 	profile := flag.String("profile", "profiles/default.toml", "appliance profile (TOML)")
 	statsEvery := flag.Duration("stats-interval", 5*time.Second, "log counters this often (0: never)")
 	strict := flag.Bool("strict", false, "exit when an IF of the profile fails to load, instead of serving the others")
+	version := flag.Bool("version", false, "print sluice's version and exit")
 	flag.Parse()
+	if *version {
+		fmt.Println(buildinfo.String("sluice"))
+		return
+	}
 	if err := run(*profile, *statsEvery, *strict); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)
