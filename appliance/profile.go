@@ -18,6 +18,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"sluice/ifmanager"
+	"sluice/libml/cpu"
 )
 
 // Profile is a parsed appliance profile (TOML).
@@ -323,7 +324,11 @@ func ParseProfile(name, text string) (*Profile, error) {
 		}
 		return nil, fmt.Errorf("profile %s: unknown keys: %s", where, strings.Join(keys, ", "))
 	}
-	if err := p.validate(); err != nil {
+	err = p.checkExplicitZeros(syntax)
+	if err == nil {
+		err = p.validate()
+	}
+	if err != nil {
 		where := name
 		if m := errKey.FindStringSubmatch(err.Error()); m != nil {
 			idx := -1
@@ -423,8 +428,34 @@ func findLine(text, table string, index int, key string) int {
 	return header
 }
 
+// zeroMeansDefault are the [[if]] keys whose zero value stands for "not
+// given" (the spec's default); written out as 0 they are an error, not a
+// silent default.
+var zeroMeansDefault = map[string]string{
+	"max_batch": fmt.Sprintf("out of range 1..%d", ifmanager.MaxBatchLimit),
+	"min_batch": "out of range 1..max_batch",
+	"queue_len": fmt.Sprintf("out of range 1..%d", ifmanager.MaxQueueLen),
+}
+
+// checkExplicitZeros refuses keys written as 0 whose zero value would
+// otherwise mean "the default" (syntax is the profile decoded as a map).
+func (p *Profile) checkExplicitZeros(syntax map[string]any) error {
+	ifs, _ := syntax["if"].([]map[string]any)
+	for i, f := range ifs {
+		for _, key := range []string{"max_batch", "min_batch", "queue_len"} {
+			if v, ok := f[key].(int64); ok && v == 0 {
+				return fmt.Errorf("if[%d].%s 0: %s (leave the key out for the default)", i, key, zeroMeansDefault[key])
+			}
+		}
+	}
+	return nil
+}
+
 func (p *Profile) validate() error {
 	a := &p.Appliance
+	if a.Threads < 0 || a.Threads > cpu.MaxUnits {
+		return fmt.Errorf("appliance.threads %d: want 0 (one unit per core) or 1..%d", a.Threads, cpu.MaxUnits)
+	}
 	switch a.LogLevel {
 	case "":
 		a.LogLevel = "info"

@@ -26,6 +26,9 @@ type Device struct {
 	closed bool
 }
 
+// MaxUnits is the most worker units a device can have.
+const MaxUnits = ncpu.MaxUnits
+
 // NewDevice starts units worker units (0: one per CPU), pinned to the
 // process's CPUs when pin is set.
 func NewDevice(units int, pin bool) (*Device, error) {
