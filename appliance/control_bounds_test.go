@@ -102,7 +102,8 @@ func TestReloadRefusesUnreadablePaths(t *testing.T) {
 // with a clear error while status keeps answering; SIGHUP after the
 // profile's path has become a FIFO is refused too; SIGTERM then exits 0.
 // A profile with a bad IF serves the good one; with -strict, sluice exits
-// 1 naming the file, line and key of the bad IF.
+// 1 naming the file, line and key of the bad IF, and so does -check,
+// which loads the models without serving.
 func TestBinaryUnreadableProfiles(t *testing.T) {
 	_, path, text, garbage, _ := isolationSetup(t)
 	text = strings.Replace(text, `log_level = "warn"`, `log_level = "info"`, 1) // the test reads the log
@@ -122,6 +123,13 @@ func TestBinaryUnreadableProfiles(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "sluice: "+wantBad) {
 		t.Fatalf("sluice -strict: %v; want exit status 1 and %q in:\n%s", err, wantBad, out)
+	}
+
+	// -check: the same failure, without serving, and the good IF loads
+	out, err = exec.Command(bin, "-check", "-profile", path).CombinedOutput()
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "sluice: "+wantBad) ||
+		!strings.Contains(string(out), "1 of 3 IFs load") {
+		t.Fatalf("sluice -check: %v; want exit status 1, %q and \"1 of 3 IFs load\" in:\n%s", err, wantBad, out)
 	}
 
 	p := startBinary(t, bin, path)

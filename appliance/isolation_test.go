@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -294,5 +295,38 @@ func waitServing(t *testing.T, a *running) string {
 			t.Fatal("the appliance did not start serving")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Check (sluice -check) loads the isolation profile without serving: the
+// good IF loads, the two bad ones are reported with the profile's file,
+// line and key, and nothing is left running (no port bound, the
+// backends' units stopped).
+func TestCheckFindsBadIFs(t *testing.T) {
+	_, path, text, garbage, twoout := isolationSetup(t)
+	prof, err := LoadProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroutines := runtime.NumGoroutine()
+	res, err := Check(context.Background(), prof, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Loaded) != 1 || res.Loaded[0] != "cls" || len(res.Failed) != 2 {
+		t.Fatalf("loaded %v, failed %v; want cls loaded and two failures", res.Loaded, res.Failed)
+	}
+	for k, want := range []string{
+		fmt.Sprintf("profile %s:%d: if[1].model %q: ", path, lineOf(t, text, garbage), "onnx:"+garbage),
+		fmt.Sprintf("profile %s:%d: if[2].model %q: the model has 2 outputs", path, lineOf(t, text, twoout), "onnx:"+twoout),
+	} {
+		if !strings.HasPrefix(res.Failed[k].Error(), want) {
+			t.Errorf("failure %d: %q, want it to start with %q", k, res.Failed[k], want)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > goroutines+2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Check, %d before", runtime.NumGoroutine(), goroutines)
+		}
 	}
 }

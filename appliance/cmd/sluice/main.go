@@ -4,6 +4,7 @@
 // exits.
 //
 //	sluice -profile profiles/demo.toml [-strict]
+//	sluice -check -profile FILE
 //	sluice -version
 //
 // An IF whose model fails to load is logged (with the profile's file, line
@@ -21,6 +22,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -37,15 +39,45 @@ func main() {
 	statsEvery := flag.Duration("stats-interval", 5*time.Second, "log counters this often (0: never)")
 	strict := flag.Bool("strict", false, "exit when an IF of the profile fails to load, instead of serving the others")
 	version := flag.Bool("version", false, "print sluice's version and exit")
+	check := flag.Bool("check", false, "check the profile and load every IF's model, without serving: exit 0 when all load, 1 otherwise")
 	flag.Parse()
 	if *version {
 		fmt.Println(buildinfo.String("sluice"))
 		return
 	}
+	if *check {
+		os.Exit(checkProfile(*profile, os.Stdout, os.Stderr))
+	}
 	if err := run(*profile, *statsEvery, *strict); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)
 	}
+}
+
+// checkProfile is sluice -check: it parses path and loads every IF's
+// model as serving would, prints what loads and what does not (file:line:
+// key), and returns the exit status.
+func checkProfile(path string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	prof, err := appliance.LoadProfileContext(ctx, path)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
+		return 1
+	}
+	res, err := appliance.Check(ctx, prof, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice:", err)
+		return 1
+	}
+	for _, e := range res.Failed {
+		fmt.Fprintln(stderr, "sluice:", e)
+	}
+	fmt.Fprintf(stdout, "profile %s: %d of %d IFs load, %d ports\n", path, len(res.Loaded), len(prof.IFs), len(prof.Ports))
+	if len(res.Failed) > 0 {
+		return 1
+	}
+	return 0
 }
 
 func run(path string, statsEvery time.Duration, strict bool) error {
