@@ -35,6 +35,10 @@ type config struct {
 	PlotPath   string
 	MetricsURL string
 	Streams    []streamSpec
+	// MaxLoss and MaxErrors, when >= 0, are the largest fractions of the
+	// requests sent that may be lost, or answered with an error or a wrong
+	// output, before framecast exits with status 3.
+	MaxLoss, MaxErrors float64
 	// Pace caps the rate datagrams leave at, bytes per second over every
 	// stream (bursts of pace.DefaultBurst go at once); 0: as fast as the
 	// socket takes them.

@@ -295,6 +295,49 @@ func TestPacedRun(t *testing.T) {
 	}
 }
 
+// The verdict on a finished run: nothing answered is said whatever the
+// thresholds; -max-loss and -max-errors fail the run (exit status 3) only
+// when passed.
+func TestVerdict(t *testing.T) {
+	fake := startFake(t, func(_ uint32, id uint64) action {
+		if id%4 == 0 {
+			return actDrop
+		}
+		return actAnswer
+	})
+	cfg := testConfig(t, fake.addr(), "-duration", "300ms", "-timeout", "100ms", "-stream", "model=1,rate=100,size=1500")
+	rep, err := run(context.Background(), cfg, io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tot := rep.Total
+	if tot.Lost == 0 || tot.OK == 0 {
+		t.Fatalf("the fake dropped nothing or answered nothing: %d ok, %d lost", tot.OK, tot.Lost)
+	}
+	loss := float64(tot.Lost) / float64(tot.Sent)
+	for _, tc := range []struct {
+		maxLoss, maxErrors float64
+		fail               bool
+	}{{-1, -1, false}, {loss + 0.01, 0, false}, {loss / 2, -1, true}, {1, 0, false}} {
+		cfg.MaxLoss, cfg.MaxErrors = tc.maxLoss, tc.maxErrors
+		msgs, failed := verdict(rep, cfg)
+		if failed != tc.fail || failed != (len(msgs) > 0) {
+			t.Errorf("max-loss %v max-errors %v with %.2f lost: failed %v %q, want %v", tc.maxLoss, tc.maxErrors, loss, failed, msgs, tc.fail)
+		}
+	}
+
+	// nothing listens: every request lost, and the verdict says so
+	dead := testConfig(t, "127.0.0.1:9", "-duration", "200ms", "-timeout", "100ms", "-stream", "model=1,rate=50,size=100")
+	rep, err = run(context.Background(), dead, io.Discard, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, failed := verdict(rep, dead)
+	if failed || len(msgs) != 1 || !strings.Contains(msgs[0], "nothing answered: is sluice running at 127.0.0.1:9") {
+		t.Fatalf("verdict with nothing answered: %v %q", failed, msgs)
+	}
+}
+
 func TestTraceRun(t *testing.T) {
 	fake := startFake(t, func(uint32, uint64) action { return actAnswer })
 	path := filepath.Join(t.TempDir(), "trace.txt")

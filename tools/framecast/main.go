@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"syscall"
@@ -56,10 +57,47 @@ func main() {
 	if !quiet {
 		prog = &progressOut{w: os.Stderr, tty: isTerminal(os.Stderr), width: func() int { return terminalWidth(os.Stderr) }}
 	}
-	if _, err := run(ctx, cfg, os.Stdout, prog); err != nil {
+	rep, err := run(ctx, cfg, os.Stdout, prog)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "framecast: %v\n", err)
 		os.Exit(1)
 	}
+	msgs, failed := verdict(rep, cfg)
+	for _, m := range msgs {
+		fmt.Fprintf(os.Stderr, "framecast: %s\n", m)
+	}
+	if failed {
+		os.Exit(exitThreshold)
+	}
+}
+
+// exitThreshold is the exit status of a run whose loss or errors passed
+// -max-loss or -max-errors.
+const exitThreshold = 3
+
+// verdict reads a finished run's report against -max-loss and
+// -max-errors: what to tell the user, and whether the run failed them. A
+// run that sent requests and got no answer at all says so, whatever the
+// thresholds: the appliance is most likely not there.
+func verdict(rep *Report, cfg config) (msgs []string, failed bool) {
+	t := rep.Total
+	if t == nil || t.Sent == 0 {
+		return nil, false
+	}
+	bad := t.ErrorTotal + t.WrongModel + t.WrongSize + t.Mismatched
+	if t.OK+bad == 0 {
+		msgs = append(msgs, fmt.Sprintf("nothing answered: is sluice running at %s, serving these model ids?", rep.Target))
+	}
+	loss, errs := float64(t.Lost)/float64(t.Sent), float64(bad)/float64(t.Sent)
+	if cfg.MaxLoss >= 0 && loss > cfg.MaxLoss {
+		msgs = append(msgs, fmt.Sprintf("%d of %d requests lost (%.2f%%), more than -max-loss %g", t.Lost, t.Sent, 100*loss, cfg.MaxLoss))
+		failed = true
+	}
+	if cfg.MaxErrors >= 0 && errs > cfg.MaxErrors {
+		msgs = append(msgs, fmt.Sprintf("%d of %d requests answered with an error or a wrong output (%.2f%%), more than -max-errors %g", bad, t.Sent, 100*errs, cfg.MaxErrors))
+		failed = true
+	}
+	return msgs, failed
 }
 
 // errVersion is parseArgs's answer to -version: print it, exit 0.
@@ -89,6 +127,8 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, quiet bool, err err
 	fs.BoolVar(&quiet, "quiet", false, "no progress line")
 	paceFlag := fs.String("pace", "0", "send at most `RATE` bytes per second, in bursts of 256 KiB (400MB, 1.5G; 0: unpaced): spreads large requests out")
 	version := fs.Bool("version", false, "print framecast's version and exit")
+	fs.Float64Var(&cfg.MaxLoss, "max-loss", -1, "exit with status 3 when more than this `fraction` of the requests sent is lost (0.01: 1%; default: no limit)")
+	fs.Float64Var(&cfg.MaxErrors, "max-errors", -1, "exit with status 3 when more than this `fraction` of the requests sent is answered with an error or a wrong output (default: no limit)")
 	fs.Var(&streams, "stream", "a stream: model=ID,class=rt|be,rate=PER_S,size=BYTES,arrival=uniform|poisson|lognormal|trace,... (repeatable; see docs/framecast.md)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -125,6 +165,10 @@ func (cfg *config) check() error {
 		return fmt.Errorf("-timeout %v: want a positive duration", cfg.Timeout)
 	case cfg.FragSize < 1 || cfg.FragSize > wire.MaxPayload:
 		return fmt.Errorf("-frag %d: want 1..%d", cfg.FragSize, wire.MaxPayload)
+	case math.IsNaN(cfg.MaxLoss) || cfg.MaxLoss > 1 || cfg.MaxLoss < 0 && cfg.MaxLoss != -1:
+		return fmt.Errorf("-max-loss %v: want a fraction 0..1", cfg.MaxLoss)
+	case math.IsNaN(cfg.MaxErrors) || cfg.MaxErrors > 1 || cfg.MaxErrors < 0 && cfg.MaxErrors != -1:
+		return fmt.Errorf("-max-errors %v: want a fraction 0..1", cfg.MaxErrors)
 	case cfg.Frames < 1:
 		return fmt.Errorf("-frames %d: want at least 1", cfg.Frames)
 	case uint64(cfg.Flow)+uint64(len(cfg.Streams)) > 1<<32:

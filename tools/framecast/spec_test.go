@@ -121,6 +121,8 @@ func TestParseArgs(t *testing.T) {
 		"-frag 1 -stream model=1,size=100000": "more than 65535: raise -frag",
 		"-stream model=1,rate=x":              `rate "x"`,
 		"-pace fast":                          `-pace "fast": want bytes per second`,
+		"-max-loss 2":                         "-max-loss 2: want a fraction 0..1",
+		"-max-errors -0.5":                    "-max-errors -0.5: want a fraction 0..1",
 		"stray":                               `unexpected argument "stray"`,
 		"-flow 4294967295 -stream model=1 -stream model=2": "flow ids past 4294967295",
 	} {
