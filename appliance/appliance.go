@@ -38,6 +38,9 @@ type Appliance struct {
 	metrics  *metricsSet
 	started  time.Time
 	draining atomic.Bool
+	// shuttingDown is set when Run's context ends: the process's own
+	// drain, which resume cannot undo.
+	shuttingDown atomic.Bool
 
 	mu       sync.Mutex // guards everything below
 	prof     *Profile
@@ -572,6 +575,7 @@ func (a *Appliance) Run(ctx context.Context) error {
 	ready.Store(true)
 	a.log.Info("sluice serving", "ports", len(a.ports), "ifs", len(a.order))
 	<-ctx.Done()
+	a.shuttingDown.Store(true)
 	ready.Store(false) // draining: no longer ready for new work
 	a.log.Info("draining")
 	var errs []error

@@ -494,14 +494,34 @@ func (h *controlHandler) Status(_ context.Context, args orchestrator.StatusArgs)
 	return rep, nil
 }
 
+// Resume implements orchestrator.Handler: after a drain command, every port
+// admits requests again and /readyz answers ready. The drain of the
+// process's own shutdown (SIGTERM) cannot be undone.
+func (h *controlHandler) Resume(_ context.Context, _ orchestrator.ResumeArgs) (orchestrator.ResumeResult, error) {
+	a := h.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.shuttingDown.Load() {
+		return orchestrator.ResumeResult{}, orchestrator.Errorf(orchestrator.CodeConflict, "the appliance is shutting down")
+	}
+	was := a.draining.Swap(false)
+	for _, p := range a.ports {
+		p.router.SetDraining(false)
+	}
+	if was {
+		a.log.Info("resumed: admitting requests again")
+	}
+	return orchestrator.ResumeResult{WasDraining: was}, nil
+}
+
 // Drain implements orchestrator.Handler: every port stops admitting new
 // requests (they are answered shutting_down) and the call waits for the IF
 // queues to empty.
 func (h *controlHandler) Drain(ctx context.Context, args orchestrator.DrainArgs) (orchestrator.DrainResult, error) {
 	a := h.a
 	start := time.Now()
-	a.draining.Store(true)
 	a.mu.Lock()
+	a.draining.Store(true)
 	for _, p := range a.ports {
 		p.router.SetDraining(true)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,7 +21,7 @@ const controlProfile = `
 [appliance]
 log_level = "warn"
 threads = 2
-metrics = "off"
+metrics = "127.0.0.1:0"
 control = "ipc://%s"
 
 [[port]]
@@ -176,7 +177,30 @@ max_batch = 2
 	if r, ok := client.Wait(6000, 5*time.Second); !ok || r.Status != wire.StatusShuttingDown {
 		t.Fatalf("request after drain: %v %v", ok, r.Status)
 	}
+	readyz := "http://" + a.MetricsAddr() + "/readyz"
+	if code, body := httpGet(t, readyz); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz while drained: %d %q, want 503", code, body)
+	}
+	// resume undoes the drain: admitted and ready again; a second resume
+	// changes nothing
+	if res, err := cl.Resume(ctx, orchestrator.ResumeArgs{}); err != nil || !res.WasDraining {
+		t.Fatalf("resume: %+v, %v", res, err)
+	}
+	if code, body := httpGet(t, readyz); code != http.StatusOK {
+		t.Fatalf("/readyz after resume: %d %q, want 200", code, body)
+	}
+	_ = client.Send(addr, 7, 6001, 0, payload)
+	if r, ok := client.Wait(6001, 5*time.Second); !ok || r.Status != wire.StatusOK {
+		t.Fatalf("request after resume: %v %v", ok, r.Status)
+	}
+	if res, err := cl.Resume(ctx, orchestrator.ResumeArgs{}); err != nil || res.WasDraining {
+		t.Fatalf("second resume: %+v, %v", res, err)
+	}
 	stop()
+	// the process's own drain (Run's context ended) cannot be undone
+	if _, err := (&controlHandler{a: a.Appliance}).Resume(ctx, orchestrator.ResumeArgs{}); !errors.As(err, &oe) || oe.Code != orchestrator.CodeConflict {
+		t.Fatalf("resume during shutdown: %v, want conflict", err)
+	}
 	if d := client.Duplicates(); d != 0 {
 		t.Fatalf("%d duplicate response fragments", d)
 	}

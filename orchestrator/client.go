@@ -449,6 +449,12 @@ func (c *Client) Status(ctx context.Context, args StatusArgs) (StatusReply, erro
 	return r, c.Call(ctx, CmdStatus, args, &r)
 }
 
+// Resume calls resume on the server: admission starts again after a drain.
+func (c *Client) Resume(ctx context.Context, args ResumeArgs) (ResumeResult, error) {
+	var r ResumeResult
+	return r, c.Call(ctx, CmdResume, args, &r)
+}
+
 // Drain calls drain on the server. Without a deadline in ctx, the call
 // waits for the drain's own timeout plus a margin.
 func (c *Client) Drain(ctx context.Context, args DrainArgs) (DrainResult, error) {

@@ -39,6 +39,9 @@ type Handler interface {
 	Status(ctx context.Context, args StatusArgs) (StatusReply, error)
 	// Drain stops admission and waits for queued requests.
 	Drain(ctx context.Context, args DrainArgs) (DrainResult, error)
+	// Resume admits requests again after Drain (not after the process's
+	// own shutdown has begun).
+	Resume(ctx context.Context, args ResumeArgs) (ResumeResult, error)
 }
 
 // command describes one command for the server: how to decode its args and
@@ -102,6 +105,7 @@ func commandTable() map[string]*command {
 		spec(CmdReloadProfile, true, nil, Handler.ReloadProfile),
 		spec(CmdStatus, false, nil, Handler.Status),
 		drain,
+		spec(CmdResume, true, nil, Handler.Resume),
 	}
 	m := make(map[string]*command, len(cmds))
 	for _, c := range cmds {

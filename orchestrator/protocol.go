@@ -17,12 +17,13 @@ const (
 	CmdReloadProfile = "reload-profile"
 	CmdStatus        = "status"
 	CmdDrain         = "drain"
+	CmdResume        = "resume"
 )
 
 // Commands lists every command name, in documentation order.
 func Commands() []string {
 	return []string{CmdDeploy, CmdRemove, CmdResize, CmdSwap, CmdSetBatch,
-		CmdReloadProfile, CmdStatus, CmdDrain}
+		CmdReloadProfile, CmdStatus, CmdDrain, CmdResume}
 }
 
 // Limits on request fields.
@@ -226,6 +227,17 @@ type DrainArgs struct {
 	// TimeoutMS bounds the wait (0: the appliance's default, at most
 	// MaxDrainTimeoutMS).
 	TimeoutMS int `json:"timeout_ms,omitempty"`
+}
+
+// ResumeArgs are resume's arguments (none): admit requests again after a
+// drain command.
+type ResumeArgs struct{}
+
+// ResumeResult is resume's reply data.
+type ResumeResult struct {
+	// WasDraining is true when a drain was undone (false: the appliance
+	// was serving already, and nothing changed).
+	WasDraining bool `json:"was_draining"`
 }
 
 // DrainResult is drain's reply data.

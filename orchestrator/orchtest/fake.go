@@ -272,6 +272,18 @@ func (f *Fake) Drain(ctx context.Context, a orchestrator.DrainArgs) (orchestrato
 	return orchestrator.DrainResult{Drained: true, ElapsedMS: 0.5}, nil
 }
 
+// Resume undoes the fake's drain.
+func (f *Fake) Resume(ctx context.Context, a orchestrator.ResumeArgs) (orchestrator.ResumeResult, error) {
+	if err := f.begin(ctx, orchestrator.CmdResume, a); err != nil {
+		return orchestrator.ResumeResult{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	was := f.draining
+	f.draining = false
+	return orchestrator.ResumeResult{WasDraining: was}, nil
+}
+
 func orDefault(v, def string) string {
 	if v == "" {
 		return def

@@ -234,6 +234,24 @@ func commands() map[string]command {
 				}
 			},
 		},
+		"resume": {
+			synopsis: "",
+			doc:      "Admit requests again after drain (not after SIGTERM: that drain ends the process).",
+			flags: func(fs *flag.FlagSet) func(*env, map[string]bool) error {
+				return func(e *env, _ map[string]bool) error {
+					var r orchestrator.ResumeResult
+					if err := e.call(orchestrator.CmdResume, orchestrator.ResumeArgs{}, &r, 0); err != nil || e.g.json {
+						return err
+					}
+					if r.WasDraining {
+						fmt.Fprintln(e.stdout, "resumed: admitting requests again")
+					} else {
+						fmt.Fprintln(e.stdout, "not draining: nothing to resume")
+					}
+					return nil
+				}
+			},
+		},
 		"keygen": {
 			synopsis: "[-o FILE]",
 			doc: "Make a CURVE key pair. Without -o, print it in key-file form; with -o, write the\n" +

@@ -109,10 +109,11 @@ commands:
   set-batch      -name IF -max N [-min N]           change an IF's batch bounds
   reload-profile [-path FILE]                       re-read the profile and apply it
   drain          [-wait D]                          stop admitting requests, finish queued ones
+  resume                                            admit requests again after drain
   keygen         [-o FILE]                          make a CURVE key pair
 
 global flags (before or after the command):
-  -endpoint URL  -json  -timeout D  -server-key KEY  -server-key-file FILE
+  -version  -endpoint URL  -json  -timeout D  -server-key KEY  -server-key-file FILE
   -key-file FILE  -insecure  -id ID  -client-id NAME
 
 'ifctl help COMMAND' shows a command's flags. Exit status: 0 ok, 1 command

@@ -117,6 +117,10 @@ cls   1   zoo:mlp  cpu      be     20ms  8      3/256  30%    active  1200    0 
 			orchtest.Call{Cmd: "drain", Args: orchestrator.DrainArgs{TimeoutMS: 2000}}},
 		{[]string{"drain"}, "drained in 500µs\n",
 			orchtest.Call{Cmd: "drain", Args: orchestrator.DrainArgs{TimeoutMS: 30000}}},
+		{[]string{"resume"}, "resumed: admitting requests again\n",
+			orchtest.Call{Cmd: "resume", Args: orchestrator.ResumeArgs{}}},
+		{[]string{"resume"}, "not draining: nothing to resume\n",
+			orchtest.Call{Cmd: "resume", Args: orchestrator.ResumeArgs{}}},
 	}
 	for _, s := range steps {
 		n := fake.CallCount()
