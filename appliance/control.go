@@ -72,7 +72,7 @@ func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
 	}
 	return orchestrator.IFStatus{Name: spec.Name, ModelID: spec.ModelID, Model: spec.Model,
 		Backend: spec.Backend, Policy: spec.Policy, Class: spec.Class, SLOMS: spec.SLOMS, MaxBatch: st.MaxBatch,
-		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share,
+		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share, Demand: demandOf(spec),
 		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded,
 		TimeoutAction: spec.TimeoutAction, DeadlineExceeded: st.DeadlineAdmission + st.DeadlineBatch}
 }
@@ -221,6 +221,15 @@ func (h *controlHandler) Resize(ctx context.Context, args orchestrator.ResizeArg
 		return orchestrator.IFStatus{}, err
 	}
 	return h.a.ifStatus(r), nil
+}
+
+// demandOf is the share an IF asks for (none under a policy: the
+// scheduler shares the units).
+func demandOf(s IFSection) float64 {
+	if s.Policy != PolicyNone {
+		return 0
+	}
+	return s.Share
 }
 
 // Swap implements orchestrator.Handler.

@@ -90,6 +90,11 @@ func TestControlUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatalf("swap: %v", err)
 	}
+	// the only IF asks for half the units and gets them all (max-min
+	// fairness leaves nothing idle); the reply says both
+	if st, err := cl.Resize(ctx, orchestrator.ResizeArgs{Name: "cls", Share: 0.5}); err != nil || st.Demand != 0.5 || st.Share != 1 {
+		t.Fatalf("resize: demand %v share %v, %v; want 0.5 asked, 1 given", st.Demand, st.Share, err)
+	}
 	if _, err := cl.Resize(ctx, orchestrator.ResizeArgs{Name: "cls", Share: 0.5}); err != nil {
 		t.Fatalf("resize: %v", err)
 	}

@@ -201,6 +201,11 @@ type IFStatus struct {
 	Queued int `json:"queued"`
 	// Share is the current resource share (0..1).
 	Share float64 `json:"share"`
+	// Demand is the share the IF asks for (its profile's, deploy's or the
+	// last resize's; the self-tuning share's with auto_share). Shares are
+	// divided max-min fairly, and capacity no IF asks for goes to the IFs
+	// there are, so Share may exceed Demand (omitted under a policy).
+	Demand float64 `json:"demand,omitempty"`
 	// Units is the current count of execution units, when known.
 	Units int `json:"units,omitempty"`
 	// State is "serving", "underprovisioned", "stopping", or "failed" for

@@ -129,7 +129,7 @@ func commands() map[string]command {
 					if err := e.call(orchestrator.CmdResize, a, &st, 0); err != nil || e.g.json {
 						return err
 					}
-					fmt.Fprintf(e.stdout, "resized %s\n", st.Name)
+					fmt.Fprintln(e.stdout, resizeLine(st))
 					printIFs(e.stdout, []orchestrator.IFStatus{st})
 					return nil
 				}

@@ -53,6 +53,22 @@ func ifctl(t *testing.T, env map[string]string, args ...string) (code int, stdou
 	return code, out.String(), errb.String()
 }
 
+// A resize whose share the max-min division did not give says so.
+func TestResizeLine(t *testing.T) {
+	for _, tc := range []struct {
+		st   orchestrator.IFStatus
+		want string
+	}{
+		{orchestrator.IFStatus{Name: "a", Share: 0.5, Demand: 0.5, Units: 1}, "resized a: share 0.50 (1 units)"},
+		{orchestrator.IFStatus{Name: "a", Share: 1, Demand: 0.5, Units: 2}, "resized a: asked for share 0.50, runs on 1.00 (2 units): shares are divided max-min fairly"},
+		{orchestrator.IFStatus{Name: "a", Share: 0.25}, "resized a: share 0.25"},
+	} {
+		if got := resizeLine(tc.st); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%+v: %q, want it to start with %q", tc.st, got, tc.want)
+		}
+	}
+}
+
 // -version prints ifctl's build and needs no appliance.
 func TestVersion(t *testing.T) {
 	code, out, errs := ifctl(t, nil, "-version")
@@ -97,7 +113,7 @@ cls   1   zoo:mlp  cpu      be     20ms  8      3/256  30%    active  1200    0 
 		want string
 		call orchtest.Call
 	}{
-		{[]string{"resize", "-name", "det", "-share", "0.5"}, "resized det\n",
+		{[]string{"resize", "-name", "det", "-share", "0.5"}, "resized det: share 0.50\n",
 			orchtest.Call{Cmd: "resize", Args: orchestrator.ResizeArgs{Name: "det", Share: 0.5}}},
 		{[]string{"resize", "-name", "det", "-units", "12"}, "12 units",
 			orchtest.Call{Cmd: "resize", Args: orchestrator.ResizeArgs{Name: "det", Units: 12}}},

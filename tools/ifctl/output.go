@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -116,4 +117,18 @@ func fmtMS(ms float64) string {
 		d = d.Round(10 * time.Nanosecond) // sub-microsecond swap gaps
 	}
 	return d.String()
+}
+
+// resizeLine says what a resize did: the share asked for and the share
+// given, which differ when other IFs leave capacity unasked (max-min
+// fairness gives it out rather than leave it idle).
+func resizeLine(st orchestrator.IFStatus) string {
+	given := fmt.Sprintf("%.2f", st.Share)
+	if st.Units > 0 {
+		given += fmt.Sprintf(" (%d units)", st.Units)
+	}
+	if st.Demand > 0 && math.Abs(st.Share-st.Demand) > 1e-9 {
+		return fmt.Sprintf("resized %s: asked for share %.2f, runs on %s: shares are divided max-min fairly, and capacity no IF asks for goes to the IFs there are", st.Name, st.Demand, given)
+	}
+	return fmt.Sprintf("resized %s: share %s", st.Name, given)
 }
