@@ -192,11 +192,12 @@ type sluiceProc struct {
 	exited chan error
 }
 
-// startBinary starts bin on the profile at path and waits until it
-// serves. The process is killed when the test ends, if still running.
-func startBinary(t *testing.T, bin, path string) *sluiceProc {
+// startBinary starts bin on the profile at path (with extra flags) and
+// waits until it serves. The process is killed when the test ends, if still running.
+func startBinary(t *testing.T, bin, path string, extra ...string) *sluiceProc {
 	t.Helper()
-	p := &sluiceProc{cmd: exec.Command(bin, "-profile", path, "-stats-interval", "0"), lines: make(chan string, 1024), exited: make(chan error, 1)}
+	args := append([]string{"-profile", path, "-stats-interval", "0"}, extra...)
+	p := &sluiceProc{cmd: exec.Command(bin, args...), lines: make(chan string, 1024), exited: make(chan error, 1)}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

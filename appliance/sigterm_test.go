@@ -18,8 +18,9 @@ import (
 // that cannot finish soon: a request whose second fragment never comes
 // stays in reassembly for a minute, and the drain timeout is two. The
 // first SIGTERM starts the drain; a second one makes sluice exit at once,
-// with status 1, without the drain having finished. (The binary is
-// stamped with a version first, which -version prints.)
+// with status 1, without the drain having finished, and removes its pid
+// file. (The binary is stamped with a version first, which -version
+// prints.)
 func TestSecondSIGTERMExitsBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sluice")
@@ -52,7 +53,15 @@ max_batch = 1
 `, port)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startBinary(t, bin, prof)
+	pidFile := filepath.Join(dir, "sluice.pid")
+	p := startBinary(t, bin, prof, "-pid-file", pidFile)
+	if b, err := os.ReadFile(pidFile); err != nil || strings.TrimSpace(string(b)) != fmt.Sprint(p.cmd.Process.Pid) {
+		t.Fatalf("pid file: %q, %v; want %d", b, err, p.cmd.Process.Pid)
+	}
+	// a second sluice on the same pid file refuses to start
+	if out, err := exec.Command(bin, "-profile", prof, "-pid-file", pidFile).CombinedOutput(); err == nil || !strings.Contains(string(out), "is running") {
+		t.Fatalf("a second sluice on the pid file: %v\n%s", err, out)
+	}
 	// the first of a request's two fragments: it keeps the port's drain
 	// waiting until the reassembly timeout, a minute away
 	ds, err := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 3, Flow: 61, Request: 1}, make([]byte, 3000), 1500)
@@ -78,5 +87,8 @@ max_batch = 1
 	logs := p.logs()
 	if !strings.Contains(logs, "second signal: exiting at once") || strings.Contains(logs, "sluice drained") {
 		t.Fatalf("want the second signal's exit, before the drain finished:\n%s", logs)
+	}
+	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
+		t.Fatalf("pid file left after the exit: %v", err)
 	}
 }

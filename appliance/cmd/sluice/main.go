@@ -3,7 +3,7 @@
 // or SIGINT, then drains: every request in flight is answered before it
 // exits.
 //
-//	sluice -profile profiles/demo.toml [-strict]
+//	sluice -profile profiles/demo.toml [-strict] [-pid-file FILE]
 //	sluice -check -profile FILE
 //	sluice -version
 //
@@ -39,6 +39,7 @@ func main() {
 	statsEvery := flag.Duration("stats-interval", 5*time.Second, "log counters this often (0: never)")
 	strict := flag.Bool("strict", false, "exit when an IF of the profile fails to load, instead of serving the others")
 	version := flag.Bool("version", false, "print sluice's version and exit")
+	pidFile := flag.String("pid-file", "", "write the process id to this `file` while serving (removed at exit): kill -HUP $(cat FILE)")
 	check := flag.Bool("check", false, "check the profile and load every IF's model, without serving: exit 0 when all load, 1 otherwise")
 	flag.Parse()
 	if *version {
@@ -48,10 +49,35 @@ func main() {
 	if *check {
 		os.Exit(checkProfile(*profile, os.Stdout, os.Stderr))
 	}
-	if err := run(*profile, *statsEvery, *strict); err != nil {
+	atExit := func() {}
+	if *pidFile != "" {
+		if err := writePidFile(*pidFile); err != nil {
+			fmt.Fprintln(os.Stderr, "sluice:", err)
+			os.Exit(1)
+		}
+		atExit = func() { _ = os.Remove(*pidFile) }
+	}
+	err := run(*profile, *statsEvery, *strict, atExit)
+	atExit()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)
 	}
+}
+
+// writePidFile writes the process id to path, refusing a file another
+// running sluice holds (its process still exists).
+func writePidFile(path string) error {
+	if b, err := os.ReadFile(path); err == nil {
+		var pid int
+		if _, serr := fmt.Sscan(string(b), &pid); serr == nil && pid > 0 && pid != os.Getpid() && syscall.Kill(pid, 0) == nil {
+			return fmt.Errorf("pid file %s: process %d is running", path, pid)
+		}
+	}
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644); err != nil {
+		return fmt.Errorf("pid file: %w", err)
+	}
+	return nil
 }
 
 // checkProfile is sluice -check: it parses path and loads every IF's
@@ -80,7 +106,10 @@ func checkProfile(path string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func run(path string, statsEvery time.Duration, strict bool) error {
+// run serves the profile at path until SIGTERM or SIGINT and the drain.
+// atExit runs before the process exits from inside run (a second signal,
+// the drain timeout).
+func run(path string, statsEvery time.Duration, strict bool, atExit func()) error {
 	// Signals first: a SIGTERM while the profile is read or the models
 	// load stops the start-up too.
 	sigs := make(chan os.Signal, 2)
@@ -88,7 +117,7 @@ func run(path string, statsEvery time.Duration, strict bool) error {
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sup := &supervisor{exit: os.Exit}
+	sup := &supervisor{exit: func(code int) { atExit(); os.Exit(code) }}
 	sup.timeout.Store(int64(appliance.DefaultDrainTimeoutMS) * int64(time.Millisecond))
 	sup.log.Store(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	finished := make(chan struct{})
