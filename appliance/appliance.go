@@ -56,6 +56,9 @@ type Appliance struct {
 	iso      isolation // IFs that failed to load; one reload at a time
 	regions  []*packetRegion
 	cpuDev   *cpu.Device // the units of every cpu-side backend (cpuDevice)
+	// replaceLoaded, when set (tests), runs in replace once the new IF
+	// has loaded and before the routes move to it.
+	replaceLoaded atomic.Pointer[func()]
 
 	// metricsAddr is the metrics listener's address (a string).
 	metricsAddr atomic.Value

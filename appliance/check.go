@@ -40,11 +40,9 @@ func Check(ctx context.Context, prof *Profile, log *slog.Logger) (CheckResult, e
 	var res CheckResult
 	// an IF's worker closes its instance when it stops; started on an
 	// ended context, it stops at once
-	done, cancel := context.WithCancel(ctx)
-	cancel()
 	for _, name := range a.order {
 		res.Loaded = append(res.Loaded, name)
-		a.ifs[name].f.Run(done)
+		a.ifs[name].f.Run(closedCtx())
 	}
 	for _, f := range a.iso.failed {
 		res.Failed = append(res.Failed, errors.New(f.err))

@@ -155,6 +155,67 @@ func (a *Appliance) deploy(ctx context.Context, spec IFSection) (*ifRun, error) 
 	return r, nil
 }
 
+// replace moves the running IF r to the spec next by a new IF, make
+// before break: next is loaded (and warmed) while r serves; then every
+// port routes next's model id to the new IF in one step (and r's, if it
+// differs, nowhere); then r stops taking requests and serves its queue.
+// No request finds no IF in between (a reload used to answer requests
+// unknown_model while the replacement compiled). If next fails to load,
+// r keeps serving.
+func (a *Appliance) replace(ctx context.Context, r *ifRun, next IFSection) error {
+	a.mu.Lock()
+	for _, o := range a.ifs {
+		if o != r && o.spec.ModelID == next.ModelID {
+			a.mu.Unlock()
+			return orchestrator.Errorf(orchestrator.CodeConflict, "model id %d is served by %q", next.ModelID, o.spec.Name)
+		}
+	}
+	a.mu.Unlock()
+	nr, err := a.loadIF(ctx, next)
+	if err != nil {
+		return &loadError{err}
+	}
+	if hook := a.replaceLoaded.Load(); hook != nil {
+		(*hook)() // tests: the old IF must still serve here
+	}
+	a.mu.Lock()
+	if a.ifs[next.Name] != r {
+		a.mu.Unlock()
+		nr.f.Run(closedCtx()) // closes its instance
+		return orchestrator.Errorf(orchestrator.CodeConflict, "IF %q changed while its replacement loaded", next.Name)
+	}
+	a.ifs[next.Name] = nr
+	running := a.running
+	if running {
+		a.startIF(nr)
+	}
+	for _, p := range a.ports {
+		if err := p.router.Replace(r.f, nr.f); err != nil {
+			a.mu.Unlock()
+			return orchestrator.Errorf(orchestrator.CodeConflict, "%v", err)
+		}
+	}
+	a.mu.Unlock()
+	if running {
+		if err := r.f.Stop(ctx); err != nil {
+			return orchestrator.Errorf(orchestrator.CodeUnavailable, "%v", err)
+		}
+	} else {
+		r.f.Run(closedCtx())
+	}
+	a.applyShares(true)
+	a.log.Info("IF replaced", "if", next.Name, "model_id", next.ModelID)
+	return nil
+}
+
+// closedCtx is an ended context: an IF worker run on it stops at once,
+// closing its instance (an IF that never served).
+func closedCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
 // Remove implements orchestrator.Handler.
 func (h *controlHandler) Remove(ctx context.Context, args orchestrator.RemoveArgs) error {
 	return h.a.Remove(ctx, args.Name)
@@ -428,8 +489,8 @@ func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.Reloa
 }
 
 // change moves an IF from cur to next: by swaps when only the model, batch
-// bounds, share, SLO or timeout action change; otherwise (model id, class, input, queue)
-// by deploying a replacement under a temporary name and removing the old.
+// bounds, share, SLO or timeout action change; otherwise (model id, class,
+// input, queue, policy) by a replacement IF (replace).
 func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
 	r, err := a.lookup(cur.Name)
 	if err != nil {
@@ -441,13 +502,9 @@ func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
 	swappable.SLOMS, swappable.Batching, swappable.TimeoutAction = next.SLOMS, next.Batching, next.TimeoutAction
 	swappable.InputShape = next.InputShape
 	if !reflect.DeepEqual(swappable, next) || cur.Backend != next.Backend || cur.Batching != next.Batching {
-		// Not a swap: replace the IF. Route the model id to the new IF
-		// only after the old one has stopped taking requests.
-		if err := a.Remove(ctx, cur.Name); err != nil {
-			return err
-		}
-		_, err := a.deploy(ctx, next)
-		return err
+		// Not a swap (model id, class, input, queue, policy...): replace
+		// the IF, make before break.
+		return a.replace(ctx, r, next)
 	}
 	spec := ifmanager.SwapSpec{MaxBatch: next.MaxBatch}
 	if next.Model != cur.Model || !slices.Equal(next.InputShape, cur.InputShape) {

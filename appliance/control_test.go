@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,4 +214,107 @@ max_batch = 2
 	if s := a.Stats(); s.Ports[0].Port.BufInUse != 0 {
 		t.Fatalf("%d buffers in use after the run", s.Ports[0].Port.BufInUse)
 	}
+}
+
+// A reload that changes what a swap cannot (class, queue length) replaces
+// the IF make before break: requests sent throughout are all answered ok,
+// none unknown_model (the replacement loads while the old IF serves, and
+// the model id moves to it in one step), and the new spec is in effect.
+func TestReloadReplacesWithoutGap(t *testing.T) {
+	model := classifierPath(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "ctl.sock")
+	text := fmt.Sprintf(controlProfile, sock, model)
+	path := filepath.Join(dir, "p.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, stop := startAppliance(t, path, text)
+	a.SetProfilePath(path)
+	for a.ControlEndpoint() == "" {
+		time.Sleep(time.Millisecond)
+	}
+	cl, err := orchestrator.Dial(a.ControlEndpoint(), orchestrator.ClientConfig{Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	addr, _ := a.PortAddr("udp0")
+	client := newClient(t, 71)
+	payload := f32bytes(make([]float32, 3*48*192))
+
+	changed := strings.Replace(strings.Replace(text, `class = "rt"`, `class = "be"`, 1), "queue_len = 1024", "queue_len = 512", 1)
+	if changed == text {
+		t.Fatal("the profile's class and queue_len were not found")
+	}
+	var sent atomic.Int64
+	stopSend := make(chan struct{})
+	sending := make(chan struct{})
+	go func() {
+		defer close(sending)
+		for id := uint64(1); ; id++ {
+			select {
+			case <-stopSend:
+				return
+			default:
+			}
+			_ = client.Send(addr, 7, id, 0, payload)
+			sent.Store(int64(id))
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	for sent.Load() < 20 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := os.WriteFile(path, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// once the replacement has loaded, and before the routes move, the
+	// old IF still serves: a request sent then is answered ok
+	held := newClient(t, 72)
+	hook := func() {
+		_ = held.Send(addr, 7, 1, 0, payload)
+		if r, got := held.Wait(1, 10*time.Second); !got || r.Status != wire.StatusOK {
+			t.Errorf("request while the replacement was loaded, before the switch: answered %v, %v", got, r.Status)
+		}
+	}
+	a.replaceLoaded.Store(&hook)
+	res, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{})
+	if err != nil || len(res.Changed) != 1 || res.Changed[0] != "cls" {
+		t.Fatalf("reload: %+v, %v", res, err)
+	}
+	at := sent.Load()
+	for sent.Load() < at+20 {
+		time.Sleep(time.Millisecond)
+	}
+	close(stopSend)
+	<-sending
+	n := uint64(sent.Load())
+	ok, unknown, other := 0, 0, 0
+	for id := uint64(1); id <= n; id++ {
+		r, got := client.Wait(id, 10*time.Second)
+		switch {
+		case !got:
+			other++
+		case r.Status == wire.StatusOK:
+			ok++
+		case r.Status == wire.StatusUnknownModel:
+			unknown++
+		default:
+			other++
+		}
+	}
+	t.Logf("%d requests across a replacing reload: %d ok, %d unknown_model, %d other", n, ok, unknown, other)
+	if unknown != 0 {
+		t.Fatalf("%d of %d requests answered unknown_model across the reload", unknown, n)
+	}
+	if ok < int(n)*95/100 || client.Duplicates() != 0 {
+		t.Fatalf("%d of %d ok (want >= 95%%), %d duplicates", ok, n, client.Duplicates())
+	}
+	st, err := cl.Status(ctx, orchestrator.StatusArgs{Name: "cls"})
+	if err != nil || len(st.IFs) != 1 || st.IFs[0].Class != "be" || st.IFs[0].QueueLen != 512 {
+		t.Fatalf("status after the reload: %+v, %v", st, err)
+	}
+	stop()
 }

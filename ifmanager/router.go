@@ -66,6 +66,25 @@ func (rt *Router) Remove(f *IF) {
 	rt.table.Store(&next)
 }
 
+// Replace routes next's model id to next and stops routing old's (when it
+// differs), in one step: no request between them finds no IF. It fails,
+// changing nothing, when another IF serves next's model id.
+func (rt *Router) Replace(old, next *IF) error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	cur := *rt.table.Load()
+	if f, ok := cur[next.cfg.ModelID]; ok && f != old {
+		return fmt.Errorf("%w: %d", ErrDuplicateModel, next.cfg.ModelID)
+	}
+	nt := maps.Clone(cur)
+	if cur[old.cfg.ModelID] == old {
+		delete(nt, old.cfg.ModelID)
+	}
+	nt[next.cfg.ModelID] = next
+	rt.table.Store(&nt)
+	return nil
+}
+
 // SetDraining makes the router refuse new requests with shutting_down.
 func (rt *Router) SetDraining(on bool) { rt.draining.Store(on) }
 
