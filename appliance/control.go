@@ -437,9 +437,19 @@ func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.Reloa
 		res.Failed = append(res.Failed, orchestrator.IFFailure{Name: name, Error: err.Error()})
 		return nil
 	}
+	// The profile file is the appliance's truth: IFs deployed by command
+	// and not written into it are removed too (said in the log and in
+	// the reply's removed list).
+	inOld := map[string]bool{}
+	for _, s := range old.IFs {
+		inOld[s.Name] = true
+	}
 	// Removals first, so a model id can move to another IF.
 	for name := range current {
 		if _, ok := want[name]; !ok {
+			if !inOld[name] {
+				a.log.Warn("reload: removing an IF deployed by command: it is not in the profile (the profile file is the appliance's truth)", "if", name, "path", path)
+			}
 			if err := a.Remove(ctx, name); err != nil {
 				if ferr := fail(-1, name, err); ferr != nil {
 					return res, ferr

@@ -316,5 +316,14 @@ func TestReloadReplacesWithoutGap(t *testing.T) {
 	if err != nil || len(st.IFs) != 1 || st.IFs[0].Class != "be" || st.IFs[0].QueueLen != 512 {
 		t.Fatalf("status after the reload: %+v, %v", st, err)
 	}
+	// the profile file is the truth: an IF deployed by command and not
+	// written into it goes at the next reload, and the reply says so
+	if _, err := cl.Deploy(ctx, orchestrator.DeployArgs{Name: "extra", ModelID: 11, Model: "onnx:" + model,
+		Input: "f32", InputShape: []int64{3, 48, 192}}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{}); err != nil || len(res.Removed) != 1 || res.Removed[0] != "extra" {
+		t.Fatalf("reload after a deploy: %+v, %v; want extra removed", res, err)
+	}
 	stop()
 }
