@@ -59,9 +59,9 @@ func salvageID(body []byte) string {
 }
 
 // decodeArgs decodes a command's args object into dst (a pointer to an
-// args struct): the keys in required must be present and not null, unknown
-// keys and mistyped values are errors, and dst's validate (or Validate)
-// method runs last.
+// args struct): unknown keys and mistyped values are errors, then the keys
+// in required must be present and not null, and dst's validate (or
+// Validate) method runs last.
 func decodeArgs(raw json.RawMessage, dst any, required []string) *Error {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -74,13 +74,16 @@ func decodeArgs(raw json.RawMessage, dst any, required []string) *Error {
 	if err := json.Unmarshal(raw, &keys); err != nil {
 		return describeDecodeError("args", err)
 	}
+	// unknown keys and mistyped values first: a misspelt key
+	// ("max_bacth") is reported as such, not as the required key it
+	// misses
+	if err := decodeStrict(raw, dst); err != nil {
+		return describeDecodeError("args", err)
+	}
 	for _, k := range required {
 		if v, ok := keys[k]; !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
 			return Errorf(CodeBadRequest, "args.%s: required", k)
 		}
-	}
-	if err := decodeStrict(raw, dst); err != nil {
-		return describeDecodeError("args", err)
 	}
 	switch v := dst.(type) {
 	case validator:

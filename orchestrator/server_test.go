@@ -159,6 +159,7 @@ func TestRejectsBadRequests(t *testing.T) {
 		{"fractional int", `{"id":"t14","cmd":"set-batch","args":{"name":"cls","max_batch":2.5}}`, "bad_request", "t14", "args.max_batch: want an integer"},
 		{"missing required", `{"id":"t15","cmd":"deploy","args":{"name":"x","model_id":3}}`, "bad_request", "t15", "args.model: required"},
 		{"null required", `{"id":"t16","cmd":"remove","args":{"name":null}}`, "bad_request", "t16", "args.name: required"},
+		{"misspelt required", `{"id":"t16b","cmd":"set-batch","args":{"name":"cls","max_bacth":4}}`, "bad_request", "t16b", `args: unknown field "max_bacth"`},
 		{"missing model_id", `{"id":"t17","cmd":"deploy","args":{"name":"x","model":"zoo:m"}}`, "bad_request", "t17", "args.model_id: required"},
 		{"empty name", `{"id":"t18","cmd":"remove","args":{"name":""}}`, "bad_request", "t18", "args.name: must not be empty"},
 		{"bad name", `{"id":"t19","cmd":"remove","args":{"name":"a b"}}`, "bad_request", "t19", "only letters"},
