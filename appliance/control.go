@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"sluice/appliance/buildinfo"
@@ -74,7 +75,8 @@ func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
 		Backend: spec.Backend, Policy: spec.Policy, Class: spec.Class, SLOMS: spec.SLOMS, MaxBatch: st.MaxBatch,
 		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share, Demand: demandOf(spec),
 		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded,
-		TimeoutAction: spec.TimeoutAction, DeadlineExceeded: st.DeadlineAdmission + st.DeadlineBatch}
+		TimeoutAction: spec.TimeoutAction, DeadlineExceeded: st.DeadlineAdmission + st.DeadlineBatch,
+		P99MS: float64(st.P99) / 1e6, Bottleneck: st.Bottleneck}
 }
 
 func unitsOf(mask uint64) int {
@@ -567,6 +569,7 @@ func (h *controlHandler) Status(_ context.Context, args orchestrator.StatusArgs)
 		rep.IFs = append(rep.IFs, a.ifStatus(r))
 	}
 	rep.IFs = append(rep.IFs, failed...) // state "failed", with the error
+	slices.SortFunc(rep.IFs, func(x, y orchestrator.IFStatus) int { return strings.Compare(x.Name, y.Name) })
 	return rep, nil
 }
 

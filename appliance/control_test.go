@@ -318,12 +318,21 @@ func TestReloadReplacesWithoutGap(t *testing.T) {
 	}
 	// the profile file is the truth: an IF deployed by command and not
 	// written into it goes at the next reload, and the reply says so
-	if _, err := cl.Deploy(ctx, orchestrator.DeployArgs{Name: "extra", ModelID: 11, Model: "onnx:" + model,
+	if _, err := cl.Deploy(ctx, orchestrator.DeployArgs{Name: "a-extra", ModelID: 11, Model: "onnx:" + model,
 		Input: "f32", InputShape: []int64{3, 48, 192}}); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{}); err != nil || len(res.Removed) != 1 || res.Removed[0] != "extra" {
-		t.Fatalf("reload after a deploy: %+v, %v; want extra removed", res, err)
+	// status lists IFs by name (the deployed one first), with the p99 and
+	// the bottleneck of an IF that served
+	st, err = cl.Status(ctx, orchestrator.StatusArgs{})
+	if err != nil || len(st.IFs) != 2 || st.IFs[0].Name != "a-extra" || st.IFs[1].Name != "cls" {
+		t.Fatalf("status: %+v, %v; want a-extra, cls", st, err)
+	}
+	if c := st.IFs[1]; c.P99MS <= 0 || (c.Bottleneck != "cpu" && c.Bottleneck != "compute") {
+		t.Fatalf("status of an IF that served: p99 %v ms, bottleneck %q", c.P99MS, c.Bottleneck)
+	}
+	if res, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{}); err != nil || len(res.Removed) != 1 || res.Removed[0] != "a-extra" {
+		t.Fatalf("reload after a deploy: %+v, %v; want a-extra removed", res, err)
 	}
 	stop()
 }

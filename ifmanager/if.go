@@ -145,12 +145,14 @@ type active struct {
 
 // IF is one inference function.
 type IF struct {
-	cfg  Config
-	be   libml.Backend
-	log  *slog.Logger
-	obs  Observer
-	C    Counters
-	base libml.Instance // the instance whose weights shadows link to
+	cfg Config
+	be  libml.Backend
+	log *slog.Logger
+	obs Observer
+	C   Counters
+	// recent holds the latest ok answers' latencies (Status.P99)
+	recent latencyRing
+	base   libml.Instance // the instance whose weights shadows link to
 
 	// Admitted requests wait in rtQ (RT requests) and beQ (BE), each
 	// with room for QueueLen; depth counts the requests admitted and not
@@ -353,7 +355,13 @@ type Status struct {
 	// OutBuffers and OutBuffersInUse count the IF's pooled output buffers
 	// (one per batch whose responses are not all sent yet).
 	OutBuffers, OutBuffersInUse int
+	// P99 is the 99th percentile of the last RecentLatencies requests
+	// answered ok, from first fragment to result (0 before the first).
+	P99 time.Duration
 }
+
+// RecentLatencies is how many of the latest ok answers Status.P99 covers.
+const RecentLatencies = 1024
 
 // Status returns the IF's state.
 func (f *IF) Status() Status {
@@ -366,7 +374,8 @@ func (f *IF) Status() Status {
 		DeadlineAdmission: f.C.DeadlineAdmission.Load(), DeadlineBatch: f.C.DeadlineBatch.Load(), Late: f.C.Late.Load(),
 		ServeLate: f.serveLate.Load(),
 		Swaps:     f.C.Swaps.Load(), LastSwapGap: time.Duration(f.C.LastSwapGapNS.Load()),
-		UnderProvisioned: f.underProv, Bottleneck: f.bottleneck, OutBuffers: total, OutBuffersInUse: inUse}
+		UnderProvisioned: f.underProv, Bottleneck: f.bottleneck, OutBuffers: total, OutBuffersInUse: inUse,
+		P99: f.recent.p99()}
 }
 
 // Admit admits r without blocking and returns wire.StatusOK: the IF
@@ -946,5 +955,35 @@ func (f *IF) answer(it item, st wire.Status, out []byte, sent func([]byte), gath
 		f.C.Failed.Add(1)
 	}
 	f.obs.Request(st, time.Duration(gathered-it.queued), time.Duration(computed-gathered), time.Duration(computed-first))
+	if st == wire.StatusOK {
+		f.recent.add(computed - first)
+	}
 	r.Reply(st, out, sent)
+}
+
+// latencyRing keeps the latest RecentLatencies latencies (ns): one writer
+// (the IF's worker), readers at any time; no lock, no allocation.
+type latencyRing struct {
+	ns   [RecentLatencies]atomic.Int64
+	next atomic.Uint64
+}
+
+func (l *latencyRing) add(ns int64) {
+	i := l.next.Load()
+	l.ns[i%RecentLatencies].Store(ns)
+	l.next.Store(i + 1)
+}
+
+// p99 is the 99th percentile (nearest rank) of what the ring holds.
+func (l *latencyRing) p99() time.Duration {
+	n := min(l.next.Load(), RecentLatencies)
+	if n == 0 {
+		return 0
+	}
+	v := make([]int64, n)
+	for i := range v {
+		v[i] = l.ns[i].Load()
+	}
+	slices.Sort(v)
+	return time.Duration(v[(99*int(n)+99)/100-1])
 }

@@ -222,8 +222,13 @@ type IFStatus struct {
 	// DeadlineExceeded counts requests answered deadline_exceeded, at
 	// admission or when their batch was formed.
 	DeadlineExceeded uint64 `json:"deadline_exceeded,omitempty"`
-	// P99MS is the recent 99th-percentile latency, when known.
+	// P99MS is the 99th percentile of the latest requests answered ok
+	// (first fragment to result), when there are any.
 	P99MS float64 `json:"p99_ms,omitempty"`
+	// Bottleneck is "cpu" when gathering and converting inputs takes
+	// longer than the model, "compute" otherwise (absent before the
+	// first batch).
+	Bottleneck string `json:"bottleneck,omitempty"`
 }
 
 // DrainArgs are drain's arguments: stop admitting requests, finish the

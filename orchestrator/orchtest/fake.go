@@ -143,7 +143,7 @@ func (f *Fake) Deploy(ctx context.Context, a orchestrator.DeployArgs) (orchestra
 	s := orchestrator.IFStatus{
 		Name: a.Name, ModelID: a.ModelID, Model: a.Model, Backend: orDefault(a.Backend, "cpu"),
 		Class: orDefault(a.Class, "be"), SLOMS: a.SLOMS, MaxBatch: orDefaultInt(a.MaxBatch, 8),
-		QueueLen: orDefaultInt(a.QueueLen, 256), Share: a.Share, State: "active",
+		QueueLen: orDefaultInt(a.QueueLen, 256), Share: a.Share, State: "serving",
 	}
 	if s.Share == 0 {
 		s.Share = 0.3

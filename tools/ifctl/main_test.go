@@ -18,7 +18,7 @@ import (
 )
 
 var seed = orchestrator.IFStatus{Name: "cls", ModelID: 1, Model: "zoo:mlp", Backend: "cpu", Class: "be",
-	SLOMS: 20, MaxBatch: 8, QueueLen: 256, Queued: 3, Share: 0.3, State: "active", Served: 1200, P99MS: 7.25}
+	SLOMS: 20, MaxBatch: 8, QueueLen: 256, Queued: 3, Share: 0.3, State: "serving", Served: 1200, P99MS: 7.25, Bottleneck: "compute"}
 
 // server runs a control server for fake until the test ends.
 func server(t *testing.T, cfg orchestrator.ServerConfig, fake *orchtest.Fake) *orchestrator.Server {
@@ -88,8 +88,8 @@ func TestHumanOutput(t *testing.T) {
 	}
 	wantStatus := `sluice fake: serving, up 13s, 1 IFs
 
-NAME  ID  MODEL    BACKEND  CLASS  SLO   BATCH  QUEUE  SHARE  STATE   SERVED  FAILED  OVERLOADED  P99
-cls   1   zoo:mlp  cpu      be     20ms  8      3/256  30%    active  1200    0       0           7.25ms
+NAME  ID  MODEL    BACKEND  CLASS  SLO   BATCH  QUEUE  SHARE  STATE    SERVED  FAILED  OVERLOADED  P99     BOTTLENECK
+cls   1   zoo:mlp  cpu      be     20ms  8      3/256  30%    serving  1200    0       0           7.25ms  compute
 `
 	if out != wantStatus {
 		t.Errorf("status output:\n%s\nwant:\n%s", out, wantStatus)

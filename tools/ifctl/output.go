@@ -40,35 +40,38 @@ func printStatus(w io.Writer, r orchestrator.StatusReply) {
 	}
 }
 
-// printIFs prints IFs as an aligned table.
+// printIFs prints IFs as an aligned table. SHARE is the share of the
+// device's units the IF runs on ("-" under a scheduling policy, whose
+// scheduler hands out the units; the backend column then reads
+// backend/policy); BOTTLENECK says whether input gathering (cpu) or the
+// model (compute) takes longer.
 func printIFs(w io.Writer, ifs []orchestrator.IFStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tMODEL\tBACKEND\tCLASS\tSLO\tBATCH\tQUEUE\tSHARE\tSTATE\tSERVED\tFAILED\tOVERLOADED\tP99")
+	fmt.Fprintln(tw, "NAME\tID\tMODEL\tBACKEND\tCLASS\tSLO\tBATCH\tQUEUE\tSHARE\tSTATE\tSERVED\tFAILED\tOVERLOADED\tP99\tBOTTLENECK")
 	for _, s := range ifs {
 		batch := strconv.Itoa(s.MaxBatch)
 		if s.MinBatch > 0 {
 			batch = fmt.Sprintf("%d-%d", s.MinBatch, s.MaxBatch)
 		}
 		share := fmt.Sprintf("%.0f%%", s.Share*100)
-		if s.Units > 0 {
-			share = fmt.Sprintf("%d units", s.Units)
-		}
 		backend := s.Backend
 		if s.Policy != "" && s.Policy != "none" {
-			// the scheduler hands out the units
 			backend += "/" + s.Policy
-			share = "sched"
+			share = "-"
 		}
-		slo, p99 := "-", "-"
+		slo, p99, bn := "-", "-", "-"
 		if s.SLOMS > 0 {
 			slo = fmtMS(s.SLOMS)
 		}
 		if s.P99MS > 0 {
 			p99 = fmtMS(s.P99MS)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%d\t%d\t%s\n",
+		if s.Bottleneck != "" {
+			bn = s.Bottleneck
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n",
 			s.Name, s.ModelID, s.Model, backend, s.Class, slo, batch, s.Queued, s.QueueLen,
-			share, s.State, s.Served, s.Failed, s.Overloaded, p99)
+			share, s.State, s.Served, s.Failed, s.Overloaded, p99, bn)
 	}
 	tw.Flush()
 }
