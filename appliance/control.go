@@ -403,10 +403,11 @@ func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.Reloa
 		}
 		return orchestrator.ReloadResult{}, orchestrator.Errorf(orchestrator.CodeInvalidProfile, "%v", err)
 	}
-	if !reflect.DeepEqual(prof.Ports, old.Ports) || !reflect.DeepEqual(prof.Appliance, old.Appliance) {
-		a.log.Warn("reload: [appliance] and [[port]] changes take effect after a restart", "path", path)
+	res := orchestrator.ReloadResult{Path: path, Added: []string{}, Removed: []string{}, Changed: []string{}, Unchanged: []string{},
+		RestartNeeded: restartKeys(old, prof)}
+	if len(res.RestartNeeded) > 0 {
+		a.log.Warn("reload: [appliance] and [[port]] changes are not applied; they take effect at the next start", "path", path, "keys", res.RestartNeeded)
 	}
-	res := orchestrator.ReloadResult{Path: path, Added: []string{}, Removed: []string{}, Changed: []string{}, Unchanged: []string{}}
 	want := map[string]IFSection{}
 	for _, s := range prof.IFs {
 		want[s.Name] = s
@@ -498,6 +499,38 @@ func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.Reloa
 	slices.Sort(res.Removed)
 	logReload(a.log, res)
 	return res, nil
+}
+
+// restartKeys names the [appliance] and [[port]] keys whose values differ
+// between the running profile and next ("appliance.threads",
+// "port[1].listen", "port" when ports were added or removed).
+func restartKeys(cur, next *Profile) []string {
+	var keys []string
+	keys = diffKeys(keys, "appliance", reflect.ValueOf(cur.Appliance), reflect.ValueOf(next.Appliance))
+	if len(cur.Ports) != len(next.Ports) {
+		return append(keys, "port")
+	}
+	for i := range cur.Ports {
+		keys = diffKeys(keys, fmt.Sprintf("port[%d]", i), reflect.ValueOf(cur.Ports[i]), reflect.ValueOf(next.Ports[i]))
+	}
+	return keys
+}
+
+// diffKeys appends prefix.key for every field of the structs x and y
+// whose values differ (key: the field's toml tag).
+func diffKeys(keys []string, prefix string, x, y reflect.Value) []string {
+	t := x.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		if !reflect.DeepEqual(x.Field(i).Interface(), y.Field(i).Interface()) {
+			keys = append(keys, prefix+"."+tag)
+		}
+	}
+	return keys
 }
 
 // change moves an IF from cur to next: by swaps when only the model, batch

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -224,7 +225,9 @@ func TestReloadReplacesWithoutGap(t *testing.T) {
 	model := classifierPath(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "ctl.sock")
-	text := fmt.Sprintf(controlProfile, sock, model)
+	// the timeout written out: startAppliance would set one the file does
+	// not have, and a reload would report it as a change
+	text := strings.Replace(fmt.Sprintf(controlProfile, sock, model), "[appliance]\n", "[appliance]\nreassembly_timeout_ms = 30000\n", 1)
 	path := filepath.Join(dir, "p.toml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
@@ -331,8 +334,17 @@ func TestReloadReplacesWithoutGap(t *testing.T) {
 	if c := st.IFs[1]; c.P99MS <= 0 || (c.Bottleneck != "cpu" && c.Bottleneck != "compute") {
 		t.Fatalf("status of an IF that served: p99 %v ms, bottleneck %q", c.P99MS, c.Bottleneck)
 	}
-	if res, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{}); err != nil || len(res.Removed) != 1 || res.Removed[0] != "a-extra" {
+	if res, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{}); err != nil || len(res.Removed) != 1 || res.Removed[0] != "a-extra" || len(res.RestartNeeded) != 0 {
 		t.Fatalf("reload after a deploy: %+v, %v; want a-extra removed", res, err)
+	}
+	// [appliance] and [[port]] changes are not applied, and the reply
+	// names them
+	restart := strings.Replace(strings.Replace(changed, "threads = 2", "threads = 1", 1), `listen = "127.0.0.1:0"`, `listen = "127.0.0.1:9"`, 1)
+	if err := os.WriteFile(path, []byte(restart), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{}); err != nil || !slices.Equal(res.RestartNeeded, []string{"appliance.threads", "port[0].listen"}) {
+		t.Fatalf("reload with [appliance] and [[port]] changes: %+v, %v", res, err)
 	}
 	stop()
 }

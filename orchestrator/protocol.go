@@ -153,6 +153,10 @@ type ReloadResult struct {
 	// shows state "failed"), a changed one keeps serving as it was. The
 	// rest of the profile is applied all the same.
 	Failed []IFFailure `json:"failed,omitempty"`
+	// RestartNeeded names the [appliance] and [[port]] keys whose new
+	// values were not applied: they take effect at the next start
+	// ("appliance.threads", "port[0].listen").
+	RestartNeeded []string `json:"restart_needed,omitempty"`
 }
 
 // IFFailure is an IF that could not be loaded or changed, and why.

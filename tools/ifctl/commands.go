@@ -207,6 +207,9 @@ func commands() map[string]command {
 					if len(r.Failed) > 0 {
 						return fmt.Errorf("%d IFs failed to load (the rest of the profile is applied): %s", len(r.Failed), failedNames(r.Failed))
 					}
+					if len(r.RestartNeeded) > 0 {
+						return fmt.Errorf("the IFs are applied; %s changed and need a restart", strings.Join(r.RestartNeeded, ", "))
+					}
 					return nil
 				}
 			},

@@ -69,6 +69,16 @@ func TestResizeLine(t *testing.T) {
 	}
 }
 
+// A reload's [appliance] and [[port]] changes are reported as not applied.
+func TestPrintReloadRestart(t *testing.T) {
+	var b strings.Builder
+	printReload(&b, orchestrator.ReloadResult{Path: "/p.toml", Unchanged: []string{"a"}, RestartNeeded: []string{"appliance.threads", "port[0].listen"}})
+	want := "reloaded /p.toml: 0 added, 0 removed, 0 changed, 1 unchanged\n  not applied, they take effect at the next start: appliance.threads, port[0].listen\n"
+	if b.String() != want {
+		t.Fatalf("got %q, want %q", b.String(), want)
+	}
+}
+
 // -version prints ifctl's build and needs no appliance.
 func TestVersion(t *testing.T) {
 	code, out, errs := ifctl(t, nil, "-version")

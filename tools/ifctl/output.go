@@ -95,6 +95,9 @@ func printReload(w io.Writer, r orchestrator.ReloadResult) {
 	for _, f := range r.Failed {
 		fmt.Fprintf(w, "  failed: %s: %s\n", f.Name, f.Error)
 	}
+	if len(r.RestartNeeded) > 0 {
+		fmt.Fprintf(w, "  not applied, they take effect at the next start: %s\n", strings.Join(r.RestartNeeded, ", "))
+	}
 }
 
 // failedNames lists the names of failed IFs.
