@@ -69,7 +69,7 @@ type globals struct {
 // register adds the global flags to fs; defaults come from the
 // environment.
 func (g *globals) register(fs *flag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&g.endpoint, "endpoint", orDefault(getenv("SLUICE_CONTROL"), orchestrator.DefaultEndpoint), "control endpoint (ipc://PATH or tcp://HOST:PORT)")
+	fs.StringVar(&g.endpoint, "endpoint", orDefault(getenv("SLUICE_CONTROL"), defaultEndpoint(fileExists)), "control endpoint (ipc://PATH or tcp://HOST:PORT)")
 	fs.BoolVar(&g.json, "json", false, "print the raw JSON reply")
 	fs.DurationVar(&g.timeout, "timeout", 5*time.Second, "how long to wait without hearing from the appliance (a command it works on sends progress notices: ifctl waits for as long as they come)")
 	fs.StringVar(&g.serverKey, "server-key", getenv("SLUICE_SERVER_KEY"), "server's CURVE public key (Z85)")
@@ -78,6 +78,28 @@ func (g *globals) register(fs *flag.FlagSet, getenv func(string) string) {
 	fs.BoolVar(&g.insecure, "insecure", false, "allow tcp:// without CURVE")
 	fs.StringVar(&g.id, "id", "", "request id (default: generated)")
 	fs.StringVar(&g.clientID, "client-id", "", "ZeroMQ routing identity (default: generated)")
+}
+
+// knownEndpoints are the control sockets of the shipped profiles, in the
+// order ifctl tries them: the appliance's default (no control key), then
+// profiles/default.toml's and profiles/demo.toml's.
+var knownEndpoints = []string{orchestrator.DefaultEndpoint, "ipc:///tmp/sluice-control.sock", "ipc:///run/sluice/demo-control.sock"}
+
+// defaultEndpoint is the endpoint ifctl talks to without -endpoint or
+// $SLUICE_CONTROL: the first of knownEndpoints whose socket exists, else
+// the appliance's default.
+func defaultEndpoint(exists func(path string) bool) string {
+	for _, e := range knownEndpoints {
+		if exists(strings.TrimPrefix(e, "ipc://")) {
+			return e
+		}
+	}
+	return orchestrator.DefaultEndpoint
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // usageError is a command-line mistake (exit 2).

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,25 @@ func TestPrintReloadRestart(t *testing.T) {
 	want := "reloaded /p.toml: 0 added, 0 removed, 0 changed, 1 unchanged\n  not applied, they take effect at the next start: appliance.threads, port[0].listen\n"
 	if b.String() != want {
 		t.Fatalf("got %q, want %q", b.String(), want)
+	}
+}
+
+// Without -endpoint or $SLUICE_CONTROL, ifctl talks to the first shipped
+// profile's socket that exists.
+func TestDefaultEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		have []string
+		want string
+	}{
+		{nil, "ipc:///run/sluice/control.sock"},
+		{[]string{"/tmp/sluice-control.sock"}, "ipc:///tmp/sluice-control.sock"},
+		{[]string{"/run/sluice/demo-control.sock"}, "ipc:///run/sluice/demo-control.sock"},
+		{[]string{"/run/sluice/demo-control.sock", "/run/sluice/control.sock"}, "ipc:///run/sluice/control.sock"},
+	} {
+		got := defaultEndpoint(func(p string) bool { return slices.Contains(tc.have, p) })
+		if got != tc.want {
+			t.Errorf("sockets %v: %s, want %s", tc.have, got, tc.want)
+		}
 	}
 }
 

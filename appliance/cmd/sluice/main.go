@@ -26,6 +26,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,13 +37,21 @@ import (
 )
 
 func main() {
-	profile := flag.String("profile", "profiles/default.toml", "appliance profile (TOML)")
+	profile := flag.String("profile", "", "appliance profile (TOML); default: profiles/default.toml in the working directory, else beside the binary (its ../profiles)")
 	statsEvery := flag.Duration("stats-interval", 5*time.Second, "log counters this often (0: never)")
 	strict := flag.Bool("strict", false, "exit when an IF of the profile fails to load, instead of serving the others")
 	version := flag.Bool("version", false, "print sluice's version and exit")
 	pidFile := flag.String("pid-file", "", "write the process id to this `file` while serving (removed at exit): kill -HUP $(cat FILE)")
 	check := flag.Bool("check", false, "check the profile and load every IF's model, without serving: exit 0 when all load, 1 otherwise")
 	flag.Parse()
+	if *profile == "" {
+		p, err := defaultProfile()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sluice:", err)
+			os.Exit(2)
+		}
+		*profile = p
+	}
 	if *version {
 		fmt.Println(buildinfo.String("sluice"))
 		return
@@ -63,6 +73,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
 		os.Exit(1)
 	}
+}
+
+// defaultProfile finds profiles/default.toml: in the working directory,
+// else in the profiles folder beside the binary's (bin/sluice ->
+// profiles/default.toml).
+func defaultProfile() (string, error) {
+	const rel = "profiles/default.toml"
+	tried := []string{rel}
+	if _, err := os.Stat(rel); err == nil {
+		return rel, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "..", rel)
+		tried = append(tried, p)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("no -profile given, and no default profile at %s", strings.Join(tried, " or "))
 }
 
 // writePidFile writes the process id to path, refusing a file another
