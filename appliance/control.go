@@ -76,7 +76,15 @@ func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
 		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share, Demand: demandOf(spec),
 		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded,
 		TimeoutAction: spec.TimeoutAction, DeadlineExceeded: st.DeadlineAdmission + st.DeadlineBatch,
-		P99MS: float64(st.P99) / 1e6, Bottleneck: st.Bottleneck}
+		P99MS: float64(st.P99) / 1e6, Bottleneck: bottleneckOf(st)}
+}
+
+// bottleneckOf is the IF's bottleneck, "" before its first batch.
+func bottleneckOf(st ifmanager.Status) string {
+	if st.Bottleneck == "unknown" {
+		return ""
+	}
+	return st.Bottleneck
 }
 
 func unitsOf(mask uint64) int {
@@ -430,7 +438,7 @@ func (a *Appliance) Reload(ctx context.Context, path string) (orchestrator.Reloa
 		if errors.As(err, &le) {
 			key, err = "model", le.err
 			if i >= 0 {
-				err = trimIFPrefix(&prof.IFs[i], le.err)
+				key, err = loadErrorKey(&prof.IFs[i], le.err)
 			}
 		}
 		if i >= 0 {

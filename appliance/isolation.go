@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"sluice/ifmanager"
 	"sluice/libml/graph"
 	"sluice/libml/onnx"
 	"sluice/orchestrator"
@@ -55,7 +56,8 @@ func (a *Appliance) loadIFs(ctx context.Context, prof *Profile) error {
 	for i := range prof.IFs {
 		r, err := a.loadIF(ctx, prof.IFs[i])
 		if err != nil {
-			err = prof.ifError(i, "model", trimIFPrefix(&prof.IFs[i], err))
+			key, kerr := loadErrorKey(&prof.IFs[i], err)
+			err = prof.ifError(i, key, kerr)
 			if a.iso.opts.Strict || ctx.Err() != nil {
 				return err
 			}
@@ -70,6 +72,17 @@ func (a *Appliance) loadIFs(ctx context.Context, prof *Profile) error {
 		a.log.Error("no IF loaded: every request is answered unknown_model until a reload or deploy brings one", "failed", len(a.iso.failed))
 	}
 	return nil
+}
+
+// loadErrorKey names the profile key a load error is about: the field a
+// spec check found wrong against the model (ifmanager.FieldError: "mean",
+// "input"), else "model"; and the error as that key's message.
+func loadErrorKey(s *IFSection, err error) (string, error) {
+	var fe *ifmanager.FieldError
+	if errors.As(err, &fe) {
+		return fe.Key, &trimmedError{msg: strings.TrimPrefix(fe.Detail, ": "), err: err}
+	}
+	return "model", trimIFPrefix(s, err)
 }
 
 // trimIFPrefix drops the `appliance: IF "name": model M: ` that load

@@ -330,3 +330,51 @@ func TestCheckFindsBadIFs(t *testing.T) {
 		}
 	}
 }
+
+// Check names the key of each semantic error, not only the model's: an
+// unknown zoo model and a missing file at `model`, a mean list that does
+// not fit the model's channels at `mean`.
+func TestCheckNamesKeys(t *testing.T) {
+	text := `[appliance]
+threads = 1
+control = "off"
+metrics = "off"
+[[port]]
+driver = "udp"
+listen = "127.0.0.1:0"
+[[if]]
+name = "a"
+model = "zoo:nosuchmodel"
+[[if]]
+name = "b"
+model_id = 2
+model = "onnx:/nonexistent/m.onnx"
+[[if]]
+name = "c"
+model_id = 3
+model = "zoo:squeezenet11"
+input = "u8-hwc"
+mean = [0.5, 0.5]
+std = [0.5, 0.5]
+`
+	prof, err := ParseProfile("p.toml", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Check(context.Background(), prof, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Loaded) != 0 || len(res.Failed) != 3 {
+		t.Fatalf("loaded %v, failed %v", res.Loaded, res.Failed)
+	}
+	for k, want := range []string{
+		`profile p.toml:10: if[0].model "zoo:nosuchmodel": zoo: unknown model "nosuchmodel"`,
+		`profile p.toml:14: if[1].model "onnx:/nonexistent/m.onnx": `,
+		`profile p.toml:20: if[2].mean: input "u8-hwc": mean and std do not match the channels: 3 values each for 3 channels, have 2 and 2`,
+	} {
+		if !strings.HasPrefix(res.Failed[k].Error(), want) {
+			t.Errorf("failure %d: %q, want it to start with %q", k, res.Failed[k], want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -238,7 +239,15 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 		inElems: inst.InputSize(), outElems: inst.OutputSize(), bottleneck: "unknown"}
 	enc, err := libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, inst.InputShape())
 	if err != nil {
-		return nil, fmt.Errorf("ifmanager: IF %q: %w", cfg.Name, err)
+		// a spec field that does not fit the model: named as the field
+		key := "input"
+		if errors.Is(err, libml.ErrMeanStd) {
+			key = "mean"
+			if len(cfg.Mean) == 0 {
+				key = "std"
+			}
+		}
+		return nil, &FieldError{Key: key, Detail: ": " + strings.TrimPrefix(err.Error(), "libml: ")}
 	}
 	if enc.Elems != f.inElems {
 		return nil, fmt.Errorf("ifmanager: IF %q: input shape %v has %d elements, the instance takes %d", cfg.Name, inst.InputShape(), enc.Elems, f.inElems)

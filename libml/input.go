@@ -42,6 +42,10 @@ type Encoding struct {
 	Scale, Bias []float32
 }
 
+// ErrMeanStd is NewEncoding's error for a mean or std list whose length is
+// not the model's channel count.
+var ErrMeanStd = errors.New("mean and std do not match the channels")
+
 // NewEncoding resolves format (empty: InputF32) for a model whose
 // per-request input shape is shape. InputImageU8 needs a CHW shape and
 // takes mean and std per channel (empty: 0 and 1; a zero std means 1).
@@ -65,7 +69,7 @@ func NewEncoding(format InputFormat, mean, std []float32, shape []int64) (*Encod
 	}
 	e.Channels, e.Pixels, e.Bytes = int(shape[0]), int(shape[1]*shape[2]), e.Elems
 	if len(mean) != 0 && len(mean) != e.Channels || len(std) != 0 && len(std) != e.Channels {
-		return nil, fmt.Errorf("libml: input %q: mean and std need %d values, have %d and %d", format, e.Channels, len(mean), len(std))
+		return nil, fmt.Errorf("libml: input %q: %w: %d values each for %d channels, have %d and %d", format, ErrMeanStd, e.Channels, e.Channels, len(mean), len(std))
 	}
 	e.Scale, e.Bias = make([]float32, e.Channels), make([]float32, e.Channels)
 	for c := range e.Scale {

@@ -44,6 +44,10 @@ func main() {
 	pidFile := flag.String("pid-file", "", "write the process id to this `file` while serving (removed at exit): kill -HUP $(cat FILE)")
 	check := flag.Bool("check", false, "check the profile and load every IF's model, without serving: exit 0 when all load, 1 otherwise")
 	flag.Parse()
+	if *version {
+		fmt.Println(buildinfo.String("sluice"))
+		return
+	}
 	if *profile == "" {
 		p, err := defaultProfile()
 		if err != nil {
@@ -51,10 +55,6 @@ func main() {
 			os.Exit(2)
 		}
 		*profile = p
-	}
-	if *version {
-		fmt.Println(buildinfo.String("sluice"))
-		return
 	}
 	if *check {
 		os.Exit(checkProfile(*profile, os.Stdout, os.Stderr))
