@@ -631,6 +631,8 @@ type PortStats struct {
 	Name      string
 	Port      dataplane.PortStats
 	Completed uint64
+	// Drops counts requests and datagrams dropped, by reason
+	// (sluice_drops_total's reasons; only those seen).
 	Drops     map[string]uint64
 	Responses uint64
 }
@@ -662,6 +664,13 @@ func (a *Appliance) Stats() Stats {
 			if n := t.C.Drops(r); n > 0 {
 				ps.Drops[r.String()] = n
 			}
+		}
+		// the drops the router and the I/O loop count, as the metrics do
+		if n := p.router.Unknown.Load(); n > 0 {
+			ps.Drops["unknown_model"] = n
+		}
+		if n := p.loop.C.NoReplySlot.Load(); n > 0 {
+			ps.Drops["no_reply_slot"] = n
 		}
 		s.Ports = append(s.Ports, ps)
 	}

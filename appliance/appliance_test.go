@@ -199,6 +199,7 @@ func TestProfileErrors(t *testing.T) {
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\nrecv_buffer_bytes = 100\n", "test.toml:4: port[0].recv_buffer_bytes 100: out of range"},
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\nsend_buffer_bytes = 2147483648\n", "port[0].send_buffer_bytes 2147483648: out of range"},
 		{"[appliance]\ncuda = \"gpu\"\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", `test.toml:2: appliance.cuda "gpu"`},
+		{"[appliance]\nlog_format = \"xml\"\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", `test.toml:2: appliance.log_format "xml": want text or json`},
 		{"[appliance]\nthreads = -1\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", "test.toml:2: appliance.threads -1: want 0 (one unit per core)"},
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\n[[if]]\nname=\"b\"\nmodel_id=2\nmodel=\"zoo:y\"\nmax_batch = 0\n", "test.toml:11: if[1].max_batch 0: out of range 1..1024 (leave the key out for the default)"},
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nqueue_len = 0\n", "test.toml:7: if[0].queue_len 0"},

@@ -26,7 +26,7 @@ func (a *Appliance) newControlServer() (*orchestrator.Server, error) {
 		// timeout (at most 5 s), then are abandoned.
 		cfg.ShutdownTimeout = min(5*time.Second, time.Duration(ap.DrainTimeoutMS)*time.Millisecond/4)
 	}
-	srv, err := orchestrator.NewServer(cfg, &controlHandler{a: a}, a.log.With("component", "control"))
+	srv, err := orchestrator.NewServer(cfg, &controlHandler{a: a}, a.log)
 	if err != nil {
 		return nil, fmt.Errorf("appliance: control: %w", err)
 	}

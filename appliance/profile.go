@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/netip"
 	"os"
 	"regexp"
@@ -36,6 +37,9 @@ type Profile struct {
 type ApplianceSection struct {
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
+	// LogFormat is "text" (default: key=value lines) or "json" (one JSON
+	// object per line, for log collectors).
+	LogFormat string `toml:"log_format"`
 	// Threads is the CPU backend's worker units (0: all cores).
 	Threads int `toml:"threads"`
 	// EAL is the DPDK EAL argument list (without the program name); empty
@@ -456,6 +460,13 @@ func (p *Profile) validate() error {
 	if a.Threads < 0 || a.Threads > cpu.MaxUnits {
 		return fmt.Errorf("appliance.threads %d: want 0 (one unit per core) or 1..%d", a.Threads, cpu.MaxUnits)
 	}
+	switch a.LogFormat {
+	case "":
+		a.LogFormat = "text"
+	case "text", "json":
+	default:
+		return fmt.Errorf("appliance.log_format %q: want text or json", a.LogFormat)
+	}
 	switch a.LogLevel {
 	case "":
 		a.LogLevel = "info"
@@ -596,6 +607,18 @@ func (p *Profile) validate() error {
 		ids[f.ModelID] = f.Name
 	}
 	return nil
+}
+
+// NewLogger makes the logger the appliance section asks for (log_level,
+// log_format), writing to w.
+func (a *ApplianceSection) NewLogger(w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(a.LogLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if a.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // PolicyNone is the policy of IFs that run on their own share of the units,

@@ -94,3 +94,21 @@ func TestDocumentedProfilesParse(t *testing.T) {
 		t.Error("no toml blocks in docs/profiles.md")
 	}
 }
+
+// log_format = "json" gives one JSON object per line; the default is text.
+func TestLogFormat(t *testing.T) {
+	for _, tc := range []struct{ format, prefix string }{{"", "time="}, {"json", `{"time":`}} {
+		prof, err := ParseProfile("p.toml", fmt.Sprintf("[appliance]\nlog_format = %q\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\n", tc.format))
+		if tc.format == "" {
+			prof, err = ParseProfile("p.toml", "[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\n")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		prof.Appliance.NewLogger(&b).Info("hello", "if", "a")
+		if !strings.HasPrefix(b.String(), tc.prefix) || !strings.Contains(b.String(), "hello") {
+			t.Errorf("log_format %q: %q", tc.format, b.String())
+		}
+	}
+}

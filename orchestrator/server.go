@@ -220,7 +220,7 @@ func NewServer(cfg ServerConfig, h Handler, logger *slog.Logger) (*Server, error
 	s := &Server{
 		cfg:       cfg,
 		h:         h,
-		log:       logger.With("component", "orchestrator"),
+		log:       logger.With("component", "control"),
 		cmds:      commandTable(),
 		serial:    make(chan *job, cfg.QueueLen),
 		statusSem: make(chan struct{}, cfg.MaxConcurrentStatus),

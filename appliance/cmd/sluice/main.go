@@ -19,14 +19,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -157,9 +158,7 @@ func run(path string, statsEvery time.Duration, strict bool, atExit func()) erro
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(prof.Appliance.LogLevel))
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := prof.Appliance.NewLogger(os.Stderr)
 	sup.log.Store(log)
 	sup.timeout.Store(int64(prof.Appliance.DrainTimeoutMS) * int64(time.Millisecond))
 	a, err := appliance.NewWithOptions(ctx, prof, log, appliance.Options{Strict: strict})
@@ -189,22 +188,42 @@ func run(path string, statsEvery time.Duration, strict bool, atExit func()) erro
 		go func() {
 			t := time.NewTicker(statsEvery)
 			defer t.Stop()
+			var last string
 			for {
 				select {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					logStats(log, a.Stats())
+					// an idle appliance logs nothing: only counters that
+					// moved since the last lines are worth a line
+					st := a.Stats()
+					if k := statsKey(st); k != last {
+						last = k
+						logStats(log, "counters", st)
+					}
 				}
 			}
 		}()
 	}
 	err = a.Run(ctx)
-	st := a.Stats()
-	logStats(log, st)
-	b, _ := json.Marshal(st)
-	log.Info("final counters", "stats", string(b))
+	logStats(log, "final counters", a.Stats())
 	return err
+}
+
+// statsKey is what decides whether counters moved: every count logStats
+// prints.
+func statsKey(s appliance.Stats) string {
+	var b strings.Builder
+	for _, p := range s.Ports {
+		fmt.Fprintf(&b, "%s %d %d %d %d %d|", p.Name, p.Port.RxPackets, p.Port.TxPackets, p.Completed, p.Responses, p.Port.BufInUse)
+		for _, r := range slices.Sorted(maps.Keys(p.Drops)) {
+			fmt.Fprintf(&b, "%s=%d ", r, p.Drops[r])
+		}
+	}
+	for _, f := range s.IFs {
+		fmt.Fprintf(&b, "%s %d %d %d %d %d %d|", f.Name, f.Served, f.Failed, f.Overloaded, f.DeadlineAdmission, f.DeadlineBatch, f.Late)
+	}
+	return b.String()
 }
 
 // supervisor turns signals into a bounded shutdown: the first SIGTERM or
@@ -243,13 +262,18 @@ func (s *supervisor) watch(sigs <-chan os.Signal, cancel context.CancelFunc, fin
 	}
 }
 
-func logStats(log *slog.Logger, s appliance.Stats) {
+func logStats(log *slog.Logger, msg string, s appliance.Stats) {
 	for _, p := range s.Ports {
-		log.Info("port", "port", p.Name, "rx_packets", p.Port.RxPackets, "tx_packets", p.Port.TxPackets,
-			"requests", p.Completed, "responses", p.Responses, "drops", p.Drops, "buf_in_use", p.Port.BufInUse)
+		attrs := []any{"port", p.Name, "rx_packets", p.Port.RxPackets, "tx_packets", p.Port.TxPackets,
+			"requests", p.Completed, "responses", p.Responses, "buf_in_use", p.Port.BufInUse}
+		// drops as flat keys, only those seen (sluice_drops_total's reasons)
+		for _, r := range slices.Sorted(maps.Keys(p.Drops)) {
+			attrs = append(attrs, "drops_"+r, p.Drops[r])
+		}
+		log.Info(msg, attrs...)
 	}
 	for _, f := range s.IFs {
-		log.Info("if", "if", f.Name, "served", f.Served, "failed", f.Failed, "overloaded", f.Overloaded,
+		log.Info(msg, "if", f.Name, "served", f.Served, "failed", f.Failed, "overloaded", f.Overloaded,
 			"deadline_exceeded", f.DeadlineAdmission+f.DeadlineBatch, "late", f.Late,
 			"mean_batch", fmt.Sprintf("%.2f", f.MeanBatch), "mean_compute_ms", fmt.Sprintf("%.2f", f.MeanComputeMS))
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sluice/appliance"
 )
 
 // syncBuffer is a log sink safe for the supervisor's goroutine.
@@ -121,5 +123,34 @@ func TestFinishedDrainDoesNotExit(t *testing.T) {
 	hangGuard(t, done, "supervisor return without a signal")
 	if len(exits) != 0 {
 		t.Fatal("exit without a signal")
+	}
+}
+
+// The counters' lines: one per port and IF, drops as flat keys (the
+// router's unknown_model too); the periodic lines only when a counter
+// moved.
+func TestLogStats(t *testing.T) {
+	st := appliance.Stats{
+		Ports: []appliance.PortStats{{Name: "udp0", Completed: 5, Responses: 6, Drops: map[string]uint64{"unknown_model": 1, "malformed": 2}}},
+		IFs:   []appliance.IFStats{{Name: "cls", Served: 5}},
+	}
+	var b bytes.Buffer
+	logStats(slog.New(slog.NewTextHandler(&b, nil)), "counters", st)
+	out := b.String()
+	for _, want := range []string{"msg=counters port=udp0", "requests=5 responses=6", "drops_malformed=2 drops_unknown_model=1", "msg=counters if=cls served=5"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "map[") || strings.Contains(out, "{") {
+		t.Errorf("log holds a Go map or a JSON blob:\n%s", out)
+	}
+	k := statsKey(st)
+	if statsKey(st) != k {
+		t.Fatal("the same counters give two keys")
+	}
+	st.IFs[0].Served++
+	if statsKey(st) == k {
+		t.Fatal("a served request does not change the key: the line would not be logged")
 	}
 }
