@@ -75,6 +75,9 @@ type ifRun struct {
 	tuner atomic.Pointer[ifmanager.ShareTuner]
 	// arrivals is the admitted count at the last tuning round.
 	arrivals uint64
+	// load is how long loading the IF took (its model read, compiled
+	// and warmed).
+	load time.Duration
 }
 
 type portRun struct {
@@ -165,7 +168,11 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 			if err != nil {
 				return nil, err
 			}
-			b = sched.NewBackend(sched.BackendOptions{Config: sched.Config{Policy: p, Device: dev}})
+			// every preemption's latency goes into the histogram as it
+			// is measured
+			lat := a.metrics.preemptLat.WithLabelValues(string(p), "cpu")
+			b = sched.NewBackend(sched.BackendOptions{Config: sched.Config{Policy: p, Device: dev,
+				OnPreempt: func(ns int64) { lat.Observe(float64(ns) / 1e9) }}})
 			break
 		}
 		return nil, fmt.Errorf("appliance: unknown backend %q", name)
@@ -389,7 +396,7 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 		_ = inst.Close()
 		return nil, err
 	}
-	r := &ifRun{spec: s, f: f, obs: obs}
+	r := &ifRun{spec: s, f: f, obs: obs, load: time.Since(start)}
 	obs.run = r
 	if s.AutoShare {
 		r.tuner.Store(ifmanager.NewShareTuner(s.SLO()))
@@ -559,11 +566,6 @@ func (a *Appliance) Run(ctx context.Context) error {
 	go func() {
 		defer auxWG.Done()
 		a.tuneShares(hctx)
-	}()
-	auxWG.Add(1)
-	go func() {
-		defer auxWG.Done()
-		a.collectPreemptions(hctx, 250*time.Millisecond)
 	}()
 	errc := make(chan error, len(a.ports))
 	for _, p := range a.ports {

@@ -143,7 +143,7 @@ input_shape = [3, 48, 192]
 
 	// metrics
 	body := scrape(t, a.Appliance)
-	for _, m := range []string{`sluice_requests_total{port="udp0"} 42`, `sluice_if_served_total{class="rt",if="cls"} 40`,
+	for _, m := range []string{`sluice_requests_total{port="udp0"} 42`, `sluice_if_responses_total{class="rt",if="cls",status="ok"} 40`,
 		`sluice_drops_total{port="udp0",reason="unknown_model"} 1`, `sluice_pool_buffers_in_use{port="udp0"} 0`,
 		fmt.Sprintf(`sluice_build_info{goversion=%q,version=%q} 1`, buildinfo.GoVersion(), buildinfo.Version())} {
 		if !strings.Contains(body, m) {

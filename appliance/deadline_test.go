@@ -145,7 +145,7 @@ timeout_action = "serve_late"
 		`sluice_if_deadline_exceeded_total{class="be",if="reject",stage="batch"} 0`,
 		`sluice_if_late_total{class="be",if="late"} 5`,
 		`sluice_responses_total{port="udp0",status="deadline_exceeded"} 20`,
-		`sluice_if_served_total{class="be",if="reject"} 22`,
+		`sluice_if_responses_total{class="be",if="reject",status="ok"} 22`,
 	} {
 		if !strings.Contains(body, m) {
 			t.Errorf("metrics lack %q", m)

@@ -28,7 +28,7 @@ type collector struct {
 	rxPackets, rxBytes, txPackets, txBytes, rxFiltered, rxMissed, txFailed *prometheus.Desc
 	bufInUse, bufCap, heldFrags, assembling                                *prometheus.Desc
 	completed, drops, responses, egressFull, egressWait                    *prometheus.Desc
-	served, failed, overloaded, queueDepth, batches, batchItems, compute   *prometheus.Desc
+	failed, overloaded, queueDepth, loadSeconds                            *prometheus.Desc
 	share, batchLimit, swaps, under                                        *prometheus.Desc
 	schedJobs, preemptions, restores, padBlocks, modeSwitches              *prometheus.Desc
 	// the request path's copies and buffers (newPathDescs)
@@ -58,13 +58,10 @@ func newCollector(a *Appliance) *collector {
 		responses:    d("responses_total", "Responses transmitted, by status.", "port", "status"),
 		egressFull:   d("egress_queue_full_total", "Responses refused because the egress queue was full.", "port"),
 		egressWait:   d("egress_wait_seconds_total", "Time responses waited between being queued and being sent (divide by responses for the mean).", "port"),
-		served:       d("if_served_total", "Requests answered ok.", "if", "class"),
 		failed:       d("if_failed_total", "Admitted requests answered with an error.", "if", "class"),
 		overloaded:   d("if_overloaded_total", "Requests refused because the IF queue was full.", "if", "class"),
 		queueDepth:   d("if_queue_depth", "Requests waiting in the IF queue.", "if", "class"),
-		batches:      d("if_batches_total", "Batches run.", "if", "class"),
-		batchItems:   d("if_batch_items_total", "Requests in batches run (divide by batches for the mean batch size).", "if", "class"),
-		compute:      d("if_compute_seconds_total", "Time spent in model inference.", "if", "class"),
+		loadSeconds:  d("if_load_seconds", "How long loading the IF's running instance took (reading, compiling and warming its model).", "if", "class"),
 		share:        d("if_share", "The IF's resource share (fraction of the compute units).", "if", "class"),
 		batchLimit:   d("if_batch_limit", "The batch limit SLAB currently allows.", "if", "class"),
 		swaps:        d("if_swaps_total", "Shadow swaps completed.", "if", "class"),
@@ -88,7 +85,7 @@ func (c *collector) newDeadlineDescs(d func(name, help string, labels ...string)
 
 // newPathDescs describes the request path's copies and buffers.
 func (c *collector) newPathDescs(d func(name, help string, labels ...string) *prometheus.Desc) {
-	c.payloadCopies = d("if_payload_copies_total", "Copies of request payloads made on their way to the model's input (divide by if_batch_items_total for copies per request; 1 on the cpu backend: packet to tensor).", "if", "class")
+	c.payloadCopies = d("if_payload_copies_total", "Copies of request payloads made on their way to the model's input (divide by sluice_batch_size_sum, the requests run, for copies per request; 1 on the cpu backend: packet to tensor).", "if", "class")
 	c.outBuffers = d("if_output_buffers", "Output buffers in the IF's pool (one per batch whose responses are being sent, kept for reuse).", "if", "class")
 	c.outBuffersInUse = d("if_output_buffers_in_use", "Output buffers whose responses are not all sent yet.", "if", "class")
 	c.inFlight = d("requests_in_flight", "Requests handed to the IFs whose replies are not sent yet (each holds a reply slot).", "port")
@@ -141,7 +138,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			continue
 		}
-		c.a.observePreemptions(sb, st)
 		pol, dev := st.Policy, st.Device
 		counter(c.schedJobs, uint64(st.RTJobs), pol, "rt", dev)
 		counter(c.schedJobs, uint64(st.BEJobs), pol, "be", dev)
@@ -163,16 +159,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			under = 1
 		}
 		gauge(c.under, under, l...)
-		counter(c.served, f.C.Served.Load(), l...)
 		counter(c.failed, f.C.Failed.Load(), l...)
 		counter(c.overloaded, f.C.Overloaded.Load(), l...)
 		counter(c.deadlineExceeded, f.C.DeadlineAdmission.Load(), cfg.Name, cfg.Class.String(), "admission")
 		counter(c.deadlineExceeded, f.C.DeadlineBatch.Load(), cfg.Name, cfg.Class.String(), "batch")
 		counter(c.late, f.C.Late.Load(), l...)
 		gauge(c.queueDepth, float64(f.QueueDepth()), l...)
-		counter(c.batches, f.C.Batches.Load(), l...)
-		counter(c.batchItems, f.C.BatchItems.Load(), l...)
-		ch <- prometheus.MustNewConstMetric(c.compute, prometheus.CounterValue, float64(f.C.ComputeNS.Load())/1e9, l...)
+		gauge(c.loadSeconds, r.load.Seconds(), l...)
 		counter(c.payloadCopies, f.C.PayloadCopies.Load(), l...)
 		gauge(c.outBuffers, float64(st.OutBuffers), l...)
 		gauge(c.outBuffersInUse, float64(st.OutBuffersInUse), l...)
@@ -298,45 +291,6 @@ func (a *Appliance) schedBackends() []libml.Scheduling {
 		}
 	}
 	return bs
-}
-
-// observePreemptions moves the preemption latencies sb recorded since the
-// last call into the histogram (st: sb's counters, for its labels).
-func (a *Appliance) observePreemptions(sb libml.Scheduling, st libml.SchedStats) {
-	ns := sb.TakePreemptNs()
-	if len(ns) == 0 {
-		return
-	}
-	h := a.metrics.preemptLat.WithLabelValues(st.Policy, st.Device)
-	for _, v := range ns {
-		h.Observe(float64(v) / 1e9)
-	}
-}
-
-// observeAllPreemptions observes every scheduling backend's preemption
-// latencies.
-func (a *Appliance) observeAllPreemptions() {
-	for _, sb := range a.schedBackends() {
-		if st, ok := sb.SchedStats(); ok {
-			a.observePreemptions(sb, st)
-		}
-	}
-}
-
-// collectPreemptions observes preemption latencies every interval until
-// ctx ends (the scheduler keeps them until taken).
-func (a *Appliance) collectPreemptions(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			a.observeAllPreemptions()
-			return
-		case <-t.C:
-			a.observeAllPreemptions()
-		}
-	}
 }
 
 // observer returns the ifmanager.Observer for one IF.

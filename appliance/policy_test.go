@@ -200,7 +200,7 @@ queue_len = 64
 	if got := metric(`sluice_preemption_latency_seconds_count{device="cpu",policy="reef"}`); got != pre {
 		t.Errorf("%v preemption latencies observed for %v preemptions", got, pre)
 	}
-	if got := metric(`sluice_if_served_total{class="rt",if="rt"}`); got != nRT {
+	if got := metric(`sluice_if_responses_total{class="rt",if="rt",status="ok"}`); got != nRT {
 		t.Errorf("RT IF served %v, want %d", got, nRT)
 	}
 	// every answer's first-fragment-to-sent time, by the request's class

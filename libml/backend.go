@@ -110,9 +110,6 @@ type Scheduling interface {
 	// SchedStats returns the policy's counters; ok is false before Init
 	// or after Deinit.
 	SchedStats() (st SchedStats, ok bool)
-	// TakePreemptNs returns the preemption latencies (ns) recorded since
-	// the last call, and forgets them.
-	TakePreemptNs() []int64
 }
 
 // SchedStats are a scheduling backend's cumulative counters.

@@ -111,19 +111,6 @@ func (b *Backend) Scheduler() *Scheduler {
 	return b.s
 }
 
-// TakePreemptNs returns the preemption latencies recorded since the last
-// call and forgets them (the appliance exports them as a histogram).
-func (b *Backend) TakePreemptNs() []int64 {
-	s := b.Scheduler()
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	p := s.stats.PreemptNs
-	s.stats.PreemptNs = nil
-	return p
-}
 
 // SchedStats returns the scheduler's counters (libml.Scheduling).
 func (b *Backend) SchedStats() (libml.SchedStats, bool) {

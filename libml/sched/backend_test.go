@@ -3,6 +3,8 @@ package sched
 import (
 	"context"
 	"math/rand"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -135,7 +137,17 @@ func TestBackendBucketsMatchCPU(t *testing.T) {
 // once. Each RT batch arrives while a BE batch's kernel is held past its
 // prologue (the runtime's test hook), so each one preempts.
 func TestBackendRTPreemptsBE(t *testing.T) {
-	b := newTestBackend(t, PolicyREEF)
+	var mu sync.Mutex
+	var hooked []int64
+	b := NewBackend(BackendOptions{Config: Config{Policy: PolicyREEF, PadBudgetMBs: -1, OnPreempt: func(ns int64) {
+		mu.Lock()
+		hooked = append(hooked, ns)
+		mu.Unlock()
+	}}, ProfileRuns: 1})
+	if err := b.Init(context.Background(), libml.BackendConfig{Units: 2}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Deinit() })
 	ctx := context.Background()
 	gBE, gRT := testGraph(t, "resnet"), testGraph(t, "squeeze")
 	be, err := b.LoadModel(ctx, "be", gBE)
@@ -187,12 +199,16 @@ func TestBackendRTPreemptsBE(t *testing.T) {
 	if st.Preemptions != rounds || st.Jobs[RT] != rounds || st.Jobs[BE] != rounds {
 		t.Fatalf("%d preemptions, %d RT and %d BE jobs: want %d of each", st.Preemptions, st.Jobs[RT], st.Jobs[BE], rounds)
 	}
-	p := b.TakePreemptNs()
+	p := st.PreemptNs
 	if int64(len(p)) != st.Preemptions {
 		t.Fatalf("%d preemption latencies for %d preemptions", len(p), st.Preemptions)
 	}
-	if again := b.TakePreemptNs(); len(again) != 0 {
-		t.Fatalf("latencies handed out twice: %d", len(again))
+	// the OnPreempt hook saw each one as it was measured
+	mu.Lock()
+	seen := slices.Clone(hooked)
+	mu.Unlock()
+	if !slices.Equal(seen, p) {
+		t.Fatalf("OnPreempt saw %v, the stats hold %v", seen, p)
 	}
 	t.Logf("%d preemptions, first latency %d ns", st.Preemptions, p[0])
 }

@@ -136,6 +136,11 @@ type Config struct {
 	// SplitGA tunes the genetic algorithm.
 	SplitBlocks int
 	SplitGA     GAConfig
+	// OnPreempt, when set, is told every preemption's latency (ns, as
+	// Stats.PreemptNs records it) the moment it is known, with the
+	// scheduler's lock held: it must be quick and must not call the
+	// scheduler (a metrics histogram's Observe).
+	OnPreempt func(ns int64)
 }
 
 func (c *Config) defaults() error {
@@ -978,6 +983,9 @@ func (s *Scheduler) finalize(r *preemptRec) {
 	}
 	if len(s.stats.PreemptNs) < 1<<20 {
 		s.stats.PreemptNs = append(s.stats.PreemptNs, end-r.t0)
+	}
+	if s.cfg.OnPreempt != nil {
+		s.cfg.OnPreempt(end - r.t0)
 	}
 }
 

@@ -72,7 +72,7 @@ if [ -n "$METRICS" ]; then
   if exec 3<>"/dev/tcp/$1/$2" 2>/dev/null; then
     printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$1" >&3
     echo "== appliance metrics (http://$1:$2/metrics)"
-    grep -E '^sluice_(preemptions_total|restores_total|pad_blocks_total|sched_jobs_total|if_served_total|preemption_latency_seconds_(sum|count|bucket))' <&3 | sed 's/^/   /'
+    grep -E '^sluice_(preemptions_total|restores_total|pad_blocks_total|sched_jobs_total|if_responses_total|preemption_latency_seconds_(sum|count|bucket))' <&3 | sed 's/^/   /'
     exec 3<&-
   fi
 fi

@@ -373,12 +373,13 @@ func TestMetricsBatches(t *testing.T) {
 			return
 		}
 		n := scrapes.Add(1) - 1
-		fmt.Fprintf(w, "# HELP sluice_if_batches_total Batches run.\n# TYPE sluice_if_batches_total counter\n")
-		fmt.Fprintf(w, "sluice_if_batches_total{if=\"mnv2\",class=\"rt\"} %d\n", 10+5*n)
-		fmt.Fprintf(w, "sluice_if_batch_items_total{if=\"mnv2\",class=\"rt\"} %d\n", 40+22*n)
-		fmt.Fprintf(w, "sluice_if_batches_total{class=\"be\",if=\"res\\\"net\"} 3 1700000000000\n")
-		fmt.Fprintf(w, "sluice_if_batch_items_total{class=\"be\",if=\"res\\\"net\"} 9\n")
-		fmt.Fprintf(w, "sluice_if_served_total{if=\"mnv2\",class=\"rt\"} 1e3\n")
+		fmt.Fprintf(w, "# HELP sluice_batch_size Requests per batch.\n# TYPE sluice_batch_size histogram\n")
+		fmt.Fprintf(w, "sluice_batch_size_bucket{if=\"mnv2\",class=\"rt\",le=\"+Inf\"} %d\n", 10+5*n)
+		fmt.Fprintf(w, "sluice_batch_size_count{if=\"mnv2\",class=\"rt\"} %d\n", 10+5*n)
+		fmt.Fprintf(w, "sluice_batch_size_sum{if=\"mnv2\",class=\"rt\"} %d\n", 40+22*n)
+		fmt.Fprintf(w, "sluice_batch_size_count{class=\"be\",if=\"res\\\"net\"} 3 1700000000000\n")
+		fmt.Fprintf(w, "sluice_batch_size_sum{class=\"be\",if=\"res\\\"net\"} 9\n")
+		fmt.Fprintf(w, "sluice_if_responses_total{if=\"mnv2\",class=\"rt\",status=\"ok\"} 1e3\n")
 	}))
 	defer srv.Close()
 	fake := startFake(t, func(uint32, uint64) action { return actAnswer })
@@ -410,7 +411,7 @@ func TestMetricsBatches(t *testing.T) {
 		t.Errorf("bad endpoint: %v", err)
 	}
 	nan := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, `sluice_if_batches_total{if="a",class="rt"} NaN`)
+		fmt.Fprintln(w, `sluice_batch_size_count{if="a",class="rt"} NaN`)
 	}))
 	defer nan.Close()
 	if _, err := scrapeBatches(context.Background(), nan.URL); err == nil || !strings.Contains(err.Error(), "not a counter's value") {

@@ -13,10 +13,11 @@ import (
 	"time"
 )
 
-// The appliance's batch counters (docs/metrics.md), labelled by if and class.
+// The appliance's batch-size histogram (docs/metrics.md), labelled by if
+// and class: its count is the batches run, its sum the requests in them.
 const (
-	metricBatches = "sluice_if_batches_total"
-	metricItems   = "sluice_if_batch_items_total"
+	metricBatches = "sluice_batch_size_count"
+	metricItems   = "sluice_batch_size_sum"
 )
 
 // noBatchNote is the report's note when -metrics is not given.
