@@ -111,7 +111,6 @@ func (b *Backend) Scheduler() *Scheduler {
 	return b.s
 }
 
-
 // SchedStats returns the scheduler's counters (libml.Scheduling).
 func (b *Backend) SchedStats() (libml.SchedStats, bool) {
 	s := b.Scheduler()
