@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"io"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -130,5 +131,36 @@ func TestParseArgs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", args, err, want)
 		}
+	}
+}
+
+// Every framecast command line in docs/framecast.md parses: its flags and
+// stream specs exist and validate (the files they name are read only when
+// a run starts).
+func TestDocumentedCommandsParse(t *testing.T) {
+	b, err := os.ReadFile("../../docs/framecast.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	lines := strings.Split(string(b), "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "./bin/framecast ") {
+			continue
+		}
+		start := i + 1
+		for strings.HasSuffix(l, "\\") && i+1 < len(lines) {
+			i++
+			l = strings.TrimSuffix(l, "\\") + " " + strings.TrimSpace(lines[i])
+		}
+		args := strings.Fields(l)[1:]
+		if _, _, err := parseArgs(args, io.Discard); err != nil {
+			t.Errorf("framecast.md:%d: %s: %v", start, l, err)
+		}
+		n++
+	}
+	if n < 3 {
+		t.Fatalf("found %d framecast commands in framecast.md, want the 3 examples at least", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -402,5 +403,95 @@ func TestWaitsWhileServerWorks(t *testing.T) {
 	code, out, errs := ifctl(t, env, "-timeout", "1s", "deploy", "-name", "det", "-model", "zoo:resnet50", "-model-id", "3")
 	if code != 0 || !strings.HasPrefix(out, "deployed det\n") {
 		t.Errorf("deploy: %d %q %q", code, out, errs)
+	}
+}
+
+// Every `$ ifctl ...` line of docs/commands.md runs against a fake
+// appliance that serves "det": it exits as the page shows (the number a
+// following `echo $?` prints, else 0) and, where the page shows the first
+// line of the output or of the error, prints it (outputs with measured
+// values, such as times, are compared up to their first digit). keygen
+// lines write into a temporary directory; the tcp:// line needs an
+// appliance and is only parsed.
+func TestDocumentedCommandsRun(t *testing.T) {
+	b, err := os.ReadFile("../../docs/commands.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	det := orchestrator.IFStatus{Name: "det", ModelID: 3, Model: "zoo:resnet18", Backend: "cpu", Class: "rt",
+		SLOMS: 25, MaxBatch: 8, QueueLen: 256, Share: 0.4, State: "serving"}
+	home := t.TempDir()
+	lines := strings.Split(string(b), "\n")
+	n := 0
+	for i, l := range lines {
+		cmdline, ok := strings.CutPrefix(l, "$ ifctl ")
+		if !ok {
+			continue
+		}
+		if c := strings.Index(cmdline, "  #"); c >= 0 {
+			cmdline = cmdline[:c]
+		}
+		cmdline, echo := strings.CutSuffix(strings.TrimSpace(cmdline), "; echo $?")
+		args := strings.Fields(cmdline)
+		for k, a := range args {
+			// keygen's paths, into the test's directory
+			if strings.HasPrefix(a, "/etc/sluice/") || strings.HasPrefix(a, "~/") {
+				args[k] = filepath.Join(home, filepath.Base(a))
+			}
+		}
+		if slices.Contains(args, "-endpoint") {
+			continue // tcp:// with CURVE keys: an appliance of its own
+		}
+		// what the page shows: the output up to the next command or the
+		// block's end
+		var shown []string
+		for _, o := range lines[i+1:] {
+			if strings.HasPrefix(o, "$ ") || strings.HasPrefix(o, "```") {
+				break
+			}
+			shown = append(shown, o)
+		}
+		wantCode := 0
+		if echo && len(shown) > 0 {
+			fmt.Sscan(shown[len(shown)-1], &wantCode)
+			shown = shown[:len(shown)-1]
+		}
+		// a fresh appliance per command: "det" serves, except for the
+		// deploy that makes it
+		fake := orchtest.New(det)
+		if args[0] == "deploy" {
+			fake = orchtest.New()
+		}
+		env := map[string]string{"SLUICE_CONTROL": server(t, orchestrator.ServerConfig{}, fake).Endpoint()}
+		code, out, errs := ifctl(t, env, args...)
+		n++
+		switch {
+		case echo && code != wantCode:
+			t.Errorf("commands.md:%d: ifctl %s: exit %d, the page shows %d\n%s%s", i+1, cmdline, code, wantCode, out, errs)
+			continue
+		case !echo && code == exitUsage:
+			t.Errorf("commands.md:%d: ifctl %s: a usage error\n%s", i+1, cmdline, errs)
+			continue
+		}
+		if len(shown) == 0 {
+			continue
+		}
+		got := strings.SplitN(out+errs, "\n", 2)[0]
+		want := shown[0]
+		switch {
+		case strings.HasPrefix(want, "wrote "): // a path of the writer's machine
+			want, got = "wrote", strings.Fields(got)[0]
+		case strings.HasPrefix(want, "sluice"): // the appliance's version and uptime
+			want, got = "sluice", strings.TrimRight(strings.Fields(got)[0], ":")
+		}
+		if d := strings.IndexAny(want, "0123456789"); d >= 0 && !strings.HasPrefix(want, "{") {
+			want, got = want[:d], got[:min(d, len(got))]
+		}
+		if got != want {
+			t.Errorf("commands.md:%d: ifctl %s: first line %q, the page shows %q", i+1, cmdline, got, want)
+		}
+	}
+	if n < 8 {
+		t.Fatalf("ran %d commands of commands.md, want its examples (at least 8)", n)
 	}
 }
