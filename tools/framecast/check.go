@@ -116,14 +116,14 @@ func (c *client) complete(st *streamState, p *pending, now time.Time) {
 	case p.h.Status != wire.StatusOK:
 		st.c.Errors[p.h.Status.String()]++
 	default:
-		st.checkOutput(p, now)
+		st.checkOutput(p, now, c.start)
 	}
 }
 
 // checkOutput checks an ok response's output: the stream's first ok
 // output sets the size all must have, and the first output for each frame
 // is the reference later outputs for it must match. c.mu is held.
-func (st *streamState) checkOutput(p *pending, now time.Time) {
+func (st *streamState) checkOutput(p *pending, now, start time.Time) {
 	if st.expectSize < 0 {
 		st.expectSize = len(p.data)
 	}
@@ -146,6 +146,7 @@ func (st *streamState) checkOutput(p *pending, now time.Time) {
 	st.c.OK++
 	ms := float64(now.Sub(p.sent)) / 1e6
 	st.c.lat = append(st.c.lat, ms)
+	st.c.series = append(st.c.series, timedLatency{at: p.sent.Sub(start).Seconds(), ms: ms})
 	st.recent = append(st.recent, ms)
 }
 

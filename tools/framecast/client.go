@@ -35,6 +35,9 @@ type config struct {
 	PlotPath   string
 	MetricsURL string
 	Streams    []streamSpec
+	// SLO, when > 0, is the latency target the report and the plot
+	// measure against (-slo).
+	SLO time.Duration
 	// MaxLoss and MaxErrors, when >= 0, are the largest fractions of the
 	// requests sent that may be lost, or answered with an error or a wrong
 	// output, before framecast exits with status 3.

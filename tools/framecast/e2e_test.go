@@ -193,7 +193,18 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-// checkSVG decodes an SVG file as XML and returns its number of curves.
+// attr is an XML element's attribute value ("" when absent).
+func attr(se xml.StartElement, name string) string {
+	for _, a := range se.Attr {
+		if a.Name.Local == name {
+			return a.Value
+		}
+	}
+	return ""
+}
+
+// checkSVG checks that path is an SVG document and returns its number of
+// CDF curves.
 func checkSVG(t *testing.T, path string) int {
 	t.Helper()
 	f, err := os.Open(path)
@@ -218,7 +229,7 @@ func checkSVG(t *testing.T, path string) int {
 					t.Errorf("root namespace %q", se.Name.Space)
 				}
 			}
-			if se.Name.Local == "polyline" {
+			if se.Name.Local == "polyline" && attr(se, "class") == "cdf" {
 				curves++
 			}
 		}
@@ -475,5 +486,50 @@ func TestSVGEdgeCases(t *testing.T) {
 		if ticks[0] != 0 || ticks[len(ticks)-1] < x || len(ticks) > 11 {
 			t.Errorf("ticks for %g: %v", x, ticks)
 		}
+	}
+}
+
+// The plot's panels: per stream with ok responses a CDF, a tail curve and
+// a group of dots over time; with -slo a marker in each of the three
+// panels and the share within it in the legend; the run's target and
+// parameters in the title.
+func TestPlotPanels(t *testing.T) {
+	rows := []*Row{newRow("m1/rt", "rt"), newRow("m2/be", "be")}
+	for i := range 500 {
+		ms := 1 + float64(i)/10
+		rows[0].lat = append(rows[0].lat, ms)
+		rows[0].series = append(rows[0].series, timedLatency{at: float64(i) / 100, ms: ms})
+	}
+	r := &Report{Streams: rows, Target: "127.0.0.1:9400", SendSeconds: 5, Seed: 7, SLOMS: 40, Version: "v-test", Start: "2026-11-26T09:00:00Z"}
+	var b bytes.Buffer
+	writeSVG(&b, r)
+	d := xml.NewDecoder(&b)
+	count := map[string]int{}
+	var text strings.Builder
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("not XML: %v", err)
+		}
+		switch x := tok.(type) {
+		case xml.StartElement:
+			count[x.Name.Local+"."+attr(x, "class")]++
+		case xml.CharData:
+			text.Write(x)
+		}
+	}
+	if count["polyline.cdf"] != 1 || count["polyline.tail"] != 1 || count["g.time"] != 1 || count["circle."] != 500 || count["line.slo"] != 3 {
+		t.Errorf("elements %v: want one CDF, one tail, one dot group of 500, three SLO markers", count)
+	}
+	for _, want := range []string{"framecast → 127.0.0.1:9400: m1/rt, m2/be", "seed 7", "SLO 40 ms", "within the SLO: 78.20%", "m2/be: no ok responses", "latency over time", "tail"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("plot text lacks %q", want)
+		}
+	}
+	if f := withinSLO(rows[0].lat, 40); f != 0.782 {
+		t.Errorf("withinSLO = %v, want 0.782 (391 of 500 at or below 40 ms)", f)
 	}
 }

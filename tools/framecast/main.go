@@ -127,6 +127,7 @@ func parseArgs(args []string, stderr io.Writer) (cfg config, quiet bool, err err
 	fs.BoolVar(&quiet, "quiet", false, "no progress line")
 	paceFlag := fs.String("pace", "0", "send at most `RATE` bytes per second, in bursts of 256 KiB (400MB, 1.5G; 0: unpaced): spreads large requests out")
 	version := fs.Bool("version", false, "print framecast's version and exit")
+	fs.DurationVar(&cfg.SLO, "slo", 0, "a latency target: the report gives the share of ok responses within it, the plot marks it (default: none)")
 	fs.Float64Var(&cfg.MaxLoss, "max-loss", -1, "exit with status 3 when more than this `fraction` of the requests sent is lost (0.01: 1%; default: no limit)")
 	fs.Float64Var(&cfg.MaxErrors, "max-errors", -1, "exit with status 3 when more than this `fraction` of the requests sent is answered with an error or a wrong output (default: no limit)")
 	fs.Var(&streams, "stream", "a stream: model=ID,class=rt|be,rate=PER_S,size=BYTES,arrival=uniform|poisson|lognormal|trace,... (repeatable; see docs/framecast.md)")
@@ -165,6 +166,8 @@ func (cfg *config) check() error {
 		return fmt.Errorf("-timeout %v: want a positive duration", cfg.Timeout)
 	case cfg.FragSize < 1 || cfg.FragSize > wire.MaxPayload:
 		return fmt.Errorf("-frag %d: want 1..%d", cfg.FragSize, wire.MaxPayload)
+	case cfg.SLO < 0:
+		return fmt.Errorf("-slo %v: want a positive duration", cfg.SLO)
 	case math.IsNaN(cfg.MaxLoss) || cfg.MaxLoss > 1 || cfg.MaxLoss < 0 && cfg.MaxLoss != -1:
 		return fmt.Errorf("-max-loss %v: want a fraction 0..1", cfg.MaxLoss)
 	case math.IsNaN(cfg.MaxErrors) || cfg.MaxErrors > 1 || cfg.MaxErrors < 0 && cfg.MaxErrors != -1:

@@ -60,9 +60,16 @@ type Row struct {
 	SentPerS    float64  `json:"sent_per_s"`
 	OKPerS      float64  `json:"ok_per_s"`
 	SendError   string   `json:"send_error,omitempty"`
+	// WithinSLO is the fraction of ok responses within -slo (when given).
+	WithinSLO *float64 `json:"within_slo,omitempty"`
 
-	lat []float64 // ok latencies, ms
+	lat    []float64      // ok latencies, ms
+	series []timedLatency // the same, by send time (the plot's time panel)
 }
+
+// timedLatency is one ok response: when its request was sent (s since the
+// run's start) and its latency (ms).
+type timedLatency struct{ at, ms float64 }
 
 // newRow returns an empty row.
 func newRow(name, class string) *Row {
@@ -87,6 +94,7 @@ func (r *Row) add(o *Row) {
 	r.DupFragments += o.DupFragments
 	r.MaxRelDiff = max(r.MaxRelDiff, o.MaxRelDiff)
 	r.lat = append(r.lat, o.lat...)
+	r.series = append(r.series, o.series...)
 }
 
 // finish computes the derived fields: error total, rates, latency.
@@ -132,10 +140,12 @@ type Report struct {
 	// Version is framecast's build (buildinfo), Start when sending began
 	// (RFC 3339, UTC), Seed the frames' and arrivals' seed, PaceBps the
 	// -pace rate (0: unpaced).
-	Version        string   `json:"version"`
-	Start          string   `json:"start"`
-	Seed           uint64   `json:"seed"`
-	PaceBps        float64  `json:"pace_bytes_per_s"`
+	Version string  `json:"version"`
+	Start   string  `json:"start"`
+	Seed    uint64  `json:"seed"`
+	PaceBps float64 `json:"pace_bytes_per_s"`
+	// SLOMS is -slo in ms (0: none given).
+	SLOMS          float64  `json:"slo_ms,omitempty"`
 	Target         string   `json:"target"`
 	FirstFlow      uint32   `json:"first_flow"`
 	SendSeconds    float64  `json:"send_seconds"`
@@ -154,6 +164,7 @@ func (c *client) report(sending, total time.Duration) *Report {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := &Report{Version: buildinfo.Version(), Start: c.start.UTC().Format(time.RFC3339Nano), Seed: c.cfg.Seed, PaceBps: c.cfg.Pace,
+		SLOMS:  float64(c.cfg.SLO) / 1e6,
 		Target: c.target.String(), FirstFlow: c.cfg.Flow, SendSeconds: sending.Seconds(),
 		Seconds: total.Seconds(), TimeoutSeconds: c.cfg.Timeout.Seconds(),
 		Total: newRow("all", ""), Foreign: c.foreign, Garbage: c.garbage}
@@ -173,7 +184,11 @@ func (c *client) report(sending, total time.Duration) *Report {
 	}
 	slices.SortFunc(r.Classes, func(a, b *Row) int { return strings.Compare(b.Class, a.Class) }) // rt first
 	for _, row := range r.rows() {
-		row.finish(sending)
+		row.finish(sending) // sorts the latencies
+		if r.SLOMS > 0 && len(row.lat) > 0 {
+			f := withinSLO(row.lat, r.SLOMS)
+			row.WithinSLO = &f
+		}
 	}
 	return r
 }
@@ -206,6 +221,15 @@ func (r *Report) writeMarkdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %d | %d | %d | %.1e | %d | %d | %d | %d | %d | %d |\n",
 			row.Name, row.WrongModel, row.WrongSize, row.Mismatched, row.MaxRelDiff, row.Late, row.Duplicates,
 			row.Unknown, row.BadFragments, row.DupFragments, row.MaxInFlight)
+	}
+	if r.SLOMS > 0 {
+		fmt.Fprintf(w, "\nWithin the SLO (%s ms), of the ok responses:", fmtTick(r.SLOMS))
+		for _, row := range r.rows() {
+			if row.WithinSLO != nil {
+				fmt.Fprintf(w, " %s %.2f%%;", row.Name, 100**row.WithinSLO)
+			}
+		}
+		fmt.Fprintln(w)
 	}
 	if r.Foreign+r.Garbage > 0 {
 		fmt.Fprintf(w, "\n%d datagrams from another address or on another flow, %d not sluice responses\n", r.Foreign, r.Garbage)
