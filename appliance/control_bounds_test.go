@@ -193,11 +193,19 @@ type sluiceProc struct {
 }
 
 // startBinary starts bin on the profile at path (with extra flags) and
-// waits until it serves. The process is killed when the test ends, if still running.
+// waits until it serves. The process is killed when the test ends, if
+// still running.
 func startBinary(t *testing.T, bin, path string, extra ...string) *sluiceProc {
 	t.Helper()
 	args := append([]string{"-profile", path, "-stats-interval", "0"}, extra...)
-	p := &sluiceProc{cmd: exec.Command(bin, args...), lines: make(chan string, 1024), exited: make(chan error, 1)}
+	return startProc(t, exec.Command(bin, args...))
+}
+
+// startProc starts cmd, a sluice process, reads its log and waits until
+// it serves. The process is killed when the test ends, if still running.
+func startProc(t *testing.T, cmd *exec.Cmd) *sluiceProc {
+	t.Helper()
+	p := &sluiceProc{cmd: cmd, lines: make(chan string, 1024), exited: make(chan error, 1)}
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -45,26 +45,34 @@ input = "f32"
 input_shape = [3, 48, 192]
 `
 
+// startControlled writes a profile (tmpl with %s where the control
+// socket's path goes) into a temporary directory, starts the appliance
+// from it and waits for its control endpoint.
+func startControlled(t *testing.T, tmpl string) (a *running, stop func(), path, text string) {
+	t.Helper()
+	dir := t.TempDir()
+	text = fmt.Sprintf(tmpl, filepath.Join(dir, "ctl.sock"))
+	path = filepath.Join(dir, "p.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, stop = startAppliance(t, path, text)
+	a.SetProfilePath(path)
+	for a.ControlEndpoint() == "" {
+		time.Sleep(time.Millisecond)
+	}
+	return a, stop, path, text
+}
+
 // TestControlUnderLoad drives the control plane while requests flow:
 // swaps, a resize, batch changes, an invalid reload, bad commands, a deploy
 // and a remove, and a drain. No request may be lost or answered twice.
 func TestControlUnderLoad(t *testing.T) {
 	model := classifierPath(t)
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "ctl.sock")
-	text := fmt.Sprintf(controlProfile, sock, model)
-	path := filepath.Join(dir, "p.toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	a, stop, path, text := startControlled(t, fmt.Sprintf(controlProfile, "%s", model))
 	ctx := context.Background()
-	a, stop := startAppliance(t, path, text)
-	a.SetProfilePath(path)
 	addr, _ := a.PortAddr("udp0")
-	for a.ControlEndpoint() == "" {
-		time.Sleep(5 * time.Millisecond)
-	}
-	cl, err := orchestrator.Dial("ipc://"+sock, orchestrator.ClientConfig{Timeout: 20 * time.Second})
+	cl, err := orchestrator.Dial(a.ControlEndpoint(), orchestrator.ClientConfig{Timeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +113,7 @@ func TestControlUnderLoad(t *testing.T) {
 		t.Fatalf("set-batch: %+v, %v", s, err)
 	}
 	// an invalid profile is refused and changes nothing
-	bad := filepath.Join(dir, "bad.toml")
+	bad := filepath.Join(filepath.Dir(path), "bad.toml")
 	_ = os.WriteFile(bad, []byte("[appliance]\nthreads = \"many\"\n"), 0o644)
 	var oe *orchestrator.Error
 	if _, err := cl.ReloadProfile(ctx, orchestrator.ReloadArgs{Path: bad}); !errors.As(err, &oe) || oe.Code != orchestrator.CodeInvalidProfile {
@@ -223,21 +231,11 @@ max_batch = 2
 // the model id moves to it in one step), and the new spec is in effect.
 func TestReloadReplacesWithoutGap(t *testing.T) {
 	model := classifierPath(t)
-	dir := t.TempDir()
-	sock := filepath.Join(dir, "ctl.sock")
 	// the timeout written out: startAppliance would set one the file does
 	// not have, and a reload would report it as a change
-	text := strings.Replace(fmt.Sprintf(controlProfile, sock, model), "[appliance]\n", "[appliance]\nreassembly_timeout_ms = 30000\n", 1)
-	path := filepath.Join(dir, "p.toml")
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	a, stop, path, text := startControlled(t, strings.Replace(fmt.Sprintf(controlProfile, "%s", model),
+		"[appliance]\n", "[appliance]\nreassembly_timeout_ms = 30000\n", 1))
 	ctx := context.Background()
-	a, stop := startAppliance(t, path, text)
-	a.SetProfilePath(path)
-	for a.ControlEndpoint() == "" {
-		time.Sleep(time.Millisecond)
-	}
 	cl, err := orchestrator.Dial(a.ControlEndpoint(), orchestrator.ClientConfig{Timeout: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -65,6 +65,12 @@ func writeTwoOutputModel(t *testing.T, path string) {
 		},
 		Opset: 13,
 	}
+	writeModel(t, path, g)
+}
+
+// writeModel encodes g as ONNX into path.
+func writeModel(t *testing.T, path string, g *graph.Graph) {
+	t.Helper()
 	b, err := onnx.Encode(g)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"sluice/dataplane/pace"
 	"sluice/dataplane/wire"
 	"sluice/libml/graph"
-	"sluice/libml/onnx"
 )
 
 // writeChannelMeanModel writes an ONNX model that takes a 3x1024x1024
@@ -29,13 +27,7 @@ func writeChannelMeanModel(t *testing.T, path string) {
 		Nodes:   []graph.Node{{Name: "gap", Op: "GlobalAveragePool", Inputs: []string{"x"}, Outputs: []string{"y"}}},
 		Opset:   13,
 	}
-	b, err := onnx.Encode(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeModel(t, path, g)
 }
 
 // TestLargeRequests sends 12.6 MB requests (8788 datagrams each) to an

@@ -84,30 +84,9 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 	}
 
 	// the server, in the background
-	srv := &sluiceProc{cmd: exec.Command("bash", "-c", "exec "+blocks[0][1]), lines: make(chan string, 1024), exited: make(chan error, 1)}
-	srv.cmd.Dir = root
-	stderr, err := srv.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			srv.mu.Lock()
-			srv.log.WriteString(sc.Text() + "\n")
-			srv.mu.Unlock()
-			select {
-			case srv.lines <- sc.Text():
-			default:
-			}
-		}
-		srv.exited <- srv.cmd.Wait()
-	}()
-	t.Cleanup(func() { _ = srv.cmd.Process.Kill() })
-	srv.waitLog(t, "sluice serving")
+	cmd := exec.Command("bash", "-c", "exec "+blocks[0][1])
+	cmd.Dir = root
+	srv := startProc(t, cmd)
 
 	// framecast: every request answered ok, equal frames equal answers
 	out, err := sh(blocks[0][2])
