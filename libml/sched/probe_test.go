@@ -18,6 +18,7 @@ import (
 // moments, and prints the preemption latency's components (the preempt
 // call to the preempted stream's idle moment, and to the RT job's first
 // kernel), per kernel the BE job was in. It prints, asserts nothing.
+// SCHED_PROBE_CHECK_NS sets Config.PreemptCheckNs.
 func TestPreemptProbe(t *testing.T) {
 	if os.Getenv("SCHED_PROBE") == "" {
 		t.Skip("a probe: set SCHED_PROBE=1")
@@ -26,7 +27,11 @@ func TestPreemptProbe(t *testing.T) {
 	if beName == "" {
 		beName = "vgg16"
 	}
-	s := newSched(t, Config{Units: 2, UnitNice: 5, PadBudgetMBs: -1})
+	cfg := Config{Units: 2, UnitNice: 5, PadBudgetMBs: -1}
+	if v := os.Getenv("SCHED_PROBE_CHECK_NS"); v != "" {
+		fmt.Sscan(v, &cfg.PreemptCheckNs) // the time between checks asked of a BE block
+	}
+	s := newSched(t, cfg)
 	gb, err := zoo.Build(beName, zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 5})
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +115,7 @@ func TestPreemptProbe(t *testing.T) {
 	}
 	st := s.Stats()
 	t.Logf("preempt (stats): %s", pct(st.PreemptNs))
+	t.Logf("jobs: %d BE, %d RT; BE kernel time alone %.2f ms", st.Jobs[BE], st.Jobs[RT], be.StandaloneNs()/1e6)
 	t.Logf("idle:     %s", pct(idle))
 	t.Logf("rt start: %s", pct(start))
 	t.Logf("max:      %s", pct(tot))
