@@ -4,7 +4,10 @@
 // compiles it into a linear sequence of kernels.
 package graph
 
-import "fmt"
+import (
+	"container/heap"
+	"fmt"
+)
 
 // DType is a tensor element type, numbered as ONNX's TensorProto.DataType.
 type DType int32
@@ -184,4 +187,79 @@ func (g *Graph) WeightBytes() int64 {
 		n += int64(len(t.F32))*4 + int64(len(t.I64))*8 + int64(len(t.Raw))
 	}
 	return n
+}
+
+// SortNodes puts g's nodes in topological order: every node after the
+// nodes whose outputs it reads. ONNX asks exporters for that order, but
+// not every file keeps it (ONNX Runtime accepts such files, so sluice
+// does too). Among the nodes ready at a step, the one earliest in the file
+// goes first, so a graph already in order is left as it is. A value
+// produced by two nodes, or a cycle, is an error.
+func (g *Graph) SortNodes() error {
+	n := len(g.Nodes)
+	producer := make(map[string]int, n)
+	for i := range g.Nodes {
+		for _, o := range g.Nodes[i].Outputs {
+			if o == "" {
+				continue
+			}
+			if j, dup := producer[o]; dup {
+				return fmt.Errorf("graph: value %q is produced by node %d (%s) and node %d (%s)", o, j, g.Nodes[j].Op, i, g.Nodes[i].Op)
+			}
+			producer[o] = i
+		}
+	}
+	waits := make([]int, n)     // producers a node still waits for
+	readers := make([][]int, n) // nodes reading a node's outputs
+	for i := range g.Nodes {
+		seen := map[int]bool{}
+		for _, in := range g.Nodes[i].Inputs {
+			j, ok := producer[in]
+			if !ok || seen[j] {
+				continue
+			}
+			seen[j] = true
+			waits[i]++
+			readers[j] = append(readers[j], i)
+		}
+	}
+	ready := &intHeap{}
+	for i := range g.Nodes {
+		if waits[i] == 0 {
+			heap.Push(ready, i)
+		}
+	}
+	order := make([]Node, 0, n)
+	for ready.Len() > 0 {
+		i := heap.Pop(ready).(int)
+		order = append(order, g.Nodes[i])
+		for _, r := range readers[i] {
+			if waits[r]--; waits[r] == 0 {
+				heap.Push(ready, r)
+			}
+		}
+	}
+	if len(order) != n {
+		for i := range g.Nodes {
+			if waits[i] > 0 {
+				return fmt.Errorf("graph: a cycle runs through node %d (%s %q)", i, g.Nodes[i].Op, g.Nodes[i].Name)
+			}
+		}
+	}
+	g.Nodes = order
+	return nil
+}
+
+// intHeap is a min-heap of node indices.
+type intHeap []int
+
+func (h intHeap) Len() int           { return len(h) }
+func (h intHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h intHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *intHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *intHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }

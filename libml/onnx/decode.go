@@ -222,6 +222,9 @@ func decodeGraph(b []byte) (*graph.Graph, error) {
 		}
 	}
 	g.Inputs = inputs
+	if err := g.SortNodes(); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 
