@@ -155,7 +155,7 @@ var runtimeOps = []string{
 // foldOnlyOps are evaluated at load or compile time when their inputs are
 // constants (shape arithmetic); they have no kernel.
 var foldOnlyOps = []string{
-	"And", "Constant", "ConstantOfShape", "Equal", "Greater", "Less", "Not",
+	"And", "Constant", "ConstantOfShape", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Not",
 	"Or", "Range", "Shape", "Size", "Where",
 }
 

@@ -108,7 +108,7 @@ func init() {
 	for _, op := range []string{"Max", "Min", "Sum", "Mean"} {
 		refOps[op] = refVariadic
 	}
-	for _, op := range []string{"Equal", "Greater", "Less", "And", "Or"} {
+	for _, op := range []string{"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or"} {
 		refOps[op] = refBinary
 	}
 	for op := range reduceOps {
@@ -1042,6 +1042,10 @@ func binRef(op string, x, z float64) float64 {
 		return b2f(x > z)
 	case "Less":
 		return b2f(x < z)
+	case "GreaterOrEqual":
+		return b2f(x >= z)
+	case "LessOrEqual":
+		return b2f(x <= z)
 	case "And":
 		return b2f(x != 0 && z != 0)
 	case "Or":
@@ -1109,7 +1113,7 @@ func refBinary(e *ev) ([]*Tensor, error) {
 	dt := a.DType
 	cmp := false
 	switch e.n.Op {
-	case "Equal", "Greater", "Less", "And", "Or":
+	case "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or":
 		dt, cmp = graph.Bool, true
 	case "PRelu":
 		if !eqShape(oshape, a.Shape) {
