@@ -113,6 +113,7 @@ var foldOnly = map[string]bool{
 var dataOps = map[string]bool{
 	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true,
 	"Max": true, "Min": true, "PRelu": true, "MatMul": true, "Concat": true,
+	"Clip": true, // bounds computed at run time: Max and Min kernels
 }
 
 // cpuBackend starts the cpu backend on both cores.

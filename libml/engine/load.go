@@ -140,11 +140,54 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
 	}
 	m.fuseGelu()
+	m.splitRuntimeClip()
 	m.dropDead()
 	if err := m.loadWeights(); err != nil {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
 	}
 	return m, nil
+}
+
+// splitRuntimeClip rewrites a Clip whose min or max is computed at run
+// time (not a constant the activation can hold) into Max(x, min) and
+// Min(·, max), which run as broadcasting binary kernels:
+// min(max(x, lo), hi) is Clip's definition, also when lo > hi (every value
+// becomes hi). A Clip with constant bounds is left to the activation.
+func (m *Model) splitRuntimeClip() {
+	var out []graph.Node
+	for _, n := range m.nodes {
+		if n.Op != "Clip" || len(n.Inputs) < 2 || m.opset < 11 {
+			out = append(out, n)
+			continue
+		}
+		runtime := false
+		for _, in := range n.Inputs[1:] {
+			if _, ok := m.consts[in]; in != "" && !ok {
+				runtime = true
+			}
+		}
+		if !runtime {
+			out = append(out, n)
+			continue
+		}
+		x, y := n.Inputs[0], n.Outputs[0]
+		lo, hi := n.Inputs[1], ""
+		if len(n.Inputs) > 2 {
+			hi = n.Inputs[2]
+		}
+		if lo != "" {
+			t := y
+			if hi != "" {
+				t = y + "#clip_lo"
+			}
+			out = append(out, graph.Node{Name: n.Name + "#max", Op: "Max", Inputs: []string{x, lo}, Outputs: []string{t}})
+			x = t
+		}
+		if hi != "" {
+			out = append(out, graph.Node{Name: n.Name + "#min", Op: "Min", Inputs: []string{x, hi}, Outputs: []string{y}})
+		}
+	}
+	m.nodes = out
 }
 
 func allConst(n *graph.Node, consts map[string]*Tensor) bool {
