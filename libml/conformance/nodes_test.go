@@ -65,7 +65,6 @@ var nodeSkips = map[string]string{
 	"test_blackmanwindow*expanded": "float32 cos vs float64 reference: 1.5e-4 relative (ONNX Runtime misses it too)",
 	"test_hammingwindow*expanded":  "float32 cos vs float64 reference: 1.6e-4 relative (ONNX Runtime misses it too)",
 	"test_hannwindow*expanded":     "float32 cos vs float64 reference: 2e-4 relative (ONNX Runtime misses it too)",
-	"test_cast*_to_FLOAT16*":       "engine keeps float16 values in float32: Cast to float16 does not round (2e-4 relative)",
 	// Reference data of libonnx-testdata 1.12 that later ONNX releases fixed.
 	"test_resize_downsample_scales_linear_align_corners": "engine and ONNX Runtime both give 4; the 1.12 reference 3.142857",
 	"test_resize_downsample_scales_cubic_align_corners":  "engine and ONNX Runtime agree exactly ([1 2.5 4 7 ...]); the 1.12 reference ([1 2.395 3.790 ...]) differs",

@@ -469,3 +469,38 @@ func TestOpsOneUnit(t *testing.T) {
 		}
 	}
 }
+
+// A Cast to FLOAT16 of a value computed at run time rounds each element
+// to the nearest float16 in the kernel, bit for bit as engine.RoundF16
+// (ONNX Runtime rounds too; the engine used to pass the float32 through).
+func TestCastToFloat16Rounds(t *testing.T) {
+	b := New()
+	if err := b.Init(context.Background(), libml.BackendConfig{Units: 2}); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Deinit()
+	x := []float32{0.1, -0.1, 1 + 1.0/2048, 65504, 65519, 65520, -70000, 0x1p-25, 0x1.8p-24, 3.14159265, 1e-3, 12345.678}
+	g := &graph.Graph{
+		Name:    "cast16",
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{int64(len(x))}}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32}},
+		Nodes: []graph.Node{
+			{Name: "h", Op: "Cast", Inputs: []string{"x"}, Outputs: []string{"h"}, Attrs: []graph.Attr{{Name: "to", Kind: graph.AttrInt, I: int64(graph.Float16)}}},
+			{Name: "y", Op: "Cast", Inputs: []string{"h"}, Outputs: []string{"y"}, Attrs: []graph.Attr{{Name: "to", Kind: graph.AttrInt, I: int64(graph.Float32)}}},
+		},
+		Opset: 13,
+	}
+	got, err := b.RunGraph(context.Background(), g, map[string]*graph.Tensor{"x": {Name: "x", DType: graph.Float32, Dims: []int64{int64(len(x))}, F32: x}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := got["y"].F32
+	for i, v := range x {
+		if want := engine.RoundF16(v); math.Float32bits(y[i]) != math.Float32bits(want) {
+			t.Errorf("Cast(%g) to float16: %g, want %g", v, y[i], want)
+		}
+	}
+	if y[0] == x[0] {
+		t.Error("0.1 came through unrounded")
+	}
+}

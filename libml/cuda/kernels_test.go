@@ -27,7 +27,7 @@ func TestKernelUnary(t *testing.T) {
 			{actCeil, 0, 0, -9, 9}, {actPowC, 1.5, 0, 0.1, 10}, {actPowC, 3, 0, -3, 3},
 			{actAffine, 2, -1, -3, 3}, {actSoftplus, 0, 0, -10, 10}, {actElu, 0.7, 0, -4, 4},
 			{actIdentity, 0, 0, -3, 3}, {actRound, 0, 0, -9, 9}, {actSin, 0, 0, -20, 20},
-			{actCos, 0, 0, -20, 20}, {actNone, 0, 0, -1, 1},
+			{actCos, 0, 0, -20, 20}, {actNone, 0, 0, -1, 1}, {actF16, 0, 0, -70000, 70000},
 		} {
 			x := randVec(r, n, c.lo, c.hi)
 			var a Args

@@ -167,7 +167,7 @@ func plan(op Op, a *Args, v int) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if p[PAct] < 0 || p[PAct] > 26 {
+		if p[PAct] < 0 || p[PAct] >= actCount {
 			return 0, fmt.Errorf("activation %d", p[PAct])
 		}
 		return elemGrid(n), nil
@@ -325,6 +325,10 @@ func planConv(op Op, a *Args, v int) (int64, error) {
 		return elemGrid(out), nil
 	}
 }
+
+// actCount is the number of activation codes the kernels know
+// (SG_ACT_COUNT, native/cpu's SK_ACT_COUNT).
+const actCount = 28
 
 // PlanBatchGather is the launch of the batch gather over n fragments,
 // perBlock to a block (at least 1), copying bytes; it sets a.P[0] and a.T.

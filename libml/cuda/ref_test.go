@@ -5,6 +5,8 @@ package cuda
 import (
 	"math"
 	"math/rand/v2"
+
+	"sluice/libml/engine"
 )
 
 // Naive float64 references of the operator kernels, written from the
@@ -17,6 +19,7 @@ const (
 	actNeg, actAbs, actSqrt, actRecip, actErf, actFloor, actCeil        = 12, 13, 14, 15, 16, 17, 18
 	actPowC, actAffine, actSoftplus, actElu, actIdentity, actRound      = 19, 20, 21, 22, 23, 24
 	actSin, actCos                                                      = 25, 26
+	actF16                                                              = 27
 )
 
 func refAct(x float64, act int, a, b float64) float64 {
@@ -77,6 +80,8 @@ func refAct(x float64, act int, a, b float64) float64 {
 		return math.Sin(x)
 	case actCos:
 		return math.Cos(x)
+	case actF16:
+		return float64(engine.RoundF16(float32(x)))
 	}
 	return x
 }

@@ -141,11 +141,24 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 	}
 	m.fuseGelu()
 	m.splitRuntimeClip()
+	m.lowerCastF16()
 	m.dropDead()
 	if err := m.loadWeights(); err != nil {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
 	}
 	return m, nil
+}
+
+// lowerCastF16 makes every Cast to FLOAT16 of a float value round it (the
+// engine keeps float16 values in float32): the node becomes the ActF16
+// activation instead of an alias of its input.
+func (m *Model) lowerCastF16() {
+	for i := range m.nodes {
+		n := &m.nodes[i]
+		if n.Op == "Cast" && graph.DType(n.AttrInt("to", 0)) == graph.Float16 {
+			n.Op = opCastF16
+		}
+	}
 }
 
 // splitRuntimeClip rewrites a Clip whose min or max is computed at run
@@ -160,9 +173,9 @@ func (m *Model) splitRuntimeClip() {
 			out = append(out, n)
 			continue
 		}
-		runtime := false
+		runtime := false // or a constant the activation cannot hold
 		for _, in := range n.Inputs[1:] {
-			if _, ok := m.consts[in]; in != "" && !ok {
+			if c, ok := m.consts[in]; in != "" && (!ok || c.Len() != 1) {
 				runtime = true
 			}
 		}

@@ -71,7 +71,9 @@ const (
 	ActRound       = 24
 	ActSin         = 25
 	ActCos         = 26
-	ActCount       = 27
+	// ActF16 rounds to the nearest float16 (Cast to FLOAT16 at run time).
+	ActF16   = 27
+	ActCount = 28
 )
 
 // Binary codes (enum sk_binop).
@@ -123,8 +125,13 @@ var unaryActs = map[string]int{
 	"Sqrt": ActSqrt, "Reciprocal": ActRecip, "Erf": ActErf,
 	"Floor": ActFloor, "Ceil": ActCeil, "Softplus": ActSoftplus,
 	"Elu": ActElu, "Round": ActRound, "Sin": ActSin, "Cos": ActCos,
-	"Clip": ActClip, "Gelu": ActGelu,
+	"Clip": ActClip, "Gelu": ActGelu, opCastF16: ActF16,
 }
+
+// opCastF16 is the engine's own name for a Cast to FLOAT16 at run time:
+// an activation that rounds each value to the nearest float16
+// (Model.lowerCastF16). It is no ONNX operator: a graph cannot name it.
+const opCastF16 = "sluice#CastFloat16"
 
 var binaryOps = map[string]int{
 	"Add": BinAdd, "Sub": BinSub, "Mul": BinMul, "Div": BinDiv,

@@ -983,8 +983,28 @@ func actRef(act int, x, a, b float64) float64 {
 		return math.Sin(x)
 	case ActCos:
 		return math.Cos(x)
+	case ActF16:
+		return float64(RoundF16(float32(x)))
 	}
 	return x
+}
+
+// RoundF16 rounds x to the nearest float16 value (ties to even), kept as
+// a float32, as the kernels do (SK_ACT_F16): an infinity past 65504, NaN
+// as it is.
+func RoundF16(x float32) float32 {
+	u := math.Float32bits(x)
+	a := u & 0x7fffffff
+	switch {
+	case a >= 0x7f800000:
+		return x
+	case a >= 0x477ff000:
+		return float32(math.Inf(int(1 - 2*int32(u>>31))))
+	case a < 0x38800000:
+		return float32(math.RoundToEven(float64(x)*16777216) / 16777216)
+	}
+	u += 0xfff + (u>>13)&1
+	return math.Float32frombits(u &^ 0x1fff)
 }
 
 func refUnary(e *ev) ([]*Tensor, error) {
@@ -1270,6 +1290,9 @@ func refCast(e *ev) ([]*Tensor, error) {
 		y.F = x.floats()
 		if to == graph.Float16 {
 			y.F = append([]float32{}, y.F...)
+			for i, v := range y.F {
+				y.F[i] = RoundF16(v)
+			}
 		}
 	} else {
 		y.I = make([]int64, x.Len())

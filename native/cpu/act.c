@@ -6,6 +6,27 @@
 #include "skmath.h"
 
 #include <math.h>
+#include <string.h>
+
+/* sk_round_f16 rounds x to the nearest float16 value (ties to even), kept
+ * as a float: ONNX's Cast to FLOAT16 in an engine that computes in
+ * float32. Overflow gives an infinity, NaN stays NaN. */
+static float sk_round_f16(float x)
+{
+	uint32_t u, a;
+	memcpy(&u, &x, 4);
+	a = u & 0x7fffffffu;
+	if (a >= 0x7f800000u) /* inf, NaN */
+		return x;
+	if (a >= 0x477ff000u) /* 65520 and up round past 65504 */
+		return (u >> 31) ? -INFINITY : INFINITY;
+	if (a < 0x38800000u) /* below 2^-14: float16 subnormals, steps of 2^-24 */
+		return nearbyintf(x * 16777216.0f) * 5.9604644775390625e-8f;
+	u += 0xfffu + ((u >> 13) & 1u); /* 10 of 23 mantissa bits, to even */
+	u &= ~0x1fffu;
+	memcpy(&x, &u, 4);
+	return x;
+}
 
 float sk_act1(float x, int act, float a, float b)
 {
@@ -76,6 +97,8 @@ float sk_act1(float x, int act, float a, float b)
 		return sinf(x);
 	case SK_ACT_COS:
 		return cosf(x);
+	case SK_ACT_F16:
+		return sk_round_f16(x);
 	}
 	return x;
 }

@@ -99,7 +99,8 @@ enum sk_act {
 	SK_ACT_ROUND = 24,
 	SK_ACT_SIN = 25,
 	SK_ACT_COS = 26,
-	SK_ACT_COUNT = 27
+	SK_ACT_F16 = 27,        /* round to the nearest float16, to nearest even */
+	SK_ACT_COUNT = 28
 };
 
 /* Binary codes (SK_OP_BINARY p[0]). */

@@ -341,8 +341,29 @@ enum {
 	SG_ACT_FLOOR = 17, SG_ACT_CEIL = 18, SG_ACT_POWC = 19,
 	SG_ACT_AFFINE = 20, SG_ACT_SOFTPLUS = 21, SG_ACT_ELU = 22,
 	SG_ACT_IDENTITY = 23, SG_ACT_ROUND = 24, SG_ACT_SIN = 25,
-	SG_ACT_COS = 26, SG_ACT_COUNT = 27
+	SG_ACT_COS = 26, SG_ACT_F16 = 27, SG_ACT_COUNT = 28
 };
+
+/* sg_round_f16 rounds x to the nearest float16 value (ties to even), as
+ * native/cpu/act.c's sk_round_f16 does, bit for bit. */
+SG_DEV float sg_round_f16(float x)
+{
+	union {
+		float f;
+		sg_u32 u;
+	} v;
+	v.f = x;
+	sg_u32 a = v.u & 0x7fffffffu;
+	if (a >= 0x7f800000u)
+		return x;
+	if (a >= 0x477ff000u)
+		return (v.u >> 31) ? -__builtin_inff() : __builtin_inff();
+	if (a < 0x38800000u)
+		return sg_rint(x * 16777216.0f) * 5.9604644775390625e-8f;
+	v.u += 0xfffu + ((v.u >> 13) & 1u);
+	v.u &= ~0x1fffu;
+	return v.f;
+}
 
 /* sg_act applies activation act (parameters a, b) to x; the same
  * definitions as native/cpu/act.c. */
@@ -404,6 +425,8 @@ SG_DEV float sg_act(float x, int act, float a, float b)
 		return sg_sinf(x);
 	case SG_ACT_COS:
 		return sg_cosf(x);
+	case SG_ACT_F16:
+		return sg_round_f16(x);
 	default: /* NONE, IDENTITY */
 		return x;
 	}
