@@ -26,6 +26,7 @@ import (
 	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/cuda"
+	"sluice/libml/engine"
 	"sluice/libml/graph"
 	"sluice/libml/ort"
 	"sluice/libml/sched"
@@ -75,6 +76,10 @@ type ifRun struct {
 	tuner atomic.Pointer[ifmanager.ShareTuner]
 	// arrivals is the admitted count at the last tuning round.
 	arrivals uint64
+	// be is the backend the IF runs on: its spec's, or the one it fell
+	// back to (cpu without a CUDA driver, ort for operators the engine
+	// lacks).
+	be libml.Backend
 	// load is how long loading the IF took (its model read, compiled
 	// and warmed).
 	load time.Duration
@@ -332,6 +337,25 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 			return nil, nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
 		}
 		inst, err = be.LoadModel(ctx, s.Name, g)
+		var ue *engine.UnsupportedError
+		if err != nil && kind == "onnx" && errors.As(err, &ue) && fallsBack(s) {
+			// an operator the engine lacks: ONNX Runtime serves the file
+			ob, oerr := a.backend(ctx, "ort")
+			if oerr != nil {
+				return nil, nil, fmt.Errorf("appliance: IF %q: %w; no fallback: %w", s.Name, err, oerr)
+			}
+			data, rerr := readModelFile(ctx, ref)
+			if rerr != nil {
+				return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, rerr)
+			}
+			fi, ferr := ob.(libml.ModelBytesLoader).LoadModelBytes(ctx, s.Name, data, s.InputShape)
+			if ferr != nil {
+				return nil, nil, fmt.Errorf("appliance: IF %q: %w; the fallback to ONNX Runtime failed too: %w", s.Name, err, ferr)
+			}
+			a.log.Warn("the engine lacks an operator of the model: ONNX Runtime serves the IF (fallback = \"none\" in the IF's spec refuses instead)",
+				"if", s.Name, "model", s.Model, "op", ue.Op, "backend", s.Backend)
+			be, inst, err = ob, fi, nil
+		}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
@@ -340,6 +364,14 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 		ri.SetRealTime(s.Class == "rt")
 	}
 	return be, inst, nil
+}
+
+// fallsBack reports whether an IF may fall back to ONNX Runtime when the
+// engine lacks an operator of its model: cpu and cuda IFs without a
+// scheduling policy, unless the spec says fallback = "none".
+func fallsBack(s *IFSection) bool {
+	return s.Fallback != ifmanager.FallbackNone && (s.Policy == "" || s.Policy == PolicyNone) &&
+		(s.Backend == "" || s.Backend == "cpu" || s.Backend == "cuda")
 }
 
 // isBytesLoader reports whether be loads ONNX files itself
@@ -396,7 +428,7 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 		_ = inst.Close()
 		return nil, err
 	}
-	r := &ifRun{spec: s, f: f, obs: obs, load: time.Since(start)}
+	r := &ifRun{spec: s, f: f, obs: obs, be: be, load: time.Since(start)}
 	obs.run = r
 	if s.AutoShare {
 		r.tuner.Store(ifmanager.NewShareTuner(s.SLO()))

@@ -71,8 +71,13 @@ func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
 	case st.UnderProvisioned:
 		state = "underprovisioned"
 	}
+	backend := spec.Backend
+	if name := r.be.Name(); name != backendKey(&spec) {
+		// the driver's or the engine's fallback
+		backend = name + " (fallback from " + backend + ")"
+	}
 	return orchestrator.IFStatus{Name: spec.Name, ModelID: spec.ModelID, Model: spec.Model,
-		Backend: spec.Backend, Policy: spec.Policy, Class: spec.Class, SLOMS: spec.SLOMS, MaxBatch: st.MaxBatch,
+		Backend: backend, Policy: spec.Policy, Class: spec.Class, SLOMS: spec.SLOMS, MaxBatch: st.MaxBatch,
 		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share, Demand: demandOf(spec),
 		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded,
 		TimeoutAction: spec.TimeoutAction, DeadlineExceeded: st.DeadlineAdmission + st.DeadlineBatch,
@@ -561,9 +566,15 @@ func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
 	}
 	spec := ifmanager.SwapSpec{MaxBatch: next.MaxBatch}
 	if next.Model != cur.Model || !slices.Equal(next.InputShape, cur.InputShape) {
-		_, inst, err := a.loadInstance(ctx, &next)
+		nbe, inst, err := a.loadInstance(ctx, &next)
 		if err != nil {
 			return &loadError{err}
+		}
+		if nbe != r.be {
+			// the new model runs on another backend (a fallback to ONNX
+			// Runtime, or back from it): a new IF, not a swap
+			_ = inst.Close()
+			return a.replace(ctx, r, next)
 		}
 		spec.Instance = inst
 	}
@@ -757,7 +768,7 @@ func (a *Appliance) divideShares(ctx context.Context, swap bool, be libml.Backen
 	var shares []float64
 	for _, r := range a.ifRuns() {
 		a.mu.Lock()
-		on, share := a.backends[backendKey(&r.spec)] == be, r.spec.Share
+		on, share := r.be == be, r.spec.Share
 		a.mu.Unlock()
 		if on {
 			runs, shares = append(runs, r), append(shares, share)

@@ -73,7 +73,18 @@ type Spec struct {
 	// backend only; no Share or AutoShare then). Empty: the appliance's
 	// policy for cpu IFs, PolicyNone for the others.
 	Policy string `toml:"policy" json:"policy,omitempty"`
+	// Fallback is what serves an onnx: model whose operators the engine
+	// lacks (cpu and cuda backends, no policy): FallbackORT (default)
+	// loads it into ONNX Runtime instead, FallbackNone makes it fail to
+	// load.
+	Fallback string `toml:"fallback" json:"fallback,omitempty"`
 }
+
+// Fallbacks (Spec.Fallback).
+const (
+	FallbackORT  = "ort"
+	FallbackNone = "none"
+)
 
 // Limits and defaults of a Spec's fields.
 const (
@@ -176,6 +187,11 @@ func (s *Spec) Validate() error {
 		if err := CheckPolicy(s.Policy); err != nil {
 			return fieldErr("policy", " %v", err)
 		}
+	}
+	switch s.Fallback {
+	case "", FallbackORT, FallbackNone:
+	default:
+		return fieldErr("fallback", " %q: want %q or %q", s.Fallback, FallbackORT, FallbackNone)
 	}
 	if s.Policy != "" && s.Policy != PolicyNone {
 		if s.Backend != "" && s.Backend != "cpu" {

@@ -1,0 +1,101 @@
+package appliance
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/dataplane/wire"
+	"sluice/libml/graph"
+	"sluice/libml/ort"
+	"sluice/orchestrator"
+)
+
+// An onnx: model with an operator the engine lacks (Selu) loads into ONNX
+// Runtime instead, serves, and says so in its status; with fallback =
+// "none" it fails to load, naming the operator.
+func TestFallbackToORT(t *testing.T) {
+	if p, err := ort.LibraryPath(); err != nil || !fileExists(p) {
+		if os.Getenv("SLUICE_REQUIRE_DEPS") == "1" {
+			t.Fatalf("ONNX Runtime is required (SLUICE_REQUIRE_DEPS=1): %v", err)
+		}
+		t.Skipf("ONNX Runtime not available (run `make deps`): %v", err)
+	}
+	dir := t.TempDir()
+	model := filepath.Join(dir, "selu.onnx")
+	writeModel(t, model, &graph.Graph{
+		Name:    "selu",
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 8}}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{1, 8}}},
+		Nodes:   []graph.Node{{Name: "s", Op: "Selu", Inputs: []string{"x"}, Outputs: []string{"y"}}},
+		Opset:   13,
+	})
+	text := fmt.Sprintf(`
+[appliance]
+log_level = "warn"
+threads = 1
+metrics = "off"
+control = "ipc://%%s"
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+[[if]]
+name = "selu"
+model_id = 1
+model = "onnx:%[1]s"
+[[if]]
+name = "strict"
+model_id = 2
+model = "onnx:%[1]s"
+fallback = "none"
+`, model)
+	a, stop, _, _ := startControlled(t, text)
+	cl, err := orchestrator.Dial(a.ControlEndpoint(), orchestrator.ClientConfig{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(context.Background(), orchestrator.StatusArgs{})
+	if err != nil || len(st.IFs) != 2 {
+		t.Fatalf("status: %+v, %v", st, err)
+	}
+	if s := st.IFs[0]; s.Name != "selu" || s.State != "serving" || s.Backend != "ort (fallback from cpu)" {
+		t.Fatalf("the fallen-back IF: %+v", s)
+	}
+	if s := st.IFs[1]; s.Name != "strict" || s.State != "failed" || !strings.Contains(s.Error, "Selu") {
+		t.Fatalf("the IF with fallback = none: %+v", s)
+	}
+
+	addr, _ := a.PortAddr("udp0")
+	client := newClient(t, 81)
+	x := []float32{-3, -1, -0.5, 0, 0.5, 1, 2, 10}
+	_ = client.Send(addr, 1, 1, 0, f32bytes(x))
+	r, ok := client.Wait(1, 20*time.Second)
+	if !ok || r.Status != wire.StatusOK || len(r.Output) != 32 {
+		t.Fatalf("request: answered %v, %v, %d bytes", ok, r.Status, len(r.Output))
+	}
+	const alpha, gamma = 1.67326319217681884765625, 1.05070102214813232421875 // ONNX's defaults
+	for i, v := range x {
+		got := math.Float32frombits(binary.LittleEndian.Uint32(r.Output[4*i:]))
+		want := gamma * float64(v)
+		if v <= 0 {
+			want = gamma * alpha * (math.Exp(float64(v)) - 1)
+		}
+		if math.Abs(float64(got)-want) > 1e-5*(1+math.Abs(want)) {
+			t.Errorf("Selu(%g) = %g, want %g", v, got, want)
+		}
+	}
+	stop()
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
