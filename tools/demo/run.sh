@@ -81,4 +81,5 @@ echo "== stopping sluice (SIGTERM: drain)"
 kill -TERM "$pid"
 wait "$pid" && echo "sluice exited 0" || { echo "sluice exited $?"; tail -20 "$LOG"; exit 1; }
 pid=""
-grep -E "msg=(port|if) " "$LOG" | tail -3 | sed 's/^/   /'
+echo "== sluice's final counters"
+grep -F 'msg="final counters"' "$LOG" | sed 's/^/   /'
