@@ -186,7 +186,7 @@ func TestPlan(t *testing.T) {
 		{"no-B", OpGemm, &Args{Out: 1, In: [MaxIn]uint64{1}, P: [NumP]int64{1, 1, 1, 8: 1, 9: 1, 10: 1}}, "B missing"},
 		{"no-out", OpUnary, &Args{In: [MaxIn]uint64{1}, P: [NumP]int64{5}}, "missing"},
 		{"groups", OpConv, func() *Args { a := conv(); a.P[5] = 3; return a }(), "divisible"},
-		{"act", OpUnary, &Args{Out: 1, In: [MaxIn]uint64{1}, P: [NumP]int64{5, PAct: 27}}, "activation"},
+		{"act", OpUnary, &Args{Out: 1, In: [MaxIn]uint64{1}, P: [NumP]int64{5, PAct: actCount}}, "activation"},
 	} {
 		_, err := Plan(c.op, c.a)
 		if err == nil || !strings.Contains(err.Error(), c.msg) {
