@@ -374,19 +374,37 @@ static inline void hold_point(sk_stream *s, int64_t idx, int64_t b)
 		hold_wait(&s->pool->hold, s, idx, b);
 }
 
+/* pre_idx while the hook fires: one unit is setting the flag */
+#define SK_PRE_FIRING (-2)
+
 /* preempt_hook is sk_stream_preempt_at's test hook: the stream preempts
  * itself as block blk of slot sl is about to be claimed, if that is the
- * block the hook names. The flag is set before the hook is disarmed, so a
- * unit that finds it disarmed sees the flag, and none claims the block
- * (or a later one) and passes its prologue before the flag is set. */
+ * block the hook names. Exactly one unit fires it: the one that moves
+ * pre_idx to SK_PRE_FIRING. It sets the flag, then disarms the hook;
+ * units that come by meanwhile wait for that, so none claims the block (or
+ * a later one) and passes its prologue before the flag is set. A unit that
+ * lost the race never sets the flag: a late store could otherwise preempt
+ * the next run of the stream, after the test has disarmed the hook and
+ * restored the stream. */
 static void preempt_hook(sk_stream *s, sk_slot *sl, uint32_t blk)
 {
 	int64_t pi = LD(&s->pre_idx);
-	if (pi >= 0 && LDR(&sl->idx) == pi &&
-	    LDR(&sl->base) + (int64_t)blk == LD(&s->pre_blk)) {
-		__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
-		ST(&s->pre_idx, -1);
+	if (pi == SK_PRE_FIRING) {
+		while (LD(&s->pre_idx) == SK_PRE_FIRING)
+			cpu_relax();
+		return;
 	}
+	if (pi < 0 || LDR(&sl->idx) != pi || LDR(&sl->base) + (int64_t)blk != LD(&s->pre_blk))
+		return;
+	if (!__atomic_compare_exchange_n(&s->pre_idx, &pi, SK_PRE_FIRING, 0, __ATOMIC_SEQ_CST,
+					 __ATOMIC_SEQ_CST)) {
+		/* another unit fires it (or the hook changed): wait for it */
+		while (LD(&s->pre_idx) == SK_PRE_FIRING)
+			cpu_relax();
+		return;
+	}
+	__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
+	ST(&s->pre_idx, -1);
 }
 
 /* try_block claims and runs one block of s's current kernel on unit u.
@@ -405,7 +423,7 @@ static int try_block(sk_stream *s, sk_unit *u)
 	int64_t grid = LDR(&sl->grid);
 	if (!((mask >> u->id) & 1) || (int64_t)blk >= grid)
 		return 0;
-	if (__builtin_expect(LD(&s->pre_idx) >= 0, 0))
+	if (__builtin_expect(LD(&s->pre_idx) != -1, 0))
 		preempt_hook(s, sl, blk);
 	if (__atomic_load_n(&s->flag, __ATOMIC_RELAXED)) {
 		/* lazy eviction, batched: claim the rest of the kernel at once */
