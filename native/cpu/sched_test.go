@@ -200,13 +200,13 @@ func TestHostQueueWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A window that stays empty while the host queue holds launches would
+	// stall the loop below (go test's timeout reports it); a single look
+	// at both counters cannot tell, since a unit completes a kernel before
+	// it moves the next one in.
 	maxOut := 0
 	for st.Outstanding() > 0 || st.HQLen() > 0 {
-		o := st.Outstanding()
-		maxOut = max(maxOut, o)
-		if q := st.HQLen(); q > 0 && o == 0 {
-			t.Fatalf("host queue holds %d launches with an empty window", q)
-		}
+		maxOut = max(maxOut, st.Outstanding())
 		runtime.Gosched()
 	}
 	if s := st.Sync(); s != Done {
