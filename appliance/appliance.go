@@ -311,13 +311,10 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 	}
 	var inst libml.Instance
 	kind, ref, _ := strings.Cut(s.Model, ":")
+	bl, loadsBytes := be.(libml.ModelBytesLoader)
 	switch {
-	case kind == "onnx" && isBytesLoader(be):
-		data, rerr := readModelFile(ctx, ref)
-		if rerr != nil {
-			return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, rerr)
-		}
-		inst, err = be.(libml.ModelBytesLoader).LoadModelBytes(ctx, s.Name, data, s.InputShape)
+	case kind == "onnx" && loadsBytes:
+		inst, err = loadModelFile(ctx, bl, s, ref)
 	default:
 		var g *graph.Graph
 		if kind == "zoo" {
@@ -344,11 +341,11 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 			if oerr != nil {
 				return nil, nil, fmt.Errorf("appliance: IF %q: %w; no fallback: %w", s.Name, err, oerr)
 			}
-			data, rerr := readModelFile(ctx, ref)
-			if rerr != nil {
-				return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, rerr)
+			obl, ok := ob.(libml.ModelBytesLoader)
+			if !ok {
+				return nil, nil, fmt.Errorf("appliance: IF %q: %w; no fallback: backend %s does not load ONNX files", s.Name, err, ob.Name())
 			}
-			fi, ferr := ob.(libml.ModelBytesLoader).LoadModelBytes(ctx, s.Name, data, s.InputShape)
+			fi, ferr := loadModelFile(ctx, obl, s, ref)
 			if ferr != nil {
 				return nil, nil, fmt.Errorf("appliance: IF %q: %w; the fallback to ONNX Runtime failed too: %w", s.Name, err, ferr)
 			}
@@ -374,11 +371,14 @@ func fallsBack(s *IFSection) bool {
 		(s.Backend == "" || s.Backend == "cpu" || s.Backend == "cuda")
 }
 
-// isBytesLoader reports whether be loads ONNX files itself
-// (libml.ModelBytesLoader).
-func isBytesLoader(be libml.Backend) bool {
-	_, ok := be.(libml.ModelBytesLoader)
-	return ok
+// loadModelFile reads the ONNX file ref and loads it into bl, a backend
+// that compiles ONNX files itself, with the IF's input shape.
+func loadModelFile(ctx context.Context, bl libml.ModelBytesLoader, s *IFSection, ref string) (libml.Instance, error) {
+	data, err := readModelFile(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return bl.LoadModelBytes(ctx, s.Name, data, s.InputShape)
 }
 
 // Empty polls before a dpdk port's loop sleeps (ioloop.Config.Spin).
@@ -687,6 +687,18 @@ type IFStats struct {
 	DeadlineAdmission, DeadlineBatch, Late uint64
 }
 
+// eachDrop calls f with every reason the port drops for and its count:
+// the reassembler's, the router's unknown_model and the I/O loop's
+// no_reply_slot (sluice_drops_total and Stats both read them here).
+func (p *portRun) eachDrop(f func(reason string, n uint64)) {
+	t := p.loop.Table()
+	for _, r := range reasm.Reasons() {
+		f(r.String(), t.C.Drops(r))
+	}
+	f("unknown_model", p.router.Unknown.Load())
+	f("no_reply_slot", p.loop.C.NoReplySlot.Load())
+}
+
 // Stats returns the appliance's counters.
 func (a *Appliance) Stats() Stats {
 	var s Stats
@@ -694,18 +706,11 @@ func (a *Appliance) Stats() Stats {
 		t := p.loop.Table()
 		ps := PortStats{Name: p.name, Port: p.port.Stats(), Completed: t.C.Completed.Load(),
 			Drops: map[string]uint64{}, Responses: p.out.C.Responses.Load()}
-		for _, r := range reasm.Reasons() {
-			if n := t.C.Drops(r); n > 0 {
-				ps.Drops[r.String()] = n
+		p.eachDrop(func(reason string, n uint64) {
+			if n > 0 {
+				ps.Drops[reason] = n
 			}
-		}
-		// the drops the router and the I/O loop count, as the metrics do
-		if n := p.router.Unknown.Load(); n > 0 {
-			ps.Drops["unknown_model"] = n
-		}
-		if n := p.loop.C.NoReplySlot.Load(); n > 0 {
-			ps.Drops["no_reply_slot"] = n
-		}
+		})
 		s.Ports = append(s.Ports, ps)
 	}
 	for _, r := range a.ifRuns() {

@@ -15,7 +15,6 @@ import (
 
 	"sluice/appliance/buildinfo"
 	"sluice/dataplane/egress"
-	"sluice/dataplane/reasm"
 	"sluice/dataplane/wire"
 	"sluice/libml"
 )
@@ -119,11 +118,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.heldFrags, float64(t.C.HeldFragments.Load()), n)
 		gauge(c.assembling, float64(t.C.Assembling.Load()), n)
 		counter(c.completed, t.C.Completed.Load(), n)
-		for _, r := range reasm.Reasons() {
-			counter(c.drops, t.C.Drops(r), n, r.String())
-		}
-		counter(c.drops, p.router.Unknown.Load(), n, "unknown_model")
-		counter(c.drops, p.loop.C.NoReplySlot.Load(), n, "no_reply_slot")
+		p.eachDrop(func(reason string, v uint64) { counter(c.drops, v, n, reason) })
 		gauge(c.inFlight, float64(p.loop.InFlight()), n)
 		for st := range p.out.C.ByStatus {
 			if v := p.out.C.ByStatus[st].Load(); v > 0 || st <= int(wire.StatusBadInput) {
