@@ -117,7 +117,7 @@ func (b *Backend) SchedStats() (libml.SchedStats, bool) {
 	if s == nil {
 		return libml.SchedStats{}, false
 	}
-	st := s.Stats()
+	st := s.counters()
 	return libml.SchedStats{Policy: string(s.Config().Policy), Device: "cpu",
 		RTJobs: st.Jobs[RT], BEJobs: st.Jobs[BE], Preemptions: st.Preemptions, Restores: st.Restores,
 		PadBlocks: st.PadBlocks, ModeSwitches: st.ModeSwitches}, true
