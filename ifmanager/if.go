@@ -970,17 +970,16 @@ func (f *IF) answer(it item, st wire.Status, out []byte, sent func([]byte), gath
 	r.Reply(st, out, sent)
 }
 
-// latencyRing keeps the latest RecentLatencies latencies (ns): one writer
-// (the IF's worker), readers at any time; no lock, no allocation.
+// latencyRing keeps the latest RecentLatencies latencies (ns): writers
+// and readers at any time; no lock, no allocation.
 type latencyRing struct {
 	ns   [RecentLatencies]atomic.Int64
 	next atomic.Uint64
 }
 
 func (l *latencyRing) add(ns int64) {
-	i := l.next.Load()
+	i := l.next.Add(1) - 1
 	l.ns[i%RecentLatencies].Store(ns)
-	l.next.Store(i + 1)
 }
 
 // p99 is the 99th percentile (nearest rank) of what the ring holds.
