@@ -179,13 +179,11 @@ func (a *Appliance) deploy(ctx context.Context, spec IFSection) (*ifRun, error) 
 // r keeps serving.
 func (a *Appliance) replace(ctx context.Context, r *ifRun, next IFSection) error {
 	a.mu.Lock()
-	for _, o := range a.ifs {
-		if o != r && o.spec.ModelID == next.ModelID {
-			a.mu.Unlock()
-			return orchestrator.Errorf(orchestrator.CodeConflict, "model id %d is served by %q", next.ModelID, o.spec.Name)
-		}
-	}
+	err := a.replaceConflict(r, next)
 	a.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	nr, err := a.loadIF(ctx, next)
 	if err != nil {
 		return &loadError{err}
@@ -194,10 +192,11 @@ func (a *Appliance) replace(ctx context.Context, r *ifRun, next IFSection) error
 		(*hook)() // tests: the old IF must still serve here
 	}
 	a.mu.Lock()
-	if a.ifs[next.Name] != r {
+	// checked again: a command may have changed the IFs while next loaded
+	if err := a.replaceConflict(r, next); err != nil {
 		a.mu.Unlock()
 		nr.f.Run(closedCtx()) // closes its instance
-		return orchestrator.Errorf(orchestrator.CodeConflict, "IF %q changed while its replacement loaded", next.Name)
+		return err
 	}
 	a.ifs[next.Name] = nr
 	running := a.running
@@ -220,6 +219,21 @@ func (a *Appliance) replace(ctx context.Context, r *ifRun, next IFSection) error
 	}
 	a.applyShares(true)
 	a.log.Info("IF replaced", "if", next.Name, "model_id", next.ModelID)
+	return nil
+}
+
+// replaceConflict is the reason r cannot be replaced by an IF of spec
+// next: r is no longer the IF of that name, or another IF serves next's
+// model id; a.mu is held.
+func (a *Appliance) replaceConflict(r *ifRun, next IFSection) error {
+	if a.ifs[next.Name] != r {
+		return orchestrator.Errorf(orchestrator.CodeConflict, "IF %q changed while its replacement loaded", next.Name)
+	}
+	for _, o := range a.ifs {
+		if o != r && o.spec.ModelID == next.ModelID {
+			return orchestrator.Errorf(orchestrator.CodeConflict, "model id %d is served by %q", next.ModelID, o.spec.Name)
+		}
+	}
 	return nil
 }
 
