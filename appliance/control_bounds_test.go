@@ -112,9 +112,7 @@ func TestBinaryUnreadableProfiles(t *testing.T) {
 	}
 	dir := filepath.Dir(path)
 	bin := filepath.Join(t.TempDir(), "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	goBuild(t, "", "./cmd/sluice", bin)
 	wantBad := fmt.Sprintf("profile %s:%d: if[1].model %q: ", path, lineOf(t, text, garbage), "onnx:"+garbage)
 
 	// -strict: the bad IF fails the start.
@@ -199,6 +197,18 @@ func startBinary(t *testing.T, bin, path string, extra ...string) *sluiceProc {
 	t.Helper()
 	args := append([]string{"-profile", path, "-stats-interval", "0"}, extra...)
 	return startProc(t, exec.Command(bin, args...))
+}
+
+// goBuild builds the Go package pkg, relative to the directory dir (""
+// for this package's), into the binary out, with the extra go build
+// flags given.
+func goBuild(t *testing.T, dir, pkg, out string, flags ...string) {
+	t.Helper()
+	cmd := exec.Command("go", append(append([]string{"build"}, flags...), "-o", out, pkg)...)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
 }
 
 // startProc starts cmd, a sluice process, reads its log and waits until

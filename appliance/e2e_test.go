@@ -49,9 +49,7 @@ func TestSIGTERMDrainsBinary(t *testing.T) {
 	model := classifierPath(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	goBuild(t, "", "./cmd/sluice", bin)
 	port := freeUDPPort(t)
 	prof := filepath.Join(dir, "p.toml")
 	_ = os.WriteFile(prof, []byte(fmt.Sprintf(`

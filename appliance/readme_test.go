@@ -68,11 +68,7 @@ func TestReadmeRunsAsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range []struct{ name, pkg string }{{"sluice", "./appliance/cmd/sluice"}, {"framecast", "./tools/framecast"}, {"ifctl", "./tools/ifctl"}} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin", b.name), b.pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
-		}
+		goBuild(t, root, b.pkg, filepath.Join(root, "bin", b.name))
 	}
 	sh := func(line string, env ...string) (string, error) {
 		t.Helper()
@@ -133,11 +129,7 @@ func TestMakeRunDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range []struct{ name, pkg string }{{"sluice", "./appliance/cmd/sluice"}, {"framecast", "./tools/framecast"}} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(root, "bin", b.name), b.pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
-		}
+		goBuild(t, root, b.pkg, filepath.Join(root, "bin", b.name))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

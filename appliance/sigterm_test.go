@@ -25,10 +25,7 @@ func TestSecondSIGTERMExitsBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "sluice")
 	// stamped as the Makefile stamps it: -version prints the stamp
-	if out, err := exec.Command("go", "build", "-ldflags", "-X sluice/appliance/buildinfo.version=v0.0.0-sigterm-test",
-		"-o", bin, "./cmd/sluice").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	goBuild(t, "", "./cmd/sluice", bin, "-ldflags", "-X sluice/appliance/buildinfo.version=v0.0.0-sigterm-test")
 	if out, err := exec.Command(bin, "-version").Output(); err != nil || !strings.HasPrefix(string(out), "sluice v0.0.0-sigterm-test (go") {
 		t.Fatalf("sluice -version: %q, %v", out, err)
 	}
