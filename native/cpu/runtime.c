@@ -389,22 +389,19 @@ static inline void hold_point(sk_stream *s, int64_t idx, int64_t b)
 static void preempt_hook(sk_stream *s, sk_slot *sl, uint32_t blk)
 {
 	int64_t pi = LD(&s->pre_idx);
-	if (pi == SK_PRE_FIRING) {
-		while (LD(&s->pre_idx) == SK_PRE_FIRING)
-			cpu_relax();
-		return;
+	if (pi != SK_PRE_FIRING) {
+		if (pi < 0 || LDR(&sl->idx) != pi || LDR(&sl->base) + (int64_t)blk != LD(&s->pre_blk))
+			return;
+		if (__atomic_compare_exchange_n(&s->pre_idx, &pi, SK_PRE_FIRING, 0, __ATOMIC_SEQ_CST,
+						__ATOMIC_SEQ_CST)) {
+			__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
+			ST(&s->pre_idx, -1);
+			return;
+		}
 	}
-	if (pi < 0 || LDR(&sl->idx) != pi || LDR(&sl->base) + (int64_t)blk != LD(&s->pre_blk))
-		return;
-	if (!__atomic_compare_exchange_n(&s->pre_idx, &pi, SK_PRE_FIRING, 0, __ATOMIC_SEQ_CST,
-					 __ATOMIC_SEQ_CST)) {
-		/* another unit fires it (or the hook changed): wait for it */
-		while (LD(&s->pre_idx) == SK_PRE_FIRING)
-			cpu_relax();
-		return;
-	}
-	__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
-	ST(&s->pre_idx, -1);
+	/* another unit fires it (or the hook changed): wait for it */
+	while (LD(&s->pre_idx) == SK_PRE_FIRING)
+		cpu_relax();
 }
 
 /* try_block claims and runs one block of s's current kernel on unit u.
