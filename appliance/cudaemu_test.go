@@ -81,15 +81,8 @@ slo_ms = 60000
 	}
 	want := cudaEmuAnswers(t, model, frames)
 
-	conn, err := dptest.UDPInNetns(v.NS, netip.AddrPortFrom(v.PeerIP, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetReadBuffer(8 << 20)
-	overDPDK := dptest.NewClient(conn, 41, wire.DefaultFragSize)
+	overDPDK, dpdkAddr := newNetnsClient(t, v, 41)
 	overUDP := newClient(t, 42)
-	dpdkAddr := netip.AddrPortFrom(v.HostIP, wire.DefaultPort)
 	udpAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(udpPort))
 
 	// One request at a time per port, so none waits for its deadline;

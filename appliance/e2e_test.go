@@ -42,6 +42,20 @@ func newClient(t *testing.T, flow uint32) *dptest.Client {
 	return dptest.NewClient(conn, flow, 1400)
 }
 
+// newNetnsClient is a client in v's network namespace, at its peer
+// address, with flow id flow, and the address of the appliance's DPDK
+// port on v's host side.
+func newNetnsClient(t *testing.T, v *dptest.Veth, flow uint32) (*dptest.Client, netip.AddrPort) {
+	t.Helper()
+	conn, err := dptest.UDPInNetns(v.NS, netip.AddrPortFrom(v.PeerIP, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetReadBuffer(8 << 20)
+	return dptest.NewClient(conn, flow, wire.DefaultFragSize), netip.AddrPortFrom(v.HostIP, wire.DefaultPort)
+}
+
 // TestSIGTERMDrainsBinary runs the real sluice binary, sends requests
 // before and after SIGTERM, and checks that every request is answered (ok
 // before the drain, ok or shutting_down during it) and that it exits 0.
@@ -245,14 +259,7 @@ input_shape = [3, 48, 192]
 max_batch = 4
 queue_len = 256
 `, os.Getpid(), v.HostIP, v.Host, model))
-	conn, err := dptest.UDPInNetns(v.NS, netip.AddrPortFrom(v.PeerIP, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetReadBuffer(8 << 20)
-	cl := dptest.NewClient(conn, 23, wire.DefaultFragSize)
-	server := netip.AddrPortFrom(v.HostIP, wire.DefaultPort)
+	cl, server := newNetnsClient(t, v, 23)
 	frame := make([]byte, 48*192*3)
 	for i := range frame {
 		frame[i] = byte(i * 7)

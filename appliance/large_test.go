@@ -85,14 +85,7 @@ slo_ms = 60000
 	var cl *dptest.Client
 	var addr netip.AddrPort
 	if driver == "dpdk" {
-		conn, err := dptest.UDPInNetns(v.NS, netip.AddrPortFrom(v.PeerIP, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		_ = conn.SetReadBuffer(8 << 20)
-		cl = dptest.NewClient(conn, 52, wire.DefaultFragSize)
-		addr = netip.AddrPortFrom(v.HostIP, wire.DefaultPort)
+		cl, addr = newNetnsClient(t, v, 52)
 	} else {
 		cl = newClient(t, 51)
 		addr, _ = a.PortAddr("udp0")
