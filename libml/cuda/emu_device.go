@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"sluice/libml/cuda/internal/emu"
@@ -48,6 +49,11 @@ type emuHooks struct {
 	// runs sg_pad's blocks last to first (pad_emu_test.go).
 	occ        int
 	padReverse bool
+	// holdFrom, when >= 0, holds the next kernel launched with an
+	// execution index of at least holdFrom until its stream's preemption
+	// flag is set (one-shot, Backend.HoldFrom); holds counts the holds.
+	holdFrom int64
+	holds    int64
 }
 
 // emuLaunch is one kernel the emulator ran.
@@ -87,7 +93,7 @@ func openEmulator(sms int) (gpuCtx, error) {
 // newEmuDevice is an emulated device of sms SMs that can be partitioned
 // (green) or not; record turns its launch log on (tests).
 func newEmuDevice(sms int, green, record bool) *emuDev {
-	return &emuDev{h: &emuHooks{live: map[uint64]int{}, regs: map[uintptr]int{}, preempt: map[int64]emu.Options{}, record: record},
+	return &emuDev{h: &emuHooks{live: map[uint64]int{}, regs: map[uintptr]int{}, preempt: map[int64]emu.Options{}, record: record, holdFrom: -1},
 		sms: sms, green: green}
 }
 
@@ -267,6 +273,11 @@ func (s *emuStream) Launch(kernel string, grid int, params []byte) error {
 			opt.Reverse = true
 		}
 		before, on := h.before, h.onLaunch
+		hold := h.holdFrom >= 0 && exec >= h.holdFrom && kernel != KernelBatchGather && kernel != KernelPad
+		if hold {
+			h.holdFrom = -1
+			h.holds++
+		}
 		if h.record {
 			h.log = append(h.log, emuLaunch{kernel: kernel, exec: exec, grid: grid, sms: s.d.sms})
 		}
@@ -276,6 +287,9 @@ func (s *emuStream) Launch(kernel string, grid int, params []byte) error {
 		}
 		if on != nil {
 			on(s, kernel, exec)
+		}
+		if hold {
+			waitFlag(binary.LittleEndian.Uint64(params[0:]))
 		}
 		err := emu.Launch(kernel, grid, Threads, params, opt)
 		s.mu.Lock()
@@ -383,3 +397,55 @@ func (p *emuPinned) Get(off int, b []byte) {
 	emu.Read(b, p.p+uint64(off))
 }
 func (p *emuPinned) Free() error { return p.d.Free(p.p) }
+
+// waitFlag waits until the preemption flag of the stream state at st is
+// set (a held launch, Backend.HoldFrom).
+func waitFlag(st uint64) {
+	var f [4]byte
+	for {
+		emu.Read(f[:], st+StateFlag)
+		if binary.LittleEndian.Uint32(f[:]) != 0 {
+			return
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// HoldFrom scripts a preemption on the kernel emulator (Options.Emulate;
+// tests and demos): the next kernel launched with an execution index of
+// at least exec, on any stream, is held before its blocks run until its
+// stream's preemption flag is set, so the run it belongs to is certain
+// to be preempted there. Holds counts the launches held so far. exec < 0
+// disarms a hold not yet reached.
+func (b *Backend) HoldFrom(exec int64) error {
+	h, err := b.emuHooks()
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.holdFrom = exec
+	h.mu.Unlock()
+	return nil
+}
+
+// Holds is the number of launches HoldFrom has held (0 off the emulator).
+func (b *Backend) Holds() int64 {
+	h, err := b.emuHooks()
+	if err != nil {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.holds
+}
+
+// emuHooks are the hooks of the emulated device the backend runs on.
+func (b *Backend) emuHooks() (*emuHooks, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.dev.(*emuDev)
+	if !ok {
+		return nil, errors.New("cuda: not on the kernel emulator")
+	}
+	return d.h, nil
+}

@@ -8,3 +8,11 @@ import "errors"
 func openEmulator(int) (gpuCtx, error) {
 	return nil, errors.New("cuda: the kernel emulator needs cgo on linux")
 }
+
+// HoldFrom scripts a preemption on the kernel emulator, which needs cgo.
+func (b *Backend) HoldFrom(int64) error {
+	return errors.New("cuda: the kernel emulator needs cgo on linux")
+}
+
+// Holds is 0: no emulator.
+func (b *Backend) Holds() int64 { return 0 }

@@ -571,10 +571,40 @@ func (i *Instance) runAll(ctx context.Context, p *kplan, out *readBack) error {
 // kernels were left unlaunched; resume is then the first kernel of the
 // idempotent group of the last kernel that started (REEF §4.4).
 func (i *Instance) run(p *kplan, at ResumePoint, out *readBack, pad *padRun) (preempted bool, resume int, err error) {
-	ln, n, start := i.ln, len(p.launches), at.Kernel
+	preempted, exec, err := i.runTo(p, at, len(p.launches), out, pad, false)
+	if err != nil || !preempted {
+		return false, 0, err
+	}
+	return true, i.resumeAt(p, at.Kernel, exec), nil
+}
+
+// resumeAt is where a run from kernel start that was preempted after
+// kernel exec started restarts: the first kernel of exec's minimal
+// idempotent group (REEF §4.4), counted in the instance's stats.
+func (i *Instance) resumeAt(p *kplan, start, exec int) int {
+	n := len(p.launches)
+	idx := min(exec, n-1)
+	if idx < start {
+		idx = min(start, n-1) // no kernel of this run started
+	}
+	resume := p.pr.p.IdemEntry[idx]
+	i.stats.preemptions.Add(1)
+	i.stats.lastResume.Store(int64(resume))
+	return resume
+}
+
+// runTo is run's body for kernels [at.Kernel, to): it reports whether
+// the run was preempted and the execution index of the last kernel that
+// started (-1: none). armed says that Arm has marked the run as running
+// already, so a preemption requested since then stops it before its
+// first launch.
+func (i *Instance) runTo(p *kplan, at ResumePoint, to int, out *readBack, pad *padRun, armed bool) (preempted bool, exec int, err error) {
+	ln, start := i.ln, at.Kernel
 	i.pmu.Lock()
-	i.running = true
-	i.req.Store(false)
+	if !armed || !i.running {
+		i.running = true
+		i.req.Store(false)
+	}
 	i.pmu.Unlock()
 	defer func() {
 		i.pmu.Lock()
@@ -587,7 +617,7 @@ func (i *Instance) run(p *kplan, at ResumePoint, out *readBack, pad *padRun) (pr
 	}
 	w := len(ln.ev)
 	next, q := start, 0
-	for ; next < n; next++ {
+	for ; next < to; next++ {
 		if i.req.Load() {
 			break
 		}
@@ -631,6 +661,7 @@ func (i *Instance) run(p *kplan, at ResumePoint, out *readBack, pad *padRun) (pr
 		q++
 	}
 	i.stats.launches.Add(int64(q))
+	n := len(p.launches)
 	if out != nil && next == n {
 		if err := ln.s.ReadAsync(i.stage, out.off, i.arena+4*uint64(out.src), out.n); err != nil {
 			return false, 0, err
@@ -652,18 +683,11 @@ func (i *Instance) run(p *kplan, at ResumePoint, out *readBack, pad *padRun) (pr
 	var st [16]byte
 	i.stage.Get(stageState, st[:])
 	flag := int32(binary.LittleEndian.Uint32(st[StateFlag:]))
-	exec := int64(binary.LittleEndian.Uint64(st[StateExec:]))
-	if next == n && (flag == 0 || n == 0) {
-		return false, 0, nil
+	exec = int(int64(binary.LittleEndian.Uint64(st[StateExec:])))
+	if next == to && (flag == 0 || to == start) {
+		return false, exec, nil
 	}
-	idx := int(min(exec, int64(n-1)))
-	if idx < start {
-		idx = min(start, n-1) // no kernel of this run started
-	}
-	resume = p.pr.p.IdemEntry[idx]
-	i.stats.preemptions.Add(1)
-	i.stats.lastResume.Store(int64(resume))
-	return true, resume, nil
+	return true, exec, nil
 }
 
 // Preempt preempts the instance's running program, if any: the host
@@ -802,9 +826,8 @@ func (i *Instance) Run(batch, start int) (preempted bool, resume int, err error)
 // Version is the version (PlanVersion) whose blocks those were: a kernel
 // padding started in a version is finished in that version, since the
 // versions' blocks tile the output differently. It is 0 when Block is 0.
-type ResumePoint struct {
-	Kernel, Block, Version int
-}
+// It is the segment contract's type (libml.ResumePoint).
+type ResumePoint = libml.ResumePoint
 
 // RunFrom is Run from a resume point: kernel at.Kernel from its block
 // at.Block of version at.Version (its later kernels in version 0). A

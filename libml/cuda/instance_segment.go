@@ -1,0 +1,117 @@
+package cuda
+
+import (
+	"fmt"
+
+	"sluice/libml"
+)
+
+// The segment contract (libml.SegmentInstance): libml/sched runs a cuda
+// instance's kernels in segments on the instance's stream, preempts them
+// and restores them, under any of its policies.
+
+var (
+	_ libml.SegmentInstance = (*Instance)(nil)
+	_ libml.SegmentBackend  = (*Backend)(nil)
+)
+
+// Arm marks a segment as about to run (libml.SegmentInstance): a Preempt
+// from now on stops the next RunSegment, before its first launch if it
+// comes first.
+func (i *Instance) Arm() {
+	i.pmu.Lock()
+	i.running = true
+	i.req.Store(false)
+	i.pmu.Unlock()
+}
+
+// disarm undoes Arm for a segment that does not run.
+func (i *Instance) disarm() {
+	i.pmu.Lock()
+	i.running = false
+	i.pmu.Unlock()
+}
+
+// RunSegment runs kernels [seg.From, seg.To) of the batch's plan once on
+// the instance's stream (libml.SegmentInstance): seg.In, when given, is
+// copied into the input tensor first, and seg.Out receives the output
+// when the segment ran the program to its end. A Preempt since Arm, or
+// during the run, stops it; the result then says which kernel started
+// last, from which the scheduler restores the job.
+func (i *Instance) RunSegment(batch int, seg libml.Segment) (libml.SegmentResult, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	res, err := i.runSegment(batch, seg)
+	if err != nil {
+		i.disarm()
+		return libml.SegmentResult{}, fmt.Errorf("cuda: RunSegment %q: %w", i.m.name, err)
+	}
+	return res, nil
+}
+
+func (i *Instance) runSegment(batch int, seg libml.Segment) (libml.SegmentResult, error) {
+	p, err := i.planFor(batch)
+	if err != nil {
+		return libml.SegmentResult{}, err
+	}
+	n, at := len(p.launches), seg.From
+	if at.Kernel < 0 || seg.To < at.Kernel || seg.To > n || at.Block < 0 ||
+		(at.Block == 0 && at.Version != 0) ||
+		(at.Block > 0 && (at.Kernel == seg.To || p.launch(at.Kernel, at.Version) == nil ||
+			at.Block > p.launch(at.Kernel, at.Version).grid)) {
+		return libml.SegmentResult{}, fmt.Errorf("segment from %+v to %d outside the plan's %d kernels", at, seg.To, n)
+	}
+	ep := p.pr.p
+	if seg.In != nil || seg.Out != nil {
+		if err := i.singleIO(ep); err != nil {
+			return libml.SegmentResult{}, err
+		}
+	}
+	if seg.In != nil {
+		ib := ep.Inputs[0]
+		if len(seg.In) != int(ib.Size()) {
+			return libml.SegmentResult{}, fmt.Errorf("batch %d takes %d input values, got %d", batch, ib.Size(), len(seg.In))
+		}
+		i.gathered = 0
+		i.stage.Put(i.inOff, f32view(seg.In))
+		if err := i.ln.s.WriteAsync(i.arena+4*uint64(ib.Off), i.stage, i.inOff, 4*len(seg.In)); err != nil {
+			return libml.SegmentResult{}, err
+		}
+	}
+	var rb *readBack
+	if seg.Out != nil {
+		ob := ep.Outputs[0]
+		if len(seg.Out) != int(ob.Size()) {
+			return libml.SegmentResult{}, fmt.Errorf("batch %d gives %d output values, got room for %d", batch, ob.Size(), len(seg.Out))
+		}
+		if seg.To == n {
+			rb = &readBack{off: i.outOff, src: ob.Off, n: 4 * len(seg.Out)}
+		}
+	}
+	preempted, exec, err := i.runTo(p, at, seg.To, rb, nil, true)
+	if err != nil {
+		return libml.SegmentResult{}, err
+	}
+	if preempted {
+		i.stats.preemptions.Add(1)
+	} else if rb != nil {
+		i.stage.Get(i.outOff, f32view(seg.Out))
+	}
+	return libml.SegmentResult{Preempted: preempted, Exec: exec}, nil
+}
+
+// ProfileSegments times every kernel of the batch's plan in every
+// version (libml.SegmentInstance): ProfileKernels' measurements, in the
+// form the scheduler's profiles are built from.
+func (i *Instance) ProfileSegments(batch, reps int) ([]libml.KernelTime, error) {
+	mp, err := i.ProfileKernels(batch, reps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]libml.KernelTime, 0, len(mp.Kernels))
+	for _, k := range mp.Kernels {
+		out = append(out, libml.KernelTime{Kernel: k.Index, Version: k.Version, Grid: k.Grid,
+			KernelNs: k.KernelNs, BlockNs: k.BlockNs})
+	}
+	return out, nil
+}

@@ -1,0 +1,96 @@
+package libml
+
+import "sluice/libml/engine"
+
+// The segment contract: how the scheduler (libml/sched) drives a device
+// whose instances run their kernels on streams of their own (the cuda
+// device, on a GPU or on the kernel emulator). The scheduler decides what
+// runs when: it runs a job's kernels in segments, preempts a segment
+// (host-queue reset and preemption flag, REEF §4) and restores the job
+// from the execution index the device reports. Layering: the device
+// implements these interfaces, the scheduler uses them, and neither names
+// the other's types.
+
+// SegmentBackend is a backend whose instances a scheduler can drive
+// segment by segment (SegmentInstance). Its instances come from the six
+// calls as usual: LoadModel, LinkModel (one instance per job in flight,
+// over one copy of the weights) and ConfigureBatch.
+type SegmentBackend interface {
+	Backend
+	// Units is the device's unit count (SMs): what the scheduler's
+	// profiles and SPLIT's block sizes are relative to.
+	Units() int
+}
+
+// SegmentInstance is an instance a scheduler runs in segments: kernels
+// [From, To) of the program of one batch size, on the instance's own
+// stream. One segment runs at a time per instance.
+type SegmentInstance interface {
+	Instance
+	// Batched reports whether the model has a batch dimension (batch
+	// sizes other than 1 exist).
+	Batched() bool
+	// Program is the compiled program the instance runs at batch size
+	// batch (ConfigureBatch first): its kernels and idempotent groups.
+	Program(batch int) (*engine.Program, error)
+	// ProfileSegments times every kernel of the batch's program (reps
+	// runs, in its default version) on the instance's stream.
+	ProfileSegments(batch, reps int) ([]KernelTime, error)
+	// Arm marks a segment as about to run: a Preempt from now on
+	// preempts the next RunSegment even when it comes before that
+	// segment's first launch.
+	Arm()
+	// RunSegment runs one segment and returns when it has completed or,
+	// preempted, drained.
+	RunSegment(batch int, seg Segment) (SegmentResult, error)
+	// Preempt preempts the armed or running segment: the host queue stops
+	// and the stream's flag is set, so launched kernels exit within a
+	// block or an in-loop check. Without one it does nothing.
+	Preempt() error
+}
+
+// Segment is one run of a job's kernels on an instance.
+type Segment struct {
+	// From is where it starts: kernel From.Kernel from its block
+	// From.Block in version From.Version (Block 0, Version 0: the whole
+	// kernel).
+	From ResumePoint
+	// To is the kernel after the last one it runs (at most the program's
+	// kernel count).
+	To int
+	// In, when not nil, is the batch's input, written into the
+	// instance's input tensor before the first kernel (a job's first
+	// segment, or a restart from kernel 0).
+	In []float32
+	// Out, when not nil, receives the batch's output if the segment ran
+	// to the program's end without being preempted.
+	Out []float32
+}
+
+// ResumePoint is where a job's next segment starts: kernel Kernel from
+// its block Block, of version Version (a kernel that was started in a
+// version finishes in it, since versions tile the output differently).
+type ResumePoint struct {
+	Kernel, Block, Version int
+}
+
+// SegmentResult is how a segment ended.
+type SegmentResult struct {
+	// Preempted: the flag stopped it, or kernels were left unlaunched.
+	Preempted bool
+	// Exec is the execution index of the last kernel that started (-1:
+	// none did).
+	Exec int
+}
+
+// KernelTime is one kernel's measured time in one version: the scheduler
+// builds its kernel profiles (SRPT's remaining time, SPLIT's blocks,
+// reef's choice of preemptible versions) from these.
+type KernelTime struct {
+	// Kernel is the kernel's index in the program, Version its version.
+	Kernel, Version int
+	// Grid is its block count; KernelNs the kernel's time and BlockNs a
+	// block's (ns).
+	Grid              int
+	KernelNs, BlockNs float64
+}
