@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -397,6 +398,21 @@ func (p *emuPinned) Get(off int, b []byte) {
 	emu.Read(b, p.p+uint64(off))
 }
 func (p *emuPinned) Free() error { return p.d.Free(p.p) }
+
+// occupancy is the emulated device's occupancy, which its kernel
+// profiles (ProfileKernels) record: a test's setting (emuHooks.occ), 2
+// by default. The emulator has no occupancy of its own.
+func (d *emuDev) occupancy(kernel string) (int, error) {
+	if !slices.Contains(KernelNames(), kernel) {
+		return 0, fmt.Errorf("emu: no kernel %s", kernel)
+	}
+	d.h.mu.Lock()
+	defer d.h.mu.Unlock()
+	if d.h.occ > 0 {
+		return d.h.occ, nil
+	}
+	return 2, nil
+}
 
 // waitFlag waits until the preemption flag of the stream state at st is
 // set (a held launch, Backend.HoldFrom).

@@ -16,20 +16,6 @@ import (
 	"sluice/libml/zoo"
 )
 
-// occupancy is the emulated device's occupancy: the test's setting
-// (emuHooks.occ), 2 by default. The emulator has no occupancy of its own.
-func (d *emuDev) occupancy(kernel string) (int, error) {
-	if !slices.Contains(KernelNames(), kernel) {
-		return 0, fmt.Errorf("emu: no kernel %s", kernel)
-	}
-	d.h.mu.Lock()
-	defer d.h.mu.Unlock()
-	if d.h.occ > 0 {
-		return d.h.occ, nil
-	}
-	return 2, nil
-}
-
 // The kernel profile's structure and plumbing on the emulator (its times
 // mean nothing there): one entry per launching kernel with the plan's
 // grid, the device's occupancy, the SMs it fills, times, every block

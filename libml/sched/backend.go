@@ -118,7 +118,7 @@ func (b *Backend) SchedStats() (libml.SchedStats, bool) {
 		return libml.SchedStats{}, false
 	}
 	st := s.counters()
-	return libml.SchedStats{Policy: string(s.Config().Policy), Device: "cpu",
+	return libml.SchedStats{Policy: string(s.Config().Policy), Device: s.DeviceName(),
 		RTJobs: st.Jobs[RT], BEJobs: st.Jobs[BE], Preemptions: st.Preemptions, Restores: st.Restores,
 		PadBlocks: st.PadBlocks, ModeSwitches: st.ModeSwitches}, true
 }
@@ -166,7 +166,7 @@ func (b *Backend) LoadModel(_ context.Context, name string, g *graph.Graph) (lib
 	if err != nil {
 		return nil, fmt.Errorf("sched backend: %w", err)
 	}
-	mg := &modelGroup{be: b, name: name, batched: m.eng.BatchDynamic(), buckets: []*Model{m}, refs: 1}
+	mg := &modelGroup{be: b, name: name, batched: m.batched(), buckets: []*Model{m}, refs: 1}
 	in, out := m.prog.Inputs[0].Shape, m.prog.Outputs[0].Shape
 	if mg.batched {
 		mg.inShape, mg.outShape = slices.Clone(in[1:]), slices.Clone(out[1:])
@@ -229,7 +229,11 @@ func (b *Backend) ConfigureBatch(inst libml.Instance, maxBatch int) error {
 			if mg.bucket(bs) != nil {
 				continue
 			}
-			m, err := deriveModel(mg.buckets[0], ModelOptions{Batch: bs})
+			derive := deriveModel
+			if mg.buckets[0].seg != nil {
+				derive = deriveSegModel
+			}
+			m, err := derive(mg.buckets[0], ModelOptions{Batch: bs})
 			if err != nil {
 				return fmt.Errorf("sched backend: %s at batch %d: %w", mg.name, bs, err)
 			}

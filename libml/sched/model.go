@@ -8,6 +8,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/engine"
 	"sluice/libml/graph"
@@ -79,6 +80,8 @@ type Model struct {
 	all      []*instance
 	// closed is set by Scheduler.Close
 	closed bool
+	// seg is the model on a segment device (nil on the cpu)
+	seg *segModel
 }
 
 // Name is the name the model was loaded under.
@@ -216,6 +219,14 @@ func (m *Model) compile(opt ModelOptions) error {
 			m.tiles = append(m.tiles, v)
 		}
 	}
+	return m.setMeta(opt)
+}
+
+// setMeta derives what the scheduler knows of the program, on any
+// device: launch indices, idempotent groups (opt.Idem's, or the
+// compiler's) and SPLIT cuts.
+func (m *Model) setMeta(opt ModelOptions) error {
+	ep := m.prog
 	m.live = make([]int, len(ep.Kernels)+1)
 	n := 0
 	for i := range ep.Kernels {
@@ -247,6 +258,13 @@ func (m *Model) release() {
 		in.freeMem()
 	}
 	m.all, m.free = nil, nil
+	if m.seg != nil {
+		if m.seg.owner && m.seg.base != nil {
+			m.seg.base.Close()
+		}
+		m.seg.base = nil
+		return
+	}
 	for i, a := range m.aux {
 		ncpu.Free(a, m.auxN[i])
 	}
@@ -361,6 +379,21 @@ type instance struct {
 	// entry of each is scratch for a lane's first launch
 	beL, rtL, prL *ncpu.Launches
 	pad           *ncpu.PadTable
+	// run is the instance on a segment device (nil on the cpu); needIn
+	// says its input tensor waits for the job's input (the next segment
+	// writes it)
+	run    libml.SegmentInstance
+	needIn bool
+}
+
+// setInput puts a job's input into the instance's input tensor: at once
+// on the cpu, with the next segment on a segment device.
+func (in *instance) setInput(x []float32) {
+	if in.run != nil {
+		in.needIn = true
+		return
+	}
+	copy(in.input(), x)
 }
 
 // acquire returns a free instance of the model, making one if needed.
@@ -397,6 +430,9 @@ func (m *Model) releaseInstance(in *instance) {
 }
 
 func (m *Model) newInstance() (*instance, error) {
+	if m.seg != nil {
+		return m.newSegInstance()
+	}
 	in := &instance{m: m}
 	in.arenaN = int(m.prog.ArenaFloats) * 4
 	var err error
@@ -484,6 +520,11 @@ func (in *instance) buildTables() error {
 }
 
 func (in *instance) freeMem() {
+	if in.run != nil {
+		in.run.Close()
+		in.run = nil
+		return
+	}
 	for _, ks := range in.ver {
 		ks.Free()
 	}

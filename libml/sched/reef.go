@@ -30,8 +30,10 @@ func newReef(s *Scheduler) (*reef, error) {
 	r := &reef{s: s, rt: s.lanes[0], be: s.lanes[1:], beQ: make([]fifo, s.cfg.BEQueues)}
 	// units take RT blocks before anything else (and before dropping the
 	// queues of the BE streams they preempted)
-	if err := r.rt.st.SetPriority(true); err != nil {
-		return nil, err
+	if r.rt.st != nil {
+		if err := r.rt.st.SetPriority(true); err != nil {
+			return nil, err
+		}
 	}
 	r.offer = make([]bool, len(r.be))
 	if !s.cfg.NoPadding {
@@ -207,9 +209,9 @@ func (r *reef) segDone(l *lane, preempted bool) {
 	if preempted && l.preempted {
 		s.restorePoint(l)
 		if rec := l.rec; rec != nil {
-			idle := l.st.IdleNs()
+			idle := l.ds.idleNs()
 			if idle == 0 {
-				idle = l.st.DrainNs()
+				idle = l.ds.drainNs()
 			}
 			rec.drain = max(rec.drain, idle)
 			rec.waiting--

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 
+	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/graph"
 	ncpu "sluice/native/cpu"
@@ -79,6 +80,12 @@ type Config struct {
 	// backend): Units and PinUnits are then the device's, and Close
 	// leaves it running. nil starts units of the scheduler's own.
 	Device *cpu.Device
+	// Segments, when set, is the device the scheduler runs on instead of
+	// the cpu: an initialised backend whose instances run kernels in
+	// segments on streams of their own (the cuda backend, on a GPU or on
+	// the kernel emulator). Its unit count is Units; Device, PinUnits and
+	// UnitNice do not apply, and kernel padding is off (NoPadding).
+	Segments libml.SegmentBackend
 	// Units is the number of worker units (default: all CPUs); PinUnits
 	// pins them to cores.
 	Units    int
@@ -151,6 +158,12 @@ func (c *Config) defaults() error {
 	}
 	if _, err := ParsePolicy(string(c.Policy)); err != nil {
 		return err
+	}
+	if c.Segments != nil {
+		if c.Device != nil || c.UnitNice != 0 {
+			return errors.New("sched: a segment device runs its own units: no cpu Device or UnitNice")
+		}
+		c.Units, c.PinUnits, c.NoPadding = c.Segments.Units(), false, true
 	}
 	if c.Device != nil {
 		c.Units = c.Device.Units()
@@ -336,19 +349,22 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	dev := cfg.Device
-	if dev == nil {
-		var err error
-		if dev, err = cpu.NewDevice(cfg.Units, cfg.PinUnits); err != nil {
+	s := &Scheduler{cfg: cfg}
+	if cfg.Segments == nil {
+		dev := cfg.Device
+		if dev == nil {
+			var err error
+			if dev, err = cpu.NewDevice(cfg.Units, cfg.PinUnits); err != nil {
+				return nil, fmt.Errorf("sched: %w", err)
+			}
+		}
+		if err := dev.Acquire(); err != nil {
+			if cfg.Device == nil {
+				dev.Close()
+			}
 			return nil, fmt.Errorf("sched: %w", err)
 		}
-	}
-	s := &Scheduler{cfg: cfg, dev: dev, pool: dev.Pool()}
-	if err := dev.Acquire(); err != nil {
-		if cfg.Device == nil {
-			dev.Close()
-		}
-		return nil, fmt.Errorf("sched: %w", err)
+		s.dev, s.pool = dev, dev.Pool()
 	}
 	pool := s.pool
 	if cfg.UnitNice != 0 {
@@ -362,7 +378,7 @@ func New(cfg Config) (*Scheduler, error) {
 			return nil, fmt.Errorf("sched: unit nice %+d: %w", cfg.UnitNice, err)
 		}
 	}
-	if cfg.PadBudgetMBs == 0 {
+	if cfg.PadBudgetMBs == 0 && !cfg.NoPadding {
 		s.bw = MeasureBandwidth() * 8 / 10
 	} else if cfg.PadBudgetMBs > 0 {
 		s.bw = cfg.PadBudgetMBs
@@ -411,10 +427,20 @@ func (s *Scheduler) Config() Config { return s.cfg }
 // Units is the number of worker units.
 func (s *Scheduler) Units() int { return s.cfg.Units }
 
-// Device is the cpu device the scheduler runs on.
+// Device is the cpu device the scheduler runs on (nil on a segment
+// device, Config.Segments).
 func (s *Scheduler) Device() *cpu.Device { return s.dev }
 
-// Pool is the scheduler's worker pool (profilers and tests).
+// DeviceName names the device the scheduler runs on ("cpu", "cuda").
+func (s *Scheduler) DeviceName() string {
+	if s.cfg.Segments != nil {
+		return s.cfg.Segments.Name()
+	}
+	return "cpu"
+}
+
+// Pool is the scheduler's worker pool (profilers and tests; nil on a
+// segment device).
 func (s *Scheduler) Pool() *ncpu.Pool { return s.pool }
 
 // Load compiles a model for the scheduler, loads its weights and profiles
@@ -427,7 +453,15 @@ func (s *Scheduler) Load(name string, g *graph.Graph, opt ModelOptions) (*Model,
 	if closed {
 		return nil, ErrClosed
 	}
-	m, err := loadModel(name, g, s.cfg.Units, opt)
+	var (
+		m   *Model
+		err error
+	)
+	if s.cfg.Segments != nil {
+		m, err = loadSegModel(s.cfg.Segments, name, g, opt)
+	} else {
+		m, err = loadModel(name, g, s.cfg.Units, opt)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sched: load %q: %w", name, err)
 	}
@@ -444,7 +478,12 @@ func (s *Scheduler) install(m *Model, opt ModelOptions) error {
 	p := opt.Profile
 	if p == nil {
 		var err error
-		if p, err = profileModel(s.pool, m, opt.ProfileRuns); err != nil {
+		if m.seg != nil {
+			p, err = profileSegModel(m, opt.ProfileRuns)
+		} else {
+			p, err = profileModel(s.pool, m, opt.ProfileRuns)
+		}
+		if err != nil {
 			m.release()
 			return err
 		}
@@ -581,7 +620,7 @@ func (s *Scheduler) Close() error {
 	}
 	for _, l := range s.lanes {
 		if l.busy {
-			l.st.HQPreempt() // its drain wakes the waiter
+			l.ds.preempt() // its drain wakes the waiter
 		} else {
 			l.wake() // wake the idle waiter
 		}
@@ -608,8 +647,7 @@ func (s *Scheduler) Close() error {
 	}
 	fire := append(s.takeFire(), dropped...)
 	for _, l := range s.lanes {
-		l.st.SetNotify(-1)
-		l.st.Close()
+		l.ds.close()
 		l.efd.Close()
 	}
 	for _, m := range s.models {
@@ -627,6 +665,9 @@ func (s *Scheduler) Close() error {
 // leaveDevice lets the device go: a shared one keeps running, the
 // scheduler's own stops.
 func (s *Scheduler) leaveDevice() error {
+	if s.dev == nil {
+		return nil // a segment device: its owner closes it
+	}
 	s.dev.Release(s)
 	if s.cfg.Device == nil {
 		return s.dev.Close()
@@ -655,6 +696,10 @@ func complete(js []*Job) {
 // job bound to it.
 type lane struct {
 	id int
+	// ds is the lane's stream as the scheduler's core drives it, on any
+	// device; st is the same stream on the cpu device (nil on a segment
+	// device), for what only the cpu runtime has (padding, priority).
+	ds laneStream
 	st *ncpu.Stream
 	// efd is the stream's drain notification (an eventfd the draining
 	// unit writes): waiters park in Go's poller, not in a blocking cgo
@@ -685,6 +730,9 @@ func (l *lane) launchVer(m *Model, k int) int {
 }
 
 func (s *Scheduler) newLane(id int) (*lane, error) {
+	if s.cfg.Segments != nil {
+		return newSegLane(id)
+	}
 	st, err := s.pool.NewStream(streamCap)
 	if err != nil {
 		return nil, err
@@ -698,7 +746,7 @@ func (s *Scheduler) newLane(id int) (*lane, error) {
 		st.Close()
 		return nil, err
 	}
-	return &lane{id: id, st: st, efd: efd}, nil
+	return &lane{id: id, ds: cpuStream{st}, st: st, efd: efd}, nil
 }
 
 // begin binds j to l (acquiring an instance and copying the input the
@@ -713,7 +761,7 @@ func (s *Scheduler) begin(l *lane, j *Job) error {
 		return err
 	}
 	j.inst = in
-	copy(in.input(), j.In)
+	in.setInput(j.In)
 	j.Started = Now()
 	return nil
 }
@@ -757,56 +805,13 @@ func (s *Scheduler) run(l *lane, to int, k launchKind) {
 // job's first kernel has started, the stream records when it does.
 func (s *Scheduler) push(l *lane, to int, kind launchKind) {
 	j := l.job
-	mark := j.KernelStart == 0 || j.idleAt != 0
-	in := j.inst
 	m := j.Model
-	L := in.beL
-	rt := kind == lkRT
-	switch kind {
-	case lkRT:
-		L = in.rtL
-	case lkPreempt:
-		L = in.prL
-	}
 	l.from, l.ver, l.blk, l.to, l.kind = j.pos, j.posVer, j.posBlk, to, kind
 	if j.posBlk == 0 && j.posVer == 0 && kind == lkPreempt && j.pos < len(m.prVer) {
 		l.ver = m.prVer[j.pos]
 	}
 	l.preempted = false
-	l.st.Restore()
-	l.st.ResetIndex()
-	lo, hi := m.live[j.pos], m.live[to]
-	var err error
-	if lo < hi {
-		if j.posBlk > 0 || j.posVer > 0 {
-			// the first kernel continues in its version from its block
-			scratch := L.Len() - 1
-			k := j.pos
-			var est, blkNs, bw int64
-			if rt {
-				vp := &m.prof.Kernels[k].Versions[j.posVer]
-				est, blkNs, bw = int64(vp.KernNs), int64(vp.BlockNs), vp.KernBW
-			}
-			ks := in.ver[j.posVer]
-			if kind == lkPreempt && k < len(m.prVer) && j.posVer == m.prVer[k] {
-				ks = in.pre // the preemptible copy, with its checks
-			}
-			L.Set(scratch, ncpu.Launch{Kernels: ks, K: k, Idx: int64(k), Blk0: j.posBlk, EstNs: est, BlkNs: blkNs, BW: bw})
-			if _, err = l.st.Push(L, scratch, scratch+1, mark); err == nil {
-				_, err = l.st.Push(L, lo+1, hi, false)
-			}
-		} else {
-			_, err = l.st.Push(L, lo, hi, mark)
-		}
-	}
-	if err != nil {
-		// a bug: every launch is validated when the tables are built
-		panic(fmt.Sprintf("sched: push %s kernels [%d, %d): %v", m.name, j.pos, to, err))
-	}
-	if lo >= hi {
-		// nothing to launch: the segment is over at once
-		l.wake()
-	}
+	l.ds.push(l, to, kind)
 }
 
 // wake writes l's drain notification, as a draining unit does.
@@ -847,16 +852,20 @@ func (s *Scheduler) waitSeg(l *lane) bool {
 		return true
 	}
 	s.mu.Unlock()
-	st := l.st.Sync() // drained: returns at once
+	preempted, segErr := l.ds.sync() // drained: returns at once
 	s.mu.Lock()
 	l.busy = false
 	if s.closed {
 		s.mu.Unlock()
 		return false
 	}
-	preempted := st == ncpu.Preempted
 	j := l.job
-	if mk := l.st.MarkNs(); mk != 0 {
+	if segErr != nil {
+		// the device failed the segment: the job ends with the error
+		j.Err = segErr
+		l.to, preempted = len(j.Model.prog.Kernels), false
+	}
+	if mk := l.ds.markNs(); mk != 0 {
 		if j.KernelStart == 0 {
 			j.KernelStart = mk
 		}
@@ -869,7 +878,7 @@ func (s *Scheduler) waitSeg(l *lane) bool {
 	}
 	if !preempted {
 		j.pos, j.posVer, j.posBlk = l.to, 0, 0
-		j.KernelEnd = l.st.DrainNs()
+		j.KernelEnd = l.ds.drainNs()
 	}
 	s.pol.segDone(l, preempted)
 	fire := s.takeFire()
@@ -882,7 +891,7 @@ func (s *Scheduler) waitSeg(l *lane) bool {
 // drain. Returns the call's time.
 func (s *Scheduler) preempt(l *lane) int64 {
 	l.preempted = true
-	return l.st.HQPreempt()
+	return l.ds.preempt()
 }
 
 // restorePoint moves l's job to where it restarts after a preemption
@@ -891,21 +900,20 @@ func (s *Scheduler) preempt(l *lane) int64 {
 func (s *Scheduler) restorePoint(l *lane) {
 	j := l.job
 	m := j.Model
-	idx := int(l.st.ExecIndex())
-	j.idleAt = l.st.IdleNs()
+	idx := int(l.ds.execIndex())
+	j.idleAt = l.ds.idleNs()
 	if j.idleAt == 0 {
-		j.idleAt = l.st.DrainNs()
+		j.idleAt = l.ds.drainNs()
 	}
 	if debugRestore != nil {
 		debugRestore(m, idx, l)
 	}
-	l.st.Restore()
-	l.st.ResetIndex()
+	l.ds.restore()
 	j.Preemptions++
 	s.stats.Restores++
 	// block-level restore: the launch the flag evicted, with the blocks of
 	// it that ran to their end
-	if ev, base, grid, f := l.st.Evicted(); ev >= int64(l.from) && ev < int64(len(m.prog.Kernels)) {
+	if ev, base, grid, f := l.ds.evicted(); ev >= int64(l.from) && ev < int64(len(m.prog.Kernels)) {
 		k := int(ev)
 		switch {
 		case idx < k && (idx == k-1 || idx < l.from):
@@ -940,7 +948,7 @@ func (s *Scheduler) restorePoint(l *lane) {
 	if j.pos == 0 && j.posBlk == 0 {
 		// a restart from the top: the arena may have reused the input's
 		// memory, so copy the input in again
-		copy(j.inst.input(), j.In)
+		j.inst.setInput(j.In)
 	}
 	// the kernels completed before the interrupted one are run again
 	var re float64
@@ -956,7 +964,8 @@ func (s *Scheduler) restorePoint(l *lane) {
 func (s *Scheduler) finish(j *Job) {
 	j.Finished = Now()
 	if j.inst != nil {
-		if j.Out != nil {
+		if j.Out != nil && j.inst.run == nil {
+			// (a segment device wrote it with the last segment)
 			copy(j.Out, j.inst.output())
 		}
 		j.Model.releaseInstance(j.inst)

@@ -1,0 +1,253 @@
+package sched
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"sluice/libml"
+	"sluice/libml/cuda"
+	"sluice/libml/zoo"
+)
+
+// The scheduler on a segment device: the cuda backend on the kernel
+// emulator (the real .cu kernels, run on the CPU), under every policy.
+
+// emuCUDA is an initialised cuda backend on the kernel emulator, closed
+// (and checked for instances left open) when the test ends.
+func emuCUDA(t testing.TB) *cuda.Backend {
+	t.Helper()
+	be := cuda.NewBackend(cuda.Options{Emulate: true, EmuSMs: 4})
+	if err := be.Init(context.Background(), libml.BackendConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := be.Deinit(); err != nil {
+			t.Errorf("cuda backend: %v", err)
+		}
+	})
+	return be
+}
+
+// cudaReference is a model's output for in on the cuda backend's own
+// InferBatch (no scheduler), at batch 1.
+func cudaReference(t testing.TB, be *cuda.Backend, key string, in []float32) []float32 {
+	t.Helper()
+	tm := testModels[key]
+	g, err := zoo.Build(tm.name, tm.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	inst, err := be.LoadModel(ctx, key, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	if err := be.ConfigureBatch(inst, 1); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, inst.OutputSize())
+	if err := be.InferBatch(ctx, inst, 1, in, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// segSched is a scheduler of policy p on the emulated cuda device be.
+func segSched(t testing.TB, be *cuda.Backend, p Policy) *Scheduler {
+	t.Helper()
+	s, err := New(Config{Policy: p, Segments: be, BEQueues: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// segProfs are the test models' profiles on the emulated device, by
+// key: measured by the first load, given as data to the others.
+var segProfs sync.Map
+
+// segLoad loads test model key on a segment-device scheduler.
+func segLoad(t testing.TB, s *Scheduler, key string) *Model {
+	t.Helper()
+	tm := testModels[key]
+	g, err := zoo.Build(tm.name, tm.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := ModelOptions{ProfileRuns: 1}
+	if p, ok := segProfs.Load(key); ok {
+		opt.Profile = p.(*ModelProfile)
+	}
+	m, err := s.Load(key, g, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segProfs.LoadOrStore(key, m.Profile())
+	return m
+}
+
+// TestSegmentDevicePolicies: on the emulated cuda device, every policy
+// runs RT and BE jobs of two models submitted together to the outputs
+// the cuda backend gives alone, bit for bit, and reports the device.
+func TestSegmentDevicePolicies(t *testing.T) {
+	be := emuCUDA(t)
+	seeds := []uint64{1, 2, 3}
+	// the answers alone, by model and seed (filled on first use)
+	want := map[string]map[uint64][]float32{"squeeze": {}, "bert": {}}
+	for _, p := range Policies() {
+		t.Run(string(p), func(t *testing.T) {
+			s := segSched(t, be, p)
+			if s.DeviceName() != "cuda" || s.Pool() != nil || s.Device() != nil {
+				t.Fatalf("device %q, pool %v: want the cuda device and no cpu units", s.DeviceName(), s.Pool())
+			}
+			big, small := segLoad(t, s, "squeeze"), segLoad(t, s, "bert")
+			if len(big.Profile().Kernels) != big.Kernels() || big.StandaloneNs() <= 0 {
+				t.Fatalf("squeezenet profile: %d kernels of %d, standalone %v ns", len(big.Profile().Kernels), big.Kernels(), big.StandaloneNs())
+			}
+			var js []*Job
+			seedOf := map[*Job]uint64{}
+			for _, sd := range seeds {
+				b, r := job(big, BE, int(sd)%2, sd), job(small, RT, 0, sd)
+				js = append(js, b, r)
+				seedOf[b], seedOf[r] = sd, sd
+			}
+			s.submitAll(js...)
+			for _, j := range js {
+				if err := j.Wait(); err != nil {
+					t.Fatal(err)
+				}
+				key, sd := j.Model.Name(), seedOf[j]
+				if want[key][sd] == nil {
+					want[key][sd] = cudaReference(t, be, key, j.In)
+				}
+				if d := sameBits(j.Out, want[key][sd]); d != "" {
+					t.Errorf("%s %s seed %d (%d preemptions): %s", j.Class, key, sd, j.Preemptions, d)
+				}
+			}
+			st := s.Stats()
+			if st.Jobs[RT] != int64(len(seeds)) || st.Jobs[BE] != int64(len(seeds)) {
+				t.Fatalf("jobs %v, want %d of each class", st.Jobs, len(seeds))
+			}
+		})
+	}
+}
+
+// TestSegmentDeviceReefPreempts: on the emulated cuda device under reef,
+// an RT job that arrives while a BE job runs (the BE job's launch of a
+// kernel in the middle of the model held until its stream's flag is
+// set: the arrival cannot come too late) preempts it, finishes first, and
+// the BE job restores from the interrupted kernel's idempotent group to
+// the output the cuda backend gives alone, bit for bit.
+func TestSegmentDeviceReefPreempts(t *testing.T) {
+	be := emuCUDA(t)
+	s := segSched(t, be, PolicyREEF)
+	big, small := segLoad(t, s, "squeeze"), segLoad(t, s, "bert")
+	live := liveKernels(big)
+	for round, at := range []int{live[len(live)/3], live[2*len(live)/3]} {
+		var o order
+		b, r := o.hook(job(big, BE, 0, uint64(5+round))), o.hook(job(small, RT, 0, 6))
+		if err := be.HoldFrom(int64(at)); err != nil {
+			t.Fatal(err)
+		}
+		h := be.Holds()
+		if err := s.Submit(b); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the BE job's launch to be held", func() bool { return be.Holds() > h })
+		if err := s.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+		got := o.wait(t, b, r)
+		sameOrder(t, got, []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
+		if b.Preemptions != 1 || r.Preemptions != 0 {
+			t.Fatalf("held at kernel %d: BE preempted %d times, RT %d; want 1 and 0", at, b.Preemptions, r.Preemptions)
+		}
+		if d := sameBits(b.Out, cudaReference(t, be, "squeeze", b.In)); d != "" {
+			t.Errorf("BE job preempted at kernel %d and restored: %s", at, d)
+		}
+		if d := sameBits(r.Out, cudaReference(t, be, "bert", r.In)); d != "" {
+			t.Errorf("RT job: %s", d)
+		}
+	}
+	st := s.Stats()
+	if st.Preemptions != 2 || st.Restores != 2 || len(st.PreemptNs) != 2 || st.ModeSwitches != 2 {
+		t.Fatalf("stats %+v: want 2 preemptions, restores and mode switches", st)
+	}
+	if st.ReexecNs < 0 {
+		t.Fatalf("re-executed %v ns", st.ReexecNs)
+	}
+	t.Logf("preemption latencies on the emulator %v ns, re-executed %.0f ns of profiled kernel time", st.PreemptNs, st.ReexecNs)
+}
+
+// TestSegmentDeviceBackend: the scheduler backend on the emulated cuda
+// device serves batches of a batched model through its buckets (every
+// answer equal to the cuda backend's at that batch size), reports the
+// cuda device in its counters, and frees every instance when the model
+// is unloaded.
+func TestSegmentDeviceBackend(t *testing.T) {
+	be := emuCUDA(t)
+	ctx := context.Background()
+	sb := NewBackend(BackendOptions{Config: Config{Policy: PolicyREEF, Segments: be}})
+	if err := sb.Init(ctx, libml.BackendConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	tm := testModels["squeeze"]
+	g, err := zoo.Build(tm.name, tm.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := sb.LoadModel(ctx, "squeeze", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.ConfigureBatch(inst, 3); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := be.LoadModel(ctx, "squeeze-ref", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := be.ConfigureBatch(ref, 4); err != nil {
+		t.Fatal(err)
+	}
+	is, os := inst.InputSize(), inst.OutputSize()
+	for _, n := range []int{1, 2, 3} {
+		in := fillInput(n*is, uint64(n))
+		got := make([]float32, n*os)
+		if err := sb.InferBatch(ctx, inst, n, in, got); err != nil {
+			t.Fatal(err)
+		}
+		// batch 3 runs in the batch-4 bucket, its fourth row unused: the
+		// bucket's answer for the three rows
+		bucket := map[int]int{1: 1, 2: 2, 3: 4}[n]
+		bin := make([]float32, bucket*is)
+		copy(bin, in)
+		want := make([]float32, bucket*os)
+		if err := be.InferBatch(ctx, ref, bucket, bin, want); err != nil {
+			t.Fatal(err)
+		}
+		if d := sameBits(got, want[:n*os]); d != "" {
+			t.Errorf("batch %d: %s", n, d)
+		}
+	}
+	st, ok := sb.SchedStats()
+	if !ok || st.Device != "cuda" || st.Policy != "reef" || st.BEJobs != 3 {
+		t.Fatalf("counters %+v (ok %v): want 3 BE jobs of reef on cuda", st, ok)
+	}
+	if err := ref.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Deinit(); err != nil {
+		t.Fatal(err)
+	}
+	if s := fmt.Sprint(sb.Loaded()); s != "0" {
+		t.Fatalf("%s models still loaded", s)
+	}
+}
