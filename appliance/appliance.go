@@ -159,6 +159,39 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 		cfg = libml.BackendConfig{}
 		b = cuda.NewBackend(cuda.Options{Emulate: a.prof.Appliance.CUDA == CUDAEmu})
 	default:
+		if pol, ok := strings.CutSuffix(strings.TrimPrefix(name, "sched/"), "/cuda"); ok && strings.HasPrefix(name, "sched/") {
+			// A policy on the cuda device: its scheduler drives the cuda
+			// backend's instances (a GPU, or the kernel emulator). Where
+			// "cuda" fell back to the cpu, the IFs share the cpu
+			// scheduler of their policy.
+			p, err := sched.ParsePolicy(pol)
+			if err != nil {
+				return nil, fmt.Errorf("appliance: backend %s: %w", name, err)
+			}
+			a.mu.Unlock()
+			cb, cerr := a.backend(ctx, "cuda")
+			if cerr == nil {
+				if _, ok := cb.(libml.SegmentBackend); !ok {
+					cb, cerr = a.backend(ctx, "sched/"+pol)
+				}
+			}
+			a.mu.Lock()
+			if cerr != nil {
+				return nil, cerr
+			}
+			if prev, ok := a.backends[name]; ok {
+				return prev, nil
+			}
+			seg, ok := cb.(libml.SegmentBackend)
+			if !ok {
+				a.backends[name] = cb
+				return cb, nil
+			}
+			lat := a.metrics.preemptLat.WithLabelValues(string(p), seg.Name())
+			b = sched.NewBackend(sched.BackendOptions{Config: sched.Config{Policy: p, Segments: seg,
+				OnPreempt: func(ns int64) { lat.Observe(float64(ns) / 1e9) }}})
+			break
+		}
 		if pol, ok := strings.CutPrefix(name, "sched/"); ok {
 			p, err := sched.ParsePolicy(pol)
 			if err != nil {
@@ -407,9 +440,13 @@ func spinFor(spin, threads, cpus int) int {
 }
 
 // backendKey names the backend an IF runs on: its backend, or the
-// scheduler of its policy ("sched/reef").
+// scheduler of its policy on its device ("sched/reef" on the cpu,
+// "sched/reef/cuda" on the cuda device).
 func backendKey(s *IFSection) string {
 	if s.Policy != "" && s.Policy != PolicyNone {
+		if s.Backend == "cuda" {
+			return "sched/" + s.Policy + "/cuda"
+		}
 		return "sched/" + s.Policy
 	}
 	return s.Backend
@@ -742,16 +779,23 @@ func (a *Appliance) Close() {
 	// each: "cuda" may be the cpu backend. An IF that never ran still
 	// holds its instance; the backend then says so (a scheduler frees its
 	// models all the same).
+	// Schedulers go first: one on the cuda device holds instances of
+	// the cuda backend.
 	a.mu.Lock()
 	stopped := map[libml.Backend]bool{}
-	for name, b := range a.backends {
-		if !stopped[b] {
-			stopped[b] = true
-			if err := b.Deinit(); err != nil {
-				a.log.Debug("backend stopped with instances open", "backend", name, "err", err)
+	for _, schedulers := range []bool{true, false} {
+		for name, b := range a.backends {
+			if _, ok := b.(libml.Scheduling); ok != schedulers {
+				continue
 			}
+			if !stopped[b] {
+				stopped[b] = true
+				if err := b.Deinit(); err != nil {
+					a.log.Debug("backend stopped with instances open", "backend", name, "err", err)
+				}
+			}
+			delete(a.backends, name)
 		}
-		delete(a.backends, name)
 	}
 	if a.cpuDev != nil {
 		if err := a.cpuDev.Close(); err != nil {

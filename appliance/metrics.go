@@ -280,8 +280,12 @@ func (a *Appliance) schedBackends() []libml.Scheduling {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var bs []libml.Scheduling
+	seen := map[libml.Backend]bool{}
 	for _, b := range a.backends {
-		if sb, ok := b.(libml.Scheduling); ok {
+		// a policy's cuda IFs share the cpu scheduler where cuda fell
+		// back to the cpu: one backend under two names, counted once
+		if sb, ok := b.(libml.Scheduling); ok && !seen[b] {
+			seen[b] = true
 			bs = append(bs, sb)
 		}
 	}

@@ -24,7 +24,7 @@ func TestPolicyProfileErrors(t *testing.T) {
 			`test.toml:2: appliance.policy "fifo": want one of none, reef, seq, conc, srpt, split`},
 		{head + "[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\npolicy = \"edf\"\n", `test.toml:7: if[0].policy "edf"`},
 		{head + "[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nbackend=\"ort\"\npolicy = \"reef\"\n",
-			`if[0].policy "reef": scheduling policies run on the cpu backend, not "ort"`},
+			`if[0].policy "reef": scheduling policies run on the cpu and cuda backends, not "ort"`},
 		{"[appliance]\npolicy = \"reef\"\n" + head + "[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\nshare = 0.5\n",
 			`test.toml:9: if[0].share: IFs under policy "reef" share the units through the scheduler`},
 		{head + "[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\npolicy=\"seq\"\nauto_share = true\n", `if[0].share: IFs under policy "seq"`},

@@ -69,9 +69,10 @@ type Spec struct {
 	// AutoShare turns on GSLICE's self-tuning share.
 	AutoShare bool `toml:"auto_share" json:"auto_share,omitempty"`
 	// Policy is the scheduling policy the IF runs under: PolicyNone (the
-	// IF runs on its own share of the units) or a libml/sched policy (cpu
-	// backend only; no Share or AutoShare then). Empty: the appliance's
-	// policy for cpu IFs, PolicyNone for the others.
+	// IF runs on its own share of the units) or a libml/sched policy on
+	// the IF's device (cpu or cuda backend; no Share or AutoShare then).
+	// Empty: the appliance's policy for cpu IFs, PolicyNone for the
+	// others.
 	Policy string `toml:"policy" json:"policy,omitempty"`
 	// Fallback is what serves an onnx: model whose operators the engine
 	// lacks (cpu and cuda backends, no policy): FallbackORT (default)
@@ -194,8 +195,8 @@ func (s *Spec) Validate() error {
 		return fieldErr("fallback", " %q: want %q or %q", s.Fallback, FallbackORT, FallbackNone)
 	}
 	if s.Policy != "" && s.Policy != PolicyNone {
-		if s.Backend != "" && s.Backend != "cpu" {
-			return fieldErr("policy", " %q: scheduling policies run on the cpu backend, not %q (set policy = \"none\")", s.Policy, s.Backend)
+		if s.Backend != "" && s.Backend != "cpu" && s.Backend != "cuda" {
+			return fieldErr("policy", " %q: scheduling policies run on the cpu and cuda backends, not %q (set policy = \"none\")", s.Policy, s.Backend)
 		}
 		// The scheduler hands units to jobs by class and policy: an IF
 		// has no share of its own.

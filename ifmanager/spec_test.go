@@ -40,7 +40,7 @@ func TestSpecValidateNamesTheKey(t *testing.T) {
 		{func(s *Spec) { s.Model = "zoo:" }, "model", `model "zoo:"`},
 		{func(s *Spec) { s.Backend = "tpu" }, "backend", `backend "tpu"`},
 		{func(s *Spec) { s.Policy = "edf" }, "policy", `policy "edf": want one of none, reef, seq, conc, srpt, split`},
-		{func(s *Spec) { s.Policy, s.Backend = "reef", "ort" }, "policy", `scheduling policies run on the cpu backend, not "ort"`},
+		{func(s *Spec) { s.Policy, s.Backend = "reef", "ort" }, "policy", `scheduling policies run on the cpu and cuda backends, not "ort"`},
 		{func(s *Spec) { s.Policy, s.Share = "reef", 0.5 }, "share", `share: IFs under policy "reef"`},
 		{func(s *Spec) { s.Policy, s.AutoShare = "seq", true }, "share", `share: IFs under policy "seq"`},
 		{func(s *Spec) { s.Class = "vip" }, "class", `class "vip"`},

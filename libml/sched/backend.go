@@ -49,11 +49,15 @@ func NewBackend(opt BackendOptions) *Backend {
 	return &Backend{cfg: opt.Config, runs: opt.ProfileRuns}
 }
 
-// Name is "sched/<policy>".
+// Name is "sched/<policy>" on the cpu, "sched/<policy>/<device>" on a
+// segment device ("sched/reef/cuda").
 func (b *Backend) Name() string {
 	p := b.cfg.Policy
 	if p == "" {
 		p = PolicyREEF
+	}
+	if b.cfg.Segments != nil {
+		return "sched/" + string(p) + "/" + b.cfg.Segments.Name()
 	}
 	return "sched/" + string(p)
 }
