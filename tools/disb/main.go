@@ -5,6 +5,7 @@
 // machine.
 //
 //	disb [-workloads A,B,C,D,E] [-policies rt-only,reef,reef-nopad,seq,conc,srpt,split]
+//	     [-device cpu|cuda] [-cuda driver|emu]
 //	     [-duration 5s] [-warmup 500ms] [-units 2] [-trace file] [-scale 1]
 //	     [-window 4] [-alpha 4] [-md report.md] [-json report.json] [-svg plot.svg]
 //
@@ -19,6 +20,11 @@
 // deviation), and kernel-selection time; then a restore-overhead
 // measurement (each BE job preempted once at a random moment and restored
 // at once) and the models' sizes.
+//
+// -device cuda runs the same workloads through the same scheduler on the
+// cuda backend: a GPU through the driver (-cuda driver), or the kernel
+// emulator (-cuda emu: the CUDA path on the CPU, to check it, not to time
+// it). Padding is the cpu device's so far: there reef-nopad is reef.
 package main
 
 import (
@@ -68,6 +74,9 @@ type row struct {
 
 type report struct {
 	Host string
+	// Device is where the schedulers ran: "cpu", "cuda" (a GPU) or
+	// "cuda-emu" (the kernel emulator).
+	Device string
 	// Load is the 1-minute load average at the start of every round (the
 	// machine is shared).
 	Load       []float64
@@ -138,6 +147,8 @@ func main() {
 	seed := flag.Int64("seed", 1, "random seed (arrivals, inputs)")
 	replot := flag.String("replot", "", "only re-render the markdown (-md, stdout) and plot (-svg) from a JSON report (-json of an earlier run)")
 	profDir := flag.String("profiles", "", "directory of kernel profiles (tools/kprof -o DIR/<ROLE>.json); missing or stale ones are measured")
+	devName := flag.String("device", "cpu", "device the schedulers run on: cpu or cuda")
+	cudaMode := flag.String("cuda", "driver", "with -device cuda: driver (a GPU) or emu (the kernel emulator)")
 	flag.Parse()
 	if *replot != "" {
 		b, err := os.ReadFile(*replot)
@@ -202,10 +213,17 @@ func main() {
 		policies = append(policies, p)
 	}
 
-	rep := &report{Units: *units, Duration: dur.String(), Window: *window, Alpha: *alpha,
+	dev, err := openDevice(*devName, *cudaMode, *units, *window, *unitNice)
+	if err != nil {
+		fatalf("%v", err)
+	}
+	defer dev.close()
+	rep := &report{Units: dev.units(), Duration: dur.String(), Window: *window, Alpha: *alpha, Device: dev.label,
 		Command: "disb " + strings.Join(os.Args[1:], " ")}
 	rep.Host, _ = os.Hostname()
-	rep.BandwidthM = sched.MeasureBandwidth()
+	if dev.cuda == nil {
+		rep.BandwidthM = sched.MeasureBandwidth()
+	}
 
 	// graphs, profiles, standalone times and max throughputs, once
 	built := map[string]*graph.Graph{} // built once: the weights take seconds to generate
@@ -213,7 +231,7 @@ func main() {
 	maxThr := map[string]float64{}
 	standalone := map[string]float64{}
 	{
-		s, err := sched.New(sched.Config{Policy: sched.PolicySeq, Units: *units, Window: *window, UnitNice: *unitNice})
+		s, err := sched.New(dev.config(sched.PolicySeq))
 		if err != nil {
 			fatalf("%v", err)
 		}
@@ -242,7 +260,7 @@ func main() {
 			profiles[r] = m.Profile()
 			thr, mean := measureMax(s, m, 700*time.Millisecond)
 			maxThr[r], standalone[r] = thr, mean
-			sm := sched.Summarize(m.Profile(), *units)
+			sm := sched.Summarize(m.Profile(), dev.units())
 			rep.Models = append(rep.Models, modelRow{Role: r, Zoo: spec.Zoo, Size: spec.size(), Kernels: m.Kernels(),
 				StandaloneMs: mean / 1e6, MaxPerSec: thr, Narrow: sm.NarrowKernels, NarrowMs: sm.NarrowNs / 1e6,
 				Versions: sm.Versions, Kept: sm.Kept})
@@ -256,16 +274,17 @@ func main() {
 	}
 
 	newSched := func(p string) (*sched.Scheduler, map[string]*sched.Model) {
-		cfg := sched.Config{Units: *units, Window: *window, BEQueues: 5, Alpha: *alpha, UnitNice: *unitNice, PadMargin: *padMargin}
+		var cfg sched.Config
 		switch p {
 		case "rt-only":
-			cfg.Policy = sched.PolicyREEF
+			cfg = dev.config(sched.PolicyREEF)
 		case "reef-nopad":
-			cfg.Policy = sched.PolicyREEF
+			cfg = dev.config(sched.PolicyREEF)
 			cfg.NoPadding = true
 		default:
-			cfg.Policy = sched.Policy(p)
+			cfg = dev.config(sched.Policy(p))
 		}
+		cfg.BEQueues, cfg.Alpha, cfg.PadMargin = 5, *alpha, *padMargin
 		s, err := sched.New(cfg)
 		if err != nil {
 			fatalf("%v", err)
@@ -299,7 +318,7 @@ func main() {
 			// calibrate: the models' max throughput now (RT rates are
 			// fractions of it; throughput is normalized by it)
 			if *calib > 0 {
-				maxThr, standalone = calibrate(*units, *window, *unitNice, w, built, profiles, *calib)
+				maxThr, standalone = calibrate(dev, w, built, profiles, *calib)
 			}
 			rep.Load = append(rep.Load, loadAvg())
 			for k := range policies {
@@ -351,7 +370,7 @@ func main() {
 		ps.s.Close()
 	}
 	if *restoreJobs > 0 {
-		rep.Restore = measureRestore(*units, *window, *unitNice, built, profiles, *restoreJobs, *seed)
+		rep.Restore = measureRestore(dev, built, profiles, *restoreJobs, *seed)
 	}
 
 	render(rep, policies, *mdPath, *svgPath)
@@ -454,7 +473,7 @@ func summarize(wl, pol string, res []*clientResult, st sched.Stats, rounds int, 
 // every other job once at a random moment and restoring it at once (REEF
 // §6.4, Fig. 22): overhead = mean time of preempted jobs over unpreempted
 // ones, minus one.
-func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph, profiles map[string]*sched.ModelProfile, jobs int, seed int64) []restoreRow {
+func measureRestore(dev *device, graphs map[string]*graph.Graph, profiles map[string]*sched.ModelProfile, jobs int, seed int64) []restoreRow {
 	var out []restoreRow
 	rng := rand.New(rand.NewSource(seed))
 	// precise sleeps: a thread of our own without timer slack
@@ -462,7 +481,9 @@ func measureRestore(units, window, unitNice int, graphs map[string]*graph.Graph,
 	defer runtime.UnlockOSThread()
 	syscall.Syscall(syscall.SYS_PRCTL, 29 /* PR_SET_TIMERSLACK */, 1, 0)
 	for _, r := range allRoles {
-		s, err := sched.New(sched.Config{Policy: sched.PolicyREEF, Units: units, Window: window, BEQueues: 1, NoPadding: true, UnitNice: unitNice})
+		cfg := dev.config(sched.PolicyREEF)
+		cfg.BEQueues, cfg.NoPadding = 1, true
+		s, err := sched.New(cfg)
 		if err != nil {
 			fatalf("%v", err)
 		}
@@ -583,8 +604,8 @@ func (a *accum) results() []*clientResult {
 
 // calibrate measures the max throughput (jobs/s, closed loop, alone) and
 // standalone time of every model w uses, on a fresh seq scheduler.
-func calibrate(units, window, unitNice int, w workload, graphs map[string]*graph.Graph, profiles map[string]*sched.ModelProfile, d time.Duration) (map[string]float64, map[string]float64) {
-	s, err := sched.New(sched.Config{Policy: sched.PolicySeq, Units: units, Window: window, UnitNice: unitNice})
+func calibrate(dev *device, w workload, graphs map[string]*graph.Graph, profiles map[string]*sched.ModelProfile, d time.Duration) (map[string]float64, map[string]float64) {
+	s, err := sched.New(dev.config(sched.PolicySeq))
 	if err != nil {
 		fatalf("%v", err)
 	}
