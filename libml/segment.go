@@ -94,3 +94,31 @@ type KernelTime struct {
 	Grid              int
 	KernelNs, BlockNs float64
 }
+
+// PaddingSegmentInstance is a segment instance whose segments can carry
+// the blocks of suspended jobs (dynamic kernel padding, REEF §5): its
+// kernels launch together with blocks of the jobs' next kernels on the
+// units they leave idle, each job's kernel chosen by its profiled block
+// time (rule 1) and occupancy (rule 2).
+type PaddingSegmentInstance interface {
+	SegmentInstance
+	// RunSegmentPadded is RunSegment with padding: before each kernel,
+	// jobs (called on the segment's goroutine) returns the suspended jobs
+	// to consider, in order of preference. Each job's At moves past the
+	// blocks padding ran; a job whose instance is busy, or on another
+	// device, is skipped. The jobs' instances must not run segments of
+	// their own until RunSegmentPadded returns.
+	RunSegmentPadded(batch int, seg Segment, jobs func() []*PadJob) (SegmentResult, error)
+}
+
+// PadJob is a suspended job padding may advance.
+type PadJob struct {
+	// Inst runs the job; Batch is its batch size.
+	Inst  SegmentInstance
+	Batch int
+	// At is where its next segment starts; padding advances it.
+	At ResumePoint
+	// Blocks counts its blocks run by padding, Kernels its kernels that
+	// padding finished (padding adds to both).
+	Blocks, Kernels int64
+}

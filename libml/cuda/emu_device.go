@@ -88,7 +88,14 @@ func openEmulator(sms int) (gpuCtx, error) {
 	if sms < 1 || sms > 1024 {
 		return nil, fmt.Errorf("cuda: %d %w", sms, errEmuSMs)
 	}
-	return newEmuDevice(sms, true, false), nil
+	d := newEmuDevice(sms, true, false)
+	// The emulator runs a launch's blocks one after another. Run in
+	// order, sg_pad's first blocks (the RT kernel's SMs) would finish
+	// the RT kernel before a BE block ran, and padding would do nothing;
+	// last to first, the BE blocks on the SMs the RT kernel leaves free
+	// run while it still has work, as they run beside it on a GPU.
+	d.h.padReverse = true
+	return d, nil
 }
 
 // newEmuDevice is an emulated device of sms SMs that can be partitioned

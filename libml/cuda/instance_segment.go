@@ -11,8 +11,8 @@ import (
 // and restores them, under any of its policies.
 
 var (
-	_ libml.SegmentInstance = (*Instance)(nil)
-	_ libml.SegmentBackend  = (*Backend)(nil)
+	_ libml.PaddingSegmentInstance = (*Instance)(nil)
+	_ libml.SegmentBackend         = (*Backend)(nil)
 )
 
 // Arm marks a segment as about to run (libml.SegmentInstance): a Preempt
@@ -41,7 +41,7 @@ func (i *Instance) disarm() {
 func (i *Instance) RunSegment(batch int, seg libml.Segment) (libml.SegmentResult, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	res, err := i.runSegment(batch, seg)
+	res, err := i.runSegment(batch, seg, nil)
 	if err != nil {
 		i.disarm()
 		return libml.SegmentResult{}, fmt.Errorf("cuda: RunSegment %q: %w", i.m.name, err)
@@ -49,7 +49,23 @@ func (i *Instance) RunSegment(batch int, seg libml.Segment) (libml.SegmentResult
 	return res, nil
 }
 
-func (i *Instance) runSegment(batch int, seg libml.Segment) (libml.SegmentResult, error) {
+// RunSegmentPadded is RunSegment with dynamic kernel padding
+// (libml.PaddingSegmentInstance): each kernel launches through sg_pad
+// with blocks of the suspended jobs jobs returns when the selector picks
+// any (RunPadded's mechanism; the jobs' models need a kernel profile,
+// which ProfileSegments installs).
+func (i *Instance) RunSegmentPadded(batch int, seg libml.Segment, jobs func() []*libml.PadJob) (libml.SegmentResult, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	res, err := i.runSegment(batch, seg, jobs)
+	if err != nil {
+		i.disarm()
+		return libml.SegmentResult{}, fmt.Errorf("cuda: RunSegmentPadded %q: %w", i.m.name, err)
+	}
+	return res, nil
+}
+
+func (i *Instance) runSegment(batch int, seg libml.Segment, jobs func() []*libml.PadJob) (libml.SegmentResult, error) {
 	p, err := i.planFor(batch)
 	if err != nil {
 		return libml.SegmentResult{}, err
@@ -88,7 +104,17 @@ func (i *Instance) runSegment(batch int, seg libml.Segment) (libml.SegmentResult
 			rb = &readBack{off: i.outOff, src: ob.Off, n: 4 * len(seg.Out)}
 		}
 	}
-	preempted, exec, err := i.runTo(p, at, seg.To, rb, nil, true)
+	var pad *padRun
+	if jobs != nil {
+		pad = &padRun{inst: i, jobs: jobs}
+		if err := pad.init(i, p); err != nil {
+			return libml.SegmentResult{}, err
+		}
+	}
+	preempted, exec, err := i.runTo(p, at, seg.To, rb, pad, true)
+	if pad != nil {
+		pad.release()
+	}
 	if err != nil {
 		return libml.SegmentResult{}, err
 	}
@@ -102,10 +128,16 @@ func (i *Instance) runSegment(batch int, seg libml.Segment) (libml.SegmentResult
 
 // ProfileSegments times every kernel of the batch's plan in every
 // version (libml.SegmentInstance): ProfileKernels' measurements, in the
-// form the scheduler's profiles are built from.
+// form the scheduler's profiles are built from. The profile is also
+// installed for the model at that batch size (SetKernelProfile), for
+// padding.
 func (i *Instance) ProfileSegments(batch, reps int) ([]libml.KernelTime, error) {
 	mp, err := i.ProfileKernels(batch, reps)
 	if err != nil {
+		return nil, err
+	}
+	// installed for the model at this batch size: padding reads it
+	if err := i.SetKernelProfile(mp); err != nil {
 		return nil, err
 	}
 	out := make([]libml.KernelTime, 0, len(mp.Kernels))

@@ -245,7 +245,7 @@ func (pj *padJobs) finish(t *testing.T) PadStats {
 	}
 	closeTo(t, "RT output, padded", out, pj.rtOut, 0)
 	for n, j := range pj.be {
-		got := finishFrom(t, j.Inst, j.At, len(pj.beOut[n]))
+		got := finishFrom(t, j.Inst.(*Instance), j.At, len(pj.beOut[n]))
 		closeTo(t, fmt.Sprintf("BE %d restored after padding", n), got, pj.beOut[n], 0)
 	}
 	t.Logf("padding: %+v, jobs asked %d times; BE jobs: %+v %+v", st, calls, *pj.be[0], *pj.be[1])
@@ -320,7 +320,7 @@ func TestRunPaddedLostBlock(t *testing.T) {
 	// block (on the top SM: the last pick's) runs BE blocks first; its
 	// 6th barrier is inside its first BE block's GEMM
 	last := pj.be[len(pj.be)-1]
-	d.h.armPreempt(0, emu.Options{Preempt: true, Reverse: true, PreemptBlock: 2*emuSMs - 1, PreemptAfterSyncs: 6, PreemptAddr: last.Inst.state})
+	d.h.armPreempt(0, emu.Options{Preempt: true, Reverse: true, PreemptBlock: 2*emuSMs - 1, PreemptAfterSyncs: 6, PreemptAddr: last.Inst.(*Instance).state})
 	at0 := last.At
 	st := pj.finish(t)
 	if st.Padded == 0 {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"sluice/libml"
 )
 
 // Dynamic kernel padding on the backend (REEF §5, Figure 12): an RT
@@ -44,17 +46,10 @@ import (
 // order, so that SM ranges are ranges of ids (sg_pad's RT SMs are the ids
 // below rt_sms); otherwise the ids are taken to be 0..SMs-1.
 
-// PadJob is a suspended best-effort job a padded run may advance.
-type PadJob struct {
-	// Inst runs the job; Batch is its batch size.
-	Inst  *Instance
-	Batch int
-	// At is where its next run resumes (RunFrom); RunPadded advances it.
-	At ResumePoint
-	// Blocks counts its blocks run by padding, Kernels its kernels that
-	// padding finished (RunPadded adds to both).
-	Blocks, Kernels int64
-}
+// PadJob is a suspended best-effort job a padded run may advance: its
+// Inst must be an *Instance of the same backend (others are skipped). It
+// is the segment contract's type (libml.PadJob).
+type PadJob = libml.PadJob
 
 // PadStats is what RunPadded's padding did.
 type PadStats struct {
@@ -209,9 +204,10 @@ type padRun struct {
 // padHeld is a BE job the run holds (its instance locked) for a launch,
 // with the version its next kernel runs in.
 type padHeld struct {
-	j   *PadJob
-	p   *kplan
-	ver int
+	j    *PadJob
+	inst *Instance
+	p    *kplan
+	ver  int
 }
 
 func (pr *padRun) init(i *Instance, p *kplan) error {
@@ -280,7 +276,7 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 		return false, err
 	}
 	for _, h := range pr.picked {
-		if err := s.WriteAsync(h.j.Inst.state+StateFlag, pb.stage, padStageZero, 4); err != nil {
+		if err := s.WriteAsync(h.inst.state+StateFlag, pb.stage, padStageZero, 4); err != nil {
 			pr.unhold()
 			return false, err
 		}
@@ -341,7 +337,7 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *KernelProfile, params
 		if picked[c] {
 			pr.picked = append(pr.picked, h)
 		} else {
-			h.j.Inst.mu.Unlock()
+			h.inst.mu.Unlock()
 		}
 	}
 	if len(pr.picks) == 0 {
@@ -360,7 +356,7 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *KernelProfile, params
 		a.T[TBase] += int64(at.Block)
 		lo, hi := i.pad.smRange(pk.SMLo, pk.SMHi)
 		pr.ctl.BE = append(pr.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
-			State: h.j.Inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Cand].Grid),
+			State: h.inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Cand].Grid),
 			SMLo: lo, SMHi: hi})
 	}
 	return true
@@ -372,8 +368,8 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *KernelProfile, params
 // started, in the version PadVersion chooses among its candidates (none
 // fitting: no candidate).
 func holdJob(i *Instance, j *PadJob, rt PadRT, sms, occ int) (padHeld, PadCand, bool) {
-	be := j.Inst
-	if be == nil || be == i || be.b != i.b || !be.mu.TryLock() {
+	be, ok := j.Inst.(*Instance)
+	if !ok || be == nil || be == i || be.b != i.b || !be.mu.TryLock() {
 		return padHeld{}, PadCand{}, false
 	}
 	p, err := be.planFor(j.Batch)
@@ -417,7 +413,7 @@ func holdJob(i *Instance, j *PadJob, rt PadRT, sms, occ int) (padHeld, PadCand, 
 		return padHeld{}, PadCand{}, false
 	}
 	c := PadCand{Grid: kp.Grid - j.At.Block, Occupancy: min(kp.Occupancy, occ), BlockNs: kp.BlockNs, KernelNs: kp.KernelNs}
-	return padHeld{j: j, p: p, ver: kp.Version}, c, true
+	return padHeld{j: j, inst: be, p: p, ver: kp.Version}, c, true
 }
 
 // maxVersions bounds the versions of a kernel (Versions).
@@ -426,7 +422,7 @@ const maxVersions = 4
 // unhold releases the jobs of a padded launch that did not happen.
 func (pr *padRun) unhold() {
 	for _, h := range pr.picked {
-		h.j.Inst.mu.Unlock()
+		h.inst.mu.Unlock()
 	}
 	pr.picked = pr.picked[:0]
 }
@@ -464,7 +460,7 @@ func (pr *padRun) finish() {
 				j.At.Version = 0
 			}
 		}
-		j.Inst.mu.Unlock()
+		h.inst.mu.Unlock()
 	}
 	pr.picked = pr.picked[:0]
 }

@@ -20,7 +20,7 @@ type reef struct {
 	rtQ    fifo
 	beQ    []fifo
 	rtMode bool
-	pad    *ncpu.Pad // nil without padding
+	pad    padder // nil without padding
 	padOn  bool
 	offer  []bool // BE lane i's job is offered to padding
 	rec    *preemptRec
@@ -36,16 +36,24 @@ func newReef(s *Scheduler) (*reef, error) {
 		}
 	}
 	r.offer = make([]bool, len(r.be))
-	if !s.cfg.NoPadding {
+	switch {
+	case s.cfg.NoPadding:
+	case s.cfg.Segments != nil:
+		// the RT lane's segments run padded with the offered jobs
+		sp := newSegPadder(len(r.be))
+		r.rt.ds.(*segStream).pad = sp.candidates
+		r.pad = sp
+	default:
 		// the units have one padding slot: one padding scheduler each
 		if err := s.dev.ClaimPadding(s); err != nil {
 			return nil, fmt.Errorf("sched: reef padding: %w", err)
 		}
-		var err error
-		if r.pad, err = ncpu.NewPad(r.rt.st, len(r.be), s.bw); err != nil {
+		p, err := ncpu.NewPad(r.rt.st, len(r.be), s.bw)
+		if err != nil {
 			return nil, err
 		}
-		r.pad.SetRule1(int(s.cfg.PadMargin * 100))
+		p.SetRule1(int(s.cfg.PadMargin * 100))
+		r.pad = cpuPadder{p: p, pool: s.pool, n: len(r.be)}
 	}
 	return r, nil
 }
@@ -135,17 +143,16 @@ func (r *reef) preemptBE() *preemptRec {
 // jobs are offered.
 func (r *reef) startPad() {
 	if r.pad != nil {
-		r.pad.Reset()
+		r.pad.reset()
 		for i := range r.be {
 			r.offer[i] = false
-			r.pad.SetCand(i, nil, ncpu.Cursor{V: -1})
 		}
 		for _, l := range r.be {
 			if l.job != nil && !l.busy {
 				r.offerPad(l)
 			}
 		}
-		r.pad.Start(r.s.pool)
+		r.pad.start()
 		r.padOn = true
 	}
 }
@@ -237,14 +244,7 @@ func (r *reef) offerPad(l *lane) {
 		return
 	}
 	i := l.id - 1
-	j := l.job
-	cur := ncpu.Cursor{K: j.pos, V: -1}
-	if j.posBlk > 0 {
-		cur.V, cur.Next, cur.Done = j.posVer, j.posBlk, j.posBlk
-		cur.Grid = j.Model.prof.Kernels[j.pos].Versions[j.posVer].Grid
-	}
-	r.pad.SetCand(i, j.inst.pad, cur)
-	r.offer[i] = true
+	r.offer[i] = r.pad.offer(i, l.job)
 }
 
 // collectPad reads the padding cursors back into the jobs: with stop,
@@ -256,14 +256,14 @@ func (r *reef) collectPad(stop bool) {
 		return
 	}
 	if stop {
-		r.pad.Stop(r.s.pool)
+		r.pad.stop()
 		r.padOn = false
 	}
 	for i, l := range r.be {
 		if !r.offer[i] || l.job == nil {
 			continue
 		}
-		cur := r.pad.Cursor(i)
+		cur := r.pad.cursor(i)
 		j := l.job
 		nk := len(j.Model.prog.Kernels)
 		finished := cur.K >= nk
@@ -290,11 +290,23 @@ func (r *reef) collectPad(stop bool) {
 				continue // restored by exitRT
 			}
 		}
+		if j.inst != nil && j.inst.run != nil {
+			// on a segment device the output is still on the device: a
+			// last, empty segment reads it (now, or when exitRT restores)
+			j.pos, j.posVer, j.posBlk = nk, 0, 0
+			r.offer[i] = false
+			r.pad.withdraw(i)
+			r.s.stats.PadJobs++
+			if !stop {
+				r.s.run(l, nk, lkPreempt)
+			}
+			continue
+		}
 		l.job = nil
 		r.s.stats.PadJobs++
 		r.s.finish(j)
 		if !stop {
-			r.pad.SetCand(i, nil, ncpu.Cursor{V: -1})
+			r.pad.withdraw(i)
 			r.next(l)
 		}
 	}
@@ -303,7 +315,7 @@ func (r *reef) collectPad(stop bool) {
 func (r *reef) drop() []*Job {
 	out := drainQueues(&r.rtQ, r.beQ)
 	if r.pad != nil && r.padOn {
-		r.pad.Stop(r.s.pool)
+		r.pad.stop()
 		r.padOn = false
 	}
 	return out
@@ -311,7 +323,7 @@ func (r *reef) drop() []*Job {
 
 func (r *reef) close() {
 	if r.pad != nil {
-		r.pad.Free()
+		r.pad.free()
 		r.pad = nil
 	}
 }

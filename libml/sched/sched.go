@@ -84,7 +84,10 @@ type Config struct {
 	// the cpu: an initialised backend whose instances run kernels in
 	// segments on streams of their own (the cuda backend, on a GPU or on
 	// the kernel emulator). Its unit count is Units; Device, PinUnits and
-	// UnitNice do not apply, and kernel padding is off (NoPadding).
+	// UnitNice do not apply. reef pads RT segments with the suspended BE
+	// jobs where the instances can (libml.PaddingSegmentInstance), by the
+	// device's own selector and profiles (PadMargin and PadBudgetMBs are
+	// the cpu's).
 	Segments libml.SegmentBackend
 	// Units is the number of worker units (default: all CPUs); PinUnits
 	// pins them to cores.
@@ -163,7 +166,7 @@ func (c *Config) defaults() error {
 		if c.Device != nil || c.UnitNice != 0 {
 			return errors.New("sched: a segment device runs its own units: no cpu Device or UnitNice")
 		}
-		c.Units, c.PinUnits, c.NoPadding = c.Segments.Units(), false, true
+		c.Units, c.PinUnits = c.Segments.Units(), false
 	}
 	if c.Device != nil {
 		c.Units = c.Device.Units()
@@ -378,7 +381,7 @@ func New(cfg Config) (*Scheduler, error) {
 			return nil, fmt.Errorf("sched: unit nice %+d: %w", cfg.UnitNice, err)
 		}
 	}
-	if cfg.PadBudgetMBs == 0 && !cfg.NoPadding {
+	if cfg.PadBudgetMBs == 0 && !cfg.NoPadding && cfg.Segments == nil {
 		s.bw = MeasureBandwidth() * 8 / 10
 	} else if cfg.PadBudgetMBs > 0 {
 		s.bw = cfg.PadBudgetMBs
@@ -593,7 +596,7 @@ func (s *Scheduler) Stats() Stats {
 	st := s.stats
 	st.PreemptNs = append([]int64(nil), s.stats.PreemptNs...)
 	if r, ok := s.pol.(*reef); ok && r.pad != nil {
-		st.PadSelect = r.pad.Stats()
+		st.PadSelect = r.pad.stats()
 	}
 	return st
 }

@@ -200,7 +200,7 @@ func rtIntoBE(t testing.TB, s *Scheduler, b, r *Job, beAt int, beBlk int64, rtAt
 		rt.st.ReleaseHold()
 		waitFor(t, fmt.Sprintf("RT kernel %d", rtAt), func() bool { return rt.st.Holds() > rh+1 })
 		waitFor(t, "padding", func() bool {
-			return s.locked(func() bool { return be.job != b || padded(rf.pad.Cursor(b.Queue)) })
+			return s.locked(func() bool { return be.job != b || padded(rf.pad.cursor(b.Queue)) })
 		})
 		rt.st.ReleaseHold()
 	}

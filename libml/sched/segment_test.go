@@ -251,3 +251,92 @@ func TestSegmentDeviceBackend(t *testing.T) {
 		t.Fatalf("%s models still loaded", s)
 	}
 }
+
+// synthPadProfile installs a kernel profile for m's instances on the
+// emulated device (the device's own, measured at load, with its times
+// replaced): the emulator's host-clock times say nothing of a GPU, and a
+// test of padding must not depend on them. rt makes every kernel long
+// (rule 1 then admits any BE block beside it); otherwise every block is
+// short.
+func synthPadProfile(t testing.TB, m *Model, rt bool) {
+	t.Helper()
+	in, err := m.acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.releaseInstance(in)
+	ci := in.run.(*cuda.Instance)
+	mp, err := ci.ProfileKernels(m.batch, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range mp.Kernels {
+		kp := &mp.Kernels[k]
+		if rt {
+			kp.KernelNs, kp.BlockNs = 1e9, 1e9
+		} else {
+			kp.KernelNs, kp.BlockNs = float64(kp.Grid)*1e3, 1e3
+		}
+	}
+	if err := ci.SetKernelProfile(mp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSegmentDeviceReefPads: on the emulated cuda device under reef with
+// padding, a BE job preempted by an RT arrival (scripted, as in
+// TestSegmentDeviceReefPreempts) is offered to the RT job's padded
+// segments: sg_pad runs BE blocks beside the RT kernels (profiles given
+// as data, so the selector certainly picks), and the BE job restores
+// from where padding left it, or, when padding ran all its kernels, only
+// has its output read. Both outputs are the cuda backend's alone, bit for
+// bit.
+func TestSegmentDeviceReefPads(t *testing.T) {
+	be := emuCUDA(t)
+	for _, c := range []struct {
+		name    string
+		be, rt  string
+		holdAt  func(live []int) int
+		padDone bool // padding runs the BE job to its end
+	}{
+		{"restore after padding", "squeeze", "bert", func(live []int) int { return live[len(live)/4] }, false},
+		{"finished by padding", "bert", "squeeze", func(live []int) int { return live[len(live)-3] }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := segSched(t, be, PolicyREEF)
+			big, small := segLoad(t, s, c.be), segLoad(t, s, c.rt)
+			synthPadProfile(t, big, false)
+			synthPadProfile(t, small, true)
+			at := c.holdAt(liveKernels(big))
+			var o order
+			b, r := o.hook(job(big, BE, 0, 7)), o.hook(job(small, RT, 0, 8))
+			if err := be.HoldFrom(int64(at)); err != nil {
+				t.Fatal(err)
+			}
+			h := be.Holds()
+			if err := s.Submit(b); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the BE job's launch to be held", func() bool { return be.Holds() > h })
+			if err := s.Submit(r); err != nil {
+				t.Fatal(err)
+			}
+			got := o.wait(t, b, r)
+			sameOrder(t, got, []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
+			if d := sameBits(b.Out, cudaReference(t, be, c.be, b.In)); d != "" {
+				t.Errorf("BE job preempted at kernel %d, padded (%d blocks) and restored: %s", at, b.PadBlocks, d)
+			}
+			if d := sameBits(r.Out, cudaReference(t, be, c.rt, r.In)); d != "" {
+				t.Errorf("RT job, padded: %s", d)
+			}
+			st := s.Stats()
+			if b.Preemptions != 1 || st.PadBlocks <= 0 || b.PadBlocks != st.PadBlocks {
+				t.Fatalf("BE preempted %d times, %d padded blocks (the job counts %d): want 1 preemption and padding", b.Preemptions, st.PadBlocks, b.PadBlocks)
+			}
+			if done := st.PadJobs == 1; done != c.padDone {
+				t.Fatalf("%d BE jobs finished by padding, want the BE job finished by padding: %v", st.PadJobs, c.padDone)
+			}
+			t.Logf("held at kernel %d: padding ran %d BE blocks beside the RT job (%d BE jobs finished by padding)", at, st.PadBlocks, st.PadJobs)
+		})
+	}
+}

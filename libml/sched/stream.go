@@ -123,6 +123,9 @@ func (c cpuStream) close() {
 type segStream struct {
 	l    *lane
 	work chan segWork
+	// pad, when set (reef's RT lane), gives the suspended jobs its RT
+	// segments are padded with
+	pad func() []*libml.PadJob
 
 	mu      sync.Mutex
 	running libml.SegmentInstance // the instance of the segment handed over (nil: none)
@@ -139,6 +142,7 @@ type segWork struct {
 	inst  libml.SegmentInstance
 	batch int
 	seg   libml.Segment
+	pad   func() []*libml.PadJob
 }
 
 // newSegLane makes lane id of a segment device: its goroutine and an
@@ -162,7 +166,15 @@ func (ss *segStream) loop() {
 	defer ss.quit.Done()
 	for w := range ss.work {
 		t0 := Now()
-		res, err := w.inst.RunSegment(w.batch, w.seg)
+		var (
+			res libml.SegmentResult
+			err error
+		)
+		if pi, ok := w.inst.(libml.PaddingSegmentInstance); ok && w.pad != nil {
+			res, err = pi.RunSegmentPadded(w.batch, w.seg, w.pad)
+		} else {
+			res, err = w.inst.RunSegment(w.batch, w.seg)
+		}
 		t1 := Now()
 		ss.mu.Lock()
 		ss.running = nil
@@ -179,7 +191,7 @@ func (ss *segStream) loop() {
 // notify writes the lane's drain notification.
 func (ss *segStream) notify() { ss.l.wake() }
 
-func (ss *segStream) push(l *lane, to int, _ launchKind) {
+func (ss *segStream) push(l *lane, to int, kind launchKind) {
 	j := l.job
 	in := j.inst
 	seg := libml.Segment{From: libml.ResumePoint{Kernel: j.pos, Block: int(j.posBlk), Version: j.posVer}, To: to}
@@ -191,7 +203,7 @@ func (ss *segStream) push(l *lane, to int, _ launchKind) {
 	}
 	ss.mu.Lock()
 	ss.res, ss.err, ss.mark, ss.drain, ss.exec = libml.SegmentResult{}, nil, 0, 0, -1
-	if j.pos >= to && seg.In == nil {
+	if j.pos >= to && seg.In == nil && seg.Out == nil {
 		// nothing to run: the segment is over at once
 		ss.drain = Now()
 		ss.mu.Unlock()
@@ -201,7 +213,11 @@ func (ss *segStream) push(l *lane, to int, _ launchKind) {
 	ss.running = in.run
 	in.run.Arm() // from here a preempt reaches the segment
 	ss.mu.Unlock()
-	ss.work <- segWork{inst: in.run, batch: j.Model.batch, seg: seg}
+	w := segWork{inst: in.run, batch: j.Model.batch, seg: seg}
+	if kind == lkRT {
+		w.pad = ss.pad
+	}
+	ss.work <- w
 }
 
 func (ss *segStream) preempt() int64 {
