@@ -101,3 +101,58 @@ func TestRunWorkload(t *testing.T) {
 		t.Fatal("bad svg")
 	}
 }
+
+// TestRunWorkloadCUDAEmu runs a scaled-down workload through the same
+// scheduler on the cuda device (-device cuda -cuda emu: the kernel
+// emulator) under reef and seq, and checks the report names the device.
+func TestRunWorkloadCUDAEmu(t *testing.T) {
+	dev, err := openDevice("cuda", "emu", 0, 4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.close()
+	specs := map[string]modelSpec{
+		"BERT": {"BERT", "bert", zoo.Options{Layers: 2, SeqLen: 16, Hidden: 64, Heads: 2, FF: 128, Seed: 1}},
+		"VGG":  {"VGG", "squeezenet11", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 1}},
+	}
+	w := workload{Name: "A", Clients: []client{
+		{Name: "rt0", Role: "BERT", Class: sched.RT, Rate: 0.3},
+		{Name: "be0", Role: "VGG", Class: sched.BE},
+	}}
+	var rows []*row
+	for _, p := range []sched.Policy{sched.PolicyREEF, sched.PolicySeq} {
+		cfg := dev.config(p)
+		cfg.BEQueues = 1
+		s, err := sched.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.DeviceName() != "cuda" {
+			t.Fatalf("the scheduler runs on %q", s.DeviceName())
+		}
+		ms := map[string]*sched.Model{}
+		thr, alone := map[string]float64{}, map[string]float64{}
+		for r, spec := range specs {
+			g, err := zoo.Build(spec.Zoo, spec.Opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms[r], err = s.Load(r, g, sched.ModelOptions{ProfileRuns: 1}); err != nil {
+				t.Fatal(err)
+			}
+			thr[r], alone[r] = 1e9/ms[r].StandaloneNs(), ms[r].StandaloneNs()
+		}
+		res := runWorkload(s, w, ms, thr, alone, false, 200*time.Millisecond, 3*time.Second, 4, 1)
+		st := s.Stats()
+		s.Close()
+		r := summarize("A", string(p), res, st, 1, 3*time.Second)
+		if r.RTCount == 0 || r.RTMeanMs <= 0 || r.Thr <= 0 {
+			t.Fatalf("%s: %+v", p, r)
+		}
+		rows = append(rows, r)
+	}
+	rep := &report{Device: dev.label, Units: dev.units(), Duration: "3s", Window: 4, Alpha: 4, Rows: rows, Load: []float64{1}}
+	if md := markdown(rep); !strings.Contains(md, "DISB on the cuda-emu device") || !strings.Contains(md, "| A | reef |") {
+		t.Fatalf("report:\n%s", md)
+	}
+}

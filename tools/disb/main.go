@@ -24,7 +24,7 @@
 // -device cuda runs the same workloads through the same scheduler on the
 // cuda backend: a GPU through the driver (-cuda driver), or the kernel
 // emulator (-cuda emu: the CUDA path on the CPU, to check it, not to time
-// it). Padding is the cpu device's so far: there reef-nopad is reef.
+// it). reef pads there with the device's own selector (sg_pad).
 package main
 
 import (

@@ -22,7 +22,7 @@ func markdown(r *report) string {
 	case "", "cpu":
 		fmt.Fprintf(&b, "### DISB on the CPU backend (%d units, window %d, %s per run)\n\n", r.Units, r.Window, r.Duration)
 	default:
-		fmt.Fprintf(&b, "### DISB on the %s device (%d SMs, window %d, %s per run; no padding on this device yet: reef-nopad is reef)\n\n", r.Device, r.Units, r.Window, r.Duration)
+		fmt.Fprintf(&b, "### DISB on the %s device (%d SMs, window %d, %s per run)\n\n", r.Device, r.Units, r.Window, r.Duration)
 	}
 	fmt.Fprintf(&b, "Command: `%s` (memory bandwidth measured %d MB/s; 1-minute load average at the rounds' starts: %s — the machine is shared).\n\n", r.Command, r.BandwidthM, loads(r.Load))
 	b.WriteString("Models (REEF's roles, zoo stand-ins sized for 2 cores; standalone time and max throughput measured alone, closed loop; narrow = kernels with fewer blocks than units, what padding can fill):\n\n")
