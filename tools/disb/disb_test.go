@@ -86,7 +86,7 @@ func TestRunWorkload(t *testing.T) {
 		st := s.Stats()
 		s.Close()
 		r := summarize("A", string(p), res, st, 1, 400*time.Millisecond)
-		if r.RTCount == 0 || r.RTMeanMs <= 0 || r.Thr <= 0 {
+		if r.RTCount == 0 || r.RTMeanMs <= 0 || r.Thr <= 0 || r.Wrong != 0 {
 			t.Fatalf("%s: %+v", p, r)
 		}
 		rows = append(rows, r)
@@ -146,7 +146,7 @@ func TestRunWorkloadCUDAEmu(t *testing.T) {
 		st := s.Stats()
 		s.Close()
 		r := summarize("A", string(p), res, st, 1, 3*time.Second)
-		if r.RTCount == 0 || r.RTMeanMs <= 0 || r.Thr <= 0 {
+		if r.RTCount == 0 || r.RTMeanMs <= 0 || r.Thr <= 0 || r.Wrong != 0 {
 			t.Fatalf("%s: %+v", p, r)
 		}
 		rows = append(rows, r)

@@ -69,7 +69,10 @@ type row struct {
 	SelCalls                 int64
 	SelOver2us               float64
 	ViolRate                 float64
-	Clients                  []*clientResult `json:"-"`
+	// Wrong counts jobs whose output differed from the model's alone
+	// (must be 0: a model's output depends on its input only).
+	Wrong   int
+	Clients []*clientResult `json:"-"`
 }
 
 type report struct {
@@ -380,6 +383,11 @@ func main() {
 			fatalf("%v", err)
 		}
 	}
+	for _, r := range rep.Rows {
+		if r.Wrong > 0 {
+			fatalf("%s %s: %d jobs with an output other than the model's alone", r.Workload, r.Policy, r.Wrong)
+		}
+	}
 }
 
 // render prints the markdown report and writes it to mdPath and the plot
@@ -432,6 +440,7 @@ func summarize(wl, pol string, res []*clientResult, st sched.Stats, rounds int, 
 		}
 		viol += c.Viol
 		total += c.Done
+		r.Wrong += c.Wrong
 	}
 	if len(lat) > 0 {
 		var sum, sq float64
@@ -575,6 +584,7 @@ func (a *accum) add(res []*clientResult, st sched.Stats) {
 		m.PadBlk += c.PadBlk
 		m.BusyNs += c.BusyNs
 		m.Viol += c.Viol
+		m.Wrong += c.Wrong
 	}
 	a.st.Preemptions += st.Preemptions
 	a.st.PreemptNs = append(a.st.PreemptNs, st.PreemptNs...)

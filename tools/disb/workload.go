@@ -178,12 +178,38 @@ type clientResult struct {
 	NormThr float64
 	// Arrived counts RT requests scheduled inside the window.
 	Arrived int
+	// Wrong counts jobs (inside the window or not) whose output differs
+	// from the model's output for the same input alone, in any bit.
+	Wrong int
 }
 
 // runWorkload runs w's clients (rtOnly: only the RT ones) on s for warm +
 // dur and returns the per-client results inside the window.
 func runWorkload(s *sched.Scheduler, w workload, models map[string]*sched.Model, maxThr map[string]float64,
 	standalone map[string]float64, rtOnly bool, warm, dur time.Duration, alpha float64, seed int64) []*clientResult {
+	// every client's input, and the model's output for it alone: the
+	// reference each job's output must equal, bit for bit
+	inputs := make([][]float32, len(w.Clients))
+	refs := make([][]float32, len(w.Clients))
+	for ci, c := range w.Clients {
+		if rtOnly && c.Class != sched.RT {
+			continue
+		}
+		m := models[c.Role]
+		in := make([]float32, m.InputSize())
+		rng := rand.New(rand.NewSource(seed + int64(ci)))
+		for i := range in {
+			in[i] = float32(rng.NormFloat64())
+		}
+		j := &sched.Job{Model: m, Class: sched.BE, In: in, Out: make([]float32, m.OutputSize())}
+		if err := s.Submit(j); err != nil {
+			fatalf("reference of %s: %v", c.Name, err)
+		}
+		if err := j.Wait(); err != nil {
+			fatalf("reference of %s: %v", c.Name, err)
+		}
+		inputs[ci], refs[ci] = in, j.Out
+	}
 	start := sched.Now() + int64(2*time.Millisecond)
 	winLo, winHi := start+int64(warm), start+int64(warm+dur)
 	stop := make(chan struct{})
@@ -198,13 +224,15 @@ func runWorkload(s *sched.Scheduler, w workload, models map[string]*sched.Model,
 		m := models[c.Role]
 		r := &clientResult{Name: c.Name, Role: c.Role, Class: c.Class.String()}
 		results = append(results, r)
-		in := make([]float32, m.InputSize())
-		rng := rand.New(rand.NewSource(seed + int64(ci)))
-		for i := range in {
-			in[i] = float32(rng.NormFloat64())
-		}
+		in, ref := inputs[ci], refs[ci]
+		rng := rand.New(rand.NewSource(seed + int64(ci) + 7919))
 		std := standalone[c.Role]
 		record := func(j *sched.Job) {
+			if j.Err == nil && !sameBits(j.Out, ref) {
+				mu.Lock()
+				r.Wrong++
+				mu.Unlock()
+			}
 			if j.Err != nil || j.Finished < winLo || j.Finished > winHi {
 				return
 			}
@@ -229,6 +257,7 @@ func runWorkload(s *sched.Scheduler, w workload, models map[string]*sched.Model,
 		if c.Class == sched.BE {
 			q := beQueue
 			beQueue++
+			out := make([]float32, m.OutputSize()) // closed loop: one job at a time
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -241,7 +270,7 @@ func runWorkload(s *sched.Scheduler, w workload, models map[string]*sched.Model,
 						return
 					default:
 					}
-					j := &sched.Job{Model: m, Class: sched.BE, Queue: q, User: user, In: in}
+					j := &sched.Job{Model: m, Class: sched.BE, Queue: q, User: user, In: in, Out: out}
 					if err := s.Submit(j); err != nil {
 						return
 					}
@@ -302,7 +331,7 @@ func runWorkload(s *sched.Scheduler, w workload, models map[string]*sched.Model,
 					ts := syscall.NsecToTimespec(d)
 					syscall.Nanosleep(&ts, nil)
 				}
-				j := &sched.Job{Model: m, Class: sched.RT, User: user, In: in, Arrival: at, Done: record}
+				j := &sched.Job{Model: m, Class: sched.RT, User: user, In: in, Out: make([]float32, m.OutputSize()), Arrival: at, Done: record}
 				if err := s.Submit(j); err != nil {
 					return
 				}
@@ -361,4 +390,17 @@ func measureMax(s *sched.Scheduler, m *sched.Model, d time.Duration) (jobsPerSec
 	}
 	el := time.Since(t0).Seconds()
 	return float64(n) / el, float64(busy.Load()) / float64(n)
+}
+
+// sameBits reports whether two outputs are equal bit for bit.
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }
