@@ -2,7 +2,7 @@
 # GPU machine (which has no Go).
 #
 #   make gpu-bundle   bin/gpu/: cuda.test (go test -c ./libml/cuda),
-#                     gpubench (tools/gpubench), torchref.py and
+#                     gpubench (tools/gpubench), disb (tools/disb), torchref.py and
 #                     run-gpu.sh. The binaries need no shared library
 #                     beyond glibc (the cpu reference backend has its own
 #                     GEMM since OpenBLAS was dropped). Binaries are
@@ -28,6 +28,7 @@ gpu-bundle: deps
 	@rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)
 	$(GO) test -c -ldflags='-s -w' -o $(GPU_BUNDLE)/cuda.test ./libml/cuda/
 	$(GO) build -ldflags='-s -w' -o $(GPU_BUNDLE)/gpubench ./tools/gpubench/
+	$(GO) build -ldflags='-s -w' -o $(GPU_BUNDLE)/disb ./tools/disb/
 	cp tools/gpubench/torchref.py tools/gpubench/run-gpu.sh $(GPU_BUNDLE)/
 	@chmod +x $(GPU_BUNDLE)/run-gpu.sh $(GPU_BUNDLE)/torchref.py
 	@bytes=$$(du -sb $(GPU_BUNDLE) | cut -f1); mib=$$((bytes >> 20)); \

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 )
@@ -494,4 +495,13 @@ func profileIndex(p *kplan, mp *ModelProfile) (*kprof, error) {
 		})
 	}
 	return kp, nil
+}
+
+// pctF is the p-th percentile of sorted v (nearest rank).
+func pctF(v []float64, p float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	k := int(math.Ceil(p/100*float64(len(v)))) - 1
+	return v[min(max(k, 0), len(v)-1)]
 }

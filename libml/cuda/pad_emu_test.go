@@ -4,12 +4,10 @@ package cuda
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"sluice/libml"
 	"sluice/libml/cuda/internal/emu"
@@ -327,83 +325,6 @@ func TestRunPaddedLostBlock(t *testing.T) {
 		t.Errorf("no padded launch: %+v", st)
 	}
 	t.Logf("BE 1 from %+v to %+v", at0, last.At)
-}
-
-// disbPadProfiles profiles the DISB stand-ins of the roles in synth on b
-// (loaded under their role names, as RunDISB does) with the role's
-// synthetic-profile function; device names the profile.
-func disbPadProfiles(t *testing.T, b *Backend, device string, synth map[string]func(testing.TB, *Instance) *ModelProfile) *Profile {
-	p := &Profile{Device: device}
-	for _, m := range disbEmuModels(t) {
-		f := synth[m.Role]
-		if f == nil {
-			continue
-		}
-		inst := load(t, b, m.Role, m.Graph, 1).(*Instance)
-		p.Models = append(p.Models, *f(t, inst))
-		inst.Close()
-	}
-	return p
-}
-
-// reef-pad in the GPU DISB on the emulator: workload A (RT VGG stand-in,
-// BE RNET stand-in) with sg_pad's blocks run last to first, as the
-// suspended BE job's blocks would start beside the RT blocks on a GPU.
-// Scripted (reefPadScript): with 8 SMs, the RT job that preempted the BE
-// job carries its blocks in padded launches; on one SM the RT kernels
-// fill the device and nothing is padded; every output is exact. Then
-// RunDISB end to end under reef and reef-pad (given profiles, the
-// padding table), with checkDISB's checks: how much it padded in its
-// window, and the gain over reef, are benchmark figures (tools/gpubench
-// disb), logged here.
-func TestDISBPadEmu(t *testing.T) {
-	t.Run("8sm", func(t *testing.T) {
-		row := reefPadScript(t, emuSMs, synthProfile)
-		if row.PadLaunches == 0 || row.PadBEKernels == 0 || row.PadBEBlocks == 0 {
-			t.Errorf("no padding with a suspended BE job: %d RT kernels, %d padded, %d BE kernels, %d BE blocks",
-				row.PadRTKernels, row.PadLaunches, row.PadBEKernels, row.PadBEBlocks)
-		}
-	})
-	t.Run("1sm", func(t *testing.T) {
-		row := reefPadScript(t, 1, synthProfile)
-		if row.PadLaunches != 0 || row.PadBEBlocks != 0 {
-			t.Errorf("one SM: %d padded launches, %d BE blocks", row.PadLaunches, row.PadBEBlocks)
-		}
-	})
-	t.Run("report", func(t *testing.T) {
-		d := newEmuDev(emuSMs, false)
-		b, err := newEmuDevBackend(d, libml.BackendConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Deinit() })
-		d.h.padReverse = true
-		cfg := DISBConfig{Workloads: []DISBWorkload{scaleRates(DISBWorkloads()[0], 0.4)},
-			Policies: []string{PolicyReef, PolicyReefPad}, Duration: 600 * time.Millisecond,
-			Warmup: 100 * time.Millisecond, Calibrate: 100 * time.Millisecond, Seed: 4,
-			Profiles: disbPadProfiles(t, b, "emulator (synthetic times)",
-				map[string]func(testing.TB, *Instance) *ModelProfile{"VGG": synthProfile, "RNET": synthProfile}),
-			Logf: t.Logf, trace: true}
-		rep, err := RunDISB(context.Background(), b, disbEmuModels(t), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range rep.Models {
-			if m.PadProfile != "given" {
-				t.Errorf("%s: profile %q", m.Role, m.PadProfile)
-			}
-		}
-		if len(rep.Rows) != 2 || rep.Rows[1].Policy != PolicyReefPad {
-			t.Fatalf("%d rows", len(rep.Rows))
-		}
-		checkDISB(t, rep, cfg, 2)
-		row := rep.Rows[1]
-		t.Logf("in the window: %d RT kernels, %d padded, %d BE blocks, gain %v (figures, not checked)",
-			row.PadRTKernels, row.PadLaunches, row.PadBEBlocks, row.PadGain)
-		if !strings.Contains(rep.Markdown(), "Dynamic kernel padding") {
-			t.Error("no padding table")
-		}
-	})
 }
 
 // The host-side decision of a padded launch (padRun.choose): candidates

@@ -146,3 +146,18 @@ func suspendAtRandom(t *testing.T, inst *Instance, rng *rand.Rand) ResumePoint {
 	}
 	return ResumePoint{Kernel: resume}
 }
+
+// preemptIfRunning preempts the instance's run if one is under way and
+// reports whether one was.
+func (i *Instance) preemptIfRunning() (bool, error) {
+	i.pmu.Lock()
+	defer i.pmu.Unlock()
+	if !i.running {
+		return false, nil
+	}
+	if i.req.Load() {
+		return true, nil
+	}
+	i.req.Store(true)
+	return true, i.b.setFlag(i.state)
+}

@@ -151,16 +151,3 @@ func TestRunPaddedVersionEmu(t *testing.T) {
 		t.Errorf("padding: %+v, want every BE kernel carried in version 1", st)
 	}
 }
-
-// reef-pad in the GPU DISB on the emulator with the BE model's GEMMs
-// fitting Rule 1 only in version 1 (synthVersionProfile), scripted
-// (reefPadScript): the padded launches of the RT job that preempted the
-// BE job carry version-1 kernels, the BE job resumes from what padding
-// left in that version, and every output is exact.
-func TestDISBPadVersionEmu(t *testing.T) {
-	row := reefPadScript(t, emuSMs, synthVersionProfile)
-	if row.PadLaunches == 0 || row.PadBEKernels == 0 || row.PadBEVersioned == 0 {
-		t.Errorf("no version-1 padding: %d padded, %d BE kernels, %d of them not version 0, %d BE blocks",
-			row.PadLaunches, row.PadBEKernels, row.PadBEVersioned, row.PadBEBlocks)
-	}
-}

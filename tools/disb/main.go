@@ -5,7 +5,7 @@
 // machine.
 //
 //	disb [-workloads A,B,C,D,E] [-policies rt-only,reef,reef-nopad,seq,conc,srpt,split]
-//	     [-device cpu|cuda] [-cuda driver|emu]
+//	     [-device cpu|cuda] [-cuda driver|emu] [-full]
 //	     [-duration 5s] [-warmup 500ms] [-units 2] [-trace file] [-scale 1]
 //	     [-window 4] [-alpha 4] [-md report.md] [-json report.json] [-svg plot.svg]
 //
@@ -152,6 +152,7 @@ func main() {
 	profDir := flag.String("profiles", "", "directory of kernel profiles (tools/kprof -o DIR/<ROLE>.json); missing or stale ones are measured")
 	devName := flag.String("device", "cpu", "device the schedulers run on: cpu or cuda")
 	cudaMode := flag.String("cuda", "driver", "with -device cuda: driver (a GPU) or emu (the kernel emulator)")
+	full := flag.Bool("full", false, "the models at their standard sizes (224x224 images, BERT-base) instead of sizes for a 2-core CPU (-scale)")
 	flag.Parse()
 	if *replot != "" {
 		b, err := os.ReadFile(*replot)
@@ -179,6 +180,9 @@ func main() {
 	runtime.GOMAXPROCS(max(8, 2*runtime.NumCPU()))
 
 	specs := defaultModels(*scale)
+	if *full {
+		specs = fullModels()
+	}
 	all := disbWorkloads()
 	var runs []workload
 	for _, w := range strings.Split(*wls, ",") {

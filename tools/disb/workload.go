@@ -28,10 +28,29 @@ type modelSpec struct {
 }
 
 func (m modelSpec) size() string {
+	if m.Zoo == "bert" && m.Opt.Layers == 0 {
+		return "BERT-base: 12 layers, seq 128, hidden 768, 12 heads, FF 3072"
+	}
+	if m.Opt.Height == 0 && m.Zoo != "bert" {
+		return "224x224, 1000 classes"
+	}
 	if m.Zoo == "bert" {
 		return fmt.Sprintf("%d layers, seq %d, hidden %d, %d heads, FF %d", m.Opt.Layers, m.Opt.SeqLen, m.Opt.Hidden, m.Opt.Heads, m.Opt.FF)
 	}
 	return fmt.Sprintf("%dx%d, %d classes", m.Opt.Height, m.Opt.Width, m.Opt.Classes)
+}
+
+// fullModels maps REEF's five DISB models to zoo models at their standard
+// sizes (for a GPU: -full).
+func fullModels() map[string]modelSpec {
+	std := zoo.Options{Seed: 1}
+	return map[string]modelSpec{
+		"RNET": {"RNET", "resnet50", std},
+		"VGG":  {"VGG", "vgg16", std},
+		"YOLO": {"YOLO", "resnet18", std},
+		"BERT": {"BERT", "bert", std},
+		"GPT2": {"GPT2", "mobilenetv2", std},
+	}
 }
 
 // defaultModels maps REEF's five DISB models to zoo models sized for a

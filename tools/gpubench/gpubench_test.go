@@ -252,20 +252,18 @@ func TestLatencyCPU(t *testing.T) {
 	}
 }
 
-// Bad arguments are refused; without a GPU driver, disb says so.
+// Bad arguments are refused; without a GPU driver, kprof says so.
 func TestArgs(t *testing.T) {
 	for _, args := range [][]string{
 		nil,
 		{"frobnicate"},
-		{"disb", "-workloads", "Z"},
-		{"disb", "-policies", "fifo"},
+		{"disb"}, // tools/disb -device cuda now
 		{"export"},
 		{"export", "-dir", t.TempDir(), "-batch", "0"},
 		{"latency", "-backend", "tpu"},
 		{"latency", "-n", "0"},
 		{"kprof", "-roles", "LENET"},
 		{"kprof", "-reps", "0"},
-		{"disb", "-profile", filepath.Join(t.TempDir(), "none.json")},
 	} {
 		if _, err := runCmd(t, args...); err == nil {
 			t.Errorf("%q accepted", args)
@@ -273,10 +271,6 @@ func TestArgs(t *testing.T) {
 	}
 	if _, err := cuda.Open(); err == nil {
 		t.Skip("this machine has a CUDA driver")
-	}
-	_, err := runCmd(t, "disb", "-workloads", "A", "-duration", "10ms")
-	if !errors.Is(err, cuda.ErrNoDriver) {
-		t.Errorf("disb without a driver: %v, want ErrNoDriver", err)
 	}
 	if _, err := runCmd(t, "kprof", "-roles", "VGG"); !errors.Is(err, cuda.ErrNoDriver) {
 		t.Errorf("kprof without a driver: %v, want ErrNoDriver", err)

@@ -20,16 +20,15 @@ import (
 // models (REEF §5.2) on the cuda backend, per kernel and version (REEF
 // §5.3: GEMM and CONV have two, dominated ones marked): grid, occupancy,
 // the SMs it can fill, kernel time (GPU events) and block time (trace
-// ring, %globaltimer). Models are loaded under their DISB role names, so
-// that `gpubench disb -profile` finds them.
+// ring, %globaltimer). Models are loaded under their DISB role names.
 func runKprof(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpubench kprof", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	roles := fs.String("roles", strings.Join(cuda.DISBRoles(), ","), "DISB roles to profile")
+	roles := fs.String("roles", strings.Join(disbRoleOrder, ","), "DISB roles to profile")
 	small := fs.Bool("small", false, "the CPU DISB's reduced model sizes instead of the full ones")
 	batch := fs.Int("batch", 1, "batch size")
 	reps := fs.Int("reps", cuda.DefaultProfileReps, "launches per kernel for its time")
-	jsonPath := fs.String("json", "", "write the profile here (gpubench disb -profile reads it)")
+	jsonPath := fs.String("json", "", "write the profile here (JSON)")
 	mdPath := fs.String("md", "", "write the summary table here")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -39,8 +38,8 @@ func runKprof(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var want []string
 	for _, r := range splitList(*roles) {
-		if !slices.Contains(cuda.DISBRoles(), r) {
-			return fmt.Errorf("kprof: unknown role %q (have %v)", r, cuda.DISBRoles())
+		if !slices.Contains(disbRoleOrder, r) {
+			return fmt.Errorf("kprof: unknown role %q (have %v)", r, disbRoleOrder)
 		}
 		want = append(want, r)
 	}

@@ -1,22 +1,13 @@
 // Command gpubench runs the CUDA backend's GPU measurements that are not
 // go test benchmarks (libml/cuda/README.md, docs/benchmarks.md):
 //
-//	gpubench disb    [-workloads A,B,C,D,E] [-policies rt-only,reef,reef-pad,seq,conc]
-//	                 [-duration 5s] [-warmup 500ms] [-calibrate 2s] [-restore-jobs 40]
-//	                 [-small] [-alpha 4] [-window 4] [-seed 1] [-profile kprof.json]
-//	                 [-md report.md] [-json report.json]
 //	gpubench kprof   [-roles RNET,VGG,YOLO,BERT,GPT2] [-small] [-batch 1] [-reps 20]
 //	                 [-json kprof.json] [-md kprof.md]
 //	gpubench export  -dir DIR [-models resnet50,...] [-batch 1,8] [-backend cuda|cpu] [-small]
 //	gpubench latency [-models resnet50,bert] [-batch 1,8] [-n 50] [-backend cuda|cpu] [-small] [-json f]
 //
-// disb is REEF's DNN inference serving benchmark (DISB A-E) on cuda
-// backend instances (cuda.RunDISB): rt-only, reef, reef-pad (reef with
-// dynamic kernel padding), seq and conc, with the CPU DISB's table.
-// reef-pad uses the kernel profiles of -profile (kprof's JSON) or
-// measures them first. REEF's roles are played by zoo models at full size
-// (RNET = ResNet-50, VGG = VGG-16, YOLO = ResNet-18, BERT = BERT-base,
-// GPT2 = MobileNetV2; -small: the CPU DISB's reduced sizes).
+// REEF's DNN inference serving benchmark on the GPU is tools/disb
+// -device cuda: the appliance's own scheduler on the cuda backend.
 //
 // kprof writes the offline kernel profile of the DISB models (per kernel
 // and version: grid, occupancy, SMs it fills, kernel time by GPU events,
@@ -66,7 +57,7 @@ func main() {
 	}
 }
 
-const usage = "usage: gpubench disb|kprof|export|latency [flags] (-h after the subcommand for its flags)"
+const usage = "usage: gpubench kprof|export|latency [flags] (-h after the subcommand for its flags)"
 
 // run is the command with its arguments (tests call it).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -74,8 +65,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New(usage)
 	}
 	switch args[0] {
-	case "disb":
-		return runDISB(ctx, args[1:], stdout, stderr)
 	case "kprof":
 		return runKprof(ctx, args[1:], stdout, stderr)
 	case "export":
@@ -126,99 +115,11 @@ func zooSpec(name string, small bool) modelSpec {
 	return modelSpec{Zoo: name, Opt: zoo.Options{Height: side, Width: side, Classes: 10, Seed: 1}}
 }
 
+// disbRoles are REEF's DISB roles, in order.
+var disbRoleOrder = []string{"RNET", "VGG", "YOLO", "BERT", "GPT2"}
+
 // disbRoles maps REEF's DISB roles to zoo models (as tools/disb).
 var disbRoles = map[string]string{"RNET": "resnet50", "VGG": "vgg16", "YOLO": "resnet18", "BERT": "bert", "GPT2": "mobilenetv2"}
-
-func runDISB(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("gpubench disb", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	wls := fs.String("workloads", "A,B,C,D,E", "DISB workloads (A-E)")
-	pols := fs.String("policies", strings.Join(cuda.DISBPolicies(), ","), "policies")
-	dur := fs.Duration("duration", 5*time.Second, "measurement window per workload and policy")
-	warm := fs.Duration("warmup", 500*time.Millisecond, "warm-up before each window")
-	calib := fs.Duration("calibrate", 2*time.Second, "per model: max throughput measured alone for this long")
-	restore := fs.Int("restore-jobs", 40, "jobs per model of the restore-overhead measurement (0: skip)")
-	small := fs.Bool("small", false, "the CPU DISB's reduced model sizes instead of the full ones")
-	seed := fs.Uint64("seed", 1, "seed of inputs and arrivals")
-	alpha := fs.Float64("alpha", cuda.DefaultDISBAlpha, "violation: latency > alpha x the model's job time alone")
-	window := fs.Int("window", cuda.DefaultWindow, "device window (kernels outstanding per stream)")
-	mdPath := fs.String("md", "", "write the markdown report here")
-	jsonPath := fs.String("json", "", "write the report as JSON here")
-	profPath := fs.String("profile", "", "reef-pad's kernel profiles (gpubench kprof -json; default: measured first)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	var prof *cuda.Profile
-	if *profPath != "" {
-		f, err := os.Open(*profPath)
-		if err != nil {
-			return fmt.Errorf("disb: %w", err)
-		}
-		prof, err = cuda.ReadProfile(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("disb: %s: %w", *profPath, err)
-		}
-	}
-	var workloads []cuda.DISBWorkload
-	all := cuda.DISBWorkloads()
-	for _, name := range splitList(*wls) {
-		i := slices.IndexFunc(all, func(w cuda.DISBWorkload) bool { return strings.EqualFold(w.Name, name) })
-		if i < 0 {
-			return fmt.Errorf("disb: unknown workload %q (have A-E)", name)
-		}
-		workloads = append(workloads, all[i])
-	}
-	policies := splitList(*pols)
-	for _, p := range policies {
-		if !slices.Contains(cuda.DISBPolicies(), p) {
-			return fmt.Errorf("disb: unknown policy %q (have %v)", p, cuda.DISBPolicies())
-		}
-	}
-	if len(workloads) == 0 || len(policies) == 0 {
-		return errors.New("disb: no workload or no policy")
-	}
-	logf := log.New(stderr, "", log.Ltime).Printf
-	b := cuda.NewBackend(cuda.Options{Window: *window, Logf: logf})
-	if err := b.Init(ctx, libml.BackendConfig{}); err != nil {
-		return fmt.Errorf("disb: %w", err)
-	}
-	defer b.Deinit()
-	var models []cuda.DISBModel
-	for _, role := range cuda.DISBRoles() {
-		spec := zooSpec(disbRoles[role], *small)
-		g, err := zoo.Build(spec.Zoo, spec.Opt)
-		if err != nil {
-			return fmt.Errorf("disb: %w", err)
-		}
-		models = append(models, cuda.DISBModel{Role: role, Name: spec.Zoo, Size: spec.size(), Graph: g})
-	}
-	rep, err := cuda.RunDISB(ctx, b, models, cuda.DISBConfig{Workloads: workloads, Policies: policies,
-		Duration: *dur, Warmup: *warm, Calibrate: *calib, RestoreJobs: *restore, Seed: *seed, Alpha: *alpha,
-		Profiles: prof, Command: "gpubench disb " + strings.Join(args, " "), Logf: logf})
-	if err != nil {
-		return err
-	}
-	rep.Device = deviceName(0)
-	md := rep.Markdown()
-	fmt.Fprint(stdout, md)
-	if *mdPath != "" {
-		if err := os.WriteFile(*mdPath, []byte(md), 0o644); err != nil {
-			return fmt.Errorf("disb: %w", err)
-		}
-	}
-	if *jsonPath != "" {
-		if err := writeJSON(*jsonPath, rep); err != nil {
-			return fmt.Errorf("disb: %w", err)
-		}
-	}
-	for _, r := range rep.Rows {
-		if r.Wrong > 0 {
-			return fmt.Errorf("disb: %s %s: %d jobs with a wrong output", r.Workload, r.Policy, r.Wrong)
-		}
-	}
-	return nil
-}
 
 // deviceName describes GPU ordinal (name, SMs, compute capability,
 // memory), or says why it cannot.

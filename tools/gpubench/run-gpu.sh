@@ -5,7 +5,8 @@
 # everything it runs:
 #
 #   cuda.test    go test -c ./libml/cuda (the GPU tests and benchmarks)
-#   gpubench     tools/gpubench (GPU DISB, ONNX export, latency)
+#   gpubench     tools/gpubench (kernel profiles, ONNX export, latency)
+#   disb         tools/disb (DISB through the appliance's scheduler, -device cuda)
 #   lib/         shared libraries to load first (empty: none are needed now)
 #   torchref.py  our outputs vs ONNX Runtime, our latency vs PyTorch
 #
@@ -16,8 +17,8 @@
 #   tests      SLUICE_GPU=1 cuda.test -test.run GPU (GPU kernel and backend tests)
 #   bench      GPUBackend benchmarks (-test.benchtime 50x) and the kernel ones
 #   kprof      gpubench kprof: the DISB models' kernel profile -> kprof.md, kprof.json
-#   disb       gpubench disb: DISB A-E x rt-only/reef/reef-pad/seq/conc -> disb.md,
-#              disb.json (reef-pad uses $OUT/kprof.json when kprof ran first)
+#   disb       disb -device cuda: DISB A-E x rt-only/reef/reef-nopad/seq/conc/srpt/split
+#              through libml/sched on the GPU, full-size models -> disb.md, disb.json
 #   export     gpubench export: zoo models as ONNX + inputs + our outputs ($EXPORT_DIR)
 #   check      torchref.py check: our outputs vs ONNX Runtime, tolerance 1e-3 -> check.json
 #   latency    gpubench latency: ResNet-50, BERT-base at batch 1 and 8 -> latency.json
@@ -28,7 +29,7 @@
 # ${TMPDIR:-/tmp}/sluice-gpu-export, outside $OUT so that it is not
 # shipped back with the reports) and is removed after a run that included
 # speed, unless KEEP_EXPORT=1. speed reads $OUT/latency.json: run latency
-# and speed in the same call. DISB_FLAGS adds gpubench disb flags (e.g. "-duration 8s
+# and speed in the same call. DISB_FLAGS adds disb flags (e.g. "-duration 8s
 # -workloads A,C"). A machine that limits one command to 10 minutes runs
 # the steps in several calls, e.g. `./run-gpu.sh info tests`, then
 # `./run-gpu.sh bench`, `./run-gpu.sh kprof disb`, `./run-gpu.sh export check
@@ -84,10 +85,9 @@ for s in $STEPS; do
 		;;
 	kprof) run_step kprof ./gpubench kprof -md "$OUT/kprof.md" -json "$OUT/kprof.json" ;;
 	disb)
-		prof=()
-		[ -s "$OUT/kprof.json" ] && prof=(-profile "$OUT/kprof.json")
 		# shellcheck disable=SC2086 # DISB_FLAGS is a list of flags
-		run_step disb ./gpubench disb -md "$OUT/disb.md" -json "$OUT/disb.json" ${prof[@]+"${prof[@]}"} $DISB_FLAGS
+		run_step disb ./disb -device cuda -full -workloads A,B,C,D,E -duration 6s -rounds 2 \
+			-restore-jobs 20 -md "$OUT/disb.md" -json "$OUT/disb.json" -svg "$OUT/disb.svg" $DISB_FLAGS
 		;;
 	export) run_step export ./gpubench export -dir "$EXPORT_DIR" ;;
 	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;
