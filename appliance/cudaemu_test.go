@@ -14,6 +14,7 @@ import (
 	"sluice/dataplane/wire"
 	"sluice/libml"
 	"sluice/libml/cuda"
+	"sluice/libml/sched"
 )
 
 // TestCUDAEmuServesZeroCopy runs a cuda IF on the kernel emulator
@@ -26,11 +27,21 @@ import (
 // copies). Every answer, either way, must be bit-identical to the cuda
 // backend's own output for the host-converted image, and the counts must
 // add up.
+//
+// It runs twice: the IF on its own SM share (policy "none"), and under
+// reef, where the scheduler's job carries the payload and the device
+// gathers it all the same.
 func TestCUDAEmuServesZeroCopy(t *testing.T) {
 	dptest.RequireRoot(t)
 	if !dpdk.Available {
 		t.Fatal("this build has no DPDK")
 	}
+	for _, policy := range []string{"none", "reef"} {
+		t.Run(policy, func(t *testing.T) { cudaEmuZeroCopy(t, policy) })
+	}
+}
+
+func cudaEmuZeroCopy(t *testing.T, policy string) {
 	model := classifierPath(t)
 	v := dptest.NewVeth(t, 100, 150)
 	udpPort := freeUDPPort(t)
@@ -46,7 +57,7 @@ eal = ["-l", "0", "--no-huge", "--no-pci", "-m", "256", "--no-shconf", "--no-tel
 name = "dpdk0"
 driver = "dpdk"
 ip = "%s"
-vdev = "net_af_packet_emu,iface=%s,framecnt=32768,qpairs=1"
+vdev = "net_af_packet_emu_%s,iface=%s,framecnt=32768,qpairs=1"
 pool_size = 8191
 [[port]]
 name = "udp0"
@@ -57,6 +68,7 @@ name = "cls"
 model_id = 7
 model = "onnx:%s"
 backend = "cuda"
+policy = "%s"
 input = "u8-hwc"
 mean = [0.5, 0.5, 0.5]
 std = [0.5, 0.5, 0.5]
@@ -64,9 +76,15 @@ input_shape = [3, 48, 192]
 max_batch = 1
 queue_len = 64
 slo_ms = 60000
-`, os.Getpid(), v.HostIP, v.Host, udpPort, model))
+`, os.Getpid(), v.HostIP, policy, v.Host, udpPort, model, policy))
 	if got := a.backends["cuda"].Name(); got != "cuda" {
 		t.Fatalf("the cuda IF runs on %q, want the emulated cuda backend", got)
+	}
+	if policy != "none" {
+		sb, ok := a.backends["sched/"+policy+"/cuda"].(*sched.Backend)
+		if !ok || sb.Scheduler().DeviceName() != "cuda" {
+			t.Fatalf("no %s scheduler on the cuda device: backends %v", policy, a.backends)
+		}
 	}
 	if len(a.regions) != 1 || a.regions[0].unmap[a.backends["cuda"]] == nil {
 		t.Fatalf("the DPDK port's packet region is not mapped into the cuda backend: %d regions", len(a.regions))

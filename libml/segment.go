@@ -62,6 +62,15 @@ type Segment struct {
 	// instance's input tensor before the first kernel (a job's first
 	// segment, or a restart from kernel 0).
 	In []float32
+	// Input, when In is nil, is the batch's input as the requests'
+	// payload (InferInput's): the device gathers it into the input
+	// tensor, reading the fragments in place where they lie in a region
+	// mapped into it (RegionMapper), else gathering and converting them
+	// on the host; it sets Input.Copies to the host copies made. The
+	// payload must stay valid until the job has finished: a restart from
+	// kernel 0 gathers it again. Input.N() requests fill the first rows
+	// of the batch.
+	Input *Input
 	// Out, when not nil, receives the batch's output if the segment ran
 	// to the program's end without being preempted.
 	Out []float32

@@ -78,14 +78,21 @@ func (i *Instance) runSegment(batch int, seg libml.Segment, jobs func() []*libml
 		return libml.SegmentResult{}, fmt.Errorf("segment from %+v to %d outside the plan's %d kernels", at, seg.To, n)
 	}
 	ep := p.pr.p
-	if seg.In != nil || seg.Out != nil {
+	if seg.In != nil || seg.Out != nil || seg.Input != nil {
 		if err := i.singleIO(ep); err != nil {
 			return libml.SegmentResult{}, err
 		}
 	}
+	if seg.In == nil && seg.Input != nil {
+		host, err := i.gatherSegment(batch, seg.Input)
+		if err != nil {
+			return libml.SegmentResult{}, err
+		}
+		seg.In = host // nil: gathered on the device
+	}
 	if seg.In != nil {
 		ib := ep.Inputs[0]
-		if len(seg.In) != int(ib.Size()) {
+		if len(seg.In) > int(ib.Size()) || (seg.Input == nil && len(seg.In) != int(ib.Size())) {
 			return libml.SegmentResult{}, fmt.Errorf("batch %d takes %d input values, got %d", batch, ib.Size(), len(seg.In))
 		}
 		i.gathered = 0
@@ -115,6 +122,7 @@ func (i *Instance) runSegment(batch int, seg libml.Segment, jobs func() []*libml
 	if pad != nil {
 		pad.release()
 	}
+	i.gathered = 0 // the run synchronized the stream: the gather is done
 	if err != nil {
 		return libml.SegmentResult{}, err
 	}
@@ -146,4 +154,34 @@ func (i *Instance) ProfileSegments(batch, reps int) ([]libml.KernelTime, error) 
 			KernelNs: k.KernelNs, BlockNs: k.BlockNs})
 	}
 	return out, nil
+}
+
+// gatherSegment puts a segment's payload input (libml.Segment.Input)
+// into the input tensor of the batch's plan: with the device's batch
+// gather when every fragment lies in a mapped region and the encoding
+// converts there (no host copy), or gathered and converted on the host,
+// whose rows it returns for the segment's upload (two host copies).
+func (i *Instance) gatherSegment(batch int, in *libml.Input) ([]float32, error) {
+	n, isz := in.N(), i.InputSize()
+	if n < 1 || n > batch || (!i.m.batched && n != 1) {
+		return nil, fmt.Errorf("a payload of %d requests for a batch of %d", n, batch)
+	}
+	if err := in.Check(n, isz); err != nil {
+		return nil, err
+	}
+	if deviceConverts(in.Enc) && i.regionFrags(in) {
+		if err := i.gather(batch, i.inFrags, in.Enc); err != nil {
+			return nil, err
+		}
+		in.Copies = 0
+		return nil, nil
+	}
+	if need := i.maxBatch * isz; len(i.hostIn) < need {
+		i.hostIn = make([]float32, need)
+	}
+	if err := i.ing.Ingest(i.hostIn[:n*isz], in, 0, n); err != nil {
+		return nil, err
+	}
+	in.Copies = 2
+	return i.hostIn[:n*isz], nil
 }

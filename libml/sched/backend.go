@@ -298,13 +298,16 @@ func (b *Backend) InferBatch(_ context.Context, inst libml.Instance, n int, in, 
 	return b.infer(ii, n, in, out, false)
 }
 
-// InferInput runs one batch whose input is still the requests' payload:
-// it is gathered and converted in C (one pass) into the instance's job
-// input, given back (in.Gathered), and the batch runs as InferBatch's
-// does. That is two copies per request: the scheduler copies the job's
-// input into the arena of the model instance it binds the job to, and
-// copies it again when a preempted job restarts from its first kernel,
-// after the packet buffers have gone back to the driver.
+// InferInput runs one batch whose input is still the requests' payload.
+// On the cpu it is gathered and converted in C (one pass) into the
+// instance's job input, given back (in.Gathered), and the batch runs as
+// InferBatch's does: two copies per request (the scheduler copies the
+// job's input into the arena of the model instance it binds the job to,
+// and copies it again when a preempted job restarts from its first
+// kernel, after the packet buffers have gone back to the driver). On a
+// segment device the job carries the payload itself (Job.Input): the
+// device gathers it, with no host copy where the packets lie in a region
+// mapped into it, and the packets go back when the job is done.
 func (b *Backend) InferInput(_ context.Context, inst libml.Instance, in *libml.Input, out []float32) error {
 	ii, ok := inst.(*Instance)
 	if !ok || ii.g.be != b {
@@ -321,12 +324,53 @@ func (b *Backend) InferInput(_ context.Context, inst libml.Instance, in *libml.I
 	if err := in.Check(n, is); err != nil {
 		return fmt.Errorf("sched backend: infer: %w", err)
 	}
+	if m := ii.g.fit(n); m != nil && m.seg != nil && (ii.g.batched || n == 1) {
+		// the device gathers the payload itself (in place where the
+		// packets lie in a region mapped into it), again if the job
+		// restarts from its first kernel: the packets go back when the
+		// job is done
+		defer in.Gather()
+		return b.inferPayload(ii, m, in, out)
+	}
 	if err := ii.ing.Ingest(ii.in[:n*is], in, 0, n); err != nil {
 		return fmt.Errorf("sched backend: infer: %w", err)
 	}
 	in.Copies = 2
 	in.Gather()
 	return b.infer(ii, n, ii.in[:n*is], out, true)
+}
+
+// inferPayload runs a batch whose input is the requests' payload as one
+// job of bucket m on a segment device (Job.Input).
+func (b *Backend) inferPayload(ii *Instance, m *Model, in *libml.Input, out []float32) error {
+	n, os := in.N(), ii.OutputSize()
+	if len(out) < n*os {
+		return fmt.Errorf("sched backend: infer: %d outputs for a batch of %d (%d each)", len(out), n, os)
+	}
+	s := b.Scheduler()
+	if s == nil {
+		return errors.New("sched backend: not initialised")
+	}
+	class, q := BE, ii.g.queue
+	if ii.rt {
+		class, q = RT, 0
+	}
+	jout := out[:n*os]
+	if m.batch != n {
+		jout = ii.out[:m.batch*os]
+	}
+	j := &ii.jobs[0]
+	*j = Job{Model: m, Class: class, Queue: q, Input: in, Out: jout}
+	if err := s.Submit(j); err != nil {
+		return fmt.Errorf("sched backend: %s: %w", ii.g.name, err)
+	}
+	if err := j.Wait(); err != nil {
+		return fmt.Errorf("sched backend: %s: %w", ii.g.name, err)
+	}
+	if m.batch != n {
+		copy(out[:n*os], jout[:n*os])
+	}
+	return nil
 }
 
 // infer runs a batch of n requests whose input is in; staged says that in

@@ -237,6 +237,11 @@ type Job struct {
 	// again); Out, when not nil, receives the output (Model.OutputSize
 	// floats).
 	In, Out []float32
+	// Input, on a segment device and with In nil, is the input as the
+	// requests' payload (libml.Segment.Input): the device gathers it,
+	// in place where it can, again on a restart from the first kernel,
+	// so it must stay valid until the job has finished.
+	Input *libml.Input
 	// Arrival is when the request arrived (Now clock); 0 means at Submit.
 	Arrival int64
 	// Done, when set, is called once the job has finished (from a
@@ -521,7 +526,12 @@ func (s *Scheduler) Submit(j *Job) error {
 	if j.Model == nil {
 		return errors.New("sched: job without a model")
 	}
-	if len(j.In) != j.Model.InputSize() {
+	switch {
+	case j.Input != nil && j.In == nil:
+		if j.Model.seg == nil {
+			return fmt.Errorf("sched: a payload input (Job.Input) needs a segment device; model %q runs on the cpu", j.Model.name)
+		}
+	case len(j.In) != j.Model.InputSize():
 		return fmt.Errorf("sched: job input has %d floats, model %q wants %d", len(j.In), j.Model.name, j.Model.InputSize())
 	}
 	if j.Out != nil && len(j.Out) != j.Model.OutputSize() {

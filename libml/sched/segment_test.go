@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
+	"unsafe"
 
 	"sluice/libml"
 	"sluice/libml/cuda"
@@ -338,5 +340,88 @@ func TestSegmentDeviceReefPads(t *testing.T) {
 			}
 			t.Logf("held at kernel %d: padding ran %d BE blocks beside the RT job (%d BE jobs finished by padding)", at, st.PadBlocks, st.PadJobs)
 		})
+	}
+}
+
+// TestSegmentDevicePayload: on the emulated cuda device, the scheduler
+// backend's InferInput hands the requests' payload to the device
+// (Job.Input). Fragments inside a region mapped into the device are
+// gathered there in place (no host copy); fragments outside every region
+// are gathered on the host (two copies). Either way every answer is the
+// cuda backend's own for the same input, bit for bit, and the packets go
+// back exactly once, after the job.
+func TestSegmentDevicePayload(t *testing.T) {
+	be := emuCUDA(t)
+	ctx := context.Background()
+	sb := NewBackend(BackendOptions{Config: Config{Policy: PolicyREEF, Segments: be}})
+	if err := sb.Init(ctx, libml.BackendConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Deinit()
+	tm := testModels["squeeze"]
+	g, err := zoo.Build(tm.name, tm.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := sb.LoadModel(ctx, "squeeze", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	if err := sb.ConfigureBatch(inst, 2); err != nil {
+		t.Fatal(err)
+	}
+	region, err := syscall.Mmap(-1, 0, 1<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(region)
+	unmap, err := be.MapRegion(unsafe.Pointer(&region[0]), len(region))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap()
+	enc, err := libml.NewEncoding(libml.InputF32, nil, nil, inst.InputShape())
+	if err != nil {
+		t.Fatal(err)
+	}
+	is, os := inst.InputSize(), inst.OutputSize()
+	for _, c := range []struct {
+		n        int
+		inRegion bool
+		copies   int
+	}{{1, true, 0}, {2, true, 0}, {2, false, 2}} {
+		x := fillInput(c.n*is, uint64(10+c.n))
+		want := make([]float32, c.n*os)
+		if err := sb.InferBatch(ctx, inst, c.n, x, want); err != nil {
+			t.Fatal(err)
+		}
+		// each request's payload in fragments of 1000 bytes, at odd
+		// offsets of the region or in Go memory
+		raw := unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+		mem := make([]byte, len(raw)+64)
+		if c.inRegion {
+			mem = region[3 : 3+len(raw)]
+		}
+		copy(mem, raw)
+		gathered := 0
+		in := &libml.Input{Enc: enc, Gathered: func() { gathered++ }}
+		for r := 0; r < c.n; r++ {
+			row := mem[4*r*is : 4*(r+1)*is]
+			for off := 0; off < len(row); off += 1000 {
+				in.Payload = append(in.Payload, row[off:min(off+1000, len(row))])
+			}
+			in.EndRequest()
+		}
+		got := make([]float32, c.n*os)
+		if err := sb.InferInput(ctx, inst, in, got); err != nil {
+			t.Fatal(err)
+		}
+		if d := sameBits(got, want); d != "" {
+			t.Errorf("batch %d (in the region: %v): %s", c.n, c.inRegion, d)
+		}
+		if in.Copies != c.copies || gathered != 1 {
+			t.Errorf("batch %d (in the region: %v): %d copies, packets given back %d times; want %d and 1", c.n, c.inRegion, in.Copies, gathered, c.copies)
+		}
 	}
 }

@@ -196,14 +196,14 @@ func (ss *segStream) push(l *lane, to int, kind launchKind) {
 	in := j.inst
 	seg := libml.Segment{From: libml.ResumePoint{Kernel: j.pos, Block: int(j.posBlk), Version: j.posVer}, To: to}
 	if in.needIn {
-		seg.In, in.needIn = j.In, false
+		seg.In, seg.Input, in.needIn = j.In, j.Input, false
 	}
 	if to == len(j.Model.prog.Kernels) {
 		seg.Out = j.Out
 	}
 	ss.mu.Lock()
 	ss.res, ss.err, ss.mark, ss.drain, ss.exec = libml.SegmentResult{}, nil, 0, 0, -1
-	if j.pos >= to && seg.In == nil && seg.Out == nil {
+	if j.pos >= to && seg.In == nil && seg.Input == nil && seg.Out == nil {
 		// nothing to run: the segment is over at once
 		ss.drain = Now()
 		ss.mu.Unlock()
