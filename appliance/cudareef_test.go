@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
@@ -185,18 +183,7 @@ slo_ms = 600000
 	}
 
 	body := scrape(t, a.Appliance)
-	metric := func(name string) float64 {
-		t.Helper()
-		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
-		if m == nil {
-			t.Fatalf("metrics lack %s", name)
-		}
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	metric := func(name string) float64 { t.Helper(); return metricValue(t, body, name) }
 	pre := metric(`sluice_preemptions_total{device="cuda",policy="reef"}`)
 	res := metric(`sluice_restores_total{device="cuda",policy="reef"}`)
 	if pre < float64(scripted) || res < float64(scripted) {

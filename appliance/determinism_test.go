@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
@@ -159,18 +157,7 @@ queue_len = 64
 	}
 
 	body := scrape(t, a.Appliance)
-	metric := func(name string) float64 {
-		t.Helper()
-		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
-		if m == nil {
-			t.Fatalf("metrics lack %s", name)
-		}
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	metric := func(name string) float64 { t.Helper(); return metricValue(t, body, name) }
 	pre := metric(`sluice_preemptions_total{device="cpu",policy="reef"}`)
 	res := metric(`sluice_restores_total{device="cpu",policy="reef"}`)
 	if pre < float64(scripted) || res < float64(scripted) {

@@ -2,6 +2,8 @@ package appliance
 
 import (
 	"context"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -56,4 +58,20 @@ func startAppliance(t *testing.T, name, text string) (*running, func()) {
 		a.Close()
 	})
 	return r, stop
+}
+
+// metricValue is the value of the sample name (metric name and labels,
+// as the exposition writes them) in a /metrics body; the test fails
+// without one.
+func metricValue(t *testing.T, body, name string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("metrics lack %s", name)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -175,18 +173,7 @@ queue_len = 64
 	}
 
 	body := scrape(t, a.Appliance)
-	metric := func(name string) float64 {
-		t.Helper()
-		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindStringSubmatch(body)
-		if m == nil {
-			t.Fatalf("metrics lack %s", name)
-		}
-		v, err := strconv.ParseFloat(m[1], 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	metric := func(name string) float64 { t.Helper(); return metricValue(t, body, name) }
 	if got := metric(`sluice_sched_jobs_total{class="rt",device="cpu",policy="reef"}`); got != nRT {
 		t.Errorf("%v RT jobs, want %d (max_batch 1)", got, nRT)
 	}

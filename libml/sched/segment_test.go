@@ -138,6 +138,29 @@ func TestSegmentDevicePolicies(t *testing.T) {
 	}
 }
 
+// rtPreemptsBE scripts a preemption on the emulated device be: BE job b
+// is submitted with its launch of kernel at (or the next one) held until
+// its stream's flag is set, then RT job r; r must finish first.
+func rtPreemptsBE(t *testing.T, be *cuda.Backend, s *Scheduler, b, r *Job, at int) {
+	t.Helper()
+	var o order
+	o.hook(b)
+	o.hook(r)
+	if err := be.HoldFrom(int64(at)); err != nil {
+		t.Fatal(err)
+	}
+	h := be.Holds()
+	if err := s.Submit(b); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the BE job's launch to be held", func() bool { return be.Holds() > h })
+	if err := s.Submit(r); err != nil {
+		t.Fatal(err)
+	}
+	got := o.wait(t, b, r)
+	sameOrder(t, got, []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
+}
+
 // TestSegmentDeviceReefPreempts: on the emulated cuda device under reef,
 // an RT job that arrives while a BE job runs (the BE job's launch of a
 // kernel in the middle of the model held until its stream's flag is
@@ -150,21 +173,8 @@ func TestSegmentDeviceReefPreempts(t *testing.T) {
 	big, small := segLoad(t, s, "squeeze"), segLoad(t, s, "bert")
 	live := liveKernels(big)
 	for round, at := range []int{live[len(live)/3], live[2*len(live)/3]} {
-		var o order
-		b, r := o.hook(job(big, BE, 0, uint64(5+round))), o.hook(job(small, RT, 0, 6))
-		if err := be.HoldFrom(int64(at)); err != nil {
-			t.Fatal(err)
-		}
-		h := be.Holds()
-		if err := s.Submit(b); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the BE job's launch to be held", func() bool { return be.Holds() > h })
-		if err := s.Submit(r); err != nil {
-			t.Fatal(err)
-		}
-		got := o.wait(t, b, r)
-		sameOrder(t, got, []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
+		b, r := job(big, BE, 0, uint64(5+round)), job(small, RT, 0, 6)
+		rtPreemptsBE(t, be, s, b, r, at)
 		if b.Preemptions != 1 || r.Preemptions != 0 {
 			t.Fatalf("held at kernel %d: BE preempted %d times, RT %d; want 1 and 0", at, b.Preemptions, r.Preemptions)
 		}
@@ -310,21 +320,8 @@ func TestSegmentDeviceReefPads(t *testing.T) {
 			synthPadProfile(t, big, false)
 			synthPadProfile(t, small, true)
 			at := c.holdAt(liveKernels(big))
-			var o order
-			b, r := o.hook(job(big, BE, 0, 7)), o.hook(job(small, RT, 0, 8))
-			if err := be.HoldFrom(int64(at)); err != nil {
-				t.Fatal(err)
-			}
-			h := be.Holds()
-			if err := s.Submit(b); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the BE job's launch to be held", func() bool { return be.Holds() > h })
-			if err := s.Submit(r); err != nil {
-				t.Fatal(err)
-			}
-			got := o.wait(t, b, r)
-			sameOrder(t, got, []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
+			b, r := job(big, BE, 0, 7), job(small, RT, 0, 8)
+			rtPreemptsBE(t, be, s, b, r, at)
 			if d := sameBits(b.Out, cudaReference(t, be, c.be, b.In)); d != "" {
 				t.Errorf("BE job preempted at kernel %d, padded (%d blocks) and restored: %s", at, b.PadBlocks, d)
 			}

@@ -64,33 +64,9 @@ func TestRunWorkload(t *testing.T) {
 		{Name: "rt0", Role: "VGG", Class: sched.RT, Rate: 0.3},
 		{Name: "be0", Role: "RNET", Class: sched.BE},
 	}}
-	var rows []*row
-	for _, p := range []sched.Policy{sched.PolicyREEF, sched.PolicySeq} {
-		s, err := sched.New(sched.Config{Policy: p, Units: 2, BEQueues: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms := map[string]*sched.Model{}
-		thr, alone := map[string]float64{}, map[string]float64{}
-		for r, spec := range specs {
-			g, err := zoo.Build(spec.Zoo, spec.Opt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ms[r], err = s.Load(r, g, sched.ModelOptions{ProfileRuns: 2}); err != nil {
-				t.Fatal(err)
-			}
-			thr[r], alone[r] = 1e9/ms[r].StandaloneNs(), ms[r].StandaloneNs()
-		}
-		res := runWorkload(s, w, ms, thr, alone, false, 100*time.Millisecond, 400*time.Millisecond, 4, 1)
-		st := s.Stats()
-		s.Close()
-		r := summarize("A", string(p), res, st, 1, 400*time.Millisecond)
-		if r.RTCount == 0 || r.RTMeanMs <= 0 || r.Thr <= 0 || r.Wrong != 0 {
-			t.Fatalf("%s: %+v", p, r)
-		}
-		rows = append(rows, r)
-	}
+	rows := runPolicies(t, specs, w, 400*time.Millisecond, 2, func(p sched.Policy) sched.Config {
+		return sched.Config{Policy: p, Units: 2, BEQueues: 1}
+	})
 	rep := &report{Units: 2, Duration: "400ms", Window: 4, Alpha: 4, Rows: rows, Load: []float64{1}}
 	md := markdown(rep)
 	if !strings.Contains(md, "| A | reef |") || !strings.Contains(md, "| A | seq |") {
@@ -119,16 +95,27 @@ func TestRunWorkloadCUDAEmu(t *testing.T) {
 		{Name: "rt0", Role: "BERT", Class: sched.RT, Rate: 0.3},
 		{Name: "be0", Role: "VGG", Class: sched.BE},
 	}}
-	var rows []*row
-	for _, p := range []sched.Policy{sched.PolicyREEF, sched.PolicySeq} {
+	rows := runPolicies(t, specs, w, 3*time.Second, 1, func(p sched.Policy) sched.Config {
 		cfg := dev.config(p)
 		cfg.BEQueues = 1
-		s, err := sched.New(cfg)
+		return cfg
+	})
+	rep := &report{Device: dev.label, Units: dev.units(), Duration: "3s", Window: 4, Alpha: 4, Rows: rows, Load: []float64{1}}
+	if md := markdown(rep); !strings.Contains(md, "DISB on the cuda-emu device") || !strings.Contains(md, "| A | reef |") {
+		t.Fatalf("report:\n%s", md)
+	}
+}
+
+// runPolicies runs workload w of models specs under reef and seq, on
+// schedulers configured by cfg, for dur after a warm-up, and checks each
+// row: RT requests done, a throughput, no wrong output.
+func runPolicies(t *testing.T, specs map[string]modelSpec, w workload, dur time.Duration, profileRuns int, cfg func(sched.Policy) sched.Config) []*row {
+	t.Helper()
+	var rows []*row
+	for _, p := range []sched.Policy{sched.PolicyREEF, sched.PolicySeq} {
+		s, err := sched.New(cfg(p))
 		if err != nil {
 			t.Fatal(err)
-		}
-		if s.DeviceName() != "cuda" {
-			t.Fatalf("the scheduler runs on %q", s.DeviceName())
 		}
 		ms := map[string]*sched.Model{}
 		thr, alone := map[string]float64{}, map[string]float64{}
@@ -137,22 +124,20 @@ func TestRunWorkloadCUDAEmu(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if ms[r], err = s.Load(r, g, sched.ModelOptions{ProfileRuns: 1}); err != nil {
+			if ms[r], err = s.Load(r, g, sched.ModelOptions{ProfileRuns: profileRuns}); err != nil {
 				t.Fatal(err)
 			}
 			thr[r], alone[r] = 1e9/ms[r].StandaloneNs(), ms[r].StandaloneNs()
 		}
-		res := runWorkload(s, w, ms, thr, alone, false, 200*time.Millisecond, 3*time.Second, 4, 1)
+		res := runWorkload(s, w, ms, thr, alone, false, dur/4, dur, 4, 1)
 		st := s.Stats()
+		dev := s.DeviceName()
 		s.Close()
-		r := summarize("A", string(p), res, st, 1, 3*time.Second)
+		r := summarize("A", string(p), res, st, 1, dur)
 		if r.RTCount == 0 || r.RTMeanMs <= 0 || r.Thr <= 0 || r.Wrong != 0 {
-			t.Fatalf("%s: %+v", p, r)
+			t.Fatalf("%s on %s: %+v", p, dev, r)
 		}
 		rows = append(rows, r)
 	}
-	rep := &report{Device: dev.label, Units: dev.units(), Duration: "3s", Window: 4, Alpha: 4, Rows: rows, Load: []float64{1}}
-	if md := markdown(rep); !strings.Contains(md, "DISB on the cuda-emu device") || !strings.Contains(md, "| A | reef |") {
-		t.Fatalf("report:\n%s", md)
-	}
+	return rows
 }
