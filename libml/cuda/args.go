@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"sluice/libml/cuda/cudrv"
 )
 
 // Op is a kernel operation. The numbering is the CPU engine's (enum sk_op
@@ -92,8 +94,9 @@ const (
 	NumT  = 8
 	// ArgsSize is the size of sg_args.
 	ArgsSize = 432
-	// Threads is the block size of every kernel.
-	Threads = 256
+	// Threads is the block size of every kernel (the driver binding's
+	// launch block size).
+	Threads = cudrv.Threads
 	// ElemsPerBlock is the output elements per block of the elementwise
 	// kernels.
 	ElemsPerBlock = 1024

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"sluice/libml/cuda/cudrv"
 )
 
 // gpuWanted: SLUICE_GPU=1 asks for the GPU tests (a missing GPU then
@@ -200,13 +202,14 @@ func TestPlan(t *testing.T) {
 	}
 }
 
-// Without libcuda.so.1, Open reports ErrNoDriver (no crash, no panic).
+// Without libcuda.so.1, cudrv.Open reports ErrNoDriver (no crash, no
+// panic), and Available agrees with it.
 func TestOpenNoDriver(t *testing.T) {
-	_, err := openLib("libcuda-sluice-test-missing.so.1")
+	_, err := cudrv.OpenLib("libcuda-sluice-test-missing.so.1")
 	if !errors.Is(err, ErrNoDriver) {
 		t.Fatalf("missing library: %v, want ErrNoDriver", err)
 	}
-	d, err := Open()
+	d, err := cudrv.Open()
 	if err != nil {
 		if gpuWanted() {
 			t.Fatalf("SLUICE_GPU=1 but Open: %v", err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"sluice/libml/cuda/cudrv"
 )
 
 // openDriver opens device ordinal through the CUDA driver (libname ""
@@ -14,12 +16,12 @@ import (
 // share; without the primary-context entry points it falls back to a
 // context of its own and cannot partition.
 func openDriver(libname string, ordinal int) (gpuCtx, error) {
-	var d *Driver
+	var d *cudrv.Driver
 	var err error
 	if libname == "" {
-		d, err = Open()
+		d, err = cudrv.Open()
 	} else {
-		d, err = openLib(libname)
+		d, err = cudrv.OpenLib(libname)
 	}
 	if err != nil {
 		return nil, err
@@ -31,7 +33,7 @@ func openDriver(libname string, ordinal int) (gpuCtx, error) {
 			return nil, err
 		}
 	}
-	ks, err := dev.LoadKernels()
+	ks, err := loadKernels(dev)
 	if err != nil {
 		dev.Close()
 		return nil, err
@@ -39,10 +41,20 @@ func openDriver(libname string, ordinal int) (gpuCtx, error) {
 	return &drvGPU{dev: dev, ks: ks, green: primary && d.Green}, nil
 }
 
+// loadKernels loads the embedded PTX modules (Modules) into dv's
+// context.
+func loadKernels(dv *cudrv.Device) (*cudrv.Kernels, error) {
+	mods, err := Modules()
+	if err != nil {
+		return nil, err
+	}
+	return dv.LoadKernels(mods)
+}
+
 // drvGPU is a driver context with its kernels loaded.
 type drvGPU struct {
-	dev   *Device
-	ks    *Kernels
+	dev   *cudrv.Device
+	ks    *cudrv.Kernels
 	green bool
 }
 
@@ -93,7 +105,7 @@ func (g *drvGPU) Partition(sms int) (gpuCtx, error) {
 	if err != nil {
 		return nil, err
 	}
-	ks, err := p.LoadKernels()
+	ks, err := loadKernels(p)
 	if err != nil {
 		p.Close()
 		return nil, err
@@ -106,8 +118,8 @@ func (g *drvGPU) Close() error {
 }
 
 type drvStream struct {
-	s  *Stream
-	ks *Kernels
+	s  *cudrv.Stream
+	ks *cudrv.Kernels
 }
 
 func (s *drvStream) Launch(kernel string, grid int, params []byte) error {
@@ -129,13 +141,13 @@ func (s *drvStream) ReadAsync(dst pinned, off int, src uint64, n int) error {
 func (s *drvStream) Sync() error  { return s.s.Sync() }
 func (s *drvStream) Close() error { return s.s.Close() }
 
-type drvEvent struct{ e *Event }
+type drvEvent struct{ e *cudrv.Event }
 
 func (e drvEvent) Record(s gpuStream) error { return e.e.Record(s.(*drvStream).s) }
 func (e drvEvent) Sync() error              { return e.e.Sync() }
 func (e drvEvent) Close() error             { return e.e.Close() }
 
-type drvPinned struct{ h *HostBuffer }
+type drvPinned struct{ h *cudrv.HostBuffer }
 
 func (p drvPinned) Dev() uint64           { return p.h.Dev }
 func (p drvPinned) Put(off int, b []byte) { copy(p.h.Bytes()[off:], b) }

@@ -2,8 +2,10 @@
 
 package cuda
 
+import "sluice/libml/cuda/cudrv"
+
 // openDriver reports ErrNoDriver: without cgo there is no libcuda.
 func openDriver(string, int) (gpuCtx, error) {
-	_, err := Open()
+	_, err := cudrv.Open()
 	return nil, err
 }

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"sluice/libml"
+	"sluice/libml/cuda/cudrv"
 	"sluice/libml/graph"
 )
 
@@ -20,7 +21,7 @@ func TestBackendNoDriver(t *testing.T) {
 	if gpuWanted() {
 		t.Skip("SLUICE_GPU=1: the real driver is under test")
 	}
-	if _, err := Open(); err == nil {
+	if _, err := cudrv.Open(); err == nil {
 		t.Skip("this machine has a CUDA driver")
 	}
 	n := 0

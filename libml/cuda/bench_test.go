@@ -5,6 +5,8 @@ package cuda
 import (
 	"math/rand/v2"
 	"testing"
+
+	"sluice/libml/cuda/cudrv"
 )
 
 // GPU benchmarks (SLUICE_GPU=1): kernel time per launch, measured with
@@ -14,7 +16,7 @@ import (
 
 func benchKernel(b *testing.B, g *gpuExec, l Launch, params []byte, flops, bytes float64) {
 	f := g.ks.Func(l.Kernel)
-	per := timeLaunches(b, g, func(s *Stream) error { return f.Launch(l.Grid, s, params) })
+	per := timeLaunches(b, g, func(s *cudrv.Stream) error { return f.Launch(l.Grid, s, params) })
 	b.ReportMetric(per*1e6, "µs/kernel")
 	if flops > 0 {
 		b.ReportMetric(flops/per/1e9, "GFLOP/s")
@@ -27,7 +29,7 @@ func benchKernel(b *testing.B, g *gpuExec, l Launch, params []byte, flops, bytes
 // timeLaunches calls launch once on a new stream of g's device (warm-up:
 // JIT, caches), then b.N times between two events, and returns the
 // seconds per call by the events.
-func timeLaunches(b *testing.B, g *gpuExec, launch func(s *Stream) error) float64 {
+func timeLaunches(b *testing.B, g *gpuExec, launch func(s *cudrv.Stream) error) float64 {
 	s, err := g.dev.NewStream(0)
 	if err != nil {
 		b.Fatal(err)

@@ -1,8 +1,10 @@
-// Package cuda is the groundwork of sluice's CUDA backend
-// (ARCHITECTURE.md §4): the operator kernels of native/cuda compiled to
-// PTX at build time and embedded here, and a loader for the CUDA driver
-// API opened at run time with dlopen("libcuda.so.1"), so one binary runs
-// with or without a GPU. Nothing links against CUDA.
+// Package cuda is sluice's CUDA backend (ARCHITECTURE.md §4): the
+// operator kernels of native/cuda compiled to PTX at build time and
+// embedded here, and the backend that runs compiled models with them. It
+// reaches the GPU through the thin driver binding of package cudrv
+// (libml/cuda/cudrv), which opens the CUDA driver API at run time with
+// dlopen("libcuda.so.1"), so one binary runs with or without a GPU.
+// Nothing links against CUDA.
 //
 // The pieces:
 //
@@ -14,8 +16,9 @@
 //   - Plan: the grid and tiling of one operator kernel, from the CPU
 //     engine's parameter layout (libml/engine.Kernel.P and F), so that a
 //     compiled program runs unchanged on either backend.
-//   - Open, Driver, Device: the driver API: contexts, modules, launches,
-//     device and pinned host memory, streams, events, green contexts.
+//   - NewBackend: the libml.Backend on top of cudrv's contexts, modules,
+//     launches, device and pinned host memory, streams, events and green
+//     contexts (or of the kernel emulator, internal/emu).
 //
 // Every kernel has the same first three parameters: the stream's State
 // (device memory), the kernel's execution index, and its Args. A block

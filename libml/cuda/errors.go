@@ -1,46 +1,20 @@
 package cuda
 
-import (
-	"errors"
-	"fmt"
-)
+import "sluice/libml/cuda/cudrv"
 
 // ErrNoDriver means the CUDA driver library (libcuda.so.1) is not
 // installed: the machine has no NVIDIA driver, or the binary was built
-// without cgo.
-var ErrNoDriver = errors.New("cuda: no CUDA driver (libcuda.so.1 not found)")
+// without cgo. It is the driver binding's error (cudrv.ErrNoDriver), so
+// errors.Is matches either name.
+var ErrNoDriver = cudrv.ErrNoDriver
 
 // ErrNoGreen means the driver has no green contexts (driver API < 12.4).
-var ErrNoGreen = errors.New("cuda: driver has no green contexts")
+// It is the driver binding's error (cudrv.ErrNoGreen).
+var ErrNoGreen = cudrv.ErrNoGreen
 
-// Error is a failed driver call.
-type Error struct {
-	// Op is the driver call, Code its CUresult, Name and Msg the
-	// driver's name and description of it.
-	Op   string
-	Code int
-	Name string
-	Msg  string
-}
-
-// Error formats the call, the driver's name of the result and its
-// description.
-func (e *Error) Error() string {
-	name := e.Name
-	if name == "" {
-		name = fmt.Sprintf("CUresult %d", e.Code)
-	}
-	if e.Msg != "" {
-		return fmt.Sprintf("cuda: %s: %s (%s)", e.Op, name, e.Msg)
-	}
-	return fmt.Sprintf("cuda: %s: %s", e.Op, name)
-}
-
-// Driver is the loaded CUDA driver.
-type Driver struct {
-	// Version is the driver API version (12040 = 12.4), Devices the
-	// device count, Green whether green contexts are available.
-	Version int
-	Devices int
-	Green   bool
+// Available reports whether the CUDA driver can be used (cudrv.Available).
+// When it cannot, the first call that passes a logf logs why, once per
+// process.
+func Available(logf func(format string, args ...any)) bool {
+	return cudrv.Available(logf)
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"sluice/libml/cuda/cudrv"
 	"sluice/libml/cuda/internal/emu"
 )
 
@@ -109,8 +110,8 @@ func (h *emuHost) Get() []byte {
 // ---- the GPU -------------------------------------------------------------
 
 type gpuExec struct {
-	dev *Device
-	ks  *Kernels
+	dev *cudrv.Device
+	ks  *cudrv.Kernels
 }
 
 var gpu struct {
@@ -121,7 +122,7 @@ var gpu struct {
 
 func openGPU() (*gpuExec, error) {
 	gpu.once.Do(func() {
-		d, err := Open()
+		d, err := cudrv.Open()
 		if err != nil {
 			gpu.err = err
 			return
@@ -131,7 +132,7 @@ func openGPU() (*gpuExec, error) {
 			gpu.err = err
 			return
 		}
-		ks, err := dev.LoadKernels()
+		ks, err := loadKernels(dev)
 		if err != nil {
 			gpu.err = err
 			return
@@ -179,7 +180,7 @@ func (g *gpuExec) Launch(kernel string, grid int, params []byte) error {
 	}
 	f := g.ks.Func(kernel)
 	if f == nil {
-		return &Error{Op: "launch " + kernel, Name: "no such kernel"}
+		return &cudrv.Error{Op: "launch " + kernel, Name: "no such kernel"}
 	}
 	if err := f.Launch(grid, nil, params); err != nil {
 		return err
@@ -187,7 +188,7 @@ func (g *gpuExec) Launch(kernel string, grid int, params []byte) error {
 	return g.dev.Sync()
 }
 
-type gpuHost struct{ h *HostBuffer }
+type gpuHost struct{ h *cudrv.HostBuffer }
 
 func (h gpuHost) Dev() uint64  { return h.h.Dev }
 func (h gpuHost) Set(b []byte) { copy(h.h.Bytes(), b) }

@@ -11,14 +11,17 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	"sluice/libml/cuda/cudrv"
 )
 
-// TestFakeDriver runs the driver layer against testdata/fakecuda.c, a
-// fake libcuda built here with cc: symbol resolution, contexts, module
-// loading, the launch parameter buffer, memory, streams, events, green
-// contexts and error reporting, without a GPU. It runs in a child process
-// (the loaded driver is process-wide), and is skipped where there is no
-// C compiler or a real GPU is under test.
+// TestFakeDriver runs the driver binding (cudrv) against
+// testdata/fakecuda.c, a fake libcuda built here with cc: symbol
+// resolution, contexts, module loading, the launch parameter buffer,
+// memory, streams, events, green contexts and error reporting, without a
+// GPU. It runs in a child process (the loaded driver is process-wide),
+// and is skipped where there is no C compiler or a real GPU is under
+// test.
 func TestFakeDriver(t *testing.T) {
 	inFakeDriverChild(t, "SLUICE_FAKE_CUDA", "TestFakeDriver", "fake_test.go", fakeDriverChecks)
 }
@@ -60,7 +63,7 @@ func inFakeDriverChild(t *testing.T, env, name, file string, checks func(*testin
 }
 
 func fakeDriverChecks(t *testing.T, lib string) {
-	d, err := openLib(lib)
+	d, err := cudrv.OpenLib(lib)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +80,7 @@ func fakeDriverChecks(t *testing.T, lib string) {
 	if dev.Name != "Fake GPU" || dev.SMs != 4 || dev.CC != [2]int{9, 0} || dev.Memory != 1<<30 {
 		t.Errorf("device %+v", dev)
 	}
-	ks, err := dev.LoadKernels()
+	ks, err := loadKernels(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +138,7 @@ func fakeDriverChecks(t *testing.T, lib string) {
 
 	// errors carry the driver's name of the result
 	_, err = dev.Alloc(1 << 40)
-	var ce *Error
+	var ce *cudrv.Error
 	if !errors.As(err, &ce) || ce.Code != 2 || ce.Name != "CUDA_ERROR_FAKE_2" || ce.Op != "cuMemAlloc" {
 		t.Errorf("alloc error %v", err)
 	}

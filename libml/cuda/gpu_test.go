@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"sluice/libml/cuda/cudrv"
 )
 
 // GPU-only tests: they skip unless SLUICE_GPU=1 (then a missing GPU
@@ -22,7 +25,7 @@ import (
 // this GPU, local memory, occupancy) is logged.
 func TestGPUKernelInfo(t *testing.T) {
 	g := gpuOnly(t)
-	d, _ := Open()
+	d, _ := cudrv.Open()
 	t.Logf("%s: sm_%d%d, %d SMs, %d MiB, driver %d, green contexts %v",
 		g.dev.Name, g.dev.CC[0], g.dev.CC[1], g.dev.SMs, g.dev.Memory>>20, d.Version, d.Green)
 	for _, n := range KernelNames() {
@@ -317,14 +320,14 @@ func TestGPURegisteredGather(t *testing.T) {
 func TestGPUGreen(t *testing.T) {
 	g := gpuOnly(t)
 	part, err := g.dev.Green(g.dev.SMs / 2)
-	if err == ErrNoGreen {
+	if errors.Is(err, ErrNoGreen) {
 		t.Skip("driver has no green contexts")
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer part.Close()
-	ks, err := part.LoadKernels()
+	ks, err := loadKernels(part)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ package cuda
 import (
 	"math/rand/v2"
 	"testing"
+
+	"sluice/libml/cuda/cudrv"
 )
 
 // BenchmarkGPUPadOverhead is dynamic kernel padding's cost on the RT
@@ -65,14 +67,14 @@ func BenchmarkGPUPadOverhead(b *testing.B) {
 		for _, v := range []struct {
 			name string
 			dst  uint64
-			run  func(s *Stream) error
+			run  func(s *cudrv.Stream) error
 		}{
-			{"plain", dummy, func(s *Stream) error { return plainF.Launch(l.Grid, s, plainP) }},
-			{"padded-grid", cp, func(s *Stream) error { return padF.Launch(l.Grid, s, padP) }},
-			{"padded-2perSM", cp, func(s *Stream) error { return padF.Launch(2*g.SMs(), s, padP) }},
+			{"plain", dummy, func(s *cudrv.Stream) error { return plainF.Launch(l.Grid, s, plainP) }},
+			{"padded-grid", cp, func(s *cudrv.Stream) error { return padF.Launch(l.Grid, s, padP) }},
+			{"padded-2perSM", cp, func(s *cudrv.Stream) error { return padF.Launch(2*g.SMs(), s, padP) }},
 		} {
 			b.Run(c.name+"/"+v.name, func(b *testing.B) {
-				per := timeLaunches(b, g, func(s *Stream) error {
+				per := timeLaunches(b, g, func(s *cudrv.Stream) error {
 					if err := s.WriteAsync(v.dst, host, 0, len(cb)); err != nil {
 						return err
 					}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"sluice/libml/cuda/cudrv"
 )
 
 func entriesByName(t *testing.T) map[string]Entry {
@@ -48,6 +50,28 @@ func TestEmbeddedKernels(t *testing.T) {
 		s := string(m.PTX)
 		if !strings.Contains(s, ".target sm_80") || !strings.Contains(s, ".address_size 64") {
 			t.Errorf("module %s: not 64-bit sm_80 PTX", m.Name)
+		}
+	}
+}
+
+// The driver binding looks up the same entries that ParseEntries finds
+// (cudrv.EntryNames, which LoadKernels uses, parses the names alone).
+func TestDriverEntryNames(t *testing.T) {
+	mods, err := Modules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mods {
+		es, err := ParseEntries(m.Name, m.PTX)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, e := range es {
+			want = append(want, e.Name)
+		}
+		if got := cudrv.EntryNames(m.PTX); !slices.Equal(got, want) || len(got) == 0 {
+			t.Errorf("module %s: the driver finds entries %v, ParseEntries %v", m.Name, got, want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/cuda"
+	"sluice/libml/cuda/cudrv"
 	"sluice/libml/onnx"
 )
 
@@ -269,7 +270,7 @@ func TestArgs(t *testing.T) {
 			t.Errorf("%q accepted", args)
 		}
 	}
-	if _, err := cuda.Open(); err == nil {
+	if _, err := cudrv.Open(); err == nil {
 		t.Skip("this machine has a CUDA driver")
 	}
 	if _, err := runCmd(t, "kprof", "-roles", "VGG"); !errors.Is(err, cuda.ErrNoDriver) {

@@ -45,6 +45,7 @@ import (
 	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/cuda"
+	"sluice/libml/cuda/cudrv"
 	"sluice/libml/graph"
 	"sluice/libml/onnx"
 	"sluice/libml/zoo"
@@ -124,7 +125,7 @@ var disbRoles = map[string]string{"RNET": "resnet50", "VGG": "vgg16", "YOLO": "r
 // deviceName describes GPU ordinal (name, SMs, compute capability,
 // memory), or says why it cannot.
 func deviceName(ordinal int) string {
-	drv, err := cuda.Open()
+	drv, err := cudrv.Open()
 	if err != nil {
 		return fmt.Sprintf("unknown (%v)", err)
 	}

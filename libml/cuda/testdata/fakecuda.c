@@ -1,6 +1,7 @@
 /*
- * fakecuda.c: a fake libcuda.so.1 for libml/cuda's loader test
- * (TestFakeDriver). It implements the entry points the loader resolves
+ * fakecuda.c: a fake libcuda.so.1 for libml/cuda's driver tests
+ * (TestFakeDriver, TestBackendFakeDriver), loaded through
+ * cudrv.OpenLib. It implements the entry points the binding resolves
  * with host memory and checks what it is given: the current context, the
  * CU_LAUNCH_PARAM_* array, NUL-terminated PTX, the green-context stream
  * flags. A launch "runs" by doing what a kernel's prologue does with the

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package cuda
+package cudrv
 
 /*
 #cgo LDFLAGS: -ldl
@@ -29,13 +29,16 @@ var loader struct {
 // the driver's error when cuInit fails (no device, driver too old). The
 // result is computed once; every call returns the same Driver.
 func Open() (*Driver, error) {
-	loader.once.Do(func() { loader.drv, loader.err = openLib("") })
+	loader.once.Do(func() { loader.drv, loader.err = OpenLib("") })
 	return loader.drv, loader.err
 }
 
-// openLib loads libname ("" = libcuda.so.1); tests name a missing
-// library.
-func openLib(libname string) (*Driver, error) {
+// OpenLib loads the named library instead of libcuda.so.1 ("" is
+// libcuda.so.1) and initializes it; tests use a fake driver (or name a
+// missing library). Unlike Open it loads on every call, but the entry
+// points stay those of the first library that loaded, for the life of
+// the process.
+func OpenLib(libname string) (*Driver, error) {
 	var cname *C.char
 	if libname != "" {
 		cname = C.CString(libname)
@@ -252,14 +255,11 @@ type Kernels struct {
 	fns  map[string]*Function
 }
 
-// LoadKernels loads every embedded PTX module into the device's context
-// (the driver JIT-compiles PTX for the device; sm_80 PTX runs on sm_80
-// and later) and looks up every entry.
-func (dv *Device) LoadKernels() (*Kernels, error) {
-	mods, err := Modules()
-	if err != nil {
-		return nil, err
-	}
+// LoadKernels loads the PTX modules mods into the device's context (the
+// driver JIT-compiles PTX for the device; sm_80 PTX runs on sm_80 and
+// later) and looks up every entry of each (EntryNames). On an error it
+// unloads what it loaded.
+func (dv *Device) LoadKernels(mods []Module) (*Kernels, error) {
 	ks := &Kernels{dev: dv, fns: map[string]*Function{}}
 	for _, m := range mods {
 		if err := ks.load(m); err != nil {
@@ -270,6 +270,7 @@ func (dv *Device) LoadKernels() (*Kernels, error) {
 	return ks, nil
 }
 
+// load loads module m and looks up its entries.
 func (ks *Kernels) load(m Module) error {
 	dv := ks.dev
 	img := C.CBytes(append(append([]byte(nil), m.PTX...), 0))
@@ -280,30 +281,26 @@ func (ks *Kernels) load(m Module) error {
 		return fmt.Errorf("cuda: module %s: %w: %s", m.Name, err, C.GoString(&log[0]))
 	}
 	ks.mods = append(ks.mods, mod)
-	es, err := ParseEntries(m.Name, m.PTX)
-	if err != nil {
-		return err
-	}
-	for _, e := range es {
-		cname := C.CString(e.Name)
+	for _, name := range EntryNames(m.PTX) {
+		cname := C.CString(name)
 		var fn C.CUfunction
 		err := check("cuModuleGetFunction", C.sl_cu_module_function(dv.ctx, &fn, mod, cname))
 		C.free(unsafe.Pointer(cname))
 		if err != nil {
-			return fmt.Errorf("cuda: module %s: %s: %w", m.Name, e.Name, err)
+			return fmt.Errorf("cuda: module %s: %s: %w", m.Name, name, err)
 		}
-		f := &Function{dev: dv, fn: fn, Name: e.Name}
+		f := &Function{dev: dv, fn: fn, Name: name}
 		var v C.int
 		for _, a := range []struct {
 			attr int
 			dst  *int
 		}{{funcRegs, &f.Regs}, {funcShared, &f.Shared}, {funcLocal, &f.Local}, {funcMaxThreads, &f.MaxThread}} {
 			if err := check("cuFuncGetAttribute", C.sl_cu_func_attr(dv.ctx, &v, C.int(a.attr), fn)); err != nil {
-				return fmt.Errorf("cuda: %s: %w", e.Name, err)
+				return fmt.Errorf("cuda: %s: %w", name, err)
 			}
 			*a.dst = int(v)
 		}
-		ks.fns[e.Name] = f
+		ks.fns[name] = f
 	}
 	return nil
 }
@@ -332,7 +329,8 @@ func (f *Function) Occupancy() (int, error) {
 
 // Launch runs f over grid blocks of Threads threads on stream s (nil: the
 // context's default stream) with the packed parameter buffer params
-// (Pack, PackPad). It returns once the launch is queued.
+// (the kernel's PTX parameter layout, as libml/cuda's Pack builds it). It
+// returns once the launch is queued.
 func (f *Function) Launch(grid int, s *Stream, params []byte) error {
 	if grid < 1 || grid > 1<<31-1 {
 		return fmt.Errorf("cuda: launch %s: grid %d", f.Name, grid)

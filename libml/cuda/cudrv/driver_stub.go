@@ -1,6 +1,6 @@
 //go:build !linux || !cgo
 
-package cuda
+package cudrv
 
 import (
 	"fmt"
@@ -15,7 +15,9 @@ func Open() (*Driver, error) {
 	return nil, fmt.Errorf("%w: built without cgo", ErrNoDriver)
 }
 
-func openLib(string) (*Driver, error) { return Open() }
+// OpenLib loads the named library instead of libcuda.so.1; tests use a
+// fake driver. Without cgo it reports ErrNoDriver, as Open does.
+func OpenLib(string) (*Driver, error) { return Open() }
 
 // Available reports false; the first call with a logf logs why.
 func Available(logf func(format string, args ...any)) bool {
