@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,4 +141,46 @@ func runPolicies(t *testing.T, specs map[string]modelSpec, w workload, dur time.
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// Round-by-round ratios, and a disturbed RT-only baseline: a policy with
+// BE work faster than RT-only in a round flags the workload, and the
+// report prints no latency ratio built on that baseline.
+func TestRoundRatios(t *testing.T) {
+	rows := func() map[string]*row {
+		return map[string]*row{"rt-only": {Workload: "A", Policy: "rt-only"}, "reef": {Workload: "A", Policy: "reef"}, "seq": {Workload: "A", Policy: "seq"}}
+	}
+	calm := map[string][]roundStat{
+		"rt-only": {{10e6, 0.5}, {12e6, 0.5}},
+		"reef":    {{10.5e6, 1.1}, {12.6e6, 1.0}},
+		"seq":     {{15e6, 1.0}, {18e6, 1.0}},
+	}
+	byPol := rows()
+	if roundRatios(byPol, calm) {
+		t.Fatal("a calm run flagged as disturbed")
+	}
+	r := byPol["reef"]
+	if len(r.RTMeanNormRounds) != 2 || math.Abs(r.RTMeanNormRounds[0]-1.05) > 1e-9 || math.Abs(r.ThrNormRounds[0]-1.1) > 1e-9 {
+		t.Fatalf("reef's rounds: %v, %v", r.RTMeanNormRounds, r.ThrNormRounds)
+	}
+	if got := spread(r.RTMeanNormRounds); got != " (1.05-1.05)" {
+		t.Fatalf("spread %q", got)
+	}
+	// round 2's RT-only ran slow: reef at 0.6x of it
+	slow := map[string][]roundStat{
+		"rt-only": {{10e6, 0.5}, {20e6, 0.5}},
+		"reef":    {{10.5e6, 1.1}, {12e6, 1.0}},
+		"seq":     {{15e6, 1.0}, {18e6, 1.0}},
+	}
+	byPol = rows()
+	if !roundRatios(byPol, slow) {
+		t.Fatal("a baseline slower than reef in a round was not flagged")
+	}
+	for _, x := range byPol {
+		x.Disturbed = true
+	}
+	md := markdown(&report{Rows: []*row{byPol["rt-only"], byPol["reef"], byPol["seq"]}})
+	if !strings.Contains(md, "| A | reef | – | – | baseline disturbed | baseline disturbed |") {
+		t.Fatalf("report:\n%s", md)
+	}
 }

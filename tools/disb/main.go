@@ -71,8 +71,64 @@ type row struct {
 	ViolRate                 float64
 	// Wrong counts jobs whose output differed from the model's alone
 	// (must be 0: a model's output depends on its input only).
-	Wrong   int
-	Clients []*clientResult `json:"-"`
+	Wrong int
+	// RTMeanNormRounds and ThrNormRounds are the ratios round by round
+	// (RT mean over RT-only's, throughput over seq's, each in the same
+	// round): their spread is the run-to-run noise of the machine.
+	RTMeanNormRounds, ThrNormRounds []float64
+	// Disturbed says the RT-only baseline of the workload was disturbed
+	// in some round: a policy that runs BE work beside the RT clients
+	// had a mean RT latency below 0.9 x RT-only's in that round, which
+	// only a slowed baseline explains. Its ratios are not reported.
+	Disturbed bool
+	Clients   []*clientResult `json:"-"`
+}
+
+// roundStat is one policy's RT mean latency and normalized throughput in
+// one round.
+type roundStat struct{ rtMean, thr float64 }
+
+// roundOf summarizes one round's client results.
+func roundOf(res []*clientResult) roundStat {
+	var st roundStat
+	var sum float64
+	var n int
+	for _, c := range res {
+		st.thr += c.NormThr
+		for _, l := range c.LatNs {
+			sum += float64(l)
+			n++
+		}
+	}
+	if n > 0 {
+		st.rtMean = sum / float64(n)
+	}
+	return st
+}
+
+// disturbedBelow is the ratio to RT-only under which a round's RT-only
+// baseline counts as disturbed (Disturbed).
+const disturbedBelow = 0.9
+
+// roundRatios fills each policy's row with its ratios round by round
+// (RT mean over RT-only's, throughput over seq's, in the same round) and
+// reports whether the RT-only baseline was disturbed in some round.
+func roundRatios(byPol map[string]*row, perRound map[string][]roundStat) (disturbed bool) {
+	base, seq := perRound["rt-only"], perRound["seq"]
+	for p, r := range byPol {
+		r.RTMeanNormRounds, r.ThrNormRounds = nil, nil
+		for rd, st := range perRound[p] {
+			if len(base) > rd && base[rd].rtMean > 0 && st.rtMean > 0 {
+				x := st.rtMean / base[rd].rtMean
+				r.RTMeanNormRounds = append(r.RTMeanNormRounds, x)
+				disturbed = disturbed || (p != "rt-only" && x < disturbedBelow)
+			}
+			if len(seq) > rd && seq[rd].thr > 0 {
+				r.ThrNormRounds = append(r.ThrNormRounds, st.thr/seq[rd].thr)
+			}
+		}
+	}
+	return disturbed
 }
 
 type report struct {
@@ -318,6 +374,7 @@ func main() {
 		// rotated each round, so that slow phases of a shared machine hit
 		// every policy alike
 		acc := map[string]*accum{}
+		perRound := map[string][]roundStat{}
 		for _, p := range policies {
 			acc[p] = &accum{clients: map[string]*clientResult{}}
 		}
@@ -342,6 +399,7 @@ func main() {
 				res := runWorkload(ps.s, w, ps.ms, maxThr, standalone, p == "rt-only", *warm, *dur/time.Duration(*rounds),
 					*alpha, *seed+int64(wi)*1000+int64(rd)*100)
 				acc[p].add(res, ps.s.Stats())
+				perRound[p] = append(perRound[p], roundOf(res))
 			}
 		}
 		byPol := map[string]*row{}
@@ -359,9 +417,14 @@ func main() {
 				r.Thr, r.JobsPerSec, r.PreemptP50Us, pct(a.st.PreemptNs, 90)/1e3, r.PreemptP99Us, r.PreemptMaxUs, r.PreemptN, r.PadBlocks)
 		}
 		base, seq, nopad := byPol["rt-only"], byPol["seq"], byPol["reef-nopad"]
+		disturbed := roundRatios(byPol, perRound)
+		if disturbed {
+			fmt.Fprintf(os.Stderr, "  workload %s: the RT-only baseline was disturbed in some round (a policy with BE work below %.1fx RT-only): its latency ratios are not reported\n", w.Name, disturbedBelow)
+		}
 		for _, p := range policies {
 			r := byPol[p]
-			if base != nil && base.RTMeanMs > 0 {
+			r.Disturbed = disturbed
+			if base != nil && base.RTMeanMs > 0 && !disturbed {
 				r.RTMeanNorm, r.RTP99Norm = r.RTMeanMs/base.RTMeanMs, r.RTP99Ms/base.RTP99Ms
 			}
 			if seq != nil && seq.Thr > 0 {

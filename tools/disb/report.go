@@ -15,6 +15,19 @@ func f2(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
+// spread formats the range of per-round ratios (" (min-max)"; "" for
+// fewer than two rounds).
+func spread(v []float64) string {
+	if len(v) < 2 {
+		return ""
+	}
+	lo, hi := v[0], v[0]
+	for _, x := range v[1:] {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return fmt.Sprintf(" (%.2f-%.2f)", lo, hi)
+}
+
 // markdown renders the report.
 func markdown(r *report) string {
 	var b strings.Builder
@@ -30,7 +43,7 @@ func markdown(r *report) string {
 	for _, m := range r.Models {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.2f | %.1f | %d (%.2f) | %d / %d |\n", m.Role, m.Zoo, m.Size, m.Kernels, m.StandaloneMs, m.MaxPerSec, m.Narrow, m.NarrowMs, m.Kept, m.Versions)
 	}
-	b.WriteString("\nPer workload and policy: RT end-to-end latency (arrival to finish) of the requests done inside the window (requests still waiting at its end are not in the figures: compare done with arrived) and its ratio to RT-only; throughput is REEF's normalized throughput (sum over clients of jobs/s over the model's max jobs/s) and its ratio to seq; preemption latency is from the preempt call until no block of a preempted stream runs any more and the RT job's first kernel runs; re-exec is the profiled time of kernels restores ran again, as a share of BE job time; pad = blocks run as padding (gain: reef over reef-nopad throughput); violations: jobs (RT and BE) whose latency exceeded alpha = ")
+	b.WriteString("\nPer workload and policy: RT end-to-end latency (arrival to finish) of the requests done inside the window (requests still waiting at its end are not in the figures: compare done with arrived) and its ratio to RT-only; throughput is REEF's normalized throughput (sum over clients of jobs/s over the model's max jobs/s) and its ratio to seq (ratios: over the whole window, then in parentheses their range round by round, each round's ratio against the baseline of the same round; \"baseline disturbed\" where a policy with BE work was faster than RT-only in a round, which only a slowed baseline explains); preemption latency is from the preempt call until no block of a preempted stream runs any more and the RT job's first kernel runs; re-exec is the profiled time of kernels restores ran again, as a share of BE job time; pad = blocks run as padding (gain: reef over reef-nopad throughput); violations: jobs (RT and BE) whose latency exceeded alpha = ")
 	fmt.Fprintf(&b, "%g x their model's standalone time; jitter = standard deviation of RT latency; sel = padding's kernel-selection time (mean ns / share of selections over 2 µs, which includes a unit descheduled while it selected).\n\n", r.Alpha)
 	b.WriteString("| wl | policy | RT mean (ms) | RT p99 (ms) | mean / RT-only | p99 / RT-only | RT done / arrived | thr | thr / seq | jobs/s | preempt p50 / p99 (µs) | re-exec | pad blocks (gain) | viol. | jitter (ms) | sel (ns) |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
@@ -58,9 +71,13 @@ func markdown(r *report) string {
 		if x.RTCount == 0 && x.RTArrived > 0 {
 			mean, p99 = "starved", "starved"
 		}
+		meanNorm, p99Norm := f2(x.RTMeanNorm)+spread(x.RTMeanNormRounds), f2(x.RTP99Norm)
+		if x.Disturbed {
+			meanNorm, p99Norm = "baseline disturbed", "baseline disturbed"
+		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %d / %d | %.3f | %s | %.1f | %s | %s | %s | %.1f%% | %s | %s |\n",
-			x.Workload, x.Policy, mean, p99, f2(x.RTMeanNorm), f2(x.RTP99Norm), x.RTCount, x.RTArrived,
-			x.Thr, f2(x.ThrNorm), x.JobsPerSec, pre, re, pad, x.ViolRate*100, f2(x.RTJitterMs), sel)
+			x.Workload, x.Policy, mean, p99, meanNorm, p99Norm, x.RTCount, x.RTArrived,
+			x.Thr, f2(x.ThrNorm)+spread(x.ThrNormRounds), x.JobsPerSec, pre, re, pad, x.ViolRate*100, f2(x.RTJitterMs), sel)
 	}
 	if len(r.Restore) > 0 {
 		b.WriteString("\nRestore overhead (REEF §6.4): each model's BE jobs alone under reef, in turn undisturbed, woken (the probing thread wakes at a random moment inside the job and does nothing: the control for what a wake-up alone costs when the units fill the cores) and preempted once at a random moment (`PreemptRestore`) and restored as soon as its stream has drained; median job time (start to finish). Overhead is preempted over undisturbed; over woken, the wake's own cost is left out. The gap is the time no unit worked for the job (preemption, lazy eviction, the completion handler and the restore); without it, the overhead is the work lost and re-run and the steering threads' CPU time:\n\n")
