@@ -10,15 +10,16 @@ import (
 // sized blocks of kernels (cut offline by SplitModel, tools/splitter); the
 // queue is ordered by greedy response-ratio preemption: a new job moves
 // ahead of its neighbour while that lowers the pair's summed response
-// ratio, never past a job of the same model (FIFO per model). The job at
+// ratio, never past a job of the same model and class (FIFO per model
+// and class). The job at
 // the head runs its next block; preemption happens at block boundaries, so
 // a job that moves to the head waits at most the running block.
 //
 // Two rules beyond Algorithm 1, which knows neither classes nor waiting
 // (the wait a queued job has done enters both sides of its comparison
 // alike and cancels, so a stream of short jobs passes a long one forever):
-//   - classes: an RT job passes every BE job, a BE job never passes an RT
-//     job; within a class, Algorithm 1;
+//   - classes: an RT job passes every BE job, of its own model too, and
+//     a BE job never passes an RT job; within a class, Algorithm 1;
 //   - aging (PREMA's, which SPLIT's latency target comes from): a job that
 //     has waited past its latency target (Alpha x its standalone time) is
 //     not passed any more, so no job starves.
@@ -49,7 +50,7 @@ func (p *split) insert(j *Job) int {
 	pos := len(p.q)
 	for pos > 0 {
 		t := p.q[pos-1]
-		if t.Model == j.Model || (t.Class == RT && j.Class != RT) {
+		if (t.Model == j.Model && t.Class == j.Class) || (t.Class == RT && j.Class != RT) {
 			break
 		}
 		ahead -= remaining(t)

@@ -83,6 +83,13 @@ func TestSplitRule(t *testing.T) {
 	if pos := p.insert(&Job{Model: short, Class: BE, Arrival: now}); pos != 1 {
 		t.Fatalf("short BE job passed an RT job: position %d", pos)
 	}
+	// an RT job passes the BE jobs of its own model too (DISB C: the RT
+	// client's model is also one of the BE clients'; FIFO holds within a
+	// class)
+	p.q = []*Job{{Model: mid, Class: BE, Arrival: now}, {Model: long, Class: BE, Arrival: now}, {Model: short, Class: BE, Arrival: now}}
+	if pos := p.insert(&Job{Model: long, Class: RT, Arrival: now}); pos != 0 {
+		t.Fatalf("RT job behind a BE job of its own model: position %d, want 0", pos)
+	}
 	// the closed form, on random queues of one class whose jobs are all
 	// within their targets
 	models := []*Model{long, short, mid}
