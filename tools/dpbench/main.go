@@ -48,6 +48,7 @@ type options struct {
 	batch      int
 	burst      int
 	hold       bool
+	views      bool
 	jsonOut    string
 	cpuProfile string
 }
@@ -76,6 +77,7 @@ func main() {
 	flag.IntVar(&o.batch, "batch", 8, "requests per gathered batch")
 	flag.IntVar(&o.burst, "burst", 64, "rx burst size")
 	flag.BoolVar(&o.hold, "hold", false, "hold each batch's requests and gather them in one call, as an IF does (default: gather each request as it completes)")
+	flag.BoolVar(&o.views, "views", false, "hand each batch's payload views on without a host copy, as the cuda path does (its device gather reads the fragments in place from the mapped packet region; that read is the GPU's, not measured here)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the results as JSON to this file")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured phases to this file")
 	flag.Parse()
@@ -141,6 +143,7 @@ type gatherSink struct {
 	in       libml.Input
 	held     []*ioloop.Request
 	hold     bool
+	views    bool // no host gather: the views go to a device (-views)
 	batch    int
 	slot     int
 	tensor   []float32
@@ -160,7 +163,13 @@ func (s *gatherSink) Deliver(r *ioloop.Request) {
 		return
 	}
 	elems := s.in.Enc.Elems
-	if err := s.ing.Ingest(s.tensor[s.slot*elems:], &s.in, 0, len(s.held)); err != nil && s.err == nil {
+	if s.views {
+		// what the cuda path's host side does with a batch: check it
+		// (every request whole, its size) and hand the views on
+		if err := s.in.Check(len(s.held), elems); err != nil && s.err == nil {
+			s.err = err
+		}
+	} else if err := s.ing.Ingest(s.tensor[s.slot*elems:], &s.in, 0, len(s.held)); err != nil && s.err == nil {
 		s.err = err
 	}
 	for _, h := range s.held {
@@ -218,7 +227,7 @@ func run(o options) error {
 	if err != nil {
 		return err
 	}
-	sink := &gatherSink{batch: o.batch, hold: o.hold, tensor: make([]float32, o.batch*o.size/4), in: libml.Input{Enc: enc}}
+	sink := &gatherSink{batch: o.batch, hold: o.hold, views: o.views, tensor: make([]float32, o.batch*o.size/4), in: libml.Input{Enc: enc}}
 	lcfg := ioloop.DefaultConfig()
 	lcfg.Burst = o.burst
 	loop, err := ioloop.New(lcfg, port, out, sink, nil)
@@ -243,6 +252,9 @@ func run(o options) error {
 	mode := "each request gathered as it completes"
 	if o.hold {
 		mode = "requests held and gathered by batch"
+	}
+	if o.views {
+		mode += ", payload views handed on without a host copy (-views: the cuda path's host side)"
 	}
 	fmt.Printf("dpbench: %s, %d requests x %d B in %d B fragments (%d frames), batch %d (%s), burst %d, %v x %d rounds, GOMAXPROCS %d\n",
 		dpdk.Version(), o.requests, o.size, o.frag, frames, o.batch, mode, o.burst, o.duration, o.rounds, runtime.GOMAXPROCS(0))
