@@ -531,6 +531,9 @@ func (s *Scheduler) Submit(j *Job) error {
 		if j.Model.seg == nil {
 			return fmt.Errorf("sched: a payload input (Job.Input) needs a segment device; model %q runs on the cpu", j.Model.name)
 		}
+		if n := j.Input.N(); n < 1 || n > j.Model.batch || (n > 1 && !j.Model.batched()) {
+			return fmt.Errorf("sched: a payload of %d requests for model %q at batch %d", n, j.Model.name, j.Model.batch)
+		}
 	case len(j.In) != j.Model.InputSize():
 		return fmt.Errorf("sched: job input has %d floats, model %q wants %d", len(j.In), j.Model.name, j.Model.InputSize())
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/libml"
 	"sluice/libml/graph"
 	"sluice/libml/zoo"
 	ncpu "sluice/native/cpu"
@@ -650,6 +651,8 @@ func TestSubmitErrors(t *testing.T) {
 		{Model: m, Class: BE, In: make([]float32, m.InputSize()), Out: make([]float32, 1)},
 		{Model: m, Class: BE, Queue: 2, In: make([]float32, m.InputSize())},
 		{Model: m, Class: 7, In: make([]float32, m.InputSize())},
+		// a payload input is a segment device's (the cpu copies In)
+		{Model: m, Class: BE, Input: &libml.Input{Ends: []int{0}}},
 	} {
 		if err := s.Submit(j); err == nil {
 			t.Fatalf("job %+v accepted", j)

@@ -421,4 +421,16 @@ func TestSegmentDevicePayload(t *testing.T) {
 			t.Errorf("batch %d (in the region: %v): %d copies, packets given back %d times; want %d and 1", c.n, c.inRegion, in.Copies, gathered, c.copies)
 		}
 	}
+	// a payload the job cannot hold is refused at Submit, on any device
+	s := sb.Scheduler()
+	m := inst.(*Instance).g.buckets[0] // batch 1
+	three := &libml.Input{Enc: enc}
+	for r := 0; r < 3; r++ {
+		three.Add(region[:4*is])
+	}
+	for _, bad := range []*libml.Input{three, {Enc: enc}} {
+		if err := s.Submit(&Job{Model: m, Class: BE, Input: bad}); err == nil {
+			t.Fatalf("a payload of %d requests for batch %d was accepted", bad.N(), m.Batch())
+		}
+	}
 }
