@@ -2,10 +2,13 @@
 # GPU machine (which has no Go).
 #
 #   make gpu-bundle   bin/gpu/: cuda.test (go test -c ./libml/cuda),
-#                     gpubench (tools/gpubench), disb (tools/disb), torchref.py and
-#                     run-gpu.sh. The binaries need no shared library
-#                     beyond glibc (the cpu reference backend has its own
-#                     GEMM since OpenBLAS was dropped). Binaries are
+#                     gpubench (tools/gpubench), disb (tools/disb), appbench
+#                     (tools/appbench) with the shared libraries the
+#                     appliance links beyond glibc and the C++ runtime
+#                     (lib/: DPDK's, libzmq's and theirs), torchref.py and
+#                     run-gpu.sh. The other binaries need no shared
+#                     library beyond glibc (the cpu reference backend has
+#                     its own GEMM since OpenBLAS was dropped). Binaries are
 #                     stripped; the bundle must stay under 60 MiB (a device
 #                     machine carries 64 MiB). The ONNX exports are not in
 #                     it: run-gpu.sh makes them there with gpubench export.
@@ -29,6 +32,14 @@ gpu-bundle: deps
 	$(GO) test -c -ldflags='-s -w' -o $(GPU_BUNDLE)/cuda.test ./libml/cuda/
 	$(GO) build -ldflags='-s -w' -o $(GPU_BUNDLE)/gpubench ./tools/gpubench/
 	$(GO) build -ldflags='-s -w' -o $(GPU_BUNDLE)/disb ./tools/disb/
+	$(GO) build -ldflags='-s -w' -o $(GPU_BUNDLE)/appbench ./tools/appbench/
+	@# appbench runs the appliance, which links DPDK and libzmq: their
+	@# shared libraries travel in lib/ (glibc's and the C++ runtime stay
+	@# the machine's)
+	@mkdir -p $(GPU_BUNDLE)/lib
+	ldd $(GPU_BUNDLE)/appbench | awk '$$3 ~ /^\// {print $$3}' | \
+	  grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' | \
+	  xargs -r -I{} cp -L {} $(GPU_BUNDLE)/lib/
 	cp tools/gpubench/torchref.py tools/gpubench/run-gpu.sh $(GPU_BUNDLE)/
 	@chmod +x $(GPU_BUNDLE)/run-gpu.sh $(GPU_BUNDLE)/torchref.py
 	@bytes=$$(du -sb $(GPU_BUNDLE) | cut -f1); mib=$$((bytes >> 20)); \

@@ -6,6 +6,11 @@
 //
 //	go build -o bin/appbench ./tools/appbench && bin/appbench
 //
+// With -backend cuda the IFs run on the cuda backend (a GPU; -cuda emu:
+// the kernel emulator), under policy "none" on their own SMs or under a
+// scheduling policy on the cuda device, and the compute baseline is the
+// cuda backend's (run-gpu.sh's appliance step).
+//
 // With -overload it drives one IF at 1, 2 and 4 times its capacity
 // instead, RT and BE requests mixed, under timeout_action "reject" and
 // "serve_late" (overload.go; make bench-overload).
@@ -31,6 +36,7 @@ import (
 	"sluice/ifmanager"
 	"sluice/libml"
 	"sluice/libml/cpu"
+	"sluice/libml/cuda"
 	"sluice/libml/zoo"
 )
 
@@ -43,6 +49,9 @@ type options struct {
 	jsonOut  string
 	swaps    int
 	policies []string
+	// backend is the IFs' backend ("cpu" or "cuda"); cuda the
+	// appliance's cuda mode with it ("driver" or "emu")
+	backend, cuda string
 }
 
 type row struct {
@@ -70,6 +79,8 @@ func main() {
 	flag.StringVar(&o.jsonOut, "json", "", "also write the rows as JSON")
 	flag.IntVar(&o.swaps, "swaps", 50, "shadow swaps to run under load (RT IF alone, first policy)")
 	pols := flag.String("policies", "none,reef", "scheduling policies to run the set-ups under (appliance.policy), compared at the same request rates")
+	flag.StringVar(&o.backend, "backend", "cpu", "the IFs' backend: cpu, or cuda (a GPU; each IF names the policy, and the compute baseline runs on the cuda backend)")
+	flag.StringVar(&o.cuda, "cuda", "driver", "with -backend cuda: the appliance's cuda mode, driver (a GPU) or emu (the kernel emulator: the path, not its speed)")
 	overload := flag.Bool("overload", false, "overload mode: one IF at -loads-x times its capacity under each timeout_action")
 	var ov overloadOptions
 	flag.Float64Var(&ov.sloMS, "slo-ms", 100, "overload mode: the IF's slo_ms")
@@ -92,6 +103,14 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if o.backend != "cpu" && o.backend != "cuda" {
+		fmt.Fprintf(os.Stderr, "appbench: -backend %q: want cpu or cuda\n", o.backend)
+		os.Exit(2)
+	}
+	if o.cuda != "driver" && o.cuda != "emu" {
+		fmt.Fprintf(os.Stderr, "appbench: -cuda %q: want driver or emu\n", o.cuda)
+		os.Exit(2)
 	}
 	o.policies = strings.Split(*pols, ",")
 	o.loads = []float64{0.1, 0.3, 0.6, 0.9}
@@ -149,10 +168,15 @@ func mean(v []float64) float64 {
 	return t / float64(max(len(v), 1))
 }
 
-// computeTime measures the model alone at batch 1 on its own backend.
+// computeTime measures the model alone at batch 1 on its own backend
+// (the IFs' backend, -backend).
 func computeTime(ctx context.Context, o options) ([]float64, error) {
-	be := cpu.New()
-	if err := be.Init(ctx, libml.BackendConfig{Units: o.threads, PinUnits: true}); err != nil {
+	var be libml.Backend = cpu.New()
+	cfg := libml.BackendConfig{Units: o.threads, PinUnits: true}
+	if o.backend == "cuda" {
+		be, cfg = cuda.NewBackend(cuda.Options{Emulate: o.cuda == "emu"}), libml.BackendConfig{}
+	}
+	if err := be.Init(ctx, cfg); err != nil {
 		return nil, err
 	}
 	defer be.Deinit()
@@ -190,8 +214,8 @@ func run(o options) error {
 		return fmt.Errorf("compute baseline: %w", err)
 	}
 	computeMS := percentile(comp, 50)
-	fmt.Printf("appbench: %s at batch 1, cpu backend, model compute alone (all units) p50 %.2f ms (mean %.2f, p99 %.2f, %d runs)\n",
-		o.model, computeMS, mean(comp), percentile(comp, 99), len(comp))
+	fmt.Printf("appbench: %s at batch 1, %s backend, model compute alone (all units) p50 %.2f ms (mean %.2f, p99 %.2f, %d runs)\n",
+		o.model, o.backend, computeMS, mean(comp), percentile(comp, 99), len(comp))
 
 	var rows []row
 	// the request rates are fractions of the first policy's capacities,
@@ -230,41 +254,7 @@ func run(o options) error {
 // latency minus the mean compute time the IF itself measured over the same
 // load point. swaps: run the shadow-swap measurement (RT alone).
 func phase(ctx context.Context, o options, policy string, swaps, mixed bool, computeMS, capRT float64) ([]row, float64, error) {
-	ifs := `
-[[if]]
-name = "rt"
-model_id = 1
-model = "zoo:%[1]s"
-class = "rt"
-max_batch = 1
-batching = "fixed"
-queue_len = 1024
-input = "u8-hwc"
-`
-	if mixed {
-		ifs += `
-[[if]]
-name = "be"
-model_id = 2
-model = "zoo:%[1]s"
-class = "be"
-max_batch = 1
-batching = "fixed"
-queue_len = 1024
-input = "u8-hwc"
-`
-	}
-	prof, err := appliance.ParseProfile("appbench", fmt.Sprintf(`
-[appliance]
-log_level = "warn"
-threads = %d
-metrics = "off"
-control = "off"
-policy = %q
-[[port]]
-driver = "udp"
-listen = "127.0.0.1:0"
-`, o.threads, policy)+fmt.Sprintf(ifs, o.model))
+	prof, err := appliance.ParseProfile("appbench", profileText(o, policy, mixed))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -427,4 +417,49 @@ func swapUnderLoad(ctx context.Context, o options, a *appliance.Appliance, cl *d
 		"shadow preparation (link + configure + warm) p50 %.1f ms; %d requests during the swaps, %d lost, %d not ok, %d duplicate fragments\n\n",
 		rate, len(gaps), percentile(gaps, 50), percentile(gaps, 99), percentile(gaps, 100), percentile(preps, 50), len(ids), lost, bad, cl.Duplicates())
 	return nil
+}
+
+// profileText is the appliance profile of a set-up: an RT IF, and with
+// mixed a BE IF, of o.model on o.backend, under policy. A cpu IF takes
+// the appliance's policy; a cuda IF names it itself, and the appliance
+// runs the cuda backend in o.cuda's mode.
+func profileText(o options, policy string, mixed bool) string {
+	text := fmt.Sprintf(`
+[appliance]
+log_level = "warn"
+threads = %d
+metrics = "off"
+control = "off"
+policy = %q
+`, o.threads, policy)
+	backend := ""
+	if o.backend == "cuda" {
+		text += fmt.Sprintf("cuda = %q\n", o.cuda)
+		backend = fmt.Sprintf("backend = \"cuda\"\npolicy = %q\n", policy)
+	}
+	text += `
+[[port]]
+driver = "udp"
+listen = "127.0.0.1:0"
+`
+	for _, c := range []struct {
+		name, class string
+		id          int
+	}{{"rt", "rt", 1}, {"be", "be", 2}} {
+		if c.class == "be" && !mixed {
+			break
+		}
+		text += fmt.Sprintf(`
+[[if]]
+name = %q
+model_id = %d
+model = "zoo:%s"
+class = %q
+max_batch = 1
+batching = "fixed"
+queue_len = 1024
+input = "u8-hwc"
+%s`, c.name, c.id, o.model, c.class, backend)
+	}
+	return text
 }

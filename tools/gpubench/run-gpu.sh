@@ -7,7 +7,9 @@
 #   cuda.test    go test -c ./libml/cuda (the GPU tests and benchmarks)
 #   gpubench     tools/gpubench (kernel profiles, ONNX export, latency)
 #   disb         tools/disb (DISB through the appliance's scheduler, -device cuda)
-#   lib/         shared libraries to load first (empty: none are needed now)
+#   appbench     tools/appbench (the whole appliance over UDP, -backend cuda)
+#   lib/         the shared libraries appbench loads first (DPDK's, libzmq's
+#                and theirs; the appliance step only)
 #   torchref.py  our outputs vs ONNX Runtime, our latency vs PyTorch
 #
 #   cd bin/gpu && ./run-gpu.sh [STEP...]      (default: every step)
@@ -19,6 +21,9 @@
 #   kprof      gpubench kprof: the DISB models' kernel profile -> kprof.md, kprof.json
 #   disb       disb -device cuda: DISB A-E x rt-only/reef/reef-nopad/seq/conc/srpt/split
 #              through libml/sched on the GPU, full-size models -> disb.md, disb.json
+#   appliance  appbench -backend cuda: the appliance end to end (UDP on loopback, the IF
+#              manager, the cuda backend) with ResNet-50 IFs under policy none and reef:
+#              latency per class and load, overhead over compute -> appliance.json
 #   export     gpubench export: zoo models as ONNX + inputs + our outputs ($EXPORT_DIR)
 #   check      torchref.py check: our outputs vs ONNX Runtime, tolerance 1e-3 -> check.json
 #   latency    gpubench latency: ResNet-50, BERT-base at batch 1 and 8 -> latency.json
@@ -41,10 +46,9 @@ OUT=${OUT:-$HERE/out}
 PY=${PYTHON:-python3}
 DISB_FLAGS=${DISB_FLAGS:-}
 EXPORT_DIR=${EXPORT_DIR:-${TMPDIR:-/tmp}/sluice-gpu-export}
-ALL="info tests bench kprof disb export check latency speed selftest"
+ALL="info tests bench kprof disb appliance export check latency speed selftest"
 STEPS=${*:-$ALL}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cd "$HERE" || exit 1
 
 status=0
@@ -88,6 +92,12 @@ for s in $STEPS; do
 		# shellcheck disable=SC2086 # DISB_FLAGS is a list of flags
 		run_step disb ./disb -device cuda -full -workloads A,B,C,D,E -duration 6s -rounds 2 \
 			-restore-jobs 20 -md "$OUT/disb.md" -json "$OUT/disb.json" -svg "$OUT/disb.svg" $DISB_FLAGS
+		;;
+	appliance)
+		# lib/ for appbench alone: python and torch keep the machine's libraries
+		run_step appliance env LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+			./appbench -backend cuda -model resnet50 -policies none,reef -duration 4s \
+			-swaps 20 -json "$OUT/appliance.json"
 		;;
 	export) run_step export ./gpubench export -dir "$EXPORT_DIR" ;;
 	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;
