@@ -168,12 +168,25 @@ func (l *Loop) Reject(to dataplane.Endpoint, h *wire.Header, st wire.Status) {
 // nanoseconds) is the only clock the table sees: it times fragments out and
 // ages the table's memory of answered requests (reasm.Config.LateWindow).
 func (l *Loop) Poll(now int64) (bool, error) {
+	n, sent, err := l.poll(now)
+	return n > 0 || sent > 0, err
+}
+
+// pollRx is Poll reporting the packets the burst received.
+func (l *Loop) pollRx(now int64) (int, error) {
+	n, _, err := l.poll(now)
+	return n, err
+}
+
+// poll is Poll's body: it returns the packets received and the responses
+// sent.
+func (l *Loop) poll(now int64) (n, sent int, err error) {
 	// replies first: their slots are free again for the requests this
 	// burst completes
-	sent := l.collect()
-	n, err := l.port.RxBurst(l.pkts)
+	sent = l.collect()
+	n, err = l.port.RxBurst(l.pkts)
 	if err != nil {
-		return false, fmt.Errorf("ioloop: rx: %w", err)
+		return 0, sent, fmt.Errorf("ioloop: rx: %w", err)
 	}
 	for i := 0; i < n; i++ {
 		l.table.Add(&l.pkts[i], now)
@@ -185,7 +198,7 @@ func (l *Loop) Poll(now int64) (bool, error) {
 		l.port.Release(rel)
 	}
 	sent += l.out.Flush(l.port)
-	return n > 0 || sent > 0, nil
+	return n, sent, nil
 }
 
 // Flush gives back the buffers of released requests and sends every
@@ -284,20 +297,39 @@ type Drainer interface {
 	SetDraining(on bool)
 }
 
+// drainBacklogPolls bounds the backlog a drain admits: a port that
+// still has packets after this many bursts (a client flooding it) is
+// drained from there (64-packet bursts: more than a 64 MiB socket buffer
+// of 1 KiB datagrams).
+const drainBacklogPolls = 1024
+
 // drain keeps receiving, so that every request that reaches the port is
-// answered (new ones shutting_down by a Drainer sink), until nothing has
-// arrived for DrainQuiet and every admitted request has been answered,
-// or DrainTimeout passes. Then requests still being reassembled are
-// answered shutting_down and the last responses are sent.
+// answered, until nothing has arrived for DrainQuiet and every admitted
+// request has been answered, or DrainTimeout passes. The port's backlog
+// comes first: the packets that had reached it when the drain began are
+// admitted as before (a request a client sent before the shutdown is
+// served, however late the loop reads it), a burst at a time until a
+// burst comes back empty; only then does a Drainer sink refuse new
+// requests with shutting_down. Last, requests still being reassembled
+// are answered shutting_down and the last responses are sent.
 func (l *Loop) drain() error {
+	start := time.Now()
+	deadline := start.Add(l.cfg.DrainTimeout)
+	var err error
+	for polls := 0; err == nil && polls < drainBacklogPolls && time.Now().Before(deadline); polls++ {
+		n, perr := l.pollRx(l.Now())
+		if perr != nil {
+			err = perr
+		}
+		if n == 0 {
+			break
+		}
+	}
 	if d, ok := l.sink.(Drainer); ok {
 		d.SetDraining(true)
 	}
-	start := time.Now()
-	deadline := start.Add(l.cfg.DrainTimeout)
-	quiet := start
-	var err error
-	for {
+	quiet := time.Now()
+	for err == nil {
 		busy, perr := l.Poll(l.Now())
 		if perr != nil {
 			err = perr
