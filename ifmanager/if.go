@@ -963,11 +963,13 @@ func (f *IF) answer(it item, st wire.Status, out []byte, sent func([]byte), gath
 	default:
 		f.C.Failed.Add(1)
 	}
+	// the reply first: whoever the observer tells (metrics, a test
+	// waiting for the answer) finds it queued for the I/O loop
+	r.Reply(st, out, sent)
 	f.obs.Request(st, time.Duration(gathered-it.queued), time.Duration(computed-gathered), time.Duration(computed-first))
 	if st == wire.StatusOK {
 		f.recent.add(computed - first)
 	}
-	r.Reply(st, out, sent)
 }
 
 // latencyRing keeps the latest RecentLatencies latencies (ns): writers
