@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
-	"time"
 
-	"sluice/dataplane/wire"
 	"sluice/libml"
 	"sluice/libml/cuda"
 	"sluice/libml/sched"
@@ -128,55 +126,26 @@ slo_ms = 600000
 	}
 
 	cl := newClient(t, 43)
-	answer := func(id uint64) []byte {
-		t.Helper()
-		r, ok := cl.Wait(id, 2*time.Minute) // a hang guard, not a timing
-		if !ok {
-			t.Fatalf("request %d: no response", id)
-		}
-		if r.Status != wire.StatusOK {
-			t.Fatalf("request %d: status %v", id, r.Status)
-		}
-		return r.Output
-	}
 	const rounds = 6
 	scripted := 0
 	for i := 0; i < rounds; i++ {
 		beID, rtID := uint64(1+i), uint64(1001+i)
+		var holds func() int64
 		if i%2 == 0 {
 			// hold the BE request's launch of a kernel in the middle of
 			// its model until the RT request preempts it
-			h := cb.Holds()
 			if err := cb.HoldFrom(int64(10 + 10*(i/2))); err != nil {
 				t.Fatal(err)
 			}
-			if err := cl.Send(addr, 1, beID, 0, f32bytes(inputs["be"])); err != nil {
-				t.Fatal(err)
-			}
-			deadline := time.Now().Add(2 * time.Minute) // a hang guard
-			for cb.Holds() == h {
-				if time.Now().After(deadline) {
-					t.Fatalf("round %d: the BE request's launch was never held", i)
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
+			holds = cb.Holds
 			scripted++
-			if err := cl.Send(addr, 2, rtID, wire.FlagRT, f32bytes(inputs["rt"])); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			if err := cl.Send(addr, 1, beID, 0, f32bytes(inputs["be"])); err != nil {
-				t.Fatal(err)
-			}
-			if err := cl.Send(addr, 2, rtID, wire.FlagRT, f32bytes(inputs["rt"])); err != nil {
-				t.Fatal(err)
-			}
 		}
+		sendBEThenRT(t, cl, addr, beID, rtID, f32bytes(inputs["be"]), f32bytes(inputs["rt"]), holds)
 		for _, c := range []struct {
 			name string
 			id   uint64
 		}{{"rt", rtID}, {"be", beID}} {
-			if got := answer(c.id); !bytes.Equal(got, want[c.name]) {
+			if got := okOutput(t, cl, c.id); !bytes.Equal(got, want[c.name]) {
 				t.Errorf("round %d: the %s answer differs from the cuda backend's alone: %s", i, c.name, bitDiff(got, want[c.name]))
 			}
 		}

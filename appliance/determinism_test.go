@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
-	"time"
 
-	"sluice/dataplane/wire"
 	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/sched"
@@ -97,49 +95,20 @@ queue_len = 64
 	payload := f32bytes(frame)
 	const rounds, every = 100, 4
 	var beAns, rtAns [][]byte
-	answer := func(id uint64) []byte {
-		t.Helper()
-		r, ok := cl.Wait(id, 2*time.Minute) // a hang guard, not a timing
-		if !ok {
-			t.Fatalf("request %d: no response", id)
-		}
-		if r.Status != wire.StatusOK {
-			t.Fatalf("request %d: status %v", id, r.Status)
-		}
-		return r.Output
-	}
 	scripted := 0
 	for i := 0; i < rounds; i++ {
 		beID, rtID := uint64(1+i), uint64(1001+i)
+		var holds func() int64
 		if i%every == 0 {
 			// preempt the BE request inside one of its kernels (from
 			// kernel 1 to 24, round by round)
-			h := pool.Holds()
 			pool.HoldFrom(int64(1+(i/every)%24), true)
-			if err := cl.Send(addr, 1, beID, 0, payload); err != nil {
-				t.Fatal(err)
-			}
-			deadline := time.Now().Add(2 * time.Minute) // a hang guard
-			for pool.Holds() == h {
-				if time.Now().After(deadline) {
-					t.Fatalf("round %d: the BE request's kernel was never held", i)
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
+			holds = pool.Holds
 			scripted++
-			if err := cl.Send(addr, 2, rtID, wire.FlagRT, payload); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			if err := cl.Send(addr, 1, beID, 0, payload); err != nil {
-				t.Fatal(err)
-			}
-			if err := cl.Send(addr, 2, rtID, wire.FlagRT, payload); err != nil {
-				t.Fatal(err)
-			}
 		}
-		rtAns = append(rtAns, answer(rtID))
-		beAns = append(beAns, answer(beID))
+		sendBEThenRT(t, cl, addr, beID, rtID, payload, payload, holds)
+		rtAns = append(rtAns, okOutput(t, cl, rtID))
+		beAns = append(beAns, okOutput(t, cl, beID))
 	}
 	for _, c := range []struct {
 		name string

@@ -2,10 +2,15 @@ package appliance
 
 import (
 	"context"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"sluice/dataplane/dptest"
+	"sluice/dataplane/wire"
 )
 
 // running is an appliance started by a test.
@@ -74,4 +79,46 @@ func metricValue(t *testing.T, body, name string) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// okOutput waits for request id's response (a hang guard, not a timing)
+// and returns its output; the test fails unless the status is ok.
+func okOutput(t *testing.T, cl *dptest.Client, id uint64) []byte {
+	t.Helper()
+	r, ok := cl.Wait(id, 2*time.Minute)
+	if !ok {
+		t.Fatalf("request %d: no response", id)
+	}
+	if r.Status != wire.StatusOK {
+		t.Fatalf("request %d: status %v", id, r.Status)
+	}
+	return r.Output
+}
+
+// sendBEThenRT sends a best-effort request (model 1, id be) and then a
+// real-time one (model 2, id rt). With holds set, a hold the caller armed
+// scripts a preemption: the real-time request goes only once holds has
+// counted the best-effort request's work held on the device, so its
+// arrival certainly preempts that work. Without, they go back to back.
+func sendBEThenRT(t *testing.T, cl *dptest.Client, to netip.AddrPort, be, rt uint64, bePayload, rtPayload []byte, holds func() int64) {
+	t.Helper()
+	var h int64
+	if holds != nil {
+		h = holds()
+	}
+	if err := cl.Send(to, 1, be, 0, bePayload); err != nil {
+		t.Fatal(err)
+	}
+	if holds != nil {
+		deadline := time.Now().Add(2 * time.Minute) // a hang guard
+		for holds() == h {
+			if time.Now().After(deadline) {
+				t.Fatalf("request %d: the best-effort work was never held", be)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	if err := cl.Send(to, 2, rt, wire.FlagRT, rtPayload); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -97,29 +97,9 @@ func (c *collector) response(t *testing.T, id uint64) (wire.Status, []byte, bool
 }
 
 func setup(t *testing.T, bufs int, full bool) (*mem.Port, *Loop, *sumSink, *collector, context.CancelFunc, chan error) {
-	col := &collector{msgs: map[uint64][][]byte{}}
-	port, err := mem.New(mem.Config{Buffers: bufs, BufSize: 2048, OnTx: col.onTx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ecfg := egress.DefaultConfig()
-	ecfg.FragSize = 1000
-	out, err := egress.New(ecfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sink := &sumSink{in: make(chan *Request, 1024), full: full}
-	loop, err := New(DefaultConfig(), port, out, sink, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	port, loop, col := newLoop(t, bufs, DefaultConfig(), sink)
 	sink.loop = loop
-	rc := reasm.DefaultConfig()
-	rc.MaxHeldFragments = bufs - 100
-	rc.Timeout = 20 * time.Millisecond
-	if _, err := loop.NewTable(rc); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -136,6 +116,35 @@ func setup(t *testing.T, bufs int, full bool) (*mem.Port, *Loop, *sumSink, *coll
 		wg.Wait()
 	}
 	return port, loop, sink, col, stop, errc
+}
+
+// newLoop is a loop (not running) on a mem port of bufs buffers whose
+// sent datagrams a collector keeps, answering through 1000-byte response
+// fragments, with a reassembly table that times requests out after 20 ms.
+func newLoop(t *testing.T, bufs int, cfg Config, sink Sink) (*mem.Port, *Loop, *collector) {
+	t.Helper()
+	col := &collector{msgs: map[uint64][][]byte{}}
+	port, err := mem.New(mem.Config{Buffers: bufs, BufSize: 2048, OnTx: col.onTx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ecfg := egress.DefaultConfig()
+	ecfg.FragSize = 1000
+	out, err := egress.New(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop, err := New(cfg, port, out, sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := reasm.DefaultConfig()
+	rc.MaxHeldFragments = bufs - 100
+	rc.Timeout = 20 * time.Millisecond
+	if _, err := loop.NewTable(rc); err != nil {
+		t.Fatal(err)
+	}
+	return port, loop, col
 }
 
 func TestLoopEndToEnd(t *testing.T) {
@@ -308,29 +317,10 @@ func (s *drainSink) Deliver(r *Request) {
 // loop reads them; a request that arrives after that is refused. The
 // loop here never ran before its drain: the whole backlog is unread.
 func TestDrainServesBacklog(t *testing.T) {
-	col := &collector{msgs: map[uint64][][]byte{}}
-	port, err := mem.New(mem.Config{Buffers: 1024, BufSize: 2048, OnTx: col.onTx})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ecfg := egress.DefaultConfig()
-	ecfg.FragSize = 1000
-	out, err := egress.New(ecfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sink := &drainSink{}
 	cfg := DefaultConfig()
 	cfg.DrainQuiet, cfg.DrainTimeout = time.Millisecond, 5*time.Second
-	loop, err := New(cfg, port, out, sink, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := reasm.DefaultConfig()
-	rc.MaxHeldFragments = 512
-	if _, err := loop.NewTable(rc); err != nil {
-		t.Fatal(err)
-	}
+	port, loop, col := newLoop(t, 1024, cfg, sink)
 	from := dataplane.Endpoint{Addr: netip.MustParseAddrPort("10.99.0.2:7000")}
 	const n = 20
 	for id := uint64(1); id <= n; id++ {

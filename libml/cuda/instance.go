@@ -136,6 +136,21 @@ func (p *kplan) launch(k, v int) *launchRec {
 	return &p.vers[k][v]
 }
 
+// inPlan reports whether a run of kernels [at.Kernel, to) from resume
+// point at fits the plan: at.Block > 0 continues a kernel before to in a
+// version the plan has, from a block inside that version's grid, and a
+// run from block 0 is in version 0.
+func (p *kplan) inPlan(at ResumePoint, to int) bool {
+	if at.Kernel < 0 || to < at.Kernel || to > len(p.launches) || at.Block < 0 {
+		return false
+	}
+	if at.Block == 0 {
+		return at.Version == 0
+	}
+	l := p.launch(at.Kernel, at.Version)
+	return at.Kernel < to && l != nil && at.Block <= l.grid
+}
+
 // launchRec is one kernel launch: grid 0 for a kernel with nothing to
 // launch.
 type launchRec struct {
@@ -839,10 +854,7 @@ func (i *Instance) RunFrom(batch int, at ResumePoint) (preempted bool, resume in
 	if err != nil {
 		return false, 0, fmt.Errorf("cuda: RunFrom: %w", err)
 	}
-	if at.Kernel < 0 || at.Kernel > len(p.launches) || at.Block < 0 ||
-		(at.Block == 0 && at.Version != 0) ||
-		(at.Block > 0 && (at.Kernel == len(p.launches) || p.launch(at.Kernel, at.Version) == nil ||
-			at.Block > p.launch(at.Kernel, at.Version).grid)) {
+	if !p.inPlan(at, len(p.launches)) {
 		return false, 0, fmt.Errorf("cuda: RunFrom: resume point %+v outside the plan", at)
 	}
 	preempted, resume, err = i.run(p, at, nil, nil)

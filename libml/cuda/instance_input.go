@@ -47,28 +47,17 @@ func (i *Instance) inferInput(ctx context.Context, in *libml.Input, out []float3
 	if _, err := i.planFor(batch); err != nil {
 		return err
 	}
-	isz := i.InputSize()
-	if err := in.Check(batch, isz); err != nil {
+	host, err := i.gatherInput(batch, in)
+	if err != nil {
 		return err
 	}
-	if deviceConverts(in.Enc) && (i.m.batched || batch == 1) && i.regionFrags(in) {
-		if err := i.gather(batch, i.inFrags, in.Enc); err != nil {
-			return err
-		}
-		in.Copies = 0
+	if host == nil {
 		err := i.inferGathered(ctx, batch, out)
 		in.Gather()
 		return err
 	}
-	if need := i.maxBatch * isz; len(i.hostIn) < need {
-		i.hostIn = make([]float32, need)
-	}
-	if err := i.ing.Ingest(i.hostIn[:batch*isz], in, 0, batch); err != nil {
-		return err
-	}
-	in.Copies = 2
 	in.Gather()
-	return i.inferBatch(ctx, batch, i.hostIn[:batch*isz], out)
+	return i.inferBatch(ctx, batch, host, out)
 }
 
 // deviceConverts reports whether the batch gather converts enc's

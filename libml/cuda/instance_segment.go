@@ -71,10 +71,7 @@ func (i *Instance) runSegment(batch int, seg libml.Segment, jobs func() []*libml
 		return libml.SegmentResult{}, err
 	}
 	n, at := len(p.launches), seg.From
-	if at.Kernel < 0 || seg.To < at.Kernel || seg.To > n || at.Block < 0 ||
-		(at.Block == 0 && at.Version != 0) ||
-		(at.Block > 0 && (at.Kernel == seg.To || p.launch(at.Kernel, at.Version) == nil ||
-			at.Block > p.launch(at.Kernel, at.Version).grid)) {
+	if !p.inPlan(at, seg.To) {
 		return libml.SegmentResult{}, fmt.Errorf("segment from %+v to %d outside the plan's %d kernels", at, seg.To, n)
 	}
 	ep := p.pr.p
@@ -84,7 +81,10 @@ func (i *Instance) runSegment(batch int, seg libml.Segment, jobs func() []*libml
 		}
 	}
 	if seg.In == nil && seg.Input != nil {
-		host, err := i.gatherSegment(batch, seg.Input)
+		if !i.m.batched && seg.Input.N() != 1 {
+			return libml.SegmentResult{}, fmt.Errorf("a payload of %d requests for a model without a batch dimension", seg.Input.N())
+		}
+		host, err := i.gatherInput(batch, seg.Input)
 		if err != nil {
 			return libml.SegmentResult{}, err
 		}
@@ -156,20 +156,21 @@ func (i *Instance) ProfileSegments(batch, reps int) ([]libml.KernelTime, error) 
 	return out, nil
 }
 
-// gatherSegment puts a segment's payload input (libml.Segment.Input)
-// into the input tensor of the batch's plan: with the device's batch
-// gather when every fragment lies in a mapped region and the encoding
-// converts there (no host copy), or gathered and converted on the host,
-// whose rows it returns for the segment's upload (two host copies).
-func (i *Instance) gatherSegment(batch int, in *libml.Input) ([]float32, error) {
+// gatherInput puts a batch's payload input (InferInput's, or a
+// segment's libml.Segment.Input) where the run reads it: gathered by the
+// device into the input tensor of the batch's plan when every fragment
+// lies in a mapped region and the encoding converts there (no host copy;
+// it returns nil), or gathered and converted on the host, whose rows it
+// returns for the upload (two host copies). in.Copies says which.
+func (i *Instance) gatherInput(batch int, in *libml.Input) ([]float32, error) {
 	n, isz := in.N(), i.InputSize()
-	if n < 1 || n > batch || (!i.m.batched && n != 1) {
+	if n < 1 || n > batch {
 		return nil, fmt.Errorf("a payload of %d requests for a batch of %d", n, batch)
 	}
 	if err := in.Check(n, isz); err != nil {
 		return nil, err
 	}
-	if deviceConverts(in.Enc) && i.regionFrags(in) {
+	if deviceConverts(in.Enc) && (i.m.batched || n == 1) && i.regionFrags(in) {
 		if err := i.gather(batch, i.inFrags, in.Enc); err != nil {
 			return nil, err
 		}

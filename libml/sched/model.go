@@ -396,6 +396,11 @@ func (in *instance) setInput(x []float32) {
 	copy(in.input(), x)
 }
 
+// outputOnHost reports whether a finished job's output is in host memory
+// the scheduler can copy (the cpu), or still on the device, where the
+// job's last segment reads it (a segment device).
+func (in *instance) outputOnHost() bool { return in.run == nil }
+
 // acquire returns a free instance of the model, making one if needed.
 func (m *Model) acquire() (*instance, error) {
 	m.mu.Lock()

@@ -290,9 +290,9 @@ func (r *reef) collectPad(stop bool) {
 				continue // restored by exitRT
 			}
 		}
-		if j.inst != nil && j.inst.run != nil {
-			// on a segment device the output is still on the device: a
-			// last, empty segment reads it (now, or when exitRT restores)
+		if j.inst != nil && !j.inst.outputOnHost() {
+			// the output is still on the device: a last, empty segment
+			// reads it (now, or when exitRT restores)
 			j.pos, j.posVer, j.posBlk = nk, 0, 0
 			r.offer[i] = false
 			r.pad.withdraw(i)

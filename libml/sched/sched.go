@@ -980,8 +980,7 @@ func (s *Scheduler) restorePoint(l *lane) {
 func (s *Scheduler) finish(j *Job) {
 	j.Finished = Now()
 	if j.inst != nil {
-		if j.Out != nil && j.inst.run == nil {
-			// (a segment device wrote it with the last segment)
+		if j.Out != nil && j.inst.outputOnHost() {
 			copy(j.Out, j.inst.output())
 		}
 		j.Model.releaseInstance(j.inst)

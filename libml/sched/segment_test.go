@@ -10,6 +10,7 @@ import (
 
 	"sluice/libml"
 	"sluice/libml/cuda"
+	"sluice/libml/graph"
 	"sluice/libml/zoo"
 )
 
@@ -195,13 +196,11 @@ func TestSegmentDeviceReefPreempts(t *testing.T) {
 	t.Logf("preemption latencies on the emulator %v ns, re-executed %.0f ns of profiled kernel time", st.PreemptNs, st.ReexecNs)
 }
 
-// TestSegmentDeviceBackend: the scheduler backend on the emulated cuda
-// device serves batches of a batched model through its buckets (every
-// answer equal to the cuda backend's at that batch size), reports the
-// cuda device in its counters, and frees every instance when the model
-// is unloaded.
-func TestSegmentDeviceBackend(t *testing.T) {
-	be := emuCUDA(t)
+// reefBackendSqueeze is a reef scheduler backend on the emulated device be
+// with the squeeze test model loaded and configured for batches up to
+// maxBatch; the caller closes the instance and deinits the backend.
+func reefBackendSqueeze(t *testing.T, be *cuda.Backend, maxBatch int) (*Backend, libml.Instance, *graph.Graph) {
+	t.Helper()
 	ctx := context.Background()
 	sb := NewBackend(BackendOptions{Config: Config{Policy: PolicyREEF, Segments: be}})
 	if err := sb.Init(ctx, libml.BackendConfig{}); err != nil {
@@ -216,9 +215,21 @@ func TestSegmentDeviceBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sb.ConfigureBatch(inst, 3); err != nil {
+	if err := sb.ConfigureBatch(inst, maxBatch); err != nil {
 		t.Fatal(err)
 	}
+	return sb, inst, g
+}
+
+// TestSegmentDeviceBackend: the scheduler backend on the emulated cuda
+// device serves batches of a batched model through its buckets (every
+// answer equal to the cuda backend's at that batch size), reports the
+// cuda device in its counters, and frees every instance when the model
+// is unloaded.
+func TestSegmentDeviceBackend(t *testing.T) {
+	be := emuCUDA(t)
+	ctx := context.Background()
+	sb, inst, g := reefBackendSqueeze(t, be, 3)
 	ref, err := be.LoadModel(ctx, "squeeze-ref", g)
 	if err != nil {
 		t.Fatal(err)
@@ -350,24 +361,9 @@ func TestSegmentDeviceReefPads(t *testing.T) {
 func TestSegmentDevicePayload(t *testing.T) {
 	be := emuCUDA(t)
 	ctx := context.Background()
-	sb := NewBackend(BackendOptions{Config: Config{Policy: PolicyREEF, Segments: be}})
-	if err := sb.Init(ctx, libml.BackendConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	sb, inst, _ := reefBackendSqueeze(t, be, 2)
 	defer sb.Deinit()
-	tm := testModels["squeeze"]
-	g, err := zoo.Build(tm.name, tm.opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst, err := sb.LoadModel(ctx, "squeeze", g)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer inst.Close()
-	if err := sb.ConfigureBatch(inst, 2); err != nil {
-		t.Fatal(err)
-	}
 	region, err := syscall.Mmap(-1, 0, 1<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
 		t.Fatal(err)
