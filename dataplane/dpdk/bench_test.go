@@ -138,3 +138,51 @@ func BenchmarkRingLoop(b *testing.B) {
 	b.ReportMetric(float64(n)/el.Seconds(), "pkts/s")
 	b.ReportMetric(float64(el.Nanoseconds())/float64(max(n, 1)), "ns/pkt")
 }
+
+// TestRxRawHold checks the held ceiling's bookkeeping: RxRawHold keeps
+// exactly hold frames out of the pool once that many came, never more
+// than the pool less a burst, and RxRaw (of no frames) gives them back;
+// Close gives back what is still held.
+// The pool is a stack (LIFO) where DPDK's stack driver is installed, as
+// the Makefile's packages install it.
+func TestRxRawHold(t *testing.T) {
+	needEAL(t)
+	frames := make([][]byte, 0, 64)
+	for _, f := range fragments(1, 1, 1, 64*1432, 1432) {
+		frames = append(frames, udpFrame(t, udpSpec{dst: serverIP, dport: serverPort, payload: f}))
+	}
+	in := filepath.Join(t.TempDir(), "h.pcap")
+	writePcap(t, in, frames)
+	const pool, burst = 1023, 32
+	p := openPort(t, Config{Vdev: "net_pcap_hold,rx_pcap=" + in + ",infinite_rx=1", IP: serverIP, UDPPort: serverPort,
+		PoolSize: pool, RxDesc: 256, TxDesc: 256, Burst: burst})
+	if ops := p.PoolOps(); ops != "stack" {
+		t.Errorf("PoolOps = %q, want stack", ops)
+	}
+	base := p.Stats().BufInUse
+	for _, hold := range []int{0, 1, 100, 500} {
+		got := 0
+		for i := 0; i < 1000 && got < 2*pool; i++ {
+			got += p.RxRawHold(burst, hold)
+		}
+		if got < 2*pool {
+			t.Fatalf("hold %d: %d frames in 1000 bursts", hold, got)
+		}
+		want := uint64(hold)
+		if held := p.Stats().BufInUse - base; held != want {
+			t.Errorf("hold %d: %d frames out of the pool, want %d", hold, held, want)
+		}
+		p.RxRaw(0)
+		if held := p.Stats().BufInUse - base; held != 0 {
+			t.Errorf("hold %d: %d frames out of the pool after RxRaw(0), want 0", hold, held)
+		}
+	}
+	// a hold beyond the pool is capped at the pool less a burst
+	for range 100 {
+		p.RxRawHold(burst, 5000)
+	}
+	if held := p.Stats().BufInUse - base; held > pool-burst {
+		t.Errorf("hold 5000: %d frames out of a pool of %d", held, pool)
+	}
+	p.RxRawHold(burst, 10) // Close gives these back
+}

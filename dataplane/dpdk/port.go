@@ -250,13 +250,39 @@ func (p *Port) RxBurst(pkts []dataplane.Packet) (int, error) {
 // rte_eth_rx_burst and rte_pktmbuf_free_bulk. It measures the device's
 // ceiling (see MeasureRawRx); it is not part of the data path.
 func (p *Port) RxRaw(n int) int {
-	if p.closed.Load() || n <= 0 {
+	if p.closed.Load() || n < 0 {
 		return 0
 	}
 	if n > p.burst {
 		n = p.burst
 	}
 	return int(C.sl_rx_raw(p.c, C.uint16_t(n)))
+}
+
+// RxRawHold is RxRaw with frames kept out of the pool: after each burst
+// the oldest frames go back until at most hold are out (hold is capped at
+// the pool's size less one burst). It measures the ceiling of a receiver
+// that holds frames as long as reassembly does, with the same memory
+// footprint; it is not part of the data path. RxRaw (even of 0 frames)
+// gives back what it held.
+func (p *Port) RxRawHold(n, hold int) int {
+	if p.closed.Load() || n <= 0 {
+		return 0
+	}
+	if n > p.burst {
+		n = p.burst
+	}
+	return int(C.sl_rx_raw_hold(p.c, C.uint16_t(n), C.uint32_t(max(hold, 0))))
+}
+
+// PoolOps is the mempool driver of the port's pool: "stack" (a LIFO, the
+// mbuf a burst takes next is the one freed last, still in cache) where
+// DPDK's stack driver is loaded, else the platform's default.
+func (p *Port) PoolOps() string {
+	if p.closed.Load() {
+		return ""
+	}
+	return C.GoString(C.sl_port_pool_ops(p.c))
 }
 
 // Release gives receive buffers back to the pool with one cgo call

@@ -83,6 +83,12 @@ func (p *Port) RxBurst(pkts []dataplane.Packet) (int, error) { return 0, ErrUnsu
 // RxRaw returns 0.
 func (p *Port) RxRaw(n int) int { return 0 }
 
+// RxRawHold returns 0.
+func (p *Port) RxRawHold(n, hold int) int { return 0 }
+
+// PoolOps returns "".
+func (p *Port) PoolOps() string { return "" }
+
 // Release does nothing.
 func (p *Port) Release(bufs []dataplane.BufRef) {}
 

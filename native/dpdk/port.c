@@ -66,6 +66,7 @@ static int teardown(struct sl_port *p, char *err, size_t errlen)
 {
 	int ret = 0, r;
 
+	sl_rx_held_free(p);
 	if (p->started) {
 		drain_rx(p);
 		r = rte_eth_dev_stop(p->port_id);
@@ -362,4 +363,14 @@ int sl_port_link_up(struct sl_port *p)
 	if (rte_eth_link_get_nowait(p->port_id, &link) != 0)
 		return 0;
 	return link.link_status == RTE_ETH_LINK_UP;
+}
+
+const char *sl_port_pool_ops(const struct sl_port *p)
+{
+	const struct rte_mempool_ops *ops;
+
+	if (p->pool == NULL)
+		return "";
+	ops = rte_mempool_get_ops(p->pool->ops_index);
+	return ops != NULL ? ops->name : "";
 }

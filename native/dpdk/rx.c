@@ -4,6 +4,7 @@
  * rx.c - the receive burst: one call receives, parses, filters and answers
  * ARP for up to a burst of frames.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include <rte_arp.h>
@@ -185,10 +186,59 @@ uint16_t sl_rx_burst(struct sl_port *p, uint16_t n)
 	return k;
 }
 
+/* Frees the oldest held frames until at most keep are held. */
+static void held_trim(struct sl_port *p, uint32_t keep)
+{
+	while (p->held_n > keep) {
+		uint32_t run = p->held_cap - p->held_head;
+
+		if (run > p->held_n - keep)
+			run = p->held_n - keep;
+		rte_pktmbuf_free_bulk(&p->held[p->held_head], run);
+		p->held_head = (p->held_head + run) % p->held_cap;
+		p->held_n -= run;
+	}
+}
+
+void sl_rx_held_free(struct sl_port *p)
+{
+	if (p->held != NULL)
+		held_trim(p, 0);
+	free(p->held);
+	p->held = NULL;
+	p->held_cap = p->held_head = p->held_n = 0;
+}
+
+uint16_t sl_rx_raw_hold(struct sl_port *p, uint16_t n, uint32_t hold)
+{
+	uint16_t got, i;
+
+	if (n > p->burst)
+		n = p->burst;
+	if (p->held == NULL) {
+		uint32_t cap = p->pool->size;
+
+		p->held = malloc(sizeof(*p->held) * cap);
+		if (p->held == NULL)
+			return 0;
+		p->held_cap = cap;
+	}
+	if (hold > p->held_cap - p->burst)
+		hold = p->held_cap - p->burst;
+	got = rte_eth_rx_burst(p->port_id, 0, p->rx_mbufs, n);
+	for (i = 0; i < got; i++)
+		p->held[(p->held_head + p->held_n++) % p->held_cap] =
+			p->rx_mbufs[i];
+	held_trim(p, hold);
+	return got;
+}
+
 uint16_t sl_rx_raw(struct sl_port *p, uint16_t n)
 {
 	uint16_t got;
 
+	if (p->held_n != 0)
+		held_trim(p, 0);
 	if (n > p->burst)
 		n = p->burst;
 	got = rte_eth_rx_burst(p->port_id, 0, p->rx_mbufs, n);

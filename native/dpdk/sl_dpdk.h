@@ -147,6 +147,14 @@ uint16_t sl_rx_burst(struct sl_port *p, uint16_t n);
 /* rte_eth_rx_burst + rte_pktmbuf_free_bulk, nothing else: the device's
  * ceiling. Returns the frames received. */
 uint16_t sl_rx_raw(struct sl_port *p, uint16_t n);
+/* sl_rx_raw with frames kept out of the pool: after the burst, the oldest
+ * frames are freed until at most hold are held (hold is at most the pool's
+ * size less one burst). It measures the ceiling of a receiver that holds
+ * frames the way reassembly does. Returns the frames received, or 0 when
+ * the ring cannot be allocated. sl_rx_raw frees what it held. */
+uint16_t sl_rx_raw_hold(struct sl_port *p, uint16_t n, uint32_t hold);
+/* The mempool driver of the port's pool ("stack", "ring_mp_mc", ...). */
+const char *sl_port_pool_ops(const struct sl_port *p);
 
 /* tx.c */
 /* Allocates up to n mbufs (n <= burst) and sets info.tx_data[0..k). Returns

@@ -52,6 +52,11 @@ struct sl_port {
 	uint16_t *tx_len;
 	uint16_t tx_alloced;
 
+	/* sl_rx_raw_hold's frames, oldest first: a ring of held_cap (the
+	 * pool's size, allocated on first use) */
+	struct rte_mbuf **held;
+	uint32_t held_cap, held_head, held_n;
+
 	/* counters: written by the I/O thread only (relaxed atomic stores),
 	 * read by any thread (relaxed atomic loads). */
 	uint64_t rx_packets, rx_bytes, tx_packets, tx_bytes, tx_failed;
@@ -94,5 +99,8 @@ struct rte_mempool *sl_pool_create(struct sl_region *r, const char *name,
 				   uint32_t n, uint32_t data_room,
 				   char *err, size_t errlen);
 size_t sl_pool_region_size(uint32_t n, uint32_t data_room, size_t page_size);
+
+/* rx.c: frees sl_rx_raw_hold's frames and ring (teardown). */
+void sl_rx_held_free(struct sl_port *p);
 
 #endif /* SL_PRIV_H */

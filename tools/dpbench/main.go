@@ -65,6 +65,9 @@ type result struct {
 	AllocsPerPkt   float64 `json:"allocs_per_packet"`
 	BytesGathered  uint64  `json:"bytes_gathered"`
 	ReassemblyDrop uint64  `json:"reassembly_drops"`
+	// Held is the mean of the frames out of the pool while the phase
+	// ran (sampled every 256 polls), over the pool's idle baseline.
+	Held float64 `json:"held_frames"`
 }
 
 func main() {
@@ -259,9 +262,12 @@ func run(o options) error {
 	fmt.Printf("dpbench: %s, %d requests x %d B in %d B fragments (%d frames), batch %d (%s), burst %d, %v x %d rounds, GOMAXPROCS %d\n",
 		dpdk.Version(), o.requests, o.size, o.frag, frames, o.batch, mode, o.burst, o.duration, o.rounds, runtime.GOMAXPROCS(0))
 
-	// warm up: fill the PMD's replay ring and the caches
-	rawPhase(port, o, 300*time.Millisecond)
-	fullPhase(loop, port, sink, o, 300*time.Millisecond)
+	// warm up: fill the PMD's replay ring and the caches; the full
+	// path's warm-up says how many frames it holds, which the held raw
+	// phase then holds too
+	rawPhase(port, o, 300*time.Millisecond, -1)
+	base := port.Stats().BufInUse
+	hold := int(fullPhase(loop, port, sink, o, 300*time.Millisecond, base).Held + 0.5)
 
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -274,34 +280,33 @@ func run(o options) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var raws, fulls []result
+	var raws, helds, fulls []result
 	for r := 0; r < o.rounds; r++ {
-		raws = append(raws, rawPhase(port, o, o.duration))
-		fulls = append(fulls, fullPhase(loop, port, sink, o, o.duration))
+		raws = append(raws, rawPhase(port, o, o.duration, -1))
+		helds = append(helds, rawPhase(port, o, o.duration, hold))
+		fulls = append(fulls, fullPhase(loop, port, sink, o, o.duration, base))
 	}
 	if sink.err != nil {
 		return sink.err
 	}
-	raw, full := median(raws), median(fulls)
-	// The ratio is taken per round, between adjacent phases, so load
+	raw, held, full := median(raws), median(helds), median(fulls)
+	// The ratios are taken per round, between adjacent phases, so load
 	// that drifts across the run (a noisy shared machine) cancels out.
-	ratios := make([]float64, len(raws))
-	for i := range raws {
-		ratios[i] = fulls[i].PPS / raws[i].PPS
-	}
-	slices.Sort(ratios)
-	ratio := ratios[len(ratios)/2]
+	ratio, ratioLo, ratioHi := roundRatios(fulls, raws)
+	hratio, hratioLo, hratioHi := roundRatios(fulls, helds)
+	fmt.Printf("mempool %q; the full path holds %.0f frames out of the pool on average (warm-up), the held raw phase %d\n", port.PoolOps(), float64(hold), hold)
 	fmt.Println()
-	fmt.Println("| phase | packets/s | requests/s | payload Gbit/s | allocs/packet |")
-	fmt.Println("|---|---:|---:|---:|---:|")
-	for _, r := range []result{raw, full} {
-		fmt.Printf("| %s | %.3f M | %.0f | %.2f | %.4f |\n", r.Phase, r.PPS/1e6, r.RPS, r.GbpsPayload, r.AllocsPerPkt)
+	fmt.Println("| phase | packets/s | requests/s | payload Gbit/s | allocs/packet | frames held |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	for _, r := range []result{raw, held, full} {
+		fmt.Printf("| %s | %.3f M | %.0f | %.2f | %.4f | %.0f |\n", r.Phase, r.PPS/1e6, r.RPS, r.GbpsPayload, r.AllocsPerPkt, r.Held)
 	}
 	fmt.Printf("\nreassembly+gather / raw rx = %.3f, median of per-round ratios (range %.3f-%.3f; target >= 0.80); full path %.3f Mpps (target >= 1.2 Mpps)\n",
-		ratio, ratios[0], ratios[len(ratios)-1], full.PPS/1e6)
-	fmt.Printf("rounds (Mpps raw/full):")
+		ratio, ratioLo, ratioHi, full.PPS/1e6)
+	fmt.Printf("reassembly+gather / raw rx holding as many frames = %.3f (range %.3f-%.3f)\n", hratio, hratioLo, hratioHi)
+	fmt.Printf("rounds (Mpps raw/held/full):")
 	for i := range raws {
-		fmt.Printf(" %.3f/%.3f", raws[i].PPS/1e6, fulls[i].PPS/1e6)
+		fmt.Printf(" %.3f/%.3f/%.3f", raws[i].PPS/1e6, helds[i].PPS/1e6, fulls[i].PPS/1e6)
 	}
 	fmt.Println()
 	if d := table.C.TotalDrops(); d != 0 {
@@ -314,7 +319,7 @@ func run(o options) error {
 		fmt.Println()
 	}
 	if o.jsonOut != "" {
-		b, _ := json.MarshalIndent(map[string]any{"raw": raw, "full": full, "ratio": ratio, "ratios": ratios, "rounds_raw": raws, "rounds_full": fulls}, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{"raw": raw, "raw_held": held, "full": full, "ratio": ratio, "ratio_held": hratio, "pool_ops": port.PoolOps(), "rounds_raw": raws, "rounds_raw_held": helds, "rounds_full": fulls}, "", "  ")
 		if err := os.WriteFile(o.jsonOut, b, 0o644); err != nil {
 			return err
 		}
@@ -336,29 +341,53 @@ func median(rs []result) result {
 	return s[len(s)/2]
 }
 
-// rawPhase polls rx_burst and frees the mbufs at once: the ceiling.
-func rawPhase(port *dpdk.Port, o options, d time.Duration) result {
+// roundRatios is the median, least and greatest of num[i].PPS /
+// den[i].PPS.
+func roundRatios(num, den []result) (med, lo, hi float64) {
+	rs := make([]float64, len(num))
+	for i := range num {
+		rs[i] = num[i].PPS / den[i].PPS
+	}
+	slices.Sort(rs)
+	return rs[len(rs)/2], rs[0], rs[len(rs)-1]
+}
+
+// rawPhase polls rx_burst and frees the mbufs at once (hold < 0: the
+// ceiling), or keeps the last hold frames out of the pool (the ceiling of
+// a receiver that holds as many frames as the full path does).
+func rawPhase(port *dpdk.Port, o options, d time.Duration, hold int) result {
 	var pkts uint64
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	phase := "raw rx_burst"
+	if hold >= 0 {
+		phase = "raw rx_burst, frames held"
+	}
 	start := time.Now()
 	end := start.Add(d)
 	for i := 0; ; i++ {
-		pkts += uint64(port.RxRaw(o.burst))
+		if hold < 0 {
+			pkts += uint64(port.RxRaw(o.burst))
+		} else {
+			pkts += uint64(port.RxRawHold(o.burst, hold))
+		}
 		if i&255 == 0 && time.Now().After(end) {
 			break
 		}
 	}
 	el := time.Since(start).Seconds()
 	runtime.ReadMemStats(&ms1)
-	return result{Phase: "raw rx_burst", Seconds: el, Packets: pkts, PPS: float64(pkts) / el,
+	if hold >= 0 {
+		port.RxRaw(0) // give the held frames back
+	}
+	return result{Phase: phase, Seconds: el, Packets: pkts, PPS: float64(pkts) / el, Held: float64(max(hold, 0)),
 		RPS:          float64(pkts) / el / float64(wire.FragCountFor(uint32(o.size), uint32(o.frag))),
 		GbpsPayload:  float64(pkts) * float64(o.frag) * 8 / el / 1e9,
 		AllocsPerPkt: float64(ms1.Mallocs-ms0.Mallocs) / float64(max(pkts, 1))}
 }
 
 // fullPhase runs the I/O loop: rx, reassembly, gather, answers, release.
-func fullPhase(loop *ioloop.Loop, port *dpdk.Port, sink *gatherSink, o options, d time.Duration) result {
+func fullPhase(loop *ioloop.Loop, port *dpdk.Port, sink *gatherSink, o options, d time.Duration, base uint64) result {
 	s0 := port.Stats()
 	c0, g0, d0 := loop.Table().C.Completed.Load(), sink.gathered, loop.Table().C.TotalDrops()
 	var ms0, ms1 runtime.MemStats
@@ -366,11 +395,14 @@ func fullPhase(loop *ioloop.Loop, port *dpdk.Port, sink *gatherSink, o options, 
 	start := time.Now()
 	end := start.Add(d)
 	now := loop.Now()
+	var held, samples float64
 	for i := 0; ; i++ {
 		if _, err := loop.Poll(now); err != nil {
 			panic(err)
 		}
 		if i&255 == 0 {
+			held += float64(port.Stats().BufInUse) - float64(base)
+			samples++
 			if time.Now().After(end) {
 				break
 			}
@@ -387,7 +419,8 @@ func fullPhase(loop *ioloop.Loop, port *dpdk.Port, sink *gatherSink, o options, 
 		GbpsPayload:    float64(sink.gathered-g0) * 8 / el / 1e9,
 		AllocsPerPkt:   float64(ms1.Mallocs-ms0.Mallocs) / float64(max(pkts, 1)),
 		BytesGathered:  sink.gathered - g0,
-		ReassemblyDrop: loop.Table().C.TotalDrops() - d0}
+		ReassemblyDrop: loop.Table().C.TotalDrops() - d0,
+		Held:           held / max(samples, 1)}
 }
 
 func gopacketCapture(n int) gopacket.CaptureInfo {
