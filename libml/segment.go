@@ -1,6 +1,9 @@
 package libml
 
-import "sluice/libml/engine"
+import (
+	"sluice/libml/engine"
+	"sluice/libml/kprof"
+)
 
 // The segment contract: how the scheduler (libml/sched) drives a device
 // whose instances run their kernels on streams of their own (the cuda
@@ -33,9 +36,12 @@ type SegmentInstance interface {
 	// Program is the compiled program the instance runs at batch size
 	// batch (ConfigureBatch first): its kernels and idempotent groups.
 	Program(batch int) (*engine.Program, error)
-	// ProfileSegments times every kernel of the batch's program (reps
-	// runs, in its default version) on the instance's stream.
-	ProfileSegments(batch, reps int) ([]KernelTime, error)
+	// ProfileSegments times every kernel of the batch's program in every
+	// version (reps runs each) on the instance's stream, and returns the
+	// device's kernel profile (grids, times, occupancy; the fields only
+	// the program knows, such as Bytes, are the caller's to fill). The
+	// device keeps it for the model at that batch size, for padding.
+	ProfileSegments(batch, reps int) (*kprof.Model, error)
 	// Arm marks a segment as about to run: a Preempt from now on
 	// preempts the next RunSegment even when it comes before that
 	// segment's first launch.
@@ -90,18 +96,6 @@ type SegmentResult struct {
 	// Exec is the execution index of the last kernel that started (-1:
 	// none did).
 	Exec int
-}
-
-// KernelTime is one kernel's measured time in one version: the scheduler
-// builds its kernel profiles (SRPT's remaining time, SPLIT's blocks,
-// reef's choice of preemptible versions) from these.
-type KernelTime struct {
-	// Kernel is the kernel's index in the program, Version its version.
-	Kernel, Version int
-	// Grid is its block count; KernelNs the kernel's time and BlockNs a
-	// block's (ns).
-	Grid              int
-	KernelNs, BlockNs float64
 }
 
 // PaddingSegmentInstance is a segment instance whose segments can carry

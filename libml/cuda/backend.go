@@ -255,7 +255,7 @@ type program struct {
 	bytes  int
 	// prof is the kernel profile padded runs use (SetKernelProfile;
 	// guarded by the model's mu).
-	prof *kprof
+	prof *padProf
 }
 
 // LoadModel compiles g (engine options as the cpu backend's, tiled for

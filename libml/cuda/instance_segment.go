@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"sluice/libml"
+	"sluice/libml/kprof"
 )
 
 // The segment contract (libml.SegmentInstance): libml/sched runs a cuda
@@ -135,25 +136,18 @@ func (i *Instance) runSegment(batch int, seg libml.Segment, jobs func() []*libml
 }
 
 // ProfileSegments times every kernel of the batch's plan in every
-// version (libml.SegmentInstance): ProfileKernels' measurements, in the
-// form the scheduler's profiles are built from. The profile is also
+// version (libml.SegmentInstance): ProfileKernels' profile, which is also
 // installed for the model at that batch size (SetKernelProfile), for
 // padding.
-func (i *Instance) ProfileSegments(batch, reps int) ([]libml.KernelTime, error) {
+func (i *Instance) ProfileSegments(batch, reps int) (*kprof.Model, error) {
 	mp, err := i.ProfileKernels(batch, reps)
 	if err != nil {
 		return nil, err
 	}
-	// installed for the model at this batch size: padding reads it
 	if err := i.SetKernelProfile(mp); err != nil {
 		return nil, err
 	}
-	out := make([]libml.KernelTime, 0, len(mp.Kernels))
-	for _, k := range mp.Kernels {
-		out = append(out, libml.KernelTime{Kernel: k.Index, Version: k.Version, Grid: k.Grid,
-			KernelNs: k.KernelNs, BlockNs: k.BlockNs})
-	}
-	return out, nil
+	return mp, nil
 }
 
 // gatherInput puts a batch's payload input (InferInput's, or a

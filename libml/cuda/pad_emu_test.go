@@ -11,14 +11,16 @@ import (
 
 	"sluice/libml"
 	"sluice/libml/cuda/internal/emu"
+	"sluice/libml/kprof"
 	"sluice/libml/zoo"
 )
 
 // The kernel profile's structure and plumbing on the emulator (its times
-// mean nothing there): one entry per launching kernel with the plan's
-// grid, the device's occupancy, the SMs it fills, times, every block
-// timed by the trace ring; JSON round trip; installing it checks it
-// against the plan; the instance still computes the right output after.
+// mean nothing there): one kernel per engine kernel with every version
+// the plan has, the plan's entries and grids, the device's occupancy,
+// the SMs it fills, times, every block timed by the trace ring; JSON
+// round trip (kprof.Set); installing it checks it against the plan; the
+// instance still computes the right output after.
 func TestKernelProfileEmu(t *testing.T) {
 	b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
 	d.h.occ = 3
@@ -35,73 +37,91 @@ func TestKernelProfileEmu(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// every version of every launching kernel, in order
-	type kver struct{ k, v int }
-	var planned []kver
-	kernels, versions := 0, 0
+	if len(mp.Kernels) != len(ls) || mp.Units != emuSMs || mp.PadOccupancy != 3 || mp.Timing != "host" || mp.Batch != 2 || mp.Device != "cuda" {
+		t.Fatalf("profile: %d kernels (plan %d), units %d, pad occupancy %d, timing %s, batch %d, device %q",
+			len(mp.Kernels), len(ls), mp.Units, mp.PadOccupancy, mp.Timing, mp.Batch, mp.Device)
+	}
+	kernels, versions, multi := 0, 0, -1
 	for k, l := range ls {
-		if l.Grid > 0 {
-			kernels++
-			for v := 0; v < max(len(p.vers[k]), 1); v++ {
-				planned = append(planned, kver{k, v})
-				versions += min(v, 1)
+		kp := mp.Kernels[k]
+		if kp.Index != k || kp.Op != p.pr.p.Kernels[k].Op.String() {
+			t.Errorf("kernel %d: index %d, op %s", k, kp.Index, kp.Op)
+		}
+		if l.Grid == 0 {
+			if len(kp.Versions) != 1 || kp.Versions[0].Grid != 0 {
+				t.Errorf("kernel %d launches nothing, profiled %+v", k, kp.Versions)
+			}
+			continue
+		}
+		kernels++
+		if len(kp.Versions) != max(len(p.vers[k]), 1) {
+			t.Errorf("kernel %d: %d versions profiled, the plan has %d", k, len(kp.Versions), len(p.vers[k]))
+			continue
+		}
+		if len(kp.Versions) > 1 {
+			multi = k
+		}
+		for v, vp := range kp.Versions {
+			pl := p.launch(k, v)
+			versions += min(v, 1)
+			if vp.Grid != int64(pl.grid) || vp.Entry != pl.kernel || vp.Occupancy != 3 ||
+				vp.SMs != min((pl.grid+2)/3, emuSMs) || vp.KernNs <= 0 || vp.RingBlocks != pl.grid || vp.BlockNs < 0 {
+				t.Errorf("kernel %d version %d: %+v (planned %s x %d)", k, v, vp, pl.kernel, pl.grid)
 			}
 		}
 	}
-	if len(mp.Kernels) != len(planned) || kernels < 5 || versions == 0 || mp.SMs != emuSMs || mp.PadOccupancy != 3 || mp.Timing != "host" || mp.Batch != 2 {
-		t.Fatalf("profile: %d entries (plan %d: %d kernels, %d other versions), SMs %d, pad occupancy %d, timing %s, batch %d",
-			len(mp.Kernels), len(planned), kernels, versions, mp.SMs, mp.PadOccupancy, mp.Timing, mp.Batch)
-	}
-	for n, kp := range mp.Kernels {
-		l := p.launch(planned[n].k, planned[n].v)
-		if kp.Index != planned[n].k || kp.Version != planned[n].v || kp.Grid != l.grid || kp.Kernel != l.kernel || kp.Occupancy != 3 ||
-			kp.SMs != min((l.grid+2)/3, emuSMs) || kp.KernelNs <= 0 || kp.RingBlocks != l.grid || kp.BlockNs < 0 {
-			t.Errorf("entry %d: %+v (planned %s x %d, version %d)", n, kp, l.kernel, l.grid, planned[n].v)
-		}
+	if kernels < 5 || versions == 0 {
+		t.Fatalf("%d kernels launch, %d other versions", kernels, versions)
 	}
 	var buf bytes.Buffer
-	prof := &Profile{Device: "emulator", Models: []ModelProfile{*mp}}
-	if err := prof.WriteJSON(&buf); err != nil {
+	set := &kprof.Set{Device: "emulator", Models: []kprof.Model{*mp}}
+	if err := set.WriteJSON(&buf); err != nil {
 		t.Fatal(err)
 	}
-	back, err := ReadProfile(&buf)
+	back, err := kprof.ReadSet(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := back.Find("sq", 2)
-	if got == nil || len(got.Kernels) != len(mp.Kernels) || got.Kernels[3] != mp.Kernels[3] {
+	if got == nil || len(got.Kernels) != len(mp.Kernels) || !slices.Equal(got.Kernels[3].Versions, mp.Kernels[3].Versions) {
 		t.Fatalf("JSON round trip: %+v", got)
 	}
 	if err := inst.SetKernelProfile(got); err != nil {
 		t.Fatal(err)
 	}
-	bad := *got
-	bad.Kernels = slices.Clone(got.Kernels)
-	bad.Kernels[2].Grid++
-	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "profiled") {
+	// clone deep enough to change one kernel's versions
+	with := func(k int, f func(vs []kprof.Version) []kprof.Version) *kprof.Model {
+		bad := *got
+		bad.Kernels = slices.Clone(got.Kernels)
+		bad.Kernels[k].Versions = f(slices.Clone(got.Kernels[k].Versions))
+		return &bad
+	}
+	first := slices.IndexFunc(ls, func(l Launch) bool { return l.Grid > 0 })
+	if err := inst.SetKernelProfile(with(first, func(vs []kprof.Version) []kprof.Version { vs[0].Grid++; return vs })); err == nil || !strings.Contains(err.Error(), "profiled") {
 		t.Errorf("a profile with a wrong grid: %v", err)
 	}
 	// other versions are optional, version 0 is not
-	last0 := slices.IndexFunc(got.Kernels, func(kp KernelProfile) bool { return kp.Index == planned[len(planned)-1].k })
-	bad.Kernels = slices.Delete(slices.Clone(got.Kernels), last0+1, len(got.Kernels))
-	if err := inst.SetKernelProfile(&bad); err != nil {
-		t.Errorf("a profile without the last kernel's other versions: %v", err)
+	if err := inst.SetKernelProfile(with(multi, func(vs []kprof.Version) []kprof.Version { return vs[:1] })); err != nil {
+		t.Errorf("a profile without a kernel's other versions: %v", err)
 	}
-	bad.Kernels = slices.Delete(slices.Clone(got.Kernels), last0, len(got.Kernels))
-	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "not profiled") {
-		t.Errorf("a profile missing a kernel: %v", err)
+	if err := inst.SetKernelProfile(with(multi, func(vs []kprof.Version) []kprof.Version { return nil })); err == nil || !strings.Contains(err.Error(), "no versions") {
+		t.Errorf("a profile missing a kernel's version 0: %v", err)
 	}
-	bad.Kernels = slices.Clone(got.Kernels)
-	bad.Kernels[len(bad.Kernels)-1].Version = 7
-	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "version 7") {
+	if err := inst.SetKernelProfile(with(multi, func(vs []kprof.Version) []kprof.Version { return append(vs, vs[0], vs[0], vs[0], vs[0], vs[0]) })); err == nil || !strings.Contains(err.Error(), "profiled version") {
 		t.Errorf("a profile of a version the plan lacks: %v", err)
 	}
-	bad.Kernels, bad.SMs = got.Kernels, emuSMs+1
-	if err := inst.SetKernelProfile(&bad); err == nil || !strings.Contains(err.Error(), "SMs") {
+	short := *got
+	short.Kernels = got.Kernels[:len(got.Kernels)-1]
+	if err := inst.SetKernelProfile(&short); err == nil || !strings.Contains(err.Error(), "kernels") {
+		t.Errorf("a profile missing a kernel: %v", err)
+	}
+	other := *got
+	other.Units = emuSMs + 1
+	if err := inst.SetKernelProfile(&other); err == nil || !strings.Contains(err.Error(), "SMs") {
 		t.Errorf("a profile of another SM count: %v", err)
 	}
-	if _, err := ReadProfile(strings.NewReader(`{"models":[{"model":"x","batch":1,"sms":0}]}`)); err == nil {
-		t.Error("a profile of 0 SMs read")
+	if _, err := kprof.ReadSet(strings.NewReader(`{"models":[{"model":"x","batch":1,"units":0}]}`)); err == nil {
+		t.Error("a profile of 0 units read")
 	}
 	closeTo(t, "after profiling", infer(t, b, inst, 2, in), want, 0)
 }
@@ -131,14 +151,16 @@ func finishFrom(t testing.TB, inst *Instance, at ResumePoint, n int) []float32 {
 // synthProfile profiles inst at batch 1 and installs the profile with
 // synthetic times (the emulator's mean nothing): every block 1 µs, every
 // kernel 1 ms, so that Rule 1 admits every BE kernel.
-func synthProfile(t testing.TB, inst *Instance) *ModelProfile {
+func synthProfile(t testing.TB, inst *Instance) *kprof.Model {
 	t.Helper()
 	mp, err := inst.ProfileKernels(1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for k := range mp.Kernels {
-		mp.Kernels[k].BlockNs, mp.Kernels[k].KernelNs = 1e3, 1e6
+		for v := range mp.Kernels[k].Versions {
+			mp.Kernels[k].Versions[v].BlockNs, mp.Kernels[k].Versions[v].KernNs = 1e3, 1e6
+		}
 	}
 	if err := inst.SetKernelProfile(mp); err != nil {
 		t.Fatal(err)
@@ -199,7 +221,7 @@ func newPadJobs(t *testing.T, b *Backend, d *emuDev) *padJobs {
 
 // newPadJobsProf is newPadJobs with the BE jobs' profiles installed by
 // beProf (before they are suspended: profiling overwrites the arena).
-func newPadJobsProf(t *testing.T, b *Backend, d *emuDev, beProf func(testing.TB, *Instance) *ModelProfile) *padJobs {
+func newPadJobsProf(t *testing.T, b *Backend, d *emuDev, beProf func(testing.TB, *Instance) *kprof.Model) *padJobs {
 	pj := &padJobs{}
 	pj.rt = load(t, b, "rt", mlpGraph(6, 64, 11), 1).(*Instance)
 	t.Cleanup(func() { pj.rt.Close() })
@@ -358,7 +380,7 @@ func BenchmarkPadChoose(b *testing.B) {
 				b.Fatal(err)
 			}
 			l := &p.launches[0]
-			kp := pr.rt.vers[0][0]
+			kp := &pr.rt.vers[0][0]
 			b.ReportAllocs()
 			b.ResetTimer()
 			for k := 0; k < b.N; k++ {

@@ -54,7 +54,7 @@ func TestGPUBackendPad(t *testing.T) {
 		}
 		idle := 0
 		for _, k := range mp.Kernels {
-			if k.SMs < mp.SMs {
+			if v0 := k.Versions[0]; v0.Grid > 0 && v0.SMs < mp.Units {
 				idle++
 			}
 		}

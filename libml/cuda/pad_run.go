@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"sluice/libml"
+	"sluice/libml/kprof"
 )
 
 // Dynamic kernel padding on the backend (REEF §5, Figure 12): an RT
@@ -188,7 +189,7 @@ type padRun struct {
 	jobs func() []*PadJob
 	st   PadStats
 	off  bool // no padding: the instance is in a partition or unprofiled
-	rt   *kprof
+	rt   *padProf
 	sms  int
 	// the padded launch in flight: its control block and its jobs
 	pending bool
@@ -251,10 +252,10 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 	if pr.off {
 		return false, nil
 	}
-	kp := pr.rt.vers[k][0]
-	if kp == nil {
+	if len(pr.rt.vers[k]) == 0 {
 		return false, nil
 	}
+	kp := &pr.rt.vers[k][0]
 	if pr.pending {
 		// the jobs' resume points come from the last padded launch
 		if err := i.ln.s.Sync(); err != nil {
@@ -306,10 +307,10 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 // launch's control block in pr.ctl (the RT arguments in pr.rtArgs) with
 // the picked jobs, still locked, in pr.picked. It reports whether
 // anything was picked (if not, nothing stays locked).
-func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *KernelProfile, params []byte, grid int) bool {
+func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params []byte, grid int) bool {
 	occ := i.pad.occ
 	rt := PadRT{Grid: grid, Occupancy: min(max(kp.Occupancy, 1), occ),
-		RemainingNs: kp.KernelNs * float64(grid) / float64(kp.Grid)}
+		RemainingNs: kp.KernNs * float64(grid) / float64(kp.Grid)}
 	if PadRTSMs(rt, pr.sms) >= pr.sms {
 		return false
 	}
@@ -392,7 +393,7 @@ func holdJob(i *Instance, j *PadJob, rt PadRT, sms, occ int) (padHeld, PadCand, 
 		be.mu.Unlock()
 		return padHeld{}, PadCand{}, false
 	}
-	var kp *KernelProfile
+	var kp profVer
 	if j.At.Block > 0 {
 		kp = prof.version(k, j.At.Version)
 	} else {
@@ -400,7 +401,7 @@ func holdJob(i *Instance, j *PadJob, rt PadRT, sms, occ int) (padHeld, PadCand, 
 		n := 0
 		for _, v := range prof.cands[k] {
 			if n < maxVersions {
-				vs[n] = PadCand{Grid: v.Grid, Occupancy: min(v.Occupancy, occ), BlockNs: v.BlockNs, KernelNs: v.KernelNs}
+				vs[n] = PadCand{Grid: int(v.p.Grid), Occupancy: min(v.p.Occupancy, occ), BlockNs: v.p.BlockNs, KernelNs: v.p.KernNs}
 				n++
 			}
 		}
@@ -408,12 +409,12 @@ func holdJob(i *Instance, j *PadJob, rt PadRT, sms, occ int) (padHeld, PadCand, 
 			kp = prof.cands[k][c]
 		}
 	}
-	if kp == nil || j.At.Block >= kp.Grid {
+	if kp.p == nil || int64(j.At.Block) >= kp.p.Grid {
 		be.mu.Unlock()
 		return padHeld{}, PadCand{}, false
 	}
-	c := PadCand{Grid: kp.Grid - j.At.Block, Occupancy: min(kp.Occupancy, occ), BlockNs: kp.BlockNs, KernelNs: kp.KernelNs}
-	return padHeld{j: j, inst: be, p: p, ver: kp.Version}, c, true
+	c := PadCand{Grid: int(kp.p.Grid) - j.At.Block, Occupancy: min(kp.p.Occupancy, occ), BlockNs: kp.p.BlockNs, KernelNs: kp.p.KernNs}
+	return padHeld{j: j, inst: be, p: p, ver: kp.v}, c, true
 }
 
 // maxVersions bounds the versions of a kernel (Versions).

@@ -7,6 +7,7 @@ import (
 
 	"sluice/libml"
 	"sluice/libml/cuda/internal/emu"
+	"sluice/libml/kprof"
 	"sluice/libml/zoo"
 )
 
@@ -16,36 +17,38 @@ import (
 // version 0's blocks take 2 ms, version 1's 1 µs (its kernel, 2 ms, is
 // slower than version 0's 1 ms, so neither dominates the other); a
 // kernel with one version has synthProfile's times.
-func synthVersionProfile(t testing.TB, inst *Instance) *ModelProfile {
+func synthVersionProfile(t testing.TB, inst *Instance) *kprof.Model {
 	t.Helper()
 	mp, err := inst.ProfileKernels(1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	multi := map[int]bool{}
-	for _, kp := range mp.Kernels {
-		if kp.Version > 0 {
-			multi[kp.Index] = true
+	multi := 0
+	for k := range mp.Kernels {
+		vs := mp.Kernels[k].Versions
+		if len(vs) > 1 {
+			multi++
+		}
+		for v := range vs {
+			switch {
+			case len(vs) == 1:
+				vs[v].BlockNs, vs[v].KernNs = 1e3, 1e6
+			case v == 0:
+				vs[v].BlockNs, vs[v].KernNs = 2e6, 1e6
+			default:
+				vs[v].BlockNs, vs[v].KernNs = 1e3, 2e6
+			}
 		}
 	}
-	if len(multi) == 0 {
+	if multi == 0 {
 		t.Fatalf("%s: no kernel with versions", inst.m.name)
 	}
-	for k := range mp.Kernels {
-		kp := &mp.Kernels[k]
-		switch {
-		case !multi[kp.Index]:
-			kp.BlockNs, kp.KernelNs = 1e3, 1e6
-		case kp.Version == 0:
-			kp.BlockNs, kp.KernelNs = 2e6, 1e6
-		default:
-			kp.BlockNs, kp.KernelNs = 1e3, 2e6
-		}
-	}
-	mp.PruneDominated()
+	kprof.Prune(mp)
 	for _, kp := range mp.Kernels {
-		if kp.Dominated {
-			t.Fatalf("%s: synthetic version dominated: %+v", inst.m.name, kp)
+		for v, vp := range kp.Versions {
+			if vp.Pruned && kp.Versions[0].Grid > 0 {
+				t.Fatalf("%s: synthetic version %d of kernel %d dominated: %+v", inst.m.name, v, kp.Index, vp)
+			}
 		}
 	}
 	if err := inst.SetKernelProfile(mp); err != nil {

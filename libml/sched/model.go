@@ -12,6 +12,7 @@ import (
 	"sluice/libml/cpu"
 	"sluice/libml/engine"
 	"sluice/libml/graph"
+	"sluice/libml/kprof"
 	ncpu "sluice/native/cpu"
 )
 
@@ -28,7 +29,7 @@ type ModelOptions struct {
 	Versions []int
 	// Profile gives measured kernel profiles (tools/kprof); nil profiles
 	// the model at load time with ProfileRuns runs.
-	Profile     *ModelProfile
+	Profile     *kprof.Model
 	ProfileRuns int
 	// Idem gives idempotent groups computed by tools/idemcheck; nil uses
 	// the compiler's static analysis (engine.Program.IdemEntry).
@@ -63,7 +64,7 @@ type Model struct {
 	aux    []unsafe.Pointer
 	auxN   []int
 	tiles  []int // version -> tile units
-	prof   *ModelProfile
+	prof   *kprof.Model
 	idem   []int
 	cuts   []int
 	// remain[i] is the profiled time of kernels i.. (SRPT, SPLIT)
@@ -97,7 +98,7 @@ func (m *Model) Kernels() int { return len(m.prog.Kernels) }
 func (m *Model) Program() *engine.Program { return m.prog }
 
 // Profile is the model's kernel profile.
-func (m *Model) Profile() *ModelProfile { return m.prof }
+func (m *Model) Profile() *kprof.Model { return m.prof }
 
 // IdemEntries are the restart points of the kernels: a job preempted
 // while kernel i ran restarts at IdemEntries()[i].
@@ -278,7 +279,7 @@ func (m *Model) release() {
 
 // setProfile installs a profile (checking it matches the program) and
 // derives the remaining-time table.
-func (m *Model) setProfile(p *ModelProfile) error {
+func (m *Model) setProfile(p *kprof.Model) error {
 	if p.Model != "" && p.Model != m.name {
 		return fmt.Errorf("profile is for model %q", p.Model)
 	}
@@ -487,7 +488,7 @@ func (in *instance) buildTables() error {
 	for i := range m.prog.Kernels {
 		kp := &m.prof.Kernels[i]
 		for v := 0; v < nv; v++ {
-			var vp *VersionProfile
+			var vp *kprof.Version
 			if v < len(kp.Versions) {
 				vp = &kp.Versions[v]
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"sluice/libml/kprof"
 	"sluice/libml/zoo"
 )
 
@@ -207,7 +208,7 @@ func TestChecksCostProbe(t *testing.T) {
 		}
 		var ss []*Scheduler
 		var ms []*Model
-		var prof *ModelProfile
+		var prof *kprof.Model
 		for _, c := range checks {
 			s := newSched(t, Config{Units: 2, UnitNice: 5, BEQueues: 1, NoPadding: true, PadBudgetMBs: -1, PreemptCheckNs: c})
 			m, err := s.Load(name, g, ModelOptions{ProfileRuns: 5, Profile: prof})

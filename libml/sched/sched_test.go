@@ -9,6 +9,7 @@ import (
 
 	"sluice/libml"
 	"sluice/libml/graph"
+	"sluice/libml/kprof"
 	"sluice/libml/zoo"
 	ncpu "sluice/native/cpu"
 )
@@ -26,7 +27,7 @@ var testModels = map[string]struct {
 
 var (
 	profMu sync.Mutex
-	profs  = map[string]*ModelProfile{}
+	profs  = map[string]*kprof.Model{}
 	graphs = map[string]*graph.Graph{}
 )
 
@@ -486,8 +487,8 @@ func TestConcNoPriority(t *testing.T) {
 // data (100 us and 1 us a kernel): the orders srpt and split decide from
 // profiled times are the same on any machine.
 func loadLongShort(t *testing.T, s *Scheduler) (long, short *Model) {
-	flat := func(key string, ns float64) *ModelProfile {
-		return dataProfile(t, key, func(k, v int, vp *VersionProfile) {
+	flat := func(key string, ns float64) *kprof.Model {
+		return dataProfile(t, key, func(k, v int, vp *kprof.Version) {
 			vp.KernNs, vp.BlockNs = ns, ns/2
 		})
 	}
@@ -720,10 +721,10 @@ func TestIdemTrace(t *testing.T) {
 }
 
 // synthProfile is a profile with the given kernel times (ns).
-func synthProfile(ts ...float64) *ModelProfile {
-	p := &ModelProfile{Model: "synth"}
+func synthProfile(ts ...float64) *kprof.Model {
+	p := &kprof.Model{Model: "synth"}
 	for i, x := range ts {
-		p.Kernels = append(p.Kernels, KernelProfile{Index: i, Versions: []VersionProfile{{KernNs: x, BlockNs: x, Grid: 1}}})
+		p.Kernels = append(p.Kernels, kprof.Kernel{Index: i, Versions: []kprof.Version{{KernNs: x, BlockNs: x, Grid: 1}}})
 		p.TotalNs += x
 	}
 	return p
@@ -777,21 +778,6 @@ func TestSplitModel(t *testing.T) {
 	best := SplitBest(p, 8, GAConfig{Seed: 1})
 	if len(best.BlockNs) < 2 {
 		t.Fatalf("SplitBest kept one block for a %.0f us model", sum/1e3)
-	}
-}
-
-// TestPrune: a version worse in every respect is pruned, incomparable
-// ones are kept.
-func TestPrune(t *testing.T) {
-	p := &ModelProfile{Kernels: []KernelProfile{{Versions: []VersionProfile{
-		{TileUnits: 2, Grid: 8, BlockNs: 100, KernNs: 500, ScratchBytes: 10, BlockBW: 5},
-		{TileUnits: 8, Grid: 32, BlockNs: 30, KernNs: 550, ScratchBytes: 10, BlockBW: 5},
-		{TileUnits: 1, Grid: 8, BlockNs: 120, KernNs: 600, ScratchBytes: 10, BlockBW: 5},
-	}}}}
-	Prune(p)
-	vs := p.Kernels[0].Versions
-	if vs[0].Pruned || vs[1].Pruned || !vs[2].Pruned {
-		t.Fatalf("pruned %v %v %v, want false false true", vs[0].Pruned, vs[1].Pruned, vs[2].Pruned)
 	}
 }
 

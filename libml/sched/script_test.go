@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"sluice/libml/engine"
+	"sluice/libml/kprof"
 	ncpu "sluice/native/cpu"
 )
 
@@ -38,7 +39,7 @@ func pin(m *Model) {
 			vs[v].BlockNs, vs[v].KernNs = 0, 0
 		}
 	}
-	Prune(p)
+	kprof.Prune(p)
 	if err := m.setProfile(p); err != nil {
 		panic(err)
 	}
@@ -46,11 +47,11 @@ func pin(m *Model) {
 }
 
 // copyProfile is a deep copy of p.
-func copyProfile(p *ModelProfile) *ModelProfile {
+func copyProfile(p *kprof.Model) *kprof.Model {
 	q := *p
-	q.Kernels = append([]KernelProfile(nil), p.Kernels...)
+	q.Kernels = append([]kprof.Kernel(nil), p.Kernels...)
 	for i := range q.Kernels {
-		q.Kernels[i].Versions = append([]VersionProfile(nil), p.Kernels[i].Versions...)
+		q.Kernels[i].Versions = append([]kprof.Version(nil), p.Kernels[i].Versions...)
 	}
 	return &q
 }
@@ -58,7 +59,7 @@ func copyProfile(p *ModelProfile) *ModelProfile {
 // baseProfile is the measured profile of test model key (measured once
 // per test binary); data profiles keep its grids and scratch sizes, which
 // do not depend on the machine's speed.
-func baseProfile(t testing.TB, key string) *ModelProfile {
+func baseProfile(t testing.TB, key string) *kprof.Model {
 	t.Helper()
 	profMu.Lock()
 	p := profs[key]
@@ -75,7 +76,7 @@ func baseProfile(t testing.TB, key string) *ModelProfile {
 // dataProfile is key's profile with the times given as data: f sets the
 // block and kernel times of version v of kernel k (NOP kernels keep
 // none). Dominated versions are pruned again.
-func dataProfile(t testing.TB, key string, f func(k, v int, vp *VersionProfile)) *ModelProfile {
+func dataProfile(t testing.TB, key string, f func(k, v int, vp *kprof.Version)) *kprof.Model {
 	t.Helper()
 	p := copyProfile(baseProfile(t, key))
 	p.TotalNs = 0
@@ -90,7 +91,7 @@ func dataProfile(t testing.TB, key string, f func(k, v int, vp *VersionProfile))
 		}
 		p.TotalNs += kp.Versions[0].KernNs
 	}
-	Prune(p)
+	kprof.Prune(p)
 	return p
 }
 
@@ -98,8 +99,8 @@ func dataProfile(t testing.TB, key string, f func(k, v int, vp *VersionProfile))
 // about 17 minutes each: rule 1 (a padding block must fit in the RT
 // kernel's remaining time) admits every BE block however long the test
 // holds an RT kernel or the machine stalls.
-func rtData(t testing.TB, key string) *ModelProfile {
-	return dataProfile(t, key, func(k, v int, vp *VersionProfile) {
+func rtData(t testing.TB, key string) *kprof.Model {
+	return dataProfile(t, key, func(k, v int, vp *kprof.Version) {
 		vp.KernNs, vp.BlockNs = 1e12, 1e12
 	})
 }
@@ -109,8 +110,8 @@ func rtData(t testing.TB, key string) *ModelProfile {
 // rotates with the kernel: for padding (the shortest kernel time) and for
 // the BE streams (the fastest version whose blocks take at most 50 us),
 // and some blocks are long enough to get added checks (above 20 us).
-func beData(t testing.TB, key string) *ModelProfile {
-	return dataProfile(t, key, func(k, v int, vp *VersionProfile) {
+func beData(t testing.TB, key string) *kprof.Model {
+	return dataProfile(t, key, func(k, v int, vp *kprof.Version) {
 		vp.KernNs = 1e4 * float64(1+(k+v)%4)
 		vp.BlockNs = 25e3 + 10e3*float64((3*k+v)%4)
 	})

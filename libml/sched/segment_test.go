@@ -11,6 +11,7 @@ import (
 	"sluice/libml"
 	"sluice/libml/cuda"
 	"sluice/libml/graph"
+	"sluice/libml/kprof"
 	"sluice/libml/zoo"
 )
 
@@ -83,7 +84,7 @@ func segLoad(t testing.TB, s *Scheduler, key string) *Model {
 	}
 	opt := ModelOptions{ProfileRuns: 1}
 	if p, ok := segProfs.Load(key); ok {
-		opt.Profile = p.(*ModelProfile)
+		opt.Profile = p.(*kprof.Model)
 	}
 	m, err := s.Load(key, g, opt)
 	if err != nil {
@@ -294,11 +295,13 @@ func synthPadProfile(t testing.TB, m *Model, rt bool) {
 		t.Fatal(err)
 	}
 	for k := range mp.Kernels {
-		kp := &mp.Kernels[k]
-		if rt {
-			kp.KernelNs, kp.BlockNs = 1e9, 1e9
-		} else {
-			kp.KernelNs, kp.BlockNs = float64(kp.Grid)*1e3, 1e3
+		for v := range mp.Kernels[k].Versions {
+			vp := &mp.Kernels[k].Versions[v]
+			if rt {
+				vp.KernNs, vp.BlockNs = 1e9, 1e9
+			} else {
+				vp.KernNs, vp.BlockNs = float64(vp.Grid)*1e3, 1e3
+			}
 		}
 	}
 	if err := ci.SetKernelProfile(mp); err != nil {

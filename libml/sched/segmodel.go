@@ -8,6 +8,7 @@ import (
 	"sluice/libml"
 	"sluice/libml/engine"
 	"sluice/libml/graph"
+	"sluice/libml/kprof"
 )
 
 // Models on a segment device (Config.Segments): the device compiles and
@@ -125,10 +126,11 @@ func (m *Model) newSegInstance() (*instance, error) {
 	return &instance{m: m, run: run}, nil
 }
 
-// profileSegModel builds the model's profile from the device's kernel
-// times (version 0: the kernels segments run), measured on one of its
-// instances.
-func profileSegModel(m *Model, runs int) (*ModelProfile, error) {
+// profileSegModel builds the model's profile from the device's (measured
+// on one of its instances): version 0 of every kernel, the one segments
+// run (the device keeps every version for its padding), with what the
+// program knows added: op names, activation bytes and bandwidths.
+func profileSegModel(m *Model, runs int) (*kprof.Model, error) {
 	if runs <= 0 {
 		runs = 5
 	}
@@ -137,37 +139,31 @@ func profileSegModel(m *Model, runs int) (*ModelProfile, error) {
 		return nil, err
 	}
 	defer m.releaseInstance(in)
-	ts, err := in.run.ProfileSegments(m.batch, runs)
+	dp, err := in.run.ProfileSegments(m.batch, runs)
 	if err != nil {
 		return nil, err
 	}
 	nk := len(m.prog.Kernels)
-	p := &ModelProfile{Model: m.name, Batch: m.batch, Units: m.units, Runs: runs, Kernels: make([]KernelProfile, nk)}
+	if len(dp.Kernels) != nk {
+		return nil, fmt.Errorf("device profiled %d kernels, the program has %d", len(dp.Kernels), nk)
+	}
+	p := &kprof.Model{Model: m.name, Batch: m.batch, Device: dp.Device, Units: m.units, Runs: runs,
+		Timing: dp.Timing, PadOccupancy: dp.PadOccupancy, Kernels: make([]kprof.Kernel, nk)}
 	for i := range m.prog.Kernels {
 		k := &m.prog.Kernels[i]
-		p.Kernels[i] = KernelProfile{Index: i, Op: k.Op.String(), Ops: k.Ops, Name: k.Name,
-			Bytes: m.kernelBytes(i), Versions: []VersionProfile{{TileUnits: m.units}}}
-	}
-	for _, t := range ts {
-		if t.Kernel < 0 || t.Kernel >= nk {
-			return nil, fmt.Errorf("device profiled kernel %d of %d", t.Kernel, nk)
+		vp := dp.Kernels[i].Versions[0]
+		vp.TileUnits, vp.Pruned = m.units, false
+		by := m.kernelBytes(i)
+		if vp.KernNs > 0 {
+			vp.KernBW = int64(float64(by) / vp.KernNs * 1000)
 		}
-		if t.Version != 0 {
-			continue
+		if vp.BlockNs > 0 && vp.Grid > 0 {
+			vp.BlockBW = int64(float64(by) / float64(vp.Grid) / vp.BlockNs * 1000)
 		}
-		vp := &p.Kernels[t.Kernel].Versions[0]
-		vp.Grid, vp.KernNs, vp.BlockNs = int64(t.Grid), t.KernelNs, t.BlockNs
-		by := p.Kernels[t.Kernel].Bytes
-		if t.KernelNs > 0 {
-			vp.KernBW = int64(float64(by) / t.KernelNs * 1000)
-		}
-		if t.BlockNs > 0 && t.Grid > 0 {
-			vp.BlockBW = int64(float64(by) / float64(t.Grid) / t.BlockNs * 1000)
-		}
-	}
-	for i := range p.Kernels {
-		if m.prog.Kernels[i].Op != engine.OpNop {
-			p.TotalNs += p.Kernels[i].Versions[0].KernNs
+		p.Kernels[i] = kprof.Kernel{Index: i, Op: k.Op.String(), Ops: k.Ops, Name: k.Name,
+			Bytes: by, Versions: []kprof.Version{vp}}
+		if k.Op != engine.OpNop {
+			p.TotalNs += vp.KernNs
 		}
 	}
 	p.WallNs = p.TotalNs

@@ -3,6 +3,7 @@ package sched
 import (
 	"math"
 	"math/rand"
+	"sluice/libml/kprof"
 	"sort"
 )
 
@@ -223,7 +224,7 @@ func evalSplit(t []float64, total float64, cuts []int, cfg *GAConfig) SplitResul
 // searched among kernels away from the model's first kernels first, as
 // SPLIT's observations suggest (their cost is higher there), by seeding
 // the population with time-balanced cuts.
-func SplitModel(p *ModelProfile, blocks int, cfg GAConfig) SplitResult {
+func SplitModel(p *kprof.Model, blocks int, cfg GAConfig) SplitResult {
 	cfg.defaults()
 	t := make([]float64, len(p.Kernels))
 	var total float64
@@ -358,7 +359,7 @@ func (r *SplitResult) WaitNs(cutNs float64) float64 {
 // SplitBest picks the number of blocks (2..maxBlocks): for each, the
 // genetic algorithm finds the evenest cuts (eq. 2), and the count with the
 // lowest expected wait (eq. 1 plus the cuts' cost, WaitNs) wins.
-func SplitBest(p *ModelProfile, maxBlocks int, cfg GAConfig) SplitResult {
+func SplitBest(p *kprof.Model, maxBlocks int, cfg GAConfig) SplitResult {
 	cfg.defaults()
 	best := SplitModel(p, 1, cfg)
 	bw := best.WaitNs(cfg.CutNs)

@@ -42,6 +42,7 @@ import (
 	"time"
 
 	"sluice/libml/graph"
+	"sluice/libml/kprof"
 	"sluice/libml/sched"
 	"sluice/libml/zoo"
 )
@@ -290,7 +291,7 @@ func main() {
 
 	// graphs, profiles, standalone times and max throughputs, once
 	built := map[string]*graph.Graph{} // built once: the weights take seconds to generate
-	profiles := map[string]*sched.ModelProfile{}
+	profiles := map[string]*kprof.Model{}
 	maxThr := map[string]float64{}
 	standalone := map[string]float64{}
 	{
@@ -308,7 +309,7 @@ func main() {
 			var m *sched.Model
 			if *profDir != "" {
 				path := filepath.Join(*profDir, r+".json")
-				if p, err := sched.LoadProfile(path); err == nil {
+				if p, err := kprof.Load(path); err == nil {
 					if m, err = s.Load(r, g, sched.ModelOptions{Profile: p}); err != nil {
 						fmt.Fprintf(os.Stderr, "disb: profile %s does not fit (%v): measuring\n", path, err)
 						m = nil
@@ -323,7 +324,7 @@ func main() {
 			profiles[r] = m.Profile()
 			thr, mean := measureMax(s, m, 700*time.Millisecond)
 			maxThr[r], standalone[r] = thr, mean
-			sm := sched.Summarize(m.Profile(), dev.units())
+			sm := kprof.Summarize(m.Profile(), dev.units())
 			rep.Models = append(rep.Models, modelRow{Role: r, Zoo: spec.Zoo, Size: spec.size(), Kernels: m.Kernels(),
 				StandaloneMs: mean / 1e6, MaxPerSec: thr, Narrow: sm.NarrowKernels, NarrowMs: sm.NarrowNs / 1e6,
 				Versions: sm.Versions, Kept: sm.Kept})
@@ -549,7 +550,7 @@ func summarize(wl, pol string, res []*clientResult, st sched.Stats, rounds int, 
 // every other job once at a random moment and restoring it at once (REEF
 // §6.4, Fig. 22): overhead = mean time of preempted jobs over unpreempted
 // ones, minus one.
-func measureRestore(dev *device, graphs map[string]*graph.Graph, profiles map[string]*sched.ModelProfile, jobs int, seed int64) []restoreRow {
+func measureRestore(dev *device, graphs map[string]*graph.Graph, profiles map[string]*kprof.Model, jobs int, seed int64) []restoreRow {
 	var out []restoreRow
 	rng := rand.New(rand.NewSource(seed))
 	// precise sleeps: a thread of our own without timer slack
@@ -681,7 +682,7 @@ func (a *accum) results() []*clientResult {
 
 // calibrate measures the max throughput (jobs/s, closed loop, alone) and
 // standalone time of every model w uses, on a fresh seq scheduler.
-func calibrate(dev *device, w workload, graphs map[string]*graph.Graph, profiles map[string]*sched.ModelProfile, d time.Duration) (map[string]float64, map[string]float64) {
+func calibrate(dev *device, w workload, graphs map[string]*graph.Graph, profiles map[string]*kprof.Model, d time.Duration) (map[string]float64, map[string]float64) {
 	s, err := sched.New(dev.config(sched.PolicySeq))
 	if err != nil {
 		fatalf("%v", err)

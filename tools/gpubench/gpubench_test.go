@@ -16,6 +16,7 @@ import (
 	"sluice/libml/cpu"
 	"sluice/libml/cuda"
 	"sluice/libml/cuda/cudrv"
+	"sluice/libml/kprof"
 	"sluice/libml/onnx"
 )
 
@@ -282,13 +283,16 @@ func TestArgs(t *testing.T) {
 // the kernels (version 0) that leave SMs idle and their time share, the
 // other versions and the pruned ones.
 func TestKprofMarkdown(t *testing.T) {
-	p := &cuda.Profile{Device: "test", Models: []cuda.ModelProfile{{Model: "VGG", Batch: 1, SMs: 132, Timing: "events", PadOccupancy: 1,
-		Kernels: []cuda.KernelProfile{
-			{Index: 0, Grid: 1000, Occupancy: 2, SMs: 132, KernelNs: 300e3, BlockNs: 20e3},
-			{Index: 0, Version: 1, Grid: 4000, Occupancy: 2, SMs: 132, KernelNs: 400e3, BlockNs: 6e3},
-			{Index: 1, Grid: 10, Occupancy: 2, SMs: 5, KernelNs: 100e3, BlockNs: 90e3},
-			{Index: 1, Version: 1, Grid: 40, Occupancy: 2, SMs: 20, KernelNs: 200e3, BlockNs: 95e3, Dominated: true},
-		}}, {Model: "RNET", Batch: 1, SMs: 132}}}
+	p := &kprof.Set{Device: "test", Models: []kprof.Model{{Model: "VGG", Batch: 1, Units: 132, Timing: "events", PadOccupancy: 1,
+		Kernels: []kprof.Kernel{
+			{Index: 0, Versions: []kprof.Version{
+				{Grid: 1000, Occupancy: 2, SMs: 132, KernNs: 300e3, BlockNs: 20e3},
+				{Grid: 4000, Occupancy: 2, SMs: 132, KernNs: 400e3, BlockNs: 6e3}}},
+			{Index: 1, Versions: []kprof.Version{
+				{Grid: 10, Occupancy: 2, SMs: 5, KernNs: 100e3, BlockNs: 90e3},
+				{Grid: 40, Occupancy: 2, SMs: 20, KernNs: 200e3, BlockNs: 95e3, Pruned: true}}},
+			{Index: 2, Versions: []kprof.Version{{}}}, // launches nothing
+		}}, {Model: "RNET", Batch: 1, Units: 132}}}
 	md := kprofMarkdown(p)
 	for _, want := range []string{"| VGG | 1 | 132 | events | 2 | 1 | 25.0% | 100.0 / 300.0 | 20.0 / 90.0 | 1 | 2 | 1 |", "| RNET | 1 | 132 |"} {
 		if !strings.Contains(md, want) {

@@ -13,6 +13,7 @@ import (
 
 	"sluice/libml"
 	"sluice/libml/cuda"
+	"sluice/libml/kprof"
 	"sluice/libml/zoo"
 )
 
@@ -52,7 +53,7 @@ func runKprof(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("kprof: %w", err)
 	}
 	defer b.Deinit()
-	prof := &cuda.Profile{Device: deviceName(0), Command: "gpubench kprof " + strings.Join(args, " ")}
+	prof := &kprof.Set{Device: deviceName(0), Command: "gpubench kprof " + strings.Join(args, " ")}
 	for _, role := range want {
 		spec := zooSpec(disbRoles[role], *small)
 		g, err := zoo.Build(spec.Zoo, spec.Opt)
@@ -65,7 +66,7 @@ func runKprof(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		inst := li.(*cuda.Instance)
 		err = b.ConfigureBatch(inst, *batch)
-		var mp *cuda.ModelProfile
+		var mp *kprof.Model
 		if err == nil {
 			mp, err = inst.ProfileKernels(*batch, *reps)
 		}
@@ -75,7 +76,11 @@ func runKprof(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return fmt.Errorf("kprof %s (%s): %w", role, spec.Zoo, err)
 		}
-		logf("%s (%s): %d kernel versions profiled", role, spec.Zoo, len(mp.Kernels))
+		nv := 0
+		for _, k := range mp.Kernels {
+			nv += len(k.Versions)
+		}
+		logf("%s (%s): %d kernel versions profiled", role, spec.Zoo, nv)
 		prof.Models = append(prof.Models, *mp)
 	}
 	md := kprofMarkdown(prof)
@@ -105,7 +110,7 @@ func runKprof(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // many leave SMs idle (the padding opportunity) and their share of the
 // time, kernel and block time percentiles, the other versions profiled
 // and the versions pruned by dominance.
-func kprofMarkdown(p *cuda.Profile) string {
+func kprofMarkdown(p *kprof.Set) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Kernel profile (%s)\n\n", p.Device)
 	if p.Command != "" {
@@ -118,22 +123,27 @@ func kprofMarkdown(p *cuda.Profile) string {
 		idle, total, idleT := 0, 0.0, 0.0
 		others, pruned := 0, 0
 		for _, k := range m.Kernels {
-			if k.Dominated {
-				pruned++
+			if k.Versions[0].Grid == 0 {
+				continue // nothing to launch
 			}
-			if k.Version != 0 {
-				others++
-				continue
+			for v, vp := range k.Versions {
+				if vp.Pruned {
+					pruned++
+				}
+				if v > 0 {
+					others++
+				}
 			}
-			kt, bt = append(kt, k.KernelNs/1e3), append(bt, k.BlockNs/1e3)
-			total += k.KernelNs
-			if k.SMs < m.SMs {
+			v0 := &k.Versions[0]
+			kt, bt = append(kt, v0.KernNs/1e3), append(bt, v0.BlockNs/1e3)
+			total += v0.KernNs
+			if v0.SMs < m.Units {
 				idle++
-				idleT += k.KernelNs
+				idleT += v0.KernNs
 			}
 		}
 		if len(kt) == 0 {
-			fmt.Fprintf(&b, "| %s | %d | %d | %s | 0 | | | | | %d | %d | %d |\n", m.Model, m.Batch, m.SMs, m.Timing, m.PadOccupancy, others, pruned)
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | 0 | | | | | %d | %d | %d |\n", m.Model, m.Batch, m.Units, m.Timing, m.PadOccupancy, others, pruned)
 			continue
 		}
 		slices.Sort(kt)
@@ -142,7 +152,7 @@ func kprofMarkdown(p *cuda.Profile) string {
 		if total > 0 {
 			share = 100 * idleT / total
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %.1f%% | %.1f / %.1f | %.1f / %.1f | %d | %d | %d |\n", m.Model, m.Batch, m.SMs, m.Timing,
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %.1f%% | %.1f / %.1f | %.1f / %.1f | %d | %d | %d |\n", m.Model, m.Batch, m.Units, m.Timing,
 			len(kt), idle, share, pct(kt, 50), pct(kt, 90), pct(bt, 50), pct(bt, 90), m.PadOccupancy, others, pruned)
 	}
 	return b.String()

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"sluice/libml/kprof"
 	"sluice/libml/sched"
 	"sluice/libml/zoo"
 )
@@ -87,7 +88,7 @@ func main() {
 		}
 		fmt.Println("(x: pruned, dominated by another version)")
 	}
-	sm := sched.Summarize(p, *units)
+	sm := kprof.Summarize(p, *units)
 	fmt.Printf("%s: %d kernels, %.3f ms (sum of kernel times; whole runs %.3f ms) on %d units; %d versions, %d kept after pruning; %d kernels narrower than the pool (%.3f ms: padding room)\n",
 		*model, sm.Kernels, p.TotalNs/1e6, p.WallNs/1e6, *units, sm.Versions, sm.Kept, sm.NarrowKernels, sm.NarrowNs/1e6)
 	if *out != "" {

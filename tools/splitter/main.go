@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 
+	"sluice/libml/kprof"
 	"sluice/libml/sched"
 )
 
@@ -45,7 +46,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "splitter: -profile is required (write one with tools/kprof -o)")
 		os.Exit(2)
 	}
-	p, err := sched.LoadProfile(*prof)
+	p, err := kprof.Load(*prof)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "splitter:", err)
 		os.Exit(1)
