@@ -433,38 +433,39 @@ func TestBackendPreemptHost(t *testing.T) {
 	closeTo(t, "after an idle Preempt", infer(t, b, inst, 1, in), want, 0)
 }
 
-// Run (the scheduler's entry) reports a preemption and where to resume;
-// resuming there completes the batch.
-func TestBackendRun(t *testing.T) {
+// A segment (the scheduler's entry) reports a preemption and where to
+// restore; a segment from there completes the batch.
+func TestBackendRunSegment(t *testing.T) {
 	b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
 	inst := load(t, b, "bert", preemptModel(t, "bert"), 1).(*Instance)
 	defer inst.Close()
 	in := zoo.Input(7, inst.InputSize())
 	want := infer(t, b, inst, 1, in)
-	if err := inst.SetInput(1, in); err != nil {
-		t.Fatal(err)
-	}
 	p, _ := inst.Program(1)
 	k := len(p.Kernels) - 2
 	d.h.armPreempt(int64(k), emu.Options{Preempt: true, PreemptBlock: 0})
-	pre, resume, err := inst.Run(1, 0)
+	pre, resume, err := runSeg(inst, 1, ResumePoint{}, in, nil)
 	if err != nil || !pre || resume != p.IdemEntry[k] {
-		t.Fatalf("Run: preempted %v resume %d err %v; want true %d", pre, resume, err, p.IdemEntry[k])
-	}
-	if pre, _, err = inst.Run(1, resume); err != nil || pre {
-		t.Fatalf("resumed Run: preempted %v err %v", pre, err)
+		t.Fatalf("segment: preempted %v resume %d err %v; want true %d", pre, resume, err, p.IdemEntry[k])
 	}
 	got := make([]float32, inst.OutputSize())
-	if err := inst.Output(1, got); err != nil {
-		t.Fatal(err)
+	if pre, _, err = runSeg(inst, 1, ResumePoint{Kernel: resume}, nil, got); err != nil || pre {
+		t.Fatalf("restored segment: preempted %v err %v", pre, err)
 	}
-	closeTo(t, "Run, preempted and resumed", got, want, 0)
-	if pre, _, err := inst.Run(1, len(p.Kernels)); err != nil || pre {
-		t.Errorf("Run from the end: preempted %v err %v", pre, err)
+	closeTo(t, "segment, preempted and restored", got, want, 0)
+	if pre, _, err := runSeg(inst, 1, ResumePoint{Kernel: len(p.Kernels)}, nil, nil); err != nil || pre {
+		t.Errorf("segment from the end: preempted %v err %v", pre, err)
 	}
-	if _, _, err := inst.Run(1, len(p.Kernels)+1); err == nil {
-		t.Error("Run past the end accepted")
+	if _, _, err := runSeg(inst, 1, ResumePoint{Kernel: len(p.Kernels) + 1}, nil, nil); err == nil {
+		t.Error("segment past the end accepted")
 	}
+	// an empty segment writes the input alone; the next runs on it
+	clear(got)
+	setInput(t, inst, 1, in)
+	if pre, _, err = runSeg(inst, 1, ResumePoint{}, nil, got); err != nil || pre {
+		t.Fatalf("segment after an empty one: preempted %v err %v", pre, err)
+	}
+	closeTo(t, "segment on the input an empty segment wrote", got, want, 0)
 }
 
 // The device window bounds the kernels queued on a stream: the host waits

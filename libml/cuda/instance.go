@@ -55,11 +55,9 @@ type Instance struct {
 	running bool
 	req     atomic.Bool
 
-	stats struct {
-		runs, launches, preemptions, lastResume atomic.Int64
-	}
+	stats instStats
 	// pad holds the control block of the instance's padded launches
-	// (RunPadded), made on first use.
+	// (RunSegmentPadded), made on first use.
 	pad *padBufs
 }
 
@@ -577,7 +575,7 @@ func (i *Instance) runAll(ctx context.Context, p *kplan, out *readBack) error {
 // at.Block: a job that dynamic kernel padding advanced) through the
 // virtual host queue: the stream state is reset, then kernels are
 // launched in order (each through pad when pad is set and picks BE
-// blocks for it, see RunPadded), at most
+// blocks for it, see RunSegmentPadded), at most
 // the window outstanding on the device (the host waits on the event of
 // the kernel Window launches back). A preemption request stops the
 // launches (the host queue's reset, O(1)); the stream then drains (queued
@@ -721,6 +719,22 @@ func (i *Instance) Preempt() error {
 	return i.b.setFlag(i.state)
 }
 
+// instStats are an instance's counters (Stats reads them).
+type instStats struct {
+	runs, launches, preemptions, lastResume atomic.Int64
+	// padding (RunSegmentPadded): PadStats' fields
+	padKernels, padPadded, padBEKernels, padBEBlocks, padBEVersioned atomic.Int64
+}
+
+// addPad adds a padded segment's padding to the counters.
+func (s *instStats) addPad(st *PadStats) {
+	s.padKernels.Add(st.Kernels)
+	s.padPadded.Add(st.Padded)
+	s.padBEKernels.Add(st.BEKernels)
+	s.padBEBlocks.Add(st.BEBlocks)
+	s.padBEVersioned.Add(st.BEVersioned)
+}
+
 // Stats are an instance's execution counters.
 type Stats struct {
 	// Runs counts program executions (restores included), Launches the
@@ -728,12 +742,18 @@ type Stats struct {
 	Runs, Launches, Preemptions int64
 	// LastResume is the kernel the last preempted run restarts from.
 	LastResume int
+	// Pad is what padding did in the instance's padded segments
+	// (RunSegmentPadded), summed.
+	Pad PadStats
 }
 
 // Stats returns the instance's counters.
 func (i *Instance) Stats() Stats {
 	return Stats{Runs: i.stats.runs.Load(), Launches: i.stats.launches.Load(),
-		Preemptions: i.stats.preemptions.Load(), LastResume: int(i.stats.lastResume.Load())}
+		Preemptions: i.stats.preemptions.Load(), LastResume: int(i.stats.lastResume.Load()),
+		Pad: PadStats{Kernels: i.stats.padKernels.Load(), Padded: i.stats.padPadded.Load(),
+			BEKernels: i.stats.padBEKernels.Load(), BEBlocks: i.stats.padBEBlocks.Load(),
+			BEVersioned: i.stats.padBEVersioned.Load()}}
 }
 
 // Program returns the compiled program used for a batch size.
@@ -763,103 +783,11 @@ func (i *Instance) Launches(batch int) ([]Launch, error) {
 	return out, nil
 }
 
-// SetInput copies a batch's inputs into the arena (for Run).
-func (i *Instance) SetInput(batch int, in []float32) error {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	p, err := i.planFor(batch)
-	if err != nil {
-		return fmt.Errorf("cuda: SetInput: %w", err)
-	}
-	if err := i.singleIO(p.pr.p); err != nil {
-		return fmt.Errorf("cuda: SetInput: %w", err)
-	}
-	n := int(p.pr.p.Inputs[0].Size())
-	if len(in) != n {
-		return fmt.Errorf("cuda: SetInput: batch %d takes %d values, got %d", batch, n, len(in))
-	}
-	i.gathered = 0
-	i.stage.Put(i.inOff, f32view(in))
-	if err := i.ln.s.WriteAsync(i.arena+4*uint64(p.pr.p.Inputs[0].Off), i.stage, i.inOff, 4*n); err != nil {
-		return fmt.Errorf("cuda: SetInput: %w", err)
-	}
-	if err := i.ln.s.Sync(); err != nil {
-		return fmt.Errorf("cuda: SetInput: %w", err)
-	}
-	return nil
-}
-
-// Output copies a batch's outputs out of the arena (after Run).
-func (i *Instance) Output(batch int, out []float32) error {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	p, err := i.planFor(batch)
-	if err != nil {
-		return fmt.Errorf("cuda: Output: %w", err)
-	}
-	if err := i.singleIO(p.pr.p); err != nil {
-		return fmt.Errorf("cuda: Output: %w", err)
-	}
-	ob := p.pr.p.Outputs[0]
-	if len(out) != int(ob.Size()) {
-		return fmt.Errorf("cuda: Output: batch %d gives %d values, got room for %d", batch, ob.Size(), len(out))
-	}
-	if err := i.ln.s.ReadAsync(i.stage, i.outOff, i.arena+4*uint64(ob.Off), 4*len(out)); err != nil {
-		return fmt.Errorf("cuda: Output: %w", err)
-	}
-	if err := i.ln.s.Sync(); err != nil {
-		return fmt.Errorf("cuda: Output: %w", err)
-	}
-	i.stage.Get(i.outOff, f32view(out))
-	return nil
-}
-
-// Run is the scheduler's entry: it runs kernels start.. of a batch's
-// plan once (inputs already in place: SetInput or Gather) and reports
-// whether the run was preempted; if so, resume is the kernel to restart
-// from (the interrupted kernel's idempotent group entry).
-func (i *Instance) Run(batch, start int) (preempted bool, resume int, err error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	p, err := i.planFor(batch)
-	if err != nil {
-		return false, 0, fmt.Errorf("cuda: Run: %w", err)
-	}
-	if start < 0 || start > len(p.launches) {
-		return false, 0, fmt.Errorf("cuda: Run: start %d outside 0..%d", start, len(p.launches))
-	}
-	preempted, resume, err = i.run(p, ResumePoint{Kernel: start}, nil, nil)
-	if err != nil {
-		return false, 0, fmt.Errorf("cuda: Run: %w", err)
-	}
-	return preempted, resume, nil
-}
-
 // ResumePoint is where a job's next run starts: kernel Kernel, from its
 // block Block (blocks before it have run: dynamic kernel padding ran
-// them inside another instance's padded launches, see RunPadded).
+// them inside another instance's padded launches, see RunSegmentPadded).
 // Version is the version (PlanVersion) whose blocks those were: a kernel
 // padding started in a version is finished in that version, since the
 // versions' blocks tile the output differently. It is 0 when Block is 0.
 // It is the segment contract's type (libml.ResumePoint).
 type ResumePoint = libml.ResumePoint
-
-// RunFrom is Run from a resume point: kernel at.Kernel from its block
-// at.Block of version at.Version (its later kernels in version 0). A
-// preempted run resumes from a kernel (Block 0).
-func (i *Instance) RunFrom(batch int, at ResumePoint) (preempted bool, resume int, err error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	p, err := i.planFor(batch)
-	if err != nil {
-		return false, 0, fmt.Errorf("cuda: RunFrom: %w", err)
-	}
-	if !p.inPlan(at, len(p.launches)) {
-		return false, 0, fmt.Errorf("cuda: RunFrom: resume point %+v outside the plan", at)
-	}
-	preempted, resume, err = i.run(p, at, nil, nil)
-	if err != nil {
-		return false, 0, fmt.Errorf("cuda: RunFrom: %w", err)
-	}
-	return preempted, resume, nil
-}

@@ -53,8 +53,8 @@ func (i *Instance) RunSegment(batch int, seg libml.Segment) (libml.SegmentResult
 // RunSegmentPadded is RunSegment with dynamic kernel padding
 // (libml.PaddingSegmentInstance): each kernel launches through sg_pad
 // with blocks of the suspended jobs jobs returns when the selector picks
-// any (RunPadded's mechanism; the jobs' models need a kernel profile,
-// which ProfileSegments installs).
+// any (pad_run.go; the jobs' models need a kernel profile, which
+// ProfileSegments installs). What padding did adds to Stats().Pad.
 func (i *Instance) RunSegmentPadded(batch int, seg libml.Segment, jobs func() []*libml.PadJob) (libml.SegmentResult, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
@@ -122,6 +122,7 @@ func (i *Instance) runSegment(batch int, seg libml.Segment, jobs func() []*libml
 	preempted, exec, err := i.runTo(p, at, seg.To, rb, pad, true)
 	if pad != nil {
 		pad.release()
+		i.stats.addPad(&pad.st)
 	}
 	i.gathered = 0 // the run synchronized the stream: the gather is done
 	if err != nil {

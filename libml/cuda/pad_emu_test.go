@@ -131,21 +131,17 @@ func TestKernelProfileEmu(t *testing.T) {
 // outputs.
 func finishFrom(t testing.TB, inst *Instance, at ResumePoint, n int) []float32 {
 	t.Helper()
+	out := make([]float32, n)
 	for {
-		pre, resume, err := inst.RunFrom(1, at)
+		pre, resume, err := runSeg(inst, 1, at, nil, out)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !pre {
-			break
+			return out
 		}
 		at = ResumePoint{Kernel: resume}
 	}
-	out := make([]float32, n)
-	if err := inst.Output(1, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // synthProfile profiles inst at batch 1 and installs the profile with
@@ -168,9 +164,9 @@ func synthProfile(t testing.TB, inst *Instance) *kprof.Model {
 	return mp
 }
 
-// RunFrom continues a kernel from a block: a run preempted before block
-// 2 of a 3-block kernel (blocks 0 and 1 ran, in order) resumes there and
-// gives the unpreempted output.
+// A segment continues a kernel from a block: a segment preempted before
+// block 2 of a 3-block kernel (blocks 0 and 1 ran, in order) resumes
+// there and gives the unpreempted output.
 func TestRunFromBlock(t *testing.T) {
 	b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
 	inst := load(t, b, "mlp", mlpGraph(5, 160, 3), 1).(*Instance)
@@ -182,23 +178,17 @@ func TestRunFromBlock(t *testing.T) {
 	if ls[k].Grid != 3 {
 		t.Fatalf("kernel %d has %d blocks, want 3", k, ls[k].Grid)
 	}
-	if err := inst.SetInput(1, in); err != nil {
-		t.Fatal(err)
-	}
 	d.h.armPreempt(k, emu.Options{Preempt: true, PreemptBlock: 2})
-	pre, _, err := inst.Run(1, 0)
+	pre, _, err := runSeg(inst, 1, ResumePoint{}, in, nil)
 	if err != nil || !pre {
 		t.Fatalf("preempted %v, %v", pre, err)
 	}
-	if _, _, err := inst.RunFrom(1, ResumePoint{Kernel: k, Block: 5}); err == nil {
+	if _, _, err := runSeg(inst, 1, ResumePoint{Kernel: k, Block: 5}, nil, nil); err == nil {
 		t.Error("resume point past the kernel's grid accepted")
 	}
-	if pre, _, err := inst.RunFrom(1, ResumePoint{Kernel: k, Block: 2}); err != nil || pre {
-		t.Fatalf("RunFrom: preempted %v, %v", pre, err)
-	}
 	out := make([]float32, len(want))
-	if err := inst.Output(1, out); err != nil {
-		t.Fatal(err)
+	if pre, _, err := runSeg(inst, 1, ResumePoint{Kernel: k, Block: 2}, nil, out); err != nil || pre {
+		t.Fatalf("segment from block 2: preempted %v, %v", pre, err)
 	}
 	closeTo(t, "resumed at block 2", out, want, 0)
 }
@@ -234,11 +224,8 @@ func newPadJobsProf(t *testing.T, b *Backend, d *emuDev, beProf func(testing.TB,
 		in := zoo.Input(uint64(22+n), be.InputSize())
 		pj.beIn, pj.beOut = append(pj.beIn, in), append(pj.beOut, infer(t, b, be, 1, in))
 		beProf(t, be)
-		if err := be.SetInput(1, in); err != nil {
-			t.Fatal(err)
-		}
 		d.h.armPreempt(int64(spec.at), emu.Options{Preempt: true, PreemptBlock: 0})
-		pre, resume, err := be.Run(1, 0)
+		pre, resume, err := runSeg(be, 1, ResumePoint{}, in, nil)
 		if err != nil || !pre {
 			t.Fatalf("BE %d: preempted %v, %v", n, pre, err)
 		}
@@ -251,17 +238,11 @@ func newPadJobsProf(t *testing.T, b *Backend, d *emuDev, beProf func(testing.TB,
 // padding left it; all outputs must be the unpreempted ones.
 func (pj *padJobs) finish(t *testing.T) PadStats {
 	t.Helper()
-	if err := pj.rt.SetInput(1, pj.rtIn); err != nil {
-		t.Fatal(err)
-	}
 	calls := 0
-	pre, _, st, err := pj.rt.RunPadded(1, 0, func() []*PadJob { calls++; return pj.be })
-	if err != nil || pre {
-		t.Fatalf("RunPadded: preempted %v, %v", pre, err)
-	}
 	out := make([]float32, len(pj.rtOut))
-	if err := pj.rt.Output(1, out); err != nil {
-		t.Fatal(err)
+	pre, st, err := runSegPadded(pj.rt, 1, pj.rtIn, out, func() []*PadJob { calls++; return pj.be })
+	if err != nil || pre {
+		t.Fatalf("padded segment: preempted %v, %v", pre, err)
 	}
 	closeTo(t, "RT output, padded", out, pj.rtOut, 0)
 	for n, j := range pj.be {

@@ -68,26 +68,19 @@ func TestGPUBackendPad(t *testing.T) {
 	for round := 0; round < 5; round++ {
 		var jobs []*PadJob
 		for n, be := range bes {
-			if err := be.inst.SetInput(1, be.in); err != nil {
-				t.Fatal(err)
-			}
 			pj := &PadJob{Inst: be.inst, Batch: 1}
 			if n == 0 {
-				pj.At = suspendAtRandom(t, be.inst, rng)
+				pj.At = suspendAtRandom(t, be.inst, be.in, rng)
+			} else {
+				setInput(t, be.inst, 1, be.in)
 			}
 			jobs = append(jobs, pj)
 		}
 		at0 := []ResumePoint{jobs[0].At, jobs[1].At}
-		if err := rt.inst.SetInput(1, rt.in); err != nil {
-			t.Fatal(err)
-		}
-		pre, _, st, err := rt.inst.RunPadded(1, 0, func() []*PadJob { return jobs })
-		if err != nil || pre {
-			t.Fatalf("RunPadded: preempted %v, %v", pre, err)
-		}
 		out := make([]float32, len(rt.want))
-		if err := rt.inst.Output(1, out); err != nil {
-			t.Fatal(err)
+		pre, st, err := runSegPadded(rt.inst, 1, rt.in, out, func() []*PadJob { return jobs })
+		if err != nil || pre {
+			t.Fatalf("padded segment: preempted %v, %v", pre, err)
 		}
 		if !slices.Equal(out, rt.want) {
 			t.Fatalf("round %d: the padded RT output differs from the unpreempted one", round)
@@ -111,10 +104,10 @@ func TestGPUBackendPad(t *testing.T) {
 	t.Logf("padding over 5 RT jobs: %+v", total)
 }
 
-// suspendAtRandom runs inst's job and preempts it at a random moment of
-// its run (within a few milliseconds); it returns where the job resumes
-// (past the end when the run finished first).
-func suspendAtRandom(t *testing.T, inst *Instance, rng *rand.Rand) ResumePoint {
+// suspendAtRandom runs inst's job on input in and preempts it at a
+// random moment of its run (within a few milliseconds); it returns where
+// the job resumes (past the end when the run finished first).
+func suspendAtRandom(t *testing.T, inst *Instance, in []float32, rng *rand.Rand) ResumePoint {
 	t.Helper()
 	at := time.Duration(rng.Float64() * float64(2*time.Millisecond))
 	var inRun atomic.Bool
@@ -134,7 +127,7 @@ func suspendAtRandom(t *testing.T, inst *Instance, rng *rand.Rand) ResumePoint {
 			runtime.Gosched()
 		}
 	}()
-	pre, resume, err := inst.Run(1, 0)
+	pre, resume, err := runSeg(inst, 1, ResumePoint{}, in, nil)
 	inRun.Store(false)
 	wg.Wait()
 	if err != nil || perr != nil {

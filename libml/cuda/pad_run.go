@@ -15,7 +15,7 @@ import (
 // suspended (preempted) best-effort jobs on other instances, on the SMs
 // the RT kernel cannot occupy.
 //
-// Before each RT kernel, RunPadded asks its caller for the suspended BE
+// Before each RT kernel, RunSegmentPadded asks its caller for the suspended BE
 // jobs (PadJob: an instance, a batch size and the point its next run
 // resumes from), looks up the RT kernel's and each job's next kernel's
 // profile (SetKernelProfile) and lets PadSelect choose. With no pick the
@@ -30,10 +30,11 @@ import (
 // the BE stream was preempted mid-block (a lost block: not a case the
 // DISB produces, since a suspended job's instance is not running), to
 // the idempotent group entry of that kernel, as a preempted run would.
-// The BE job's next run (RunFrom) continues from there.
+// The BE job's next segment (RunSegment from its resume point) continues
+// from there.
 //
 // A padded launch's result must be back before the next padded launch
-// can pick the same jobs: RunPadded waits for the stream before each
+// can pick the same jobs: a padded segment waits for the stream before each
 // padded launch that follows one, so padded kernels do not overlap their
 // launch with the previous kernel as the device window otherwise lets
 // them. Padding needs the RT instance on the whole device: in a green
@@ -52,7 +53,7 @@ import (
 // is the segment contract's type (libml.PadJob).
 type PadJob = libml.PadJob
 
-// PadStats is what RunPadded's padding did.
+// PadStats is what padding did in padded segments (Stats.Pad).
 type PadStats struct {
 	// Kernels is the RT kernels launched, Padded those launched through
 	// sg_pad with BE blocks, BEKernels the BE kernels they carried and
@@ -61,34 +62,6 @@ type PadStats struct {
 	// BEVersioned is the BE kernels carried in a version other than the
 	// default (PlanVersion; counted in BEKernels too).
 	BEVersioned int64
-}
-
-// RunPadded is Run(batch, start) with dynamic kernel padding: before each
-// kernel, jobs (called on the run's goroutine) returns the suspended BE
-// jobs to consider, in order of preference; their instances must be on
-// this backend, have a kernel profile installed (SetKernelProfile, as
-// must this instance's model) and not run until RunPadded returns (a job
-// whose instance is busy is skipped). jobs may return nil.
-func (i *Instance) RunPadded(batch, start int, jobs func() []*PadJob) (preempted bool, resume int, st PadStats, err error) {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	p, err := i.planFor(batch)
-	if err != nil {
-		return false, 0, st, fmt.Errorf("cuda: RunPadded: %w", err)
-	}
-	if start < 0 || start > len(p.launches) {
-		return false, 0, st, fmt.Errorf("cuda: RunPadded: start %d outside 0..%d", start, len(p.launches))
-	}
-	pr := &padRun{inst: i, jobs: jobs}
-	if err := pr.init(i, p); err != nil {
-		return false, 0, st, fmt.Errorf("cuda: RunPadded: %w", err)
-	}
-	preempted, resume, err = i.run(p, ResumePoint{Kernel: start}, nil, pr)
-	pr.release()
-	if err != nil {
-		return false, 0, pr.st, fmt.Errorf("cuda: RunPadded: %w", err)
-	}
-	return preempted, resume, pr.st, nil
 }
 
 // padBufs are an instance's padded-launch buffers: the control block in

@@ -90,11 +90,8 @@ func TestRunFromVersion(t *testing.T) {
 	// run on its stream
 	setup := func() {
 		t.Helper()
-		if err := inst.SetInput(1, in); err != nil {
-			t.Fatal(err)
-		}
 		d.h.armPreempt(k, emu.Options{Preempt: true, PreemptBlock: 0})
-		if pre, _, err := inst.Run(1, 0); err != nil || !pre {
+		if pre, _, err := runSeg(inst, 1, ResumePoint{}, in, nil); err != nil || !pre {
 			t.Fatalf("preempted %v, %v", pre, err)
 		}
 		if err := b.dev.Write(a.Out, f32bytes(clobber)); err != nil {
@@ -112,19 +109,13 @@ func TestRunFromVersion(t *testing.T) {
 	}
 	out := make([]float32, len(want))
 	setup()
-	if pre, _, err := inst.RunFrom(1, ResumePoint{Kernel: k, Block: 2, Version: 1}); err != nil || pre {
-		t.Fatalf("RunFrom version 1: preempted %v, %v", pre, err)
-	}
-	if err := inst.Output(1, out); err != nil {
-		t.Fatal(err)
+	if pre, _, err := runSeg(inst, 1, ResumePoint{Kernel: k, Block: 2, Version: 1}, nil, out); err != nil || pre {
+		t.Fatalf("segment from version 1: preempted %v, %v", pre, err)
 	}
 	closeTo(t, "finished in version 1", out, want, 0)
 	setup()
-	if pre, _, err := inst.RunFrom(1, ResumePoint{Kernel: k, Block: 2}); err != nil || pre {
-		t.Fatalf("RunFrom version 0: preempted %v, %v", pre, err)
-	}
-	if err := inst.Output(1, out); err != nil {
-		t.Fatal(err)
+	if pre, _, err := runSeg(inst, 1, ResumePoint{Kernel: k, Block: 2}, nil, out); err != nil || pre {
+		t.Fatalf("segment from version 0: preempted %v, %v", pre, err)
 	}
 	same := true
 	for i := range out {
@@ -134,7 +125,7 @@ func TestRunFromVersion(t *testing.T) {
 		t.Error("version 1's blocks finished in version 0 gave the right output: the test proves nothing")
 	}
 	for _, at := range []ResumePoint{{Kernel: k, Version: 1}, {Kernel: k, Block: 1, Version: 2}, {Kernel: k, Block: 6, Version: 1}} {
-		if _, _, err := inst.RunFrom(1, at); err == nil {
+		if _, _, err := runSeg(inst, 1, at, nil, nil); err == nil {
 			t.Errorf("resume point %+v accepted", at)
 		}
 	}
