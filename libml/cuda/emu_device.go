@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -52,9 +53,11 @@ type emuHooks struct {
 	padReverse bool
 	// holdFrom, when >= 0, holds the next kernel launched with an
 	// execution index of at least holdFrom until its stream's preemption
-	// flag is set (one-shot, Backend.HoldFrom); holds counts the holds.
+	// flag is set or the test releases it (one-shot, Backend.HoldFrom,
+	// ReleaseHolds); holds counts the holds, releases the releases.
 	holdFrom int64
 	holds    int64
+	releases atomic.Int64
 }
 
 // emuLaunch is one kernel the emulator ran.
@@ -282,6 +285,7 @@ func (s *emuStream) Launch(kernel string, grid int, params []byte) error {
 		}
 		before, on := h.before, h.onLaunch
 		hold := h.holdFrom >= 0 && exec >= h.holdFrom && kernel != KernelBatchGather && kernel != KernelPad
+		rel := h.releases.Load()
 		if hold {
 			h.holdFrom = -1
 			h.holds++
@@ -297,7 +301,7 @@ func (s *emuStream) Launch(kernel string, grid int, params []byte) error {
 			on(s, kernel, exec)
 		}
 		if hold {
-			waitFlag(binary.LittleEndian.Uint64(params[0:]))
+			h.waitHeld(binary.LittleEndian.Uint64(params[0:]), rel)
 		}
 		err := emu.Launch(kernel, grid, Threads, params, opt)
 		s.mu.Lock()
@@ -421,11 +425,12 @@ func (d *emuDev) occupancy(kernel string) (int, error) {
 	return 2, nil
 }
 
-// waitFlag waits until the preemption flag of the stream state at st is
-// set (a held launch, Backend.HoldFrom).
-func waitFlag(st uint64) {
+// waitHeld waits until the preemption flag of the stream state at st is
+// set, or the test has released held launches (ReleaseHolds) since the
+// hold began (rel: the releases then): a held launch, Backend.HoldFrom.
+func (h *emuHooks) waitHeld(st uint64, rel int64) {
 	var f [4]byte
-	for {
+	for h.releases.Load() == rel {
 		emu.Read(f[:], st+StateFlag)
 		if binary.LittleEndian.Uint32(f[:]) != 0 {
 			return
@@ -437,8 +442,8 @@ func waitFlag(st uint64) {
 // HoldFrom scripts a preemption on the kernel emulator (Options.Emulate;
 // tests and demos): the next kernel launched with an execution index of
 // at least exec, on any stream, is held before its blocks run until its
-// stream's preemption flag is set, so the run it belongs to is certain
-// to be preempted there. Holds counts the launches held so far. exec < 0
+// stream's preemption flag is set (or ReleaseHolds), so the run it
+// belongs to is certain to be preempted there. Holds counts the launches held so far. exec < 0
 // disarms a hold not yet reached.
 func (b *Backend) HoldFrom(exec int64) error {
 	h, err := b.emuHooks()
@@ -448,6 +453,18 @@ func (b *Backend) HoldFrom(exec int64) error {
 	h.mu.Lock()
 	h.holdFrom = exec
 	h.mu.Unlock()
+	return nil
+}
+
+// ReleaseHolds lets a launch HoldFrom holds run without a preemption (a
+// test holds an RT job's kernel so that RT mode lasts until the case it
+// checks has happened).
+func (b *Backend) ReleaseHolds() error {
+	h, err := b.emuHooks()
+	if err != nil {
+		return err
+	}
+	h.releases.Add(1)
 	return nil
 }
 

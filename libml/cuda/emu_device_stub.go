@@ -14,5 +14,10 @@ func (b *Backend) HoldFrom(int64) error {
 	return errors.New("cuda: the kernel emulator needs cgo on linux")
 }
 
+// ReleaseHolds fails: no emulator.
+func (b *Backend) ReleaseHolds() error {
+	return errors.New("cuda: the kernel emulator needs cgo on linux")
+}
+
 // Holds is 0: no emulator.
 func (b *Backend) Holds() int64 { return 0 }

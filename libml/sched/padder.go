@@ -105,7 +105,8 @@ func (sp *segPadder) start() {}
 func (sp *segPadder) stop()  {}
 
 // offer: a job whose input is not on the device yet (it is written with
-// the job's next segment of its own) cannot pad.
+// the job's next segment of its own; reef runs an empty one first) cannot
+// pad.
 func (sp *segPadder) offer(i int, j *Job) bool {
 	if j.inst.needIn {
 		return false

@@ -213,6 +213,21 @@ func (r *reef) segDone(l *lane, preempted bool) {
 		}
 		return
 	}
+	if l.upload {
+		l.upload = false
+		if !preempted || !l.preempted {
+			// the job's input is on the device: now padding may run it
+			if r.rtMode {
+				r.offerPad(l)
+			} else {
+				s.run(l, len(l.job.Model.prog.Kernels), lkPreempt)
+			}
+			return
+		}
+		// preempted by an RT arrival while uploading: the input is
+		// written all the same (a segment writes it before its first
+		// kernel); restored below like any preempted segment
+	}
 	if preempted && l.preempted {
 		s.restorePoint(l)
 		if rec := l.rec; rec != nil {
@@ -238,9 +253,19 @@ func (r *reef) segDone(l *lane, preempted bool) {
 	r.next(l)
 }
 
-// offerPad offers BE lane l's job to padding.
+// offerPad offers BE lane l's job to padding (l is idle). On a segment
+// device a job whose input is not on the device yet (it arrived in RT
+// mode, so no segment of its own has run) first gets an empty segment
+// that writes its input (a copy, or the device's gather of the payload:
+// no kernel of the model runs), and is offered when that is done; else
+// padding could not run it until RT mode ends.
 func (r *reef) offerPad(l *lane) {
 	if r.pad == nil || l.job == nil {
+		return
+	}
+	if in := l.job.inst; in != nil && in.needIn {
+		l.upload = true
+		r.s.run(l, l.job.pos, lkPreempt)
 		return
 	}
 	i := l.id - 1

@@ -732,6 +732,9 @@ type lane struct {
 	preempted bool
 	rec       *preemptRec
 	kind      launchKind
+	// upload: the segment in flight only writes the job's input (reef,
+	// on a segment device, for a BE job that arrived in RT mode)
+	upload bool
 }
 
 // launchVer is the version kernel k was launched in by l's segment.

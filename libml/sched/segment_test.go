@@ -354,6 +354,54 @@ func TestSegmentDeviceReefPads(t *testing.T) {
 	}
 }
 
+// TestSegmentDeviceReefPadsLateBE: on the emulated cuda device under
+// reef, a BE job that arrives in RT mode (the RT job's launch of its
+// second live kernel held until the test releases it, so RT mode lasts)
+// gets an empty segment of its own that writes its input, is then offered
+// to padding, and the RT job's padded kernels run its blocks before RT
+// mode ends. Both outputs are the cuda backend's alone, bit for bit.
+func TestSegmentDeviceReefPadsLateBE(t *testing.T) {
+	be := emuCUDA(t)
+	s := segSched(t, be, PolicyREEF)
+	rtM, beM := segLoad(t, s, "bert"), segLoad(t, s, "squeeze")
+	synthPadProfile(t, beM, false)
+	synthPadProfile(t, rtM, true)
+	at := liveKernels(rtM)[1]
+	b, r := job(beM, BE, 0, 9), job(rtM, RT, 0, 10)
+	var o order
+	o.hook(b)
+	o.hook(r)
+	if err := be.HoldFrom(int64(at)); err != nil {
+		t.Fatal(err)
+	}
+	h := be.Holds()
+	if err := s.Submit(r); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the RT job's launch to be held", func() bool { return be.Holds() > h })
+	if err := s.Submit(b); err != nil {
+		t.Fatal(err)
+	}
+	rf := s.pol.(*reef)
+	waitFor(t, "the BE job, arrived in RT mode, to be offered to padding", func() bool {
+		return s.locked(func() bool { return rf.rtMode && rf.offer[0] })
+	})
+	if err := be.ReleaseHolds(); err != nil {
+		t.Fatal(err)
+	}
+	o.wait(t, b, r)
+	if d := sameBits(r.Out, cudaReference(t, be, "bert", r.In)); d != "" {
+		t.Errorf("RT job, padded: %s", d)
+	}
+	if d := sameBits(b.Out, cudaReference(t, be, "squeeze", b.In)); d != "" {
+		t.Errorf("BE job, arrived in RT mode and padded (%d blocks): %s", b.PadBlocks, d)
+	}
+	if b.PadBlocks <= 0 || b.Preemptions != 0 {
+		t.Fatalf("BE job: %d blocks run by padding, %d preemptions; want padding and none", b.PadBlocks, b.Preemptions)
+	}
+	t.Logf("padding ran %d blocks of the BE job that arrived in RT mode (%d BE jobs finished by padding)", b.PadBlocks, s.Stats().PadJobs)
+}
+
 // TestSegmentDevicePayload: on the emulated cuda device, the scheduler
 // backend's InferInput hands the requests' payload to the device
 // (Job.Input). Fragments inside a region mapped into the device are
