@@ -190,6 +190,13 @@ queue_len = 64
 	if got := metric(`sluice_if_responses_total{class="rt",if="rt",status="ok"}`); got != nRT {
 		t.Errorf("RT IF served %v, want %d", got, nRT)
 	}
+	// one copy per request under the scheduler too: the job's payload
+	// is gathered straight into its model instance
+	for _, f := range a.Stats().IFs {
+		if f.BatchItems == 0 || f.PayloadCopies != f.BatchItems {
+			t.Errorf("IF %s: %d payload copies for %d requests run, want one each", f.Name, f.PayloadCopies, f.BatchItems)
+		}
+	}
 	// every answer's first-fragment-to-sent time, by the request's class
 	if got := metric(`sluice_response_duration_seconds_count{class="rt",port="udp0",status="ok"}`); got != nRT {
 		t.Errorf("%v RT response times, want %d", got, nRT)

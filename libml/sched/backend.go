@@ -298,16 +298,15 @@ func (b *Backend) InferBatch(_ context.Context, inst libml.Instance, n int, in, 
 	return b.infer(ii, n, in, out, false)
 }
 
-// InferInput runs one batch whose input is still the requests' payload.
-// On the cpu it is gathered and converted in C (one pass) into the
-// instance's job input, given back (in.Gathered), and the batch runs as
-// InferBatch's does: two copies per request (the scheduler copies the
-// job's input into the arena of the model instance it binds the job to,
-// and copies it again when a preempted job restarts from its first
-// kernel, after the packet buffers have gone back to the driver). On a
-// segment device the job carries the payload itself (Job.Input): the
-// device gathers it, with no host copy where the packets lie in a region
-// mapped into it, and the packets go back when the job is done.
+// InferInput runs one batch whose input is still the requests' payload,
+// as one job that carries the payload itself (Job.Input). On the cpu the
+// scheduler gathers and converts it in C (one pass) straight into the
+// model instance it binds the job to: one copy per request. On a segment
+// device the device gathers it, with no host copy where the packets lie
+// in a region mapped into it. Either gathers it again if a preempted job
+// restarts from its first kernel, so the packets go back when the job is
+// done. A model without a batch dimension runs a batch of several
+// requests as one job each, from an input gathered first (two copies).
 func (b *Backend) InferInput(_ context.Context, inst libml.Instance, in *libml.Input, out []float32) error {
 	ii, ok := inst.(*Instance)
 	if !ok || ii.g.be != b {
@@ -324,12 +323,15 @@ func (b *Backend) InferInput(_ context.Context, inst libml.Instance, in *libml.I
 	if err := in.Check(n, is); err != nil {
 		return fmt.Errorf("sched backend: infer: %w", err)
 	}
-	if m := ii.g.fit(n); m != nil && m.seg != nil && (ii.g.batched || n == 1) {
-		// the device gathers the payload itself (in place where the
-		// packets lie in a region mapped into it), again if the job
+	if m := ii.g.fit(n); m != nil && (ii.g.batched || n == 1) {
+		// the job gathers the payload (the device itself, in place where
+		// the packets lie in a region mapped into it), again if it
 		// restarts from its first kernel: the packets go back when the
 		// job is done
 		defer in.Gather()
+		if m.seg == nil {
+			in.Copies = 1
+		}
 		return b.inferPayload(ii, m, in, out)
 	}
 	if err := ii.ing.Ingest(ii.in[:n*is], in, 0, n); err != nil {
@@ -341,7 +343,7 @@ func (b *Backend) InferInput(_ context.Context, inst libml.Instance, in *libml.I
 }
 
 // inferPayload runs a batch whose input is the requests' payload as one
-// job of bucket m on a segment device (Job.Input).
+// job of bucket m (Job.Input).
 func (b *Backend) inferPayload(ii *Instance, m *Model, in *libml.Input, out []float32) error {
 	n, os := in.N(), ii.OutputSize()
 	if len(out) < n*os {

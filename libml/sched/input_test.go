@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"testing"
+	"unsafe"
 
 	"sluice/libml"
 )
@@ -12,7 +13,8 @@ import (
 // that end inside pixels) in C into the job input and runs it: the
 // outputs are those of InferBatch on the reference conversion, bit for
 // bit, at a batch that fills its bucket (2) and one that does not (3 in
-// the bucket of 4); Gathered is called once and two copies are reported.
+// the bucket of 4); Gathered is called once and one copy is reported (the
+// payload gathered straight into the job's model instance).
 func TestInferInputMatchesInferBatch(t *testing.T) {
 	b := newTestBackend(t, PolicyREEF)
 	ctx := context.Background()
@@ -62,8 +64,75 @@ func TestInferInputMatchesInferBatch(t *testing.T) {
 				t.Fatalf("batch %d: output %d is %v, InferBatch gives %v", n, i, got[i], want[i])
 			}
 		}
-		if gathered != 1 || in.Copies != 2 {
-			t.Fatalf("batch %d: Gathered called %d times, %d copies reported; want 1 and 2", n, gathered, in.Copies)
+		if gathered != 1 || in.Copies != 1 {
+			t.Fatalf("batch %d: Gathered called %d times, %d copies reported; want 1 and 1", n, gathered, in.Copies)
 		}
+	}
+}
+
+// A cpu job that carries its requests' payload (Job.Input) is gathered
+// straight into the instance it is bound to (its first rows), and
+// gathered again the same way when a preemption sends it back to its
+// first kernel (setInput, which restorePoint calls then); run through
+// the scheduler, under reef preempted by an RT arrival (scripted), its
+// output is the one it has alone from the same input, bit for bit.
+func TestPayloadJob(t *testing.T) {
+	s := newSched(t, Config{Policy: PolicyREEF, BEQueues: 1, NoPadding: true})
+	releaseHolds(t, s)
+	const key, seed = "squeeze", 12
+	m := load(t, s, key, ModelOptions{})
+	rt := load(t, s, "resnet", ModelOptions{})
+	enc, err := libml.NewEncoding(libml.InputF32, nil, nil, []int64{int64(m.InputSize())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := fillInput(m.InputSize(), seed)
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))
+	payload := func() *libml.Input {
+		in := &libml.Input{Enc: enc}
+		for off := 0; off < len(raw); off += 998 {
+			in.Payload = append(in.Payload, raw[off:min(off+998, len(raw))])
+		}
+		in.EndRequest()
+		return in
+	}
+	// the gather, twice, into an instance whose input was clobbered
+	inst, err := m.acquire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &Job{Model: m, Input: payload()}
+	for round := 0; round < 2; round++ {
+		for i := range inst.input() {
+			inst.input()[i] = float32(math.NaN())
+		}
+		if err := inst.setInput(j); err != nil {
+			t.Fatal(err)
+		}
+		if d := sameBits(inst.input(), x); d != "" {
+			t.Fatalf("gather %d into the instance: %s", round, d)
+		}
+	}
+	m.releaseInstance(inst)
+	// through the scheduler, preempted in the middle of the model
+	want := reference(t, key, seed)[seed]
+	live := liveKernels(m)
+	b := &Job{Model: m, Class: BE, Queue: 0, Input: payload(), Out: make([]float32, m.OutputSize())}
+	rtIntoBE(t, s, b, job(rt, RT, 0, 13), live[len(live)/2], 0, 0, nil)
+	if b.Preemptions != 1 {
+		t.Fatalf("BE job preempted %d times, want 1", b.Preemptions)
+	}
+	if d := sameBits(b.Out, want); d != "" {
+		t.Fatalf("BE job with a payload input, preempted and restored: %s", d)
+	}
+	// a payload that does not fit the model is refused at Submit
+	bad, err := libml.NewEncoding(libml.InputF32, nil, nil, []int64{int64(m.InputSize() + 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := &libml.Input{Enc: bad}
+	wrong.Add(make([]byte, bad.Bytes))
+	if err := s.Submit(&Job{Model: m, Class: BE, Input: wrong}); err == nil {
+		t.Fatal("a payload of another size was accepted")
 	}
 }

@@ -385,16 +385,29 @@ type instance struct {
 	// writes it)
 	run    libml.SegmentInstance
 	needIn bool
+	// ing gathers a payload input (Job.Input) on the cpu
+	ing cpu.Ingester
 }
 
-// setInput puts a job's input into the instance's input tensor: at once
-// on the cpu, with the next segment on a segment device.
-func (in *instance) setInput(x []float32) {
+// setInput puts job j's input into the instance's input tensor: on the
+// cpu at once (Job.In copied, or Job.Input's payload gathered and
+// converted in one pass: its first Input.N() rows), on a segment device
+// with the job's next segment.
+func (in *instance) setInput(j *Job) error {
 	if in.run != nil {
 		in.needIn = true
-		return
+		return nil
 	}
-	copy(in.input(), x)
+	if j.In == nil && j.Input != nil {
+		n := j.Input.N()
+		per := len(in.input()) / j.Model.batch
+		if err := in.ing.Ingest(in.input()[:n*per], j.Input, 0, n); err != nil {
+			return fmt.Errorf("sched: gather the job's payload: %w", err)
+		}
+		return nil
+	}
+	copy(in.input(), j.In)
+	return nil
 }
 
 // outputOnHost reports whether a finished job's output is in host memory

@@ -237,10 +237,12 @@ type Job struct {
 	// again); Out, when not nil, receives the output (Model.OutputSize
 	// floats).
 	In, Out []float32
-	// Input, on a segment device and with In nil, is the input as the
-	// requests' payload (libml.Segment.Input): the device gathers it,
-	// in place where it can, again on a restart from the first kernel,
-	// so it must stay valid until the job has finished.
+	// Input, with In nil, is the input as the requests' payload: on the
+	// cpu the scheduler gathers and converts it (in C, one pass) into the
+	// instance it binds the job to, a segment device gathers it itself
+	// (libml.Segment.Input, in place where it can); either does again on
+	// a restart from the first kernel, so it must stay valid until the
+	// job has finished. Its Input.N() requests fill the first rows.
 	Input *libml.Input
 	// Arrival is when the request arrived (Now clock); 0 means at Submit.
 	Arrival int64
@@ -528,11 +530,12 @@ func (s *Scheduler) Submit(j *Job) error {
 	}
 	switch {
 	case j.Input != nil && j.In == nil:
-		if j.Model.seg == nil {
-			return fmt.Errorf("sched: a payload input (Job.Input) needs a segment device; model %q runs on the cpu", j.Model.name)
-		}
-		if n := j.Input.N(); n < 1 || n > j.Model.batch || (n > 1 && !j.Model.batched()) {
+		n := j.Input.N()
+		if n < 1 || n > j.Model.batch || (n > 1 && !j.Model.batched()) {
 			return fmt.Errorf("sched: a payload of %d requests for model %q at batch %d", n, j.Model.name, j.Model.batch)
+		}
+		if err := j.Input.Check(n, j.Model.InputSize()/j.Model.batch); err != nil {
+			return fmt.Errorf("sched: model %q: %w", j.Model.name, err)
 		}
 	case len(j.In) != j.Model.InputSize():
 		return fmt.Errorf("sched: job input has %d floats, model %q wants %d", len(j.In), j.Model.name, j.Model.InputSize())
@@ -780,7 +783,9 @@ func (s *Scheduler) begin(l *lane, j *Job) error {
 		return err
 	}
 	j.inst = in
-	in.setInput(j.In)
+	if err := in.setInput(j); err != nil {
+		return err
+	}
 	j.Started = Now()
 	return nil
 }
@@ -966,8 +971,10 @@ func (s *Scheduler) restorePoint(l *lane) {
 	}
 	if j.pos == 0 && j.posBlk == 0 {
 		// a restart from the top: the arena may have reused the input's
-		// memory, so copy the input in again
-		j.inst.setInput(j.In)
+		// memory, so copy (or gather) the input in again
+		if err := j.inst.setInput(j); err != nil && j.Err == nil {
+			j.Err = err
+		}
 	}
 	// the kernels completed before the interrupted one are run again
 	var re float64
