@@ -36,7 +36,10 @@ func (c *fakeClock) now() int64 { return c.ns.Load() }
 // a batch of n takes cost[n] of the fake clock (or the next of once), and
 // records the ids (the first input float) of its requests.
 type costBackend struct {
-	clk     *fakeClock
+	clk *fakeClock
+	// keep: the backend reads the payload until the batch is done, as a
+	// scheduler job does (Loaded first, Gathered at the end)
+	keep    bool
 	mu      sync.Mutex
 	cost    map[int]time.Duration
 	once    []time.Duration
@@ -72,7 +75,12 @@ func (b *costBackend) InferInput(_ context.Context, _ libml.Instance, in *libml.
 		return err
 	}
 	in.Copies = 1
-	in.Gather()
+	if b.keep {
+		in.Load()
+		defer in.Gather()
+	} else {
+		in.Gather()
+	}
 	ids := make([]int, n)
 	for i := range ids {
 		ids[i] = int(out[2*i])
@@ -667,5 +675,21 @@ func TestTimeoutActionSpec(t *testing.T) {
 	d := Spec{Name: "a", Model: "zoo:x"}
 	if err := d.Resolve(""); err != nil || d.TimeoutAction != TimeoutReject || d.Config().ServeLate {
 		t.Fatalf("default: %v, %q", err, d.TimeoutAction)
+	}
+}
+
+// A backend that reads the payload until its batch is done (Loaded when
+// the input is in place, Gathered at the end: a scheduler job) has the
+// batch's time counted as compute, not as gather: the split the IF
+// reports (if_compute_seconds, its bottleneck) follows Loaded.
+func TestLoadedSplitsGatherFromCompute(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		p := newDLPath(t, Config{MaxBatch: 1}, map[int]time.Duration{1: 7 * time.Millisecond}, nil)
+		p.be.keep = keep
+		p.send(1, 0, 0)
+		wantStatuses(t, p.settle(1), map[uint64]wire.Status{1: wire.StatusOK})
+		if g, c := p.f.C.GatherNS.Load(), p.f.C.ComputeNS.Load(); g != 0 || c != uint64(7*time.Millisecond) {
+			t.Fatalf("keep %v: gather %v, compute %v; want 0 and 7ms", keep, time.Duration(g), time.Duration(c))
+		}
 	}
 }

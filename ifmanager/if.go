@@ -194,7 +194,9 @@ type IF struct {
 	// not observed (unless the estimates were given a value before)
 	warm bool
 	// input is the batch's payload views for the backend; gatheredNS is
-	// when the backend said it had gathered them (input.Gathered)
+	// when the backend said the batch's input was in place (input.Loaded,
+	// or else input.Gathered): the end of its gather, the start of its
+	// compute
 	input      libml.Input
 	gatheredNS int64
 
@@ -253,7 +255,7 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 		return nil, fmt.Errorf("ifmanager: IF %q: input shape %v has %d elements, the instance takes %d", cfg.Name, inst.InputShape(), enc.Elems, f.inElems)
 	}
 	f.enc, f.cfg.Input = enc, enc.Format
-	f.input = libml.Input{Enc: enc, Gathered: f.gathered}
+	f.input = libml.Input{Enc: enc, Gathered: f.gathered, Loaded: f.loaded}
 	f.outs.init(f.outElems)
 	switch cfg.Batching {
 	case "", "slab":
@@ -939,10 +941,18 @@ func (f *IF) serveBatch() {
 	clear(b)
 }
 
+// loaded is the input's Loaded hook: the batch's input is in place (the
+// first time, if a restart gathers it again).
+func (f *IF) loaded() {
+	if f.gatheredNS == 0 {
+		f.gatheredNS = f.now()
+	}
+}
+
 // gathered is the input's Gathered hook: the backend no longer reads the
 // batch's payloads, so their packet buffers go back to the driver now.
 func (f *IF) gathered() {
-	f.gatheredNS = f.now()
+	f.loaded()
 	for _, it := range f.batch {
 		it.r.Release()
 	}

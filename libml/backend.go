@@ -40,8 +40,9 @@ type Backend interface {
 	// §2, step 5): the backend gathers and converts in.Payload as in.Enc
 	// says straight into the instance's input tensor (on the host: one
 	// pass in C, one call per batch), calls in.Gathered once it no longer
-	// reads the payload, sets in.Copies, and writes the outputs into out
-	// as InferBatch does.
+	// reads the payload (and in.Loaded when the input is in place, if
+	// that comes earlier), sets in.Copies, and writes the outputs into
+	// out as InferBatch does.
 	InferInput(ctx context.Context, inst Instance, in *Input, out []float32) error
 }
 

@@ -104,6 +104,14 @@ type Input struct {
 	// Payload (the packet buffers may then be given back), before the
 	// batch's results are ready when the backend can tell.
 	Gathered func()
+	// Loaded, when set, is called when the payload is in the model's
+	// input and the batch's compute begins, by a backend that keeps
+	// reading Payload after that (a scheduler job gathers it again if a
+	// preemption restarts it from its first kernel), so Gathered comes
+	// only when the batch is done; it may be called again after such a
+	// restart. Where a backend does not call it, Gathered marks the
+	// same moment.
+	Loaded func()
 	// Copies is set by InferInput: how many times the backend copied each
 	// request's payload (or its conversion) through host memory on its way
 	// to the model's input tensor. 1 is packet → tensor; 0 means the
@@ -138,6 +146,14 @@ func (in *Input) Request(r int) [][]byte {
 		start = in.Ends[r-1]
 	}
 	return in.Payload[start:in.Ends[r]]
+}
+
+// Load calls in.Loaded, if set, when the payload is in the model's
+// input.
+func (in *Input) Load() {
+	if in.Loaded != nil {
+		in.Loaded()
+	}
 }
 
 // Gather calls in.Gathered, if set, once the backend is done reading the

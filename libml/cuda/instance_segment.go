@@ -90,6 +90,7 @@ func (i *Instance) runSegment(batch int, seg libml.Segment, jobs func() []*libml
 			return libml.SegmentResult{}, err
 		}
 		seg.In = host // nil: gathered on the device
+		seg.Input.Load()
 	}
 	if seg.In != nil {
 		ib := ep.Inputs[0]

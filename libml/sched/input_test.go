@@ -13,8 +13,10 @@ import (
 // that end inside pixels) in C into the job input and runs it: the
 // outputs are those of InferBatch on the reference conversion, bit for
 // bit, at a batch that fills its bucket (2) and one that does not (3 in
-// the bucket of 4); Gathered is called once and one copy is reported (the
-// payload gathered straight into the job's model instance).
+// the bucket of 4); Loaded (the input in place) then Gathered (the
+// packets may go, when the job is done) are called once each, and one
+// copy is reported (the payload gathered straight into the job's model
+// instance).
 func TestInferInputMatchesInferBatch(t *testing.T) {
 	b := newTestBackend(t, PolicyREEF)
 	ctx := context.Background()
@@ -32,8 +34,14 @@ func TestInferInputMatchesInferBatch(t *testing.T) {
 	}
 	osz := inst.OutputSize()
 	in := &libml.Input{Enc: enc}
-	gathered := 0
+	gathered, loaded := 0, 0
 	in.Gathered = func() { gathered++ }
+	in.Loaded = func() {
+		if gathered != 0 {
+			t.Error("Loaded after Gathered")
+		}
+		loaded++
+	}
 	for _, n := range []int{2, 3} {
 		in.Reset()
 		for r := 0; r < n; r++ {
@@ -54,7 +62,7 @@ func TestInferInputMatchesInferBatch(t *testing.T) {
 		if err := b.InferBatch(ctx, inst, n, ref, want); err != nil {
 			t.Fatal(err)
 		}
-		gathered = 0
+		gathered, loaded = 0, 0
 		got := make([]float32, n*osz)
 		if err := b.InferInput(ctx, inst, in, got); err != nil {
 			t.Fatal(err)
@@ -64,8 +72,8 @@ func TestInferInputMatchesInferBatch(t *testing.T) {
 				t.Fatalf("batch %d: output %d is %v, InferBatch gives %v", n, i, got[i], want[i])
 			}
 		}
-		if gathered != 1 || in.Copies != 1 {
-			t.Fatalf("batch %d: Gathered called %d times, %d copies reported; want 1 and 1", n, gathered, in.Copies)
+		if gathered != 1 || loaded != 1 || in.Copies != 1 {
+			t.Fatalf("batch %d: Gathered called %d times, Loaded %d, %d copies reported; want 1, 1 and 1", n, gathered, loaded, in.Copies)
 		}
 	}
 }

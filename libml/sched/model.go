@@ -404,6 +404,7 @@ func (in *instance) setInput(j *Job) error {
 		if err := in.ing.Ingest(in.input()[:n*per], j.Input, 0, n); err != nil {
 			return fmt.Errorf("sched: gather the job's payload: %w", err)
 		}
+		j.Input.Load()
 		return nil
 	}
 	copy(in.input(), j.In)
