@@ -76,6 +76,10 @@ type Model struct {
 	// instances' preemptible copies, ncpu.Kernels.SetChecks)
 	prVer    []int
 	prChecks []int
+	// checkFlops and checkBytes bound the work between two in-block
+	// checks of the preemptible copies by construction
+	// (Config.PreemptCheckFlops, PreemptCheckBytes; 0: none)
+	checkFlops, checkBytes int64
 	mu       sync.Mutex
 	free     []*instance
 	all      []*instance
@@ -529,6 +533,7 @@ func (in *instance) buildTables() error {
 			return err
 		}
 		in.pre.SetChecks(i, pc)
+		in.pre.SetCheckWork(i, m.checkFlops, m.checkBytes)
 		in.prL.Set(li, ncpu.Launch{Kernels: in.pre, K: i, Idx: int64(i)})
 		// RT kernels run on any unit (a unit asleep must not hold one
 		// up); a unit that finds every block of the running RT kernel

@@ -123,6 +123,17 @@ type Config struct {
 	// p50 22 us against 30 at 20 us, with as many BE jobs done); < 0: no
 	// added checks.
 	PreemptCheckNs float64
+	// PreemptCheckFlops and PreemptCheckBytes bound the work a BE block
+	// does between two in-loop checks by construction, whatever the
+	// profile measured: GEMM and CONV blocks of reef's BE streams split
+	// their sgemm so that no call does more than PreemptCheckFlops flops
+	// or reads more than PreemptCheckBytes of its operands (IM2COL
+	// writes at most PreemptCheckBytes between checks). So a preempted
+	// block stops within that much work on any machine. Defaults 1
+	// MFLOP and 256 KiB (about 6-40 us of GEMM at 25-180 GFLOP/s, and
+	// 13-26 us of operands streamed at 10-20 GB/s on one core); < 0:
+	// no bound.
+	PreemptCheckFlops, PreemptCheckBytes float64
 	// PadMargin is padding's rule 1 with a margin: a BE block qualifies
 	// when its profiled time is below PadMargin times the RT kernel's
 	// remaining time (default 1, REEF's rule; profiled times are means,
@@ -203,6 +214,12 @@ func (c *Config) defaults() error {
 	}
 	if c.PreemptCheckNs == 0 {
 		c.PreemptCheckNs = 10e3
+	}
+	if c.PreemptCheckFlops == 0 {
+		c.PreemptCheckFlops = 1e6
+	}
+	if c.PreemptCheckBytes == 0 {
+		c.PreemptCheckBytes = 256 << 10
 	}
 	if c.FairThreshold <= 0 {
 		c.FairThreshold = 8
@@ -503,6 +520,7 @@ func (s *Scheduler) install(m *Model, opt ModelOptions) error {
 		return err
 	}
 	m.choosePreempt(s.cfg.PreemptBlockNs, s.cfg.PreemptSlack, s.cfg.PreemptCheckNs)
+	m.checkFlops, m.checkBytes = int64(max(s.cfg.PreemptCheckFlops, 0)), int64(max(s.cfg.PreemptCheckBytes, 0))
 	if m.cuts == nil && s.cfg.Policy == PolicySplit {
 		var res SplitResult
 		if s.cfg.SplitBlocks > 0 {

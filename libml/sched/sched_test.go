@@ -80,6 +80,7 @@ func newSched(t testing.TB, cfg Config) *Scheduler {
 	}
 	if pinVersions {
 		cfg.PreemptSlack, cfg.PreemptCheckNs = -1, -1
+		cfg.PreemptCheckFlops, cfg.PreemptCheckBytes = -1, -1
 	}
 	s, err := New(cfg)
 	if err != nil {

@@ -44,6 +44,7 @@ func pin(m *Model) {
 		panic(err)
 	}
 	m.choosePreempt(0, -1, -1)
+	m.checkFlops, m.checkBytes = 0, 0
 }
 
 // copyProfile is a deep copy of p.

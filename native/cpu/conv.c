@@ -177,12 +177,13 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t msub = (int64_t)(CONV_SUB_MAX / (2.0 * (double)pl * (double)Kd));
 	msub = SK_MAX(SK_CDIV(msub, 16) * 16, 16);
 	int64_t ksub = Kd;
-	if (k->checks > 1)
+	int64_t checks = sk_work_checks(k, ml, pl, Kd);
+	if (checks > 1)
 		/* a preemptible copy: about k->checks calls, over output
 		 * channels (at least 16 a call), then over the reduction
 		 * (sk_gemm continues each element's chain, so the bits are those
 		 * of one call; a block cut halfway runs again from its start) */
-		sk_check_split(k->checks, ml, 16, &msub, Kd, 64, &ksub);
+		sk_check_split(checks, ml, 16, &msub, Kd, 64, &ksub);
 	for (int64_t mm = 0; mm < ml; mm += msub) {
 		int64_t mc = SK_MIN(msub, ml - mm);
 		for (int64_t kk = 0; kk < Kd; kk += ksub) {
@@ -230,9 +231,13 @@ void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t n = ng / G, g = ng % G;
 	int64_t c0 = ci * ct, cl = SK_MIN(ct, Cg - c0);
 	float *col = k->out + ng * Kd * OHW + c0 * KH * KW * OHW;
-	/* a preemptible copy (k->checks > 1): channels in about k->checks
-	 * pieces with a check between them */
-	int64_t cs = k->checks > 1 ? SK_MAX(SK_CDIV(cl, k->checks), 1) : cl;
+	/* a preemptible copy (k->checks > 1, or a work bound): channels in
+	 * about k->checks pieces, or pieces of at most check_bytes of
+	 * columns, with a check between them */
+	int64_t pieces = k->checks;
+	if (k->check_bytes > 0)
+		pieces = SK_MAX(pieces, SK_CDIV(cl * KH * KW * OHW * 4, k->check_bytes));
+	int64_t cs = pieces > 1 ? SK_MAX(SK_CDIV(cl, pieces), 1) : cl;
 	for (int64_t c = 0; c < cl; c += cs) {
 		if (c > 0)
 			SK_POLL(ctx);

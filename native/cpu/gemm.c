@@ -134,7 +134,8 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	SK_POLL(ctx);
 	if (K > 0) {
 		int64_t sub = k->t[4] > 0 ? k->t[4] : ml, ksub = K;
-		if (k->checks > 1)
+		int64_t checks = sk_work_checks(k, ml, nl, K);
+		if (checks > 1)
 			/* a preemptible copy: about k->checks calls, over rows (at
 			 * least 8 a call), then over the reduction (at least 64 a
 			 * call: sk_gemm continues each element's chain, so the
@@ -144,7 +145,7 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			 * a skinny product (a fully connected layer at batch 1)
 			 * cut into narrow column strips walks every row of B
 			 * once per strip, and its calls outlast the plan. */
-			sk_check_split(k->checks, ml, 8, &sub, K, 64, &ksub);
+			sk_check_split(checks, ml, 8, &sub, K, 64, &ksub);
 		for (int64_t r = 0; r < ml; r += sub) {
 			int64_t rl = SK_MIN(sub, ml - r);
 			for (int64_t kk = 0; kk < K; kk += ksub) {

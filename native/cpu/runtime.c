@@ -207,6 +207,12 @@ void sk_kernel_set_checks(sk_kernel *k, int64_t checks)
 	k->checks = checks < 0 ? 0 : (checks > 1024 ? 1024 : checks);
 }
 
+void sk_kernel_set_check_work(sk_kernel *k, int64_t flops, int64_t bytes)
+{
+	k->check_flops = flops > 0 ? flops : 0;
+	k->check_bytes = bytes > 0 ? bytes : 0;
+}
+
 /* ---- kernel table ------------------------------------------------------ */
 
 static const struct {

@@ -180,6 +180,28 @@ func (ks *Kernels) SetChecks(i int, n int) {
 	}
 }
 
+// SetCheckWork bounds the work between two of kernel i's in-block checks,
+// whatever its profiled times: GEMM and CONV split each block's sgemm so
+// that no call does more than flops flops or reads more than bytes bytes
+// of its operands, IM2COL writes its columns in pieces of at most bytes
+// (<= 0: no bound). It adds to SetChecks' count, never lowers it.
+func (ks *Kernels) SetCheckWork(i int, flops, bytes int64) {
+	if i >= 0 && i < ks.n {
+		C.sk_kernel_set_check_work(ks.at(i), C.int64_t(flops), C.int64_t(bytes))
+	}
+}
+
+// WorkChecks is the in-block checks kernel i asks of a block computing an
+// m x n product over a reduction of kd (SetChecks' count, or more where
+// SetCheckWork's bound needs them): what GEMM and CONV split a block's
+// sgemm into.
+func (ks *Kernels) WorkChecks(i int, m, n, kd int64) int {
+	if i < 0 || i >= ks.n {
+		return 0
+	}
+	return int(C.sk_work_checks(ks.at(i), C.int64_t(m), C.int64_t(n), C.int64_t(kd)))
+}
+
 // Checks is kernel i's in-block check count (SetChecks).
 func (ks *Kernels) Checks(i int) int {
 	if i < 0 || i >= ks.n {

@@ -948,25 +948,68 @@ func TestChecksKeepResults(t *testing.T) {
 			if pre.Checks(0) != 7 || pre.Info(0).Grid != ks.Info(0).Grid {
 				t.Fatalf("%s: copy has %d checks, grid %d (want 7, %d)", c.name, pre.Checks(0), pre.Info(0).Grid, ks.Info(0).Grid)
 			}
-			// the copy writes got: same kernel, another output
-			d2 := c.d(got)
-			ks2 := newKernels(t, 1)
-			if err := ks2.Set(0, &d2, units); err != nil {
-				t.Fatal(err)
-			}
-			ks2.SetChecks(0, 7)
+			// the copy writes got: same kernel, another output; with a
+			// count of checks, then with a work bound that splits
+			// finer (at most 20,000 flops or 4 KiB of operands a call)
 			for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
 				ks.RunBlock(0, blk)
-				ks2.RunBlock(0, blk)
 			}
-			for i, v := range ref.s() {
-				if g := got.s()[i]; math.Float32bits(g) != math.Float32bits(v) {
-					t.Fatalf("%s units %d: out[%d] = %g with checks, %g without (differs by %.3g)", c.name, units, i, g, v, math.Abs(float64(g-v)))
+			for _, work := range []bool{false, true} {
+				d2 := c.d(got)
+				ks2 := newKernels(t, 1)
+				if err := ks2.Set(0, &d2, units); err != nil {
+					t.Fatal(err)
+				}
+				ks2.SetChecks(0, 7)
+				if work {
+					ks2.SetCheckWork(0, 20000, 4096)
+				}
+				for i := range got.s() {
+					got.s()[i] = float32(math.NaN())
+				}
+				for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
+					ks2.RunBlock(0, blk)
+				}
+				for i, v := range ref.s() {
+					if g := got.s()[i]; math.Float32bits(g) != math.Float32bits(v) {
+						t.Fatalf("%s units %d (work bound %v): out[%d] = %g with checks, %g without (differs by %.3g)", c.name, units, work, i, g, v, math.Abs(float64(g-v)))
+					}
 				}
 			}
 		}
 	}
 	if err := newKernels(t, 1).CopyKernel(1, newKernels(t, 1), 0); err == nil {
 		t.Fatal("CopyKernel out of range: no error")
+	}
+}
+
+// TestCheckWork: the work bound sets a block's checks by its work, not
+// by a profiled time: a 40x70x300 product (1.68 Mflop, 132,000 bytes of
+// operands) asks for 2 checks under 1 Mflop a call, 33 under 4 KiB a
+// call, the larger of the two when both apply, never fewer than
+// SetChecks' count, and at most 4096.
+func TestCheckWork(t *testing.T) {
+	ks := newKernels(t, 1)
+	for _, c := range []struct {
+		checks       int
+		flops, bytes int64
+		m, n, k      int64
+		want         int
+	}{
+		{0, 0, 0, 40, 70, 300, 0},
+		{7, 0, 0, 40, 70, 300, 7},
+		{0, 1e6, 0, 40, 70, 300, 2},
+		{0, 0, 4096, 40, 70, 300, 33},
+		{0, 1e6, 4096, 40, 70, 300, 33},
+		{50, 1e6, 4096, 40, 70, 300, 50},
+		{0, 1, 0, 40, 70, 300, 4096},
+		// a fully connected layer at batch 1, 25088 x 4096: bytes bound
+		{0, 1e6, 256 << 10, 1, 4096, 25088, 1569},
+	} {
+		ks.SetChecks(0, c.checks)
+		ks.SetCheckWork(0, c.flops, c.bytes)
+		if got := ks.WorkChecks(0, c.m, c.n, c.k); got != c.want {
+			t.Errorf("checks %d, bound %d flops %d bytes, %dx%dx%d: %d checks, want %d", c.checks, c.flops, c.bytes, c.m, c.n, c.k, got, c.want)
+		}
 	}
 }

@@ -194,6 +194,14 @@ typedef struct sk_kernel {
 	 * split a block's sgemm into about that many calls with a check
 	 * between them. */
 	int64_t checks;
+	/* a bound on the work between two checks, by construction (0: none):
+	 * GEMM and CONV split a block's sgemm so that no call does more than
+	 * check_flops flops or reads more than check_bytes bytes of its two
+	 * operands (at least as many calls as checks; the split's smallest
+	 * call, 8 or 16 rows by 64 of the reduction, bounds it from below),
+	 * IM2COL writes its columns in pieces of at most check_bytes
+	 * (sk_kernel_set_check_work). */
+	int64_t check_flops, check_bytes;
 } sk_kernel;
 
 /* Per-unit context handed to every block. */
@@ -230,6 +238,9 @@ int sk_pool_units(const sk_pool *p);
 int sk_pool_set_nice(sk_pool *p, int nice);
 /* sk_kernel_set_checks sets k->checks (clamped to 0..1024). */
 void sk_kernel_set_checks(sk_kernel *k, int64_t checks);
+/* sk_kernel_set_check_work sets k->check_flops and k->check_bytes (<= 0:
+ * no bound). */
+void sk_kernel_set_check_work(sk_kernel *k, int64_t flops, int64_t bytes);
 
 /* sk_checks reports whether preemption checks are compiled in. */
 int sk_checks(void);
@@ -532,6 +543,20 @@ float sk_act1(float x, int act, float a, float b);
 #define SK_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define SK_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define SK_CDIV(a, b) (((a) + (b) - 1) / (b))
+
+/* sk_work_checks is the checks a preemptible copy's block of an m x n
+ * product over a reduction of kd asks for: k->checks, or more where the
+ * work bound (check_flops, check_bytes) needs them; at most 4096. */
+static inline int64_t sk_work_checks(const sk_kernel *k, int64_t m, int64_t n,
+				     int64_t kd)
+{
+	int64_t c = k->checks;
+	if (k->check_flops > 0)
+		c = SK_MAX(c, SK_CDIV(2 * m * n * kd, k->check_flops));
+	if (k->check_bytes > 0)
+		c = SK_MAX(c, SK_CDIV(4 * (m * kd + kd * n), k->check_bytes));
+	return SK_MIN(c, 4096);
+}
 
 /* sk_check_split sizes the sgemm calls of a preemptible copy's block
  * (sk_kernel.checks = checks > 1: about checks calls). First over the n1
