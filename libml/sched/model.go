@@ -80,9 +80,9 @@ type Model struct {
 	// checks of the preemptible copies by construction
 	// (Config.PreemptCheckFlops, PreemptCheckBytes; 0: none)
 	checkFlops, checkBytes int64
-	mu       sync.Mutex
-	free     []*instance
-	all      []*instance
+	mu                     sync.Mutex
+	free                   []*instance
+	all                    []*instance
 	// closed is set by Scheduler.Close
 	closed bool
 	// seg is the model on a segment device (nil on the cpu)
