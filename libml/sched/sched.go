@@ -129,10 +129,14 @@ type Config struct {
 	// their sgemm so that no call does more than PreemptCheckFlops flops
 	// or reads more than PreemptCheckBytes of its operands (IM2COL
 	// writes at most PreemptCheckBytes between checks). So a preempted
-	// block stops within that much work on any machine. Defaults 1
-	// MFLOP and 256 KiB (about 6-40 us of GEMM at 25-180 GFLOP/s, and
-	// 13-26 us of operands streamed at 10-20 GB/s on one core); < 0:
-	// no bound.
+	// block stops within that much work on any machine. Defaults 4
+	// MFLOP and 2 MiB (about 22-160 us of GEMM at 25-180 GFLOP/s, and
+	// 100-200 us of operands streamed from memory at 10-20 GB/s on one
+	// core, less where they are in cache): a bound for a profile that
+	// is wrong on this machine, coarser than the profiled checks
+	// (PreemptCheckNs), which a finer bound would only slow down (DISB
+	// A and C on a 2-core Xeon: 1 MFLOP and 256 KiB cost reef 7-11% of
+	// its throughput); < 0: no bound.
 	PreemptCheckFlops, PreemptCheckBytes float64
 	// PadMargin is padding's rule 1 with a margin: a BE block qualifies
 	// when its profiled time is below PadMargin times the RT kernel's
@@ -216,10 +220,10 @@ func (c *Config) defaults() error {
 		c.PreemptCheckNs = 10e3
 	}
 	if c.PreemptCheckFlops == 0 {
-		c.PreemptCheckFlops = 1e6
+		c.PreemptCheckFlops = 4e6
 	}
 	if c.PreemptCheckBytes == 0 {
-		c.PreemptCheckBytes = 256 << 10
+		c.PreemptCheckBytes = 2 << 20
 	}
 	if c.FairThreshold <= 0 {
 		c.FairThreshold = 8
