@@ -89,15 +89,23 @@ func BenchmarkRxBurst(b *testing.B) {
 	}
 }
 
-// TestMeasureRawRx checks the exported ceiling helper briefly.
-func TestMeasureRawRx(t *testing.T) {
-	needEAL(t)
+// replayPcap writes a pcap of one request in 64 fragments of 1432 bytes
+// to a file named name in the test's directory and returns its path.
+func replayPcap(t *testing.T, name string) string {
+	t.Helper()
 	frames := make([][]byte, 0, 64)
 	for _, f := range fragments(1, 1, 1, 64*1432, 1432) {
 		frames = append(frames, udpFrame(t, udpSpec{dst: serverIP, dport: serverPort, payload: f}))
 	}
-	in := filepath.Join(t.TempDir(), "m.pcap")
+	in := filepath.Join(t.TempDir(), name)
 	writePcap(t, in, frames)
+	return in
+}
+
+// TestMeasureRawRx checks the exported ceiling helper briefly.
+func TestMeasureRawRx(t *testing.T) {
+	needEAL(t)
+	in := replayPcap(t, "m.pcap")
 	p := openPort(t, Config{Vdev: "net_pcap_measure,rx_pcap=" + in + ",infinite_rx=1", IP: serverIP, UDPPort: serverPort})
 	r := MeasureRawRx(p, 100*time.Millisecond)
 	t.Logf("raw rx: %d frames in %v = %.0f pkts/s", r.Packets, r.Elapsed, r.PPS())
@@ -147,12 +155,7 @@ func BenchmarkRingLoop(b *testing.B) {
 // the Makefile's packages install it.
 func TestRxRawHold(t *testing.T) {
 	needEAL(t)
-	frames := make([][]byte, 0, 64)
-	for _, f := range fragments(1, 1, 1, 64*1432, 1432) {
-		frames = append(frames, udpFrame(t, udpSpec{dst: serverIP, dport: serverPort, payload: f}))
-	}
-	in := filepath.Join(t.TempDir(), "h.pcap")
-	writePcap(t, in, frames)
+	in := replayPcap(t, "h.pcap")
 	const pool, burst = 1023, 32
 	p := openPort(t, Config{Vdev: "net_pcap_hold,rx_pcap=" + in + ",infinite_rx=1", IP: serverIP, UDPPort: serverPort,
 		PoolSize: pool, RxDesc: 256, TxDesc: 256, Burst: burst})

@@ -140,6 +140,20 @@ func TestSegmentDevicePolicies(t *testing.T) {
 	}
 }
 
+// submitHeld submits j with the emulated device be holding the next
+// launch of kernel at or later (HoldFrom) and waits until it is held.
+func submitHeld(t *testing.T, be *cuda.Backend, s *Scheduler, j *Job, at int, what string) {
+	t.Helper()
+	if err := be.HoldFrom(int64(at)); err != nil {
+		t.Fatal(err)
+	}
+	h := be.Holds()
+	if err := s.Submit(j); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, what, func() bool { return be.Holds() > h })
+}
+
 // rtPreemptsBE scripts a preemption on the emulated device be: BE job b
 // is submitted with its launch of kernel at (or the next one) held until
 // its stream's flag is set, then RT job r; r must finish first.
@@ -148,14 +162,7 @@ func rtPreemptsBE(t *testing.T, be *cuda.Backend, s *Scheduler, b, r *Job, at in
 	var o order
 	o.hook(b)
 	o.hook(r)
-	if err := be.HoldFrom(int64(at)); err != nil {
-		t.Fatal(err)
-	}
-	h := be.Holds()
-	if err := s.Submit(b); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the BE job's launch to be held", func() bool { return be.Holds() > h })
+	submitHeld(t, be, s, b, at, "the BE job's launch to be held")
 	if err := s.Submit(r); err != nil {
 		t.Fatal(err)
 	}
@@ -371,14 +378,7 @@ func TestSegmentDeviceReefPadsLateBE(t *testing.T) {
 	var o order
 	o.hook(b)
 	o.hook(r)
-	if err := be.HoldFrom(int64(at)); err != nil {
-		t.Fatal(err)
-	}
-	h := be.Holds()
-	if err := s.Submit(r); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the RT job's launch to be held", func() bool { return be.Holds() > h })
+	submitHeld(t, be, s, r, at, "the RT job's launch to be held")
 	if err := s.Submit(b); err != nil {
 		t.Fatal(err)
 	}
