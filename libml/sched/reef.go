@@ -24,6 +24,12 @@ type reef struct {
 	padOn  bool
 	offer  []bool // BE lane i's job is offered to padding
 	rec    *preemptRec
+	// guard is padding's online back-off (nil without it); padWanted
+	// says the guard let this RT mode pad, padUsed that BE work was
+	// offered while the running RT job ran
+	guard     *padGuard
+	padWanted bool
+	padUsed   bool
 }
 
 func newReef(s *Scheduler) (*reef, error) {
@@ -36,6 +42,9 @@ func newReef(s *Scheduler) (*reef, error) {
 		}
 	}
 	r.offer = make([]bool, len(r.be))
+	if !s.cfg.NoPadding && s.cfg.PadBackoffTol >= 0 {
+		r.guard = newPadGuard(s.cfg.PadBackoffTol, s.cfg.PadBackoffJobs)
+	}
 	switch {
 	case s.cfg.NoPadding:
 	case s.cfg.Segments != nil:
@@ -77,6 +86,7 @@ func (r *reef) submit(j *Job) {
 		ready := !r.rt.busy && r.rt.job == nil && r.rtQ.len() == 1 && j.Model.hasFree() && r.bindRT()
 		r.enterRT()
 		if ready {
+			r.padUsed = false
 			r.s.run(r.rt, len(r.rt.job.Model.prog.Kernels), rtKind(r.pad != nil))
 		} else if !r.rt.busy && r.rt.job == nil {
 			r.startRT()
@@ -87,7 +97,7 @@ func (r *reef) submit(j *Job) {
 			r.exitRT()
 			return
 		}
-		r.startPad()
+		r.startPad(r.rt.job.Model)
 		return
 	}
 	r.beQ[j.Queue].push(j)
@@ -139,10 +149,12 @@ func (r *reef) preemptBE() *preemptRec {
 	return rec
 }
 
-// startPad starts padding for an RT mode just entered: the suspended BE
-// jobs are offered.
-func (r *reef) startPad() {
-	if r.pad != nil {
+// startPad starts padding for an RT mode just entered (its first RT job
+// of model m): the suspended BE jobs are offered, unless the guard has
+// padding off for m.
+func (r *reef) startPad(m *Model) {
+	r.padWanted = r.pad != nil && r.guard.allow(m)
+	if r.padWanted {
 		r.pad.reset()
 		for i := range r.be {
 			r.offer[i] = false
@@ -155,11 +167,20 @@ func (r *reef) startPad() {
 		r.pad.start()
 		r.padOn = true
 	}
+	r.padUsed = false
+	for _, on := range r.offer {
+		r.padUsed = r.padUsed || on
+	}
 }
 
 // startRT starts the next RT job on the RT stream.
 func (r *reef) startRT() {
 	if r.bindRT() {
+		// BE jobs still offered pad this job's kernels too
+		r.padUsed = false
+		for _, on := range r.offer {
+			r.padUsed = r.padUsed || on
+		}
 		r.s.run(r.rt, len(r.rt.job.Model.prog.Kernels), rtKind(r.pad != nil))
 	}
 }
@@ -181,6 +202,7 @@ func (r *reef) bindRT() bool {
 func (r *reef) exitRT() {
 	r.rtMode = false
 	r.collectPad(true)
+	r.padWanted = false
 	for _, l := range r.be {
 		if l.busy {
 			continue // still draining: restored when its waiter reports
@@ -198,6 +220,10 @@ func (r *reef) segDone(l *lane, preempted bool) {
 	if l == r.rt {
 		j := l.job
 		l.job = nil
+		if j.Err == nil && j.KernelStart > 0 && j.KernelEnd > j.KernelStart &&
+			r.guard.observe(j.Model, r.padWanted && r.padUsed, float64(j.KernelEnd-j.KernelStart)) {
+			s.stats.PadBackoffs++
+		}
 		s.finish(j)
 		if rec := r.rec; rec != nil && !rec.rtDone {
 			rec.rtStart = j.KernelStart
@@ -253,14 +279,15 @@ func (r *reef) segDone(l *lane, preempted bool) {
 	r.next(l)
 }
 
-// offerPad offers BE lane l's job to padding (l is idle). On a segment
+// offerPad offers BE lane l's job to padding (l is idle), when this RT
+// mode pads. On a segment
 // device a job whose input is not on the device yet (it arrived in RT
 // mode, so no segment of its own has run) first gets an empty segment
 // that writes its input (a copy, or the device's gather of the payload:
 // no kernel of the model runs), and is offered when that is done; else
 // padding could not run it until RT mode ends.
 func (r *reef) offerPad(l *lane) {
-	if r.pad == nil || l.job == nil {
+	if r.pad == nil || l.job == nil || !r.padWanted {
 		return
 	}
 	if in := l.job.inst; in != nil && in.needIn {
@@ -270,6 +297,7 @@ func (r *reef) offerPad(l *lane) {
 	}
 	i := l.id - 1
 	r.offer[i] = r.pad.offer(i, l.job)
+	r.padUsed = r.padUsed || r.offer[i]
 }
 
 // collectPad reads the padding cursors back into the jobs: with stop,

@@ -106,6 +106,14 @@ type Config struct {
 	BEQueues int
 	// NoPadding turns dynamic kernel padding off (reef).
 	NoPadding bool
+	// PadBackoffTol and PadBackoffJobs are padding's online back-off
+	// (reef): when an RT model's jobs run slower with BE work offered
+	// to padding than without (moving means of their kernel time, 8
+	// jobs each at least) by more than PadBackoffTol (default 0.05),
+	// padding stays off for its next PadBackoffJobs RT jobs (default
+	// 32), then is tried again. PadBackoffTol < 0: no back-off.
+	PadBackoffTol  float64
+	PadBackoffJobs int
 	// PreemptBlockNs and PreemptSlack choose the versions reef's BE
 	// streams run (a running block stops only at its next in-loop check:
 	// shorter blocks mean faster preemption): per kernel, the fastest
@@ -209,6 +217,12 @@ func (c *Config) defaults() error {
 	}
 	if c.PadMargin <= 0 {
 		c.PadMargin = 1
+	}
+	if c.PadBackoffTol == 0 {
+		c.PadBackoffTol = 0.05
+	}
+	if c.PadBackoffJobs <= 0 {
+		c.PadBackoffJobs = 32
 	}
 	if c.PreemptSlack == 0 {
 		c.PreemptSlack = 0.25
@@ -329,6 +343,9 @@ type Stats struct {
 	// PadJobs BE jobs finished entirely by padding.
 	PadBlocks, PadNs int64
 	PadJobs          int64
+	// PadBackoffs counts the times padding backed off because it made
+	// an RT model's jobs slower (Config.PadBackoffTol).
+	PadBackoffs int64
 	// PadSelect are padding's selection statistics (calls, time, rule
 	// rejections).
 	PadSelect ncpu.PadStats

@@ -1,0 +1,84 @@
+package sched
+
+import "testing"
+
+// padGuard backs padding off for an RT model whose padded jobs run
+// slower than its unpadded ones by more than the tolerance, for the
+// given number of RT jobs, then tries again from a fresh padded mean;
+// it never backs off before each mean has 8 jobs, for a padded mean
+// within the tolerance, or for another model.
+func TestPadGuard(t *testing.T) {
+	a, b := &Model{name: "a"}, &Model{name: "b"}
+	g := newPadGuard(0.05, 4)
+	// padding within the tolerance: never off
+	for i := 0; i < 20; i++ {
+		if g.observe(a, false, 1000) || g.observe(a, true, 1040) {
+			t.Fatalf("job %d: backed off at 4%% slower", i)
+		}
+	}
+	// padding 20% slower: off after the padded mean has moved past 5%
+	offAt := -1
+	for i := 0; i < 20 && offAt < 0; i++ {
+		if g.observe(a, true, 1200) {
+			offAt = i
+		}
+	}
+	if offAt < 0 {
+		t.Fatal("never backed off at 20% slower")
+	}
+	if g.allow(b) != true {
+		t.Fatal("another model's padding backed off")
+	}
+	// off for 4 RT jobs (which run unpadded), then on again
+	for i := 0; i < 4; i++ {
+		if g.allow(a) {
+			t.Fatalf("padding on again after %d of 4 jobs", i)
+		}
+		g.observe(a, false, 1000)
+	}
+	if !g.allow(a) {
+		t.Fatal("padding still off after 4 jobs")
+	}
+	// the padded mean starts afresh: 7 slow padded jobs are not enough
+	for i := 0; i < padGuardSamples-1; i++ {
+		if g.observe(a, true, 1500) {
+			t.Fatalf("backed off again after %d padded jobs", i+1)
+		}
+	}
+	if !g.observe(a, true, 1500) || g.allow(a) {
+		t.Fatal("not backed off again after 8 slow padded jobs")
+	}
+	// without unpadded jobs to compare with, padding stays on
+	c := &Model{name: "c"}
+	for i := 0; i < 20; i++ {
+		if g.observe(c, true, 5000) {
+			t.Fatal("backed off with no unpadded job measured")
+		}
+	}
+	// a nil guard (no back-off) always allows
+	var none *padGuard
+	if !none.allow(a) || none.observe(a, true, 1e9) {
+		t.Fatal("a nil guard")
+	}
+}
+
+// An RT mode whose first RT job's model the guard has backed off does not
+// pad: no BE job is offered and the units are not told to pad; one whose
+// model it allows does.
+func TestPadGuardGatesPadding(t *testing.T) {
+	s := newSched(t, Config{Policy: PolicyREEF, BEQueues: 1})
+	r := s.pol.(*reef)
+	m := load(t, s, "resnet", ModelOptions{})
+	for _, off := range []int{2, 0} {
+		s.locked(func() bool {
+			r.guard.track(m).off = off
+			r.startPad(m)
+			if r.padWanted != (off == 0) || r.padOn != (off == 0) {
+				t.Errorf("guard off for %d jobs: padding wanted %v, started %v", off, r.padWanted, r.padOn)
+			}
+			r.collectPad(true)
+			r.padWanted = false
+			return true
+		})
+	}
+}
