@@ -65,6 +65,7 @@ type row struct {
 	ReexecShare              float64
 	PadBlocks                int64
 	PadJobs                  int64
+	PadBackoffs              int64
 	PadGain                  float64
 	SelMeanNs, SelMaxNs      float64
 	SelCalls                 int64
@@ -413,9 +414,9 @@ func main() {
 			for _, c := range a.results() {
 				svc, wait, tail = append(svc, c.SvcNs...), append(wait, c.WaitNs...), append(tail, c.TailNs...)
 			}
-			fmt.Fprintf(os.Stderr, "  %-10s RT mean %7.2f ms p99 %7.2f ms (n %4d; kernels p50 %.2f p99 %.2f, before p50 %.3f p99 %.3f, after p50 %.3f p99 %.3f)  thr %.3f (%.1f jobs/s)  preempt p50/p90/p99/max %.0f/%.0f/%.0f/%.0f us (n %d)  pad %d blk\n",
+			fmt.Fprintf(os.Stderr, "  %-10s RT mean %7.2f ms p99 %7.2f ms (n %4d; kernels p50 %.2f p99 %.2f, before p50 %.3f p99 %.3f, after p50 %.3f p99 %.3f)  thr %.3f (%.1f jobs/s)  preempt p50/p90/p99/max %.0f/%.0f/%.0f/%.0f us (n %d)  pad %d blk, %d back-offs\n",
 				p, r.RTMeanMs, r.RTP99Ms, r.RTCount, pct(svc, 50)/1e6, pct(svc, 99)/1e6, pct(wait, 50)/1e6, pct(wait, 99)/1e6, pct(tail, 50)/1e6, pct(tail, 99)/1e6,
-				r.Thr, r.JobsPerSec, r.PreemptP50Us, pct(a.st.PreemptNs, 90)/1e3, r.PreemptP99Us, r.PreemptMaxUs, r.PreemptN, r.PadBlocks)
+				r.Thr, r.JobsPerSec, r.PreemptP50Us, pct(a.st.PreemptNs, 90)/1e3, r.PreemptP99Us, r.PreemptMaxUs, r.PreemptN, r.PadBlocks, r.PadBackoffs)
 		}
 		base, seq, nopad := byPol["rt-only"], byPol["seq"], byPol["reef-nopad"]
 		disturbed := roundRatios(byPol, perRound)
@@ -537,6 +538,7 @@ func summarize(wl, pol string, res []*clientResult, st sched.Stats, rounds int, 
 	r.PreemptMaxUs = pct(st.PreemptNs, 100) / 1e3
 	r.PadBlocks = st.PadBlocks
 	r.PadJobs = st.PadJobs
+	r.PadBackoffs = st.PadBackoffs
 	r.SelCalls = st.PadSelect.Calls
 	if st.PadSelect.Calls > 0 {
 		r.SelMeanNs = float64(st.PadSelect.Ns) / float64(st.PadSelect.Calls)
@@ -661,6 +663,7 @@ func (a *accum) add(res []*clientResult, st sched.Stats) {
 	a.st.PadBlocks += st.PadBlocks
 	a.st.PadNs += st.PadNs
 	a.st.PadJobs += st.PadJobs
+	a.st.PadBackoffs += st.PadBackoffs
 	a.st.PadSelect.Calls += st.PadSelect.Calls
 	a.st.PadSelect.Ns += st.PadSelect.Ns
 	a.st.PadSelect.MaxNs = max(a.st.PadSelect.MaxNs, st.PadSelect.MaxNs)
