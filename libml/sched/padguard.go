@@ -4,10 +4,13 @@ package sched
 // block times hold at run time: padded BE blocks must never delay an RT
 // kernel). Per RT model it keeps the RT jobs' kernel time (first kernel's
 // start to last kernel's end) as two moving means, for jobs that ran
-// with BE work offered to padding and for jobs that ran without. When
-// the padded mean exceeds the unpadded one by more than tol, padding
-// stays off for the model's next backoff RT jobs (they refresh the
-// unpadded mean), then is tried again from a fresh padded mean. So a
+// with BE work offered to padding and for jobs that ran without. Under
+// steady BE load every RT job would be padded, so the guard measures the
+// unpadded time itself: one RT mode in 4 of the model runs unpadded until
+// 8 such jobs are measured, then one in 32. When the padded mean exceeds
+// the unpadded one by more than tol, padding stays off for the model's
+// next backoff RT jobs (they refresh the unpadded mean), then is tried
+// again from a fresh padded mean. So a
 // profile that is wrong on this machine, or a memory-bound BE kernel
 // that slows the RT kernel beside it, costs at most a few RT jobs per
 // trial. Only the policy's goroutines call it, under the scheduler's
@@ -21,9 +24,18 @@ type padGuard struct {
 // padTrack is one RT model's record.
 type padTrack struct {
 	padded, alone mean
-	// off is how many more RT jobs of the model run without padding
-	off int
+	// off is how many more RT jobs of the model run without padding;
+	// modes counts the RT modes the model's jobs began (allow)
+	off   int
+	modes int
 }
+
+// Unpadded probes: one RT mode in padProbeFirst runs unpadded until the
+// unpadded mean has padGuardSamples jobs, then one in padProbeEvery.
+const (
+	padProbeFirst = 4
+	padProbeEvery = 32
+)
 
 // mean is an exponentially weighted moving mean (weight 1/8) with its
 // sample count.
@@ -58,10 +70,23 @@ func (g *padGuard) track(m *Model) *padTrack {
 	return t
 }
 
-// allow reports whether an RT job of model m may be padded (a nil guard
-// always allows).
+// allow reports whether an RT mode whose first job is of model m may
+// pad: not while padding is backed off for m, nor in the modes that
+// measure m's RT jobs unpadded (a nil guard always allows).
 func (g *padGuard) allow(m *Model) bool {
-	return g == nil || g.track(m).off == 0
+	if g == nil {
+		return true
+	}
+	t := g.track(m)
+	t.modes++
+	if t.off > 0 {
+		return false
+	}
+	every := padProbeEvery
+	if t.alone.n < padGuardSamples {
+		every = padProbeFirst
+	}
+	return t.modes%every != 0
 }
 
 // observe records an RT job of model m that took ns of kernel time, with

@@ -26,17 +26,17 @@ func TestPadGuard(t *testing.T) {
 	if offAt < 0 {
 		t.Fatal("never backed off at 20% slower")
 	}
-	if g.allow(b) != true {
+	if g.track(b).off != 0 {
 		t.Fatal("another model's padding backed off")
 	}
 	// off for 4 RT jobs (which run unpadded), then on again
 	for i := 0; i < 4; i++ {
-		if g.allow(a) {
+		if g.track(a).off == 0 {
 			t.Fatalf("padding on again after %d of 4 jobs", i)
 		}
 		g.observe(a, false, 1000)
 	}
-	if !g.allow(a) {
+	if g.track(a).off != 0 {
 		t.Fatal("padding still off after 4 jobs")
 	}
 	// the padded mean starts afresh: 7 slow padded jobs are not enough
@@ -45,7 +45,7 @@ func TestPadGuard(t *testing.T) {
 			t.Fatalf("backed off again after %d padded jobs", i+1)
 		}
 	}
-	if !g.observe(a, true, 1500) || g.allow(a) {
+	if !g.observe(a, true, 1500) || g.track(a).off == 0 {
 		t.Fatal("not backed off again after 8 slow padded jobs")
 	}
 	// without unpadded jobs to compare with, padding stays on
@@ -54,6 +54,21 @@ func TestPadGuard(t *testing.T) {
 		if g.observe(c, true, 5000) {
 			t.Fatal("backed off with no unpadded job measured")
 		}
+	}
+	// under steady BE load (every RT mode may pad) the guard measures
+	// the unpadded time itself: one RT mode in 4 until 8 unpadded jobs,
+	// then one in 32
+	d := &Model{name: "d"}
+	unpadded := 0
+	for mode := 1; mode <= 32+8*4; mode++ {
+		pad := g.allow(d)
+		if !pad {
+			unpadded++
+		}
+		g.observe(d, pad, 1000)
+	}
+	if unpadded != 8+1 || g.track(d).alone.n != 9 {
+		t.Fatalf("%d RT modes of 64 unpadded (%d measured), want 8 in the first 32 and 1 in the next 32", unpadded, g.track(d).alone.n)
 	}
 	// a nil guard (no back-off) always allows
 	var none *padGuard
@@ -66,7 +81,7 @@ func TestPadGuard(t *testing.T) {
 // pad: no BE job is offered and the units are not told to pad; one whose
 // model it allows does.
 func TestPadGuardGatesPadding(t *testing.T) {
-	s := newSched(t, Config{Policy: PolicyREEF, BEQueues: 1})
+	s := newSched(t, Config{Policy: PolicyREEF, BEQueues: 1, PadBackoffTol: 0.05})
 	r := s.pol.(*reef)
 	m := load(t, s, "resnet", ModelOptions{})
 	for _, off := range []int{2, 0} {

@@ -78,6 +78,12 @@ func newSched(t testing.TB, cfg Config) *Scheduler {
 	if cfg.PadBudgetMBs == 0 {
 		cfg.PadBudgetMBs = -1
 	}
+	if cfg.PadBackoffTol == 0 {
+		// the tests script padding (rtIntoBE waits for it): the
+		// back-off's unpadded probes would leave some RT modes without
+		// it; TestPadGuard and TestPadGuardGatesPadding test the guard
+		cfg.PadBackoffTol = -1
+	}
 	if pinVersions {
 		cfg.PreemptSlack, cfg.PreemptCheckNs = -1, -1
 		cfg.PreemptCheckFlops, cfg.PreemptCheckBytes = -1, -1

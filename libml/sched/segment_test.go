@@ -62,7 +62,8 @@ func cudaReference(t testing.TB, be *cuda.Backend, key string, in []float32) []f
 // segSched is a scheduler of policy p on the emulated cuda device be.
 func segSched(t testing.TB, be *cuda.Backend, p Policy) *Scheduler {
 	t.Helper()
-	s, err := New(Config{Policy: p, Segments: be, BEQueues: 2})
+	// scripted padding: no unpadded probes of the back-off (see newSched)
+	s, err := New(Config{Policy: p, Segments: be, BEQueues: 2, PadBackoffTol: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
