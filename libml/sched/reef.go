@@ -153,12 +153,18 @@ func (r *reef) preemptBE() *preemptRec {
 // of model m): the suspended BE jobs are offered, unless the guard has
 // padding off for m.
 func (r *reef) startPad(m *Model) {
-	r.padWanted = r.pad != nil && r.guard.allow(m)
+	if r.pad == nil {
+		r.padWanted = false
+		return
+	}
+	// no offer of an earlier mode survives, padded or not: on a
+	// segment device the RT lane's segments read the padder's slots
+	r.pad.reset()
+	for i := range r.be {
+		r.offer[i] = false
+	}
+	r.padWanted = r.guard.allow(m)
 	if r.padWanted {
-		r.pad.reset()
-		for i := range r.be {
-			r.offer[i] = false
-		}
 		for _, l := range r.be {
 			if l.job != nil && !l.busy {
 				r.offerPad(l)
@@ -311,6 +317,8 @@ func (r *reef) collectPad(stop bool) {
 	if stop {
 		r.pad.stop()
 		r.padOn = false
+		// every offer is read back below: none outlives the mode
+		defer r.pad.reset()
 	}
 	for i, l := range r.be {
 		if !r.offer[i] || l.job == nil {

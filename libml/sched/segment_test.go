@@ -482,3 +482,30 @@ func TestSegmentDevicePayload(t *testing.T) {
 		}
 	}
 }
+
+// On a segment device the RT lane's padded segments read the padder's
+// slots before every kernel: an RT mode that does not pad (the back-off
+// measuring the RT model unpadded) must offer nothing, not even a slot an
+// earlier mode left (it would run a BE job's kernels from a stale resume
+// point: a wrong output, which DISB on the emulator caught under load).
+func TestUnpaddedModeOffersNothing(t *testing.T) {
+	be := emuCUDA(t)
+	s, err := New(Config{Policy: PolicyREEF, Segments: be, BEQueues: 2, PadBackoffTol: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	m := segLoad(t, s, "squeeze")
+	r := s.pol.(*reef)
+	sp := r.pad.(*segPadder)
+	s.locked(func() bool {
+		sp.slots[0], sp.on[0] = libml.PadJob{Batch: 1}, true // an earlier mode's offer
+		r.guard.track(m).off = 1
+		r.startPad(m)
+		if n := len(sp.candidates()); n != 0 || r.padWanted || r.padUsed {
+			t.Errorf("unpadded RT mode: %d candidates, padding wanted %v, used %v", n, r.padWanted, r.padUsed)
+		}
+		r.padWanted = false
+		return true
+	})
+}
