@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sort"
 
 	"sluice/libml/engine"
 	"sluice/libml/kprof"
@@ -120,11 +119,4 @@ func fillInput(n int, seed uint64) []float32 {
 		out[i] = float32(x>>40)/float32(1<<24)*2 - 1
 	}
 	return out
-}
-
-// sortedCopy returns a sorted copy of v.
-func sortedCopy(v []float64) []float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	return s
 }

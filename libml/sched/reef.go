@@ -173,20 +173,14 @@ func (r *reef) startPad(m *Model) {
 		r.pad.start()
 		r.padOn = true
 	}
-	r.padUsed = false
-	for _, on := range r.offer {
-		r.padUsed = r.padUsed || on
-	}
+	r.padUsed = r.anyOffer()
 }
 
 // startRT starts the next RT job on the RT stream.
 func (r *reef) startRT() {
 	if r.bindRT() {
 		// BE jobs still offered pad this job's kernels too
-		r.padUsed = false
-		for _, on := range r.offer {
-			r.padUsed = r.padUsed || on
-		}
+		r.padUsed = r.anyOffer()
 		r.s.run(r.rt, len(r.rt.job.Model.prog.Kernels), rtKind(r.pad != nil))
 	}
 }
@@ -283,6 +277,16 @@ func (r *reef) segDone(l *lane, preempted bool) {
 	l.job = nil
 	s.finish(j)
 	r.next(l)
+}
+
+// anyOffer reports whether some BE lane's job is offered to padding.
+func (r *reef) anyOffer() bool {
+	for _, on := range r.offer {
+		if on {
+			return true
+		}
+	}
+	return false
 }
 
 // offerPad offers BE lane l's job to padding (l is idle), when this RT
