@@ -232,6 +232,7 @@ type gemmCase struct {
 	act          int
 	bShared      bool // B has batch stride 0 (shared weights)
 	biasBroadcst bool // bias batch strides 0
+	noRef        bool // gemmArgs skips the CPU reference (benchmarks: 2048³ takes seconds)
 }
 
 func (c gemmCase) nb() int { return c.bd[0] * c.bd[1] * c.bd[2] }
