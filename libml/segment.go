@@ -42,6 +42,12 @@ type SegmentInstance interface {
 	// the program knows, such as Bytes, are the caller's to fill). The
 	// device keeps it for the model at that batch size, for padding.
 	ProfileSegments(batch, reps int) (*kprof.Model, error)
+	// SetKernelProfile installs a profile that ProfileSegments measured
+	// earlier on the same device (a scheduler given it as data) for the
+	// model at batch size mp.Batch, for padding, as ProfileSegments
+	// does. A profile that does not fit the program or the device is an
+	// error.
+	SetKernelProfile(mp *kprof.Model) error
 	// Arm marks a segment as about to run: a Preempt from now on
 	// preempts the next RunSegment even when it comes before that
 	// segment's first launch.

@@ -519,9 +519,10 @@ func (s *Scheduler) Load(name string, g *graph.Graph, opt ModelOptions) (*Model,
 	return m, nil
 }
 
-// install profiles m (unless opt.Profile is given), picks its preemptible
-// versions and SPLIT cuts and adds it to the scheduler's models. On error
-// m is released.
+// install profiles m (unless opt.Profile is given; on a segment device a
+// given profile is installed on the device too, for padding), picks its
+// preemptible versions and SPLIT cuts and adds it to the scheduler's
+// models. On error m is released.
 func (s *Scheduler) install(m *Model, opt ModelOptions) error {
 	p := opt.Profile
 	if p == nil {
@@ -539,6 +540,12 @@ func (s *Scheduler) install(m *Model, opt ModelOptions) error {
 	if err := m.setProfile(p); err != nil {
 		m.release()
 		return err
+	}
+	if opt.Profile != nil && m.seg != nil {
+		if err := installSegProfile(m, p); err != nil {
+			m.release()
+			return err
+		}
 	}
 	m.choosePreempt(s.cfg.PreemptBlockNs, s.cfg.PreemptSlack, s.cfg.PreemptCheckNs)
 	m.checkFlops, m.checkBytes = int64(max(s.cfg.PreemptCheckFlops, 0)), int64(max(s.cfg.PreemptCheckBytes, 0))

@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -508,4 +509,92 @@ func TestUnpaddedModeOffersNothing(t *testing.T) {
 		r.padWanted = false
 		return true
 	})
+}
+
+// TestSegmentDeviceGivenProfilePads: a model loaded with its profile
+// given as data (ModelOptions.Profile, as DISB and the appliance give
+// each scheduler the profile measured once) pads on the device as one
+// that measured its own: the scheduler installs the profile on the
+// device. Before, the device had no profile of such a model and padded
+// nothing (DISB on an H200: 0 padded blocks under reef). The profiles are
+// the ones a first load measured, with synthetic times (as in
+// synthPadProfile) so that the selector certainly picks; they keep every
+// kernel version the device profiled.
+func TestSegmentDeviceGivenProfilePads(t *testing.T) {
+	be := emuCUDA(t)
+	given := map[string]*kprof.Model{}
+	{
+		s := segSched(t, be, PolicyREEF)
+		for key, rt := range map[string]bool{"squeeze": false, "bert": true} {
+			tm := testModels[key]
+			g, err := zoo.Build(tm.name, tm.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := s.Load(key, g, ModelOptions{ProfileRuns: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := *m.Profile()
+			p.Kernels = append([]kprof.Kernel(nil), p.Kernels...)
+			versions := 0
+			for k := range p.Kernels {
+				vs := append([]kprof.Version(nil), p.Kernels[k].Versions...)
+				versions += len(vs)
+				for v := range vs {
+					if rt {
+						vs[v].KernNs, vs[v].BlockNs = 1e9, 1e9
+					} else {
+						vs[v].KernNs, vs[v].BlockNs = float64(vs[v].Grid)*1e3, 1e3
+					}
+				}
+				p.Kernels[k].Versions = vs
+			}
+			if versions <= len(p.Kernels) {
+				t.Fatalf("%s: %d versions of %d kernels: the scheduler's profile dropped the device's other versions", key, versions, len(p.Kernels))
+			}
+			given[key] = &p
+		}
+		s.Close()
+	}
+	s := segSched(t, be, PolicyREEF)
+	load := func(key string) *Model {
+		tm := testModels[key]
+		g, err := zoo.Build(tm.name, tm.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.Load(key, g, ModelOptions{Profile: given[key]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	big, small := load("squeeze"), load("bert")
+	at := liveKernels(big)[len(liveKernels(big))/4]
+	b, r := job(big, BE, 0, 11), job(small, RT, 0, 12)
+	rtPreemptsBE(t, be, s, b, r, at)
+	if d := sameBits(b.Out, cudaReference(t, be, "squeeze", b.In)); d != "" {
+		t.Errorf("BE job preempted at kernel %d, padded (%d blocks) and restored: %s", at, b.PadBlocks, d)
+	}
+	if d := sameBits(r.Out, cudaReference(t, be, "bert", r.In)); d != "" {
+		t.Errorf("RT job, padded: %s", d)
+	}
+	if st := s.Stats(); b.Preemptions != 1 || st.PadBlocks <= 0 {
+		t.Fatalf("BE preempted %d times, %d padded blocks: want 1 preemption and padding with the given profiles", b.Preemptions, st.PadBlocks)
+	}
+	t.Logf("padding ran %d BE blocks with the profiles given as data", s.Stats().PadBlocks)
+
+	// a profile that does not fit the device is refused at load
+	bad := *given["squeeze"]
+	bad.Units++
+	bad.Model = "squeeze-bad"
+	tm := testModels["squeeze"]
+	g, err := zoo.Build(tm.name, tm.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load("squeeze-bad", g, ModelOptions{Profile: &bad}); err == nil || !strings.Contains(err.Error(), "padding profile") {
+		t.Fatalf("a profile of another unit count: %v; want the device's refusal", err)
+	}
 }

@@ -127,9 +127,11 @@ func (m *Model) newSegInstance() (*instance, error) {
 }
 
 // profileSegModel builds the model's profile from the device's (measured
-// on one of its instances): version 0 of every kernel, the one segments
-// run (the device keeps every version for its padding), with what the
-// program knows added: op names, activation bytes and bandwidths.
+// on one of its instances): every version of every kernel (segments run
+// version 0; padding may run the others), with what the program knows
+// added: op names, activation bytes and bandwidths. Given back as data
+// (ModelOptions.Profile) to a later load, it is what the device pads with
+// there too (installSegProfile).
 func profileSegModel(m *Model, runs int) (*kprof.Model, error) {
 	if runs <= 0 {
 		runs = 5
@@ -151,21 +153,43 @@ func profileSegModel(m *Model, runs int) (*kprof.Model, error) {
 		Timing: dp.Timing, PadOccupancy: dp.PadOccupancy, Kernels: make([]kprof.Kernel, nk)}
 	for i := range m.prog.Kernels {
 		k := &m.prog.Kernels[i]
-		vp := dp.Kernels[i].Versions[0]
-		vp.TileUnits, vp.Pruned = m.units, false
 		by := m.kernelBytes(i)
-		if vp.KernNs > 0 {
-			vp.KernBW = int64(float64(by) / vp.KernNs * 1000)
+		vs := append([]kprof.Version(nil), dp.Kernels[i].Versions...)
+		if len(vs) == 0 {
+			return nil, fmt.Errorf("device profiled no version of kernel %d", i)
 		}
-		if vp.BlockNs > 0 && vp.Grid > 0 {
-			vp.BlockBW = int64(float64(by) / float64(vp.Grid) / vp.BlockNs * 1000)
+		for v := range vs {
+			vp := &vs[v]
+			vp.TileUnits = m.units
+			if vp.KernNs > 0 {
+				vp.KernBW = int64(float64(by) / vp.KernNs * 1000)
+			}
+			if vp.BlockNs > 0 && vp.Grid > 0 {
+				vp.BlockBW = int64(float64(by) / float64(vp.Grid) / vp.BlockNs * 1000)
+			}
 		}
 		p.Kernels[i] = kprof.Kernel{Index: i, Op: k.Op.String(), Ops: k.Ops, Name: k.Name,
-			Bytes: by, Versions: []kprof.Version{vp}}
+			Bytes: by, Versions: vs}
 		if k.Op != engine.OpNop {
-			p.TotalNs += vp.KernNs
+			p.TotalNs += vs[0].KernNs
 		}
 	}
 	p.WallNs = p.TotalNs
 	return p, nil
+}
+
+// installSegProfile gives the device a profile the scheduler was given
+// as data (ModelOptions.Profile: one an earlier load measured), for its
+// padding: without it the device has no profile of the model and pads
+// none of its kernels.
+func installSegProfile(m *Model, p *kprof.Model) error {
+	in, err := m.acquire()
+	if err != nil {
+		return err
+	}
+	defer m.releaseInstance(in)
+	if err := in.run.SetKernelProfile(p); err != nil {
+		return fmt.Errorf("the device's padding profile: %w", err)
+	}
+	return nil
 }
