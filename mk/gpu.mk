@@ -5,8 +5,9 @@
 #                     gpubench (tools/gpubench), disb (tools/disb), appbench
 #                     (tools/appbench) with the shared libraries the
 #                     appliance links beyond glibc and the C++ runtime
-#                     (lib/: DPDK's, libzmq's and theirs), torchref.py and
-#                     run-gpu.sh. The other binaries need no shared
+#                     (lib/: DPDK's, libzmq's and theirs), torchref.py,
+#                     run-gpu.sh and lease.sh (the steps under time limits,
+#                     for a short device lease). The other binaries need no shared
 #                     library beyond glibc (the cpu reference backend has
 #                     its own GEMM since OpenBLAS was dropped). Binaries are
 #                     stripped; the bundle must stay under 60 MiB (a device
@@ -40,8 +41,8 @@ gpu-bundle: deps
 	ldd $(GPU_BUNDLE)/appbench | awk '$$3 ~ /^\// {print $$3}' | \
 	  grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' | \
 	  xargs -r -I{} cp -L {} $(GPU_BUNDLE)/lib/
-	cp tools/gpubench/torchref.py tools/gpubench/run-gpu.sh $(GPU_BUNDLE)/
-	@chmod +x $(GPU_BUNDLE)/run-gpu.sh $(GPU_BUNDLE)/torchref.py
+	cp tools/gpubench/torchref.py tools/gpubench/run-gpu.sh tools/gpubench/lease.sh $(GPU_BUNDLE)/
+	@chmod +x $(GPU_BUNDLE)/run-gpu.sh $(GPU_BUNDLE)/lease.sh $(GPU_BUNDLE)/torchref.py
 	@bytes=$$(du -sb $(GPU_BUNDLE) | cut -f1); mib=$$((bytes >> 20)); \
 	  echo "gpu-bundle: $(GPU_BUNDLE), $$mib MiB:"; ls -l $(GPU_BUNDLE) | sed 's/^/  /'; \
 	  if [ $$bytes -gt $$(($(GPU_BUNDLE_MAX_MIB) << 20)) ]; then \

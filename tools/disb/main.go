@@ -151,6 +151,8 @@ type report struct {
 	Splits     []splitRow
 	BandwidthM int64
 	Command    string
+	// Full: the models at their standard sizes (-full)
+	Full bool `json:",omitempty"`
 }
 
 type modelRow struct {
@@ -283,7 +285,7 @@ func main() {
 		fatalf("%v", err)
 	}
 	defer dev.close()
-	rep := &report{Units: dev.units(), Duration: dur.String(), Window: *window, Alpha: *alpha, Device: dev.label,
+	rep := &report{Units: dev.units(), Duration: dur.String(), Window: *window, Alpha: *alpha, Device: dev.label, Full: *full,
 		Command: "disb " + strings.Join(os.Args[1:], " ")}
 	rep.Host, _ = os.Hostname()
 	if dev.cuda == nil {

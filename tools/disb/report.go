@@ -37,8 +37,16 @@ func markdown(r *report) string {
 	default:
 		fmt.Fprintf(&b, "### DISB on the %s device (%d SMs, window %d, %s per run)\n\n", r.Device, r.Units, r.Window, r.Duration)
 	}
-	fmt.Fprintf(&b, "Command: `%s` (memory bandwidth measured %d MB/s; 1-minute load average at the rounds' starts: %s — the machine is shared).\n\n", r.Command, r.BandwidthM, loads(r.Load))
-	b.WriteString("Models (REEF's roles, zoo stand-ins sized for 2 cores; standalone time and max throughput measured alone, closed loop; narrow = kernels with fewer blocks than units, what padding can fill):\n\n")
+	bw := "not measured (a GPU's)"
+	if r.BandwidthM > 0 {
+		bw = fmt.Sprintf("measured %d MB/s", r.BandwidthM)
+	}
+	fmt.Fprintf(&b, "Command: `%s` (host memory bandwidth %s; 1-minute load average at the rounds' starts: %s — the machine is shared).\n\n", r.Command, bw, loads(r.Load))
+	sized := "sized for 2 cores"
+	if r.Full {
+		sized = "at their standard sizes"
+	}
+	fmt.Fprintf(&b, "Models (REEF's roles, zoo stand-ins %s; standalone time and max throughput measured alone, closed loop; narrow = kernels with fewer blocks than units, what padding can fill):\n\n", sized)
 	b.WriteString("| role | zoo model | size | kernels | alone (ms) | max (jobs/s) | narrow kernels (ms) | versions kept / total |\n|---|---|---|--:|--:|--:|--:|--:|\n")
 	for _, m := range r.Models {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %.2f | %.1f | %d (%.2f) | %d / %d |\n", m.Role, m.Zoo, m.Size, m.Kernels, m.StandaloneMs, m.MaxPerSec, m.Narrow, m.NarrowMs, m.Kept, m.Versions)

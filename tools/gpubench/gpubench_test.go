@@ -339,3 +339,35 @@ func TestRunGPUScript(t *testing.T) {
 		t.Errorf("selftest.log: %q, %v", log, err)
 	}
 }
+
+// lease.sh runs each step of its plan under its limit and packs what
+// run-gpu.sh wrote into $OUT/gpu-results.tgz; a plan item without a
+// limit is refused.
+func TestLeaseScript(t *testing.T) {
+	if out, err := exec.Command("bash", "-n", "lease.sh").CombinedOutput(); err != nil {
+		t.Fatalf("bash -n lease.sh: %v\n%s", err, out)
+	}
+	py := python(t)
+	pack, work := t.TempDir(), t.TempDir()
+	cmd := exec.Command("bash", "lease.sh", "selftest:120")
+	cmd.Env = append(os.Environ(), "OUT="+pack, "LEASE_WORK="+work, "PYTHON="+py)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("lease.sh selftest:120: %v\n%s", err, out)
+	}
+	out, err := exec.Command("tar", "tzf", filepath.Join(pack, "gpu-results.tgz")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tar: %v\n%s", err, out)
+	}
+	for _, f := range []string{"./selftest.log", "./status.txt"} {
+		if !strings.Contains(string(out), f+"\n") {
+			t.Errorf("gpu-results.tgz has no %s:\n%s", f, out)
+		}
+	}
+	cmd = exec.Command("bash", "lease.sh", "selftest")
+	cmd.Env = append(os.Environ(), "OUT="+t.TempDir(), "LEASE_WORK="+t.TempDir(), "PYTHON="+py)
+	b, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(b), "want STEP:SECONDS") {
+		t.Errorf("lease.sh selftest (no limit): %v\n%s", err, b)
+	}
+}

@@ -85,7 +85,8 @@ for s in $STEPS; do
 	bench)
 		run_step bench-backend env SLUICE_GPU=1 ./cuda.test -test.run - -test.bench GPUBackend \
 			-test.benchtime 50x -test.timeout 30m
-		run_step bench-kernels env SLUICE_GPU=1 ./cuda.test -test.run - -test.bench 'GPU[^B]' -test.timeout 30m
+		run_step bench-kernels env SLUICE_GPU=1 ./cuda.test -test.run - -test.bench 'GPU[^B]' \
+			-test.benchtime 50x -test.timeout 30m
 		;;
 	kprof) run_step kprof ./gpubench kprof -md "$OUT/kprof.md" -json "$OUT/kprof.json" ;;
 	disb)

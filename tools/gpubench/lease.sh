@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# lease.sh: run-gpu.sh's steps inside one short device lease. Each step
+# runs under its own time limit (a step cut by its limit leaves its log),
+# and after each step everything run-gpu.sh wrote is packed into
+# $OUT/gpu-results.tgz: a device tool that brings back only a few files
+# from $OUT still gets every log, also when a later step is cut.
+#
+#   cd bin/gpu && ./lease.sh                     # the default plan below
+#   ./lease.sh tests:110 disb:240                # STEP:SECONDS ...
+#
+# DISB_FLAGS and the other variables of run-gpu.sh apply. The plan's
+# limits add up to 575 s, for a 10-minute command.
+set -u
+PACK=${OUT:-$PWD/out}
+mkdir -p "$PACK"
+export OUT=${LEASE_WORK:-${TMPDIR:-/tmp}/sluice-gpu-out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")" || exit 1
+PLAN=${*:-info:15 tests:110 latency:35 export:50 check:45 speed:45 bench:90 kprof:35 disb:100 appliance:50}
+t0=$(date +%s)
+for item in $PLAN; do
+	step=${item%%:*} limit=${item#*:}
+	case $limit in '' | *[!0-9]*)
+		echo "lease.sh: $item: want STEP:SECONDS" >&2
+		exit 2
+		;;
+	esac
+	echo "## t=$(($(date +%s) - t0)) s: $step (limit $limit s)"
+	timeout -k 3 "$limit" ./run-gpu.sh "$step"
+	rc=$?
+	[ "$rc" = 124 ] || [ "$rc" = 137 ] && echo "$step cut at $limit s" >>"$OUT/status.txt"
+	tar czf "$PACK/gpu-results.tgz" -C "$OUT" . 2>/dev/null
+done
+echo "## t=$(($(date +%s) - t0)) s: done"
+cat "$OUT/status.txt"
