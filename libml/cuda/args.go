@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"sluice/libml/cuda/cudrv"
+	"sluice/native/padsel"
 )
 
 // Op is a kernel operation. The numbering is the CPU engine's (enum sk_op
@@ -284,8 +285,9 @@ func DecodeRing(w uint64) (e RingEvent, ok bool) {
 	}, true
 }
 
-// PadMaxBE is the most best-effort kernels one padded launch carries.
-const PadMaxBE = 4
+// PadMaxBE is the most best-effort kernels one padded launch carries
+// (the selector's, and sg_pad's SG_PAD_MAX_BE).
+const PadMaxBE = padsel.MaxBE
 
 // Sizes and offsets of the padding kernel's control block (sg_pad_ctl).
 const (

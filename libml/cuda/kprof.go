@@ -16,8 +16,8 @@ import (
 // every device shares (libml/kprof): for a model compiled at a batch
 // size, per kernel and version, its grid, its occupancy (blocks per SM,
 // from the driver's occupancy calculator), the SMs it can fill, its
-// kernel time and its block time. The padding selector (PadSelect) reads
-// it before every padded launch.
+// kernel time and its block time. The padding selector (native/padsel)
+// reads it before every padded launch.
 //
 // Kernel time: the kernel launched Runs times back to back between two
 // events (cuEventElapsedTime), divided by Runs; where the device has no
@@ -32,8 +32,7 @@ import (
 // (PlanVersion: GEMM and CONV in a 64 x 64 and a 32 x 32 output tile) is
 // profiled in every version. A version another version of the same
 // kernel dominates (kprof.Prune) is never a padding candidate; the
-// padding selector picks, among the others, the fastest that fits
-// (PadVersion).
+// padding selector picks, among the others, the fastest that fits.
 
 // occupancyCtx is a context that knows its kernels' occupancy: the
 // driver's (cuOccupancyMaxActiveBlocksPerMultiprocessor) or the

@@ -332,7 +332,7 @@ func TestRunPaddedLostBlock(t *testing.T) {
 
 // The host-side decision of a padded launch (padRun.choose): candidates
 // from 1 or 5 suspended BE jobs (a lock try, the plan and profile
-// look-ups per job), PadSelect, the control block's kernels; the picked
+// look-ups per job), the selector (one cgo call), the control block's kernels; the picked
 // jobs released after each. Nothing is launched, so the emulator does
 // not enter into it: this is host CPU time. The jobs callback returns a
 // prepared slice (the DISB's allocates one per call).

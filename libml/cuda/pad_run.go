@@ -8,6 +8,7 @@ import (
 
 	"sluice/libml"
 	"sluice/libml/kprof"
+	"sluice/native/padsel"
 )
 
 // Dynamic kernel padding on the backend (REEF §5, Figure 12): an RT
@@ -18,7 +19,8 @@ import (
 // Before each RT kernel, RunSegmentPadded asks its caller for the suspended BE
 // jobs (PadJob: an instance, a batch size and the point its next run
 // resumes from), looks up the RT kernel's and each job's next kernel's
-// profile (SetKernelProfile) and lets PadSelect choose. With no pick the
+// profile (SetKernelProfile) and lets the padding selector choose
+// (native/padsel: one call per launch). With no pick the
 // kernel launches as usual. Otherwise it queues, on the RT stream: the
 // control block (PadCtl), a clear of each picked BE instance's
 // preemption flag (a preempted instance's flag is still set, and sg_pad's
@@ -170,9 +172,9 @@ type padRun struct {
 	rtArgs  Args
 	picked  []padHeld
 	// scratch
-	cands []PadCand
+	cands []padsel.Job
 	held  []padHeld
-	picks []PadPick
+	picks []padsel.Pick
 }
 
 // padHeld is a BE job the run holds (its instance locked) for a launch,
@@ -182,6 +184,8 @@ type padHeld struct {
 	inst *Instance
 	p    *kplan
 	ver  int
+	// vers are the versions offered to the selector, by its index
+	vers [padsel.MaxVersions]int
 }
 
 func (pr *padRun) init(i *Instance, p *kplan) error {
@@ -276,36 +280,41 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 
 // choose is a padded launch's host-side decision for RT kernel k (grid
 // blocks, parameters params, profile kp): the suspended jobs' next
-// kernels as candidates (their instances locked), the selection, and the
-// launch's control block in pr.ctl (the RT arguments in pr.rtArgs) with
-// the picked jobs, still locked, in pr.picked. It reports whether
-// anything was picked (if not, nothing stays locked).
+// kernels as candidates (their instances locked, each in every version it
+// may run in), the selection (padsel.Launch: versions, Rule 1, the SM
+// ranges), and the launch's control block in pr.ctl (the RT arguments in
+// pr.rtArgs) with the picked jobs, still locked, in pr.picked. It reports
+// whether anything was picked (if not, nothing stays locked).
 func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params []byte, grid int) bool {
 	occ := i.pad.occ
-	rt := PadRT{Grid: grid, Occupancy: min(max(kp.Occupancy, 1), occ),
+	rt := padsel.RT{Grid: grid, Occupancy: min(max(kp.Occupancy, 1), occ),
 		RemainingNs: kp.KernNs * float64(grid) / float64(kp.Grid)}
-	if PadRTSMs(rt, pr.sms) >= pr.sms {
+	rtSMs := padsel.RTUnits(rt, pr.sms)
+	if rtSMs >= pr.sms || !(rt.RemainingNs > 0) {
 		return false
 	}
 	pr.cands, pr.held = pr.cands[:0], pr.held[:0]
 	for _, j := range pr.jobs() {
-		if len(pr.held) == 4*PadMaxBE {
+		if len(pr.held) == 4*padsel.MaxBE {
 			break
 		}
-		h, c, ok := holdJob(i, j, rt, pr.sms, occ)
+		pr.cands = append(pr.cands, padsel.Job{})
+		h, ok := holdJob(i, j, occ, &pr.cands[len(pr.cands)-1])
 		if !ok {
+			pr.cands = pr.cands[:len(pr.cands)-1]
 			continue
 		}
 		pr.held = append(pr.held, h)
-		pr.cands = append(pr.cands, c)
 	}
-	pr.picks = PadSelect(rt, pr.sms, pr.cands, pr.picks)
-	var picked [4 * PadMaxBE]bool
+	pr.picks = padsel.Launch(rt, pr.sms, pr.cands, pr.picks)
+	var picked [4 * padsel.MaxBE]bool
 	for _, pk := range pr.picks {
-		picked[pk.Cand] = true
+		picked[pk.Job] = true
+		h := &pr.held[pk.Job]
+		h.ver = h.vers[pk.Version]
 	}
 	// pr.picked follows the candidates' order, which is the picks' order
-	// (PadSelect picks in candidate order)
+	// (the selector picks in candidate order)
 	pr.picked = pr.picked[:0]
 	for c, h := range pr.held {
 		if picked[c] {
@@ -320,7 +329,7 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params
 	// the launch: RT kernel k on SMs [0, rtSMs), the picks on theirs
 	pr.rtArgs.Decode(params[16:])
 	ep := p.pr.p
-	_, rtHi := i.pad.smRange(0, PadRTSMs(rt, pr.sms))
+	_, rtHi := i.pad.smRange(0, rtSMs)
 	pr.ctl = PadCtl{RTOp: Op(ep.Kernels[k].Op), RTGrid: uint32(grid), RTSMs: rtHi, BE: pr.ctl.BE[:0]}
 	for n, pk := range pr.picks {
 		h := pr.picked[n]
@@ -328,9 +337,9 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params
 		var a Args
 		a.Decode(h.p.launch(at.Kernel, h.ver).params[16:])
 		a.T[TBase] += int64(at.Block)
-		lo, hi := i.pad.smRange(pk.SMLo, pk.SMHi)
+		lo, hi := i.pad.smRange(int(pk.Lo), int(pk.Hi))
 		pr.ctl.BE = append(pr.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
-			State: h.inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Cand].Grid),
+			State: h.inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Job].Versions[pk.Version].Grid),
 			SMLo: lo, SMHi: hi})
 	}
 	return true
@@ -338,18 +347,18 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params
 
 // holdJob locks j's instance (unless busy, another backend's, this one,
 // unprofiled or done) and returns it with its next kernel as a candidate
-// to pad rt on sms SMs: in the version it started in, or, when it has not
-// started, in the version PadVersion chooses among its candidates (none
-// fitting: no candidate).
-func holdJob(i *Instance, j *PadJob, rt PadRT, sms, occ int) (padHeld, PadCand, bool) {
+// in c to pad beside an RT kernel (occ: sg_pad's blocks per SM): in the
+// version it started in, or, when it has not started, in each of its
+// undominated versions, of which the selector chooses.
+func holdJob(i *Instance, j *PadJob, occ int, c *padsel.Job) (padHeld, bool) {
 	be, ok := j.Inst.(*Instance)
 	if !ok || be == nil || be == i || be.b != i.b || !be.mu.TryLock() {
-		return padHeld{}, PadCand{}, false
+		return padHeld{}, false
 	}
 	p, err := be.planFor(j.Batch)
 	if err != nil || be.closed {
 		be.mu.Unlock()
-		return padHeld{}, PadCand{}, false
+		return padHeld{}, false
 	}
 	be.m.mu.Lock()
 	prof := p.pr.prof
@@ -364,34 +373,35 @@ func holdJob(i *Instance, j *PadJob, rt PadRT, sms, occ int) (padHeld, PadCand, 
 	k := j.At.Kernel
 	if prof == nil || k >= len(p.launches) {
 		be.mu.Unlock()
-		return padHeld{}, PadCand{}, false
+		return padHeld{}, false
 	}
-	var kp profVer
+	h := padHeld{j: j, inst: be, p: p}
+	add := func(v profVer, done int) {
+		c.Versions[c.N] = padsel.Version{Grid: int32(v.p.Grid) - int32(done), Occupancy: int32(min(v.p.Occupancy, occ)),
+			BlockNs: v.p.BlockNs, KernelNs: v.p.KernNs}
+		h.vers[c.N] = v.v
+		c.N++
+	}
 	if j.At.Block > 0 {
-		kp = prof.version(k, j.At.Version)
+		if v := prof.version(k, j.At.Version); v.p != nil && int64(j.At.Block) < v.p.Grid {
+			add(v, j.At.Block)
+		}
 	} else {
-		var vs [maxVersions]PadCand
-		n := 0
 		for _, v := range prof.cands[k] {
-			if n < maxVersions {
-				vs[n] = PadCand{Grid: int(v.p.Grid), Occupancy: min(v.p.Occupancy, occ), BlockNs: v.p.BlockNs, KernelNs: v.p.KernNs}
-				n++
+			if int(c.N) < padsel.MaxVersions {
+				add(v, 0)
 			}
 		}
-		if c := PadVersion(rt, sms, vs[:n]); c >= 0 {
-			kp = prof.cands[k][c]
-		}
 	}
-	if kp.p == nil || int64(j.At.Block) >= kp.p.Grid {
+	if c.N == 0 {
 		be.mu.Unlock()
-		return padHeld{}, PadCand{}, false
+		return padHeld{}, false
 	}
-	c := PadCand{Grid: int(kp.p.Grid) - j.At.Block, Occupancy: min(kp.p.Occupancy, occ), BlockNs: kp.p.BlockNs, KernelNs: kp.p.KernNs}
-	return padHeld{j: j, inst: be, p: p, ver: kp.v}, c, true
+	return h, true
 }
 
 // maxVersions bounds the versions of a kernel (Versions).
-const maxVersions = 4
+const maxVersions = padsel.MaxVersions
 
 // unhold releases the jobs of a padded launch that did not happen.
 func (pr *padRun) unhold() {

@@ -14,6 +14,7 @@ import (
 	"sluice/libml/graph"
 	"sluice/libml/kprof"
 	ncpu "sluice/native/cpu"
+	"sluice/native/padsel"
 )
 
 // ModelOptions configure Scheduler.Load.
@@ -223,6 +224,9 @@ func (m *Model) compile(opt ModelOptions) error {
 		if !dup {
 			m.tiles = append(m.tiles, v)
 		}
+	}
+	if len(m.tiles) > padsel.MaxVersions {
+		return fmt.Errorf("%d kernel versions (tilings %v): padding chooses among at most %d", len(m.tiles), m.tiles, padsel.MaxVersions)
 	}
 	return m.setMeta(opt)
 }

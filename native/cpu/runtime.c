@@ -33,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include "sluice_cpu.h"
+#include "../padsel/padsel.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -1364,12 +1365,13 @@ static void pad_lock(sk_pad *pad) { sk_lock(&pad->lock); }
 
 static void pad_unlock(sk_pad *pad) { sk_unlock(&pad->lock); }
 
+/* pad_fits: version i of candidate c beside an RT kernel with rem_ns
+ * left and rt_bw MB/s passes Rule 1 (padsel.h) and the cpu's Rule 2 (the
+ * bandwidth budget); the rejections are counted by rule. */
 static int pad_fits(const sk_pad *pad, const sk_pad_cand *c, int64_t i,
 		    int64_t rem_ns, int64_t rt_bw, int64_t *r1, int64_t *r2)
 {
-	int64_t bn = c->blk_ns[i];
-	int64_t pct = pad->rule1_pct > 0 ? pad->rule1_pct : 100;
-	if (bn <= 0 || bn * 100 >= rem_ns * pct) { /* rule 1 */
+	if (!sk_padsel_rule1((double)c->blk_ns[i], (double)rem_ns, pad->rule1_pct)) {
 		(*r1)++;
 		return 0;
 	}
@@ -1417,17 +1419,18 @@ static int pad_select_locked(sk_pad *pad, int64_t rem_ns, int64_t rt_bw,
 				c->k++;
 				continue;
 			}
-			int best = -1;
-			for (int v = 0; v < c->nver; v++) {
+			/* the version: padsel.h's choice, with the rules'
+			 * verdicts (and rejection counts) from pad_fits */
+			sk_padsel_ver vs[SK_PADSEL_MAX_VER];
+			int nv = c->nver < SK_PADSEL_MAX_VER ? c->nver : SK_PADSEL_MAX_VER;
+			for (int v = 0; v < nv; v++) {
 				int64_t i = (int64_t)c->k * c->nver + v;
-				if (!c->ver[i])
-					continue;
-				if (!pad_fits(pad, c, i, rem_ns, rt_bw, &r1, &r2))
-					continue;
-				if (best < 0 || c->kern_ns[i] <
-					    c->kern_ns[(int64_t)c->k * c->nver + best])
-					best = v;
+				vs[v] = (sk_padsel_ver){.kern_ns = (double)c->kern_ns[i],
+							.blk_ns = (double)c->blk_ns[i],
+							.grid = c->ver[i] ? 1 : 0, .occ = 1};
+				vs[v].ok = c->ver[i] && pad_fits(pad, c, i, rem_ns, rt_bw, &r1, &r2);
 			}
+			int best = sk_padsel_version(vs, nv, (double)rem_ns, pad->rule1_pct);
 			if (best >= 0) {
 				c->v = best;
 				c->grid = c->ver[(int64_t)c->k * c->nver + best]->grid;

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
+
+	"sluice/native/padsel"
 )
 
 // This file is the Go face of the runtime's scheduler support (libml/sched,
@@ -335,8 +337,8 @@ type PadTable struct {
 // NewPadTable allocates tables for nk kernels in nver versions.
 func NewPadTable(nk, nver int) (*PadTable, error) {
 	n := nk * nver
-	if n < 1 {
-		return nil, fmt.Errorf("cpu: pad table %dx%d", nk, nver)
+	if n < 1 || nver > padsel.MaxVersions {
+		return nil, fmt.Errorf("cpu: pad table of %d kernels in %d versions (1 to %d versions)", nk, nver, padsel.MaxVersions)
 	}
 	t := &PadTable{NK: nk, NVer: nver}
 	var err error
