@@ -7,7 +7,8 @@
 #                        prints a markdown report. ENGINEBENCH_FLAGS adds
 #                        flags (e.g. -models resnet18 -time 5s -units 2).
 #   make check-native-cpu  the C kernels compile -Wall -Wextra clean, with
-#                        and without the preemption checks (part of make test).
+#                        and without the preemption checks, and the padding
+#                        selector's header (part of make test).
 
 ENGINEBENCH_FLAGS ?=
 
@@ -21,6 +22,8 @@ check-native-cpu:
 	  gcc -std=gnu11 -O2 -Wall -Wextra -Werror -DSK_CHECKS=$$chk \
 	    -fsyntax-only $$f || exit 1; \
 	done; done; echo "native/cpu: C kernels compile -Wall -Wextra clean"
+	@gcc -std=gnu11 -O2 -Wall -Wextra -Werror -fsyntax-only -x c native/padsel/padsel.h && \
+	  echo "native/padsel: padsel.h compiles -Wall -Wextra clean"
 
 bench-engine: deps
 	@mkdir -p $(BIN)
