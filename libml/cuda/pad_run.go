@@ -377,8 +377,9 @@ func holdJob(i *Instance, j *PadJob, occ int, c *padsel.Job) (padHeld, bool) {
 	}
 	h := padHeld{j: j, inst: be, p: p}
 	add := func(v profVer, done int) {
-		c.Versions[c.N] = padsel.Version{Grid: int32(v.p.Grid) - int32(done), Occupancy: int32(min(v.p.Occupancy, occ)),
-			BlockNs: v.p.BlockNs, KernelNs: v.p.KernNs}
+		o := min(v.p.Occupancy, occ)
+		c.Versions[c.N] = padsel.Version{Grid: int32(v.p.Grid) - int32(done), Occupancy: int32(o),
+			BlockNs: v.p.BlockNs, KernelNs: v.p.KernNs, OK: int32(min(max(o, 0), 1))}
 		h.vers[c.N] = v.v
 		c.N++
 	}

@@ -46,7 +46,8 @@ type Version struct {
 	// Grid is the blocks it has left, Occupancy its blocks per unit at
 	// once (on a GPU: per SM in the padded launch).
 	Grid, Occupancy int32
-	// OK is the device's Rule 2 verdict (Choose); Launch sets it itself.
+	// OK is the device's Rule 2 verdict: on a GPU (Launch), that the
+	// version has an occupancy in the padded launch.
 	OK int32
 	_  int32
 }

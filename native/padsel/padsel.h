@@ -48,8 +48,8 @@ typedef struct sk_padsel_ver {
 	double blk_ns;  /* profiled block time (<= 0: unknown, never padded) */
 	int32_t grid;   /* blocks left to run */
 	int32_t occ;    /* blocks per unit at once (GPU: per SM, in sg_pad) */
-	int32_t ok;     /* the device's Rule 2 verdict for this version (the
-			 * GPU's launch sets it itself) */
+	int32_t ok;     /* the device's Rule 2 verdict for this version (a
+			 * GPU's: it has an occupancy in the padded launch) */
 	int32_t _pad;
 } sk_padsel_ver;
 
@@ -109,7 +109,7 @@ static inline int sk_padsel_rt_units(int64_t grid, int64_t occ, int units)
  * suspended jobs' next kernels in the caller's order (its fairness).
  * Each job's version is chosen (Rule 1; Rule 2 is the SMs, the same for
  * every version: a padded launch's occupancy is sg_pad's, which the
- * caller put in occ), then jobs are taken in order until max_picks are
+ * caller put in occ, with ok set where it is above 0), then jobs are taken in order until max_picks are
  * picked or the free SMs run out. A picked kernel gets as many SMs as it
  * needs to run all its blocks within rem_ns (its blocks run back to back
  * on an SM, occ at a time), at least one; SMs still free after the last
@@ -124,15 +124,10 @@ static inline int sk_padsel_launch(int64_t rt_grid, int64_t rt_occ, double rem_n
 		return 0;
 	int n = 0;
 	for (int j = 0; j < njobs; j++) {
-		const sk_padsel_job *jb = &jobs[j];
-		int nv = jb->nver < SK_PADSEL_MAX_VER ? jb->nver : SK_PADSEL_MAX_VER;
-		sk_padsel_ver vs[SK_PADSEL_MAX_VER];
-		for (int i = 0; i < nv; i++) {
-			vs[i] = jb->ver[i];
-			vs[i].ok = vs[i].occ > 0;
-		}
+		const sk_padsel_ver *vs = jobs[j].ver;
+		int nv = jobs[j].nver < SK_PADSEL_MAX_VER ? jobs[j].nver : SK_PADSEL_MAX_VER;
 		int v = sk_padsel_version(vs, nv, rem_ns, 100);
-		if (v < 0)
+		if (v < 0 || vs[v].occ <= 0)
 			continue;
 		/* blocks one SM runs while the RT kernel runs */
 		int64_t rounds = (int64_t)(rem_ns / vs[v].blk_ns);

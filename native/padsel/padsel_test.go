@@ -5,11 +5,25 @@ import (
 	"testing"
 )
 
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// gpu is a version as a GPU offers it: OK (Rule 2) where it has an
+// occupancy.
+func gpu(v Version) Version {
+	v.OK = b2i(v.Occupancy > 0)
+	return v
+}
+
 // one is a job whose next kernel has one version (started, or the only
 // one).
 func one(v Version) Job {
 	j := Job{N: 1}
-	j.Versions[0] = v
+	j.Versions[0] = gpu(v)
 	return j
 }
 
@@ -24,6 +38,7 @@ func randLaunch(r *rand.Rand, n int) (RT, []Job) {
 	jobs := make([]Job, n)
 	for k := range jobs {
 		v := Version{Grid: int32(r.IntN(2000)), Occupancy: int32(r.IntN(9)), BlockNs: r.Float64() * 4e5}
+		v.OK = b2i(v.Occupancy > 0)
 		if r.IntN(8) == 0 {
 			v.BlockNs = rt.RemainingNs // exactly at the limit: Rule 1 refuses it
 		}
@@ -132,7 +147,7 @@ func TestLaunchVersions(t *testing.T) {
 	big := Version{Grid: 40, Occupancy: 3, BlockNs: 80e3, KernelNs: 1e6}    // 64 x 64: too long a block
 	small := Version{Grid: 160, Occupancy: 3, BlockNs: 20e3, KernelNs: 2e6} // 32 x 32: fits
 	fits := Version{Grid: 40, Occupancy: 3, BlockNs: 20e3, KernelNs: 3e6}   // fits, slower
-	two := func(a, b Version) Job { j := Job{N: 2}; j.Versions[0], j.Versions[1] = a, b; return j }
+	two := func(a, b Version) Job { j := Job{N: 2}; j.Versions[0], j.Versions[1] = gpu(a), gpu(b); return j }
 	for _, c := range []struct {
 		name string
 		rt   RT
