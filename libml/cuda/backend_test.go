@@ -192,6 +192,46 @@ func TestBackendONNXEmu(t *testing.T) {
 		in := zoo.Input(3, inst.InputSize())
 		agree(t, "squeezenet from ONNX", infer(t, b, inst, 1, in), infer(t, ref, rinst, 1, in), tol)
 	})
+	t.Run("recurrent", func(t *testing.T) {
+		// a bidirectional LSTM with peepholes and clip, then a GRU with
+		// linear_before_reset, batch first (layout 1), batch 2: the
+		// recurrent layers lower onto GEMM, unary, binary and copy
+		// kernels, which the cuda device runs as the cpu does
+		const T, I, H = 4, 5, 8
+		w := func(name string, seed uint64, dims ...int64) *graph.Tensor {
+			n := int64(1)
+			for _, d := range dims {
+				n *= d
+			}
+			v := conformance.Deterministic(int(n), seed)
+			for i := range v {
+				v[i] *= 0.5
+			}
+			return &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims, F32: v}
+		}
+		g := &graph.Graph{
+			Name: "recurrent", Opset: 14,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, T, I}}},
+			Outputs: []graph.ValueInfo{{Name: "y2", DType: graph.Float32, Dims: []int64{-1, T, 1, H}}},
+			Initializers: []*graph.Tensor{w("W", 1, 2, 4*H, I), w("R", 2, 2, 4*H, H), w("B", 3, 2, 8*H), w("P", 4, 2, 3*H),
+				w("W2", 5, 1, 3*H, 2*H), w("R2", 6, 1, 3*H, H), w("B2", 7, 1, 6*H), {Name: "shape", DType: graph.Int64, Dims: []int64{3}, I64: []int64{0, T, 2 * H}}},
+			Nodes: []graph.Node{
+				{Name: "lstm", Op: "LSTM", Inputs: []string{"x", "W", "R", "B", "", "", "", "P"}, Outputs: []string{"y"},
+					Attrs: []graph.Attr{{Name: "hidden_size", Kind: graph.AttrInt, I: H}, {Name: "direction", Kind: graph.AttrString, S: "bidirectional"},
+						{Name: "layout", Kind: graph.AttrInt, I: 1}, {Name: "clip", Kind: graph.AttrFloat, F: 2}}},
+				{Name: "flat", Op: "Reshape", Inputs: []string{"y", "shape"}, Outputs: []string{"yf"}},
+				{Name: "gru", Op: "GRU", Inputs: []string{"yf", "W2", "R2", "B2"}, Outputs: []string{"y2"},
+					Attrs: []graph.Attr{{Name: "hidden_size", Kind: graph.AttrInt, I: H}, {Name: "layout", Kind: graph.AttrInt, I: 1},
+						{Name: "linear_before_reset", Kind: graph.AttrInt, I: 1}}},
+			},
+		}
+		inst := load(t, b, "rec", g, 2)
+		defer inst.Close()
+		rinst := load(t, ref, "rec", g, 2)
+		defer rinst.Close()
+		in := zoo.Input(9, 2*inst.InputSize())
+		agree(t, "LSTM then GRU", infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
+	})
 	t.Run("ocr-classifier", func(t *testing.T) {
 		path := conformance.ModelPath(t, "ch_ppocr_mobile_v2.0_cls_infer.onnx")
 		data, err := os.ReadFile(path)

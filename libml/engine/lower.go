@@ -65,6 +65,8 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerReduce(g)
 	case n.Op == "Resize" || n.Op == "Upsample":
 		return c.lowerResize(g)
+	case n.Op == "RNN" || n.Op == "GRU" || n.Op == "LSTM":
+		return c.lowerRecurrent(g)
 	}
 	return fmt.Errorf("operator %s has no kernel: its inputs must be constants", n.Op)
 }

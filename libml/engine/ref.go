@@ -98,6 +98,7 @@ func init() {
 		"Slice": refSlice, "Split": refSplit, "Expand": refExpand,
 		"Identity": refIdentity, "Dropout": refIdentity, "Cast": refCast,
 		"Range": refRange, "Where": refWhere, "Not": refNot,
+		"RNN": refRecurrent, "GRU": refRecurrent, "LSTM": refRecurrent,
 	}
 	for op := range unaryActs {
 		refOps[op] = refUnary
