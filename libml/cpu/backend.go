@@ -27,6 +27,7 @@ import (
 // for concurrent use (one InferBatch at a time per instance).
 type Backend struct {
 	mu        sync.Mutex
+	inline    Inline
 	shared    *Device // OnDevice's device (nil: Init starts one of its own)
 	dev       *Device // the device in use (nil before Init)
 	pool      *ncpu.Pool
@@ -45,6 +46,39 @@ func New() *Backend { return &Backend{} }
 // shared with d's other users (Init's Units and PinUnits are then
 // ignored; Deinit leaves d running).
 func OnDevice(d *Device) *Backend { return &Backend{shared: d} }
+
+// Inline says where an instance's batches run (SetInline).
+type Inline int32
+
+const (
+	// InlineAuto measures each batch size's first runs both ways and
+	// keeps the faster: on the units, or on the calling thread.
+	InlineAuto Inline = iota
+	// InlineNever always runs on the units.
+	InlineNever
+	// InlineAlways always runs on the calling thread.
+	InlineAlways
+)
+
+// SetInline sets where instances run their batches: on the units (the
+// stream, split into blocks over them), or on the calling thread, block
+// by block in the same order, when the program is so small that waking
+// the units and waiting for them costs more than its work (a few-layer
+// MLP at batch 1). The output is the same bit for bit either way. A batch
+// run on the calling thread runs outside the instance's unit share
+// (SetUnits). The default, InlineAuto, decides per batch size from that
+// size's first runs.
+func (b *Backend) SetInline(m Inline) {
+	b.mu.Lock()
+	b.inline = m
+	b.mu.Unlock()
+}
+
+func (b *Backend) inlineMode() Inline {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inline
+}
 
 // Name is "cpu".
 func (b *Backend) Name() string { return "cpu" }
@@ -414,7 +448,7 @@ func (b *Backend) RunGraph(ctx context.Context, g *graph.Graph, inputs map[strin
 	for _, bnd := range ep.Inputs {
 		copy(arenaSlice(arena, bnd.Off, bnd.Size()), floats[bnd.Name])
 	}
-	if err := runAll(ctx, st, ks, ep, 0); err != nil {
+	if err := runAll(ctx, st, ks, ep, 0, false); err != nil {
 		return nil, fmt.Errorf("cpu: RunGraph: %w", err)
 	}
 	res := map[string]*graph.Tensor{}
@@ -472,7 +506,7 @@ func materialize(pr *program, m *model, arena unsafe.Pointer, units int) (*ncpu.
 // runAll runs kernels from start to the end, restoring after preemptions
 // from the interrupted kernel's idempotent group entry, until done or ctx
 // ends.
-func runAll(ctx context.Context, st *ncpu.Stream, ks *ncpu.Kernels, ep *engine.Program, mask uint64) error {
+func runAll(ctx context.Context, st *ncpu.Stream, ks *ncpu.Kernels, ep *engine.Program, mask uint64, inline bool) error {
 	var stop func() bool
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, st.Preempt)
@@ -485,7 +519,13 @@ func runAll(ctx context.Context, st *ncpu.Stream, ks *ncpu.Kernels, ep *engine.P
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		s, err := st.Run(ks, start, mask)
+		var s ncpu.Status
+		var err error
+		if inline {
+			s, err = st.RunInline(ks, start)
+		} else {
+			s, err = st.Run(ks, start, mask)
+		}
 		if err != nil {
 			return err
 		}

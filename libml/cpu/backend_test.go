@@ -655,3 +655,58 @@ func TestLaunchPerKernel(t *testing.T) {
 		}
 	}
 }
+
+// TestInline: every zoo model (small sizes) run on the calling thread
+// (SetInline(InlineAlways)) gives the units' output bit for bit, at batch
+// 1 and 2, also when preempted at a block and restored; InlineAuto
+// decides each batch size after its first 2·inlineTrials runs (which way
+// depends on the machine; both give the same output).
+func TestInline(t *testing.T) {
+	b := newTestBackend(t, 2)
+	defer b.SetInline(InlineAuto)
+	for _, zc := range zooCases() {
+		if zc.name == "vgg16" {
+			continue
+		}
+		t.Run(zc.name, func(t *testing.T) {
+			inst := loadZoo(t, b, zc.name, zc.opt, 2)
+			defer inst.Close()
+			for _, batch := range []int{1, 2} {
+				in := zoo.Input(5, batch*inst.InputSize())
+				b.SetInline(InlineNever)
+				want := runOnce(t, inst, batch, in)
+				if inst.RunsInline(batch) {
+					t.Fatal("InlineNever: runs inline")
+				}
+				b.SetInline(InlineAlways)
+				if !inst.RunsInline(batch) {
+					t.Fatal("InlineAlways: does not run inline")
+				}
+				sameBits(t, fmt.Sprintf("batch %d inline", batch), runOnce(t, inst, batch, in), want)
+				if ncpu.ChecksCompiled() {
+					ks, err := inst.Kernels(batch)
+					if err != nil {
+						t.Fatal(err)
+					}
+					k := len(ks) / 2
+					inst.PreemptAt(k, int64(ks[k].Grid-1))
+					got := runOnce(t, inst, batch, in)
+					inst.PreemptAt(-1, 0)
+					sameBits(t, fmt.Sprintf("batch %d inline, preempted at kernel %d", batch, k), got, want)
+				}
+				b.SetInline(InlineAuto)
+				for r := 0; r < 2*inlineTrials; r++ {
+					sameBits(t, fmt.Sprintf("batch %d auto, run %d", batch, r), runOnce(t, inst, batch, in), want)
+				}
+				inst.mu.Lock()
+				p, _ := inst.planFor(batch)
+				decided := p.decided
+				inst.mu.Unlock()
+				if !decided {
+					t.Fatalf("batch %d: InlineAuto undecided after %d runs", batch, 2*inlineTrials)
+				}
+				t.Logf("batch %d: auto runs inline: %v", batch, inst.RunsInline(batch))
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"sluice/libml"
@@ -38,6 +39,83 @@ type Instance struct {
 type plan struct {
 	pr *program
 	ks *ncpu.Kernels
+	// where its runs go (InlineAuto): decided once inlineTrials runs each
+	// way are timed, at once for a program slower than inlineMaxNs on
+	// the units
+	decided, inline bool
+	nPool, nInline  int
+	minPool, minIn  int64
+}
+
+// inlineTrials is how many runs each way InlineAuto times; a program
+// that takes inlineMaxNs or more on the units always runs there (waking
+// them costs a few microseconds: only programs of tens of microseconds
+// can gain).
+const (
+	inlineTrials = 4
+	inlineMaxNs  = 200_000
+)
+
+// pick says where p's next run goes and whether it is a timed trial.
+func (p *plan) pick(m Inline) (inline, trial bool) {
+	switch {
+	case m == InlineNever:
+		return false, false
+	case m == InlineAlways:
+		return true, false
+	case p.decided:
+		return p.inline, false
+	}
+	return p.nInline < p.nPool, true
+}
+
+// record adds a trial's time and decides once there are enough.
+func (p *plan) record(inline bool, ns int64) {
+	if inline {
+		if p.nInline == 0 || ns < p.minIn {
+			p.minIn = ns
+		}
+		p.nInline++
+	} else {
+		if p.nPool == 0 || ns < p.minPool {
+			p.minPool = ns
+		}
+		p.nPool++
+	}
+	switch {
+	case p.nPool > 0 && p.minPool >= inlineMaxNs:
+		p.decided, p.inline = true, false
+	case p.nPool >= inlineTrials && p.nInline >= inlineTrials:
+		p.decided, p.inline = true, p.minIn < p.minPool
+	}
+}
+
+// run runs p's program once (runAll), where p.pick says, timing it while
+// InlineAuto has not decided.
+func (i *Instance) run(ctx context.Context, p *plan) error {
+	inline, trial := p.pick(i.b.inlineMode())
+	var t0 time.Time
+	if trial {
+		t0 = time.Now()
+	}
+	err := runAll(ctx, i.stream, p.ks, p.pr.p, i.mask, inline)
+	if trial && err == nil {
+		p.record(inline, time.Since(t0).Nanoseconds())
+	}
+	return err
+}
+
+// RunsInline reports whether batches of size batch run on the calling
+// thread (SetInline; under InlineAuto, false until decided).
+func (i *Instance) RunsInline(batch int) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	p, err := i.planFor(batch)
+	if err != nil {
+		return false
+	}
+	inline, trial := p.pick(i.b.inlineMode())
+	return inline && !trial
 }
 
 var _ libml.Instance = (*Instance)(nil)
@@ -246,7 +324,7 @@ func (i *Instance) InferBatch(ctx context.Context, batch int, in, out []float32)
 	if !i.m.batched {
 		for r := 0; r < batch; r++ {
 			copy(arenaSlice(i.arena, ib.Off, ib.Size()), in[r*isz:(r+1)*isz])
-			if err := runAll(ctx, i.stream, p.ks, ep, i.mask); err != nil {
+			if err := i.run(ctx, p); err != nil {
 				return fmt.Errorf("cpu: InferBatch %q: %w", i.m.name, err)
 			}
 			copy(out[r*osz:(r+1)*osz], arenaSlice(i.arena, ob.Off, ob.Size()))
@@ -254,7 +332,7 @@ func (i *Instance) InferBatch(ctx context.Context, batch int, in, out []float32)
 		return nil
 	}
 	copy(arenaSlice(i.arena, ib.Off, ib.Size()), in[:batch*isz])
-	if err := runAll(ctx, i.stream, p.ks, ep, i.mask); err != nil {
+	if err := i.run(ctx, p); err != nil {
 		return fmt.Errorf("cpu: InferBatch %q: %w", i.m.name, err)
 	}
 	copy(out[:batch*osz], arenaSlice(i.arena, ob.Off, ob.Size()))
@@ -299,7 +377,7 @@ func (i *Instance) InferInput(ctx context.Context, in *libml.Input, out []float3
 			if r == batch-1 {
 				in.Gather()
 			}
-			if err := runAll(ctx, i.stream, p.ks, ep, i.mask); err != nil {
+			if err := i.run(ctx, p); err != nil {
 				return fmt.Errorf("cpu: InferInput %q: %w", i.m.name, err)
 			}
 			copy(out[r*osz:(r+1)*osz], arenaSlice(i.arena, ob.Off, ob.Size()))
@@ -310,7 +388,7 @@ func (i *Instance) InferInput(ctx context.Context, in *libml.Input, out []float3
 		return fmt.Errorf("cpu: InferInput %q: %w", i.m.name, err)
 	}
 	in.Gather()
-	if err := runAll(ctx, i.stream, p.ks, ep, i.mask); err != nil {
+	if err := i.run(ctx, p); err != nil {
 		return fmt.Errorf("cpu: InferInput %q: %w", i.m.name, err)
 	}
 	copy(out[:batch*osz], arenaSlice(i.arena, ob.Off, ob.Size()))
@@ -387,7 +465,7 @@ func (i *Instance) Profile(ctx context.Context, batch, runs int) ([]KernelInfo, 
 	p.ks.ResetStats()
 	i.stream.SetProfile(true)
 	for r := 0; r < runs && err == nil; r++ {
-		err = runAll(ctx, i.stream, p.ks, p.pr.p, i.mask)
+		err = runAll(ctx, i.stream, p.ks, p.pr.p, i.mask, false)
 	}
 	i.stream.SetProfile(false)
 	i.mu.Unlock()

@@ -170,6 +170,24 @@ func (s *Stream) Run(ks *Kernels, start int, mask uint64) (Status, error) {
 	return Done, errors.New("cpu: run failed: a kernel was not prepared")
 }
 
+// RunInline runs kernels [start, n) of ks on the calling thread, block by
+// block, with the stream's flag and execution index as the units would
+// (sk_run_inline): one cgo call, no unit woken. The blocks and their
+// order within each kernel are those of Run, so the results are the
+// same bit for bit; only where they run differs.
+func (s *Stream) RunInline(ks *Kernels, start int) (Status, error) {
+	if start < 0 || start > ks.n {
+		return Done, fmt.Errorf("cpu: run from kernel %d of %d", start, ks.n)
+	}
+	switch C.sk_run_inline(s.s, ks.base, C.int(ks.n), C.int(start)) {
+	case C.SK_OK:
+		return Done, nil
+	case C.SK_PREEMPTED:
+		return Preempted, nil
+	}
+	return Done, errors.New("cpu: run failed: a kernel was not prepared")
+}
+
 // Launch appends kernel i of ks with execution index idx, runnable on the
 // units in mask (0 = all). It fails when the queue is full.
 func (s *Stream) Launch(ks *Kernels, i int, idx int64, mask uint64) error {

@@ -137,6 +137,7 @@ struct sk_stream {
 	int32_t mark_armed;
 	int64_t mark_ns;
 	int32_t prio;      /* on the pool's priority list */
+	sk_ctx ictx;       /* the calling thread's context (sk_run_inline) */
 	_Alignas(64) sk_hold hold; /* test hook */
 };
 
@@ -682,6 +683,7 @@ void sk_pool_destroy(sk_pool *p)
 			hq_free_chain(p->streams[i]->hq_head);
 			hq_free_chain(p->streams[i]->hq_free);
 			free(p->streams[i]->ring);
+			free(p->streams[i]->ictx.scratch);
 			free(p->streams[i]);
 		}
 	}
@@ -791,6 +793,9 @@ void sk_stream_destroy(sk_stream *s)
 	sk_stream_hold_release(s); /* a unit held by a test hook */
 	sk_stream_sync(s);
 	sk_stream_set_priority(s, 0);
+	free(s->ictx.scratch);
+	s->ictx.scratch = NULL;
+	s->ictx.scratch_cap = 0;
 	sk_pool *p = s->pool;
 	pthread_mutex_lock(&p->mu);
 	s->in_use = 0;
@@ -924,6 +929,36 @@ int sk_run(sk_stream *s, sk_kernel *ks, int n, int start, uint64_t mask)
 	}
 	pool_kick(s->pool);
 	return sk_stream_sync(s);
+}
+
+int sk_run_inline(sk_stream *s, sk_kernel *ks, int n, int start)
+{
+	if (start < 0)
+		start = 0;
+	s->ictx.unit = 0;
+	s->ictx.flag = &s->flag;
+	for (int i = start; i < n; i++) {
+		sk_kernel *k = &ks[i];
+		if (k->op == SK_OP_NOP)
+			continue;
+		if (k->grid < 1)
+			return SK_ERR;
+		for (int64_t b = 0; b < k->grid; b++) {
+			/* the test hook (sk_stream_preempt_at), then the prologue
+			 * of every block, as on a unit */
+			if (__builtin_expect(LD(&s->pre_idx) == i, 0) && LD(&s->pre_blk) == b) {
+				__atomic_store_n(&s->flag, 1, __ATOMIC_SEQ_CST);
+				ST(&s->pre_idx, -1);
+			}
+			if (__atomic_load_n(&s->flag, __ATOMIC_RELAXED))
+				return SK_PREEMPTED;
+			if (LDR(&s->exec_idx) != i)
+				STR(&s->exec_idx, i);
+			sk_table[k->op].block(k, b, &s->ictx);
+		}
+	}
+	/* a block that returned with the flag set may have stopped early */
+	return __atomic_load_n(&s->flag, __ATOMIC_SEQ_CST) ? SK_PREEMPTED : SK_OK;
 }
 
 void sk_stream_preempt(sk_stream *s)

@@ -1013,3 +1013,72 @@ func TestCheckWork(t *testing.T) {
 		}
 	}
 }
+
+// TestRunInline: RunInline runs a program's kernels on the calling
+// thread, block by block, with the stream's flag and execution index as
+// the units would: to the end (every kernel ran once), or, preempted at
+// a block (the test hook), stopped there with the execution index at
+// that kernel, the kernels after it untouched, and the rest run by a
+// second call from the next kernel.
+func TestRunInline(t *testing.T) {
+	const nk, n, units = 6, 1 << 20, 4
+	pool := newPool(t, 2)
+	st, err := pool.NewStream(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	x, ks, _ := incChainKernels(t, nk, n, units)
+	if ks.Info(0).Grid < 2 {
+		t.Fatalf("grid %d: the test needs several blocks a kernel", ks.Info(0).Grid)
+	}
+	st.ResetIndex()
+	if s, err := st.RunInline(ks, 0); err != nil || s != Done || st.ExecIndex() != nk-1 {
+		t.Fatalf("inline run: %v %v, exec index %d (want done, %d)", s, err, st.ExecIndex(), nk-1)
+	}
+	for i, v := range x.s() {
+		if v != nk {
+			t.Fatalf("x[%d] = %v after %d kernels", i, v, nk)
+		}
+	}
+	for i := range x.s() {
+		x.s()[i] = 0
+	}
+	st.ResetIndex()
+	st.PreemptAt(3, 1)
+	s, err := st.RunInline(ks, 0)
+	if err != nil || s != Preempted || st.ExecIndex() != 3 {
+		t.Fatalf("preempted at kernel 3 block 1: %v %v, exec index %d", s, err, st.ExecIndex())
+	}
+	four, three := 0, 0
+	for _, v := range x.s() {
+		switch v {
+		case 4:
+			four++
+		case 3:
+			three++
+		default:
+			t.Fatalf("x = %v: kernels after the preempted one ran, or one before it did not", v)
+		}
+	}
+	if four == 0 || three == 0 {
+		t.Fatalf("%d values past kernel 3's first block, %d not: want both", four, three)
+	}
+	// kernel 3 is in place (not idempotent): finish its last blocks by
+	// hand as a restore from its group entry would redo them, then the rest
+	st.Restore()
+	for blk := int64(1); blk < ks.Info(3).Grid; blk++ {
+		ks.RunBlock(3, blk)
+	}
+	if s, err := st.RunInline(ks, 4); err != nil || s != Done || st.ExecIndex() != nk-1 {
+		t.Fatalf("from kernel 4: %v %v, exec index %d", s, err, st.ExecIndex())
+	}
+	for i, v := range x.s() {
+		if v != nk {
+			t.Fatalf("x[%d] = %v after the restore", i, v)
+		}
+	}
+	if _, err := st.RunInline(ks, nk+1); err == nil {
+		t.Fatal("a start past the program: no error")
+	}
+}

@@ -259,6 +259,13 @@ int sk_stream_sync(sk_stream *s);
 /* sk_run launches ks[start..n) (execution indices start..n-1) on s, waiting
  * for queue space as needed, then waits: one call per batch inference. */
 int sk_run(sk_stream *s, sk_kernel *ks, int n, int start, uint64_t mask);
+/* sk_run_inline runs ks[start..n) on the calling thread, block by block in
+ * order, with s's flag and execution index as a unit would: no unit is
+ * woken and nothing waits. For programs so small that waking the units
+ * and waiting for them costs more than their work. Returns SK_OK,
+ * SK_PREEMPTED (the flag was set; the execution index says where) or
+ * SK_ERR (a kernel was not prepared). */
+int sk_run_inline(sk_stream *s, sk_kernel *ks, int n, int start);
 /* sk_stream_preempt sets the preemption flag: queued kernels are evicted,
  * running blocks exit at their next check. */
 void sk_stream_preempt(sk_stream *s);
