@@ -45,16 +45,18 @@ void sk_prep_gemm(sk_kernel *k, int units)
 	 * sgemm runs near its peak) until there are enough tiles and the
 	 * output tile fits the cache */
 	int64_t mt = M, nt = N;
+	/* below the micro-kernel's width a tile computes zero padding */
+	int64_t nr = sk_gemm_nr();
 	for (;;) {
 		int64_t tiles = SK_CDIV(M, mt) * SK_CDIV(N, nt);
 		if (tiles >= per && mt * nt <= GEMM_TILE_MAX)
 			break;
 		if (nt >= mt && nt > 64)
-			nt = round_up(nt / 2, 16);
+			nt = round_up(nt / 2, nr);
 		else if (mt > 64)
 			mt = round_up(mt / 2, 8);
-		else if (nt > 16)
-			nt = round_up(nt / 2, 16);
+		else if (nt > nr)
+			nt = round_up(nt / 2, nr);
 		else if (mt > 16)
 			mt = round_up(mt / 2, 8);
 		else

@@ -344,3 +344,5 @@ void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
 		}
 	}
 }
+
+int sk_gemm_nr(void) { return impls[sk_gemm_isa()].nr; }

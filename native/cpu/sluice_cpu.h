@@ -505,6 +505,9 @@ int sk_gemm_isa(void);
 int sk_gemm_set_isa(int isa);
 int sk_gemm_isa_supported(int isa);
 const char *sk_gemm_isa_name(int isa);
+/* sk_gemm_nr is the column count of the micro-kernel sk_gemm uses now: a
+ * tile narrower than it computes padding. */
+int sk_gemm_nr(void);
 
 /* ---- helpers shared by the kernel files -------------------------------- */
 

@@ -84,6 +84,7 @@ func main() {
 	dur := flag.Duration("time", 3*time.Second, "measuring time per model and batch size")
 	nochk := flag.String("nochk", "", "enginebench built with -tags sluice_nopreempt, for the check overhead")
 	withORT := flag.Bool("ort", true, "compare with ONNX Runtime when libml/ort can load it")
+	unitsToo := flag.Bool("units-too", false, "also measure the cpu backend with every batch on the units (backend cpu-units: cpu.InlineNever), the baseline of its inline choice")
 	rounds := flag.Int("rounds", 2, "alternating rounds of checked / unchecked runs")
 	jsonOut := flag.String("json", "", "also write the results as JSON here")
 	child := flag.String("child", "", "(internal) measure one model: backend:model")
@@ -108,7 +109,7 @@ func main() {
 			fatal(err)
 		}
 	default:
-		if err := report(strings.Split(*models, ","), *batches, *units, *dur, *nochk, *withORT, *rounds, *jsonOut, *pin, *trials); err != nil {
+		if err := report(strings.Split(*models, ","), *batches, *units, *dur, *nochk, *withORT, *unitsToo, *rounds, *jsonOut, *pin, *trials); err != nil {
 			fatal(err)
 		}
 	}
@@ -133,7 +134,20 @@ func parseInts(s string) ([]int, error) {
 
 // gflop is the multiply-add work of one request of the standard zoo models
 // at 224x224 (2 flops per MAC).
-var gflop = map[string]float64{"resnet18": 3.64, "resnet50": 8.18, "mobilenetv2": 0.60, "vgg16": 30.9, "squeezenet11": 0.70, "bert": 22.35}
+var gflop = map[string]float64{"resnet18": 3.64, "resnet50": 8.18, "mobilenetv2": 0.60, "vgg16": 30.9, "squeezenet11": 0.70, "bert": 22.35,
+	"mlp": 2 * (1536*128 + 128*128 + 128) / 1e9}
+
+// msf formats milliseconds with three significant digits or more (a
+// tiny model's batch takes microseconds).
+func msf(v float64) string {
+	switch {
+	case v < 0.1:
+		return fmt.Sprintf("%.4f", v)
+	case v < 1:
+		return fmt.Sprintf("%.3f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
 
 // rssMB reads VmRSS and VmHWM from /proc/self/status.
 func rssMB() (rss, hwm float64) {
@@ -183,6 +197,12 @@ func measure(backend, model string, batches []int, units int, dur time.Duration,
 	switch backend {
 	case "cpu":
 		be = cpu.New()
+	case "cpu-units":
+		// every batch on the units (cpu.InlineNever): the baseline of the
+		// inline choice
+		cb := cpu.New()
+		cb.SetInline(cpu.InlineNever)
+		be = cb
 	case "ort":
 		be = ort.New(ort.Options{IntraOpThreads: units, Quiet: true})
 	default:
@@ -361,7 +381,7 @@ func runChild(bin, backend, model, batches string, units int, dur time.Duration,
 	return r
 }
 
-func report(models []string, batches string, units int, dur time.Duration, nochk string, withORT bool,
+func report(models []string, batches string, units int, dur time.Duration, nochk string, withORT, unitsToo bool,
 	rounds int, jsonOut string, pin bool, trials int) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -404,6 +424,13 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 			}
 		}
 		all = append(all, best(p.chk))
+		if unitsToo {
+			var us []Result
+			for i := 0; i < max(rounds, 1); i++ {
+				us = append(us, runChild(self, "cpu-units", m, batches, units, dur, pin, 0))
+			}
+			all = append(all, best(us))
+		}
 		if withORT {
 			var ors []Result
 			for i := 0; i < max(rounds, 1); i++ {
@@ -429,7 +456,7 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 			continue
 		}
 		for _, l := range r.Lat {
-			fmt.Fprintf(w, "| %s | %s | %d | %.2f | %.2f | %.1f | %.1f |\n", r.Model, r.Backend, l.Batch, l.MedianMs, l.P90Ms, l.ImagesPerS, l.GFLOPsPerS)
+			fmt.Fprintf(w, "| %s | %s | %d | %s | %s | %.1f | %.1f |\n", r.Model, r.Backend, l.Batch, msf(l.MedianMs), msf(l.P90Ms), l.ImagesPerS, l.GFLOPsPerS)
 		}
 	}
 	if nochk != "" {
