@@ -659,7 +659,7 @@ func TestLaunchPerKernel(t *testing.T) {
 // TestInline: every zoo model (small sizes) run on the calling thread
 // (SetInline(InlineAlways)) gives the units' output bit for bit, at batch
 // 1 and 2, also when preempted at a block and restored; InlineAuto
-// decides each batch size after its first 2·inlineTrials runs (which way
+// decides each batch size after its first 2·inlineTrials+1 runs (which way
 // depends on the machine; both give the same output).
 func TestInline(t *testing.T) {
 	b := newTestBackend(t, 2)
@@ -695,7 +695,7 @@ func TestInline(t *testing.T) {
 					sameBits(t, fmt.Sprintf("batch %d inline, preempted at kernel %d", batch, k), got, want)
 				}
 				b.SetInline(InlineAuto)
-				for r := 0; r < 2*inlineTrials; r++ {
+				for r := 0; r < 2*inlineTrials+1; r++ { // +1: the untimed first run
 					sameBits(t, fmt.Sprintf("batch %d auto, run %d", batch, r), runOnce(t, inst, batch, in), want)
 				}
 				inst.mu.Lock()
@@ -703,7 +703,7 @@ func TestInline(t *testing.T) {
 				decided := p.decided
 				inst.mu.Unlock()
 				if !decided {
-					t.Fatalf("batch %d: InlineAuto undecided after %d runs", batch, 2*inlineTrials)
+					t.Fatalf("batch %d: InlineAuto undecided after %d runs", batch, 2*inlineTrials+1)
 				}
 				t.Logf("batch %d: auto runs inline: %v", batch, inst.RunsInline(batch))
 			}

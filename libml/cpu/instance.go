@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -43,16 +44,21 @@ type plan struct {
 	// way are timed, at once for a program slower than inlineMaxNs on
 	// the units
 	decided, inline bool
+	warm            bool // the first run (cold: page faults) is not timed
 	nPool, nInline  int
-	minPool, minIn  int64
+	tPool, tInline  [inlineTrials]int64
 }
 
-// inlineTrials is how many runs each way InlineAuto times; a program
-// that takes inlineMaxNs or more on the units always runs there (waking
-// them costs a few microseconds: only programs of tens of microseconds
-// can gain).
+// inlineTrials is how many runs each way InlineAuto times: that many on
+// the units, then that many inline, each way in a row as it would run
+// once decided (interleaved runs find the units still awake from the run
+// before); the medians decide. A program whose first inlineEarly timed
+// runs on the units all take inlineMaxNs or more runs there (waking them
+// costs microseconds: only programs of tens of microseconds can gain; one
+// slow run is not enough, a unit may have lost its core).
 const (
-	inlineTrials = 4
+	inlineTrials = 8
+	inlineEarly  = 3 // units runs all of inlineMaxNs or more: decided
 	inlineMaxNs  = 200_000
 )
 
@@ -66,28 +72,35 @@ func (p *plan) pick(m Inline) (inline, trial bool) {
 	case p.decided:
 		return p.inline, false
 	}
-	return p.nInline < p.nPool, true
+	return p.nPool == inlineTrials, true
 }
 
 // record adds a trial's time and decides once there are enough.
 func (p *plan) record(inline bool, ns int64) {
+	if !p.warm {
+		p.warm = true
+		return
+	}
 	if inline {
-		if p.nInline == 0 || ns < p.minIn {
-			p.minIn = ns
-		}
+		p.tInline[p.nInline] = ns
 		p.nInline++
 	} else {
-		if p.nPool == 0 || ns < p.minPool {
-			p.minPool = ns
-		}
+		p.tPool[p.nPool] = ns
 		p.nPool++
 	}
 	switch {
-	case p.nPool > 0 && p.minPool >= inlineMaxNs:
+	case !inline && p.nPool == inlineEarly && slices.Min(p.tPool[:inlineEarly]) >= inlineMaxNs:
 		p.decided, p.inline = true, false
-	case p.nPool >= inlineTrials && p.nInline >= inlineTrials:
-		p.decided, p.inline = true, p.minIn < p.minPool
+	case p.nPool == inlineTrials && p.nInline == inlineTrials:
+		p.decided, p.inline = true, median(p.tInline[:]) < median(p.tPool[:])
+
 	}
+}
+
+// median of a few durations (sorts them).
+func median(ts []int64) int64 {
+	slices.Sort(ts)
+	return ts[len(ts)/2]
 }
 
 // run runs p's program once (runAll), where p.pick says, timing it while
