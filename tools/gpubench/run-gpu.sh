@@ -35,7 +35,7 @@
 # shipped back with the reports) and is removed after a run that included
 # speed, unless KEEP_EXPORT=1. speed reads $OUT/latency.json: run latency
 # and speed in the same call. DISB_FLAGS adds disb flags (e.g. "-duration 8s
-# -workloads A,C"). A machine that limits one command to 10 minutes runs
+# -workloads A,C"), APPBENCH_FLAGS appbench flags (e.g. "-duration 2s"). A machine that limits one command to 10 minutes runs
 # the steps in several calls, e.g. `./run-gpu.sh info tests`, then
 # `./run-gpu.sh bench`, `./run-gpu.sh kprof disb`, `./run-gpu.sh export check
 # latency speed selftest`.
@@ -45,6 +45,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$HERE/out}
 PY=${PYTHON:-python3}
 DISB_FLAGS=${DISB_FLAGS:-}
+APPBENCH_FLAGS=${APPBENCH_FLAGS:-}
 EXPORT_DIR=${EXPORT_DIR:-${TMPDIR:-/tmp}/sluice-gpu-export}
 ALL="info tests bench kprof disb appliance export check latency speed selftest"
 STEPS=${*:-$ALL}
@@ -96,9 +97,10 @@ for s in $STEPS; do
 		;;
 	appliance)
 		# lib/ for appbench alone: python and torch keep the machine's libraries
+		# shellcheck disable=SC2086 # APPBENCH_FLAGS is a list of flags
 		run_step appliance env LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 			./appbench -backend cuda -model resnet50 -policies none,reef -duration 4s \
-			-swaps 20 -json "$OUT/appliance.json"
+			-swaps 20 -json "$OUT/appliance.json" $APPBENCH_FLAGS
 		;;
 	export) run_step export ./gpubench export -dir "$EXPORT_DIR" ;;
 	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;
