@@ -61,6 +61,8 @@ type Model struct {
 // UnsupportedError reports an operator the engine cannot run.
 type UnsupportedError struct {
 	Op, Domain, Node string
+	// Why, when set, says what of a supported operator's use is not.
+	Why string
 }
 
 // Error names the operator, the node and the supported operators.
@@ -68,6 +70,9 @@ func (e *UnsupportedError) Error() string {
 	op := e.Op
 	if e.Domain != "" && e.Domain != "ai.onnx" {
 		op = e.Domain + "::" + e.Op
+	}
+	if e.Why != "" {
+		return fmt.Sprintf("unsupported use of operator %s (node %q): %s", op, e.Node, e.Why)
 	}
 	return fmt.Sprintf("unsupported operator %s (node %q); supported: %s",
 		op, e.Node, strings.Join(SupportedOps(), ", "))
@@ -111,11 +116,39 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 	if len(m.outputs) == 0 {
 		return nil, fmt.Errorf("engine: load %q: the graph has no output", g.Name)
 	}
-	// fold constant subgraphs
-	for i := range g.Nodes {
-		n := g.Nodes[i]
+	// fold constant subgraphs; an If whose condition is known by now
+	// gives way to its branch's nodes (ifop.go)
+	queue := append([]graph.Node(nil), g.Nodes...)
+	for ifs := 0; len(queue) > 0; {
+		n := queue[0]
+		queue = queue[1:]
 		n.Inputs = append([]string{}, n.Inputs...)
 		n.Outputs = append([]string{}, n.Outputs...)
+		if (n.Domain != "" && n.Domain != "ai.onnx") || !Supported(n.Op) {
+			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
+		}
+		if n.Op == "If" {
+			cond, ok := m.consts[n.Inputs[0]]
+			if !ok {
+				return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Node: n.Name,
+					Why: "its condition is computed from the input at run time (the engine runs an If whose condition is known at load)"})
+			}
+			b, err := ifBranch(&n, cond)
+			if err != nil {
+				return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
+			}
+			ifs++
+			nodes, inits := inlineIf(&n, b, fmt.Sprintf("if%d/", ifs))
+			for _, t := range inits {
+				c, err := FromGraph(t)
+				if err != nil {
+					return nil, fmt.Errorf("engine: load %q: If %q: initializer: %w", g.Name, n.Name, err)
+				}
+				m.consts[t.Name] = c
+			}
+			queue = append(nodes, queue...)
+			continue
+		}
 		if allConst(&n, m.consts) {
 			ins := make([]*Tensor, len(n.Inputs))
 			for j, name := range n.Inputs {

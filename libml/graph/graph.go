@@ -78,6 +78,7 @@ const (
 	AttrInt     AttrKind = 2
 	AttrString  AttrKind = 3
 	AttrTensor  AttrKind = 4
+	AttrGraph   AttrKind = 5
 	AttrFloats  AttrKind = 6
 	AttrInts    AttrKind = 7
 	AttrStrings AttrKind = 8
@@ -91,6 +92,7 @@ type Attr struct {
 	I       int64
 	S       string
 	T       *Tensor
+	G       *Graph // a sub-graph (If's branches)
 	Floats  []float32
 	Ints    []int64
 	Strings []string

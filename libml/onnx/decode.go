@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 
 	"sluice/libml/graph"
 )
@@ -275,7 +276,7 @@ func decodeNode(b []byte) (graph.Node, error) {
 
 // attrTypeName names ONNX attribute types libml does not represent.
 var attrTypeName = map[int64]string{
-	5: "GRAPH", 9: "TENSORS", 10: "GRAPHS", 11: "SPARSE_TENSOR",
+	9: "TENSORS", 10: "GRAPHS", 11: "SPARSE_TENSOR",
 	12: "SPARSE_TENSORS", 13: "TYPE_PROTO", 14: "TYPE_PROTOS",
 }
 
@@ -285,7 +286,7 @@ func decodeAttr(b []byte) (graph.Attr, error) {
 	// Which value fields were present, to infer the kind of attributes
 	// written before AttributeProto.type existed.
 	var hasF, hasI, hasS, hasT, hasG, hasFloats, hasInts, hasStrings, hasOther bool
-	var tb []byte
+	var tb, gb []byte
 	err := eachField(b, func(f field) error {
 		var err error
 		switch f.num {
@@ -308,7 +309,9 @@ func decodeAttr(b []byte) (graph.Attr, error) {
 			tb, err = f.bytes()
 			hasT = true
 		case 6:
-			hasG = true
+			if gb, err = f.bytes(); err == nil {
+				hasG = true
+			}
 		case 7:
 			var u []uint32
 			if u, err = f.appendFixed32(nil); err == nil {
@@ -372,9 +375,23 @@ func decodeAttr(b []byte) (graph.Attr, error) {
 			return a, err
 		}
 		a.T = t
+	case graph.AttrGraph:
+		if !hasG {
+			return a, fmt.Errorf("GRAPH attribute without a graph")
+		}
+		g, err := decodeGraph(gb)
+		if err != nil {
+			if strings.Contains(err.Error(), "no type") {
+				// sub-graphs may leave their values untyped (Loop
+				// bodies): libml types every value
+				return a, fmt.Errorf("sub-graphs with untyped values are not supported: %w", err)
+			}
+			return a, fmt.Errorf("sub-graph: %w", err)
+		}
+		a.G = g
 	default:
 		if name, ok := attrTypeName[kind]; ok {
-			return a, fmt.Errorf("%s attributes are not supported (sub-graphs and control flow cannot be compiled)", name)
+			return a, fmt.Errorf("%s attributes are not supported", name)
 		}
 		return a, fmt.Errorf("unknown attribute type %d", kind)
 	}

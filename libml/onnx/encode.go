@@ -209,6 +209,15 @@ func encodeAttr(a *graph.Attr) ([]byte, error) {
 			return nil, err
 		}
 		b = putBytes(b, 5, tb)
+	case graph.AttrGraph:
+		if a.G == nil {
+			return nil, fmt.Errorf("graph attribute without a graph")
+		}
+		gb, err := encodeGraph(a.G)
+		if err != nil {
+			return nil, fmt.Errorf("sub-graph: %w", err)
+		}
+		b = putBytes(b, 6, gb)
 	case graph.AttrFloats:
 		for _, v := range a.Floats {
 			b = putFloat(b, 7, v)

@@ -206,12 +206,12 @@ func TestDecodeErrors(t *testing.T) {
 		})
 		return putVarint(b, 14, 1)
 	})
-	subgraph := model(putMessage(nil, 1, func(b []byte) []byte {
-		b = putString(b, 4, "If")
+	subgraphs := model(putMessage(nil, 1, func(b []byte) []byte {
+		b = putString(b, 4, "Foo")
 		return putMessage(b, 5, func(b []byte) []byte {
-			b = putString(b, 1, "then_branch")
-			b = putBytes(b, 6, nil)
-			return putVarint(b, 20, 5)
+			b = putString(b, 1, "branches")
+			b = putBytes(b, 11, nil)
+			return putVarint(b, 20, 10)
 		})
 	}))
 	sequenceInput := model(putMessage(nil, 11, func(b []byte) []byte {
@@ -234,7 +234,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"negative dim", withInit(tensorProto(1, []int64{-2}, func(b []byte) []byte { return b })), "negative dimension"},
 		{"string tensor", withInit(tensorProto(8, []int64{1}, func(b []byte) []byte { return putString(b, 6, "x") })), "string tensors"},
 		{"complex", withInit(tensorProto(14, []int64{1}, func(b []byte) []byte { return b })), "complex64"},
-		{"subgraph", subgraph, "GRAPH attributes are not supported"},
+		{"subgraphs", subgraphs, "GRAPHS attributes are not supported"},
 		{"sequence input", sequenceInput, "sequence types"},
 		{"no op", model(putMessage(nil, 1, func(b []byte) []byte { return putString(b, 3, "n") })), "no op_type"},
 	}

@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"fmt"
+
+	"sluice/libml/graph"
+)
+
+// If: the engine runs an If whose condition is known when the model is
+// loaded (a constant, or computed from constants only): the chosen branch's
+// nodes take the If's place, its values renamed into a scope of their own,
+// and everything else proceeds as if the graph had been written without
+// the If. Exported models often branch on what a fixed input shape makes
+// constant. A condition computed from the input at run time is refused
+// (UnsupportedError, so that the appliance can fall back to ONNX Runtime):
+// running both branches and selecting would cost both, and a branch may
+// read or produce values the other cannot.
+
+// ifBranch returns the branch an If takes for condition cond.
+func ifBranch(n *graph.Node, cond *Tensor) (*graph.Graph, error) {
+	if cond == nil || !cond.known() || cond.Len() != 1 {
+		return nil, fmt.Errorf("If %q: the condition must be one known value", n.Name)
+	}
+	name := "else_branch"
+	if cond.at(0) != 0 {
+		name = "then_branch"
+	}
+	a := n.Attr(name)
+	if a == nil || a.G == nil {
+		return nil, fmt.Errorf("If %q: no %s", n.Name, name)
+	}
+	if len(a.G.Outputs) != len(n.Outputs) {
+		return nil, fmt.Errorf("If %q: %s has %d outputs, the node %d", n.Name, name, len(a.G.Outputs), len(n.Outputs))
+	}
+	return a.G, nil
+}
+
+// inlineIf returns the nodes that replace If n taking branch b, and the
+// branch's initializers, renamed: every value the branch defines gets
+// prefix scope; values it reads from the enclosing graph keep their
+// names; an Identity per output gives the If's outputs their values.
+func inlineIf(n *graph.Node, b *graph.Graph, scope string) ([]graph.Node, []*graph.Tensor) {
+	local := map[string]string{}
+	for _, t := range b.Initializers {
+		local[t.Name] = scope + t.Name
+	}
+	for _, bn := range b.Nodes {
+		for _, o := range bn.Outputs {
+			if o != "" {
+				local[o] = scope + o
+			}
+		}
+	}
+	rename := func(v string) string {
+		if r, ok := local[v]; ok {
+			return r
+		}
+		return v
+	}
+	var nodes []graph.Node
+	for _, bn := range b.Nodes {
+		c := bn
+		c.Name = scope + bn.Name
+		// a nested If's branches read this branch's values by their old
+		// names: rename those (its own values keep theirs, renamed when
+		// it is inlined in turn)
+		c.Attrs = append([]graph.Attr(nil), bn.Attrs...)
+		for i := range c.Attrs {
+			if c.Attrs[i].G != nil {
+				c.Attrs[i].G = renameFree(c.Attrs[i].G, rename)
+			}
+		}
+		c.Inputs = make([]string, len(bn.Inputs))
+		for i, v := range bn.Inputs {
+			if v != "" {
+				c.Inputs[i] = rename(v)
+			}
+		}
+		c.Outputs = make([]string, len(bn.Outputs))
+		for i, v := range bn.Outputs {
+			if v != "" {
+				c.Outputs[i] = rename(v)
+			}
+		}
+		nodes = append(nodes, c)
+	}
+	for i, o := range b.Outputs {
+		if n.Outputs[i] == "" {
+			continue
+		}
+		nodes = append(nodes, graph.Node{Name: scope + "out" + fmt.Sprint(i), Op: "Identity",
+			Inputs: []string{rename(o.Name)}, Outputs: []string{n.Outputs[i]}})
+	}
+	inits := make([]*graph.Tensor, len(b.Initializers))
+	for i, t := range b.Initializers {
+		c := *t
+		c.Name = scope + t.Name
+		inits[i] = &c
+	}
+	return nodes, inits
+}
+
+// refIf evaluates an If whose branch reads only its own values (the
+// reference evaluator has no enclosing graph).
+func refIf(e *ev) ([]*Tensor, error) {
+	b, err := ifBranch(e.n, e.in(0))
+	if err != nil {
+		return nil, err
+	}
+	vals := map[string]*Tensor{}
+	for _, t := range b.Initializers {
+		c, err := FromGraph(t)
+		if err != nil {
+			return nil, err
+		}
+		vals[t.Name] = c
+	}
+	for i := range b.Nodes {
+		bn := &b.Nodes[i]
+		ins := make([]*Tensor, len(bn.Inputs))
+		for j, v := range bn.Inputs {
+			if v == "" {
+				continue
+			}
+			t, ok := vals[v]
+			if !ok {
+				return nil, fmt.Errorf("branch node %q reads %q from the enclosing graph: not evaluated here", bn.Name, v)
+			}
+			ins[j] = t
+		}
+		outs, err := Eval(bn, e.opset, ins)
+		if err != nil {
+			return nil, err
+		}
+		for j, o := range bn.Outputs {
+			if o != "" && j < len(outs) {
+				vals[o] = outs[j]
+			}
+		}
+	}
+	res := make([]*Tensor, len(b.Outputs))
+	for i, o := range b.Outputs {
+		t, ok := vals[o.Name]
+		if !ok {
+			return nil, fmt.Errorf("branch output %q is not computed", o.Name)
+		}
+		res[i] = t
+	}
+	return res, nil
+}
+
+// renameFree returns a copy of sub-graph g whose reads of values it does
+// not define itself (its enclosing graphs') go through rename, in nested
+// sub-graphs too.
+func renameFree(g *graph.Graph, rename func(string) string) *graph.Graph {
+	own := map[string]bool{}
+	for _, t := range g.Initializers {
+		own[t.Name] = true
+	}
+	for _, in := range g.Inputs {
+		own[in.Name] = true
+	}
+	for _, n := range g.Nodes {
+		for _, o := range n.Outputs {
+			own[o] = true
+		}
+	}
+	inner := func(v string) string {
+		if own[v] {
+			return v
+		}
+		return rename(v)
+	}
+	c := *g
+	c.Nodes = make([]graph.Node, len(g.Nodes))
+	for i, n := range g.Nodes {
+		cn := n
+		cn.Inputs = make([]string, len(n.Inputs))
+		for j, v := range n.Inputs {
+			if v != "" {
+				cn.Inputs[j] = inner(v)
+			}
+		}
+		cn.Attrs = append([]graph.Attr(nil), n.Attrs...)
+		for j := range cn.Attrs {
+			if cn.Attrs[j].G != nil {
+				cn.Attrs[j].G = renameFree(cn.Attrs[j].G, inner)
+			}
+		}
+		c.Nodes[i] = cn
+	}
+	c.Outputs = make([]graph.ValueInfo, len(g.Outputs))
+	for i, o := range g.Outputs {
+		c.Outputs[i] = o
+		c.Outputs[i].Name = inner(o.Name)
+	}
+	return &c
+}
