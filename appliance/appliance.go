@@ -382,8 +382,8 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 			if ferr != nil {
 				return nil, nil, fmt.Errorf("appliance: IF %q: %w; the fallback to ONNX Runtime failed too: %w", s.Name, err, ferr)
 			}
-			a.log.Warn("the engine lacks an operator of the model: ONNX Runtime serves the IF (fallback = \"none\" in the IF's spec refuses instead)",
-				"if", s.Name, "model", s.Model, "op", ue.Op, "backend", s.Backend)
+			a.log.Warn("the engine lacks an operator of the model, or a use of one: ONNX Runtime serves the IF (fallback = \"none\" in the IF's spec refuses instead)",
+				"if", s.Name, "model", s.Model, "op", ue.Op, "why", ue.Why, "backend", s.Backend)
 			be, inst, err = ob, fi, nil
 		}
 	}
