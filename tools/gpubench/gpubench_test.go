@@ -311,7 +311,7 @@ func TestRunGPUScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"info", "tests", "bench", "kprof", "disb", "appliance", "export", "check", "latency", "speed", "selftest"} {
+	for _, s := range []string{"info", "tests", "bench", "kernels", "kprof", "disb", "appliance", "export", "check", "latency", "speed", "selftest"} {
 		if !strings.Contains(string(b), "\t"+s+")") {
 			t.Errorf("run-gpu.sh has no step %s", s)
 		}

@@ -8,21 +8,23 @@
 #   cd bin/gpu && ./lease.sh                     # the default plan below
 #   ./lease.sh tests:110 disb:240                # STEP:SECONDS ...
 #
-# DISB_FLAGS (default: workloads A, D and E, short), APPBENCH_FLAGS
+# DISB_FLAGS (default: workloads A, D and E, short), KERNEL_BENCH, APPBENCH_FLAGS
 # (default: 2 s a load, 10 swaps) and the other variables of run-gpu.sh
-# apply. The plan's limits add up to 585 s, for a 10-minute command.
+# apply. The plan's limits add up to 560 s, for a 10-minute command.
 set -u
 PACK=${OUT:-$PWD/out}
 mkdir -p "$PACK"
 export OUT=${LEASE_WORK:-${TMPDIR:-/tmp}/sluice-gpu-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")" || exit 1
-# the default plan measures first what the H200 run of 2026-11-26 left
-# "not yet measured" (docs/benchmarks.md): DISB with padding under the
-# scheduler (A, D and E, 2 s a policy), the appliance under reef, the
-# kernel benchmarks; then the rest, which that run measured once
-PLAN=${*:-info:15 tests:110 disb:200 appliance:90 bench:100 kprof:35 latency:35}
-export DISB_FLAGS=${DISB_FLAGS:--workloads A,D,E -duration 2s -rounds 1 -restore-jobs 3 -calibrate 100ms}
+# the default plan measures what the H200 run of 2026-11-26 left "not
+# yet measured" (docs/benchmarks.md): the GPU tests again (the padding
+# selector is one C implementation since), DISB with padding under the
+# scheduler (A, D and E, the policies padding is judged by, three rounds
+# interleaved), the appliance under reef, the kernel benchmarks
+PLAN=${*:-info:10 tests:120 disb:220 appliance:100 kernels:110}
+export DISB_FLAGS=${DISB_FLAGS:--workloads A,D,E -policies rt-only,reef,reef-nopad,seq -duration 4.5s -rounds 3 -restore-jobs 0 -calibrate 100ms}
+export KERNEL_BENCH=${KERNEL_BENCH:-GPU(Gemm|Conv|Unary|BatchGather)}
 export APPBENCH_FLAGS=${APPBENCH_FLAGS:--duration 2s -swaps 10}
 t0=$(date +%s)
 for item in $PLAN; do

@@ -18,6 +18,7 @@
 #   info       nvidia-smi, driver, python modules
 #   tests      SLUICE_GPU=1 cuda.test -test.run GPU (GPU kernel and backend tests)
 #   bench      GPUBackend benchmarks (-test.benchtime 50x) and the kernel ones
+#   kernels    the kernel benchmarks alone (KERNEL_BENCH: a -test.bench pattern)
 #   kprof      gpubench kprof: the DISB models' kernel profile -> kprof.md, kprof.json
 #   disb       disb -device cuda: DISB A-E x rt-only/reef/reef-nopad/seq/conc/srpt/split
 #              through libml/sched on the GPU, full-size models -> disb.md, disb.json
@@ -88,6 +89,12 @@ for s in $STEPS; do
 			-test.benchtime 50x -test.timeout 30m
 		run_step bench-kernels env SLUICE_GPU=1 ./cuda.test -test.run - -test.bench 'GPU[^B]' \
 			-test.benchtime 50x -test.timeout 30m
+		;;
+	kernels)
+		# the kernel benchmarks alone (bench without the backend's), KERNEL_BENCH
+		# picks them, e.g. 'GPU(Conv|Unary|BatchGather)'
+		run_step bench-kernels env SLUICE_GPU=1 ./cuda.test -test.run - \
+			-test.bench "${KERNEL_BENCH:-GPU[^B]}" -test.benchtime 50x -test.timeout 30m
 		;;
 	kprof) run_step kprof ./gpubench kprof -md "$OUT/kprof.md" -json "$OUT/kprof.json" ;;
 	disb)
