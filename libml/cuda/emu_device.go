@@ -233,6 +233,7 @@ type emuStream struct {
 	err      error
 	inflight int // kernels queued or running
 	maxIn    int
+	syncs    int // Sync calls
 }
 
 func (s *emuStream) loop() {
@@ -346,6 +347,7 @@ func (s *emuStream) ReadAsync(dst pinned, off int, src uint64, n int) error {
 func (s *emuStream) Sync() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.syncs++
 	for s.pending > 0 {
 		s.cond.Wait()
 	}

@@ -659,7 +659,7 @@ func (i *Instance) runTo(p *kplan, at ResumePoint, to int, out *readBack, pad *p
 		}
 		padded := false
 		if pad != nil {
-			if padded, err = pad.launch(i, p, next, params, grid); err != nil {
+			if padded, err = pad.launch(i, p, next, params, grid, q); err != nil {
 				return false, 0, fmt.Errorf("kernel %d: padded launch: %w", next, err)
 			}
 		}

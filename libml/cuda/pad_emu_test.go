@@ -266,9 +266,21 @@ func TestRunPaddedEmu(t *testing.T) {
 		pj := newPadJobs(t, b, d)
 		at0 := []ResumePoint{pj.be[0].At, pj.be[1].At}
 		d.h.padReverse = true
+		s := pj.rt.ln.s.(*emuStream)
+		s.mu.Lock()
+		syncs0 := s.syncs
+		s.mu.Unlock()
 		st := pj.finish(t)
+		s.mu.Lock()
+		syncs := s.syncs - syncs0
+		s.mu.Unlock()
 		if st.Padded == 0 || st.BEBlocks == 0 || st.Kernels != 6 {
 			t.Errorf("no padding: %+v", st)
+		}
+		// padded launches do not wait for each other: the RT stream
+		// syncs once to learn the SM ids, once when the run drains
+		if st.Padded < 2 || syncs != 2 {
+			t.Errorf("%d padded launches, %d syncs of the RT stream (want 2)", st.Padded, syncs)
 		}
 		if pj.be[0].Blocks+pj.be[1].Blocks != st.BEBlocks || pj.be[0].Kernels+pj.be[1].Kernels == 0 {
 			t.Errorf("BE jobs' counts: %+v %+v", *pj.be[0], *pj.be[1])

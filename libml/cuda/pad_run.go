@@ -35,11 +35,18 @@ import (
 // The BE job's next segment (RunSegment from its resume point) continues
 // from there.
 //
-// A padded launch's result must be back before the next padded launch
-// can pick the same jobs: a padded segment waits for the stream before each
-// padded launch that follows one, so padded kernels do not overlap their
-// launch with the previous kernel as the device window otherwise lets
-// them. Padding needs the RT instance on the whole device: in a green
+// A padded launch's result must be back before a later padded launch
+// can pick the same jobs. The run never waits for it: a picked job's
+// instance stays locked until its result is applied, so the selector
+// skips it meanwhile (holdJob's TryLock), and the result is applied once
+// the device window has waited for the launch anyway (the host waits on
+// the event of the kernel Window launches back before each launch) or
+// when the run drains. Each launch in flight has its own control block
+// (one per place in the window), so padded kernels overlap their launch
+// with the kernels before them as unpadded ones do. (A sync before each
+// padded launch, as padding did first, doubled the RT kernel time of a
+// batch-1 ResNet-50 on an H200: 76 kernels, 76 host round trips.)
+// Padding needs the RT instance on the whole device: in a green
 // context %smid values are the partition's physical SM ids, so a
 // partitioned instance launches unpadded.
 //
@@ -66,11 +73,13 @@ type PadStats struct {
 	BEVersioned int64
 }
 
-// padBufs are an instance's padded-launch buffers: the control block in
-// device memory, pinned staging (the block out, the block back, a zero
-// word for the BE flags) and the block's host encoding (out, then back).
+// padBufs are an instance's padded-launch buffers: a control block in
+// device memory per launch that may be in flight (slots), pinned staging
+// (per slot the block out and the block back, then a zero word for the
+// BE flags) and the block's host encoding (out, then back).
 type padBufs struct {
-	ctl   uint64
+	ctl   uint64 // slots control blocks, PadCtlSize apart
+	slots int
 	stage pinned
 	cb    []byte
 	occ   int // sg_pad's blocks per SM
@@ -139,12 +148,12 @@ func distinctSMIDs(b []byte, sms int) []uint32 {
 	return nil
 }
 
-const (
-	padStageOut  = 0
-	padStageBack = PadCtlSize
-	padStageZero = 2 * PadCtlSize
-	padStageSize = 2*PadCtlSize + 8
-)
+// Staging offsets: slot n's control block goes out from padStageOut(n)
+// and comes back to padStageBack(n); the zero word follows the slots.
+func padStageOut(n int) int      { return 2 * PadCtlSize * n }
+func padStageBack(n int) int     { return 2*PadCtlSize*n + PadCtlSize }
+func padStageZero(slots int) int { return 2 * PadCtlSize * slots }
+func padStageSize(slots int) int { return 2*PadCtlSize*slots + 8 }
 
 func (i *Instance) freePad() error {
 	if i.pad == nil {
@@ -166,15 +175,25 @@ type padRun struct {
 	off  bool // no padding: the instance is in a partition or unprofiled
 	rt   *padProf
 	sms  int
-	// the padded launch in flight: its control block and its jobs
-	pending bool
-	ctl     PadCtl
-	rtArgs  Args
-	picked  []padHeld
+	// the padded launches in flight, by control-block slot, and the slot
+	// choose fills
+	slots  []padSlot
+	cur    int
+	rtArgs Args
 	// scratch
 	cands []padsel.Job
 	held  []padHeld
 	picks []padsel.Pick
+}
+
+// padSlot is a padded launch and its control block: in flight (pending)
+// from its launch until its result is applied. q is the launch's place
+// in the run's queue (runTo's count of launches).
+type padSlot struct {
+	pending bool
+	q       int
+	ctl     PadCtl
+	picked  []padHeld
 }
 
 // padHeld is a BE job the run holds (its instance locked) for a launch,
@@ -202,11 +221,13 @@ func (pr *padRun) init(i *Instance, p *kplan) error {
 		if err != nil {
 			return err
 		}
-		ctl, err := i.b.dev.Alloc(PadCtlSize)
+		// a launch in flight per place in the device window
+		slots := max(len(i.ln.ev), 1)
+		ctl, err := i.b.dev.Alloc(PadCtlSize * slots)
 		if err != nil {
-			return fmt.Errorf("padding control block: %w", err)
+			return fmt.Errorf("padding control blocks: %w", err)
 		}
-		stage, err := i.b.dev.HostAlloc(padStageSize)
+		stage, err := i.b.dev.HostAlloc(padStageSize(slots))
 		if err != nil {
 			i.b.dev.Free(ctl)
 			return fmt.Errorf("padding staging: %w", err)
@@ -217,60 +238,71 @@ func (pr *padRun) init(i *Instance, p *kplan) error {
 			stage.Free()
 			return fmt.Errorf("SM ids: %w", err)
 		}
-		i.pad = &padBufs{ctl: ctl, stage: stage, cb: make([]byte, PadCtlSize), occ: max(occ, 1), smid: smid}
+		i.pad = &padBufs{ctl: ctl, slots: slots, stage: stage, cb: make([]byte, PadCtlSize), occ: max(occ, 1), smid: smid}
+	}
+	if len(pr.slots) != i.pad.slots {
+		pr.slots = make([]padSlot, i.pad.slots)
 	}
 	return nil
 }
 
 // launch launches RT kernel k (grid blocks, parameters params) through
-// sg_pad when the selector pads it, and reports whether it did.
-func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) (bool, error) {
+// sg_pad when the selector pads it, and reports whether it did. q is the
+// launch's place in the run's queue; the launches before q-window have
+// run (the host waited on their window event), so their results apply
+// first.
+func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid, q int) (bool, error) {
 	pr.st.Kernels++
 	if pr.off {
 		return false, nil
 	}
+	pr.finishRun(q - len(i.ln.ev))
 	if len(pr.rt.vers[k]) == 0 {
 		return false, nil
 	}
 	kp := &pr.rt.vers[k][0]
-	if pr.pending {
-		// the jobs' resume points come from the last padded launch
-		if err := i.ln.s.Sync(); err != nil {
-			return false, err
+	pr.cur = -1
+	for n := range pr.slots {
+		if !pr.slots[n].pending {
+			pr.cur = n
+			break
 		}
-		pr.finish()
+	}
+	if pr.cur < 0 {
+		return false, nil // every control block is in flight
 	}
 	if !pr.choose(i, p, k, kp, params, grid) {
 		return false, nil
 	}
-	s, pb := i.ln.s, i.pad
-	if err := pr.ctl.encode(pb.cb); err != nil {
+	s, pb, sl := i.ln.s, i.pad, &pr.slots[pr.cur]
+	ctl := pb.ctl + uint64(pr.cur*PadCtlSize)
+	if err := sl.ctl.encode(pb.cb); err != nil {
 		pr.unhold()
 		return false, err
 	}
-	pb.stage.Put(padStageOut, pb.cb)
-	if err := s.WriteAsync(pb.ctl, pb.stage, padStageOut, PadCtlSize); err != nil {
+	pb.stage.Put(padStageOut(pr.cur), pb.cb)
+	if err := s.WriteAsync(ctl, pb.stage, padStageOut(pr.cur), PadCtlSize); err != nil {
 		pr.unhold()
 		return false, err
 	}
-	for _, h := range pr.picked {
-		if err := s.WriteAsync(h.inst.state+StateFlag, pb.stage, padStageZero, 4); err != nil {
+	for _, h := range sl.picked {
+		if err := s.WriteAsync(h.inst.state+StateFlag, pb.stage, padStageZero(pb.slots), 4); err != nil {
 			pr.unhold()
 			return false, err
 		}
 	}
-	if err := s.Launch(KernelPad, pb.occ*pr.sms, PackPad(i.state, int64(k), &pr.rtArgs, pb.ctl)); err != nil {
+	if err := s.Launch(KernelPad, pb.occ*pr.sms, PackPad(i.state, int64(k), &pr.rtArgs, ctl)); err != nil {
 		pr.unhold()
 		return false, err
 	}
-	if err := s.ReadAsync(pb.stage, padStageBack, pb.ctl, PadCtlSize); err != nil {
+	if err := s.ReadAsync(pb.stage, padStageBack(pr.cur), ctl, PadCtlSize); err != nil {
 		pr.unhold()
 		return false, err
 	}
-	pr.pending = true
+	sl.pending, sl.q = true, q
 	pr.st.Padded++
 	pr.st.BEKernels += int64(len(pr.picks))
-	for _, h := range pr.picked {
+	for _, h := range sl.picked {
 		if h.ver != 0 {
 			pr.st.BEVersioned++
 		}
@@ -281,10 +313,12 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid int) 
 // choose is a padded launch's host-side decision for RT kernel k (grid
 // blocks, parameters params, profile kp): the suspended jobs' next
 // kernels as candidates (their instances locked, each in every version it
-// may run in), the selection (padsel.Launch: versions, Rule 1, the SM
-// ranges), and the launch's control block in pr.ctl (the RT arguments in
-// pr.rtArgs) with the picked jobs, still locked, in pr.picked. It reports
-// whether anything was picked (if not, nothing stays locked).
+// may run in; a job in a launch still in flight is locked already and
+// skipped), the selection (padsel.Launch: versions, Rule 1, the SM
+// ranges), and the launch's control block in slot pr.cur's ctl (the RT
+// arguments in pr.rtArgs) with the picked jobs, still locked, in its
+// picked. It reports whether anything was picked (if not, nothing stays
+// locked).
 func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params []byte, grid int) bool {
 	occ := i.pad.occ
 	rt := padsel.RT{Grid: grid, Occupancy: min(max(kp.Occupancy, 1), occ),
@@ -313,12 +347,13 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params
 		h := &pr.held[pk.Job]
 		h.ver = h.vers[pk.Version]
 	}
-	// pr.picked follows the candidates' order, which is the picks' order
+	// picked follows the candidates' order, which is the picks' order
 	// (the selector picks in candidate order)
-	pr.picked = pr.picked[:0]
+	sl := &pr.slots[pr.cur]
+	sl.picked = sl.picked[:0]
 	for c, h := range pr.held {
 		if picked[c] {
-			pr.picked = append(pr.picked, h)
+			sl.picked = append(sl.picked, h)
 		} else {
 			h.inst.mu.Unlock()
 		}
@@ -330,15 +365,15 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params
 	pr.rtArgs.Decode(params[16:])
 	ep := p.pr.p
 	_, rtHi := i.pad.smRange(0, rtSMs)
-	pr.ctl = PadCtl{RTOp: Op(ep.Kernels[k].Op), RTGrid: uint32(grid), RTSMs: rtHi, BE: pr.ctl.BE[:0]}
+	sl.ctl = PadCtl{RTOp: Op(ep.Kernels[k].Op), RTGrid: uint32(grid), RTSMs: rtHi, BE: sl.ctl.BE[:0]}
 	for n, pk := range pr.picks {
-		h := pr.picked[n]
+		h := sl.picked[n]
 		at := h.j.At
 		var a Args
 		a.Decode(h.p.launch(at.Kernel, h.ver).params[16:])
 		a.T[TBase] += int64(at.Block)
 		lo, hi := i.pad.smRange(int(pk.Lo), int(pk.Hi))
-		pr.ctl.BE = append(pr.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
+		sl.ctl.BE = append(sl.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
 			State: h.inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Job].Versions[pk.Version].Grid),
 			SMLo: lo, SMHi: hi})
 	}
@@ -404,25 +439,44 @@ func holdJob(i *Instance, j *PadJob, occ int, c *padsel.Job) (padHeld, bool) {
 // maxVersions bounds the versions of a kernel (Versions).
 const maxVersions = padsel.MaxVersions
 
-// unhold releases the jobs of a padded launch that did not happen.
+// unhold releases the jobs of slot pr.cur's padded launch that did not
+// happen.
 func (pr *padRun) unhold() {
-	for _, h := range pr.picked {
+	sl := &pr.slots[pr.cur]
+	for _, h := range sl.picked {
 		h.inst.mu.Unlock()
 	}
-	pr.picked = pr.picked[:0]
+	sl.picked = sl.picked[:0]
 }
 
-// finish applies the last padded launch's result (its control block is
-// back: the stream was synchronized) and releases its jobs.
-func (pr *padRun) finish() {
-	if !pr.pending {
-		return
+// finishRun applies the results of the padded launches in flight at
+// queue places up to q (they have run: the stream passed them).
+func (pr *padRun) finishRun(q int) {
+	for n := range pr.slots {
+		if sl := &pr.slots[n]; sl.pending && sl.q <= q {
+			pr.finishSlot(sl, n)
+		}
 	}
-	pr.pending = false
+}
+
+// finish applies the results of every padded launch in flight (the
+// stream was synchronized) and releases their jobs.
+func (pr *padRun) finish() {
+	for n := range pr.slots {
+		if sl := &pr.slots[n]; sl.pending {
+			pr.finishSlot(sl, n)
+		}
+	}
+}
+
+// finishSlot applies slot n's launch result (its control block is back)
+// and releases its jobs.
+func (pr *padRun) finishSlot(sl *padSlot, n int) {
+	sl.pending = false
 	cb := pr.inst.pad.cb
-	pr.inst.pad.stage.Get(padStageBack, cb)
-	res := pr.ctl.Result(cb)
-	for n, h := range pr.picked {
+	pr.inst.pad.stage.Get(padStageBack(n), cb)
+	res := sl.ctl.Result(cb)
+	for n, h := range sl.picked {
 		j := h.j
 		lost := binary.LittleEndian.Uint32(cb[offPadLost+4*(n+1):])
 		done := int64(res.Done[n+1])
@@ -447,23 +501,32 @@ func (pr *padRun) finish() {
 		}
 		h.inst.mu.Unlock()
 	}
-	pr.picked = pr.picked[:0]
+	sl.picked = sl.picked[:0]
 }
 
-// release settles a padded launch still pending when the run failed
-// between the launch and its result: once the stream has drained, its
-// result applies; if the stream failed, the jobs are released as they
-// were.
+// release settles the padded launches still in flight when the run
+// failed between a launch and its result: once the stream has drained,
+// their results apply; if the stream failed, the jobs are released as
+// they were.
 func (pr *padRun) release() {
-	if !pr.pending {
+	pending := false
+	for n := range pr.slots {
+		pending = pending || pr.slots[n].pending
+	}
+	if !pending {
 		return
 	}
 	if pr.inst.ln.s.Sync() == nil {
 		pr.finish()
 		return
 	}
-	pr.pending = false
-	pr.unhold()
+	for n := range pr.slots {
+		if pr.slots[n].pending {
+			pr.slots[n].pending = false
+			pr.cur = n
+			pr.unhold()
+		}
+	}
 }
 
 // offParamsBase is the offset of the first block (Args.T[TBase]) in a
