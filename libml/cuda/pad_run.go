@@ -374,7 +374,7 @@ func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params
 		a.T[TBase] += int64(at.Block)
 		lo, hi := i.pad.smRange(int(pk.Lo), int(pk.Hi))
 		sl.ctl.BE = append(sl.ctl.BE, PadKernel{Op: Op(h.p.pr.p.Kernels[at.Kernel].Op), Args: a,
-			State: h.inst.state, Exec: int64(at.Kernel), Grid: uint32(pr.cands[pk.Job].Versions[pk.Version].Grid),
+			State: h.inst.state, Exec: int64(at.Kernel), Grid: uint32(pk.Blocks),
 			SMLo: lo, SMHi: hi})
 	}
 	return true

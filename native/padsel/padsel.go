@@ -61,9 +61,12 @@ type Job struct {
 }
 
 // Pick is a chosen job of a padded launch: Job's version Version on SMs
-// [Lo, Hi) (sk_padsel_pick).
+// [Lo, Hi), at most Blocks of its blocks: those the SMs finish within the
+// RT kernel's remaining time (sk_padsel_pick).
 type Pick struct {
 	Job, Version, Lo, Hi int32
+	Blocks               int32
+	_                    int32
 }
 
 // the Go types are the C types' layout: passed to C as they are

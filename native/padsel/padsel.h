@@ -60,9 +60,12 @@ typedef struct sk_padsel_job {
 	int32_t _pad;
 } sk_padsel_job;
 
-/* A pick of a padded GPU launch: job's version ver on SMs [lo, hi). */
+/* A pick of a padded GPU launch: job's version ver on SMs [lo, hi), at
+ * most blocks of its blocks (those the SMs finish within the RT kernel's
+ * remaining time). */
 typedef struct sk_padsel_pick {
 	int32_t job, ver, lo, hi;
+	int32_t blocks, _pad;
 } sk_padsel_pick;
 
 /* sk_padsel_rule1 is Rule 1: a block of blk_ns beside an RT kernel with
@@ -113,8 +116,13 @@ static inline int sk_padsel_rt_units(int64_t grid, int64_t occ, int units)
  * picked or the free SMs run out. A picked kernel gets as many SMs as it
  * needs to run all its blocks within rem_ns (its blocks run back to back
  * on an SM, occ at a time), at least one; SMs still free after the last
- * pick go to it as well (they would idle). It writes the picks to out
- * (room for max_picks) and returns their count. */
+ * pick go to it as well (they would idle). A pick's blocks are what its
+ * SMs run within rem_ns, floor(rem_ns / blk_ns) rounds of occ per SM (at
+ * least one round: Rule 1), at most its grid: a launch whose BE blocks
+ * kept taking work until the RT kernel ended would outlive it by up to a
+ * block time on every SM, which for short RT kernels (a block time near
+ * the RT kernel's) nearly doubled them. It writes the picks to out (room
+ * for max_picks) and returns their count. */
 static inline int sk_padsel_launch(int64_t rt_grid, int64_t rt_occ, double rem_ns, int sms,
 				   const sk_padsel_job *jobs, int njobs, int max_picks,
 				   sk_padsel_pick *out)
@@ -138,6 +146,9 @@ static inline int sk_padsel_launch(int64_t rt_grid, int64_t rt_occ, double rem_n
 		out[n].ver = v;
 		out[n].lo = next;
 		out[n].hi = next + (int)k;
+		/* per SM, as blocks below once the SMs are final */
+		out[n].blocks = (int32_t)(per < INT32_MAX ? per : INT32_MAX);
+		out[n]._pad = 0;
 		next += (int)k;
 		n++;
 		if (next >= sms || n == max_picks)
@@ -145,6 +156,11 @@ static inline int sk_padsel_launch(int64_t rt_grid, int64_t rt_occ, double rem_n
 	}
 	if (n > 0)
 		out[n - 1].hi = sms;
+	for (int i = 0; i < n; i++) {
+		int64_t b = (int64_t)out[i].blocks * (out[i].hi - out[i].lo);
+		int64_t g = jobs[out[i].job].ver[out[i].ver].grid;
+		out[i].blocks = (int32_t)(b < g ? b : g);
+	}
 	return n;
 }
 

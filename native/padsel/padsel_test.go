@@ -92,6 +92,14 @@ func TestLaunchRules(t *testing.T) {
 			if p.Lo < lo || p.Hi <= p.Lo || p.Hi > int32(sms) {
 				t.Fatalf("Rule 2: pick %+v (RT SMs [0, %d), next free %d, %d SMs)", p, rtSMs, lo, sms)
 			}
+			// the blocks its SMs finish within the RT kernel's time:
+			// whole rounds of occupancy per SM, at least one, at most
+			// the grid
+			v := jobs[p.Job].Versions[0]
+			rounds := max(int64(rt.RemainingNs/v.BlockNs), 1)
+			if want := min(int64(v.Grid), rounds*int64(v.Occupancy)*int64(p.Hi-p.Lo)); int64(p.Blocks) != want {
+				t.Fatalf("pick %+v of %+v beside RT %+v: %d blocks, want %d", p, v, rt, p.Blocks, want)
+			}
 			lo = p.Hi
 		}
 		if len(out) > 0 && lo != int32(sms) {
@@ -117,8 +125,9 @@ func TestLaunchRules(t *testing.T) {
 
 // A worked case: 108 SMs, an RT kernel of 100 blocks at 2 per SM needs
 // 50; a BE kernel of 40 blocks of 10 µs beside an RT kernel of 50 µs runs
-// 5 rounds x 2 per SM: 4 SMs; one whose block is too long is skipped; the
-// next takes the rest.
+// 5 rounds x 2 per SM: 4 SMs, all 40 blocks; one whose block is too long
+// is skipped; the next takes the rest, 50 rounds of 1 block on each of its
+// 54 SMs.
 func TestLaunchExample(t *testing.T) {
 	rt := RT{Grid: 100, Occupancy: 2, RemainingNs: 50e3}
 	jobs := []Job{
@@ -127,7 +136,7 @@ func TestLaunchExample(t *testing.T) {
 		one(Version{Grid: 100000, Occupancy: 1, BlockNs: 1e3}),
 	}
 	got := Launch(rt, 108, jobs, nil)
-	want := []Pick{{Job: 0, Lo: 50, Hi: 54}, {Job: 2, Lo: 54, Hi: 108}}
+	want := []Pick{{Job: 0, Lo: 50, Hi: 54, Blocks: 40}, {Job: 2, Lo: 54, Hi: 108, Blocks: 54 * 50}}
 	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}
