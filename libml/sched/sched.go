@@ -108,10 +108,11 @@ type Config struct {
 	NoPadding bool
 	// PadBackoffTol and PadBackoffJobs are padding's online back-off
 	// (reef): when an RT model's jobs run slower with BE work offered
-	// to padding than without (moving means of their kernel time, 8
+	// to padding than without (running means of their kernel time, 4
 	// jobs each at least) by more than PadBackoffTol (default 0.05),
 	// padding stays off for its next PadBackoffJobs RT jobs (default
-	// 32), then is tried again. PadBackoffTol < 0: no back-off.
+	// 32; doubled for each back-off in a row, up to 32 times), then is
+	// tried again. PadBackoffTol < 0: no back-off.
 	PadBackoffTol  float64
 	PadBackoffJobs int
 	// PreemptBlockNs and PreemptSlack choose the versions reef's BE
