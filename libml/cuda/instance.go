@@ -723,7 +723,7 @@ func (i *Instance) Preempt() error {
 type instStats struct {
 	runs, launches, preemptions, lastResume atomic.Int64
 	// padding (RunSegmentPadded): PadStats' fields
-	padKernels, padPadded, padBEKernels, padBEBlocks, padBEVersioned atomic.Int64
+	padKernels, padPadded, padBEKernels, padBEBlocks, padBEVersioned, padCostly atomic.Int64
 }
 
 // addPad adds a padded segment's padding to the counters.
@@ -733,6 +733,7 @@ func (s *instStats) addPad(st *PadStats) {
 	s.padBEKernels.Add(st.BEKernels)
 	s.padBEBlocks.Add(st.BEBlocks)
 	s.padBEVersioned.Add(st.BEVersioned)
+	s.padCostly.Add(st.Costly)
 }
 
 // Stats are an instance's execution counters.
@@ -753,7 +754,7 @@ func (i *Instance) Stats() Stats {
 		Preemptions: i.stats.preemptions.Load(), LastResume: int(i.stats.lastResume.Load()),
 		Pad: PadStats{Kernels: i.stats.padKernels.Load(), Padded: i.stats.padPadded.Load(),
 			BEKernels: i.stats.padBEKernels.Load(), BEBlocks: i.stats.padBEBlocks.Load(),
-			BEVersioned: i.stats.padBEVersioned.Load()}}
+			BEVersioned: i.stats.padBEVersioned.Load(), Costly: i.stats.padCostly.Load()}}
 }
 
 // Program returns the compiled program used for a batch size.

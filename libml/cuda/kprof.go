@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"sluice/libml/kprof"
+	"sluice/native/padsel"
 )
 
 // The kernel profile (REEF §5.2, §3 "kernel profiler") in the format
@@ -208,6 +209,13 @@ func (i *Instance) profileOne(p *kplan, k, v, reps int, ring pinned, words []byt
 		}
 		kp.KernNs = ns / float64(reps)
 	}
+	if _, timed := e1.(timedEvent); timed && v == 0 {
+		// (host timing, the emulator's, would make padding's choices
+		// depend on the machine's load: measured on a GPU only)
+		if kp.PadNs, err = i.profilePad(p, k, kp.Occupancy, reps); err != nil {
+			return kp, fmt.Errorf("kernel %d as a padded launch: %w", k, err)
+		}
+	}
 	// block time: one traced launch
 	ring.Put(0, words[:8*slots])
 	if err := i.b.dev.Write(i.state+StateRingHead, make([]byte, 8)); err != nil {
@@ -229,6 +237,68 @@ func (i *Instance) profileOne(p *kplan, k, v, reps int, ring pinned, words []byt
 		kp.BlockNs = kp.KernNs / float64(waves)
 	}
 	return kp, nil
+}
+
+// profilePad measures kernel k (version 0, occ blocks per SM on its own)
+// as a padded launch with nothing to pad: reps times the control block
+// out, sg_pad, the control block back, as a padded launch queues them,
+// timed like the kernel time. It returns 0 for a kernel that fills the
+// device at sg_pad's occupancy (never padded) and on a partition
+// (padding needs the whole device).
+func (i *Instance) profilePad(p *kplan, k, occ, reps int) (float64, error) {
+	ln := i.ln
+	if ln.own {
+		return 0, nil
+	}
+	if err := i.padBuffers(); err != nil {
+		return 0, err
+	}
+	pb, sms, l := i.pad, ln.ctx.SMs(), &p.launches[k]
+	rt := padsel.RT{Grid: l.grid, Occupancy: min(max(occ, 1), pb.occ)}
+	rtSMs := padsel.RTUnits(rt, sms)
+	if rtSMs >= sms {
+		return 0, nil
+	}
+	_, rtHi := pb.smRange(0, rtSMs)
+	ctl := PadCtl{RTOp: Op(p.pr.p.Kernels[k].Op), RTGrid: uint32(l.grid), RTSMs: rtHi}
+	if err := ctl.encode(pb.cb); err != nil {
+		return 0, err
+	}
+	pb.stage.Put(padStageOut(0), pb.cb)
+	var args Args
+	args.Decode(l.params[16:])
+	params := PackPad(i.state, int64(k), &args, pb.ctl)
+	e0, e1 := ln.ev[0], ln.ev[1]
+	t0 := time.Now()
+	if err := e0.Record(ln.s); err != nil {
+		return 0, err
+	}
+	for r := 0; r < reps; r++ {
+		if err := ln.s.WriteAsync(pb.ctl, pb.stage, padStageOut(0), PadCtlSize); err != nil {
+			return 0, err
+		}
+		if err := ln.s.Launch(KernelPad, pb.occ*sms, params); err != nil {
+			return 0, err
+		}
+		if err := ln.s.ReadAsync(pb.stage, padStageBack(0), pb.ctl, PadCtlSize); err != nil {
+			return 0, err
+		}
+	}
+	if err := e1.Record(ln.s); err != nil {
+		return 0, err
+	}
+	if err := ln.s.Sync(); err != nil {
+		return 0, err
+	}
+	ns := float64(time.Since(t0).Nanoseconds()) / float64(reps)
+	if te, ok := e1.(timedEvent); ok {
+		t, err := te.elapsedNs(e0)
+		if err != nil {
+			return 0, err
+		}
+		ns = t / float64(reps)
+	}
+	return ns, nil
 }
 
 // blockSpans pairs a trace ring's start and end events of execution index

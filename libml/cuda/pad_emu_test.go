@@ -385,3 +385,88 @@ func BenchmarkPadChoose(b *testing.B) {
 		})
 	}
 }
+
+// An RT kernel whose profile says a padded launch costs it more than
+// PadCostTol launches unpadded (PadStats.Costly), and the BE jobs stay
+// where they were; within the tolerance it is padded as before.
+func TestPadCostlyEmu(t *testing.T) {
+	for _, costly := range []bool{true, false} {
+		b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+		pj := newPadJobs(t, b, d)
+		mp, err := pj.rt.ProfileKernels(1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range mp.Kernels {
+			for v := range mp.Kernels[k].Versions {
+				vp := &mp.Kernels[k].Versions[v]
+				vp.BlockNs, vp.KernNs, vp.PadNs = 1e3, 1e6, 1e6*(1+kprof.PadCostTol/2)
+				if costly {
+					vp.PadNs = 1e6 * (1 + 2*kprof.PadCostTol)
+				}
+			}
+		}
+		if err := pj.rt.SetKernelProfile(mp); err != nil {
+			t.Fatal(err)
+		}
+		at0 := []ResumePoint{pj.be[0].At, pj.be[1].At}
+		d.h.padReverse = true
+		st := pj.finish(t)
+		if costly && (st.Padded != 0 || st.Costly == 0 || pj.be[0].At != at0[0] || pj.be[1].At != at0[1]) {
+			t.Errorf("padding costs the RT kernels 10%%, yet: %+v, BE at %+v %+v", st, pj.be[0].At, pj.be[1].At)
+		}
+		if !costly && (st.Padded == 0 || st.Costly != 0) {
+			t.Errorf("padding costs the RT kernels 2.5%%, yet: %+v", st)
+		}
+		if got := pj.rt.Stats().Pad.Costly; got != st.Costly {
+			t.Errorf("instance stats: %d costly, the run %d", got, st.Costly)
+		}
+	}
+}
+
+// profilePad times a kernel as a padded launch with nothing to pad (on
+// the emulator, by the host's clock): a kernel that leaves SMs idle gets
+// a time, one that fills the device none; the instance computes the
+// same output after.
+func TestProfilePadEmu(t *testing.T) {
+	b, d := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	d.h.occ = 3
+	inst := load(t, b, "sq", mlpGraph(5, 160, 9), 2).(*Instance)
+	defer inst.Close()
+	in := zoo.Input(1, 2*inst.InputSize())
+	want := infer(t, b, inst, 2, in)
+	inst.mu.Lock()
+	p, err := inst.planFor(2)
+	if err != nil {
+		inst.mu.Unlock()
+		t.Fatal(err)
+	}
+	timed, full := 0, 0
+	for k, l := range p.launches {
+		if l.grid == 0 {
+			continue
+		}
+		ns, err := inst.profilePad(p, k, 3, 2)
+		if err != nil {
+			inst.mu.Unlock()
+			t.Fatalf("kernel %d: %v", k, err)
+		}
+		fills := (l.grid+2)/3 >= emuSMs
+		switch {
+		case fills && ns != 0:
+			t.Errorf("kernel %d (%d blocks) fills the device, padded launch timed %v ns", k, l.grid, ns)
+		case !fills && !(ns > 0):
+			t.Errorf("kernel %d (%d blocks) leaves SMs idle, padded launch timed %v ns", k, l.grid, ns)
+		case fills:
+			full++
+		default:
+			timed++
+		}
+	}
+	inst.mu.Unlock()
+	if timed == 0 {
+		t.Fatal("no kernel leaves SMs idle")
+	}
+	closeTo(t, "after profilePad", infer(t, b, inst, 2, in), want, 0)
+	t.Logf("%d kernels timed as padded launches, %d fill the device", timed, full)
+}

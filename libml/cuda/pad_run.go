@@ -71,6 +71,9 @@ type PadStats struct {
 	// BEVersioned is the BE kernels carried in a version other than the
 	// default (PlanVersion; counted in BEKernels too).
 	BEVersioned int64
+	// Costly is the RT kernels launched unpadded because their profile
+	// says a padded launch costs them more than PadCostTol.
+	Costly int64
 }
 
 // padBufs are an instance's padded-launch buffers: a control block in
@@ -216,7 +219,20 @@ func (pr *padRun) init(i *Instance, p *kplan) error {
 		return nil
 	}
 	pr.sms = i.ln.ctx.SMs()
+	if err := i.padBuffers(); err != nil {
+		return err
+	}
+	if len(pr.slots) != i.pad.slots {
+		pr.slots = make([]padSlot, i.pad.slots)
+	}
+	return nil
+}
+
+// padBuffers makes the instance's padded-launch buffers (padBufs), once:
+// sg_pad's occupancy, the control blocks and their staging, the SM ids.
+func (i *Instance) padBuffers() error {
 	if i.pad == nil {
+		sms := i.ln.ctx.SMs()
 		occ, err := kernelOccupancy(i.ln.ctx, KernelPad)
 		if err != nil {
 			return err
@@ -232,16 +248,13 @@ func (pr *padRun) init(i *Instance, p *kplan) error {
 			i.b.dev.Free(ctl)
 			return fmt.Errorf("padding staging: %w", err)
 		}
-		smid, err := i.learnSMIDs(pr.sms)
+		smid, err := i.learnSMIDs(sms)
 		if err != nil {
 			i.b.dev.Free(ctl)
 			stage.Free()
 			return fmt.Errorf("SM ids: %w", err)
 		}
 		i.pad = &padBufs{ctl: ctl, slots: slots, stage: stage, cb: make([]byte, PadCtlSize), occ: max(occ, 1), smid: smid}
-	}
-	if len(pr.slots) != i.pad.slots {
-		pr.slots = make([]padSlot, i.pad.slots)
 	}
 	return nil
 }
@@ -261,6 +274,10 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid, q in
 		return false, nil
 	}
 	kp := &pr.rt.vers[k][0]
+	if kp.PadCostly() {
+		pr.st.Costly++
+		return false, nil
+	}
 	pr.cur = -1
 	for n := range pr.slots {
 		if !pr.slots[n].pending {

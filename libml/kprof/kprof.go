@@ -83,6 +83,14 @@ type Version struct {
 	BlockNs    float64 `json:"block_ns"`
 	KernNs     float64 `json:"kern_ns"`
 	RingBlocks int     `json:"ring_blocks,omitempty"`
+	// PadNs is the kernel's time as a padded launch with nothing to pad
+	// beside it (a GPU's sg_pad, its control block's copies out and back
+	// included), measured like KernNs; 0 where not measured (the cpu, a
+	// kernel that fills the device, versions other than the first). A
+	// kernel whose PadNs exceeds its KernNs by more than padding's cost
+	// tolerance is launched unpadded: padding it would delay the RT
+	// kernel more than the blocks it fills are worth.
+	PadNs float64 `json:"pad_ns,omitempty"`
 	// BlockBW is the bandwidth one block demands on its unit (MB/s),
 	// KernBW the kernel's on the device.
 	BlockBW int64 `json:"block_bw_mbs"`
@@ -90,6 +98,19 @@ type Version struct {
 	// Pruned versions are dominated by another version of the kernel
 	// (Prune) and never offered to padding.
 	Pruned bool `json:"pruned,omitempty"`
+}
+
+// PadCostTol is how much slower than its plain launch an RT kernel may
+// run as a padded launch (PadNs against KernNs) and still be padded.
+// REEF measures about 1% for padding's code; a padded launch on the cuda
+// device also copies its control block out and back, which for a kernel
+// of a few µs costs more than the kernel.
+const PadCostTol = 0.05
+
+// PadCostly reports whether padding the kernel (as an RT kernel, in this
+// version) would slow it by more than PadCostTol; unmeasured: no.
+func (v *Version) PadCostly() bool {
+	return v.PadNs > 0 && v.KernNs > 0 && v.PadNs > v.KernNs*(1+PadCostTol)
 }
 
 // Set is several model profiles, as `gpubench kprof` writes them.

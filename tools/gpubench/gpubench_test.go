@@ -281,7 +281,8 @@ func TestArgs(t *testing.T) {
 
 // kprof's summary table from a synthetic profile: one row per model,
 // the kernels (version 0) that leave SMs idle and their time share, the
-// other versions and the pruned ones.
+// other versions and the pruned ones, and the idle-leaving kernels a
+// padded launch slows by more than the tolerance.
 func TestKprofMarkdown(t *testing.T) {
 	p := &kprof.Set{Device: "test", Models: []kprof.Model{{Model: "VGG", Batch: 1, Units: 132, Timing: "events", PadOccupancy: 1,
 		Kernels: []kprof.Kernel{
@@ -289,12 +290,12 @@ func TestKprofMarkdown(t *testing.T) {
 				{Grid: 1000, Occupancy: 2, SMs: 132, KernNs: 300e3, BlockNs: 20e3},
 				{Grid: 4000, Occupancy: 2, SMs: 132, KernNs: 400e3, BlockNs: 6e3}}},
 			{Index: 1, Versions: []kprof.Version{
-				{Grid: 10, Occupancy: 2, SMs: 5, KernNs: 100e3, BlockNs: 90e3},
+				{Grid: 10, Occupancy: 2, SMs: 5, KernNs: 100e3, BlockNs: 90e3, PadNs: 120e3},
 				{Grid: 40, Occupancy: 2, SMs: 20, KernNs: 200e3, BlockNs: 95e3, Pruned: true}}},
 			{Index: 2, Versions: []kprof.Version{{}}}, // launches nothing
 		}}, {Model: "RNET", Batch: 1, Units: 132}}}
 	md := kprofMarkdown(p)
-	for _, want := range []string{"| VGG | 1 | 132 | events | 2 | 1 | 25.0% | 100.0 / 300.0 | 20.0 / 90.0 | 1 | 2 | 1 |", "| RNET | 1 | 132 |"} {
+	for _, want := range []string{"| VGG | 1 | 132 | events | 2 | 1 | 25.0% | 100.0 / 300.0 | 20.0 / 90.0 | 1 | 2 | 1 | 1 |", "| RNET | 1 | 132 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no %q in\n%s", want, md)
 		}

@@ -116,12 +116,12 @@ func kprofMarkdown(p *kprof.Set) string {
 	if p.Command != "" {
 		fmt.Fprintf(&b, "Command: `%s`.\n\n", p.Command)
 	}
-	b.WriteString("Per model: kernels (in their default version); those that fill fewer SMs than the device has (ceil(grid / occupancy) < SMs: room for padding) and their share of the summed kernel time; kernel and block time p50 / p90 (µs); sg_pad's occupancy; the other versions profiled (GEMM and CONV in a 32 x 32 tile) and how many versions, of all, another version of the same kernel dominates (REEF §5.3: pruned, never a padding candidate).\n\n")
-	b.WriteString("| model | batch | SMs | timing | kernels | leave SMs idle | their time share | kernel p50 / p90 (µs) | block p50 / p90 (µs) | sg_pad blocks/SM | other versions | pruned |\n|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("Per model: kernels (in their default version); those that fill fewer SMs than the device has (ceil(grid / occupancy) < SMs: room for padding) and their share of the summed kernel time; kernel and block time p50 / p90 (µs); sg_pad's occupancy; the other versions profiled (GEMM and CONV in a 32 x 32 tile) and how many versions, of all, another version of the same kernel dominates (REEF §5.3: pruned, never a padding candidate); of the kernels that leave SMs idle, those a padded launch with nothing to pad (sg_pad, its control block out and back) slows by more than 5%% (never padded; measured with GPU events only).\n\n")
+	b.WriteString("| model | batch | SMs | timing | kernels | leave SMs idle | their time share | kernel p50 / p90 (µs) | block p50 / p90 (µs) | sg_pad blocks/SM | other versions | pruned | too costly to pad |\n|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, m := range p.Models {
 		var kt, bt []float64
 		idle, total, idleT := 0, 0.0, 0.0
-		others, pruned := 0, 0
+		others, pruned, costly := 0, 0, 0
 		for _, k := range m.Kernels {
 			if k.Versions[0].Grid == 0 {
 				continue // nothing to launch
@@ -140,10 +140,13 @@ func kprofMarkdown(p *kprof.Set) string {
 			if v0.SMs < m.Units {
 				idle++
 				idleT += v0.KernNs
+				if v0.PadCostly() {
+					costly++
+				}
 			}
 		}
 		if len(kt) == 0 {
-			fmt.Fprintf(&b, "| %s | %d | %d | %s | 0 | | | | | %d | %d | %d |\n", m.Model, m.Batch, m.Units, m.Timing, m.PadOccupancy, others, pruned)
+			fmt.Fprintf(&b, "| %s | %d | %d | %s | 0 | | | | | %d | %d | %d | |\n", m.Model, m.Batch, m.Units, m.Timing, m.PadOccupancy, others, pruned)
 			continue
 		}
 		slices.Sort(kt)
@@ -152,8 +155,8 @@ func kprofMarkdown(p *kprof.Set) string {
 		if total > 0 {
 			share = 100 * idleT / total
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %.1f%% | %.1f / %.1f | %.1f / %.1f | %d | %d | %d |\n", m.Model, m.Batch, m.Units, m.Timing,
-			len(kt), idle, share, pct(kt, 50), pct(kt, 90), pct(bt, 50), pct(bt, 90), m.PadOccupancy, others, pruned)
+		fmt.Fprintf(&b, "| %s | %d | %d | %s | %d | %d | %.1f%% | %.1f / %.1f | %.1f / %.1f | %d | %d | %d | %d |\n", m.Model, m.Batch, m.Units, m.Timing,
+			len(kt), idle, share, pct(kt, 50), pct(kt, 90), pct(bt, 50), pct(bt, 90), m.PadOccupancy, others, pruned, costly)
 	}
 	return b.String()
 }
