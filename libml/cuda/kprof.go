@@ -174,7 +174,6 @@ func (i *Instance) profile(batch, reps int) (*kprof.Model, error) {
 func (i *Instance) profileOne(p *kplan, k, v, reps int, ring pinned, words []byte) (kprof.Version, error) {
 	ln := i.ln
 	sms := ln.ctx.SMs()
-	e0, e1 := ln.ev[0], ln.ev[1]
 	slots := len(words) / 8
 	l := p.launch(k, v)
 	kp := kprof.Version{Entry: l.kernel, Grid: int64(l.grid)}
@@ -186,30 +185,11 @@ func (i *Instance) profileOne(p *kplan, k, v, reps int, ring pinned, words []byt
 		kp.SMs = min((l.grid+kp.Occupancy-1)/kp.Occupancy, sms)
 	}
 	// kernel time
-	t0 := time.Now()
-	if err := e0.Record(ln.s); err != nil {
-		return kp, err
-	}
-	for r := 0; r < reps; r++ {
-		if err := ln.s.Launch(l.kernel, l.grid, l.params); err != nil {
-			return kp, fmt.Errorf("kernel %d version %d: %w", k, v, err)
-		}
-	}
-	if err := e1.Record(ln.s); err != nil {
-		return kp, err
-	}
-	if err := ln.s.Sync(); err != nil {
+	kp.KernNs, err = i.timeReps(reps, func() error { return ln.s.Launch(l.kernel, l.grid, l.params) })
+	if err != nil {
 		return kp, fmt.Errorf("kernel %d version %d: %w", k, v, err)
 	}
-	kp.KernNs = float64(time.Since(t0).Nanoseconds()) / float64(reps)
-	if te, ok := e1.(timedEvent); ok {
-		ns, err := te.elapsedNs(e0)
-		if err != nil {
-			return kp, fmt.Errorf("kernel %d version %d: %w", k, v, err)
-		}
-		kp.KernNs = ns / float64(reps)
-	}
-	if _, timed := e1.(timedEvent); timed && v == 0 {
+	if _, timed := ln.ev[1].(timedEvent); timed && v == 0 {
 		// (host timing, the emulator's, would make padding's choices
 		// depend on the machine's load: measured on a GPU only)
 		if kp.PadNs, err = i.profilePad(p, k, kp.Occupancy, reps); err != nil {
@@ -268,19 +248,30 @@ func (i *Instance) profilePad(p *kplan, k, occ, reps int) (float64, error) {
 	var args Args
 	args.Decode(l.params[16:])
 	params := PackPad(i.state, int64(k), &args, pb.ctl)
+	return i.timeReps(reps, func() error {
+		if err := ln.s.WriteAsync(pb.ctl, pb.stage, padStageOut(0), PadCtlSize); err != nil {
+			return err
+		}
+		if err := ln.s.Launch(KernelPad, pb.occ*sms, params); err != nil {
+			return err
+		}
+		return ln.s.ReadAsync(pb.stage, padStageBack(0), pb.ctl, PadCtlSize)
+	})
+}
+
+// timeReps times reps rounds of queue (each queues work on the
+// instance's stream) between two of the window's events: ns per round by
+// the events where they are timed (a GPU), else by the host's clock
+// around the rounds and a sync.
+func (i *Instance) timeReps(reps int, queue func() error) (float64, error) {
+	ln := i.ln
 	e0, e1 := ln.ev[0], ln.ev[1]
 	t0 := time.Now()
 	if err := e0.Record(ln.s); err != nil {
 		return 0, err
 	}
 	for r := 0; r < reps; r++ {
-		if err := ln.s.WriteAsync(pb.ctl, pb.stage, padStageOut(0), PadCtlSize); err != nil {
-			return 0, err
-		}
-		if err := ln.s.Launch(KernelPad, pb.occ*sms, params); err != nil {
-			return 0, err
-		}
-		if err := ln.s.ReadAsync(pb.stage, padStageBack(0), pb.ctl, PadCtlSize); err != nil {
+		if err := queue(); err != nil {
 			return 0, err
 		}
 	}
