@@ -54,6 +54,12 @@ type Instance struct {
 	pmu     sync.Mutex
 	running bool
 	req     atomic.Bool
+	// flagClear is set while the state's preemption flag is known to be
+	// 0 in device memory: a padded launch that carries the instance's
+	// job need not clear it (a run that ends unpreempted, or a padded
+	// launch that cleared it, sets it; Preempt and a block lost in a
+	// padded launch clear it)
+	flagClear atomic.Bool
 
 	stats instStats
 	// pad holds the control block of the instance's padded launches
@@ -689,13 +695,16 @@ func (i *Instance) runTo(p *kplan, at ResumePoint, to int, out *readBack, pad *p
 	if pad != nil {
 		pad.finish()
 	}
-	// a Preempt under way finishes its flag write before this returns
-	i.pmu.Lock()
-	i.running = false
-	i.pmu.Unlock()
 	var st [16]byte
 	i.stage.Get(stageState, st[:])
 	flag := int32(binary.LittleEndian.Uint32(st[StateFlag:]))
+	// a Preempt under way finishes its flag write before this returns;
+	// one requested during the run may have set the flag after the state
+	// was read back
+	i.pmu.Lock()
+	i.running = false
+	i.flagClear.Store(flag == 0 && !i.req.Load())
+	i.pmu.Unlock()
 	exec = int(int64(binary.LittleEndian.Uint64(st[StateExec:])))
 	if next == to && (flag == 0 || to == start) {
 		return false, exec, nil
@@ -716,6 +725,7 @@ func (i *Instance) Preempt() error {
 		return nil
 	}
 	i.req.Store(true)
+	i.flagClear.Store(false)
 	return i.b.setFlag(i.state)
 }
 
@@ -723,7 +733,7 @@ func (i *Instance) Preempt() error {
 type instStats struct {
 	runs, launches, preemptions, lastResume atomic.Int64
 	// padding (RunSegmentPadded): PadStats' fields
-	padKernels, padPadded, padBEKernels, padBEBlocks, padBEVersioned, padCostly atomic.Int64
+	padKernels, padPadded, padBEKernels, padBEBlocks, padBEVersioned, padCostly, padFlagClears atomic.Int64
 }
 
 // addPad adds a padded segment's padding to the counters.
@@ -734,6 +744,7 @@ func (s *instStats) addPad(st *PadStats) {
 	s.padBEBlocks.Add(st.BEBlocks)
 	s.padBEVersioned.Add(st.BEVersioned)
 	s.padCostly.Add(st.Costly)
+	s.padFlagClears.Add(st.FlagClears)
 }
 
 // Stats are an instance's execution counters.
@@ -754,7 +765,8 @@ func (i *Instance) Stats() Stats {
 		Preemptions: i.stats.preemptions.Load(), LastResume: int(i.stats.lastResume.Load()),
 		Pad: PadStats{Kernels: i.stats.padKernels.Load(), Padded: i.stats.padPadded.Load(),
 			BEKernels: i.stats.padBEKernels.Load(), BEBlocks: i.stats.padBEBlocks.Load(),
-			BEVersioned: i.stats.padBEVersioned.Load(), Costly: i.stats.padCostly.Load()}}
+			BEVersioned: i.stats.padBEVersioned.Load(), Costly: i.stats.padCostly.Load(),
+			FlagClears: i.stats.padFlagClears.Load()}}
 }
 
 // Program returns the compiled program used for a batch size.

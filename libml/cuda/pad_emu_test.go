@@ -282,6 +282,11 @@ func TestRunPaddedEmu(t *testing.T) {
 		if st.Padded < 2 || syncs != 2 {
 			t.Errorf("%d padded launches, %d syncs of the RT stream (want 2)", st.Padded, syncs)
 		}
+		// each suspended job's flag (set by its preemption) is cleared
+		// once, however many launches carry it
+		if st.BEKernels <= 2 || st.FlagClears != 2 {
+			t.Errorf("%d BE kernels carried, %d flags cleared (want 2)", st.BEKernels, st.FlagClears)
+		}
 		if pj.be[0].Blocks+pj.be[1].Blocks != st.BEBlocks || pj.be[0].Kernels+pj.be[1].Kernels == 0 {
 			t.Errorf("BE jobs' counts: %+v %+v", *pj.be[0], *pj.be[1])
 		}

@@ -72,8 +72,11 @@ type PadStats struct {
 	// default (PlanVersion; counted in BEKernels too).
 	BEVersioned int64
 	// Costly is the RT kernels launched unpadded because their profile
-	// says a padded launch costs them more than PadCostTol.
+	// says a padded launch costs them more than kprof.PadCostTol.
 	Costly int64
+	// FlagClears is the BE preemption flags padded launches cleared (a
+	// copy each; a flag already known to be clear is not written).
+	FlagClears int64
 }
 
 // padBufs are an instance's padded-launch buffers: a control block in
@@ -303,10 +306,17 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid, q in
 		return false, err
 	}
 	for _, h := range sl.picked {
+		if h.inst.flagClear.Load() {
+			continue
+		}
 		if err := s.WriteAsync(h.inst.state+StateFlag, pb.stage, padStageZero(pb.slots), 4); err != nil {
 			pr.unhold()
 			return false, err
 		}
+		// the job stays locked until this launch has run: its own
+		// stream cannot run (nor be preempted) before the write lands
+		h.inst.flagClear.Store(true)
+		pr.st.FlagClears++
 	}
 	if err := s.Launch(KernelPad, pb.occ*pr.sms, PackPad(i.state, int64(k), &pr.rtArgs, ctl)); err != nil {
 		pr.unhold()
@@ -500,7 +510,9 @@ func (pr *padRun) finishSlot(sl *padSlot, n int) {
 		pr.st.BEBlocks += done
 		j.Blocks += done
 		if lost != math.MaxUint32 {
-			// cut mid-block: restore as a preempted run would
+			// cut mid-block (its stream's flag was set during the
+			// launch): restore as a preempted run would
+			h.inst.flagClear.Store(false)
 			j.At = ResumePoint{Kernel: h.p.pr.p.IdemEntry[j.At.Kernel]}
 		} else {
 			j.At.Block += int(res.Resume[n+1])

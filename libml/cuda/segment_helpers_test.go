@@ -52,7 +52,8 @@ func runSegPadded(inst *Instance, batch int, in, out []float32, jobs func() []*P
 	res, err := inst.RunSegmentPadded(batch, libml.Segment{To: len(p.Kernels), In: in, Out: out}, jobs)
 	s1 := inst.Stats().Pad
 	st = PadStats{Kernels: s1.Kernels - s0.Kernels, Padded: s1.Padded - s0.Padded, BEKernels: s1.BEKernels - s0.BEKernels,
-		BEBlocks: s1.BEBlocks - s0.BEBlocks, BEVersioned: s1.BEVersioned - s0.BEVersioned, Costly: s1.Costly - s0.Costly}
+		BEBlocks: s1.BEBlocks - s0.BEBlocks, BEVersioned: s1.BEVersioned - s0.BEVersioned, Costly: s1.Costly - s0.Costly,
+		FlagClears: s1.FlagClears - s0.FlagClears}
 	return res.Preempted, st, err
 }
 
