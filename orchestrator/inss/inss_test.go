@@ -138,3 +138,25 @@ func TestModel(t *testing.T) {
 		t.Error("an unknown field accepted")
 	}
 }
+
+// One disturbed measurement (10x its neighbours') does not drag the
+// prediction next to it: the robustness passes weigh it down.
+func TestLWRRobust(t *testing.T) {
+	var pts []Point
+	for _, b := range []int{1, 2, 4, 8, 16} {
+		for _, s := range []float64{1, 2} {
+			ns := 1e5 * float64(b) / s
+			if b == 4 && s == 1 {
+				ns *= 10
+			}
+			pts = append(pts, Point{Batch: b, Share: s, RunNs: ns})
+		}
+	}
+	l, err := NewLWR(pts, 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := l.Predict(3, 1), 3e5; math.Abs(got-want) > 0.15*want {
+		t.Errorf("batch 3 beside the outlier: %.0f, want %.0f", got, want)
+	}
+}

@@ -20,7 +20,12 @@ type Point struct {
 // prediction at q fits a plane to the profiled points by weighted least
 // squares, each point weighted by the tricube of its distance to q over
 // the distance of the Span-th fraction of nearest points. Coordinates
-// are scaled by their ranges first, so batch and share weigh alike.
+// are scaled by their ranges first, so batch and share weigh alike. As in
+// Cleveland's robust version, two robustness passes then weigh each point
+// down by the bisquare of its residual (a measurement disturbed by the
+// machine is an outlier, not a trend); the residuals are leave-one-out
+// (the point's time against the fit of the others), which tells an
+// outlier apart on the small grids profiles have.
 type LWR struct {
 	// Span is the fraction of the points that fall inside the
 	// neighbourhood (Cleveland's f; default 0.8, at least 3 points).
@@ -28,7 +33,13 @@ type LWR struct {
 	pts  []Point
 	// ranges of batch and share, for scaling (1 where all are equal)
 	rb, rs float64
+	// rob are the points' robustness weights (1: none yet)
+	rob []float64
 }
+
+// robustPasses is how many times the robustness weights are refitted
+// (Cleveland uses two).
+const robustPasses = 2
 
 // NewLWR returns a regression over pts, which must hold at least one
 // point, each with a positive batch, share and time.
@@ -57,21 +68,54 @@ func NewLWR(pts []Point, span float64) (*LWR, error) {
 	if l.rs == 0 {
 		l.rs = 1
 	}
+	l.rob = make([]float64, len(pts))
+	for k := range l.rob {
+		l.rob[k] = 1
+	}
+	if len(pts) < 5 {
+		return l, nil // too few points to tell an outlier
+	}
+	res := make([]float64, len(pts))
+	for pass := 0; pass < robustPasses; pass++ {
+		for k, p := range l.pts {
+			res[k] = math.Abs(p.RunNs - l.predict(p.Batch, p.Share, k))
+		}
+		sorted := slices.Clone(res)
+		slices.Sort(sorted)
+		m := 6 * sorted[len(sorted)/2]
+		if m == 0 {
+			break // a perfect fit
+		}
+		for k := range l.rob {
+			u := res[k] / m
+			l.rob[k] = 0
+			if u < 1 {
+				l.rob[k] = (1 - u*u) * (1 - u*u)
+			}
+		}
+	}
 	return l, nil
 }
 
 // Predict is the regression's computing time (ns) for batch b at share
 // s.
-func (l *LWR) Predict(b int, s float64) float64 {
+func (l *LWR) Predict(b int, s float64) float64 { return l.predict(b, s, -1) }
+
+// predict is Predict without point skip (-1: none).
+func (l *LWR) predict(b int, s float64, skip int) float64 {
 	type nd struct {
-		p Point
-		d float64
+		p   Point
+		d   float64
+		rob float64
 	}
-	ds := make([]nd, len(l.pts))
+	ds := make([]nd, 0, len(l.pts))
 	for k, p := range l.pts {
+		if k == skip {
+			continue
+		}
 		db := (float64(p.Batch) - float64(b)) / l.rb
 		dsh := (p.Share - s) / l.rs
-		ds[k] = nd{p, math.Hypot(db, dsh)}
+		ds = append(ds, nd{p, math.Hypot(db, dsh), l.rob[k]})
 	}
 	slices.SortFunc(ds, func(a, b nd) int { return cmpF(a.d, b.d) })
 	q := max(int(math.Ceil(l.Span*float64(len(ds)))), min(3, len(ds)))
@@ -87,7 +131,7 @@ func (l *LWR) Predict(b int, s float64) float64 {
 	for _, n := range ds[:q] {
 		u := n.d / h
 		w := 1 - u*u*u
-		w = w * w * w
+		w = w * w * w * n.rob
 		if w <= 0 {
 			continue
 		}
