@@ -243,38 +243,46 @@ func run(ctx context.Context, o options) (*report, error) {
 		rep.profiles[k].Pressure = max(ns/rep.probeNs-1, 0)
 	}
 	// pairs: each model on unit 0 beside each model (itself too) on the
-	// last unit
+	// last unit; alone and beside alternate, one batch each, reps times,
+	// so that a drift of the machine does not land on one side
 	// (the goroutines that submit the batches run on their units' cores,
 	// so that neither takes the other's core)
 	defer pinTo(0)()
 	for _, m := range ms {
 		m.inst.SetUnits(first)
-		alone, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, o.reps)
-		if err != nil {
+		if _, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1); err != nil {
 			return nil, err
 		}
 		for _, other := range ms {
 			other.peer.SetUnits(last)
-			var stop atomic.Bool
-			var wg sync.WaitGroup
-			var bgErr error
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer pinTo(o.units - 1)()
-				bgErr = loop(ctx, be, other.peer, refB, other.in, other.out, &stop)
-			}()
-			time.Sleep(20 * time.Millisecond)
-			beside, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, o.reps)
-			stop.Store(true)
-			wg.Wait()
-			if err == nil {
-				err = bgErr
+			var alone, beside []float64
+			for r := 0; r < o.reps; r++ {
+				a, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1)
+				if err != nil {
+					return nil, err
+				}
+				var stop atomic.Bool
+				var wg sync.WaitGroup
+				var bgErr error
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer pinTo(o.units - 1)()
+					bgErr = loop(ctx, be, other.peer, refB, other.in, other.out, &stop)
+				}()
+				time.Sleep(10 * time.Millisecond)
+				b, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1)
+				stop.Store(true)
+				wg.Wait()
+				if err == nil {
+					err = bgErr
+				}
+				if err != nil {
+					return nil, err
+				}
+				alone, beside = append(alone, a), append(beside, b)
 			}
-			if err != nil {
-				return nil, err
-			}
-			rep.pairs = append(rep.pairs, pair{model: m.name, other: other.name, aloneNs: alone, besideNs: beside})
+			rep.pairs = append(rep.pairs, pair{model: m.name, other: other.name, aloneNs: median(alone), besideNs: median(beside)})
 		}
 		m.inst.SetUnits(0)
 	}
@@ -320,7 +328,16 @@ func (r *report) fit() {
 	}
 }
 
-// timeBatch is the median time of reps batches of b (after one warm-up).
+// minSampleNs is the least time a measurement's batches take together:
+// a batch of a few µs is measured that many times more (at most
+// maxReps), so that one disturbed batch does not decide its median.
+const (
+	minSampleNs = 2e6
+	maxReps     = 200
+)
+
+// timeBatch is the median time of reps batches of b (after one warm-up),
+// or of more where reps batches take under minSampleNs.
 func timeBatch(ctx context.Context, be *cpu.Backend, inst *cpu.Instance, b int, in, out []float32, reps int) (float64, error) {
 	isz, osz := inst.InputSize(), inst.OutputSize()
 	ts := make([]float64, 0, reps)
@@ -329,9 +346,12 @@ func timeBatch(ctx context.Context, be *cpu.Backend, inst *cpu.Instance, b int, 
 		if err := be.InferBatch(ctx, inst, b, in[:b*isz], out[:b*osz]); err != nil {
 			return 0, fmt.Errorf("%s batch %d: %w", inst.Model(), b, err)
 		}
-		if r >= 0 {
-			ts = append(ts, float64(time.Since(t0).Nanoseconds()))
+		ns := float64(time.Since(t0).Nanoseconds())
+		if r < 0 {
+			reps = min(max(reps, int(minSampleNs/max(ns, 1))), maxReps)
+			continue
 		}
+		ts = append(ts, ns)
 	}
 	return median(ts), nil
 }
