@@ -27,18 +27,21 @@ func (o PlanOptions) withDefaults() PlanOptions {
 	return o
 }
 
-// latencyOK is the planners' SLO test for a batch time: a task may wait
-// for the batch in progress, then runs in its own.
-func latencyOK(infNs, sloNs float64) bool { return 2*infNs <= sloNs }
+// latencyOK is the planners' SLO test for a batch time: on average a
+// task waits half a batch in progress, then runs in its own (eq. 3 with
+// a full queue of one batch).
+func latencyOK(infNs, sloNs float64) bool { return 1.5*infNs <= sloNs }
 
 // Greedy is the non-learned two-stage optimiser beside InSS's learned
-// one: demands in order of their work (rate x time per task alone on a
-// whole device of the first kind), each placed, replica by replica until
-// its rate is covered, where a (device, share, batch) serves the most of
-// its remaining rate per share unit with its batch time within the SLO,
-// without pushing a placement already on the device out of its SLO
-// (global stage); then each device's spare units go, one at a time, to
-// its most loaded placement (local stage). Memory is a hard limit.
+// one. Global stage: every demand, in order of its work (rate x time per
+// task alone on a whole device of the first kind), gets one instance,
+// then the demand with the most work left uncovered gets another, until
+// every rate is covered or nothing fits; an instance goes where a
+// (device, share, batch) serves the most of the demand's remaining rate
+// per share unit with its batch time within the SLO, without pushing a
+// placement already on the device out of its SLO. Local stage: each
+// device's spare units go, one at a time, to its most loaded placement.
+// Memory is a hard limit.
 func Greedy(m *Model, devs []Device, wl []Demand, o PlanOptions) *Plan {
 	o = o.withDefaults()
 	used := make([]int, len(devs))
@@ -50,38 +53,67 @@ func Greedy(m *Model, devs []Device, wl []Demand, o PlanOptions) *Plan {
 	for d := range wl {
 		remaining[d] = wl[d].Rate
 	}
-	for _, d := range order {
-		for remaining[d] > 0 {
-			best, bestServed, bestScore := Placement{}, 0.0, -1.0
-			for k, dev := range devs {
-				pr := m.Profile(wl[d].Model, dev.Kind)
-				if pr == nil || (dev.MemBytes > 0 && mem[k]+pr.MemBytes > dev.MemBytes) {
-					continue
-				}
-				for s := 1; s <= dev.Capacity-used[k]; s++ {
-					for b := 1; b <= o.MaxBatch; b *= 2 {
-						inf, ok := placeTime(m, devs, wl, plan, k, d, s, b, o.Interference, -1)
-						if !ok || !latencyOK(inf, wl[d].SLONs) {
-							continue
-						}
-						served := min(remaining[d], o.Headroom*float64(b)/inf*1e9)
-						score := served / float64(s)
-						if score > bestScore*(1+1e-9) {
-							best, bestServed, bestScore = Placement{Demand: d, Device: k, Share: s, Batch: b}, served, score
-						}
+	// place adds demand d's best placement, if it has one
+	place := func(d int) bool {
+		best, bestServed, bestScore := Placement{}, 0.0, -1.0
+		for k, dev := range devs {
+			pr := m.Profile(wl[d].Model, dev.Kind)
+			if pr == nil || (dev.MemBytes > 0 && mem[k]+pr.MemBytes > dev.MemBytes) {
+				continue
+			}
+			for s := 1; s <= dev.Capacity-used[k]; s++ {
+				for b := 1; b <= o.MaxBatch; b *= 2 {
+					inf, ok := placeTime(m, devs, wl, plan, k, d, s, b, o.Interference, -1)
+					if !ok || !latencyOK(inf, wl[d].SLONs) {
+						continue
+					}
+					served := min(remaining[d], o.Headroom*float64(b)/inf*1e9)
+					score := served / float64(s)
+					if score > bestScore*(1+1e-9) {
+						best, bestServed, bestScore = Placement{Demand: d, Device: k, Share: s, Batch: b}, served, score
 					}
 				}
 			}
-			if bestScore < 0 {
-				break // nowhere left: the rest of the demand goes unserved
+		}
+		if bestScore < 0 {
+			return false
+		}
+		plan.Places = append(plan.Places, best)
+		load = append(load, bestServed)
+		used[best.Device] += best.Share
+		if pr := m.Profile(wl[d].Model, devs[best.Device].Kind); pr != nil {
+			mem[best.Device] += pr.MemBytes
+		}
+		remaining[d] -= bestServed
+		return true
+	}
+	// first every demand once, in order of work, so that a large one
+	// does not take the units a later one needs for its first instance;
+	// then more instances, each time for the demand with the most work
+	// left uncovered
+	for _, d := range order {
+		place(d)
+	}
+	for {
+		d, most := -1, 0.0
+		for _, c := range order {
+			if remaining[c] <= 1e-9 {
+				continue
 			}
-			plan.Places = append(plan.Places, best)
-			load = append(load, bestServed)
-			used[best.Device] += best.Share
-			if pr := m.Profile(wl[d].Model, devs[best.Device].Kind); pr != nil {
-				mem[best.Device] += pr.MemBytes
+			t, err := m.ExecNs(wl[c].Model, devs[0].Kind, 1, float64(devs[0].Capacity), nil)
+			if err != nil {
+				continue
 			}
-			remaining[d] -= bestServed
+			if w := remaining[c] * t; w > most {
+				d, most = c, w
+			}
+		}
+		if d < 0 || !place(d) {
+			if d >= 0 {
+				remaining[d] = 0 // nowhere left for it: the rest goes unserved
+				continue
+			}
+			break
 		}
 	}
 	// local stage: spare units to the most loaded placement of the device

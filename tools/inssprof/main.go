@@ -146,6 +146,7 @@ type model struct {
 	name       string
 	inst, peer *cpu.Instance
 	in, out    []float32
+	weights    int64
 }
 
 func run(ctx context.Context, o options) (*report, error) {
@@ -177,7 +178,7 @@ func run(ctx context.Context, o options) (*report, error) {
 			inst.Close()
 			return nil, err
 		}
-		m := &model{name: name, inst: inst.(*cpu.Instance), peer: peer.(*cpu.Instance)}
+		m := &model{name: name, inst: inst.(*cpu.Instance), peer: peer.(*cpu.Instance), weights: g.WeightBytes()}
 		ms = append(ms, m)
 		for _, i := range []libml.Instance{inst, peer} {
 			if err := be.ConfigureBatch(i, maxB); err != nil {
@@ -192,7 +193,9 @@ func run(ctx context.Context, o options) (*report, error) {
 	first, last := uint64(1), uint64(1)<<(o.units-1)
 	// the grid alone, the held-out sizes, upload and result
 	for _, m := range ms {
-		p := inss.Profile{Model: m.name, Device: "cpu", Capacity: o.units}
+		// an instance's memory: the weights and its arena at the largest
+		// batch
+		p := inss.Profile{Model: m.name, Device: "cpu", Capacity: o.units, MemBytes: m.weights + m.inst.ArenaBytes()}
 		var ub []int
 		var up, res []float64
 		for s := 1; s <= o.units; s++ {
