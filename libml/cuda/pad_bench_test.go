@@ -16,7 +16,12 @@ import (
 // plain or padded, is preceded by the same async copy of a pad control
 // block (the padded launch needs its counters zeroed), so both pay it.
 // The padded kernel runs with one physical block per RT block ("grid")
-// and persistent-style with two blocks per SM ("2/SM").
+// and persistent-style with two blocks per SM ("2/SM"). Two more
+// variants split a padded launch's cost: "plain-nocopy" is the kernel as
+// an unpadded run launches it (no copy), "padded-full" everything a
+// padded launch queues (the control block out, a BE flag cleared,
+// sg_pad, the block back). gemm64 is a kernel of a few µs, like most of
+// BERT-base's and MobileNetV2's at batch 1.
 //
 //	SLUICE_GPU=1 ./cuda.test -test.run - -test.bench GPUPadOverhead
 func BenchmarkGPUPadOverhead(b *testing.B) {
@@ -43,7 +48,10 @@ func BenchmarkGPUPadOverhead(b *testing.B) {
 		copy(a.P[:], cg.params())
 		return a
 	}
-	for _, c := range []rtCase{{"gemm512", OpGemm, gemm(512)}, {"gemm2048", OpGemm, gemm(2048)}, {"conv3x3", OpConv, conv}} {
+	// gemm64: a kernel of a few µs and a few blocks, like most of
+	// BERT-base's and MobileNetV2's at batch 1, where a padded launch's
+	// copies weigh most
+	for _, c := range []rtCase{{"gemm64", OpGemm, gemm(64)}, {"gemm512", OpGemm, gemm(512)}, {"gemm2048", OpGemm, gemm(2048)}, {"conv3x3", OpConv, conv}} {
 		a := c.args(b)
 		l, err := Plan(c.op, a)
 		if err != nil {
@@ -62,6 +70,17 @@ func BenchmarkGPUPadOverhead(b *testing.B) {
 		b.Cleanup(func() { host.Free() })
 		copy(host.Bytes(), cb)
 		cp, dummy := g.Alloc(b, len(cb)), g.Alloc(b, len(cb))
+		beState := newState(b, g) // a BE stream's state, for the flag clear
+		zero, err := g.dev.HostAlloc(8)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { zero.Free() })
+		back, err := g.dev.HostAlloc(len(cb))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { back.Free() })
 		plainF, padF := g.ks.Func(l.Kernel), g.ks.Func(KernelPad)
 		plainP, padP := Pack(st, 0, a), PackPad(st, 1, a, cp)
 		for _, v := range []struct {
@@ -69,14 +88,29 @@ func BenchmarkGPUPadOverhead(b *testing.B) {
 			dst  uint64
 			run  func(s *cudrv.Stream) error
 		}{
+			// the kernel as an unpadded run launches it: no copy
+			{"plain-nocopy", 0, func(s *cudrv.Stream) error { return plainF.Launch(l.Grid, s, plainP) }},
 			{"plain", dummy, func(s *cudrv.Stream) error { return plainF.Launch(l.Grid, s, plainP) }},
 			{"padded-grid", cp, func(s *cudrv.Stream) error { return padF.Launch(l.Grid, s, padP) }},
 			{"padded-2perSM", cp, func(s *cudrv.Stream) error { return padF.Launch(2*g.SMs(), s, padP) }},
+			// everything a padded launch queues (pad_run.go): the control
+			// block out, one BE flag cleared, sg_pad, the block back
+			{"padded-full", cp, func(s *cudrv.Stream) error {
+				if err := s.WriteAsync(beState+StateFlag, zero, 0, 4); err != nil {
+					return err
+				}
+				if err := padF.Launch(2*g.SMs(), s, padP); err != nil {
+					return err
+				}
+				return s.ReadAsync(back, 0, cp, len(cb))
+			}},
 		} {
 			b.Run(c.name+"/"+v.name, func(b *testing.B) {
 				per := timeLaunches(b, g, func(s *cudrv.Stream) error {
-					if err := s.WriteAsync(v.dst, host, 0, len(cb)); err != nil {
-						return err
+					if v.dst != 0 {
+						if err := s.WriteAsync(v.dst, host, 0, len(cb)); err != nil {
+							return err
+						}
 					}
 					return v.run(s)
 				})
