@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// On points that lie on a plane in (batch, share), LWR reproduces the
+// On points that lie on a plane in (batch, 1/share), LWR reproduces the
 // plane anywhere inside the grid; on a smooth curved surface (time ~
 // batch / share, as a compute-bound model's) it interpolates held-out
 // points within 10% and profiled ones within 2%.
@@ -15,7 +15,7 @@ func TestLWR(t *testing.T) {
 	var plane, curve []Point
 	for _, b := range []int{1, 2, 4, 8, 16} {
 		for _, s := range []float64{1, 2, 3, 4} {
-			plane = append(plane, Point{Batch: b, Share: s, RunNs: 1000 + 300*float64(b) - 100*s})
+			plane = append(plane, Point{Batch: b, Share: s, RunNs: 1000 + 300*float64(b) + 2000/s})
 			curve = append(curve, Point{Batch: b, Share: s, RunNs: 2e5 + 1e6*float64(b)/s})
 		}
 	}
@@ -27,7 +27,7 @@ func TestLWR(t *testing.T) {
 		b int
 		s float64
 	}{{3, 1.5}, {6, 2}, {12, 3.5}, {1, 1}, {16, 4}} {
-		want := 1000 + 300*float64(q.b) - 100*q.s
+		want := 1000 + 300*float64(q.b) + 2000/q.s
 		if got := lp.Predict(q.b, q.s); math.Abs(got-want) > 1e-6*want {
 			t.Errorf("plane at (%d, %v): %v, want %v", q.b, q.s, got, want)
 		}

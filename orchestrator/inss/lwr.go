@@ -20,12 +20,14 @@ type Point struct {
 // prediction at q fits a plane to the profiled points by weighted least
 // squares, each point weighted by the tricube of its distance to q over
 // the distance of the Span-th fraction of nearest points. Coordinates
-// are scaled by their ranges first, so batch and share weigh alike. As in
-// Cleveland's robust version, two robustness passes then weigh each point
-// down by the bisquare of its residual (a measurement disturbed by the
-// machine is an outlier, not a trend); the residuals are leave-one-out
-// (the point's time against the fit of the others), which tells an
-// outlier apart on the small grids profiles have.
+// are scaled by their ranges first, so batch and share weigh alike; the
+// share enters as its inverse, since a batch's time falls about as one
+// over the resources it has. As in Cleveland's robust version, two
+// robustness passes then weigh each point down by the bisquare of its
+// residual (a measurement disturbed by the machine is an outlier, not a
+// trend); the residuals are leave-one-out (the point's time against the
+// fit of the others) and relative, which tells an outlier apart on the
+// small grids profiles have, whose times span orders of magnitude.
 type LWR struct {
 	// Span is the fraction of the points that fall inside the
 	// neighbourhood (Cleveland's f; default 0.8, at least 3 points).
@@ -38,8 +40,14 @@ type LWR struct {
 }
 
 // robustPasses is how many times the robustness weights are refitted
-// (Cleveland uses two).
-const robustPasses = 2
+// (Cleveland uses two), and robustScale the multiple of the median
+// residual at which a point's weight reaches 0 (Cleveland: 6; wider here,
+// because a leave-one-out residual at the grid's corner, where the time
+// curves most, is large without being wrong).
+const (
+	robustPasses = 2
+	robustScale  = 12
+)
 
 // NewLWR returns a regression over pts, which must hold at least one
 // point, each with a positive batch, share and time.
@@ -57,9 +65,9 @@ func NewLWR(pts []Point, span float64) (*LWR, error) {
 		if p.Batch <= 0 || !(p.Share > 0) || !(p.RunNs > 0) {
 			return nil, fmt.Errorf("inss: LWR point %+v: batch, share and time must be positive", p)
 		}
-		b := float64(p.Batch)
+		b, is := float64(p.Batch), 1/p.Share
 		bmin, bmax = min(bmin, b), max(bmax, b)
-		smin, smax = min(smin, p.Share), max(smax, p.Share)
+		smin, smax = min(smin, is), max(smax, is)
 	}
 	l.rb, l.rs = bmax-bmin, smax-smin
 	if l.rb == 0 {
@@ -78,11 +86,12 @@ func NewLWR(pts []Point, span float64) (*LWR, error) {
 	res := make([]float64, len(pts))
 	for pass := 0; pass < robustPasses; pass++ {
 		for k, p := range l.pts {
-			res[k] = math.Abs(p.RunNs - l.predict(p.Batch, p.Share, k))
+			f := l.predict(p.Batch, p.Share, k)
+			res[k] = math.Abs(p.RunNs-f) / f
 		}
 		sorted := slices.Clone(res)
 		slices.Sort(sorted)
-		m := 6 * sorted[len(sorted)/2]
+		m := robustScale * sorted[len(sorted)/2]
 		if m == 0 {
 			break // a perfect fit
 		}
@@ -114,7 +123,7 @@ func (l *LWR) predict(b int, s float64, skip int) float64 {
 			continue
 		}
 		db := (float64(p.Batch) - float64(b)) / l.rb
-		dsh := (p.Share - s) / l.rs
+		dsh := (1/p.Share - 1/s) / l.rs
 		ds = append(ds, nd{p, math.Hypot(db, dsh), l.rob[k]})
 	}
 	slices.SortFunc(ds, func(a, b nd) int { return cmpF(a.d, b.d) })
@@ -135,7 +144,7 @@ func (l *LWR) predict(b int, s float64, skip int) float64 {
 		if w <= 0 {
 			continue
 		}
-		x := [3]float64{1, (float64(n.p.Batch) - float64(b)) / l.rb, (n.p.Share - s) / l.rs}
+		x := [3]float64{1, (float64(n.p.Batch) - float64(b)) / l.rb, (1/n.p.Share - 1/s) / l.rs}
 		for i := 0; i < 3; i++ {
 			for j := 0; j < 3; j++ {
 				a[i][j] += w * x[i] * x[j]

@@ -105,3 +105,29 @@ func TestPlanners(t *testing.T) {
 		t.Errorf("knowing interference: %.1f%% violated, not knowing: %.1f%%", 100*rw.ViolationRate, 100*ro.ViolationRate)
 	}
 }
+
+// The local stage gives the busier model more units, each at least one,
+// all of them used; a balanced load splits them evenly; more models than
+// units, or one without a profile, share evenly.
+func TestLocalShares(t *testing.T) {
+	m := synthModel(t)
+	ds := []Demand{
+		{Name: "busy", Model: "fast", SLONs: 20e6, Rate: 1500},
+		{Name: "idle", Model: "fast", SLONs: 20e6, Rate: 50},
+	}
+	sh, b := LocalShares(m, "dev", 4, ds, PlanOptions{})
+	if sh[0] != 0.75 || sh[1] != 0.25 || b[0] == 0 || b[1] == 0 {
+		t.Errorf("busy and idle: shares %v, batches %v", sh, b)
+	}
+	ds[1].Rate = 1500
+	if sh, _ := LocalShares(m, "dev", 4, ds, PlanOptions{}); sh[0] != 0.5 || sh[1] != 0.5 {
+		t.Errorf("balanced: shares %v", sh)
+	}
+	three := append(ds, ds[0], ds[0], ds[0])
+	if sh, b := LocalShares(m, "dev", 4, three, PlanOptions{}); sh[0] != 0.2 || b[0] != 0 {
+		t.Errorf("5 models on 4 units: shares %v, batches %v", sh, b)
+	}
+	if sh, _ := LocalShares(m, "dev", 4, []Demand{ds[0], {Model: "nope"}}, PlanOptions{}); sh[0] != 0.5 {
+		t.Errorf("an unprofiled model: shares %v", sh)
+	}
+}

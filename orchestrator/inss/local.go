@@ -1,0 +1,83 @@
+package inss
+
+// LocalShares is InSS's local stage on one device of units share units
+// whose models are placed already (demands: each IF's model, SLO and
+// observed rate): it splits the units among them, every one at least
+// one unit, to serve the most of the rates within the SLOs the latency
+// model predicts, and returns each demand's share of the device (its
+// units over units) and the batch size that serves it best. A split's
+// worth is the rate it serves within the SLOs (each demand's capacity at
+// its best batch, counted up to its rate), then the least headroom among
+// the demands (capacity over rate), larger first. Every split is tried:
+// a device has few units and few models. With more demands than units
+// (or none, or a demand without a profile) the units are shared evenly
+// and the batch sizes are 0 (the IFs keep their own).
+func LocalShares(m *Model, kind string, units int, ds []Demand, o PlanOptions) (shares []float64, batches []int) {
+	o = o.withDefaults()
+	n := len(ds)
+	shares, batches = make([]float64, n), make([]int, n)
+	even := func() ([]float64, []int) {
+		for i := range shares {
+			shares[i], batches[i] = 1/float64(n), 0
+		}
+		return shares, batches
+	}
+	if n == 0 || units < n || units > 64 {
+		return even()
+	}
+	for _, d := range ds {
+		if m.Profile(d.Model, kind) == nil {
+			return even()
+		}
+	}
+	// capacity (tasks/s within the SLO) and batch of demand i at s units
+	type opt struct {
+		cap   float64
+		batch int
+	}
+	best := make([][]opt, n)
+	for i, d := range ds {
+		best[i] = make([]opt, units+1)
+		for s := 1; s <= units-(n-1); s++ {
+			for b := 1; b <= o.MaxBatch; b *= 2 {
+				inf, err := m.ExecNs(d.Model, kind, b, float64(s), nil)
+				if err != nil || !latencyOK(inf, d.SLONs) {
+					continue
+				}
+				if c := o.Headroom * float64(b) / inf * 1e9; c > best[i][s].cap {
+					best[i][s] = opt{c, b}
+				}
+			}
+		}
+	}
+	split := make([]int, n)
+	var bestSplit []int
+	bestServed, bestSlack := -1.0, -1.0
+	var walk func(i, left int)
+	walk = func(i, left int) {
+		if i == n-1 {
+			split[i] = left
+			served, slack := 0.0, 1e300
+			for k, s := range split {
+				c := best[k][s].cap
+				served += min(c, ds[k].Rate)
+				if ds[k].Rate > 0 {
+					slack = min(slack, c/ds[k].Rate)
+				}
+			}
+			if served > bestServed*(1+1e-12) || (served >= bestServed*(1-1e-12) && slack > bestSlack) {
+				bestServed, bestSlack, bestSplit = served, slack, append(bestSplit[:0], split...)
+			}
+			return
+		}
+		for s := 1; s <= left-(n-1-i); s++ {
+			split[i] = s
+			walk(i+1, left-s)
+		}
+	}
+	walk(0, units)
+	for i, s := range bestSplit {
+		shares[i], batches[i] = float64(s)/float64(units), best[i][s].batch
+	}
+	return shares, batches
+}
