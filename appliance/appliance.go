@@ -31,13 +31,16 @@ import (
 	"sluice/libml/ort"
 	"sluice/libml/sched"
 	"sluice/libml/zoo"
+	"sluice/orchestrator/inss"
 )
 
 // Appliance is a running sluice.
 type Appliance struct {
-	log      *slog.Logger
-	metrics  *metricsSet
-	started  time.Time
+	log     *slog.Logger
+	metrics *metricsSet
+	started time.Time
+	// plan is the latency model of placement "inss" (nil otherwise)
+	plan     *inss.Model
 	draining atomic.Bool
 	// shuttingDown is set when Run's context ends: the process's own
 	// drain, which resume cannot undo.
@@ -74,8 +77,12 @@ type ifRun struct {
 	obs  *ifObserver
 	// tuner is the self-tuning share state (nil without auto_share).
 	tuner atomic.Pointer[ifmanager.ShareTuner]
-	// arrivals is the admitted count at the last tuning round.
-	arrivals uint64
+	// arrivals is the admitted count at the last tuning round,
+	// planArrivals at the last placement round (planWarned: the round
+	// logged that no profile covers the IF)
+	arrivals     uint64
+	planArrivals uint64
+	planWarned   bool
 	// be is the backend the IF runs on: its spec's, or the one it fell
 	// back to (cpu without a CUDA driver, ort for operators the engine
 	// lacks).
@@ -114,6 +121,11 @@ func NewWithOptions(ctx context.Context, prof *Profile, log *slog.Logger, opts O
 			a.Close()
 		}
 	}()
+	if prof.Appliance.Placement == PlacementInSS {
+		if a.plan, err = loadPlacement(ctx, prof.Appliance.PlacementProfiles); err != nil {
+			return nil, err
+		}
+	}
 	if err := a.loadIFs(ctx, prof); err != nil {
 		return nil, err
 	}
@@ -636,6 +648,13 @@ func (a *Appliance) Run(ctx context.Context) error {
 		defer auxWG.Done()
 		a.tuneShares(hctx)
 	}()
+	if a.plan != nil {
+		auxWG.Add(1)
+		go func() {
+			defer auxWG.Done()
+			a.planShares(hctx)
+		}()
+	}
 	errc := make(chan error, len(a.ports))
 	for _, p := range a.ports {
 		go func() {

@@ -135,6 +135,9 @@ func (a *Appliance) deploy(ctx context.Context, spec IFSection) (*ifRun, error) 
 	if a.draining.Load() {
 		return nil, orchestrator.Errorf(orchestrator.CodeConflict, "the appliance is draining")
 	}
+	if spec.AutoShare && a.plan != nil {
+		return nil, orchestrator.Errorf(orchestrator.CodeBadRequest, "auto_share: the inss placement sets the shares")
+	}
 	a.mu.Lock()
 	for _, r := range a.ifs {
 		if r.spec.Name == spec.Name {

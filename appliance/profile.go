@@ -71,6 +71,15 @@ type ApplianceSection struct {
 	ControlClientKeys     []string `toml:"control_client_keys"`
 	// ShareIntervalMS is how often self-tuning shares are recomputed.
 	ShareIntervalMS int `toml:"share_interval_ms"`
+	// Placement is how the cpu IFs' shares are set: PlacementGSLICE (the
+	// default: each IF's share, self-tuned where auto_share) or
+	// PlacementInSS (InSS's local stage: every PlanIntervalMS the cpu
+	// units are split among the IFs under policy none by the latency
+	// model over PlacementProfiles, from their observed arrival rates and
+	// SLOs; changes are applied by shadow swaps).
+	Placement         string `toml:"placement"`
+	PlacementProfiles string `toml:"placement_profiles"`
+	PlanIntervalMS    int    `toml:"plan_interval_ms"`
 	// Policy is the scheduling policy of the cpu IFs that do not name
 	// their own: "none" (default: each IF runs on its share of the units)
 	// or one of libml/sched's: reef, seq, conc, srpt, split.
@@ -88,6 +97,12 @@ type ApplianceSection struct {
 	// CUDA path on machines without a GPU; slow).
 	CUDA string `toml:"cuda"`
 }
+
+// The [appliance] placement modes.
+const (
+	PlacementGSLICE = "gslice"
+	PlacementInSS   = "inss"
+)
 
 // The [appliance] cuda modes.
 const (
@@ -510,6 +525,23 @@ func (p *Profile) validate() error {
 	if a.Policy == "" {
 		a.Policy = PolicyNone
 	}
+	switch a.Placement {
+	case "":
+		a.Placement = PlacementGSLICE
+	case PlacementGSLICE:
+	case PlacementInSS:
+		if a.PlacementProfiles == "" {
+			return errors.New("appliance.placement_profiles: required with placement \"inss\" (tools/inssprof -json writes them)")
+		}
+	default:
+		return fmt.Errorf("appliance.placement %q: want %q or %q", a.Placement, PlacementGSLICE, PlacementInSS)
+	}
+	if a.PlanIntervalMS == 0 {
+		a.PlanIntervalMS = 1000
+	}
+	if a.PlanIntervalMS < 10 || a.PlanIntervalMS > 3600_000 {
+		return fmt.Errorf("appliance.plan_interval_ms %d: out of range 10..3600000", a.PlanIntervalMS)
+	}
 	if a.DrainTimeoutMS == 0 {
 		a.DrainTimeoutMS = DefaultDrainTimeoutMS
 	}
@@ -596,6 +628,9 @@ func (p *Profile) validate() error {
 		f := &p.IFs[i]
 		if err := f.Resolve(a.Policy); err != nil {
 			return fmt.Errorf("if[%d].%w", i, err)
+		}
+		if f.AutoShare && a.Placement == PlacementInSS {
+			return fmt.Errorf("if[%d].auto_share: the inss placement sets the shares (drop auto_share, or use placement \"gslice\")", i)
 		}
 		if ifNames[f.Name] {
 			return fmt.Errorf("if[%d].name %q: duplicate", i, f.Name)

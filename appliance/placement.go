@@ -1,0 +1,147 @@
+package appliance
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sluice/ifmanager"
+	"sluice/orchestrator/inss"
+)
+
+// loadPlacement reads placement_profiles (orchestrator/inss JSON, as
+// tools/inssprof -json writes it) into the latency model InSS's local
+// stage plans with; the cpu device's profiles are the ones it uses.
+func loadPlacement(ctx context.Context, path string) (*inss.Model, error) {
+	data, err := readRegularFile(ctx, path, MaxProfileBytes, ProfileReadTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("appliance.placement_profiles: %w", err)
+	}
+	profs, err := inss.ReadProfiles(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("appliance.placement_profiles %s: %w", path, err)
+	}
+	cpuProfs := 0
+	for _, p := range profs {
+		if p.Device == "cpu" {
+			cpuProfs++
+		}
+	}
+	if cpuProfs == 0 {
+		return nil, fmt.Errorf("appliance.placement_profiles %s: no profile of the cpu device", path)
+	}
+	m, err := inss.NewModel(profs, 0)
+	if err != nil {
+		return nil, fmt.Errorf("appliance.placement_profiles %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// profileModel is the profile an IF is planned with: one named as the IF,
+// else the zoo model's name, else the ONNX file's base name without its
+// extension; "" when the profiles have none.
+func profileModel(m *inss.Model, spec *IFSection) string {
+	cands := []string{spec.Name}
+	if z, ok := strings.CutPrefix(spec.Model, "zoo:"); ok {
+		cands = append(cands, z)
+	}
+	if f, ok := strings.CutPrefix(spec.Model, "onnx:"); ok {
+		cands = append(cands, strings.TrimSuffix(filepath.Base(f), filepath.Ext(f)))
+	}
+	for _, c := range cands {
+		if m.Profile(c, "cpu") != nil {
+			return c
+		}
+	}
+	return ""
+}
+
+// planShares runs InSS's local stage every plan_interval_ms until ctx
+// ends (placement "inss").
+func (a *Appliance) planShares(ctx context.Context) {
+	every := time.Duration(a.prof.Appliance.PlanIntervalMS) * time.Millisecond
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if a.planStep(now.Sub(last)) {
+				a.applyShares(true)
+			}
+			last = now
+		}
+	}
+}
+
+// planStep is one round of the local stage over the arrivals of the
+// last window: the cpu IFs under policy none get the shares
+// inss.LocalShares gives them for their observed rates and SLOs. It
+// reports whether a share changed (the caller applies them). A round
+// with no arrival, or with an IF the profiles do not cover (logged once
+// per IF), changes nothing.
+func (a *Appliance) planStep(window time.Duration) bool {
+	if a.plan == nil || window <= 0 {
+		return false
+	}
+	a.mu.Lock()
+	cpuBE := a.backends["cpu"]
+	a.mu.Unlock()
+	var runs []*ifRun
+	var ds []inss.Demand
+	arrived := uint64(0)
+	covered := true
+	for _, r := range a.ifRuns() {
+		a.mu.Lock()
+		spec := r.spec
+		on := r.be == cpuBE && cpuBE != nil && (spec.Policy == "" || spec.Policy == ifmanager.PolicyNone)
+		a.mu.Unlock()
+		if !on {
+			continue
+		}
+		arr := r.f.C.Arrivals.Load()
+		n := arr - r.planArrivals
+		r.planArrivals = arr
+		arrived += n
+		model := profileModel(a.plan, &spec)
+		if model == "" {
+			covered = false
+			if !r.planWarned {
+				r.planWarned = true
+				a.log.Warn("inss placement: no cpu profile for the IF; shares stay as they are", "if", spec.Name, "model", spec.Model)
+			}
+		}
+		slo := spec.SLOMS * 1e6
+		if slo <= 0 {
+			slo = math.Inf(1) // no objective: any batch time will do
+		}
+		runs = append(runs, r)
+		ds = append(ds, inss.Demand{Name: spec.Name, Model: model, SLONs: slo, Rate: float64(n) / window.Seconds()})
+	}
+	if len(runs) == 0 || arrived == 0 || !covered {
+		return false
+	}
+	shares, _ := inss.LocalShares(a.plan, "cpu", a.totalUnits(), ds, inss.PlanOptions{})
+	changed := false
+	for i, r := range runs {
+		a.mu.Lock()
+		prev := r.spec.Share
+		if math.Abs(prev-shares[i]) > 1e-9 {
+			r.spec.Share = shares[i]
+			changed = true
+		}
+		a.mu.Unlock()
+		if math.Abs(prev-shares[i]) > 1e-9 {
+			cfg := r.f.Config()
+			a.log.Info("inss placement: share", "if", cfg.Name, "from", prev, "to", shares[i], "rate", ds[i].Rate)
+			a.metrics.shareChanges.WithLabelValues(cfg.Name, cfg.Class.String()).Inc()
+		}
+	}
+	return changed
+}

@@ -1,0 +1,149 @@
+package appliance
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/orchestrator/inss"
+)
+
+// writePlacementProfiles writes synthetic cpu profiles for the named
+// models on units units: a batch of b on s units takes 1 ms + 2 ms x b /
+// s.
+func writePlacementProfiles(t *testing.T, units int, models ...string) string {
+	t.Helper()
+	var profs []inss.Profile
+	for _, name := range models {
+		p := inss.Profile{Model: name, Device: "cpu", Capacity: units}
+		for _, b := range []int{1, 2, 4, 8} {
+			for s := 1; s <= units; s++ {
+				p.Points = append(p.Points, inss.Point{Batch: b, Share: float64(s), RunNs: 1e6 + 2e6*float64(b)/float64(s)})
+			}
+		}
+		profs = append(profs, p)
+	}
+	path := filepath.Join(t.TempDir(), "profiles.json")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inss.WriteProfiles(f, profs); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return path
+}
+
+// Placement keys: an unknown mode, inss without profiles, auto_share
+// under inss and a plan interval out of range are refused; a profiles
+// file that is missing, not JSON or without a cpu profile fails New.
+func TestPlacementProfileErrors(t *testing.T) {
+	head := "[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:mlp\"\n"
+	for _, tc := range []struct{ text, want string }{
+		{"[appliance]\nplacement = \"best\"\n" + head, `appliance.placement "best": want "gslice" or "inss"`},
+		{"[appliance]\nplacement = \"inss\"\n" + head, `appliance.placement_profiles: required with placement "inss"`},
+		{"[appliance]\nplacement = \"inss\"\nplacement_profiles = \"p.json\"\n" + head + "auto_share = true\n", `if[0].auto_share: the inss placement sets the shares`},
+		{"[appliance]\nplan_interval_ms = 5\n" + head, `appliance.plan_interval_ms 5: out of range 10..3600000`},
+	} {
+		if _, err := ParseProfile("test.toml", tc.text); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("profile %q:\nerror %v\nwant it to contain %q", tc.text, err, tc.want)
+		}
+	}
+	dir := t.TempDir()
+	notJSON, gpuOnly := filepath.Join(dir, "x.json"), filepath.Join(dir, "gpu.json")
+	os.WriteFile(notJSON, []byte("not json"), 0o644)
+	os.WriteFile(gpuOnly, []byte(`{"profiles":[{"model":"m","device":"h200","capacity":132,"points":[{"batch":1,"share":1,"run_ns":1}],"upload":{"a_ns":0,"b_ns":0},"result":{"a_ns":0,"b_ns":0},"pressure":0,"sensitivity":0}]}`), 0o644)
+	for path, want := range map[string]string{
+		filepath.Join(dir, "missing.json"): "appliance.placement_profiles",
+		notJSON:                            "appliance.placement_profiles " + notJSON,
+		gpuOnly:                            "no profile of the cpu device",
+	} {
+		prof, err := ParseProfile("test.toml", fmt.Sprintf("[appliance]\nmetrics=\"off\"\ncontrol=\"off\"\nplacement = \"inss\"\nplacement_profiles = %q\n%s", path, head))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := New(context.Background(), prof, nil)
+		if err == nil {
+			a.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("profiles %s: %v, want %q", path, err, want)
+		}
+	}
+}
+
+// Under placement "inss" a round of the local stage gives the busy IF
+// three of the four units and the idle one one, by shadow swaps; a round
+// without arrivals changes nothing; an IF the profiles do not cover
+// keeps every share as it is.
+func TestPlacementInSS(t *testing.T) {
+	path := writePlacementProfiles(t, 4, "busy", "idle")
+	text := fmt.Sprintf(`
+[appliance]
+log_level = "warn"
+threads = 4
+metrics = "off"
+control = "off"
+placement = "inss"
+placement_profiles = %q
+# rounds run from the test, not the clock
+plan_interval_ms = 3600000
+
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+
+[[if]]
+name = "busy"
+model_id = 1
+model = "zoo:mlp"
+slo_ms = 20
+
+[[if]]
+name = "idle"
+model_id = 2
+model = "zoo:mlp"
+slo_ms = 20
+`, path)
+	a, stop := startAppliance(t, "inss.toml", text)
+	defer stop()
+	busy, idle := a.ifs["busy"], a.ifs["idle"]
+	if a.planStep(time.Second) {
+		t.Fatal("a round without arrivals changed the shares")
+	}
+	busy.f.C.Arrivals.Add(1500)
+	idle.f.C.Arrivals.Add(20)
+	if !a.planStep(time.Second) {
+		t.Fatal("the busy IF got no more units")
+	}
+	if err := a.applySharesCtx(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	if b, i := bits.OnesCount64(busy.f.Units()), bits.OnesCount64(idle.f.Units()); b != 3 || i != 1 || busy.f.Units()&idle.f.Units() != 0 {
+		t.Errorf("units: busy %b, idle %b; want 3 and 1, disjoint", busy.f.Units(), idle.f.Units())
+	}
+	if busy.spec.Share != 0.75 || idle.spec.Share != 0.25 {
+		t.Errorf("shares %v and %v, want 0.75 and 0.25", busy.spec.Share, idle.spec.Share)
+	}
+	// the same rates again: nothing to change
+	busy.f.C.Arrivals.Add(1500)
+	idle.f.C.Arrivals.Add(20)
+	if a.planStep(time.Second) {
+		t.Error("the same rates changed the shares again")
+	}
+	// an IF without a profile: the round changes nothing
+	a.mu.Lock()
+	idle.spec.Name = "unprofiled"
+	a.mu.Unlock()
+	idle.f.C.Arrivals.Add(1500)
+	if a.planStep(time.Second) {
+		t.Error("a round with an unprofiled IF changed the shares")
+	}
+}
