@@ -39,9 +39,11 @@ type Appliance struct {
 	log     *slog.Logger
 	metrics *metricsSet
 	started time.Time
-	// plan is the latency model of placement "inss" (nil otherwise)
-	plan     *inss.Model
-	draining atomic.Bool
+	// plan is the latency model of placement "inss" (nil otherwise);
+	// planRound is when its last round ran (unix ns; 0 before the first)
+	plan      *inss.Model
+	planRound atomic.Int64
+	draining  atomic.Bool
 	// shuttingDown is set when Run's context ends: the process's own
 	// drain, which resume cannot undo.
 	shuttingDown atomic.Bool
@@ -83,6 +85,8 @@ type ifRun struct {
 	arrivals     uint64
 	planArrivals uint64
 	planWarned   bool
+	// planRate is the arrival rate the last placement round observed
+	planRate float64
 	// be is the backend the IF runs on: its spec's, or the one it fell
 	// back to (cpu without a CUDA driver, ort for operators the engine
 	// lacks).

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"sluice/ifmanager"
+	"sluice/orchestrator"
 	"sluice/orchestrator/inss"
 )
 
@@ -123,7 +125,11 @@ func (a *Appliance) planStep(window time.Duration) bool {
 		}
 		runs = append(runs, r)
 		ds = append(ds, inss.Demand{Name: spec.Name, Model: model, SLONs: slo, Rate: float64(n) / window.Seconds()})
+		a.mu.Lock()
+		r.planRate = ds[len(ds)-1].Rate
+		a.mu.Unlock()
 	}
+	a.planRound.Store(time.Now().UnixNano())
 	if len(runs) == 0 || arrived == 0 || !covered {
 		return false
 	}
@@ -144,4 +150,55 @@ func (a *Appliance) planStep(window time.Duration) bool {
 		}
 	}
 	return changed
+}
+
+// Plan implements orchestrator.Handler.
+func (h *controlHandler) Plan(ctx context.Context, _ orchestrator.PlanArgs) (orchestrator.PlanReply, error) {
+	return h.a.planReply(), nil
+}
+
+// planReply describes the cpu IFs under policy none: their units and,
+// under the inss placement, the profile each is planned with, the rate
+// the last round saw, and the latency the model predicts at their units
+// against the latency observed.
+func (a *Appliance) planReply() orchestrator.PlanReply {
+	a.mu.Lock()
+	cpuBE := a.backends["cpu"]
+	place, every := a.prof.Appliance.Placement, a.prof.Appliance.PlanIntervalMS
+	a.mu.Unlock()
+	units := a.totalUnits()
+	rep := orchestrator.PlanReply{Placement: place, Units: units, IFs: []orchestrator.PlanIF{}}
+	if a.plan != nil {
+		rep.IntervalMS = every
+		if t := a.planRound.Load(); t != 0 {
+			rep.RoundS = time.Since(time.Unix(0, t)).Seconds()
+		}
+	}
+	for _, r := range a.ifRuns() {
+		a.mu.Lock()
+		spec, rate := r.spec, r.planRate
+		on := r.be == cpuBE && cpuBE != nil && (spec.Policy == "" || spec.Policy == ifmanager.PolicyNone)
+		a.mu.Unlock()
+		if !on {
+			continue
+		}
+		st := r.f.Status()
+		p := orchestrator.PlanIF{Name: spec.Name, Units: unitsOf(r.f.Units()), Share: st.Share, SLOMS: spec.SLOMS,
+			ObservedP99MS: float64(st.P99) / 1e6}
+		if a.plan != nil {
+			p.RateRPS = rate
+			if p.Profile = profileModel(a.plan, &spec); p.Profile != "" && p.Units > 0 {
+				slo := spec.SLOMS * 1e6
+				if slo <= 0 {
+					slo = math.Inf(1)
+				}
+				if b, inf, ok := inss.BestBatch(a.plan, p.Profile, "cpu", float64(p.Units), slo, inss.PlanOptions{}); ok {
+					p.Batch, p.PredictedMS = b, inss.ExpectedLatencyNs(inf)/1e6
+				}
+			}
+		}
+		rep.IFs = append(rep.IFs, p)
+	}
+	slices.SortFunc(rep.IFs, func(x, y orchestrator.PlanIF) int { return strings.Compare(x.Name, y.Name) })
+	return rep
 }

@@ -132,6 +132,23 @@ slo_ms = 20
 	if busy.spec.Share != 0.75 || idle.spec.Share != 0.25 {
 		t.Errorf("shares %v and %v, want 0.75 and 0.25", busy.spec.Share, idle.spec.Share)
 	}
+	// the plan command: the units, the profiles, the rates and the
+	// model's predictions
+	rep := a.planReply()
+	if rep.Placement != PlacementInSS || rep.Units != 4 || rep.IntervalMS != 3600000 || len(rep.IFs) != 2 {
+		t.Fatalf("plan %+v", rep)
+	}
+	for i, want := range []struct {
+		name  string
+		units int
+		rate  float64
+	}{{"busy", 3, 1500}, {"idle", 1, 20}} {
+		p := rep.IFs[i]
+		if p.Name != want.name || p.Profile != want.name || p.Units != want.units || p.RateRPS != want.rate ||
+			p.Batch < 1 || !(p.PredictedMS > 0) || p.PredictedMS > p.SLOMS {
+			t.Errorf("plan IF %d: %+v, want %s on %d units at %v/s with a prediction within its SLO", i, p, want.name, want.units, want.rate)
+		}
+	}
 	// the same rates again: nothing to change
 	busy.f.C.Arrivals.Add(1500)
 	idle.f.C.Arrivals.Add(20)

@@ -449,6 +449,12 @@ func (c *Client) Status(ctx context.Context, args StatusArgs) (StatusReply, erro
 	return r, c.Call(ctx, CmdStatus, args, &r)
 }
 
+// Plan calls plan on the server.
+func (c *Client) Plan(ctx context.Context, args PlanArgs) (PlanReply, error) {
+	var r PlanReply
+	return r, c.Call(ctx, CmdPlan, args, &r)
+}
+
 // Resume calls resume on the server: admission starts again after a drain.
 func (c *Client) Resume(ctx context.Context, args ResumeArgs) (ResumeResult, error) {
 	var r ResumeResult

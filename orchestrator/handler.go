@@ -17,8 +17,8 @@ import (
 // error is reported as CodeInternal, and context.DeadlineExceeded as
 // CodeUnavailable. A failed command must change nothing.
 //
-// Methods other than Status are called one at a time, in arrival order;
-// Status may run concurrently with one of them. Every method must return
+// Methods other than Status and Plan are called one at a time, in
+// arrival order; Status and Plan may run concurrently with one of them. Every method must return
 // soon after ctx is done: the server waits for running calls when it stops
 // (at most ServerConfig.ShutdownTimeout; then it answers their clients
 // CodeUnavailable and returns without them).
@@ -42,6 +42,9 @@ type Handler interface {
 	// Resume admits requests again after Drain (not after the process's
 	// own shutdown has begun).
 	Resume(ctx context.Context, args ResumeArgs) (ResumeResult, error)
+	// Plan describes the placement of the cpu IFs' units and, under InSS,
+	// the latency model's predictions against what was observed.
+	Plan(ctx context.Context, args PlanArgs) (PlanReply, error)
 }
 
 // command describes one command for the server: how to decode its args and
@@ -106,6 +109,7 @@ func commandTable() map[string]*command {
 		spec(CmdStatus, false, nil, Handler.Status),
 		drain,
 		spec(CmdResume, true, nil, Handler.Resume),
+		spec(CmdPlan, false, nil, Handler.Plan),
 	}
 	m := make(map[string]*command, len(cmds))
 	for _, c := range cmds {

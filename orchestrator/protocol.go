@@ -18,12 +18,13 @@ const (
 	CmdStatus        = "status"
 	CmdDrain         = "drain"
 	CmdResume        = "resume"
+	CmdPlan          = "plan"
 )
 
 // Commands lists every command name, in documentation order.
 func Commands() []string {
 	return []string{CmdDeploy, CmdRemove, CmdResize, CmdSwap, CmdSetBatch,
-		CmdReloadProfile, CmdStatus, CmdDrain, CmdResume}
+		CmdReloadProfile, CmdStatus, CmdDrain, CmdResume, CmdPlan}
 }
 
 // Limits on request fields.
@@ -241,6 +242,47 @@ type DrainArgs struct {
 	// TimeoutMS bounds the wait (0: the appliance's default, at most
 	// MaxDrainTimeoutMS).
 	TimeoutMS int `json:"timeout_ms,omitempty"`
+}
+
+// PlanArgs are plan's arguments (none).
+type PlanArgs struct{}
+
+// PlanReply is plan's reply data: how the cpu IFs' units are placed and,
+// under the inss placement, what the latency model predicts for them.
+type PlanReply struct {
+	// Placement is "gslice" or "inss" ([appliance] placement).
+	Placement string `json:"placement"`
+	// Units is the cpu device's unit count; IntervalMS how often the inss
+	// placement plans.
+	Units      int `json:"units"`
+	IntervalMS int `json:"interval_ms,omitempty"`
+	// RoundS is how long ago the inss placement's last round ran (absent
+	// before the first).
+	RoundS float64 `json:"round_s,omitempty"`
+	// IFs are the cpu IFs under policy none, sorted by name.
+	IFs []PlanIF `json:"ifs"`
+}
+
+// PlanIF is one IF of the plan.
+type PlanIF struct {
+	Name string `json:"name"`
+	// Profile is the latency model's profile the IF is planned with
+	// (absent: none covers it, or the placement is gslice).
+	Profile string `json:"profile,omitempty"`
+	// Units and Share are the IF's current units and share.
+	Units int     `json:"units"`
+	Share float64 `json:"share"`
+	SLOMS float64 `json:"slo_ms"`
+	// RateRPS is the arrival rate the last round observed; Batch the
+	// batch size the model predicts the IF best served with at its units.
+	RateRPS float64 `json:"rate_rps,omitempty"`
+	Batch   int     `json:"batch,omitempty"`
+	// PredictedMS is the latency the model predicts at the IF's units and
+	// that batch (InSS eq. 3 with a batch in progress: half a batch's
+	// execution, then its own); ObservedP99MS the 99th percentile of the
+	// IF's latest requests answered ok.
+	PredictedMS   float64 `json:"predicted_ms,omitempty"`
+	ObservedP99MS float64 `json:"observed_p99_ms,omitempty"`
 }
 
 // ResumeArgs are resume's arguments (none): admit requests again after a

@@ -1,5 +1,29 @@
 package inss
 
+// BestBatch is the batch size (a power of two up to o.MaxBatch) that
+// serves model the most tasks per second at share s of a device of kind
+// within sloNs (the planners' test: half a batch in progress, then its
+// own), with its batch time; ok is false when none fits.
+func BestBatch(m *Model, model, kind string, s, sloNs float64, o PlanOptions) (batch int, infNs float64, ok bool) {
+	o = o.withDefaults()
+	bestCap := 0.0
+	for b := 1; b <= o.MaxBatch; b *= 2 {
+		inf, err := m.ExecNs(model, kind, b, s, nil)
+		if err != nil || !latencyOK(inf, sloNs) {
+			continue
+		}
+		if c := float64(b) / inf; c > bestCap {
+			bestCap, batch, infNs, ok = c, b, inf, true
+		}
+	}
+	return batch, infNs, ok
+}
+
+// ExpectedLatencyNs is the task latency the planners count on for a
+// batch time: InSS eq. 3 with one batch in progress, half of it left on
+// average, then the task's own batch.
+func ExpectedLatencyNs(infNs float64) float64 { return 1.5 * infNs }
+
 // LocalShares is InSS's local stage on one device of units share units
 // whose models are placed already (demands: each IF's model, SLO and
 // observed rate): it splits the units among them, every one at least
@@ -39,14 +63,8 @@ func LocalShares(m *Model, kind string, units int, ds []Demand, o PlanOptions) (
 	for i, d := range ds {
 		best[i] = make([]opt, units+1)
 		for s := 1; s <= units-(n-1); s++ {
-			for b := 1; b <= o.MaxBatch; b *= 2 {
-				inf, err := m.ExecNs(d.Model, kind, b, float64(s), nil)
-				if err != nil || !latencyOK(inf, d.SLONs) {
-					continue
-				}
-				if c := o.Headroom * float64(b) / inf * 1e9; c > best[i][s].cap {
-					best[i][s] = opt{c, b}
-				}
+			if b, inf, ok := BestBatch(m, d.Model, kind, float64(s), d.SLONs, o); ok {
+				best[i][s] = opt{o.withDefaults().Headroom * float64(b) / inf * 1e9, b}
 			}
 		}
 	}

@@ -30,7 +30,7 @@ func (o PlanOptions) withDefaults() PlanOptions {
 // latencyOK is the planners' SLO test for a batch time: on average a
 // task waits half a batch in progress, then runs in its own (eq. 3 with
 // a full queue of one batch).
-func latencyOK(infNs, sloNs float64) bool { return 1.5*infNs <= sloNs }
+func latencyOK(infNs, sloNs float64) bool { return ExpectedLatencyNs(infNs) <= sloNs }
 
 // Greedy is the non-learned two-stage optimiser beside InSS's learned
 // one. Global stage: every demand, in order of its work (rate x time per

@@ -243,6 +243,21 @@ func (f *Fake) ReloadProfile(ctx context.Context, a orchestrator.ReloadArgs) (or
 	return r, nil
 }
 
+// Plan returns the IFs' units and shares as a gslice placement on 2
+// units.
+func (f *Fake) Plan(ctx context.Context, a orchestrator.PlanArgs) (orchestrator.PlanReply, error) {
+	if err := f.begin(ctx, orchestrator.CmdPlan, a); err != nil {
+		return orchestrator.PlanReply{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := orchestrator.PlanReply{Placement: "gslice", Units: 2, IFs: []orchestrator.PlanIF{}}
+	for _, s := range f.sorted() {
+		r.IFs = append(r.IFs, orchestrator.PlanIF{Name: s.Name, Units: s.Units, Share: s.Share, SLOMS: s.SLOMS, ObservedP99MS: s.P99MS})
+	}
+	return r, nil
+}
+
 // Status returns the IF table, or one IF.
 func (f *Fake) Status(ctx context.Context, a orchestrator.StatusArgs) (orchestrator.StatusReply, error) {
 	if err := f.begin(ctx, orchestrator.CmdStatus, a); err != nil {

@@ -39,6 +39,20 @@ func commands() map[string]command {
 				}
 			},
 		},
+		"plan": {
+			synopsis: "",
+			doc:      "Show how the cpu IFs' units are placed; under the inss placement, the latency the model predicts against the observed p99.",
+			flags: func(fs *flag.FlagSet) func(*env, map[string]bool) error {
+				return func(e *env, _ map[string]bool) error {
+					var r orchestrator.PlanReply
+					if err := e.call(orchestrator.CmdPlan, orchestrator.PlanArgs{}, &r, 0); err != nil || e.g.json {
+						return err
+					}
+					printPlan(e.stdout, r)
+					return nil
+				}
+			},
+		},
 		"deploy": {
 			synopsis: "-name IF -model M -model-id N [flags]",
 			doc:      "Start a new IF. Unset flags take the appliance's defaults.",

@@ -132,6 +132,7 @@ commands:
   reload-profile [-path FILE]                       re-read the profile and apply it
   drain          [-wait D]                          stop admitting requests, finish queued ones
   resume                                            admit requests again after drain
+  plan                                              the cpu units' placement, predicted vs observed
   keygen         [-o FILE]                          make a CURVE key pair
 
 global flags (before or after the command):

@@ -40,6 +40,44 @@ func printStatus(w io.Writer, r orchestrator.StatusReply) {
 	}
 }
 
+// printPlan prints the placement line and the plan's IFs: units, share,
+// SLO, the rate the last round saw, the batch and latency the latency
+// model predicts ("-" where it has none) and the observed p99.
+func printPlan(w io.Writer, r orchestrator.PlanReply) {
+	fmt.Fprintf(w, "placement %s on %d cpu units", r.Placement, r.Units)
+	if r.IntervalMS > 0 {
+		fmt.Fprintf(w, ", every %d ms", r.IntervalMS)
+		if r.RoundS > 0 {
+			fmt.Fprintf(w, ", last round %.1f s ago", r.RoundS)
+		}
+	}
+	fmt.Fprintf(w, ", %d IFs\n", len(r.IFs))
+	if len(r.IFs) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tPROFILE\tUNITS\tSHARE\tSLO\tRATE\tBATCH\tPREDICTED\tOBSERVED P99")
+	dash := func(v float64, f string) string {
+		if v <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf(f, v)
+	}
+	for _, p := range r.IFs {
+		profile, batch := p.Profile, "-"
+		if profile == "" {
+			profile = "-"
+		}
+		if p.Batch > 0 {
+			batch = strconv.Itoa(p.Batch)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\n", p.Name, profile, p.Units, p.Share*100,
+			dash(p.SLOMS, "%gms"), dash(p.RateRPS, "%.1f/s"), batch, dash(p.PredictedMS, "%.2fms"), dash(p.ObservedP99MS, "%.2fms"))
+	}
+	tw.Flush()
+}
+
 // printIFs prints IFs as an aligned table. SHARE is the share of the
 // device's units the IF runs on ("-" under a scheduling policy, whose
 // scheduler hands out the units; the backend column then reads
