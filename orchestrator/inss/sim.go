@@ -80,7 +80,8 @@ type Result struct {
 }
 
 // Simulate runs the plan for horizonS seconds of Poisson arrivals
-// (seeded): each placement serves its demand's tasks in FIFO batches of
+// (seeded; generated as the run goes, so its memory is the queues'): each
+// placement serves its demand's tasks in FIFO batches of
 // up to its batch size, starting a batch when it is idle and has a full
 // batch or its oldest task can wait no longer (its SLO less the batch's
 // execution); a task already past its SLO when its batch would start is
@@ -105,16 +106,21 @@ func Simulate(m *Model, devs []Device, wl []Demand, plan *Plan, horizonS float64
 		byDemand[s.demand] = append(byDemand[s.demand], k)
 	}
 	res := &Result{Arrived: make([]int, len(wl)), Good: make([]int, len(wl)), Violated: make([]int, len(wl))}
-	// arrivals, merged in time order
-	r := rand.New(rand.NewPCG(seed, 0x1b55))
+	// arrivals: one pending per demand at a time (memory stays bounded
+	// by the queues, whatever the rates and the horizon), each demand's
+	// from its own random stream
 	var evs events
 	horizon := horizonS * 1e9
-	for d, w := range wl {
-		if w.Rate <= 0 {
-			continue
-		}
-		for t := r.ExpFloat64() / w.Rate * 1e9; t < horizon; t += r.ExpFloat64() / w.Rate * 1e9 {
+	rs := make([]*rand.Rand, len(wl))
+	next := func(d int, after float64) {
+		if t := after + rs[d].ExpFloat64()/wl[d].Rate*1e9; t < horizon {
 			heap.Push(&evs, event{t: t, kind: evArrive, who: d})
+		}
+	}
+	for d, w := range wl {
+		if w.Rate > 0 {
+			rs[d] = rand.New(rand.NewPCG(seed, 0x1b55+uint64(d)))
+			next(d, 0)
 		}
 	}
 	for evs.Len() > 0 {
@@ -122,6 +128,7 @@ func Simulate(m *Model, devs []Device, wl []Demand, plan *Plan, horizonS float64
 		switch e.kind {
 		case evArrive:
 			d := e.who
+			next(d, e.t)
 			res.Arrived[d]++
 			cand := byDemand[d]
 			if len(cand) == 0 {
@@ -135,6 +142,10 @@ func Simulate(m *Model, devs []Device, wl []Demand, plan *Plan, horizonS float64
 				}
 			}
 			s := srv[best]
+			if len(s.queue) >= MaxSimQueue {
+				res.Violated[d]++ // refused, as a full IF queue refuses
+				continue
+			}
 			s.queue = append(s.queue, e.t)
 			if len(s.queue) == 1 && !s.busy {
 				heap.Push(&evs, event{t: e.t + s.maxWait(), kind: evCheck, who: best})
@@ -174,6 +185,10 @@ func Simulate(m *Model, devs []Device, wl []Demand, plan *Plan, horizonS float64
 	}
 	return res, nil
 }
+
+// MaxSimQueue bounds a simulated placement's queue (an IF's queue_len
+// does the same): a task that finds it full is refused, counted violated.
+const MaxSimQueue = 1 << 16
 
 // server is a placement while simulated.
 type server struct {

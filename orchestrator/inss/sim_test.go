@@ -1,6 +1,7 @@
 package inss
 
 import (
+	"math"
 	"testing"
 )
 
@@ -59,6 +60,13 @@ func TestSimulate(t *testing.T) {
 	r, _ = Simulate(m, devices(1), append(light, Demand{Name: "b", Model: "slow", SLONs: 50e6, Rate: 10}), plan, 10, 1, true)
 	if r.Good[1] != 0 || r.Violated[1] != r.Arrived[1] || r.Arrived[1] == 0 {
 		t.Errorf("a demand with no placement: %+v", r)
+	}
+	// no SLO and ten times the capacity: the queue stays bounded, the
+	// excess is refused
+	endless := []Demand{{Name: "a", Model: "fast", SLONs: math.Inf(1), Rate: 20000}}
+	r, _ = Simulate(m, devices(1), endless, plan, 10, 1, true)
+	if r.Violated[0] < r.Arrived[0]/2 || r.Good[0]+r.Violated[0] != r.Arrived[0] {
+		t.Errorf("an endless queue: %+v", r)
 	}
 	bad := &Plan{Places: []Placement{{Demand: 0, Device: 0, Share: 3, Batch: 1}, {Demand: 0, Device: 0, Share: 2, Batch: 1}}}
 	if _, err := Simulate(m, devices(1), light, bad, 10, 1, true); err == nil {
