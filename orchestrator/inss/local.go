@@ -1,5 +1,25 @@
 package inss
 
+import "math"
+
+// maxSplits bounds the unit splits LocalShares tries one by one; beyond
+// it (8 models on 64 units are 553 million splits) it allocates unit by
+// unit.
+const maxSplits = 100_000
+
+// compositions is the number of ways to split units into n parts of at
+// least one (C(units-1, n-1)), saturating above maxSplits.
+func compositions(units, n int) int {
+	c := 1
+	for k := 1; k < n; k++ {
+		c = c * (units - k) / k
+		if c > maxSplits {
+			return maxSplits + 1
+		}
+	}
+	return c
+}
+
 // BestBatch is the batch size (a power of two up to o.MaxBatch) that
 // serves model the most tasks per second at share s of a device of kind
 // within sloNs (the planners' test: half a batch in progress, then its
@@ -32,8 +52,10 @@ func ExpectedLatencyNs(infNs float64) float64 { return 1.5 * infNs }
 // units over units) and the batch size that serves it best. A split's
 // worth is the rate it serves within the SLOs (each demand's capacity at
 // its best batch, counted up to its rate), then the least headroom among
-// the demands (capacity over rate), larger first. Every split is tried:
-// a device has few units and few models. With more demands than units
+// the demands (capacity over rate), larger first. Every split is tried
+// where there are at most maxSplits; beyond, the units go one at a time
+// to the demand each serves the most more tasks for. With more demands
+// than units
 // (or none, or a demand without a profile) the units are shared evenly
 // and the batch sizes are 0 (the IFs keep their own).
 func LocalShares(m *Model, kind string, units int, ds []Demand, o PlanOptions) (shares []float64, batches []int) {
@@ -67,6 +89,33 @@ func LocalShares(m *Model, kind string, units int, ds []Demand, o PlanOptions) (
 				best[i][s] = opt{o.withDefaults().Headroom * float64(b) / inf * 1e9, b}
 			}
 		}
+	}
+	if compositions(units, n) > maxSplits {
+		// too many splits to try: one unit each, then each further unit
+		// to the demand it serves the most more tasks for (the least
+		// headroom on a tie)
+		split := make([]int, n)
+		for i := range split {
+			split[i] = 1
+		}
+		for left := units - n; left > 0; left-- {
+			bi, bg, bh := 0, -1.0, math.Inf(1)
+			for i, s := range split {
+				g := min(best[i][s+1].cap, ds[i].Rate) - min(best[i][s].cap, ds[i].Rate)
+				h := math.Inf(1)
+				if ds[i].Rate > 0 {
+					h = best[i][s].cap / ds[i].Rate
+				}
+				if g > bg || (g == bg && h < bh) {
+					bi, bg, bh = i, g, h
+				}
+			}
+			split[bi]++
+		}
+		for i, s := range split {
+			shares[i], batches[i] = float64(s)/float64(units), best[i][s].batch
+		}
+		return shares, batches
 	}
 	split := make([]int, n)
 	var bestSplit []int

@@ -139,3 +139,44 @@ func TestLocalShares(t *testing.T) {
 		t.Errorf("an unprofiled model: shares %v", sh)
 	}
 }
+
+// Eight models on 64 units (553 million splits) are planned unit by unit,
+// at once: every unit given, the busiest models the most.
+func TestLocalSharesMany(t *testing.T) {
+	mk := func(units int) *Model {
+		var profs []Profile
+		for _, name := range []string{"a", "b"} {
+			p := Profile{Model: name, Device: "big", Capacity: units}
+			for _, b := range []int{1, 2, 4, 8} {
+				for _, s := range []int{1, 2, 4, 8, 16, 32, 64} {
+					p.Points = append(p.Points, Point{Batch: b, Share: float64(s), RunNs: 1e6 + 8e6*float64(b)/float64(s)})
+				}
+			}
+			profs = append(profs, p)
+		}
+		m, err := NewModel(profs, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := mk(64)
+	var ds []Demand
+	for i := 0; i < 8; i++ {
+		ds = append(ds, Demand{Model: []string{"a", "b"}[i%2], SLONs: 50e6, Rate: float64(100 * (i + 1))})
+	}
+	if compositions(64, 8) <= maxSplits {
+		t.Fatalf("%d splits: the test wants more than %d", compositions(64, 8), maxSplits)
+	}
+	sh, _ := LocalShares(m, "big", 64, ds, PlanOptions{})
+	sum := 0.0
+	for i, s := range sh {
+		sum += s
+		if s < 1.0/64-1e-12 {
+			t.Errorf("demand %d: share %v, under one unit", i, s)
+		}
+	}
+	if math.Abs(sum-1) > 1e-9 || sh[7] <= sh[0] {
+		t.Errorf("shares %v (sum %v): the busiest should have the most", sh, sum)
+	}
+}
