@@ -146,6 +146,7 @@ type model struct {
 	name       string
 	inst, peer *cpu.Instance
 	in, out    []float32
+	peerOut    []float32 // the peer's outputs (it runs beside inst)
 	weights    int64
 }
 
@@ -187,6 +188,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		}
 		m.in = zoo.Input(1, maxB*inst.InputSize())
 		m.out = make([]float32, maxB*inst.OutputSize())
+		m.peerOut = make([]float32, maxB*inst.OutputSize())
 		slog.Info("inssprof: loaded", "model", name)
 	}
 	rep := &report{cpuName: cpuModel()}
@@ -238,7 +240,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		m.peer.SetUnits(last)
 		ns, err := probe.time(func(stop *atomic.Bool) error {
 			defer pinTo(o.units - 1)()
-			return loop(ctx, be, m.peer, refB, m.in, m.out, stop)
+			return loop(ctx, be, m.peer, refB, m.in, m.peerOut, stop)
 		}, o.reps)
 		if err != nil {
 			return nil, err
@@ -271,7 +273,7 @@ func run(ctx context.Context, o options) (*report, error) {
 				go func() {
 					defer wg.Done()
 					defer pinTo(o.units - 1)()
-					bgErr = loop(ctx, be, other.peer, refB, other.in, other.out, &stop)
+					bgErr = loop(ctx, be, other.peer, refB, other.in, other.peerOut, &stop)
 				}()
 				time.Sleep(10 * time.Millisecond)
 				b, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1)
