@@ -84,7 +84,8 @@ func (a *Appliance) planShares(ctx context.Context) {
 
 // planStep is one round of the local stage over the arrivals of the
 // last window: the cpu IFs under policy none get the shares
-// inss.LocalShares gives them for their observed rates and SLOs. It
+// inss.LocalShares gives them for their observed rates (arrivals plus the
+// queue left, over the window) and SLOs. It
 // reports whether a share changed (the caller applies them). A round
 // with no arrival, or with an IF the profiles do not cover (logged once
 // per IF), changes nothing.
@@ -123,8 +124,12 @@ func (a *Appliance) planStep(window time.Duration) bool {
 		if slo <= 0 {
 			slo = math.Inf(1) // no objective: any batch time will do
 		}
+		// the rate to serve: what arrived in the window, and the queue
+		// left at its end, which the next window must serve as well
+		// (InSS's state holds each model's queued workload)
+		queued := uint64(max(r.f.Status().QueueDepth, 0))
 		runs = append(runs, r)
-		ds = append(ds, inss.Demand{Name: spec.Name, Model: model, SLONs: slo, Rate: float64(n) / window.Seconds()})
+		ds = append(ds, inss.Demand{Name: spec.Name, Model: model, SLONs: slo, Rate: float64(n+queued) / window.Seconds()})
 		a.mu.Lock()
 		r.planRate = ds[len(ds)-1].Rate
 		a.mu.Unlock()
