@@ -75,6 +75,13 @@ func TestFits(t *testing.T) {
 	if _, err := FitLinear([]int{2, 2}, []float64{1, 2}); err == nil {
 		t.Error("one batch size accepted")
 	}
+	// a falling fit is noise: the mean; a line is never below 0
+	if l, _ := FitLinear([]int{1, 2}, []float64{300, 100}); l.A != 0 || l.B != 200 {
+		t.Errorf("falling samples: %+v, want the mean", l)
+	}
+	if v := (Linear{A: 10, B: -100}).At(2); v != 0 {
+		t.Errorf("below 0: %v", v)
+	}
 	a, err := FitSensitivity([]float64{0.1, 0.2, 0.4}, []float64{1.05, 1.10, 1.20})
 	if err != nil || math.Abs(a-0.5) > 1e-9 {
 		t.Errorf("sensitivity %v, %v, want 0.5", a, err)

@@ -15,10 +15,12 @@ type Linear struct {
 	B float64 `json:"b_ns"`
 }
 
-// At is the line at batch b.
-func (l Linear) At(b int) float64 { return l.A*float64(b) + l.B }
+// At is the line at batch b, never below 0.
+func (l Linear) At(b int) float64 { return max(l.A*float64(b)+l.B, 0) }
 
-// FitLinear fits t = A·b + B to (batch, ns) samples by least squares.
+// FitLinear fits t = A·b + B to (batch, ns) samples by least squares,
+// with A at least 0: a copy does not get cheaper with more items, so a
+// falling fit is noise, and the line is then the samples' mean.
 func FitLinear(batch []int, ns []float64) (Linear, error) {
 	if len(batch) != len(ns) || len(batch) < 2 {
 		return Linear{}, errors.New("inss: a line needs two or more samples")
@@ -34,6 +36,9 @@ func FitLinear(batch []int, ns []float64) (Linear, error) {
 		return Linear{}, errors.New("inss: a line needs two batch sizes")
 	}
 	a := (n*sxy - sx*sy) / d
+	if a < 0 {
+		return Linear{B: sy / n}, nil
+	}
 	return Linear{A: a, B: (sy - a*sx) / n}, nil
 }
 
