@@ -179,6 +179,11 @@ func (a *Appliance) planReply() orchestrator.PlanReply {
 			rep.RoundS = time.Since(time.Unix(0, t)).Seconds()
 		}
 	}
+	type entry struct {
+		spec IFSection
+		p    orchestrator.PlanIF
+	}
+	var es []entry
 	for _, r := range a.ifRuns() {
 		a.mu.Lock()
 		spec, rate := r.spec, r.planRate
@@ -192,17 +197,32 @@ func (a *Appliance) planReply() orchestrator.PlanReply {
 			ObservedP99MS: float64(st.P99) / 1e6}
 		if a.plan != nil {
 			p.RateRPS = rate
-			if p.Profile = profileModel(a.plan, &spec); p.Profile != "" && p.Units > 0 {
-				slo := spec.SLOMS * 1e6
-				if slo <= 0 {
-					slo = math.Inf(1)
-				}
-				if b, inf, ok := inss.BestBatch(a.plan, p.Profile, "cpu", float64(p.Units), slo, inss.PlanOptions{}); ok {
-					p.Batch, p.PredictedMS = b, inss.ExpectedLatencyNs(inf)/1e6
-				}
+			p.Profile = profileModel(a.plan, &spec)
+		}
+		es = append(es, entry{spec, p})
+	}
+	// predictions: each IF at its units, the other planned IFs beside it
+	for i := range es {
+		p := &es[i].p
+		if a.plan == nil || p.Profile == "" || p.Units == 0 {
+			continue
+		}
+		var beside []inss.Colocated
+		for j, o := range es {
+			if j != i && o.p.Profile != "" {
+				beside = append(beside, inss.Colocated{Model: o.p.Profile})
 			}
 		}
-		rep.IFs = append(rep.IFs, p)
+		slo := es[i].spec.SLOMS * 1e6
+		if slo <= 0 {
+			slo = math.Inf(1)
+		}
+		if b, inf, ok := inss.BestBatch(a.plan, p.Profile, "cpu", float64(p.Units), slo, beside, inss.PlanOptions{}); ok {
+			p.Batch, p.PredictedMS = b, inss.ExpectedLatencyNs(inf)/1e6
+		}
+	}
+	for _, e := range es {
+		rep.IFs = append(rep.IFs, e.p)
 	}
 	slices.SortFunc(rep.IFs, func(x, y orchestrator.PlanIF) int { return strings.Compare(x.Name, y.Name) })
 	return rep

@@ -21,14 +21,15 @@ func compositions(units, n int) int {
 }
 
 // BestBatch is the batch size (a power of two up to o.MaxBatch) that
-// serves model the most tasks per second at share s of a device of kind
-// within sloNs (the planners' test: half a batch in progress, then its
-// own), with its batch time; ok is false when none fits.
-func BestBatch(m *Model, model, kind string, s, sloNs float64, o PlanOptions) (batch int, infNs float64, ok bool) {
+// serves model the most tasks per second at share s of a device of kind,
+// beside the models co-located with it, within sloNs (the planners'
+// test: half a batch in progress, then its own), with its batch time; ok
+// is false when none fits.
+func BestBatch(m *Model, model, kind string, s, sloNs float64, beside []Colocated, o PlanOptions) (batch int, infNs float64, ok bool) {
 	o = o.withDefaults()
 	bestCap := 0.0
 	for b := 1; b <= o.MaxBatch; b *= 2 {
-		inf, err := m.ExecNs(model, kind, b, s, nil)
+		inf, err := m.ExecNs(model, kind, b, s, beside)
 		if err != nil || !latencyOK(inf, sloNs) {
 			continue
 		}
@@ -49,7 +50,9 @@ func ExpectedLatencyNs(infNs float64) float64 { return 1.5 * infNs }
 // observed rate): it splits the units among them, every one at least
 // one unit, to serve the most of the rates within the SLOs the latency
 // model predicts, and returns each demand's share of the device (its
-// units over units) and the batch size that serves it best. A split's
+// units over units) and the batch size that serves it best, each
+// model's batch times counting the others beside it (InSS's interference
+// terms). A split's
 // worth is the rate it serves within the SLOs (each demand's capacity at
 // its best batch, counted up to its rate), then the least headroom among
 // the demands (capacity over rate), larger first. Every split is tried
@@ -83,9 +86,16 @@ func LocalShares(m *Model, kind string, units int, ds []Demand, o PlanOptions) (
 	}
 	best := make([][]opt, n)
 	for i, d := range ds {
+		// every other model on the device is beside it
+		var beside []Colocated
+		for j, e := range ds {
+			if j != i {
+				beside = append(beside, Colocated{Model: e.Model})
+			}
+		}
 		best[i] = make([]opt, units+1)
 		for s := 1; s <= units-(n-1); s++ {
-			if b, inf, ok := BestBatch(m, d.Model, kind, float64(s), d.SLONs, o); ok {
+			if b, inf, ok := BestBatch(m, d.Model, kind, float64(s), d.SLONs, beside, o); ok {
 				best[i][s] = opt{o.withDefaults().Headroom * float64(b) / inf * 1e9, b}
 			}
 		}

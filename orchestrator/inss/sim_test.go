@@ -138,6 +138,13 @@ func TestLocalShares(t *testing.T) {
 	if sh, _ := LocalShares(m, "dev", 4, []Demand{ds[0], {Model: "nope"}}, PlanOptions{}); sh[0] != 0.5 {
 		t.Errorf("an unprofiled model: shares %v", sh)
 	}
+	// interference: a sensitive model beside one that presses runs its
+	// batches longer, so it fits a smaller batch in the same SLO
+	bAlone, infAlone, _ := BestBatch(m, "hot", "dev", 2, 12e6, nil, PlanOptions{})
+	bBeside, infBeside, ok := BestBatch(m, "hot", "dev", 2, 12e6, []Colocated{{Model: "hot"}}, PlanOptions{})
+	if !ok || bBeside >= bAlone || infBeside/float64(bBeside) <= infAlone/float64(bAlone) {
+		t.Errorf("hot alone: batch %d in %.1f ms; beside hot: batch %d in %.1f ms", bAlone, infAlone/1e6, bBeside, infBeside/1e6)
+	}
 }
 
 // Eight models on 64 units (553 million splits) are planned unit by unit,
