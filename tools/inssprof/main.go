@@ -9,9 +9,10 @@
 // Per model it measures, on 1..units units (the instance's unit mask),
 // the batch's computing time (median of -reps) at each batch size of
 // -batches, which the profile keeps, and of -holdout, which the LWR
-// predicts from the profile; the upload (the batch's input written into
-// the model's input tensor) and the result (its output copied out) per
-// batch size; its pressure: the slowdown of a memory-streaming probe on
+// predicts from the profile; the upload and the result per batch size
+// (a proxy: the batch's float32 input copied into a tensor of the
+// model's input size, its output copied out; the appliance's own gather
+// converts u8 images inside the backend's InferInput); its pressure: the slowdown of a memory-streaming probe on
 // unit 0's core while the model runs on the last unit; and, for every
 // pair of models, its computing time on unit 0 beside the other on the
 // last unit. Each model's sensitivity is fitted from its pairs, and each
