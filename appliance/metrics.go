@@ -34,6 +34,8 @@ type collector struct {
 	payloadCopies, outBuffers, outBuffersInUse, inFlight *prometheus.Desc
 	// deadlines (newDeadlineDescs)
 	deadlineExceeded, late *prometheus.Desc
+	// the inss placement's prediction per IF
+	predicted *prometheus.Desc
 }
 
 func newCollector(a *Appliance) *collector {
@@ -73,6 +75,7 @@ func newCollector(a *Appliance) *collector {
 	}
 	c.newPathDescs(d)
 	c.newDeadlineDescs(d)
+	c.predicted = d("if_predicted_latency_seconds", "Under placement inss: the latency InSS's latency model predicts for the IF at its units (compare sluice_request_duration_seconds).", "if", "class")
 	return c
 }
 
@@ -141,10 +144,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.padBlocks, uint64(st.PadBlocks), pol, dev)
 		counter(c.modeSwitches, uint64(st.ModeSwitches), pol, dev)
 	}
+	var predicted map[string]float64
+	if c.a.plan != nil {
+		predicted = map[string]float64{}
+		for _, p := range c.a.planReply().IFs {
+			if p.PredictedMS > 0 {
+				predicted[p.Name] = p.PredictedMS / 1e3
+			}
+		}
+	}
 	for _, r := range c.a.ifRuns() {
 		f := r.f
 		cfg := f.Config()
 		l := []string{cfg.Name, cfg.Class.String()}
+		if v, ok := predicted[cfg.Name]; ok {
+			gauge(c.predicted, v, l...)
+		}
 		st := f.Status()
 		gauge(c.share, st.Share, l...)
 		gauge(c.batchLimit, float64(st.BatchLimit), l...)
@@ -232,7 +247,7 @@ func newMetricsSet() *metricsSet {
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_if_responses_total",
 			Help: "Requests answered by the IF, by status."}, []string{"if", "class", "status"}),
 		shareChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_share_changes_total",
-			Help: "Share changes made by the self-tuning allocator."}, []string{"if", "class"}),
+			Help: "Share changes made by the self-tuning allocator or the inss placement."}, []string{"if", "class"}),
 		preemptLat: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_preemption_latency_seconds",
 			Help:    "Preemption latency: from the preempt call until no preempted block runs and the real-time job's first kernel has started.",
 			Buckets: []float64{1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2}}, []string{"policy", "device"}),

@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/bits"
 	"os"
 	"path/filepath"
@@ -147,6 +148,29 @@ slo_ms = 20
 		if p.Name != want.name || p.Profile != want.name || p.Units != want.units || p.RateRPS != want.rate ||
 			p.Batch < 1 || !(p.PredictedMS > 0) || p.PredictedMS > p.SLOMS {
 			t.Errorf("plan IF %d: %+v, want %s on %d units at %v/s with a prediction within its SLO", i, p, want.name, want.units, want.rate)
+		}
+	}
+	// the prediction is exported as a metric too
+	mfs, err := a.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_if_predicted_latency_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "if" {
+					got[lp.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	for _, p := range rep.IFs {
+		if v := got[p.Name]; math.Abs(v*1e3-p.PredictedMS) > 1e-9 {
+			t.Errorf("sluice_if_predicted_latency_seconds{if=%q} = %v, plan says %v ms", p.Name, v, p.PredictedMS)
 		}
 	}
 	// the same rates again: nothing to change
