@@ -135,8 +135,11 @@ func (a *Appliance) deploy(ctx context.Context, spec IFSection) (*ifRun, error) 
 	if a.draining.Load() {
 		return nil, orchestrator.Errorf(orchestrator.CodeConflict, "the appliance is draining")
 	}
-	if spec.AutoShare && a.plan != nil {
-		return nil, orchestrator.Errorf(orchestrator.CodeBadRequest, "auto_share: the inss placement sets the shares")
+	a.mu.Lock()
+	placement := a.prof.Appliance.Placement
+	a.mu.Unlock()
+	if err := checkPlacement(placement, &spec); err != nil {
+		return nil, orchestrator.Errorf(orchestrator.CodeBadRequest, "args.%v", err)
 	}
 	a.mu.Lock()
 	for _, r := range a.ifs {
@@ -831,10 +834,11 @@ func (a *Appliance) ifRuns() []*ifRun {
 	return runs
 }
 
-// tuneShares runs GSLICE's self-tuning allocation for IFs with auto_share
-// every share_interval_ms until ctx ends.
-func (a *Appliance) tuneShares(ctx context.Context) {
-	every := time.Duration(a.prof.Appliance.ShareIntervalMS) * time.Millisecond
+// shareRounds calls step every interval until ctx ends, with the round's
+// time and the window since the last round, and applies the shares (by
+// shadow swaps) after a round that changed one. The share allocators
+// (auto_share's tuners, the inss placement) run on it.
+func (a *Appliance) shareRounds(ctx context.Context, every time.Duration, step func(now time.Time, window time.Duration) bool) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	last := time.Now()
@@ -843,38 +847,50 @@ func (a *Appliance) tuneShares(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			window := now.Sub(last)
+			changed := step(now, now.Sub(last))
 			last = now
-			changed := false
-			for _, r := range a.ifRuns() {
-				tu := r.tuner.Load()
-				if tu == nil {
-					continue
-				}
-				a.mu.Lock()
-				share := r.spec.Share
-				a.mu.Unlock()
-				arr := r.f.C.Arrivals.Load()
-				r.obs.tunerMu.Lock()
-				tu.ObserveArrivals(int(arr-r.arrivals), window)
-				next, ok := tu.Propose(share, now)
-				r.obs.tunerMu.Unlock()
-				r.arrivals = arr
-				if ok && next != share {
-					a.mu.Lock()
-					r.spec.Share = next
-					a.mu.Unlock()
-					cfg := r.f.Config()
-					a.log.Info("self-tuning share", "if", cfg.Name, "from", share, "to", next)
-					a.metrics.shareChanges.WithLabelValues(cfg.Name, cfg.Class.String()).Inc()
-					changed = true
-				}
-			}
 			if changed {
 				a.applyShares(true)
 			}
 		}
 	}
+}
+
+// tuneShares runs GSLICE's self-tuning allocation for IFs with auto_share
+// every share_interval_ms until ctx ends.
+func (a *Appliance) tuneShares(ctx context.Context) {
+	a.shareRounds(ctx, time.Duration(a.prof.Appliance.ShareIntervalMS)*time.Millisecond, a.tuneStep)
+}
+
+// tuneStep is one round of the self-tuning tuners over the last window;
+// it reports whether a share changed.
+func (a *Appliance) tuneStep(now time.Time, window time.Duration) bool {
+	changed := false
+	for _, r := range a.ifRuns() {
+		tu := r.tuner.Load()
+		if tu == nil {
+			continue
+		}
+		a.mu.Lock()
+		share := r.spec.Share
+		a.mu.Unlock()
+		arr := r.f.C.Arrivals.Load()
+		r.obs.tunerMu.Lock()
+		tu.ObserveArrivals(int(arr-r.arrivals), window)
+		next, ok := tu.Propose(share, now)
+		r.obs.tunerMu.Unlock()
+		r.arrivals = arr
+		if ok && next != share {
+			a.mu.Lock()
+			r.spec.Share = next
+			a.mu.Unlock()
+			cfg := r.f.Config()
+			a.log.Info("self-tuning share", "if", cfg.Name, "from", share, "to", next)
+			a.metrics.shareChanges.WithLabelValues(cfg.Name, cfg.Class.String()).Inc()
+			changed = true
+		}
+	}
+	return changed
 }
 
 // Swap runs a shadow swap of the IF called name (see ifmanager.IF.Swap).

@@ -62,24 +62,42 @@ func profileModel(m *inss.Model, spec *IFSection) string {
 	return ""
 }
 
+// plannedIFs are the IFs the inss placement plans (the cpu IFs under
+// policy none), with a snapshot of their specs and of the rate the last
+// round saw.
+func (a *Appliance) plannedIFs() (runs []*ifRun, specs []IFSection, rates []float64) {
+	a.mu.Lock()
+	cpuBE := a.backends["cpu"]
+	a.mu.Unlock()
+	if cpuBE == nil {
+		return nil, nil, nil
+	}
+	for _, r := range a.ifRuns() {
+		a.mu.Lock()
+		spec, rate := r.spec, r.planRate
+		on := r.be == cpuBE && (spec.Policy == "" || spec.Policy == ifmanager.PolicyNone)
+		a.mu.Unlock()
+		if on {
+			runs, specs, rates = append(runs, r), append(specs, spec), append(rates, rate)
+		}
+	}
+	return runs, specs, rates
+}
+
+// sloNs is an IF's latency objective in ns for the latency model (no
+// objective: any batch time will do).
+func sloNs(spec *IFSection) float64 {
+	if spec.SLOMS <= 0 {
+		return math.Inf(1)
+	}
+	return spec.SLOMS * 1e6
+}
+
 // planShares runs InSS's local stage every plan_interval_ms until ctx
 // ends (placement "inss").
 func (a *Appliance) planShares(ctx context.Context) {
-	every := time.Duration(a.prof.Appliance.PlanIntervalMS) * time.Millisecond
-	t := time.NewTicker(every)
-	defer t.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			if a.planStep(now.Sub(last)) {
-				a.applyShares(true)
-			}
-			last = now
-		}
-	}
+	a.shareRounds(ctx, time.Duration(a.prof.Appliance.PlanIntervalMS)*time.Millisecond,
+		func(_ time.Time, window time.Duration) bool { return a.planStep(window) })
 }
 
 // planStep is one round of the local stage over the arrivals of the
@@ -93,26 +111,17 @@ func (a *Appliance) planStep(window time.Duration) bool {
 	if a.plan == nil || window <= 0 {
 		return false
 	}
-	a.mu.Lock()
-	cpuBE := a.backends["cpu"]
-	a.mu.Unlock()
-	var runs []*ifRun
-	var ds []inss.Demand
+	runs, specs, _ := a.plannedIFs()
+	ds := make([]inss.Demand, 0, len(runs))
 	arrived := uint64(0)
 	covered := true
-	for _, r := range a.ifRuns() {
-		a.mu.Lock()
-		spec := r.spec
-		on := r.be == cpuBE && cpuBE != nil && (spec.Policy == "" || spec.Policy == ifmanager.PolicyNone)
-		a.mu.Unlock()
-		if !on {
-			continue
-		}
+	for i, r := range runs {
+		spec := &specs[i]
 		arr := r.f.C.Arrivals.Load()
 		n := arr - r.planArrivals
 		r.planArrivals = arr
 		arrived += n
-		model := profileModel(a.plan, &spec)
+		model := profileModel(a.plan, spec)
 		if model == "" {
 			covered = false
 			if !r.planWarned {
@@ -120,16 +129,11 @@ func (a *Appliance) planStep(window time.Duration) bool {
 				a.log.Warn("inss placement: no cpu profile for the IF; shares stay as they are", "if", spec.Name, "model", spec.Model)
 			}
 		}
-		slo := spec.SLOMS * 1e6
-		if slo <= 0 {
-			slo = math.Inf(1) // no objective: any batch time will do
-		}
 		// the rate to serve: what arrived in the window, and the queue
 		// left at its end, which the next window must serve as well
 		// (InSS's state holds each model's queued workload)
 		queued := uint64(max(r.f.Status().QueueDepth, 0))
-		runs = append(runs, r)
-		ds = append(ds, inss.Demand{Name: spec.Name, Model: model, SLONs: slo, Rate: float64(n+queued) / window.Seconds()})
+		ds = append(ds, inss.Demand{Name: spec.Name, Model: model, SLONs: sloNs(spec), Rate: float64(n+queued) / window.Seconds()})
 		a.mu.Lock()
 		r.planRate = ds[len(ds)-1].Rate
 		a.mu.Unlock()
@@ -143,12 +147,13 @@ func (a *Appliance) planStep(window time.Duration) bool {
 	for i, r := range runs {
 		a.mu.Lock()
 		prev := r.spec.Share
-		if math.Abs(prev-shares[i]) > 1e-9 {
+		moved := math.Abs(prev-shares[i]) > 1e-9
+		if moved {
 			r.spec.Share = shares[i]
-			changed = true
 		}
 		a.mu.Unlock()
-		if math.Abs(prev-shares[i]) > 1e-9 {
+		if moved {
+			changed = true
 			cfg := r.f.Config()
 			a.log.Info("inss placement: share", "if", cfg.Name, "from", prev, "to", shares[i], "rate", ds[i].Rate)
 			a.metrics.shareChanges.WithLabelValues(cfg.Name, cfg.Class.String()).Inc()
@@ -168,7 +173,6 @@ func (h *controlHandler) Plan(ctx context.Context, _ orchestrator.PlanArgs) (orc
 // against the latency observed.
 func (a *Appliance) planReply() orchestrator.PlanReply {
 	a.mu.Lock()
-	cpuBE := a.backends["cpu"]
 	place, every := a.prof.Appliance.Placement, a.prof.Appliance.PlanIntervalMS
 	a.mu.Unlock()
 	units := a.totalUnits()
@@ -179,50 +183,32 @@ func (a *Appliance) planReply() orchestrator.PlanReply {
 			rep.RoundS = time.Since(time.Unix(0, t)).Seconds()
 		}
 	}
-	type entry struct {
-		spec IFSection
-		p    orchestrator.PlanIF
-	}
-	var es []entry
-	for _, r := range a.ifRuns() {
-		a.mu.Lock()
-		spec, rate := r.spec, r.planRate
-		on := r.be == cpuBE && cpuBE != nil && (spec.Policy == "" || spec.Policy == ifmanager.PolicyNone)
-		a.mu.Unlock()
-		if !on {
-			continue
-		}
+	runs, specs, rates := a.plannedIFs()
+	for i, r := range runs {
 		st := r.f.Status()
-		p := orchestrator.PlanIF{Name: spec.Name, Units: unitsOf(r.f.Units()), Share: st.Share, SLOMS: spec.SLOMS,
+		p := orchestrator.PlanIF{Name: specs[i].Name, Units: unitsOf(r.f.Units()), Share: st.Share, SLOMS: specs[i].SLOMS,
 			ObservedP99MS: float64(st.P99) / 1e6}
 		if a.plan != nil {
-			p.RateRPS = rate
-			p.Profile = profileModel(a.plan, &spec)
+			p.RateRPS = rates[i]
+			p.Profile = profileModel(a.plan, &specs[i])
 		}
-		es = append(es, entry{spec, p})
+		rep.IFs = append(rep.IFs, p)
 	}
 	// predictions: each IF at its units, the other planned IFs beside it
-	for i := range es {
-		p := &es[i].p
+	for i := range rep.IFs {
+		p := &rep.IFs[i]
 		if a.plan == nil || p.Profile == "" || p.Units == 0 {
 			continue
 		}
 		var beside []inss.Colocated
-		for j, o := range es {
-			if j != i && o.p.Profile != "" {
-				beside = append(beside, inss.Colocated{Model: o.p.Profile})
+		for j, o := range rep.IFs {
+			if j != i && o.Profile != "" {
+				beside = append(beside, inss.Colocated{Model: o.Profile})
 			}
 		}
-		slo := es[i].spec.SLOMS * 1e6
-		if slo <= 0 {
-			slo = math.Inf(1)
-		}
-		if b, inf, ok := inss.BestBatch(a.plan, p.Profile, "cpu", float64(p.Units), slo, beside, inss.PlanOptions{}); ok {
+		if b, inf, ok := inss.BestBatch(a.plan, p.Profile, "cpu", float64(p.Units), sloNs(&specs[i]), beside, inss.PlanOptions{}); ok {
 			p.Batch, p.PredictedMS = b, inss.ExpectedLatencyNs(inf)/1e6
 		}
-	}
-	for _, e := range es {
-		rep.IFs = append(rep.IFs, e.p)
 	}
 	slices.SortFunc(rep.IFs, func(x, y orchestrator.PlanIF) int { return strings.Compare(x.Name, y.Name) })
 	return rep

@@ -104,6 +104,16 @@ const (
 	PlacementInSS   = "inss"
 )
 
+// checkPlacement refuses an IF the placement cannot serve as it asks:
+// auto_share under inss, whose local stage sets the shares itself (the
+// profile's IFs and deployed ones alike).
+func checkPlacement(placement string, spec *IFSection) error {
+	if spec.AutoShare && placement == PlacementInSS {
+		return errors.New("auto_share: the inss placement sets the shares (drop auto_share, or use placement \"gslice\")")
+	}
+	return nil
+}
+
 // The [appliance] cuda modes.
 const (
 	CUDAAuto   = "auto"
@@ -629,8 +639,8 @@ func (p *Profile) validate() error {
 		if err := f.Resolve(a.Policy); err != nil {
 			return fmt.Errorf("if[%d].%w", i, err)
 		}
-		if f.AutoShare && a.Placement == PlacementInSS {
-			return fmt.Errorf("if[%d].auto_share: the inss placement sets the shares (drop auto_share, or use placement \"gslice\")", i)
+		if err := checkPlacement(a.Placement, f); err != nil {
+			return fmt.Errorf("if[%d].%w", i, err)
 		}
 		if ifNames[f.Name] {
 			return fmt.Errorf("if[%d].name %q: duplicate", i, f.Name)

@@ -62,9 +62,11 @@ type Instance struct {
 	flagClear atomic.Bool
 
 	stats instStats
-	// pad holds the control block of the instance's padded launches
-	// (RunSegmentPadded), made on first use.
-	pad *padBufs
+	// pad holds the control blocks of the instance's padded launches
+	// (RunSegmentPadded), made on first use; padRun is its padded run,
+	// reused segment after segment
+	pad    *padBufs
+	padRun padRun
 }
 
 // Offsets in the staging buffer: the template a run writes into the

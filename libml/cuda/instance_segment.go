@@ -115,7 +115,11 @@ func (i *Instance) runSegment(batch int, seg libml.Segment, jobs func() []*libml
 	}
 	var pad *padRun
 	if jobs != nil {
-		pad = &padRun{inst: i, jobs: jobs}
+		// the instance's one padded run, reused: its launch slots and
+		// scratch keep their room from segment to segment (the
+		// instance's lock is held)
+		pad = &i.padRun
+		pad.reset(i, jobs)
 		if err := pad.init(i, p); err != nil {
 			return libml.SegmentResult{}, err
 		}

@@ -234,7 +234,7 @@ func (i *Instance) profilePad(p *kplan, k, occ, reps int) (float64, error) {
 		return 0, err
 	}
 	pb, sms, l := i.pad, ln.ctx.SMs(), &p.launches[k]
-	rt := padsel.RT{Grid: l.grid, Occupancy: min(max(occ, 1), pb.occ)}
+	rt := padsel.RT{Grid: l.grid, Occupancy: pb.occupancy(occ)}
 	rtSMs := padsel.RTUnits(rt, sms)
 	if rtSMs >= sms {
 		return 0, nil

@@ -94,6 +94,11 @@ type padBufs struct {
 	smid []uint32
 }
 
+// occupancy is a kernel's blocks per SM inside a padded launch: its own
+// (occ, at least 1), at most sg_pad's, since a padded launch is one
+// sg_pad kernel.
+func (pb *padBufs) occupancy(occ int) int { return min(max(occ, 1), pb.occ) }
+
 // smRange maps an SM index range [lo, hi) onto %smid values.
 func (pb *padBufs) smRange(lo, hi int) (uint32, uint32) {
 	if pb.smid == nil || hi <= lo {
@@ -211,6 +216,12 @@ type padHeld struct {
 	ver  int
 	// vers are the versions offered to the selector, by its index
 	vers [padsel.MaxVersions]int
+}
+
+// reset makes pr a fresh run of instance i offered jobs, keeping the
+// room its slots and scratch slices have.
+func (pr *padRun) reset(i *Instance, jobs func() []*PadJob) {
+	*pr = padRun{inst: i, jobs: jobs, slots: pr.slots, cands: pr.cands[:0], held: pr.held[:0], picks: pr.picks[:0]}
 }
 
 func (pr *padRun) init(i *Instance, p *kplan) error {
@@ -348,7 +359,7 @@ func (pr *padRun) launch(i *Instance, p *kplan, k int, params []byte, grid, q in
 // locked).
 func (pr *padRun) choose(i *Instance, p *kplan, k int, kp *kprof.Version, params []byte, grid int) bool {
 	occ := i.pad.occ
-	rt := padsel.RT{Grid: grid, Occupancy: min(max(kp.Occupancy, 1), occ),
+	rt := padsel.RT{Grid: grid, Occupancy: i.pad.occupancy(kp.Occupancy),
 		RemainingNs: kp.KernNs * float64(grid) / float64(kp.Grid)}
 	rtSMs := padsel.RTUnits(rt, pr.sms)
 	if rtSMs >= pr.sms || !(rt.RemainingNs > 0) {

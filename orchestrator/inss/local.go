@@ -96,7 +96,7 @@ func LocalShares(m *Model, kind string, units int, ds []Demand, o PlanOptions) (
 		best[i] = make([]opt, units+1)
 		for s := 1; s <= units-(n-1); s++ {
 			if b, inf, ok := BestBatch(m, d.Model, kind, float64(s), d.SLONs, beside, o); ok {
-				best[i][s] = opt{o.withDefaults().Headroom * float64(b) / inf * 1e9, b}
+				best[i][s] = opt{o.Headroom * float64(b) / inf * 1e9, b}
 			}
 		}
 	}

@@ -48,7 +48,7 @@ func Greedy(m *Model, devs []Device, wl []Demand, o PlanOptions) *Plan {
 	mem := make([]int64, len(devs))
 	load := []float64{} // assigned rate per placement
 	plan := &Plan{}
-	order := demandOrder(m, devs, wl)
+	order, taskNs := demandOrder(m, devs, wl)
 	remaining := make([]float64, len(wl))
 	for d := range wl {
 		remaining[d] = wl[d].Rate
@@ -100,11 +100,7 @@ func Greedy(m *Model, devs []Device, wl []Demand, o PlanOptions) *Plan {
 			if remaining[c] <= 1e-9 {
 				continue
 			}
-			t, err := m.ExecNs(wl[c].Model, devs[0].Kind, 1, float64(devs[0].Capacity), nil)
-			if err != nil {
-				continue
-			}
-			if w := remaining[c] * t; w > most {
+			if w := remaining[c] * taskNs[c]; w > most {
 				d, most = c, w
 			}
 		}
@@ -182,20 +178,20 @@ func placeTime(m *Model, devs []Device, wl []Demand, plan *Plan, k, d, s, b int,
 }
 
 // demandOrder is the demands by work (rate x a task's time alone, batch
-// 1, on a whole device of the first kind), largest first.
-func demandOrder(m *Model, devs []Device, wl []Demand) []int {
-	work := make([]float64, len(wl))
-	order := make([]int, len(wl))
+// 1, on a whole device of the first kind), largest first, with those
+// task times (0 where the demand's model has no profile there).
+func demandOrder(m *Model, devs []Device, wl []Demand) (order []int, taskNs []float64) {
+	order, taskNs = make([]int, len(wl)), make([]float64, len(wl))
 	for d := range wl {
 		order[d] = d
 		if len(devs) > 0 {
 			if t, err := m.ExecNs(wl[d].Model, devs[0].Kind, 1, float64(devs[0].Capacity), nil); err == nil {
-				work[d] = wl[d].Rate * t
+				taskNs[d] = t
 			}
 		}
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmpF(work[b], work[a]) })
-	return order
+	slices.SortStableFunc(order, func(a, b int) int { return cmpF(wl[b].Rate*taskNs[b], wl[a].Rate*taskNs[a]) })
+	return order, taskNs
 }
 
 // GSLICE is the baseline: no global placement (demands spread over the

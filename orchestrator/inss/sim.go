@@ -150,25 +150,25 @@ func Simulate(m *Model, devs []Device, wl []Demand, plan *Plan, horizonS float64
 			if len(s.queue) == 1 && !s.busy {
 				heap.Push(&evs, event{t: e.t + s.maxWait(), kind: evCheck, who: best})
 			}
-			s.try(e.t, best, &evs, wl[d].SLONs, res)
+			s.try(e.t, best, &evs, res)
 		case evDone:
 			s := srv[e.who]
 			s.busy = false
 			for _, a := range s.running {
-				if e.t-a <= wl[s.demand].SLONs {
+				if e.t-a <= s.slo {
 					res.Good[s.demand]++
 				} else {
 					res.Violated[s.demand]++
 				}
 			}
 			s.running = s.running[:0]
-			s.try(e.t, e.who, &evs, wl[s.demand].SLONs, res)
+			s.try(e.t, e.who, &evs, res)
 			if !s.busy && len(s.queue) > 0 {
 				heap.Push(&evs, event{t: max(e.t, s.queue[0]+s.maxWait()), kind: evCheck, who: e.who})
 			}
 		case evCheck:
 			s := srv[e.who]
-			s.try(e.t, e.who, &evs, wl[s.demand].SLONs, res)
+			s.try(e.t, e.who, &evs, res)
 		}
 	}
 	// what is still queued or running at the end was not served in time
@@ -244,12 +244,12 @@ func (s *server) expectedWait(t float64) float64 {
 // try starts a batch at t if the server is idle and has a full batch or
 // a task that can wait no longer; tasks already past their SLO are
 // dropped first.
-func (s *server) try(t float64, who int, evs *events, slo float64, res *Result) {
+func (s *server) try(t float64, who int, evs *events, res *Result) {
 	if s.busy {
 		return
 	}
 	drop := 0
-	for drop < len(s.queue) && t-s.queue[drop] > slo {
+	for drop < len(s.queue) && t-s.queue[drop] > s.slo {
 		drop++
 	}
 	if drop > 0 {
