@@ -33,6 +33,7 @@ func TestOpNumbering(t *testing.T) {
 		{"softmax", int64(engine.OpSoftmax), int64(ncpu.OpSoftmax)}, {"layernorm", int64(engine.OpLayerNorm), int64(ncpu.OpLayerNorm)},
 		{"reduce", int64(engine.OpReduce), int64(ncpu.OpReduce)}, {"copy", int64(engine.OpCopy), int64(ncpu.OpCopy)},
 		{"resize", int64(engine.OpResize), int64(ncpu.OpResize)}, {"gather", int64(engine.OpGather), int64(ncpu.OpGather)},
+		{"quant", int64(engine.OpQuant), int64(ncpu.OpQuant)}, {"qgemm", int64(engine.OpQGemm), int64(ncpu.OpQGemm)},
 		{"count", int64(engine.OpCount), int64(ncpu.OpCount)},
 		{"acts", engine.ActCount, int64(ncpu.ActCount)}, {"bins", engine.BinCount, int64(ncpu.BinCount)},
 		{"reds", engine.RedCount, int64(ncpu.RedCount)}, {"maxin", engine.MaxIn, int64(ncpu.MaxIn)},

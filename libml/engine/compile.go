@@ -185,12 +185,18 @@ func (m *Model) compile(shapes map[string][]int64) (*Program, error) {
 				return nil, fmt.Errorf("input %q: shape %v does not match %v", in.Name, s, in.Dims)
 			}
 		}
-		if in.DType != graph.Float32 && in.DType != graph.Undefined {
-			return nil, fmt.Errorf("input %q is %s: runtime inputs must be float32", in.Name, in.DType)
+		dt := in.DType
+		switch dt {
+		case graph.Float32, graph.Undefined:
+			dt = graph.Float32
+		case graph.Uint8, graph.Int8:
+			// fed as float32 values (a quantised model's input)
+		default:
+			return nil, fmt.Errorf("input %q is %s: runtime inputs must be float32, uint8 or int8", in.Name, in.DType)
 		}
 		b := c.newBuf(numel(s))
 		c.bufs[b].input = true
-		c.vals[in.Name] = &cval{t: &Tensor{DType: graph.Float32, Shape: append([]int64{}, s...)}, buf: b, name: in.Name}
+		c.vals[in.Name] = &cval{t: &Tensor{DType: dt, Shape: append([]int64{}, s...)}, buf: b, name: in.Name}
 		c.prog.Inputs = append(c.prog.Inputs, Binding{Name: in.Name, Shape: append([]int64{}, s...)})
 	}
 	if err := c.shapes(); err != nil {
@@ -256,8 +262,8 @@ func (c *compiler) shapes() error {
 				c.vals[o] = &cval{t: t, buf: -1, name: o}
 				continue
 			}
-			if !t.IsFloat() {
-				return fmt.Errorf("node %q (%s): output %q is a runtime %s tensor; the engine computes float32 only (integer tensors must fold to constants)",
+			if !t.IsFloat() && !intStorage(t.DType) {
+				return fmt.Errorf("node %q (%s): output %q is a runtime %s tensor; the engine computes float32, uint8, int8 and int32 only (other integer tensors must fold to constants)",
 					n.Name, n.Op, o, t.DType)
 			}
 			runtime = true
@@ -617,8 +623,8 @@ func (c *compiler) bindOutputs() error {
 		if !ok {
 			return fmt.Errorf("output %q is not produced", o.Name)
 		}
-		if !v.t.IsFloat() {
-			return fmt.Errorf("output %q is %s: outputs must be float32", o.Name, v.t.DType)
+		if !v.t.IsFloat() && !(v.buf != -1 && intStorage(v.t.DType)) {
+			return fmt.Errorf("output %q is %s: outputs must be float32 (or a runtime uint8, int8 or int32 tensor, returned as float32 values)", o.Name, v.t.DType)
 		}
 		if v.buf < 0 || c.bufs[v.buf].input || used[v.buf] {
 			src, err := c.operand(o.Name)

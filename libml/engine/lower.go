@@ -13,7 +13,12 @@ const im2colWorkspaceMax = 16 << 20
 
 func (c *compiler) lower(g *group) error {
 	n := c.node(g)
+	if err := c.checkIntInputs(n); err != nil {
+		return err
+	}
 	switch {
+	case isQuantOp(n.Op):
+		return c.lowerQuant(g)
 	case isAliasOp(n.Op):
 		return c.lowerAlias(g)
 	case n.Op == "Conv":

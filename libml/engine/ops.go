@@ -27,12 +27,14 @@ const (
 	OpCopy      Op = 14
 	OpResize    Op = 15
 	OpGather    Op = 16
-	OpCount     Op = 17
+	OpQuant     Op = 17
+	OpQGemm     Op = 18
+	OpCount     Op = 19
 )
 
 var opNames = [...]string{"nop", "gemm", "conv", "im2col", "dwconv", "col2im",
 	"pool", "gpool", "unary", "binary", "chaffine", "softmax", "layernorm",
-	"reduce", "copy", "resize", "gather"}
+	"reduce", "copy", "resize", "gather", "quant", "qgemm"}
 
 // String is the kernel operation's short name.
 func (o Op) String() string {
@@ -172,6 +174,9 @@ var supportedSet = func() map[string]bool {
 		m[o] = true
 	}
 	for _, o := range foldOnlyOps {
+		m[o] = true
+	}
+	for _, o := range quantOps {
 		m[o] = true
 	}
 	return m

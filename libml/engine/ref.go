@@ -116,6 +116,7 @@ func init() {
 	for op := range reduceOps {
 		refOps[op] = refReduce
 	}
+	addQuantRefs()
 }
 
 // ---- geometry -------------------------------------------------------------
@@ -1281,6 +1282,11 @@ func refCast(e *ev) ([]*Tensor, error) {
 	}
 	to := graph.DType(e.n.AttrInt("to", int64(graph.Float32)))
 	if !x.known() {
+		if intStorage(x.DType) && isFloatType(to) {
+			// integer values already stored as float32 (int32 rounded
+			// as this cast rounds)
+			return one(shapeOnly(graph.Float32, x.Shape))
+		}
 		if isFloatType(to) != x.IsFloat() {
 			return nil, fmt.Errorf("runtime cast %s -> %s is not supported (float32 only)", x.DType, to)
 		}

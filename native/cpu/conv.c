@@ -47,7 +47,7 @@ SK_MV static void im2col_tile(const float *x, int64_t Cg, int64_t H, int64_t W,
 			      int64_t KH, int64_t KW, int64_t SH, int64_t SW,
 			      int64_t PT, int64_t PL, int64_t DH, int64_t DW,
 			      int64_t OW, int64_t p0, int64_t pl, float *col,
-			      int64_t ldc)
+			      int64_t ldc, float pad)
 {
 	for (int64_t kw = 0; kw < KW; kw++) {
 		/* output columns ow with 0 <= ow*SW - PL + kw*DW < W */
@@ -68,12 +68,12 @@ SK_MV static void im2col_tile(const float *x, int64_t Cg, int64_t H, int64_t W,
 					float *d = dst + (p - p0) - ow0;
 					if (ih < 0 || ih >= H) {
 						for (int64_t ow = ow0; ow < ow1; ow++)
-							d[ow] = 0.0f;
+							d[ow] = pad;
 					} else {
 						const float *xr = xc + ih * W + off;
 						int64_t a = SK_MAX(ow0, lo), b = SK_MIN(ow1, hi);
 						for (int64_t ow = ow0; ow < SK_MIN(a, ow1); ow++)
-							d[ow] = 0.0f;
+							d[ow] = pad;
 						if (SW == 1)
 							for (int64_t ow = a; ow < b; ow++)
 								d[ow] = xr[ow];
@@ -84,7 +84,7 @@ SK_MV static void im2col_tile(const float *x, int64_t Cg, int64_t H, int64_t W,
 							for (int64_t ow = a; ow < b; ow++)
 								d[ow] = xr[ow * SW];
 						for (int64_t ow = SK_MAX(b, ow0); ow < ow1; ow++)
-							d[ow] = 0.0f;
+							d[ow] = pad;
 					}
 					p += ow1 - ow0;
 				}
@@ -168,7 +168,7 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	if (!col)
 		return;
 	im2col_tile(k->in[0] + (n * C + g * Cg) * H * W, Cg, H, W, KH, KW, p[8],
-		    p[9], p[10], p[11], p[12], p[13], OW, p0, pl, col, pl);
+		    p[9], p[10], p[11], p[12], p[13], OW, p0, pl, col, pl, 0.0f);
 	SK_POLL(ctx);
 	int64_t oc0 = g * Mg + m0;
 	float *y = k->out + (n * Cout + oc0) * OHW + p0;
@@ -243,7 +243,7 @@ void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			SK_POLL(ctx);
 		im2col_tile(k->in[0] + (n * C + g * Cg + c0 + c) * H * W, SK_MIN(cs, cl - c),
 			    H, W, KH, KW, p[8], p[9], p[10], p[11], p[12], p[13], p[15], 0,
-			    OHW, col + c * KH * KW * OHW, OHW);
+			    OHW, col + c * KH * KW * OHW, OHW, k->f[0]);
 	}
 }
 

@@ -42,6 +42,8 @@ const (
 	OpCopy      = int32(C.SK_OP_COPY)
 	OpResize    = int32(C.SK_OP_RESIZE)
 	OpGather    = int32(C.SK_OP_GATHER)
+	OpQuant     = int32(C.SK_OP_QUANT)
+	OpQGemm     = int32(C.SK_OP_QGEMM)
 	OpCount     = int32(C.SK_OP_COUNT)
 )
 

@@ -238,6 +238,8 @@ static const struct {
 	[SK_OP_COPY] = {sk_prep_copy, sk_block_copy},
 	[SK_OP_RESIZE] = {sk_prep_resize, sk_block_resize},
 	[SK_OP_GATHER] = {sk_prep_gather, sk_block_gather},
+	[SK_OP_QUANT] = {sk_prep_quant, sk_block_quant},
+	[SK_OP_QGEMM] = {sk_prep_qgemm, sk_block_qgemm},
 };
 
 int sk_kernel_prepare(sk_kernel *k, int units)

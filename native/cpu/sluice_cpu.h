@@ -67,7 +67,9 @@ enum sk_op {
 	SK_OP_COPY = 14,     /* strided copy rank <= 6 (transpose, slice, concat, expand) */
 	SK_OP_RESIZE = 15,   /* 2-D resize, nearest / linear */
 	SK_OP_GATHER = 16,   /* gather along an axis with constant indices */
-	SK_OP_COUNT = 17
+	SK_OP_QUANT = 17,    /* quantise / dequantise (integers stored as float) */
+	SK_OP_QGEMM = 18,    /* integer GEMM, exact int32 sums (quant.c) */
+	SK_OP_COUNT = 19
 };
 
 /* Activation / unary codes (p[SKP_ACT] of fused epilogues, SK_OP_UNARY). */
@@ -146,7 +148,8 @@ enum sk_reduce {
  * CONV, IM2COL, DWCONV, COL2IM
  *          in X,W,bias,res (COL2IM: in col,bias). p: 0 N 1 C 2 H 3 W 4 Cout
  *          5 G 6 KH 7 KW 8 SH 9 SW 10 PT 11 PL 12 DH 13 DW 14 OH 15 OW.
- *          IM2COL writes col[N][G][C/G*KH*KW][OH*OW]. COL2IM reads
+ *          IM2COL writes col[N][G][C/G*KH*KW][OH*OW], padding with f[0]
+ *          (0, or an integer input's zero point). COL2IM reads
  *          col[N][G][Cout/G*KH*KW][H*W] and writes Y[N][Cout][OH][OW].
  * POOL     p: 0 planes 1 H 2 W 3 OH 4 OW 5 KH 6 KW 7 SH 8 SW 9 PT 10 PL
  *          11 DH 12 DW 13 mode (0 max, 1 avg) 14 count_include_pad
@@ -167,6 +170,20 @@ enum sk_reduce {
  *          1 round_prefer_ceil, 2 floor, 3 ceil) 8 exclude_outside (cubic).
  *          f: 0 scale_h 1 scale_w 2 cubic_coeff_a.
  * GATHER   aux = indices. p: 0 outer 1 axis 2 inner 3 nidx.
+ * QUANT    in X,scale,zp (zp nullable; both of length C). p: 0 n 1 C
+ *          2 inner (channel of element i: (i/inner)%C) 3 mode (0
+ *          y = clamp(rint(x/scale)+zp), 1 y = (x-zp)*scale, 2 and 3: one
+ *          float, DynamicQuantizeLinear's scale (max(0,max x)-min(0,min x))
+ *          /(hi-lo) and zero point clamp(rint(lo - min/scale))) 4 lo 5 hi.
+ * QGEMM    in A,B,za,zb,mult,bias (integers stored as float; bias int32
+ *          bits; za,zb,mult,bias nullable). Y[m,n] = sum_k (A[m,k]-za)
+ *          (B[k,n]-zb) (+ bias), as float or requantised clamp(rint(
+ *          Y*mult)+f[0], lo, hi). p: 0 M 1 N 2 K 3 lda 4 ldb 5 ldc 6,7 batch
+ *          dims 8,9 A strides 10,11 B strides 12,13 Y strides 14,15 strides
+ *          of the per-row parameters 16 A is int8 17 B is int8 18 za per
+ *          row 19 zb per column 20 mult (0 none, 1 scalar, 2 per row, 3 per
+ *          column) 21 bias (0 none, 1 per row, 2 per column) 22 requantise
+ *          23 lo 24 hi.
  */
 
 /* A kernel: one launchable unit of work. Filled by the Go side, then
@@ -466,6 +483,15 @@ void sk_prep_resize(sk_kernel *k, int units);
 void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_gather(sk_kernel *k, int units);
 void sk_block_gather(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_quant(sk_kernel *k, int units);
+void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_qgemm(sk_kernel *k, int units);
+void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+/* sk_qgemm_vnni reports whether QGEMM uses AVX-512 VNNI on this CPU;
+ * sk_qgemm_set_portable(1) makes it use the portable kernel (tests: the
+ * bits are the same). */
+int sk_qgemm_vnni(void);
+void sk_qgemm_set_portable(int on);
 
 /* ---- test hooks (runtime.c): holding a block ------------------------ */
 

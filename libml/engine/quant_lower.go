@@ -1,0 +1,383 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+
+	"sluice/libml/graph"
+)
+
+// Lowering of the quantisation operators to the QUANT and QGEMM kernels.
+
+// QUANT kernel modes (P[3]).
+const (
+	quantModeQuantize   = 0
+	quantModeDequantize = 1
+	quantModeDynScale   = 2
+	quantModeDynZero    = 3
+)
+
+func (c *compiler) lowerQuant(g *group) error {
+	n := c.node(g)
+	switch n.Op {
+	case "QuantizeLinear", "DequantizeLinear":
+		return c.lowerQuantizeLinear(g)
+	case "DynamicQuantizeLinear":
+		return c.lowerDynamicQuantize(g)
+	case "MatMulInteger", "QLinearMatMul":
+		return c.lowerQMatMul(g)
+	case "ConvInteger", "QLinearConv":
+		return c.lowerQConv(g)
+	}
+	return fmt.Errorf("operator %s is not a quantisation operator", n.Op)
+}
+
+// quantDraft is a QUANT kernel over x (n elements, C channels of inner).
+func (c *compiler) quantDraft(g *group, mode, n, C, inner int64, lo, hi int64, in ...operand) draft {
+	d := c.draft(g, OpQuant)
+	d.k.P[0], d.k.P[1], d.k.P[2], d.k.P[3], d.k.P[4], d.k.P[5] = max(n, 1), C, inner, mode, lo, hi
+	copy(d.in[:], in)
+	return d
+}
+
+func (c *compiler) lowerQuantizeLinear(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	s, err := c.val(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	C, inner, err := quantAxis(n, x.t.Shape, s.t.Len())
+	if err != nil {
+		return err
+	}
+	var ops [3]operand
+	for i := range ops {
+		if ops[i], err = c.optOperand(n, i); err != nil {
+			return err
+		}
+	}
+	out, ov, err := c.output(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	mode, lo, hi := int64(quantModeDequantize), int64(0), int64(0)
+	if n.Op == "QuantizeLinear" {
+		mode = quantModeQuantize
+		if lo, hi, err = quantRange(ov.t.DType); err != nil {
+			return err
+		}
+	}
+	d := c.quantDraft(g, mode, x.t.Len(), C, inner, lo, hi, ops[:]...)
+	d.out = out
+	c.emit(d)
+	return nil
+}
+
+func (c *compiler) lowerDynamicQuantize(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	xop, err := c.operand(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	// scale and zero point: one value each, reduced over the whole input
+	var params [2]operand
+	for i, mode := range []int64{quantModeDynScale, quantModeDynZero} {
+		name := ""
+		if i+1 < len(n.Outputs) {
+			name = n.Outputs[i+1]
+		}
+		var out operand
+		if name != "" {
+			if out, _, err = c.output(name); err != nil {
+				return err
+			}
+		} else {
+			out = operand{sp: SpaceArena, buf: c.newBuf(1)}
+		}
+		d := c.quantDraft(g, mode, x.t.Len(), 1, 1, 0, 255, xop)
+		d.out = out
+		c.emit(d)
+		params[i] = out
+	}
+	out, _, err := c.output(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	d := c.quantDraft(g, quantModeQuantize, x.t.Len(), 1, max(x.t.Len(), 1), 0, 255, xop, params[0], params[1])
+	d.out = out
+	c.emit(d)
+	return nil
+}
+
+// qgemmSpec is a QGEMM kernel's parameters (sluice_cpu.h).
+type qgemmSpec struct {
+	M, N, K, lda, ldb, ldc int64
+	bd                     [2]int64 // batch dimensions
+	sA, sB, sY, sRow       [2]int64 // their strides
+	aSigned, bSigned       bool
+	zaPerRow, zbPerCol     bool
+	multMode, biasMode     int64
+	requant                bool
+	lo, hi                 int64
+	zy                     float32
+}
+
+func (s *qgemmSpec) set(k *Kernel) {
+	p := &k.P
+	p[0], p[1], p[2], p[3], p[4], p[5] = s.M, s.N, s.K, s.lda, s.ldb, s.ldc
+	p[6], p[7] = max(s.bd[0], 1), max(s.bd[1], 1)
+	p[8], p[9], p[10], p[11] = s.sA[0], s.sA[1], s.sB[0], s.sB[1]
+	p[12], p[13], p[14], p[15] = s.sY[0], s.sY[1], s.sRow[0], s.sRow[1]
+	p[16], p[17], p[18], p[19] = b2i(s.aSigned), b2i(s.bSigned), b2i(s.zaPerRow), b2i(s.zbPerCol)
+	p[20], p[21], p[22], p[23], p[24] = s.multMode, s.biasMode, b2i(s.requant), s.lo, s.hi
+	k.F[0] = s.zy
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// qlinearSpec reads a QLinear operator's constant scales into s (the
+// multiplier per row or per column, as perRow says) and returns the
+// multiplier's operand.
+func (c *compiler) qlinearSpec(n *graph.Node, s *qgemmSpec, perRow bool) (operand, error) {
+	q, err := qlinearParams(&ev{n: n, opset: c.m.opset, ins: c.tensors(n)}, 1, 4, 6, 7)
+	if err != nil {
+		return noOperand, err
+	}
+	s.requant = true
+	s.zy = q.zy
+	s.lo, s.hi = int64(q.lo), int64(q.hi)
+	switch {
+	case len(q.mult) == 1:
+		s.multMode = 1
+	case perRow:
+		s.multMode = 2
+	default:
+		s.multMode = 3
+	}
+	return c.newConst(q.mult), nil
+}
+
+// zeroPoint returns the operand of optional zero point input i and
+// whether it has one value per row or column (more than one value).
+func (c *compiler) zeroPoint(n *graph.Node, i int) (operand, bool, error) {
+	if i >= len(n.Inputs) || n.Inputs[i] == "" {
+		return noOperand, false, nil
+	}
+	v, err := c.val(n.Inputs[i])
+	if err != nil {
+		return noOperand, false, err
+	}
+	o, err := c.operand(n.Inputs[i])
+	return o, v.t.Len() > 1, err
+}
+
+func (c *compiler) lowerQMatMul(g *group) error {
+	n := c.node(g)
+	ai, bi, zai, zbi := 0, 1, 2, 3
+	qlin := n.Op == "QLinearMatMul"
+	if qlin {
+		ai, bi, zai, zbi = 0, 3, 2, 5
+	}
+	a, err := c.val(n.Inputs[ai])
+	if err != nil {
+		return err
+	}
+	b, err := c.val(n.Inputs[bi])
+	if err != nil {
+		return err
+	}
+	as, bs := a.t.Shape, b.t.Shape
+	if len(as) == 1 {
+		as = []int64{1, as[0]}
+	}
+	if len(bs) == 1 {
+		bs = []int64{bs[0], 1}
+	}
+	M, K, N := as[len(as)-2], as[len(as)-1], bs[len(bs)-1]
+	s := qgemmSpec{N: N, K: K, lda: K, ldb: N, ldc: N,
+		aSigned: a.t.DType == graph.Int8, bSigned: b.t.DType == graph.Int8}
+	za, zaRows, err := c.zeroPoint(n, zai)
+	if err != nil {
+		return err
+	}
+	zb, zbCols, err := c.zeroPoint(n, zbi)
+	if err != nil {
+		return err
+	}
+	s.zaPerRow, s.zbPerCol = zaRows, zbCols
+	if len(bs) == 2 && !zaRows {
+		// B is one matrix: every row of A's batch is one GEMM row
+		s.M = numel(as[:len(as)-1])
+	} else {
+		s.M = M
+		batch, err := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
+		if err != nil {
+			return err
+		}
+		sa, sb := bstrides(as[:len(as)-2], batch), bstrides(bs[:len(bs)-2], batch)
+		sc := stridesOf(batch)
+		for i := range batch {
+			sa[i] *= M * K
+			sb[i] *= K * N
+			sc[i] *= M * N
+		}
+		dims, st := collapse(batch, sa, sb, sc)
+		if len(dims) > 2 {
+			return fmt.Errorf("batch dimensions %v do not collapse to 2", batch)
+		}
+		if zaRows && len(dims) > 0 {
+			return fmt.Errorf("a per-row zero point of A needs a 2-D A")
+		}
+		for i := range dims {
+			s.bd[i] = dims[i]
+			s.sA[i], s.sB[i], s.sY[i] = st[0][i], st[1][i], st[2][i]
+		}
+	}
+	var mult operand
+	if qlin {
+		if mult, err = c.qlinearSpec(n, &s, false); err != nil {
+			return err
+		}
+	}
+	d := c.draft(g, OpQGemm)
+	if d.in[0], err = c.operand(n.Inputs[ai]); err != nil {
+		return err
+	}
+	if d.in[1], err = c.operand(n.Inputs[bi]); err != nil {
+		return err
+	}
+	d.in[2], d.in[3], d.in[4] = za, zb, mult
+	s.set(&d.k)
+	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+func (c *compiler) lowerQConv(g *group) error {
+	n := c.node(g)
+	qlin := n.Op == "QLinearConv"
+	xi, wi, zxi, zwi := 0, 1, 2, 3
+	if qlin {
+		xi, wi, zxi, zwi = 0, 3, 2, 5
+	}
+	x, err := c.val(n.Inputs[xi])
+	if err != nil {
+		return err
+	}
+	w, err := c.val(n.Inputs[wi])
+	if err != nil {
+		return err
+	}
+	if w.buf != -1 {
+		return fmt.Errorf("runtime convolution weights are not supported")
+	}
+	xs := x.t.Shape
+	if len(xs) != 3 && len(xs) != 4 {
+		return fmt.Errorf("only 1-D and 2-D convolutions (X %v)", xs)
+	}
+	G := n.AttrInt("group", 1)
+	gm, err := convGeom(n, xs[2:], w.t.Shape[2:], false)
+	if err != nil {
+		return err
+	}
+	Cout := w.t.Shape[0]
+	p := convP(xs, Cout, G, gm)
+	N, C := xs[0], xs[1]
+	H, W := p[2], p[3]
+	OHW := p[14] * p[15]
+	Cg, Mg := C/G, Cout/G
+	Kd := Cg * p[6] * p[7]
+	zw, zwRows, err := c.zeroPoint(n, zwi)
+	if err != nil {
+		return err
+	}
+	zx, _, err := c.zeroPoint(n, zxi)
+	if err != nil {
+		return err
+	}
+	s := qgemmSpec{M: Mg, N: OHW, K: Kd, lda: Kd, ldb: OHW, ldc: OHW,
+		bd: [2]int64{N, G}, sA: [2]int64{0, Mg * Kd}, sY: [2]int64{Cout * OHW, Mg * OHW},
+		sRow: [2]int64{0, Mg}, aSigned: w.t.DType == graph.Int8, bSigned: x.t.DType == graph.Int8,
+		zaPerRow: zwRows}
+	xop, err := c.operand(n.Inputs[xi])
+	if err != nil {
+		return err
+	}
+	bop := xop
+	pointwise := p[6] == 1 && p[7] == 1 && p[8] == 1 && p[9] == 1 && p[10] == 0 && p[11] == 0 &&
+		OHW == H*W
+	if pointwise {
+		s.sB = [2]int64{C * OHW, Cg * OHW}
+	} else {
+		// im2col, padding with the input's zero point
+		var pad float32
+		if zv := c.vals[n.Inputs[zxi]]; zxi < len(n.Inputs) && n.Inputs[zxi] != "" && zv != nil {
+			if zv.buf != -1 {
+				return fmt.Errorf("the input's zero point must be a constant")
+			}
+			pad = float32(zv.t.at(0))
+		}
+		ws := c.newBuf(N * G * Kd * OHW)
+		d := c.draft(g, OpIm2col)
+		d.k.Ops = "im2col"
+		copy(d.k.P[:16], p[:])
+		d.k.F[0] = pad
+		d.in[0] = xop
+		d.out = operand{sp: SpaceArena, buf: ws}
+		c.emit(d)
+		bop = operand{sp: SpaceArena, buf: ws}
+		s.sB = [2]int64{G * Kd * OHW, Kd * OHW}
+	}
+	var mult, bias operand
+	if qlin {
+		if mult, err = c.qlinearSpec(n, &s, true); err != nil {
+			return err
+		}
+		if len(n.Inputs) > 8 && n.Inputs[8] != "" {
+			bv, err := c.val(n.Inputs[8])
+			if err != nil {
+				return err
+			}
+			if bv.buf != -1 || bv.t.DType != graph.Int32 || bv.t.Len() != Cout {
+				return fmt.Errorf("bias must be a constant int32[%d]", Cout)
+			}
+			bits := make([]float32, Cout)
+			for i, v := range bv.t.I {
+				bits[i] = int32Bits(int32(v))
+			}
+			bias = c.newConst(bits)
+			s.biasMode = 1
+		}
+	}
+	wop, err := c.operand(n.Inputs[wi])
+	if err != nil {
+		return err
+	}
+	d := c.draft(g, OpQGemm)
+	d.in = [MaxIn]operand{wop, bop, zw, zx, mult, bias}
+	s.set(&d.k)
+	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+// int32Bits stores int32 v in a float32 slot bit for bit (the QGEMM
+// kernel's bias).
+func int32Bits(v int32) float32 { return math.Float32frombits(uint32(v)) }

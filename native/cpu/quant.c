@@ -1,0 +1,365 @@
+/*
+ * quant.c: the int8 kernels (ONNX quantisation operators).
+ *
+ * Integer tensors (uint8, int8, int32) live in the arena as float32 holding
+ * their integer values: every uint8 / int8 value is exact, and an int32
+ * value is rounded to the nearest float32 exactly as ONNX's Cast to float
+ * rounds it (it is consumed that way: MatMulInteger's result is cast before
+ * it is scaled).
+ *
+ *   QUANT  elementwise quantise / dequantise (per tensor or per axis), and
+ *          the two reductions of DynamicQuantizeLinear (scale, zero point);
+ *   QGEMM  batched Y = sum_k (A[m,k] - za) (B[k,n] - zb) over integer
+ *          operands, with exact int32 accumulation: AVX-512 VNNI
+ *          (vpdpbusd) where the CPU has it, portable C otherwise; both give
+ *          the same bits (integer sums). Y is the int32 sum as float, or
+ *          requantised: clamp(rint(float(acc + bias) * mult) + zy).
+ *
+ * Params: see sluice_cpu.h.
+ */
+#include "sluice_cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- QUANT --------------------------------------------------------------- */
+
+#define QUANT_CHUNK 16384
+
+void sk_prep_quant(sk_kernel *k, int units)
+{
+	const int64_t *p = k->p;
+	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 0 || p[3] > 3 || p[4] > p[5]) {
+		k->grid = -1;
+		return;
+	}
+	if (p[3] >= 2) {
+		k->grid = 1; /* one reduction over the whole tensor */
+		return;
+	}
+	int64_t want = SK_MAX(SK_MIN((int64_t)units * 4, p[0] / QUANT_CHUNK), 1);
+	k->t[0] = SK_CDIV(sk_split(p[0], want, 1), 16) * 16;
+	k->grid = SK_CDIV(p[0], k->t[0]);
+}
+
+static inline float q_clamp(float v, float lo, float hi)
+{
+	return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* dyn_minmax is min(0, min x) and max(0, max x) (DynamicQuantizeLinear). */
+static void dyn_minmax(const float *x, int64_t n, float *lo, float *hi)
+{
+	float a = 0.0f, b = 0.0f;
+	for (int64_t i = 0; i < n; i++) {
+		a = x[i] < a ? x[i] : a;
+		b = x[i] > b ? x[i] : b;
+	}
+	*lo = a;
+	*hi = b;
+}
+
+void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t n = p[0], C = p[1], inner = p[2];
+	float lo = (float)p[4], hi = (float)p[5];
+	const float *x = k->in[0], *sc = k->in[1], *zp = k->in[2];
+	if (p[3] >= 2) {
+		float mn, mx;
+		SK_POLL(ctx);
+		dyn_minmax(x, n, &mn, &mx);
+		float scale = (mx - mn) / (hi - lo);
+		if (p[3] == 2)
+			k->out[0] = scale;
+		else
+			k->out[0] = scale == 0.0f ? lo : q_clamp(rintf(lo - mn / scale), lo, hi);
+		return;
+	}
+	int64_t i0 = blk * k->t[0], i1 = SK_MIN(i0 + k->t[0], n);
+	float *y = k->out;
+	for (int64_t i = i0; i < i1; i += 4096) {
+		SK_POLL(ctx);
+		int64_t e = SK_MIN(i + 4096, i1);
+		for (int64_t j = i; j < e;) {
+			int64_t c = C == 1 ? 0 : (j / inner) % C;
+			/* one run of the same channel */
+			int64_t r = C == 1 ? e : SK_MIN(e, (j / inner + 1) * inner);
+			float s = sc[c], z = zp ? zp[c] : 0.0f;
+			if (p[3] == 1) {
+				for (; j < r; j++)
+					y[j] = (x[j] - z) * s;
+			} else if (s == 0.0f) {
+				for (; j < r; j++)
+					y[j] = q_clamp(z, lo, hi);
+			} else {
+				for (; j < r; j++)
+					y[j] = q_clamp(rintf(x[j] / s) + z, lo, hi);
+			}
+		}
+	}
+}
+
+/* ---- QGEMM --------------------------------------------------------------- */
+
+/*
+ * A block computes an mt x nt tile of one batch item. It packs its rows of
+ * A as u8 (U = A + 128 where A is int8) and its columns of B as s8 panels
+ * of 16 columns by 4 reduction steps (S = B - 128 where B is uint8), the
+ * layout vpdpbusd reads, then
+ *   acc = sum U*S - sb*sum_k U - ua*sum_k S + K*ua*sb
+ * with ua = za (+128), sb = zb (-128): the exact integer sum of
+ * (A - za)(B - zb).
+ */
+
+#define QG_MR 8
+#define QG_NR 32
+
+typedef void (*qg_micro_fn)(const uint8_t *u, int64_t ldu, const int8_t *s,
+			    int64_t kp, int rows, int strips, int32_t *acc);
+
+/* qg_micro_c: portable micro-kernel, rows x (16*strips) of acc (ld QG_NR). */
+static void qg_micro_c(const uint8_t *u, int64_t ldu, const int8_t *s,
+		       int64_t kp, int rows, int strips, int32_t *acc)
+{
+	int64_t k4n = kp / 4;
+	for (int r = 0; r < rows; r++) {
+		for (int st = 0; st < strips; st++) {
+			int32_t a[16] = {0};
+			const int8_t *sp = s + st * k4n * 64;
+			const uint8_t *ur = u + r * ldu;
+			for (int64_t k4 = 0; k4 < k4n; k4++) {
+				const uint8_t *uk = ur + 4 * k4;
+				const int8_t *sk = sp + k4 * 64;
+				for (int j = 0; j < 16; j++)
+					a[j] += (int32_t)uk[0] * sk[4 * j] + (int32_t)uk[1] * sk[4 * j + 1] +
+						(int32_t)uk[2] * sk[4 * j + 2] + (int32_t)uk[3] * sk[4 * j + 3];
+			}
+			memcpy(acc + r * QG_NR + st * 16, a, sizeof(a));
+		}
+	}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define QG_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
+					 const int8_t *s, int64_t kp, int rows,
+					 int strips, int32_t *acc)
+{
+	int64_t k4n = kp / 4;
+	const int8_t *s0 = s, *s1 = s + k4n * 64;
+	__m512i c0[QG_MR], c1[QG_MR];
+	for (int r = 0; r < QG_MR; r++) {
+		c0[r] = _mm512_setzero_si512();
+		c1[r] = _mm512_setzero_si512();
+	}
+	if (strips == 2 && rows == QG_MR) {
+		for (int64_t k4 = 0; k4 < k4n; k4++) {
+			__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
+			__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
+#pragma GCC unroll 8
+			for (int r = 0; r < QG_MR; r++) {
+				int32_t a4;
+				memcpy(&a4, u + r * ldu + 4 * k4, 4);
+				__m512i a = _mm512_set1_epi32(a4);
+				c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
+				c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
+			}
+		}
+	} else {
+		for (int64_t k4 = 0; k4 < k4n; k4++) {
+			__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
+			__m512i b1 = strips == 2 ? _mm512_loadu_si512((const void *)(s1 + k4 * 64))
+						 : _mm512_setzero_si512();
+			for (int r = 0; r < rows; r++) {
+				int32_t a4;
+				memcpy(&a4, u + r * ldu + 4 * k4, 4);
+				__m512i a = _mm512_set1_epi32(a4);
+				c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
+				c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
+			}
+		}
+	}
+	for (int r = 0; r < rows; r++) {
+		_mm512_storeu_si512((void *)(acc + r * QG_NR), c0[r]);
+		_mm512_storeu_si512((void *)(acc + r * QG_NR + 16), c1[r]);
+	}
+}
+#endif
+
+/* qg_isa: 1 uses VNNI where the CPU has it, 0 forces the portable kernel
+ * (tests compare the two). */
+static int qg_force_portable;
+
+void sk_qgemm_set_portable(int on) { qg_force_portable = on != 0; }
+
+int sk_qgemm_vnni(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+#else
+	return 0;
+#endif
+}
+
+static qg_micro_fn qg_micro(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	static int have = -1;
+	if (have < 0)
+		have = sk_qgemm_vnni();
+	if (have && !qg_force_portable)
+		return qg_micro_vnni;
+#endif
+	return qg_micro_c;
+}
+
+/* Tile sizes: the packed panels (mt + nt) x Kp bytes stay in L2. */
+#define QG_TILE_BYTES (768 * 1024)
+
+static int qg_params_ok(const sk_kernel *k)
+{
+	const int64_t *p = k->p;
+	return p[0] > 0 && p[1] > 0 && p[2] > 0 && p[6] > 0 && p[7] > 0 &&
+	       p[18] >= 0 && p[18] <= 1 && p[19] >= 0 && p[19] <= 1 &&
+	       p[20] >= 0 && p[20] <= 3 && p[21] >= 0 && p[21] <= 2 &&
+	       p[22] >= 0 && p[22] <= 1 && p[23] <= p[24];
+}
+
+void sk_prep_qgemm(sk_kernel *k, int units)
+{
+	if (!qg_params_ok(k)) {
+		k->grid = -1;
+		return;
+	}
+	const int64_t *p = k->p;
+	int64_t M = p[0], N = p[1], K = p[2], nb = p[6] * p[7];
+	int64_t kp = SK_CDIV(K, 4) * 4;
+	int64_t nt = SK_MIN(SK_CDIV(N, QG_NR) * QG_NR, 256);
+	int64_t mt = SK_MIN(M, 64);
+	/* keep the packed panels in cache */
+	while (nt > QG_NR && (mt + nt) * kp > QG_TILE_BYTES)
+		nt -= QG_NR;
+	while (mt > QG_MR && (mt + nt) * kp > QG_TILE_BYTES)
+		mt = SK_CDIV(mt / 2, QG_MR) * QG_MR;
+	int64_t mtiles = SK_CDIV(M, mt), ntiles = SK_CDIV(N, nt);
+	/* enough blocks for the units: split columns, then rows */
+	while (nb * mtiles * ntiles < 4 * (int64_t)units && nt > QG_NR) {
+		nt = SK_CDIV(nt / 2, QG_NR) * QG_NR;
+		ntiles = SK_CDIV(N, nt);
+	}
+	while (nb * mtiles * ntiles < 4 * (int64_t)units && mt > QG_MR) {
+		mt = SK_CDIV(mt / 2, QG_MR) * QG_MR;
+		mtiles = SK_CDIV(M, mt);
+	}
+	k->t[0] = mt;
+	k->t[1] = nt;
+	k->t[2] = mtiles;
+	k->t[3] = ntiles;
+	k->t[4] = kp;
+	/* U (mt x kp) + S (nt x kp) bytes, row and column sums, one acc tile */
+	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
+			4 * QG_MR * QG_NR + 256;
+	k->scratch = SK_CDIV(bytes, 4);
+	k->grid = nb * mtiles * ntiles;
+}
+
+void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t M = p[0], N = p[1], K = p[2], lda = p[3], ldb = p[4], ldc = p[5];
+	int64_t mt = k->t[0], nt = k->t[1], mtiles = k->t[2], ntiles = k->t[3], kp = k->t[4];
+	int64_t ni = blk % ntiles, mi = (blk / ntiles) % mtiles, b = blk / (ntiles * mtiles);
+	int64_t b2 = b % p[7], b1 = b / p[7];
+	int64_t m0 = mi * mt, ml = SK_MIN(mt, M - m0);
+	int64_t n0 = ni * nt, nl = SK_MIN(nt, N - n0);
+	int64_t strips = SK_CDIV(nl, 16);
+	const float *A = k->in[0] + b1 * p[8] + b2 * p[9];
+	const float *B = k->in[1] + b1 * p[10] + b2 * p[11];
+	float *Y = k->out + b1 * p[12] + b2 * p[13];
+	int64_t roff = b1 * p[14] + b2 * p[15]; /* per-row parameters */
+	int aoff = p[16] ? 128 : 0, boff = p[17] ? 0 : 128;
+
+	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
+			4 * QG_MR * QG_NR + 256;
+	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(bytes, 4));
+	if (!base)
+		return;
+	int32_t *rsum = (int32_t *)base;
+	int32_t *csum = rsum + mt;
+	int32_t *acc = csum + nt;
+	uint8_t *U = (uint8_t *)(acc + QG_MR * QG_NR);
+	U = (uint8_t *)(((uintptr_t)U + 63) & ~(uintptr_t)63);
+	int8_t *S = (int8_t *)(U + mt * kp);
+
+	/* pack U: rows m0.. of A, as u8 */
+	for (int64_t r = 0; r < ml; r++) {
+		const float *ar = A + (m0 + r) * lda;
+		uint8_t *ur = U + r * kp;
+		int32_t s = 0;
+		for (int64_t kk = 0; kk < K; kk++) {
+			int v = (int)ar[kk] + aoff;
+			ur[kk] = (uint8_t)v;
+			s += v;
+		}
+		for (int64_t kk = K; kk < kp; kk++)
+			ur[kk] = 0;
+		rsum[r] = s;
+	}
+	SK_POLL(ctx);
+	/* pack S: columns n0.. of B, as s8 panels of 16 columns x 4 steps */
+	int64_t k4n = kp / 4;
+	memset(S, 0, (size_t)(SK_CDIV(strips, 2) * 2 * k4n * 64));
+	for (int64_t j = 0; j < nl; j++)
+		csum[j] = 0;
+	for (int64_t kk = 0; kk < K; kk++) {
+		const float *br = B + kk * ldb + n0;
+		int64_t k4 = kk / 4, q = kk % 4;
+		for (int64_t j = 0; j < nl; j++) {
+			int v = (int)br[j] - boff;
+			S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
+			csum[j] += v;
+		}
+	}
+	SK_POLL(ctx);
+
+	const float *za = k->in[2], *zb = k->in[3], *mult = k->in[4];
+	const int32_t *bias = (const int32_t *)k->in[5];
+	float lo = (float)p[23], hi = (float)p[24], zy = k->f[0];
+	qg_micro_fn micro = qg_micro();
+	for (int64_t r0 = 0; r0 < ml; r0 += QG_MR) {
+		int rows = (int)SK_MIN((int64_t)QG_MR, ml - r0);
+		for (int64_t s0 = 0; s0 < strips; s0 += 2) {
+			int ns = (int)SK_MIN((int64_t)2, strips - s0);
+			micro(U + r0 * kp, kp, S + s0 * k4n * 64, kp, rows, ns, acc);
+			for (int r = 0; r < rows; r++) {
+				int64_t m = m0 + r0 + r;
+				int32_t ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
+				float *yr = Y + m * ldc;
+				int64_t jn = SK_MIN((int64_t)QG_NR, nl - s0 * 16);
+				for (int64_t jj = 0; jj < jn; jj++) {
+					int64_t j = s0 * 16 + jj, n = n0 + j;
+					int32_t sb = (int32_t)(zb ? zb[p[19] ? n : 0] : 0.0f) - boff;
+					int32_t v = acc[r * QG_NR + jj] - sb * rsum[r0 + r] -
+						    ua * csum[j] + (int32_t)K * ua * sb;
+					if (p[21] == 1)
+						v += bias[roff + m];
+					else if (p[21] == 2)
+						v += bias[n];
+					float f = (float)v;
+					if (p[22] == 1) {
+						float ml_ = p[20] == 1 ? mult[0]
+							  : p[20] == 2 ? mult[roff + m]
+							  : p[20] == 3 ? mult[n] : 1.0f;
+						f = q_clamp(rintf(f * ml_) + zy, lo, hi);
+					}
+					yr[n] = f;
+				}
+			}
+		}
+		SK_POLL(ctx);
+	}
+}
