@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"sluice/libml/graph"
+	ncpu "sluice/native/cpu"
 )
 
 // quantNodeTests are ONNX's node tests of the quantisation operators. The
@@ -74,13 +75,205 @@ func runtimeFeed(t *graph.Tensor) *graph.Tensor {
 func TestQuantRuntimeIntegerRefused(t *testing.T) {
 	be := cpuBackend(t)
 	g := &graph.Graph{
-		Opset:  17,
-		Inputs: []graph.ValueInfo{{Name: "x", DType: graph.Uint8, Dims: []int64{1, 4}}},
+		Opset:   17,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Uint8, Dims: []int64{1, 4}}},
 		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Uint8, Dims: []int64{1, 4}}},
-		Nodes:  []graph.Node{{Name: "add", Op: "Add", Inputs: []string{"x", "x"}, Outputs: []string{"y"}}},
+		Nodes:   []graph.Node{{Name: "add", Op: "Add", Inputs: []string{"x", "x"}, Outputs: []string{"y"}}},
 	}
 	_, err := be.LoadModel(context.Background(), "u8add", g)
 	if err == nil || !strings.Contains(err.Error(), "runtime uint8 tensor") {
 		t.Fatalf("Add on a runtime uint8 input: err = %v, want a refusal naming the runtime uint8 tensor", err)
+	}
+}
+
+// qgemmCase is one integer product for TestQGemmKernelsAgree: x (float,
+// fed at run time) is quantised to uint8 or int8 and multiplied with a
+// constant integer matrix w, as A (M x K) or as B (K x N).
+type qgemmCase struct {
+	name    string
+	M, K, N int64
+	xSigned bool // x quantised to int8 (else uint8)
+	wSigned bool // w int8 (else uint8)
+	xAsB    bool // x is B (K x N), w is A (M x K)
+	perCol  bool // w's zero point per column (w as B) or per row (w as A)
+	qlinear bool // QLinearMatMul (requantised) instead of MatMulInteger
+}
+
+// pattern is a fixed pseudo-random integer sequence (an LCG): test data
+// that is the same in every run.
+func pattern(n int64, seed uint32, lo, hi int64) []int64 {
+	out := make([]int64, n)
+	s := seed
+	for i := range out {
+		s = s*1664525 + 1013904223
+		out[i] = lo + int64(s>>8)%(hi-lo+1)
+	}
+	return out
+}
+
+func (c qgemmCase) graph() (*graph.Graph, *graph.Tensor) {
+	xr, xc := c.M, c.K
+	wr, wc := c.K, c.N
+	if c.xAsB {
+		xr, xc, wr, wc = c.K, c.N, c.M, c.K
+	}
+	xi := pattern(xr*xc, uint32(c.M*131+c.N), -300, 300)
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{xr, xc}, F32: make([]float32, len(xi))}
+	for i, v := range xi {
+		x.F32[i] = float32(v) / 100
+	}
+	qt, wlo, whi := graph.Uint8, int64(0), int64(255)
+	if c.wSigned {
+		qt, wlo, whi = graph.Int8, -128, 127
+	}
+	w := &graph.Tensor{Name: "w", DType: qt, Dims: []int64{wr, wc}, I64: pattern(wr*wc, uint32(c.K), wlo, whi)}
+	nz := int64(1)
+	if c.perCol {
+		nz = c.N
+		if c.xAsB {
+			nz = c.M
+		}
+	}
+	wz := &graph.Tensor{Name: "wz", DType: qt, Dims: []int64{nz}, I64: pattern(nz, 7, wlo/2, whi/2)}
+	xt, xz := graph.Uint8, int64(131)
+	if c.xSigned {
+		xt, xz = graph.Int8, -3
+	}
+	f := func(name string, v float32) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{}, F32: []float32{v}}
+	}
+	g := &graph.Graph{Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{w, wz, f("xs", 0.02),
+			{Name: "xz", DType: xt, Dims: []int64{}, I64: []int64{xz}}},
+		Nodes: []graph.Node{{Name: "q", Op: "QuantizeLinear", Inputs: []string{"x", "xs", "xz"}, Outputs: []string{"xq"}}},
+	}
+	a, az, b, bz := "xq", "xz", "w", "wz"
+	if c.xAsB {
+		a, az, b, bz = "w", "wz", "xq", "xz"
+	}
+	if c.qlinear {
+		g.Initializers = append(g.Initializers, f("ws", 0.01), f("ys", 3.5),
+			&graph.Tensor{Name: "yz", DType: graph.Uint8, Dims: []int64{}, I64: []int64{100}})
+		as, bs := "xs", "ws"
+		if c.xAsB {
+			as, bs = bs, as
+		}
+		g.Nodes = append(g.Nodes, graph.Node{Name: "mm", Op: "QLinearMatMul",
+			Inputs: []string{a, as, az, b, bs, bz, "ys", "yz"}, Outputs: []string{"y"}})
+	} else {
+		g.Nodes = append(g.Nodes, graph.Node{Name: "mm", Op: "MatMulInteger",
+			Inputs: []string{a, b, az, bz}, Outputs: []string{"y"}})
+	}
+	return g, x
+}
+
+// TestQGemmKernelsAgree runs integer products of awkward shapes (rows,
+// columns and reductions that fill no tile, panel or group of 4) through
+// each QGEMM micro-kernel this CPU has: every one must give the constant
+// folder's exact sums, bit for bit.
+func TestQGemmKernelsAgree(t *testing.T) {
+	be := cpuBackend(t)
+	ctx := context.Background()
+	cases := []qgemmCase{
+		{name: "1x1x1", M: 1, K: 1, N: 1},
+		{name: "3x5x7-signed", M: 3, K: 5, N: 7, xSigned: true, wSigned: true},
+		{name: "17x33x65-percol", M: 17, K: 33, N: 65, perCol: true},
+		{name: "64x130x300-uw", M: 64, K: 130, N: 300, wSigned: false, xSigned: true},
+		{name: "130x771x40-perrow-xB", M: 130, K: 771, N: 40, xAsB: true, perCol: true, wSigned: true},
+		{name: "9x64x33-xB", M: 9, K: 64, N: 33, xAsB: true},
+		{name: "qlinear-31x47x70", M: 31, K: 47, N: 70, qlinear: true, wSigned: true, perCol: true},
+		{name: "qlinear-xB-8x19x23", M: 8, K: 19, N: 23, qlinear: true, xAsB: true},
+	}
+	kernels := []struct {
+		name  string
+		which int
+	}{{"best", ncpu.QGemmBest}, {"novnni", ncpu.QGemmNoVNNI}, {"portable", ncpu.QGemmPortable}}
+	t.Cleanup(func() { ncpu.SetQGemmKernel(ncpu.QGemmBest) })
+	for _, c := range cases {
+		g, x := c.graph()
+		fold, err := foldGraph(g, []*graph.Tensor{x})
+		if err != nil {
+			t.Fatalf("%s: fold: %v", c.name, err)
+		}
+		want := fold["y"]
+		for _, k := range kernels {
+			ncpu.SetQGemmKernel(k.which)
+			got, err := runOnBackend(ctx, be, c.name, g, x, want)
+			if err == nil {
+				err = Compare(got, want)
+			}
+			if err != nil {
+				t.Errorf("%s, %s micro-kernel: %v", c.name, k.name, err)
+			}
+		}
+	}
+}
+
+// TestQuantBatches: a statically quantised model gives every request the
+// bits it gets alone, whatever the batch; a dynamically quantised one
+// (one scale over the whole batch) is refused at batch sizes above 1,
+// with the reason, and runs at batch 1.
+func TestQuantBatches(t *testing.T) {
+	be := cpuBackend(t)
+	ctx := context.Background()
+	static, x := qgemmCase{name: "static", M: 1, K: 40, N: 24, qlinear: true, wSigned: true, perCol: true}.graph()
+	static.Inputs[0].Dims = []int64{-1, 40}
+	inst, err := be.LoadModel(ctx, "static", static)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	const batch = 3
+	in := make([]float32, 0, batch*40)
+	for r := 0; r < batch; r++ {
+		for i := range x.F32 {
+			in = append(in, x.F32[(i+7*r)%len(x.F32)])
+		}
+	}
+	outs := map[int][]float32{}
+	for _, b := range []int{1, batch} {
+		if err := be.ConfigureBatch(inst, b); err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float32, b*24)
+		if b == 1 {
+			for r := 0; r < batch; r++ {
+				if err := be.InferBatch(ctx, inst, 1, in[r*40:(r+1)*40], out); err != nil {
+					t.Fatal(err)
+				}
+				outs[1] = append(outs[1], out...)
+			}
+			continue
+		}
+		if err := be.InferBatch(ctx, inst, b, in, out); err != nil {
+			t.Fatal(err)
+		}
+		outs[b] = out
+	}
+	for i := range outs[1] {
+		if outs[1][i] != outs[batch][i] {
+			t.Fatalf("request %d, element %d: %v alone, %v in a batch of %d", i/24, i%24, outs[1][i], outs[batch][i], batch)
+		}
+	}
+
+	dyn := &graph.Graph{Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Nodes: []graph.Node{
+			{Name: "dq", Op: "DynamicQuantizeLinear", Inputs: []string{"x"}, Outputs: []string{"y", "s", "z"}},
+		}}
+	dinst, err := be.LoadModel(ctx, "dynamic", dyn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dinst.Close()
+	if err := be.ConfigureBatch(dinst, 1); err != nil {
+		t.Fatalf("batch 1: %v", err)
+	}
+	err = be.ConfigureBatch(dinst, 2)
+	if err == nil || !strings.Contains(err.Error(), "one scale over the whole batch") {
+		t.Fatalf("batch 2 of a dynamically quantised model: err = %v, want a refusal", err)
 	}
 }

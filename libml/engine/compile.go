@@ -151,6 +151,9 @@ type compiler struct {
 // CompileBatch compiles the model for a batch size (see BatchShapes).
 func (m *Model) CompileBatch(batch int) (*Program, error) {
 	shapes, err := m.BatchShapes(batch)
+	if err == nil && batch > 1 {
+		err = m.batchCoupled()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("engine: compile %q for batch %d: %w", m.name, batch, err)
 	}

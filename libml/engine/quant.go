@@ -47,6 +47,21 @@ func (c *compiler) checkIntInputs(n *graph.Node) error {
 	return nil
 }
 
+// batchCoupled refuses batches for a model that quantises dynamically at
+// run time: DynamicQuantizeLinear takes one scale over its whole input,
+// so in a batch every request's result would depend on the others'
+// inputs. (Constant ones were folded at load.)
+func (m *Model) batchCoupled() error {
+	for i := range m.nodes {
+		if n := &m.nodes[i]; n.Op == "DynamicQuantizeLinear" {
+			return fmt.Errorf("node %q (DynamicQuantizeLinear) quantises with one scale over the whole batch, "+
+				"so requests batched together would change each other's results: serve the model at batch 1, "+
+				"or quantise it statically (QuantizeLinear with calibrated scales; see docs/profiles.md)", n.Name)
+		}
+	}
+	return nil
+}
+
 // intStorage reports whether runtime tensors of type d live in the arena
 // as float32 integer values.
 func intStorage(d graph.DType) bool {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -128,6 +129,7 @@ type qgemmSpec struct {
 	requant                bool
 	lo, hi                 int64
 	zy                     float32
+	packedB                bool
 }
 
 func (s *qgemmSpec) set(k *Kernel) {
@@ -138,7 +140,40 @@ func (s *qgemmSpec) set(k *Kernel) {
 	p[12], p[13], p[14], p[15] = s.sY[0], s.sY[1], s.sRow[0], s.sRow[1]
 	p[16], p[17], p[18], p[19] = b2i(s.aSigned), b2i(s.bSigned), b2i(s.zaPerRow), b2i(s.zbPerCol)
 	p[20], p[21], p[22], p[23], p[24] = s.multMode, s.biasMode, b2i(s.requant), s.lo, s.hi
+	p[25] = b2i(s.packedB)
 	k.F[0] = s.zy
+}
+
+// packQGemmB lays out constant integer matrix b (K x N, row-major) the way
+// the QGEMM kernel reads its B operand: s8 panels of 16 columns by 4
+// reduction steps, strip after strip (uint8 values less 128), K padded to
+// 4 and N to 16 with zeros; and each column's sum. Both are returned as
+// float32 slots holding the bytes (int32 sums bit for bit).
+func packQGemmB(b []int64, K, N int64, signed bool) (panels, sums []float32) {
+	kp, np := (K+3)/4*4, (N+15)/16*16
+	off := int64(128)
+	if signed {
+		off = 0
+	}
+	bytes := make([]byte, np*kp)
+	colSum := make([]int32, np)
+	k4n := kp / 4
+	for k := int64(0); k < K; k++ {
+		for n := int64(0); n < N; n++ {
+			v := b[k*N+n] - off
+			bytes[((n/16)*k4n+k/4)*64+(n%16)*4+k%4] = byte(int8(v))
+			colSum[n] += int32(v)
+		}
+	}
+	panels = make([]float32, len(bytes)/4)
+	for i := range panels {
+		panels[i] = math.Float32frombits(binary.LittleEndian.Uint32(bytes[4*i:]))
+	}
+	sums = make([]float32, np)
+	for i, v := range colSum {
+		sums[i] = int32Bits(v)
+	}
+	return panels, sums
 }
 
 func b2i(b bool) int64 {
@@ -238,7 +273,7 @@ func (c *compiler) lowerQMatMul(g *group) error {
 		if len(dims) > 2 {
 			return fmt.Errorf("batch dimensions %v do not collapse to 2", batch)
 		}
-		if zaRows && len(dims) > 0 {
+		if zaRows && numel(batch) > 1 {
 			return fmt.Errorf("a per-row zero point of A needs a 2-D A")
 		}
 		for i := range dims {
@@ -260,6 +295,12 @@ func (c *compiler) lowerQMatMul(g *group) error {
 		return err
 	}
 	d.in[2], d.in[3], d.in[4] = za, zb, mult
+	if b.buf == -1 && len(b.t.Shape) == 2 && b.t.I != nil {
+		// constant weights: packed once here, not by every block
+		panels, sums := packQGemmB(b.t.I, K, N, s.bSigned)
+		d.in[1], d.in[6] = c.newConst(panels), c.newConst(sums)
+		s.packedB = true
+	}
 	s.set(&d.k)
 	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
 		return err

@@ -360,3 +360,19 @@ func (ks *Kernels) RunBlock(i int, blk int64) {
 	C.free(unsafe.Pointer(ctx.scratch))
 	C.free(unsafe.Pointer(ctx.flag))
 }
+
+// QGemmVNNI reports whether the integer GEMM kernel uses AVX-512 VNNI on
+// this CPU.
+func QGemmVNNI() bool { return C.sk_qgemm_vnni() != 0 }
+
+// QGEMM micro-kernels (SetQGemmKernel).
+const (
+	QGemmBest     = 0 // the best the CPU has (VNNI, else AVX2, else C)
+	QGemmPortable = 1 // portable C
+	QGemmNoVNNI   = 2 // the best without VNNI
+)
+
+// SetQGemmKernel picks the integer GEMM's micro-kernel (QGemmBest,
+// QGemmPortable, QGemmNoVNNI), for tests and benchmarks: the sums are
+// exact, so every choice gives the same bits.
+func SetQGemmKernel(which int) { C.sk_qgemm_set_portable(C.int(which)) }

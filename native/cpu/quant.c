@@ -189,11 +189,58 @@ QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
 }
 #endif
 
-/* qg_isa: 1 uses VNNI where the CPU has it, 0 forces the portable kernel
- * (tests compare the two). */
+#define QG_AVX2_TARGET __attribute__((target("avx2")))
+
+/* qg_micro_avx2: u8 and s8 widened to int16, vpmaddwd (exact: each pair
+ * sum fits int32), two rows at a time. */
+QG_AVX2_TARGET static void qg_micro_avx2(const uint8_t *u, int64_t ldu,
+					 const int8_t *s, int64_t kp, int rows,
+					 int strips, int32_t *acc)
+{
+	int64_t k4n = kp / 4;
+	for (int st = 0; st < strips; st++) {
+		const int8_t *sp = s + st * k4n * 64;
+		for (int r = 0; r < rows; r += 2) {
+			int two = r + 1 < rows;
+			__m256i c[2][4];
+			for (int i = 0; i < 4; i++)
+				c[0][i] = c[1][i] = _mm256_setzero_si256();
+			const uint8_t *u0 = u + r * ldu, *u1 = u0 + (two ? ldu : 0);
+			for (int64_t k4 = 0; k4 < k4n; k4++) {
+				__m256i b[4];
+				for (int i = 0; i < 4; i++)
+					b[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+						(const __m128i *)(sp + k4 * 64 + 16 * i)));
+				int32_t a0, a1;
+				memcpy(&a0, u0 + 4 * k4, 4);
+				memcpy(&a1, u1 + 4 * k4, 4);
+				__m256i w0 = _mm256_broadcastq_epi64(
+					_mm_cvtepu8_epi16(_mm_cvtsi32_si128(a0)));
+				__m256i w1 = _mm256_broadcastq_epi64(
+					_mm_cvtepu8_epi16(_mm_cvtsi32_si128(a1)));
+				for (int i = 0; i < 4; i++) {
+					c[0][i] = _mm256_add_epi32(c[0][i], _mm256_madd_epi16(w0, b[i]));
+					c[1][i] = _mm256_add_epi32(c[1][i], _mm256_madd_epi16(w1, b[i]));
+				}
+			}
+			for (int h = 0; h <= two; h++) {
+				/* c[h][i] holds columns 4i..4i+3 as pairs of partial
+				 * sums: add each pair */
+				int32_t t[32];
+				for (int i = 0; i < 4; i++)
+					_mm256_storeu_si256((__m256i *)(t + 8 * i), c[h][i]);
+				for (int j = 0; j < 16; j++)
+					acc[(r + h) * QG_NR + st * 16 + j] = t[2 * j] + t[2 * j + 1];
+			}
+		}
+	}
+}
+
+/* The micro-kernel in use: 0 the best the CPU has, 1 the portable C one,
+ * 2 the best without VNNI (tests compare them). */
 static int qg_force_portable;
 
-void sk_qgemm_set_portable(int on) { qg_force_portable = on != 0; }
+void sk_qgemm_set_portable(int on) { qg_force_portable = on < 0 || on > 2 ? 0 : on; }
 
 int sk_qgemm_vnni(void)
 {
@@ -208,11 +255,17 @@ int sk_qgemm_vnni(void)
 static qg_micro_fn qg_micro(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	static int have = -1;
-	if (have < 0)
+	static int have = -1, avx2 = -1;
+	if (have < 0) {
 		have = sk_qgemm_vnni();
-	if (have && !qg_force_portable)
+		avx2 = __builtin_cpu_supports("avx2");
+	}
+	if (qg_force_portable == 1)
+		return qg_micro_c;
+	if (have && qg_force_portable == 0)
 		return qg_micro_vnni;
+	if (avx2)
+		return qg_micro_avx2;
 #endif
 	return qg_micro_c;
 }
@@ -226,7 +279,8 @@ static int qg_params_ok(const sk_kernel *k)
 	return p[0] > 0 && p[1] > 0 && p[2] > 0 && p[6] > 0 && p[7] > 0 &&
 	       p[18] >= 0 && p[18] <= 1 && p[19] >= 0 && p[19] <= 1 &&
 	       p[20] >= 0 && p[20] <= 3 && p[21] >= 0 && p[21] <= 2 &&
-	       p[22] >= 0 && p[22] <= 1 && p[23] <= p[24];
+	       p[22] >= 0 && p[22] <= 1 && p[23] <= p[24] &&
+	       (p[25] == 0 || (p[25] == 1 && k->in[6] != NULL));
 }
 
 void sk_prep_qgemm(sk_kernel *k, int units)
@@ -310,21 +364,31 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		rsum[r] = s;
 	}
 	SK_POLL(ctx);
-	/* pack S: columns n0.. of B, as s8 panels of 16 columns x 4 steps */
+	/* S: columns n0.. of B as s8 panels of 16 columns x 4 steps, packed
+	 * once at compile time (constant B) or here */
 	int64_t k4n = kp / 4;
-	memset(S, 0, (size_t)(SK_CDIV(strips, 2) * 2 * k4n * 64));
-	for (int64_t j = 0; j < nl; j++)
-		csum[j] = 0;
-	for (int64_t kk = 0; kk < K; kk++) {
-		const float *br = B + kk * ldb + n0;
-		int64_t k4 = kk / 4, q = kk % 4;
-		for (int64_t j = 0; j < nl; j++) {
-			int v = (int)br[j] - boff;
-			S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
-			csum[j] += v;
+	const int8_t *Sp;
+	const int32_t *cs;
+	if (p[25]) {
+		Sp = (const int8_t *)k->in[1] + (n0 / 16) * k4n * 64;
+		cs = (const int32_t *)k->in[6] + n0;
+	} else {
+		memset(S, 0, (size_t)(SK_CDIV(strips, 2) * 2 * k4n * 64));
+		for (int64_t j = 0; j < nl; j++)
+			csum[j] = 0;
+		for (int64_t kk = 0; kk < K; kk++) {
+			const float *br = B + kk * ldb + n0;
+			int64_t k4 = kk / 4, q = kk % 4;
+			for (int64_t j = 0; j < nl; j++) {
+				int v = (int)br[j] - boff;
+				S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
+				csum[j] += v;
+			}
 		}
+		Sp = S;
+		cs = csum;
+		SK_POLL(ctx);
 	}
-	SK_POLL(ctx);
 
 	const float *za = k->in[2], *zb = k->in[3], *mult = k->in[4];
 	const int32_t *bias = (const int32_t *)k->in[5];
@@ -334,7 +398,7 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		int rows = (int)SK_MIN((int64_t)QG_MR, ml - r0);
 		for (int64_t s0 = 0; s0 < strips; s0 += 2) {
 			int ns = (int)SK_MIN((int64_t)2, strips - s0);
-			micro(U + r0 * kp, kp, S + s0 * k4n * 64, kp, rows, ns, acc);
+			micro(U + r0 * kp, kp, Sp + s0 * k4n * 64, kp, rows, ns, acc);
 			for (int r = 0; r < rows; r++) {
 				int64_t m = m0 + r0 + r;
 				int32_t ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
@@ -344,7 +408,7 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 					int64_t j = s0 * 16 + jj, n = n0 + j;
 					int32_t sb = (int32_t)(zb ? zb[p[19] ? n : 0] : 0.0f) - boff;
 					int32_t v = acc[r * QG_NR + jj] - sb * rsum[r0 + r] -
-						    ua * csum[j] + (int32_t)K * ua * sb;
+						    ua * cs[j] + (int32_t)K * ua * sb;
 					if (p[21] == 1)
 						v += bias[roff + m];
 					else if (p[21] == 2)

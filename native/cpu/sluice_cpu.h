@@ -183,7 +183,9 @@ enum sk_reduce {
  *          of the per-row parameters 16 A is int8 17 B is int8 18 za per
  *          row 19 zb per column 20 mult (0 none, 1 scalar, 2 per row, 3 per
  *          column) 21 bias (0 none, 1 per row, 2 per column) 22 requantise
- *          23 lo 24 hi.
+ *          23 lo 24 hi 25 B is packed (in[1] holds s8 panels of 16
+ *          columns x 4 reduction steps of B - 128*(B is uint8), strip-major,
+ *          K padded to 4 and N to 16, and in[6] their int32 column sums).
  */
 
 /* A kernel: one launchable unit of work. Filled by the Go side, then
@@ -487,9 +489,10 @@ void sk_prep_quant(sk_kernel *k, int units);
 void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_qgemm(sk_kernel *k, int units);
 void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
-/* sk_qgemm_vnni reports whether QGEMM uses AVX-512 VNNI on this CPU;
- * sk_qgemm_set_portable(1) makes it use the portable kernel (tests: the
- * bits are the same). */
+/* sk_qgemm_vnni reports whether the CPU has AVX-512 VNNI for QGEMM;
+ * sk_qgemm_set_portable picks its micro-kernel: 0 the best the CPU has,
+ * 1 portable C, 2 the best without VNNI (AVX2 where present). Tests
+ * compare them: the sums are exact, so the bits are the same. */
 int sk_qgemm_vnni(void);
 void sk_qgemm_set_portable(int on);
 
