@@ -129,7 +129,7 @@ type qgemmSpec struct {
 	requant                bool
 	lo, hi                 int64
 	zy                     float32
-	packedB                bool
+	packedB, packedA       bool
 }
 
 func (s *qgemmSpec) set(k *Kernel) {
@@ -140,8 +140,43 @@ func (s *qgemmSpec) set(k *Kernel) {
 	p[12], p[13], p[14], p[15] = s.sY[0], s.sY[1], s.sRow[0], s.sRow[1]
 	p[16], p[17], p[18], p[19] = b2i(s.aSigned), b2i(s.bSigned), b2i(s.zaPerRow), b2i(s.zbPerCol)
 	p[20], p[21], p[22], p[23], p[24] = s.multMode, s.biasMode, b2i(s.requant), s.lo, s.hi
-	p[25] = b2i(s.packedB)
+	p[25], p[26] = b2i(s.packedB), b2i(s.packedA)
 	k.F[0] = s.zy
+}
+
+// packQGemmA lays out constant integer matrix a (rows x K, row-major)
+// the way the QGEMM kernel reads its A operand: rows of uint8 (int8
+// values plus 128), K padded to 4 with zeros; and each row's sum.
+func packQGemmA(a []int64, rows, K int64, signed bool) (packed, sums []float32) {
+	kp := (K + 3) / 4 * 4
+	off := int64(0)
+	if signed {
+		off = 128
+	}
+	bytes := make([]byte, rows*kp)
+	sums = make([]float32, rows)
+	for r := int64(0); r < rows; r++ {
+		var s int32
+		for k := int64(0); k < K; k++ {
+			v := a[r*K+k] + off
+			bytes[r*kp+k] = byte(v)
+			s += int32(v)
+		}
+		sums[r] = int32Bits(s)
+	}
+	return bytesToSlots(bytes), sums
+}
+
+// bytesToSlots packs bytes into float32 slots, 4 to a slot (zero padded).
+func bytesToSlots(b []byte) []float32 {
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
 }
 
 // packQGemmB lays out constant integer matrix b (K x N, row-major) the way
@@ -165,10 +200,7 @@ func packQGemmB(b []int64, K, N int64, signed bool) (panels, sums []float32) {
 			colSum[n] += int32(v)
 		}
 	}
-	panels = make([]float32, len(bytes)/4)
-	for i := range panels {
-		panels[i] = math.Float32frombits(binary.LittleEndian.Uint32(bytes[4*i:]))
-	}
+	panels = bytesToSlots(bytes)
 	sums = make([]float32, np)
 	for i, v := range colSum {
 		sums[i] = int32Bits(v)
@@ -301,6 +333,11 @@ func (c *compiler) lowerQMatMul(g *group) error {
 		d.in[1], d.in[6] = c.newConst(panels), c.newConst(sums)
 		s.packedB = true
 	}
+	if a.buf == -1 && len(a.t.Shape) == 2 && a.t.I != nil && s.bd[0] <= 1 && s.bd[1] <= 1 {
+		packed, sums := packQGemmA(a.t.I, M, K, s.aSigned)
+		d.in[0], d.in[7] = c.newConst(packed), c.newConst(sums)
+		s.packedA = true
+	}
 	s.set(&d.k)
 	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
 		return err
@@ -405,12 +442,12 @@ func (c *compiler) lowerQConv(g *group) error {
 			s.biasMode = 1
 		}
 	}
-	wop, err := c.operand(n.Inputs[wi])
-	if err != nil {
-		return err
-	}
+	// the weights, packed once here (the A strides then count rows)
+	packed, sums := packQGemmA(w.t.I, Cout, Kd, s.aSigned)
+	s.packedA = true
+	s.sA = [2]int64{0, Mg}
 	d := c.draft(g, OpQGemm)
-	d.in = [MaxIn]operand{wop, bop, zw, zx, mult, bias}
+	d.in = [MaxIn]operand{c.newConst(packed), bop, zw, zx, mult, bias, noOperand, c.newConst(sums)}
 	s.set(&d.k)
 	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
 		return err

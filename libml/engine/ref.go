@@ -764,7 +764,7 @@ func refPool(e *ev) ([]*Tensor, error) {
 	}
 	oshape := append([]int64{x.Shape[0], x.Shape[1]}, g.out...)
 	if !e.allKnown() {
-		return one(shapeOnly(graph.Float32, oshape))
+		return one(shapeOnly(x.DType, oshape))
 	}
 	p := poolParams(x.Shape, g, e.n)
 	y := NewFloat(oshape, nil)
@@ -858,7 +858,7 @@ func refGlobalPool(e *ev) ([]*Tensor, error) {
 		oshape = append(oshape, 1)
 	}
 	if !e.allKnown() {
-		return one(shapeOnly(graph.Float32, oshape))
+		return one(shapeOnly(x.DType, oshape))
 	}
 	hw := numel(x.Shape[2:])
 	y := NewFloat(oshape, nil)

@@ -280,7 +280,8 @@ static int qg_params_ok(const sk_kernel *k)
 	       p[18] >= 0 && p[18] <= 1 && p[19] >= 0 && p[19] <= 1 &&
 	       p[20] >= 0 && p[20] <= 3 && p[21] >= 0 && p[21] <= 2 &&
 	       p[22] >= 0 && p[22] <= 1 && p[23] <= p[24] &&
-	       (p[25] == 0 || (p[25] == 1 && k->in[6] != NULL));
+	       (p[25] == 0 || (p[25] == 1 && k->in[6] != NULL)) &&
+	       (p[26] == 0 || (p[26] == 1 && k->in[7] != NULL));
 }
 
 void sk_prep_qgemm(sk_kernel *k, int units)
@@ -316,9 +317,171 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 	k->t[4] = kp;
 	/* U (mt x kp) + S (nt x kp) bytes, row and column sums, one acc tile */
 	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
-			4 * QG_MR * QG_NR + 256;
+			4 * QG_MR * QG_NR + 4 * 4 * nt + 256;
 	k->scratch = SK_CDIV(bytes, 4);
 	k->grid = nb * mtiles * ntiles;
+}
+
+/* ---- packing ----------------------------------------------------------- */
+
+/* qg_pack_rows_c: rows of float-stored integers to u8 (+ off), K padded to
+ * kp with zeros, and each row's sum. */
+SK_MV static void qg_pack_rows_c(const float *A, int64_t lda, int64_t rows, int64_t K,
+				 int64_t kp, int off, uint8_t *U, int32_t *rsum)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		const float *ar = A + r * lda;
+		uint8_t *ur = U + r * kp;
+		int32_t s = 0;
+		for (int64_t kk = 0; kk < K; kk++) {
+			int v = (int)ar[kk] + off;
+			ur[kk] = (uint8_t)v;
+			s += v;
+		}
+		for (int64_t kk = K; kk < kp; kk++)
+			ur[kk] = 0;
+		rsum[r] = s;
+	}
+}
+
+/* qg_pack_cols_c: columns [0, nl) of float-stored integers B (K rows, ld
+ * ldb) to s8 (- off) panels of 16 columns x 4 steps, and column sums. */
+static void qg_pack_cols_c(const float *B, int64_t ldb, int64_t K, int64_t nl,
+			   int64_t kp, int off, int8_t *S, int32_t *csum)
+{
+	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
+	memset(S, 0, (size_t)(strips * k4n * 64));
+	for (int64_t j = 0; j < nl; j++)
+		csum[j] = 0;
+	for (int64_t kk = 0; kk < K; kk++) {
+		const float *br = B + kk * ldb;
+		int64_t k4 = kk / 4, q = kk % 4;
+		for (int64_t j = 0; j < nl; j++) {
+			int v = (int)br[j] - off;
+			S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
+			csum[j] += v;
+		}
+	}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define QG_512_TARGET __attribute__((target("avx512f,avx512bw")))
+
+/* qg_pack_cols_512: qg_pack_cols_c 16 columns x 4 steps per store. */
+QG_512_TARGET static void qg_pack_cols_512(const float *B, int64_t ldb, int64_t K,
+					   int64_t nl, int64_t kp, int off,
+					   int8_t *S, int32_t *csum)
+{
+	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
+	const __m512i vo = _mm512_set1_epi32(off), m8 = _mm512_set1_epi32(0xff);
+	for (int64_t st = 0; st < strips; st++) {
+		int64_t j0 = st * 16, w = SK_MIN((int64_t)16, nl - j0);
+		__mmask16 mk = (__mmask16)((1u << w) - 1);
+		__m512i cs = _mm512_setzero_si512();
+		int8_t *sp = S + st * k4n * 64;
+		for (int64_t k4 = 0; k4 < k4n; k4++) {
+			__m512i word = _mm512_setzero_si512();
+			for (int q = 0; q < 4; q++) {
+				int64_t kk = 4 * k4 + q;
+				if (kk >= K)
+					break;
+				__m512 f = _mm512_maskz_loadu_ps(mk, B + kk * ldb + j0);
+				__m512i v = _mm512_maskz_sub_epi32(mk, _mm512_cvttps_epi32(f), vo);
+				cs = _mm512_add_epi32(cs, v);
+				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(v, m8), 8 * q));
+			}
+			_mm512_storeu_si512((void *)(sp + k4 * 64), word);
+		}
+		_mm512_mask_storeu_epi32(csum + j0, mk, cs);
+	}
+}
+
+/* qg_pack_rows_512: qg_pack_rows_c, 16 values per step. */
+QG_512_TARGET static void qg_pack_rows_512(const float *A, int64_t lda, int64_t rows,
+					   int64_t K, int64_t kp, int off, uint8_t *U,
+					   int32_t *rsum)
+{
+	const __m512i vo = _mm512_set1_epi32(off);
+	for (int64_t r = 0; r < rows; r++) {
+		const float *ar = A + r * lda;
+		uint8_t *ur = U + r * kp;
+		__m512i s = _mm512_setzero_si512();
+		for (int64_t kk = 0; kk < kp; kk += 16) {
+			int64_t w = SK_MIN((int64_t)16, K - kk);
+			__mmask16 mk = w <= 0 ? 0 : (__mmask16)((1u << w) - 1);
+			__m512i v = _mm512_maskz_add_epi32(mk, _mm512_cvttps_epi32(_mm512_maskz_loadu_ps(mk, ar + kk)), vo);
+			s = _mm512_add_epi32(s, v);
+			int64_t wk = SK_MIN((int64_t)16, kp - kk);
+			_mm512_mask_cvtepi32_storeu_epi8(ur + kk, (__mmask16)((1u << wk) - 1), v);
+		}
+		rsum[r] = _mm512_reduce_add_epi32(s);
+	}
+}
+#endif
+
+static int qg_have512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	static int have = -1;
+	if (have < 0) {
+		__builtin_cpu_init();
+		have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+	}
+	return have && qg_force_portable != 1;
+#else
+	return 0;
+#endif
+}
+
+static void qg_pack_rows(const float *A, int64_t lda, int64_t rows, int64_t K,
+			 int64_t kp, int off, uint8_t *U, int32_t *rsum)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (qg_have512()) {
+		qg_pack_rows_512(A, lda, rows, K, kp, off, U, rsum);
+		return;
+	}
+#endif
+	qg_pack_rows_c(A, lda, rows, K, kp, off, U, rsum);
+}
+
+static void qg_pack_cols(const float *B, int64_t ldb, int64_t K, int64_t nl,
+			 int64_t kp, int off, int8_t *S, int32_t *csum)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (qg_have512()) {
+		qg_pack_cols_512(B, ldb, K, nl, kp, off, S, csum);
+		return;
+	}
+#endif
+	qg_pack_cols_c(B, ldb, K, nl, kp, off, S, csum);
+}
+
+/* ---- epilogue ------------------------------------------------------------ */
+
+/* One row of a tile: the per-column terms are arrays (sb, cs, bias, mult
+ * over the tile's columns), the per-row ones scalars. */
+typedef struct qg_row {
+	int32_t rs, ua, brow;
+	float mrow, zy, lo, hi;
+	int requant;
+} qg_row;
+
+SK_MV static void qg_epilogue(const int32_t *acc, int64_t w, const int32_t *sb,
+			      const int32_t *cs, const int32_t *bcol, const float *mcol,
+			      int32_t K, qg_row r, float *y)
+{
+	if (!r.requant) {
+		for (int64_t j = 0; j < w; j++)
+			y[j] = (float)(acc[j] - sb[j] * r.rs - r.ua * cs[j] + K * r.ua * sb[j] +
+				       r.brow + bcol[j]);
+		return;
+	}
+	for (int64_t j = 0; j < w; j++) {
+		int32_t v = acc[j] - sb[j] * r.rs - r.ua * cs[j] + K * r.ua * sb[j] + r.brow + bcol[j];
+		float f = rintf((float)v * r.mrow * mcol[j]) + r.zy;
+		y[j] = f < r.lo ? r.lo : (f > r.hi ? r.hi : f);
+	}
 }
 
 void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
@@ -331,41 +494,41 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t m0 = mi * mt, ml = SK_MIN(mt, M - m0);
 	int64_t n0 = ni * nt, nl = SK_MIN(nt, N - n0);
 	int64_t strips = SK_CDIV(nl, 16);
-	const float *A = k->in[0] + b1 * p[8] + b2 * p[9];
+	int64_t aoffs = b1 * p[8] + b2 * p[9];
 	const float *B = k->in[1] + b1 * p[10] + b2 * p[11];
 	float *Y = k->out + b1 * p[12] + b2 * p[13];
 	int64_t roff = b1 * p[14] + b2 * p[15]; /* per-row parameters */
 	int aoff = p[16] ? 128 : 0, boff = p[17] ? 0 : 128;
 
 	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
-			4 * QG_MR * QG_NR + 256;
+			4 * QG_MR * QG_NR + 4 * 4 * nt + 256;
 	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(bytes, 4));
 	if (!base)
 		return;
 	int32_t *rsum = (int32_t *)base;
 	int32_t *csum = rsum + mt;
 	int32_t *acc = csum + nt;
-	uint8_t *U = (uint8_t *)(acc + QG_MR * QG_NR);
+	int32_t *sbv = acc + QG_MR * QG_NR, *bcol = sbv + nt;
+	float *mcol = (float *)(bcol + nt);
+	uint8_t *U = (uint8_t *)(mcol + nt);
 	U = (uint8_t *)(((uintptr_t)U + 63) & ~(uintptr_t)63);
 	int8_t *S = (int8_t *)(U + mt * kp);
 
-	/* pack U: rows m0.. of A, as u8 */
-	for (int64_t r = 0; r < ml; r++) {
-		const float *ar = A + (m0 + r) * lda;
-		uint8_t *ur = U + r * kp;
-		int32_t s = 0;
-		for (int64_t kk = 0; kk < K; kk++) {
-			int v = (int)ar[kk] + aoff;
-			ur[kk] = (uint8_t)v;
-			s += v;
-		}
-		for (int64_t kk = K; kk < kp; kk++)
-			ur[kk] = 0;
-		rsum[r] = s;
+	/* U: rows m0.. of A as u8, packed once at compile time (constant A:
+	 * p[26], aoffs counts rows) or here */
+	const uint8_t *Up;
+	const int32_t *rs;
+	if (p[26]) {
+		Up = (const uint8_t *)k->in[0] + (aoffs + m0) * kp;
+		rs = (const int32_t *)k->in[7] + aoffs + m0;
+	} else {
+		qg_pack_rows(k->in[0] + aoffs + m0 * lda, lda, ml, K, kp, aoff, U, rsum);
+		Up = U;
+		rs = rsum;
+		SK_POLL(ctx);
 	}
-	SK_POLL(ctx);
 	/* S: columns n0.. of B as s8 panels of 16 columns x 4 steps, packed
-	 * once at compile time (constant B) or here */
+	 * once at compile time (constant B: p[25]) or here */
 	int64_t k4n = kp / 4;
 	const int8_t *Sp;
 	const int32_t *cs;
@@ -373,18 +536,7 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		Sp = (const int8_t *)k->in[1] + (n0 / 16) * k4n * 64;
 		cs = (const int32_t *)k->in[6] + n0;
 	} else {
-		memset(S, 0, (size_t)(SK_CDIV(strips, 2) * 2 * k4n * 64));
-		for (int64_t j = 0; j < nl; j++)
-			csum[j] = 0;
-		for (int64_t kk = 0; kk < K; kk++) {
-			const float *br = B + kk * ldb + n0;
-			int64_t k4 = kk / 4, q = kk % 4;
-			for (int64_t j = 0; j < nl; j++) {
-				int v = (int)br[j] - boff;
-				S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
-				csum[j] += v;
-			}
-		}
+		qg_pack_cols(B + n0, ldb, K, nl, kp, boff, S, csum);
 		Sp = S;
 		cs = csum;
 		SK_POLL(ctx);
@@ -392,36 +544,29 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 
 	const float *za = k->in[2], *zb = k->in[3], *mult = k->in[4];
 	const int32_t *bias = (const int32_t *)k->in[5];
-	float lo = (float)p[23], hi = (float)p[24], zy = k->f[0];
+	/* the tile's per-column terms */
+	for (int64_t j = 0; j < nl; j++) {
+		int64_t n = n0 + j;
+		sbv[j] = (int32_t)(zb ? zb[p[19] ? n : 0] : 0.0f) - boff;
+		bcol[j] = p[21] == 2 ? bias[n] : 0;
+		mcol[j] = p[20] == 3 ? mult[n] : 1.0f;
+	}
+	qg_row row = {.zy = k->f[0], .lo = (float)p[23], .hi = (float)p[24], .requant = (int)p[22]};
 	qg_micro_fn micro = qg_micro();
 	for (int64_t r0 = 0; r0 < ml; r0 += QG_MR) {
 		int rows = (int)SK_MIN((int64_t)QG_MR, ml - r0);
 		for (int64_t s0 = 0; s0 < strips; s0 += 2) {
 			int ns = (int)SK_MIN((int64_t)2, strips - s0);
-			micro(U + r0 * kp, kp, Sp + s0 * k4n * 64, kp, rows, ns, acc);
+			micro(Up + r0 * kp, kp, Sp + s0 * k4n * 64, kp, rows, ns, acc);
+			int64_t j0 = s0 * 16, w = SK_MIN((int64_t)QG_NR, nl - j0);
 			for (int r = 0; r < rows; r++) {
 				int64_t m = m0 + r0 + r;
-				int32_t ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
-				float *yr = Y + m * ldc;
-				int64_t jn = SK_MIN((int64_t)QG_NR, nl - s0 * 16);
-				for (int64_t jj = 0; jj < jn; jj++) {
-					int64_t j = s0 * 16 + jj, n = n0 + j;
-					int32_t sb = (int32_t)(zb ? zb[p[19] ? n : 0] : 0.0f) - boff;
-					int32_t v = acc[r * QG_NR + jj] - sb * rsum[r0 + r] -
-						    ua * cs[j] + (int32_t)K * ua * sb;
-					if (p[21] == 1)
-						v += bias[roff + m];
-					else if (p[21] == 2)
-						v += bias[n];
-					float f = (float)v;
-					if (p[22] == 1) {
-						float ml_ = p[20] == 1 ? mult[0]
-							  : p[20] == 2 ? mult[roff + m]
-							  : p[20] == 3 ? mult[n] : 1.0f;
-						f = q_clamp(rintf(f * ml_) + zy, lo, hi);
-					}
-					yr[n] = f;
-				}
+				row.rs = rs[r0 + r];
+				row.ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
+				row.brow = p[21] == 1 ? bias[roff + m] : 0;
+				row.mrow = p[20] == 1 ? mult[0] : (p[20] == 2 ? mult[roff + m] : 1.0f);
+				qg_epilogue(acc + r * QG_NR, w, sbv + j0, cs + j0, bcol + j0, mcol + j0,
+					    (int32_t)K, row, Y + m * ldc + n0 + j0);
 			}
 		}
 		SK_POLL(ctx);

@@ -185,7 +185,10 @@ enum sk_reduce {
  *          column) 21 bias (0 none, 1 per row, 2 per column) 22 requantise
  *          23 lo 24 hi 25 B is packed (in[1] holds s8 panels of 16
  *          columns x 4 reduction steps of B - 128*(B is uint8), strip-major,
- *          K padded to 4 and N to 16, and in[6] their int32 column sums).
+ *          K padded to 4 and N to 16, and in[6] their int32 column sums)
+ *          26 A is packed (in[0] holds rows of A + 128*(A is int8) as u8,
+ *          K padded to 4, in[7] their int32 row sums; the A strides count
+ *          rows).
  */
 
 /* A kernel: one launchable unit of work. Filled by the Go side, then

@@ -218,7 +218,7 @@ func measure(backend, model string, batches []int, units int, dur time.Duration,
 		r.Version = ort.Version()
 	}
 	r.RSSBaseMB = settle() // before the graph exists
-	g, err := zoo.Build(model, zoo.Options{})
+	g, err := buildModel(ctx, model)
 	if err != nil {
 		r.Error = err.Error()
 		return r
@@ -561,7 +561,7 @@ func profileModel(model string, batch, units int, pin bool) error {
 		return err
 	}
 	defer be.Deinit()
-	g, err := zoo.Build(model, zoo.Options{})
+	g, err := buildModel(ctx, model)
 	if err != nil {
 		return err
 	}
