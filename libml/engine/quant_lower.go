@@ -130,6 +130,9 @@ type qgemmSpec struct {
 	lo, hi                 int64
 	zy                     float32
 	packedB, packedA       bool
+	im2col                 bool      // B is the im2col of a convolution's input
+	pad                    float32   // its padding value
+	conv                   [16]int64 // its geometry (convP)
 }
 
 func (s *qgemmSpec) set(k *Kernel) {
@@ -140,8 +143,11 @@ func (s *qgemmSpec) set(k *Kernel) {
 	p[12], p[13], p[14], p[15] = s.sY[0], s.sY[1], s.sRow[0], s.sRow[1]
 	p[16], p[17], p[18], p[19] = b2i(s.aSigned), b2i(s.bSigned), b2i(s.zaPerRow), b2i(s.zbPerCol)
 	p[20], p[21], p[22], p[23], p[24] = s.multMode, s.biasMode, b2i(s.requant), s.lo, s.hi
-	p[25], p[26] = b2i(s.packedB), b2i(s.packedA)
-	k.F[0] = s.zy
+	p[25], p[26], p[27] = b2i(s.packedB), b2i(s.packedA), b2i(s.im2col)
+	k.F[0], k.F[1] = s.zy, s.pad
+	if s.im2col {
+		k.Aux = append([]int64(nil), s.conv[:]...)
+	}
 }
 
 // packQGemmA lays out constant integer matrix a (rows x K, row-major)
@@ -402,24 +408,22 @@ func (c *compiler) lowerQConv(g *group) error {
 	if pointwise {
 		s.sB = [2]int64{C * OHW, Cg * OHW}
 	} else {
-		// im2col, padding with the input's zero point
+		// each block builds its im2col columns, padding with the
+		// input's zero point
 		var pad float32
-		if zv := c.vals[n.Inputs[zxi]]; zxi < len(n.Inputs) && n.Inputs[zxi] != "" && zv != nil {
+		if zxi < len(n.Inputs) && n.Inputs[zxi] != "" {
+			zv, err := c.val(n.Inputs[zxi])
+			if err != nil {
+				return err
+			}
 			if zv.buf != -1 {
 				return fmt.Errorf("the input's zero point must be a constant")
 			}
 			pad = float32(zv.t.at(0))
 		}
-		ws := c.newBuf(N * G * Kd * OHW)
-		d := c.draft(g, OpIm2col)
-		d.k.Ops = "im2col"
-		copy(d.k.P[:16], p[:])
-		d.k.F[0] = pad
-		d.in[0] = xop
-		d.out = operand{sp: SpaceArena, buf: ws}
-		c.emit(d)
-		bop = operand{sp: SpaceArena, buf: ws}
-		s.sB = [2]int64{G * Kd * OHW, Kd * OHW}
+		s.im2col = true
+		s.pad = pad
+		s.conv = p
 	}
 	var mult, bias operand
 	if qlin {

@@ -43,7 +43,7 @@ static int conv_params_ok(const sk_kernel *k)
  * (short rows, 7 to 28 wide, are too short for memcpy calls). */
 #pragma GCC push_options
 #pragma GCC optimize("no-tree-loop-distribute-patterns")
-SK_MV static void im2col_tile(const float *x, int64_t Cg, int64_t H, int64_t W,
+SK_MV void sk_im2col_tile(const float *x, int64_t Cg, int64_t H, int64_t W,
 			      int64_t KH, int64_t KW, int64_t SH, int64_t SW,
 			      int64_t PT, int64_t PL, int64_t DH, int64_t DW,
 			      int64_t OW, int64_t p0, int64_t pl, float *col,
@@ -167,7 +167,7 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	float *col = sk_scratch(ctx, Kd * pl);
 	if (!col)
 		return;
-	im2col_tile(k->in[0] + (n * C + g * Cg) * H * W, Cg, H, W, KH, KW, p[8],
+	sk_im2col_tile(k->in[0] + (n * C + g * Cg) * H * W, Cg, H, W, KH, KW, p[8],
 		    p[9], p[10], p[11], p[12], p[13], OW, p0, pl, col, pl, 0.0f);
 	SK_POLL(ctx);
 	int64_t oc0 = g * Mg + m0;
@@ -241,7 +241,7 @@ void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	for (int64_t c = 0; c < cl; c += cs) {
 		if (c > 0)
 			SK_POLL(ctx);
-		im2col_tile(k->in[0] + (n * C + g * Cg + c0 + c) * H * W, SK_MIN(cs, cl - c),
+		sk_im2col_tile(k->in[0] + (n * C + g * Cg + c0 + c) * H * W, SK_MIN(cs, cl - c),
 			    H, W, KH, KW, p[8], p[9], p[10], p[11], p[12], p[13], p[15], 0,
 			    OHW, col + c * KH * KW * OHW, OHW, k->f[0]);
 	}

@@ -281,7 +281,8 @@ static int qg_params_ok(const sk_kernel *k)
 	       p[20] >= 0 && p[20] <= 3 && p[21] >= 0 && p[21] <= 2 &&
 	       p[22] >= 0 && p[22] <= 1 && p[23] <= p[24] &&
 	       (p[25] == 0 || (p[25] == 1 && k->in[6] != NULL)) &&
-	       (p[26] == 0 || (p[26] == 1 && k->in[7] != NULL));
+	       (p[26] == 0 || (p[26] == 1 && k->in[7] != NULL)) &&
+	       (p[27] == 0 || (p[27] == 1 && k->aux != NULL));
 }
 
 void sk_prep_qgemm(sk_kernel *k, int units)
@@ -294,11 +295,15 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 	int64_t M = p[0], N = p[1], K = p[2], nb = p[6] * p[7];
 	int64_t kp = SK_CDIV(K, 4) * 4;
 	int64_t nt = SK_MIN(SK_CDIV(N, QG_NR) * QG_NR, 256);
-	int64_t mt = SK_MIN(M, 64);
-	/* keep the packed panels in cache */
-	while (nt > QG_NR && (mt + nt) * kp > QG_TILE_BYTES)
+	/* a packed A is read in place (no scratch): take many rows, so that
+	 * B's panel (and its im2col) is built for as few row tiles as can be */
+	int64_t mt = SK_MIN(M, p[26] ? 256 : 64);
+	/* keep the block's scratch in cache: the U tile (unless packed), the
+	 * S panel, the im2col tile (4 bytes a value) */
+	int64_t mu = p[26] ? 0 : 1, cf = p[27] ? 5 : 1;
+	while (nt > QG_NR && (mu * mt + cf * nt) * kp > QG_TILE_BYTES)
 		nt -= QG_NR;
-	while (mt > QG_MR && (mt + nt) * kp > QG_TILE_BYTES)
+	while (mu && mt > QG_MR && (mt + cf * nt) * kp > QG_TILE_BYTES)
 		mt = SK_CDIV(mt / 2, QG_MR) * QG_MR;
 	int64_t mtiles = SK_CDIV(M, mt), ntiles = SK_CDIV(N, nt);
 	/* enough blocks for the units: split columns, then rows */
@@ -318,6 +323,8 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 	/* U (mt x kp) + S (nt x kp) bytes, row and column sums, one acc tile */
 	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
 			4 * QG_MR * QG_NR + 4 * 4 * nt + 256;
+	if (p[27])
+		bytes += 4 * K * nt; /* the im2col tile, floats */
 	k->scratch = SK_CDIV(bytes, 4);
 	k->grid = nb * mtiles * ntiles;
 }
@@ -501,7 +508,7 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int aoff = p[16] ? 128 : 0, boff = p[17] ? 0 : 128;
 
 	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
-			4 * QG_MR * QG_NR + 4 * 4 * nt + 256;
+			4 * QG_MR * QG_NR + 4 * 4 * nt + 256 + (p[27] ? 4 * K * nt + 64 : 0);
 	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(bytes, 4));
 	if (!base)
 		return;
@@ -535,6 +542,19 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	if (p[25]) {
 		Sp = (const int8_t *)k->in[1] + (n0 / 16) * k4n * 64;
 		cs = (const int32_t *)k->in[6] + n0;
+	} else if (p[27]) {
+		/* the im2col of positions n0.. of image b1, group b2 */
+		const int64_t *c = k->aux;
+		int64_t Cg = c[1] / c[5];
+		float *col = (float *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
+		sk_im2col_tile(k->in[1] + (b1 * c[1] + b2 * Cg) * c[2] * c[3], Cg, c[2], c[3], c[6],
+			       c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[15], n0, nl, col,
+			       nl, k->f[1]);
+		SK_POLL(ctx);
+		qg_pack_cols(col, nl, K, nl, kp, boff, S, csum);
+		Sp = S;
+		cs = csum;
+		SK_POLL(ctx);
 	} else {
 		qg_pack_cols(B + n0, ldb, K, nl, kp, boff, S, csum);
 		Sp = S;

@@ -188,7 +188,9 @@ enum sk_reduce {
  *          K padded to 4 and N to 16, and in[6] their int32 column sums)
  *          26 A is packed (in[0] holds rows of A + 128*(A is int8) as u8,
  *          K padded to 4, in[7] their int32 row sums; the A strides count
- *          rows).
+ *          rows) 27 B is the im2col of a convolution's input (in[1] = X,
+ *          aux = the 16 convolution parameters, b1 = image, b2 = group;
+ *          each block builds its columns, padding with f[1]).
  */
 
 /* A kernel: one launchable unit of work. Filled by the Go side, then
@@ -561,6 +563,14 @@ int sk_gemm_nr(void);
 #else
 #define SK_MV
 #endif
+
+/* sk_im2col_tile writes the im2col columns of output positions [p0,
+ * p0+pl) of one group (Cg input channels of x) into col ((Cg*KH*KW) x pl,
+ * leading dimension ldc), padding with pad (conv.c). */
+void sk_im2col_tile(const float *x, int64_t Cg, int64_t H, int64_t W, int64_t KH,
+		    int64_t KW, int64_t SH, int64_t SW, int64_t PT, int64_t PL,
+		    int64_t DH, int64_t DW, int64_t OW, int64_t p0, int64_t pl,
+		    float *col, int64_t ldc, float pad);
 
 /* sk_scratch returns the unit's scratch buffer, at least n floats. */
 float *sk_scratch(sk_ctx *ctx, int64_t n);
