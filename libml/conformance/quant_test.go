@@ -277,3 +277,87 @@ func TestQuantBatches(t *testing.T) {
 		t.Fatalf("batch 2 of a dynamically quantised model: err = %v, want a refusal", err)
 	}
 }
+
+// qconvGraph is a QLinearConv (or ConvInteger) over a float input x of
+// shape [1, C, H, W], quantised at run time: groups, stride and padding as
+// given, int8 per-channel weights with non-zero zero points, int32 bias.
+func qconvGraph(C, M, G, H, W, K, stride, pad int64, qlinear bool) (*graph.Graph, *graph.Tensor) {
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{1, C, H, W}}
+	for _, v := range pattern(C*H*W, uint32(C*H+W), -250, 250) {
+		x.F32 = append(x.F32, float32(v)/100)
+	}
+	wd := []int64{M, C / G, K, K}
+	w := &graph.Tensor{Name: "w", DType: graph.Int8, Dims: wd, I64: pattern(M*C/G*K*K, 11, -128, 127)}
+	f := func(name string, v ...float32) *graph.Tensor {
+		d := []int64{}
+		if len(v) > 1 {
+			d = []int64{int64(len(v))}
+		}
+		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: d, F32: v}
+	}
+	ws := make([]float32, M)
+	for i := range ws {
+		ws[i] = 0.002 + float32(i%5)*0.0005
+	}
+	attrs := []graph.Attr{{Name: "group", Kind: graph.AttrInt, I: G},
+		{Name: "strides", Kind: graph.AttrInts, Ints: []int64{stride, stride}},
+		{Name: "pads", Kind: graph.AttrInts, Ints: []int64{pad, pad, pad, pad}}}
+	g := &graph.Graph{Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{w, f("xs", 0.02), f("ws", ws...), f("ys", 0.5),
+			{Name: "xz", DType: graph.Uint8, Dims: []int64{}, I64: []int64{120}},
+			{Name: "wz", DType: graph.Int8, Dims: []int64{M}, I64: pattern(M, 5, -20, 20)},
+			{Name: "yz", DType: graph.Uint8, Dims: []int64{}, I64: []int64{128}},
+			{Name: "b", DType: graph.Int32, Dims: []int64{M}, I64: pattern(M, 9, -5000, 5000)}},
+		Nodes: []graph.Node{{Name: "q", Op: "QuantizeLinear", Inputs: []string{"x", "xs", "xz"}, Outputs: []string{"xq"}}},
+	}
+	if qlinear {
+		g.Nodes = append(g.Nodes, graph.Node{Name: "conv", Op: "QLinearConv", Attrs: attrs,
+			Inputs: []string{"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, Outputs: []string{"y"}})
+	} else {
+		g.Nodes = append(g.Nodes, graph.Node{Name: "conv", Op: "ConvInteger", Attrs: attrs,
+			Inputs: []string{"xq", "w", "xz", "wz"}, Outputs: []string{"y"}})
+	}
+	return g, x
+}
+
+// TestQConvPaths runs integer convolutions down each of the engine's paths
+// (per-block im2col with grouped weights, pointwise, the exact float
+// depthwise path, the int32 results of ConvInteger) and checks them
+// against the constant folder, bit for bit, with every micro-kernel.
+func TestQConvPaths(t *testing.T) {
+	be := cpuBackend(t)
+	ctx := context.Background()
+	cases := []struct {
+		name                          string
+		C, M, G, H, W, K, stride, pad int64
+		qlinear                       bool
+	}{
+		{"3x3-pad", 8, 24, 1, 13, 11, 3, 1, 1, true},
+		{"3x3-stride2-groups2", 8, 12, 2, 15, 15, 3, 2, 1, true},
+		{"pointwise", 40, 70, 1, 9, 9, 1, 1, 0, true},
+		{"depthwise-3x3", 32, 32, 32, 14, 14, 3, 1, 1, true},
+		{"depthwise-stride2-mult2", 16, 32, 16, 11, 11, 3, 2, 1, true},
+		{"depthwise-convinteger", 8, 8, 8, 7, 7, 5, 1, 2, false},
+		{"convinteger-7x7", 3, 16, 1, 20, 20, 7, 2, 3, false},
+	}
+	t.Cleanup(func() { ncpu.SetQGemmKernel(ncpu.QGemmBest) })
+	for _, c := range cases {
+		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.qlinear)
+		fold, err := foldGraph(g, []*graph.Tensor{x})
+		if err != nil {
+			t.Fatalf("%s: fold: %v", c.name, err)
+		}
+		for _, k := range []int{ncpu.QGemmBest, ncpu.QGemmNoVNNI, ncpu.QGemmPortable} {
+			ncpu.SetQGemmKernel(k)
+			got, err := runOnBackend(ctx, be, c.name, g, x, fold["y"])
+			if err == nil {
+				err = Compare(got, fold["y"])
+			}
+			if err != nil {
+				t.Errorf("%s (micro-kernel %d): %v", c.name, k, err)
+			}
+		}
+	}
+}

@@ -16,6 +16,7 @@ const (
 	quantModeDequantize = 1
 	quantModeDynScale   = 2
 	quantModeDynZero    = 3
+	quantModeRequant    = 4
 )
 
 func (c *compiler) lowerQuant(g *group) error {
@@ -402,6 +403,12 @@ func (c *compiler) lowerQConv(g *group) error {
 	if err != nil {
 		return err
 	}
+	if G == C && G > 1 {
+		ok, err := c.lowerQDepthwise(g, n, p, w, qlin, zxi, zwi, xop)
+		if ok || err != nil {
+			return err
+		}
+	}
 	bop := xop
 	pointwise := p[6] == 1 && p[7] == 1 && p[8] == 1 && p[9] == 1 && p[10] == 0 && p[11] == 0 &&
 		OHW == H*W
@@ -463,3 +470,95 @@ func (c *compiler) lowerQConv(g *group) error {
 // int32Bits stores int32 v in a float32 slot bit for bit (the QGEMM
 // kernel's bias).
 func int32Bits(v int32) float32 { return math.Float32frombits(uint32(v)) }
+
+// exactFloat is the largest magnitude float32 holds every integer up to.
+const exactFloat = 1 << 24
+
+// lowerQDepthwise lowers a depthwise QLinearConv / ConvInteger to the
+// float depthwise kernel where that is exact: the input less its zero
+// point, the weights less theirs, products of at most 255 x 255 summed
+// over a window small enough that every partial sum (bias included) is an
+// integer below 2^24, so float32 computes it exactly in any order. The
+// requantisation is the QGEMM epilogue's, elementwise. It returns false
+// (nothing emitted) when the window is too large.
+func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval, qlin bool, zxi, zwi int, xop operand) (bool, error) {
+	Cout, win := w.t.Shape[0], p[6]*p[7]
+	var bias []float32
+	maxBias := 0.0
+	if qlin && len(n.Inputs) > 8 && n.Inputs[8] != "" {
+		bv, err := c.val(n.Inputs[8])
+		if err != nil {
+			return false, err
+		}
+		if bv.buf != -1 || bv.t.DType != graph.Int32 || bv.t.Len() != Cout {
+			return false, fmt.Errorf("bias must be a constant int32[%d]", Cout)
+		}
+		bias = make([]float32, Cout)
+		for i, v := range bv.t.I {
+			bias[i] = float32(v)
+			maxBias = max(maxBias, math.Abs(float64(v)))
+		}
+	}
+	if float64(win)*255*255+maxBias >= exactFloat {
+		return false, nil
+	}
+	tens := c.tensors(n)
+	zx, zw := float32(0), tens[zwi]
+	if zxi < len(tens) && tens[zxi] != nil {
+		if !tens[zxi].known() {
+			return false, fmt.Errorf("the input's zero point must be a constant")
+		}
+		zx = float32(tens[zxi].at(0))
+	}
+	if zw != nil && !zw.known() {
+		return false, fmt.Errorf("the weights' zero point must be a constant")
+	}
+	// the input less its zero point
+	x, _ := c.val(n.Inputs[0])
+	xs := operand{sp: SpaceArena, buf: c.newBuf(x.t.Len())}
+	d := c.quantDraft(g, quantModeDequantize, x.t.Len(), 1, max(x.t.Len(), 1), 0, 0,
+		xop, c.newConst([]float32{1}), c.newConst([]float32{zx}))
+	d.out = xs
+	c.emit(d)
+	// the weights less theirs
+	per := w.t.Len() / Cout
+	wf := make([]float32, w.t.Len())
+	for i := range wf {
+		wf[i] = float32(w.t.I[i]) - zeroPointAt(zw, int64(i)/per)
+	}
+	dw := c.draft(g, OpDWConv)
+	copy(dw.k.P[:16], p[:])
+	dw.in[0], dw.in[1] = xs, c.newConst(wf)
+	if bias != nil {
+		dw.in[2] = c.newConst(bias)
+	}
+	out, ov, err := c.output(n.Outputs[0])
+	if err != nil {
+		return false, err
+	}
+	if !qlin {
+		dw.out = out
+		c.emit(dw)
+		return true, nil
+	}
+	acc := operand{sp: SpaceArena, buf: c.newBuf(ov.t.Len())}
+	dw.out = acc
+	c.emit(dw)
+	q, err := qlinearParams(&ev{n: n, opset: c.m.opset, ins: tens}, 1, 4, 6, 7)
+	if err != nil {
+		return false, err
+	}
+	mult, zys := make([]float32, Cout), make([]float32, Cout)
+	for i := range mult {
+		mult[i] = q.mult[0]
+		if len(q.mult) > 1 {
+			mult[i] = q.mult[i]
+		}
+		zys[i] = q.zy
+	}
+	rq := c.quantDraft(g, quantModeRequant, ov.t.Len(), Cout, p[14]*p[15], int64(q.lo), int64(q.hi),
+		acc, c.newConst(mult), c.newConst(zys))
+	rq.out = out
+	c.emit(rq)
+	return true, nil
+}

@@ -29,11 +29,11 @@
 void sk_prep_quant(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
-	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 0 || p[3] > 3 || p[4] > p[5]) {
+	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 0 || p[3] > 4 || p[4] > p[5]) {
 		k->grid = -1;
 		return;
 	}
-	if (p[3] >= 2) {
+	if (p[3] == 2 || p[3] == 3) {
 		k->grid = 1; /* one reduction over the whole tensor */
 		return;
 	}
@@ -45,6 +45,30 @@ void sk_prep_quant(sk_kernel *k, int units)
 static inline float q_clamp(float v, float lo, float hi)
 {
 	return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* q_run applies QUANT mode mode (0, 1 or 4) with one scale and zero point
+ * to n values (built for AVX2 too: rintf becomes one instruction). */
+SK_MV static void q_run(const float *x, float *y, int64_t n, int mode, float s, float z,
+			float lo, float hi)
+{
+	if (mode == 1) {
+		for (int64_t j = 0; j < n; j++)
+			y[j] = (x[j] - z) * s;
+	} else if (mode == 4) {
+		for (int64_t j = 0; j < n; j++) {
+			float v = rintf(x[j] * s) + z;
+			y[j] = v < lo ? lo : (v > hi ? hi : v);
+		}
+	} else if (s == 0.0f) {
+		for (int64_t j = 0; j < n; j++)
+			y[j] = q_clamp(z, lo, hi);
+	} else {
+		for (int64_t j = 0; j < n; j++) {
+			float v = rintf(x[j] / s) + z;
+			y[j] = v < lo ? lo : (v > hi ? hi : v);
+		}
+	}
 }
 
 /* dyn_minmax is min(0, min x) and max(0, max x) (DynamicQuantizeLinear). */
@@ -65,7 +89,7 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t n = p[0], C = p[1], inner = p[2];
 	float lo = (float)p[4], hi = (float)p[5];
 	const float *x = k->in[0], *sc = k->in[1], *zp = k->in[2];
-	if (p[3] >= 2) {
+	if (p[3] == 2 || p[3] == 3) {
 		float mn, mx;
 		SK_POLL(ctx);
 		dyn_minmax(x, n, &mn, &mx);
@@ -86,16 +110,8 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			/* one run of the same channel */
 			int64_t r = C == 1 ? e : SK_MIN(e, (j / inner + 1) * inner);
 			float s = sc[c], z = zp ? zp[c] : 0.0f;
-			if (p[3] == 1) {
-				for (; j < r; j++)
-					y[j] = (x[j] - z) * s;
-			} else if (s == 0.0f) {
-				for (; j < r; j++)
-					y[j] = q_clamp(z, lo, hi);
-			} else {
-				for (; j < r; j++)
-					y[j] = q_clamp(rintf(x[j] / s) + z, lo, hi);
-			}
+			q_run(x + j, y + j, r - j, (int)p[3], s, z, lo, hi);
+			j = r;
 		}
 	}
 }

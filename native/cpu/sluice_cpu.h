@@ -174,7 +174,9 @@ enum sk_reduce {
  *          2 inner (channel of element i: (i/inner)%C) 3 mode (0
  *          y = clamp(rint(x/scale)+zp), 1 y = (x-zp)*scale, 2 and 3: one
  *          float, DynamicQuantizeLinear's scale (max(0,max x)-min(0,min x))
- *          /(hi-lo) and zero point clamp(rint(lo - min/scale))) 4 lo 5 hi.
+ *          /(hi-lo) and zero point clamp(rint(lo - min/scale)), 4
+ *          y = clamp(rint(x*scale)+zp): requantise int32 sums, as QGEMM's
+ *          epilogue does) 4 lo 5 hi.
  * QGEMM    in A,B,za,zb,mult,bias (integers stored as float; bias int32
  *          bits; za,zb,mult,bias nullable). Y[m,n] = sum_k (A[m,k]-za)
  *          (B[k,n]-zb) (+ bias), as float or requantised clamp(rint(
