@@ -561,6 +561,7 @@ func (m *Model) loadWeights() error {
 	if !m.opts.NoWinograd {
 		m.addWinogradWeights()
 	}
+	m.packQuantWeights()
 	var names []string
 	for name, t := range m.consts {
 		if t.IsFloat() {

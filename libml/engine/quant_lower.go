@@ -334,10 +334,17 @@ func (c *compiler) lowerQMatMul(g *group) error {
 		return err
 	}
 	d.in[2], d.in[3], d.in[4] = za, zb, mult
-	if b.buf == -1 && len(b.t.Shape) == 2 && b.t.I != nil {
-		// constant weights: packed once here, not by every block
-		panels, sums := packQGemmB(b.t.I, K, N, s.bSigned)
-		d.in[1], d.in[6] = c.newConst(panels), c.newConst(sums)
+	if b.buf == -1 && len(b.t.Shape) == 2 {
+		// constant weights: packed once at load (or here), not by every
+		// block
+		if data, sums, ok := c.packedWeights(n.Inputs[bi], qpackBSuffix); ok {
+			d.in[1], d.in[6] = data, sums
+		} else if b.t.I != nil {
+			panels, sums := packQGemmB(b.t.I, K, N, s.bSigned)
+			d.in[1], d.in[6] = c.newConst(panels), c.newConst(sums)
+		} else {
+			return fmt.Errorf("weights %q: no packed form", n.Inputs[bi])
+		}
 		s.packedB = true
 	}
 	if a.buf == -1 && len(a.t.Shape) == 2 && a.t.I != nil && s.bd[0] <= 1 && s.bd[1] <= 1 {
@@ -453,12 +460,19 @@ func (c *compiler) lowerQConv(g *group) error {
 			s.biasMode = 1
 		}
 	}
-	// the weights, packed once here (the A strides then count rows)
-	packed, sums := packQGemmA(w.t.I, Cout, Kd, s.aSigned)
+	// the weights, packed once at load (or here); the A strides count rows
+	wp, ws, ok := c.packedWeights(n.Inputs[wi], qpackASuffix)
+	if !ok {
+		if w.t.I == nil {
+			return fmt.Errorf("weights %q: no packed form", n.Inputs[wi])
+		}
+		packed, sums := packQGemmA(w.t.I, Cout, Kd, s.aSigned)
+		wp, ws = c.newConst(packed), c.newConst(sums)
+	}
 	s.packedA = true
 	s.sA = [2]int64{0, Mg}
 	d := c.draft(g, OpQGemm)
-	d.in = [MaxIn]operand{c.newConst(packed), bop, zw, zx, mult, bias, noOperand, c.newConst(sums)}
+	d.in = [MaxIn]operand{wp, bop, zw, zx, mult, bias, noOperand, ws}
 	s.set(&d.k)
 	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
 		return err
@@ -470,6 +484,12 @@ func (c *compiler) lowerQConv(g *group) error {
 // int32Bits stores int32 v in a float32 slot bit for bit (the QGEMM
 // kernel's bias).
 func int32Bits(v int32) float32 { return math.Float32frombits(uint32(v)) }
+
+// wi is the weight input of a quantisation node.
+func wi(n *graph.Node) int {
+	i, _, _, _ := quantWeightInputs(n)
+	return i
+}
 
 // exactFloat is the largest magnitude float32 holds every integer up to.
 const exactFloat = 1 << 24
@@ -520,15 +540,21 @@ func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval
 		xop, c.newConst([]float32{1}), c.newConst([]float32{zx}))
 	d.out = xs
 	c.emit(d)
-	// the weights less theirs
-	per := w.t.Len() / Cout
-	wf := make([]float32, w.t.Len())
-	for i := range wf {
-		wf[i] = float32(w.t.I[i]) - zeroPointAt(zw, int64(i)/per)
+	// the weights less theirs (at load, or here)
+	wop := noOperand
+	if off, ok := c.m.wOff[n.Inputs[wi(n)]+qdwSuffix]; ok {
+		wop = operand{sp: SpaceWeights, off: off}
+	} else {
+		per := w.t.Len() / Cout
+		wf := make([]float32, w.t.Len())
+		for i := range wf {
+			wf[i] = float32(w.t.I[i]) - zeroPointAt(zw, int64(i)/per)
+		}
+		wop = c.newConst(wf)
 	}
 	dw := c.draft(g, OpDWConv)
 	copy(dw.k.P[:16], p[:])
-	dw.in[0], dw.in[1] = xs, c.newConst(wf)
+	dw.in[0], dw.in[1] = xs, wop
 	if bias != nil {
 		dw.in[2] = c.newConst(bias)
 	}
@@ -561,4 +587,114 @@ func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval
 	rq.out = out
 	c.emit(rq)
 	return true, nil
+}
+
+// Suffixes of the quantised weights' load-time forms (packQuantWeights).
+const (
+	qpackASuffix  = "#qpackA"     // QGEMM A rows, uint8
+	qpackBSuffix  = "#qpackB"     // QGEMM B panels, int8
+	qpackSumSufix = ".sums"       // their int32 row / column sums
+	qdwSuffix     = "#qdepthwise" // depthwise weights less their zero points, float
+)
+
+// quantWeightInputs gives a quantisation node's weight input, zero point
+// input and whether the weight is QGEMM's A operand, or ok = false.
+func quantWeightInputs(n *graph.Node) (wi, zwi int, asA, ok bool) {
+	switch n.Op {
+	case "ConvInteger":
+		return 1, 3, true, true
+	case "QLinearConv":
+		return 3, 5, true, true
+	case "MatMulInteger":
+		return 1, 3, false, true
+	case "QLinearMatMul":
+		return 3, 5, false, true
+	}
+	return 0, 0, false, false
+}
+
+// packQuantWeights packs every constant weight of the integer convolutions
+// and products once, at load, into constants the weight arena holds (one
+// copy shared by every batch size's program): QGEMM's A rows for
+// convolutions, its B panels for MatMul's constant B, the exact float
+// weights of depthwise convolutions. A weight nothing else reads is then
+// dropped in its integer form (8 bytes a value), keeping its type and
+// shape.
+func (m *Model) packQuantWeights() {
+	readers := map[string]int{}
+	for i := range m.nodes {
+		for _, in := range m.nodes[i].Inputs {
+			readers[in]++
+		}
+	}
+	for _, o := range m.outputs {
+		readers[o.Name]++
+	}
+	packedBy := map[string]int{}
+	for i := range m.nodes {
+		n := &m.nodes[i]
+		wi, zwi, asA, ok := quantWeightInputs(n)
+		if !ok || wi >= len(n.Inputs) {
+			continue
+		}
+		name := n.Inputs[wi]
+		w := m.consts[name]
+		if w == nil || w.I == nil || w.IsFloat() {
+			continue
+		}
+		signed := w.DType == graph.Int8
+		switch {
+		case asA && len(w.Shape) >= 3 && w.Shape[1] == 1 && n.AttrInt("group", 1) > 1:
+			// depthwise: the float path's weights (the integer ones stay:
+			// lowerQDepthwise falls back to QGEMM for large windows)
+			if _, done := m.consts[name+qdwSuffix]; done {
+				continue
+			}
+			var zw *Tensor
+			if zwi < len(n.Inputs) {
+				zw = m.consts[n.Inputs[zwi]]
+			}
+			per := w.Len() / w.Shape[0]
+			wf := make([]float32, w.Len())
+			for j := range wf {
+				wf[j] = float32(w.I[j]) - zeroPointAt(zw, int64(j)/per)
+			}
+			m.consts[name+qdwSuffix] = NewFloat(w.Shape, wf)
+			continue
+		case asA && len(w.Shape) >= 3:
+			rows := w.Shape[0]
+			if _, done := m.consts[name+qpackASuffix]; !done {
+				packed, sums := packQGemmA(w.I, rows, w.Len()/rows, signed)
+				m.consts[name+qpackASuffix] = NewFloat([]int64{int64(len(packed))}, packed)
+				m.consts[name+qpackASuffix+qpackSumSufix] = NewFloat([]int64{rows}, sums)
+			}
+		case !asA && len(w.Shape) == 2:
+			K, N := w.Shape[0], w.Shape[1]
+			if _, done := m.consts[name+qpackBSuffix]; !done {
+				panels, sums := packQGemmB(w.I, K, N, signed)
+				m.consts[name+qpackBSuffix] = NewFloat([]int64{int64(len(panels))}, panels)
+				m.consts[name+qpackBSuffix+qpackSumSufix] = NewFloat([]int64{int64(len(sums))}, sums)
+			}
+		default:
+			continue
+		}
+		packedBy[name]++
+	}
+	for name, k := range packedBy {
+		if readers[name] == k {
+			t := m.consts[name]
+			m.consts[name] = &Tensor{DType: t.DType, Shape: t.Shape}
+		}
+	}
+}
+
+// packedWeights returns the load-time packed form of weight name (suffix
+// qpackASuffix or qpackBSuffix) and its sums, from the weight arena.
+func (c *compiler) packedWeights(name, suffix string) (data, sums operand, ok bool) {
+	off, ok1 := c.m.wOff[name+suffix]
+	soff, ok2 := c.m.wOff[name+suffix+qpackSumSufix]
+	if !ok1 || !ok2 {
+		return noOperand, noOperand, false
+	}
+	return operand{sp: SpaceWeights, off: off}, operand{sp: SpaceWeights, off: soff}, true
 }
