@@ -32,7 +32,9 @@ const (
 	OpCopy      Op = 14
 	OpResize    Op = 15
 	OpGather    Op = 16
-	OpCount     Op = 17
+	OpQuant     Op = 17
+	OpQGemm     Op = 18
+	OpCount     Op = 19
 )
 
 // opKernels names each operation's kernel entry.
@@ -43,6 +45,7 @@ var opKernels = [OpCount]string{
 	OpChAffine: "sg_chaffine", OpSoftmax: "sg_softmax",
 	OpLayerNorm: "sg_layernorm", OpReduce: "sg_reduce", OpCopy: "sg_copy",
 	OpResize: "sg_resize", OpGather: "sg_gather",
+	OpQuant: "sg_quant", OpQGemm: "sg_qgemm",
 }
 
 // KernelName is the name of op's kernel entry ("" for OpNop and unknown

@@ -271,8 +271,60 @@ func plan(op Op, a *Args, v int) (int64, error) {
 			return 0, errors.New("indices missing")
 		}
 		return elemGrid(n), nil
+	case OpQuant:
+		n, err := positive(p, 0)
+		if err != nil {
+			return 0, err
+		}
+		if err := atLeast1(p, 1, 2); err != nil {
+			return 0, err
+		}
+		if p[3] < 0 || p[3] > 4 || p[4] > p[5] {
+			return 0, fmt.Errorf("mode %d range %d..%d", p[3], p[4], p[5])
+		}
+		if a.In[0] == 0 || (p[3] != 2 && p[3] != 3 && a.In[1] == 0) {
+			return 0, errors.New("input or scale missing")
+		}
+		if p[3] == 2 || p[3] == 3 {
+			return 1, nil
+		}
+		return elemGrid(n), nil
+	case OpQGemm:
+		return planQGemm(a)
 	}
 	return 0, fmt.Errorf("unknown operation %d", op)
+}
+
+// planQGemm checks an integer GEMM's parameters (sluice_cpu.h QGEMM):
+// one thread per output element.
+func planQGemm(a *Args) (int64, error) {
+	p := a.P[:]
+	if err := atLeast1(p, 0, 1, 2, 6, 7); err != nil {
+		return 0, err
+	}
+	for i, hi := range map[int]int64{18: 1, 19: 1, 20: 3, 21: 2, 22: 1, 25: 1, 26: 1, 27: 1} {
+		if p[i] < 0 || p[i] > hi {
+			return 0, fmt.Errorf("p[%d] = %d", i, p[i])
+		}
+	}
+	if p[23] > p[24] {
+		return 0, fmt.Errorf("range %d..%d", p[23], p[24])
+	}
+	switch {
+	case a.In[0] == 0 || a.In[1] == 0:
+		return 0, errors.New("operand missing")
+	case p[27] == 1 && a.Aux == 0:
+		return 0, errors.New("convolution geometry missing")
+	case p[22] == 1 && a.In[4] == 0:
+		return 0, errors.New("multiplier missing")
+	case p[21] != 0 && a.In[5] == 0:
+		return 0, errors.New("bias missing")
+	}
+	n, err := positive(p, 0, 1, 6, 7)
+	if err != nil {
+		return 0, err
+	}
+	return cdiv(n, Threads), nil
 }
 
 func planConv(op Op, a *Args, v int) (int64, error) {

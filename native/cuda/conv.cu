@@ -13,7 +13,8 @@
  *
  * Parameters: in X,W,bias,res (COL2IM: in col,bias). p: 0 N 1 C 2 H 3 W
  * 4 Cout 5 G 6 KH 7 KW 8 SH 9 SW 10 PT 11 PL 12 DH 13 DW 14 OH 15 OW.
- * act p[31]. IM2COL writes col[N][G][C/G*KH*KW][OH*OW]; COL2IM reads
+ * act p[31]. IM2COL writes col[N][G][C/G*KH*KW][OH*OW], padding with
+ * f[0]; COL2IM reads
  * col[N][G][Cout/G*KH*KW][H*W] and writes Y[N][Cout][OH][OW].
  * CONV tiling: t[0] tiles of TM output channels (per group), t[1] tiles of
  * TN output positions, t[2] the version (0: TM = TN = 64, 1: 32, sg_mm.h);
@@ -152,7 +153,7 @@ SG_DEV void sg_body_im2col(const sg_args &a, sg_i64 blk, sg_state *st)
 		int oh = pos / g.OW, ow = pos - oh * g.OW;
 		int ih = oh * g.SH - g.PT + kh * g.DH;
 		int iw = ow * g.SW - g.PL + kw * g.DW;
-		float v = 0.0f;
+		float v = a.f[0]; /* the padding value (0, or an integer input's zero point) */
 		if ((unsigned)ih < (unsigned)g.H && (unsigned)iw < (unsigned)g.W)
 			v = a.in[0][(((sg_i64)n * g.C + gi * Cg + c) * g.H + ih) * g.W + iw];
 		a.out[i] = v;

@@ -41,6 +41,7 @@
 #include "norm.cu"
 #include "copy.cu"
 #include "resize.cu"
+#include "quant.cu"
 #undef SG_NO_ENTRIES
 
 #define SG_PAD_MAX_BE 4
@@ -51,7 +52,8 @@ enum {
 	SG_OP_DWCONV = 4, SG_OP_COL2IM = 5, SG_OP_POOL = 6, SG_OP_GPOOL = 7,
 	SG_OP_UNARY = 8, SG_OP_BINARY = 9, SG_OP_CHAFFINE = 10,
 	SG_OP_SOFTMAX = 11, SG_OP_LAYERNORM = 12, SG_OP_REDUCE = 13,
-	SG_OP_COPY = 14, SG_OP_RESIZE = 15, SG_OP_GATHER = 16
+	SG_OP_COPY = 14, SG_OP_RESIZE = 15, SG_OP_GATHER = 16,
+	SG_OP_QUANT = 17, SG_OP_QGEMM = 18
 };
 
 /* A BE kernel of a padded launch (464 bytes). */
@@ -129,6 +131,12 @@ SG_DEV void sg_run_op(int op, const sg_args &a, sg_i64 blk, sg_state *st)
 		break;
 	case SG_OP_GATHER:
 		sg_body_gather(a, blk, st);
+		break;
+	case SG_OP_QUANT:
+		sg_body_quant(a, blk, st);
+		break;
+	case SG_OP_QGEMM:
+		sg_body_qgemm(a, blk, st);
 		break;
 	default:
 		break;

@@ -1,0 +1,114 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"sluice/libml"
+	"sluice/libml/graph"
+	"sluice/libml/quantize"
+	"sluice/libml/zoo"
+)
+
+// quantizedZoo is zoo model name quantised statically (libml/quantize),
+// calibrated on the cpu backend.
+func quantizedZoo(t *testing.T, name string, opt zoo.Options) *graph.Graph {
+	t.Helper()
+	g, err := zoo.Build(name, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err = quantize.FoldBatchNorm(g); err != nil {
+		t.Fatal(err)
+	}
+	in := g.Inputs[0]
+	dims := append([]int64{1}, in.Dims[1:]...)
+	n := 1
+	for _, d := range dims {
+		n *= int(d)
+	}
+	var sets []map[string]*graph.Tensor
+	for s := range 2 {
+		sets = append(sets, map[string]*graph.Tensor{in.Name: {Name: in.Name, DType: graph.Float32,
+			Dims: dims, F32: zoo.Input(uint64(40+s), n)}})
+	}
+	ranges, err := quantize.Calibrate(context.Background(), g, cpuBackend(t).RunGraph, sets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, st, err := quantize.Static(g, ranges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %+v", name, st)
+	return q
+}
+
+// Quantised models through the cuda backend on the emulator: the int8
+// kernels (sg_quant, sg_qgemm: per-block im2col, packed weights, the
+// depthwise float path's QUANT modes, QLinearMatMul) agree with the cpu
+// backend. Their integer parts are exact on both; the float layers after
+// them (global pooling, the classifier) differ only in summation order.
+func TestBackendQuantizedEmu(t *testing.T) {
+	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	ref := cpuBackend(t)
+	cases := []struct {
+		name  string
+		opt   zoo.Options
+		batch int
+	}{
+		{"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 1}, 1},
+		{"mobilenetv2", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 3}, 2},
+		{"bert", zoo.Options{Layers: 1, SeqLen: 8, Hidden: 32, Heads: 2, FF: 64, Seed: 6}, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := quantizedZoo(t, c.name, c.opt)
+			inst := load(t, b, c.name, g, c.batch)
+			defer inst.Close()
+			rinst := load(t, ref, c.name, g, c.batch)
+			defer rinst.Close()
+			in := zoo.Input(11, c.batch*inst.InputSize())
+			agree(t, fmt.Sprintf("%s-int8 batch %d", c.name, c.batch), infer(t, b, inst, c.batch, in),
+				infer(t, ref, rinst, c.batch, in), tol)
+		})
+	}
+}
+
+// A dynamically quantised product (DynamicQuantizeLinear's reductions,
+// MatMulInteger on float-stored operands, both operands at run time) on
+// the emulator gives the cpu backend's bits.
+func TestBackendDynamicQuantEmu(t *testing.T) {
+	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	ref := cpuBackend(t)
+	const M, K, N = 5, 37, 19
+	w := make([]int64, K*N)
+	for i := range w {
+		w[i] = int64(i*37%255) - 127
+	}
+	g := &graph.Graph{Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, M, K}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{{Name: "w", DType: graph.Int8, Dims: []int64{K, N}, I64: w},
+			{Name: "ws", DType: graph.Float32, Dims: []int64{}, F32: []float32{0.01}}},
+		Nodes: []graph.Node{
+			{Name: "dq", Op: "DynamicQuantizeLinear", Inputs: []string{"x"}, Outputs: []string{"xq", "xs", "xz"}},
+			{Name: "mm", Op: "MatMulInteger", Inputs: []string{"xq", "w", "xz"}, Outputs: []string{"acc"}},
+			{Name: "c", Op: "Cast", Attrs: []graph.Attr{{Name: "to", Kind: graph.AttrInt, I: int64(graph.Float32)}},
+				Inputs: []string{"acc"}, Outputs: []string{"accf"}},
+			{Name: "s", Op: "Mul", Inputs: []string{"xs", "ws"}, Outputs: []string{"sc"}},
+			{Name: "y", Op: "Mul", Inputs: []string{"accf", "sc"}, Outputs: []string{"y"}},
+		}}
+	inst := load(t, b, "dyn", g, 1)
+	defer inst.Close()
+	rinst := load(t, ref, "dyn", g, 1)
+	defer rinst.Close()
+	in := zoo.Input(3, M*K)
+	got, want := infer(t, b, inst, 1, in), infer(t, ref, rinst, 1, in)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("element %d: %v on the emulator, %v on the cpu", i, got[i], want[i])
+		}
+	}
+}
