@@ -10,6 +10,8 @@
 #                        and without the preemption checks, and the padding
 #                        selector's header (part of make test).
 
+BINARIES += quantize=./tools/quantize
+
 ENGINEBENCH_FLAGS ?=
 
 BENCH_TARGETS += bench-engine

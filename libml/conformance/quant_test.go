@@ -149,6 +149,11 @@ func (c qgemmCase) graph() (*graph.Graph, *graph.Tensor) {
 			{Name: "xz", DType: xt, Dims: []int64{}, I64: []int64{xz}}},
 		Nodes: []graph.Node{{Name: "q", Op: "QuantizeLinear", Inputs: []string{"x", "xs", "xz"}, Outputs: []string{"xq"}}},
 	}
+	if c.qlinear {
+		g.Outputs[0].DType = graph.Uint8
+	} else {
+		g.Outputs[0].DType = graph.Int32
+	}
 	a, az, b, bz := "xq", "xz", "w", "wz"
 	if c.xAsB {
 		a, az, b, bz = "w", "wz", "xq", "xz"
@@ -281,7 +286,9 @@ func TestQuantBatches(t *testing.T) {
 // qconvGraph is a QLinearConv (or ConvInteger) over a float input x of
 // shape [1, C, H, W], quantised at run time: groups, stride and padding as
 // given, int8 per-channel weights with non-zero zero points, int32 bias.
-func qconvGraph(C, M, G, H, W, K, stride, pad int64, qlinear bool) (*graph.Graph, *graph.Tensor) {
+// With symmetric, the per-channel weight zero points are all 0 (ONNX
+// Runtime takes no other for QLinearConv).
+func qconvGraph(C, M, G, H, W, K, stride, pad int64, qlinear, symmetric bool) (*graph.Graph, *graph.Tensor) {
 	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{1, C, H, W}}
 	for _, v := range pattern(C*H*W, uint32(C*H+W), -250, 250) {
 		x.F32 = append(x.F32, float32(v)/100)
@@ -295,6 +302,14 @@ func qconvGraph(C, M, G, H, W, K, stride, pad int64, qlinear bool) (*graph.Graph
 		}
 		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: d, F32: v}
 	}
+	// per-channel weight zero points for QLinearConv; one for ConvInteger
+	// (ONNX Runtime, the oracle, takes no other)
+	wz := &graph.Tensor{Name: "wz", DType: graph.Int8, Dims: []int64{M}, I64: pattern(M, 5, -20, 20)}
+	if !qlinear {
+		wz = &graph.Tensor{Name: "wz", DType: graph.Int8, Dims: []int64{}, I64: []int64{-7}}
+	} else if symmetric {
+		wz.I64 = make([]int64, M)
+	}
 	ws := make([]float32, M)
 	for i := range ws {
 		ws[i] = 0.002 + float32(i%5)*0.0005
@@ -307,12 +322,14 @@ func qconvGraph(C, M, G, H, W, K, stride, pad int64, qlinear bool) (*graph.Graph
 		Outputs: []graph.ValueInfo{{Name: "y"}},
 		Initializers: []*graph.Tensor{w, f("xs", 0.02), f("ws", ws...), f("ys", 0.5),
 			{Name: "xz", DType: graph.Uint8, Dims: []int64{}, I64: []int64{120}},
-			{Name: "wz", DType: graph.Int8, Dims: []int64{M}, I64: pattern(M, 5, -20, 20)},
+			wz,
 			{Name: "yz", DType: graph.Uint8, Dims: []int64{}, I64: []int64{128}},
 			{Name: "b", DType: graph.Int32, Dims: []int64{M}, I64: pattern(M, 9, -5000, 5000)}},
 		Nodes: []graph.Node{{Name: "q", Op: "QuantizeLinear", Inputs: []string{"x", "xs", "xz"}, Outputs: []string{"xq"}}},
 	}
+	g.Outputs[0].DType = graph.Int32
 	if qlinear {
+		g.Outputs[0].DType = graph.Uint8
 		g.Nodes = append(g.Nodes, graph.Node{Name: "conv", Op: "QLinearConv", Attrs: attrs,
 			Inputs: []string{"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, Outputs: []string{"y"}})
 	} else {
@@ -344,7 +361,7 @@ func TestQConvPaths(t *testing.T) {
 	}
 	t.Cleanup(func() { ncpu.SetQGemmKernel(ncpu.QGemmBest) })
 	for _, c := range cases {
-		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.qlinear)
+		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.qlinear, false)
 		fold, err := foldGraph(g, []*graph.Tensor{x})
 		if err != nil {
 			t.Fatalf("%s: fold: %v", c.name, err)
@@ -358,6 +375,56 @@ func TestQConvPaths(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s (micro-kernel %d): %v", c.name, k, err)
 			}
+		}
+	}
+}
+
+// TestQuantORTOracle runs the integer products and convolutions of
+// TestQGemmKernelsAgree and TestQConvPaths through ONNX Runtime, the
+// reference oracle: the engine's folder (which the kernels match bit for
+// bit) must give ONNX Runtime's results exactly.
+func TestQuantORTOracle(t *testing.T) {
+	be := ortBackend(t)
+	ctx := context.Background()
+	type tc struct {
+		name string
+		g    *graph.Graph
+		x    *graph.Tensor
+	}
+	var cases []tc
+	for _, c := range []qgemmCase{
+		{name: "3x5x7-signed", M: 3, K: 5, N: 7, xSigned: true, wSigned: true},
+		{name: "17x33x65-percol", M: 17, K: 33, N: 65, perCol: true},
+		{name: "qlinear-31x47x70", M: 31, K: 47, N: 70, qlinear: true, wSigned: true, perCol: true},
+		{name: "qlinear-xB-8x19x23", M: 8, K: 19, N: 23, qlinear: true, xAsB: true},
+	} {
+		g, x := c.graph()
+		cases = append(cases, tc{c.name, g, x})
+	}
+	for _, c := range []struct {
+		name                          string
+		C, M, G, H, W, K, stride, pad int64
+		qlinear                       bool
+	}{
+		{"3x3-pad", 8, 24, 1, 13, 11, 3, 1, 1, true},
+		{"3x3-stride2-groups2", 8, 12, 2, 15, 15, 3, 2, 1, true},
+		{"depthwise-3x3", 32, 32, 32, 14, 14, 3, 1, 1, true},
+		{"convinteger-7x7", 3, 16, 1, 20, 20, 7, 2, 3, false},
+	} {
+		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.qlinear, true)
+		cases = append(cases, tc{c.name, g, x})
+	}
+	for _, c := range cases {
+		fold, err := foldGraph(c.g, []*graph.Tensor{c.x})
+		if err != nil {
+			t.Fatalf("%s: fold: %v", c.name, err)
+		}
+		got, err := runOnBackend(ctx, be, c.name, c.g, c.x, fold["y"])
+		if err == nil {
+			err = Compare(got, fold["y"])
+		}
+		if err != nil {
+			t.Errorf("%s: ONNX Runtime vs the engine: %v", c.name, err)
 		}
 	}
 }

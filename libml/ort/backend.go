@@ -203,7 +203,7 @@ type model struct {
 //
 // The batch dimension: when the input's leading dimension is dynamic,
 // InferBatch runs a whole batch at once; otherwise it runs one request at a
-// time. Float32, int64 and int32 inputs and outputs are supported; integer
+// time. Float32, int64, int32, uint8 and int8 inputs and outputs are supported; integer
 // ones are converted from and to the float32 request data.
 func (b *Backend) LoadONNX(ctx context.Context, name string, data []byte, opts ModelOptions) (libml.Instance, error) {
 	if err := ctx.Err(); err != nil {
@@ -240,9 +240,9 @@ func (b *Backend) loadModel(name string, data []byte, opts ModelOptions) (*model
 	m := &model{name: name, inType: in.DType, outType: out.DType}
 	for _, vi := range []graph.ValueInfo{in, out} {
 		switch vi.DType {
-		case graph.Float32, graph.Int64, graph.Int32:
+		case graph.Float32, graph.Int64, graph.Int32, graph.Uint8, graph.Int8:
 		default:
-			return nil, fmt.Errorf("%q: element type %s is not supported (float32, int64, int32)", vi.Name, vi.DType)
+			return nil, fmt.Errorf("%q: element type %s is not supported (float32, int64, int32, uint8, int8)", vi.Name, vi.DType)
 		}
 	}
 	if in.Dims == nil {
@@ -591,9 +591,14 @@ func (i *Instance) run(ro *ortgo.RunOptions, n int, in, out []float32) error {
 		for k, v := range in {
 			s[k] = int64(v)
 		}
-		if m.inType == graph.Int64 {
+		switch m.inType {
+		case graph.Int64:
 			inV, err = ortgo.NewTensor(inShape, s)
-		} else {
+		case graph.Uint8:
+			inV, err = ortgo.NewTensor(inShape, convert[int64, uint8](s))
+		case graph.Int8:
+			inV, err = ortgo.NewTensor(inShape, convert[int64, int8](s))
+		default:
 			inV, err = ortgo.NewTensor(inShape, convert[int64, int32](s))
 		}
 	}
@@ -603,12 +608,20 @@ func (i *Instance) run(ro *ortgo.RunOptions, n int, in, out []float32) error {
 	defer inV.Destroy()
 	var out64 *ortgo.Tensor[int64]
 	var out32 *ortgo.Tensor[int32]
+	var outU8 *ortgo.Tensor[uint8]
+	var outI8 *ortgo.Tensor[int8]
 	switch m.outType {
 	case graph.Float32:
 		outV, err = ortgo.NewTensor(outShape, out)
 	case graph.Int64:
 		out64, err = ortgo.NewTensor(outShape, i.outScratch[:len(out)])
 		outV = out64
+	case graph.Uint8:
+		outU8, err = ortgo.NewEmptyTensor[uint8](outShape)
+		outV = outU8
+	case graph.Int8:
+		outI8, err = ortgo.NewEmptyTensor[int8](outShape)
+		outV = outI8
 	default:
 		out32, err = ortgo.NewEmptyTensor[int32](outShape)
 		outV = out32
@@ -627,6 +640,14 @@ func (i *Instance) run(ro *ortgo.RunOptions, n int, in, out []float32) error {
 		}
 	case out32 != nil:
 		for k, v := range out32.GetData() {
+			out[k] = float32(v)
+		}
+	case outU8 != nil:
+		for k, v := range outU8.GetData() {
+			out[k] = float32(v)
+		}
+	case outI8 != nil:
+		for k, v := range outI8.GetData() {
 			out[k] = float32(v)
 		}
 	}
