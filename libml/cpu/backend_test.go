@@ -413,7 +413,7 @@ func TestUnsupportedOperator(t *testing.T) {
 		t.Fatal("no error")
 	}
 	msg := err.Error()
-	for _, want := range []string{"NonMaxSuppression", "mystery_node", "Conv, ConvTranspose", "Resize"} {
+	for _, want := range []string{"NonMaxSuppression", "mystery_node", "Conv, ConvInteger, ConvTranspose", "QLinearConv", "Resize"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not mention %q", msg, want)
 		}
