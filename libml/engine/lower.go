@@ -286,6 +286,30 @@ func collapse(dims []int64, strides ...[]int64) ([]int64, [][]int64) {
 	return od, os
 }
 
+// matmulBatch is the batch of a MatMul of A (as) and B (bs), both of
+// rank 2 or more: its dimensions, collapsed where contiguous, and the
+// strides of A, B and the result along them (elements), at most max of
+// them.
+func matmulBatch(as, bs []int64, max int) ([]int64, [][]int64, error) {
+	M, K, N := as[len(as)-2], as[len(as)-1], bs[len(bs)-1]
+	batch, err := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
+	if err != nil {
+		return nil, nil, err
+	}
+	sa, sb := bstrides(as[:len(as)-2], batch), bstrides(bs[:len(bs)-2], batch)
+	sc := stridesOf(batch)
+	for i := range batch {
+		sa[i] *= M * K
+		sb[i] *= K * N
+		sc[i] *= M * N
+	}
+	dims, st := collapse(batch, sa, sb, sc)
+	if len(dims) > max {
+		return nil, nil, fmt.Errorf("batch dimensions %v do not collapse to %d", batch, max)
+	}
+	return dims, st, nil
+}
+
 func (c *compiler) lowerMatMul(g *group) error {
 	n := c.node(g)
 	a, err := c.val(n.Inputs[0])
@@ -310,20 +334,9 @@ func (c *compiler) lowerMatMul(g *group) error {
 		s.M = numel(as[:len(as)-1])
 	} else {
 		s.M = M
-		batch, err := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
+		dims, st, err := matmulBatch(as, bs, 3)
 		if err != nil {
 			return err
-		}
-		sa, sb := bstrides(as[:len(as)-2], batch), bstrides(bs[:len(bs)-2], batch)
-		sc := stridesOf(batch)
-		for i := range batch {
-			sa[i] *= M * K
-			sb[i] *= K * N
-			sc[i] *= M * N
-		}
-		dims, st := collapse(batch, sa, sb, sc)
-		if len(dims) > 3 {
-			return fmt.Errorf("batch dimensions %v do not collapse to 3", batch)
 		}
 		for i := range dims {
 			s.bd[i] = dims[i]
@@ -423,30 +436,40 @@ func winogradWeights(w []float32, cout, cin int64) []float32 {
 	return u
 }
 
-func (c *compiler) lowerConv(g *group) error {
-	n := c.node(g)
-	x, err := c.rtIn(n, 0)
-	if err != nil {
-		return err
+// convOperands reads a convolution's runtime input xi and constant
+// weights wi and lays out its 16 parameters (convP).
+func (c *compiler) convOperands(n *graph.Node, xi, wi int) (x, w *cval, p [16]int64, err error) {
+	if x, err = c.rtIn(n, xi); err != nil {
+		return
 	}
-	w, err := c.val(n.Inputs[1])
-	if err != nil {
-		return err
+	if w, err = c.val(n.Inputs[wi]); err != nil {
+		return
 	}
 	if w.buf != -1 {
-		return fmt.Errorf("runtime convolution weights are not supported")
+		err = fmt.Errorf("runtime convolution weights are not supported")
+		return
 	}
 	xs := x.t.Shape
 	if len(xs) != 3 && len(xs) != 4 {
-		return fmt.Errorf("only 1-D and 2-D convolutions (X %v)", xs)
+		err = fmt.Errorf("only 1-D and 2-D convolutions (X %v)", xs)
+		return
 	}
-	G := n.AttrInt("group", 1)
 	gm, err := convGeom(n, xs[2:], w.t.Shape[2:], false)
+	if err != nil {
+		return
+	}
+	p = convP(xs, w.t.Shape[0], n.AttrInt("group", 1), gm)
+	return
+}
+
+func (c *compiler) lowerConv(g *group) error {
+	n := c.node(g)
+	x, w, p, err := c.convOperands(n, 0, 1)
 	if err != nil {
 		return err
 	}
-	Cout := w.t.Shape[0]
-	p := convP(xs, Cout, G, gm)
+	xs := x.t.Shape
+	G, Cout := p[5], p[4]
 	N, C := xs[0], xs[1]
 	H, W := p[2], p[3]
 	OHW := p[14] * p[15]

@@ -297,22 +297,11 @@ func (c *compiler) lowerQMatMul(g *group) error {
 		s.M = numel(as[:len(as)-1])
 	} else {
 		s.M = M
-		batch, err := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
+		dims, st, err := matmulBatch(as, bs, 2)
 		if err != nil {
 			return err
 		}
-		sa, sb := bstrides(as[:len(as)-2], batch), bstrides(bs[:len(bs)-2], batch)
-		sc := stridesOf(batch)
-		for i := range batch {
-			sa[i] *= M * K
-			sb[i] *= K * N
-			sc[i] *= M * N
-		}
-		dims, st := collapse(batch, sa, sb, sc)
-		if len(dims) > 2 {
-			return fmt.Errorf("batch dimensions %v do not collapse to 2", batch)
-		}
-		if zaRows && numel(batch) > 1 {
+		if zaRows && numel(dims) > 1 {
 			return fmt.Errorf("a per-row zero point of A needs a 2-D A")
 		}
 		for i := range dims {
@@ -367,28 +356,12 @@ func (c *compiler) lowerQConv(g *group) error {
 	if qlin {
 		xi, wi, zxi, zwi = 0, 3, 2, 5
 	}
-	x, err := c.val(n.Inputs[xi])
+	x, w, p, err := c.convOperands(n, xi, wi)
 	if err != nil {
 		return err
-	}
-	w, err := c.val(n.Inputs[wi])
-	if err != nil {
-		return err
-	}
-	if w.buf != -1 {
-		return fmt.Errorf("runtime convolution weights are not supported")
 	}
 	xs := x.t.Shape
-	if len(xs) != 3 && len(xs) != 4 {
-		return fmt.Errorf("only 1-D and 2-D convolutions (X %v)", xs)
-	}
-	G := n.AttrInt("group", 1)
-	gm, err := convGeom(n, xs[2:], w.t.Shape[2:], false)
-	if err != nil {
-		return err
-	}
-	Cout := w.t.Shape[0]
-	p := convP(xs, Cout, G, gm)
+	G, Cout := p[5], p[4]
 	N, C := xs[0], xs[1]
 	H, W := p[2], p[3]
 	OHW := p[14] * p[15]
