@@ -188,13 +188,17 @@ func TestQGemmKernelsAgree(t *testing.T) {
 		{name: "64x130x300-uw", M: 64, K: 130, N: 300, wSigned: false, xSigned: true},
 		{name: "130x771x40-perrow-xB", M: 130, K: 771, N: 40, xAsB: true, perCol: true, wSigned: true},
 		{name: "9x64x33-xB", M: 9, K: 64, N: 33, xAsB: true},
+		// K padded to 64: whole AMX tiles where the CPU has them, with
+		// row and column tails on the vector unit
+		{name: "amx-96x520x77", M: 96, K: 520, N: 77, wSigned: true, perCol: true},
+		{name: "amx-70x256x64-xB", M: 70, K: 256, N: 64, xAsB: true, xSigned: true},
 		{name: "qlinear-31x47x70", M: 31, K: 47, N: 70, qlinear: true, wSigned: true, perCol: true},
 		{name: "qlinear-xB-8x19x23", M: 8, K: 19, N: 23, qlinear: true, xAsB: true},
 	}
 	kernels := []struct {
 		name  string
 		which int
-	}{{"best", ncpu.QGemmBest}, {"novnni", ncpu.QGemmNoVNNI}, {"portable", ncpu.QGemmPortable}}
+	}{{"best", ncpu.QGemmBest}, {"noamx", ncpu.QGemmNoAMX}, {"novnni", ncpu.QGemmNoVNNI}, {"portable", ncpu.QGemmPortable}}
 	t.Cleanup(func() { ncpu.SetQGemmKernel(ncpu.QGemmBest) })
 	for _, c := range cases {
 		g, x := c.graph()
@@ -354,6 +358,7 @@ func TestQConvPaths(t *testing.T) {
 		{"3x3-pad", 8, 24, 1, 13, 11, 3, 1, 1, true},
 		{"3x3-stride2-groups2", 8, 12, 2, 15, 15, 3, 2, 1, true},
 		{"pointwise", 40, 70, 1, 9, 9, 1, 1, 0, true},
+		{"3x3-amx", 32, 48, 1, 10, 10, 3, 1, 1, true},
 		{"depthwise-3x3", 32, 32, 32, 14, 14, 3, 1, 1, true},
 		{"depthwise-stride2-mult2", 16, 32, 16, 11, 11, 3, 2, 1, true},
 		{"depthwise-convinteger", 8, 8, 8, 7, 7, 5, 1, 2, false},
@@ -366,7 +371,7 @@ func TestQConvPaths(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: fold: %v", c.name, err)
 		}
-		for _, k := range []int{ncpu.QGemmBest, ncpu.QGemmNoVNNI, ncpu.QGemmPortable} {
+		for _, k := range []int{ncpu.QGemmBest, ncpu.QGemmNoAMX, ncpu.QGemmNoVNNI, ncpu.QGemmPortable} {
 			ncpu.SetQGemmKernel(k)
 			got, err := runOnBackend(ctx, be, c.name, g, x, fold["y"])
 			if err == nil {

@@ -310,6 +310,9 @@ func planQGemm(a *Args) (int64, error) {
 	if p[23] > p[24] {
 		return 0, fmt.Errorf("range %d..%d", p[23], p[24])
 	}
+	if p[28] < p[2] || p[28]%4 != 0 {
+		return 0, fmt.Errorf("padded K %d for K %d", p[28], p[2])
+	}
 	switch {
 	case a.In[0] == 0 || a.In[1] == 0:
 		return 0, errors.New("operand missing")

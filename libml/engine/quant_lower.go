@@ -145,17 +145,29 @@ func (s *qgemmSpec) set(k *Kernel) {
 	p[16], p[17], p[18], p[19] = b2i(s.aSigned), b2i(s.bSigned), b2i(s.zaPerRow), b2i(s.zbPerCol)
 	p[20], p[21], p[22], p[23], p[24] = s.multMode, s.biasMode, b2i(s.requant), s.lo, s.hi
 	p[25], p[26], p[27] = b2i(s.packedB), b2i(s.packedA), b2i(s.im2col)
+	p[28] = qgemmKPad(s.K)
 	k.F[0], k.F[1] = s.zy, s.pad
 	if s.im2col {
 		k.Aux = append([]int64(nil), s.conv[:]...)
 	}
 }
 
+// qgemmKPad is the reduction length QGEMM's packed operands are padded
+// to: a multiple of 64 (whole AMX tiles) where that adds at most a
+// quarter, else of 4 (one vpdpbusd step). The packing at load and every
+// device's kernel read it from the kernel's p[28].
+func qgemmKPad(K int64) int64 {
+	if K >= 256 {
+		return (K + 63) / 64 * 64
+	}
+	return (K + 3) / 4 * 4
+}
+
 // packQGemmA lays out constant integer matrix a (rows x K, row-major)
 // the way the QGEMM kernel reads its A operand: rows of uint8 (int8
-// values plus 128), K padded to 4 with zeros; and each row's sum.
+// values plus 128), K padded to qgemmKPad with zeros; and each row's sum.
 func packQGemmA(a []int64, rows, K int64, signed bool) (packed, sums []float32) {
-	kp := (K + 3) / 4 * 4
+	kp := qgemmKPad(K)
 	off := int64(0)
 	if signed {
 		off = 128
@@ -189,10 +201,10 @@ func bytesToSlots(b []byte) []float32 {
 // packQGemmB lays out constant integer matrix b (K x N, row-major) the way
 // the QGEMM kernel reads its B operand: s8 panels of 16 columns by 4
 // reduction steps, strip after strip (uint8 values less 128), K padded to
-// 4 and N to 16 with zeros; and each column's sum. Both are returned as
+// qgemmKPad and N to 16 with zeros; and each column's sum. Both are returned as
 // float32 slots holding the bytes (int32 sums bit for bit).
 func packQGemmB(b []int64, K, N int64, signed bool) (panels, sums []float32) {
-	kp, np := (K+3)/4*4, (N+15)/16*16
+	kp, np := qgemmKPad(K), (N+15)/16*16
 	off := int64(128)
 	if signed {
 		off = 0

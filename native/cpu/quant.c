@@ -21,6 +21,10 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* ---- QUANT --------------------------------------------------------------- */
 
@@ -130,6 +134,8 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 
 #define QG_MR 8
 #define QG_NR 32
+#define QG_AMX_M 32          /* rows of one AMX call (2 A tiles) */
+#define QG_ACC (QG_AMX_M * QG_NR) /* int32s of the accumulator tile */
 
 typedef void (*qg_micro_fn)(const uint8_t *u, int64_t ldu, const int8_t *s,
 			    int64_t kp, int rows, int strips, int32_t *acc);
@@ -203,7 +209,6 @@ QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
 		_mm512_storeu_si512((void *)(acc + r * QG_NR + 16), c1[r]);
 	}
 }
-#endif
 
 #define QG_AVX2_TARGET __attribute__((target("avx2")))
 
@@ -252,11 +257,85 @@ QG_AVX2_TARGET static void qg_micro_avx2(const uint8_t *u, int64_t ldu,
 	}
 }
 
-/* The micro-kernel in use: 0 the best the CPU has, 1 the portable C one,
- * 2 the best without VNNI (tests compare them). */
+#define QG_AMX_TARGET __attribute__((target("amx-tile,amx-int8")))
+
+/* AMX tile configuration (palette 1): tiles 0-3 the 32 x 32 int32 sums
+ * (16 rows x 16 columns each), 4-5 two A tiles (16 rows x 64 u8), 6-7 two
+ * B tiles (16 steps of 4 x 16 columns of s8: the S panels as packed). */
+typedef struct qg_tilecfg {
+	uint8_t palette, start;
+	uint8_t reserved[14];
+	uint16_t colsb[16];
+	uint8_t rows[16];
+} qg_tilecfg;
+
+/* qg_amx_ok: the CPU has AMX-INT8 and the kernel let this process use
+ * the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, once). */
+static int qg_amx_ok(void)
+{
+	static int ok = -1;
+	if (ok < 0) {
+		__builtin_cpu_init();
+		ok = 0;
+#if defined(__linux__)
+		if (__builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("amx-tile"))
+			ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+				     18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+	}
+	return ok;
+}
+
+/* qg_amx_begin loads the tile configuration for a block's AMX calls;
+ * qg_amx_end releases the tiles. */
+/* The configuration lives in static memory: GCC 12 does not see
+ * ldtilecfg read its operand, and drops stores to a local one. */
+static const qg_tilecfg qg_cfg __attribute__((aligned(64))) = {
+	.palette = 1,
+	.colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+	.rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+QG_AMX_TARGET static void qg_amx_begin(void) { _tile_loadconfig(&qg_cfg); }
+
+QG_AMX_TARGET static void qg_amx_end(void) { _tile_release(); }
+
+/* qg_micro_amx: a 32 x 32 tile of U (32 rows, ldu) times two S panels over
+ * kp (a multiple of 64) into acc (32 x QG_NR), between qg_amx_begin and
+ * qg_amx_end. */
+QG_AMX_TARGET static void qg_micro_amx(const uint8_t *u, int64_t ldu, const int8_t *s,
+				       int64_t kp, int32_t *acc)
+{
+	int64_t k4n = kp / 4;
+	const int8_t *s0 = s, *s1 = s + k4n * 64;
+	_tile_zero(0);
+	_tile_zero(1);
+	_tile_zero(2);
+	_tile_zero(3);
+	for (int64_t kk = 0; kk < kp; kk += 64) {
+		_tile_loadd(4, u + kk, ldu);
+		_tile_loadd(5, u + 16 * ldu + kk, ldu);
+		_tile_loadd(6, s0 + kk * 16, 64);
+		_tile_loadd(7, s1 + kk * 16, 64);
+		_tile_dpbusd(0, 4, 6);
+		_tile_dpbusd(1, 4, 7);
+		_tile_dpbusd(2, 5, 6);
+		_tile_dpbusd(3, 5, 7);
+	}
+	_tile_stored(0, acc, QG_NR * 4);
+	_tile_stored(1, acc + 16, QG_NR * 4);
+	_tile_stored(2, acc + 16 * QG_NR, QG_NR * 4);
+	_tile_stored(3, acc + 16 * QG_NR + 16, QG_NR * 4);
+}
+#endif
+
+/* The micro-kernel in use: 0 the best the CPU has (AMX for full 32 x 32
+ * tiles where K pads to 64, else VNNI, else AVX2, else C), 1 the portable
+ * C one, 2 the best without VNNI or AMX, 3 the best without AMX (tests
+ * compare them). */
 static int qg_force_portable;
 
-void sk_qgemm_set_portable(int on) { qg_force_portable = on < 0 || on > 2 ? 0 : on; }
+void sk_qgemm_set_portable(int on) { qg_force_portable = on < 0 || on > 3 ? 0 : on; }
 
 int sk_qgemm_vnni(void)
 {
@@ -278,12 +357,54 @@ static qg_micro_fn qg_micro(void)
 	}
 	if (qg_force_portable == 1)
 		return qg_micro_c;
-	if (have && qg_force_portable == 0)
+	if (have && (qg_force_portable == 0 || qg_force_portable == 3))
 		return qg_micro_vnni;
 	if (avx2)
 		return qg_micro_avx2;
 #endif
 	return qg_micro_c;
+}
+
+/* qg_use_amx: full 32 x 32 tiles go to AMX (K padded to 64 by the
+ * compiler: p[28]). */
+static int qg_use_amx(int64_t kp)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	return kp % 64 == 0 && qg_force_portable == 0 && qg_amx_ok();
+#else
+	(void)kp;
+	return 0;
+#endif
+}
+
+static void qg_amx(const uint8_t *u, int64_t ldu, const int8_t *s, int64_t kp, int32_t *acc)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	qg_micro_amx(u, ldu, s, kp, acc);
+#else
+	(void)u, (void)ldu, (void)s, (void)kp, (void)acc;
+#endif
+}
+
+/* qg_amx_on / qg_amx_off bracket a block's AMX calls (on = 1). */
+static void qg_amx_on(int on)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (on)
+		qg_amx_begin();
+#else
+	(void)on;
+#endif
+}
+
+static void qg_amx_off(int on)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (on)
+		qg_amx_end();
+#else
+	(void)on;
+#endif
 }
 
 /* Tile sizes: the packed panels (mt + nt) x Kp bytes stay in L2. */
@@ -298,7 +419,8 @@ static int qg_params_ok(const sk_kernel *k)
 	       p[22] >= 0 && p[22] <= 1 && p[23] <= p[24] &&
 	       (p[25] == 0 || (p[25] == 1 && k->in[6] != NULL)) &&
 	       (p[26] == 0 || (p[26] == 1 && k->in[7] != NULL)) &&
-	       (p[27] == 0 || (p[27] == 1 && k->aux != NULL));
+	       (p[27] == 0 || (p[27] == 1 && k->aux != NULL)) &&
+	       p[28] >= p[2] && p[28] % 4 == 0;
 }
 
 void sk_prep_qgemm(sk_kernel *k, int units)
@@ -309,7 +431,7 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 	}
 	const int64_t *p = k->p;
 	int64_t M = p[0], N = p[1], K = p[2], nb = p[6] * p[7];
-	int64_t kp = SK_CDIV(K, 4) * 4;
+	int64_t kp = p[28]; /* K padded (to 4, or to 64 for AMX tiles) */
 	int64_t nt = SK_MIN(SK_CDIV(N, QG_NR) * QG_NR, 256);
 	/* a packed A is read in place (no scratch): take many rows, so that
 	 * B's panel (and its im2col) is built for as few row tiles as can be */
@@ -338,7 +460,7 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 	k->t[4] = kp;
 	/* U (mt x kp) + S (nt x kp) bytes, row and column sums, one acc tile */
 	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
-			4 * QG_MR * QG_NR + 4 * 4 * nt + 256;
+			4 * QG_ACC + 4 * 4 * nt + 256;
 	if (p[27])
 		bytes += 4 * K * nt; /* the im2col tile, floats */
 	k->scratch = SK_CDIV(bytes, 4);
@@ -524,14 +646,14 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int aoff = p[16] ? 128 : 0, boff = p[17] ? 0 : 128;
 
 	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
-			4 * QG_MR * QG_NR + 4 * 4 * nt + 256 + (p[27] ? 4 * K * nt + 64 : 0);
+			4 * QG_ACC + 4 * 4 * nt + 256 + (p[27] ? 4 * K * nt + 64 : 0);
 	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(bytes, 4));
 	if (!base)
 		return;
 	int32_t *rsum = (int32_t *)base;
 	int32_t *csum = rsum + mt;
 	int32_t *acc = csum + nt;
-	int32_t *sbv = acc + QG_MR * QG_NR, *bcol = sbv + nt;
+	int32_t *sbv = acc + QG_ACC, *bcol = sbv + nt;
 	float *mcol = (float *)(bcol + nt);
 	uint8_t *U = (uint8_t *)(mcol + nt);
 	U = (uint8_t *)(((uintptr_t)U + 63) & ~(uintptr_t)63);
@@ -589,11 +711,24 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	}
 	qg_row row = {.zy = k->f[0], .lo = (float)p[23], .hi = (float)p[24], .requant = (int)p[22]};
 	qg_micro_fn micro = qg_micro();
-	for (int64_t r0 = 0; r0 < ml; r0 += QG_MR) {
-		int rows = (int)SK_MIN((int64_t)QG_MR, ml - r0);
+	/* AMX tiles are configured for the whole row loop (released before a
+	 * preempted block returns) */
+	int amx = qg_use_amx(kp) && ml >= QG_AMX_M && strips >= 2;
+	qg_amx_on(amx);
+	for (int64_t r0 = 0; r0 < ml;) {
+		/* 32 rows at a time on AMX tiles, else 8 on the vector unit */
+		int tile = amx && ml - r0 >= QG_AMX_M;
+		int rows = tile ? QG_AMX_M : (int)SK_MIN((int64_t)QG_MR, ml - r0);
 		for (int64_t s0 = 0; s0 < strips; s0 += 2) {
 			int ns = (int)SK_MIN((int64_t)2, strips - s0);
-			micro(Up + r0 * kp, kp, Sp + s0 * k4n * 64, kp, rows, ns, acc);
+			if (tile && ns == 2) {
+				qg_amx(Up + r0 * kp, kp, Sp + s0 * k4n * 64, kp, acc);
+			} else {
+				for (int rr = 0; rr < rows; rr += QG_MR)
+					micro(Up + (r0 + rr) * kp, kp, Sp + s0 * k4n * 64, kp,
+					      (int)SK_MIN((int64_t)QG_MR, (int64_t)(rows - rr)), ns,
+					      acc + rr * QG_NR);
+			}
 			int64_t j0 = s0 * 16, w = SK_MIN((int64_t)QG_NR, nl - j0);
 			for (int r = 0; r < rows; r++) {
 				int64_t m = m0 + r0 + r;
@@ -605,6 +740,11 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 					    (int32_t)K, row, Y + m * ldc + n0 + j0);
 			}
 		}
-		SK_POLL(ctx);
+		r0 += rows;
+#if SK_CHECKS
+		if (__atomic_load_n(ctx->flag, __ATOMIC_RELAXED))
+			break;
+#endif
 	}
+	qg_amx_off(amx);
 }

@@ -192,7 +192,9 @@ enum sk_reduce {
  *          K padded to 4, in[7] their int32 row sums; the A strides count
  *          rows) 27 B is the im2col of a convolution's input (in[1] = X,
  *          aux = the 16 convolution parameters, b1 = image, b2 = group;
- *          each block builds its columns, padding with f[1]).
+ *          each block builds its columns, padding with f[1]) 28 Kp: K
+ *          padded (to 4, or to 64: whole AMX tiles), the length of packed
+ *          rows and panels.
  */
 
 /* A kernel: one launchable unit of work. Filled by the Go side, then
@@ -497,9 +499,10 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_qgemm(sk_kernel *k, int units);
 void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 /* sk_qgemm_vnni reports whether the CPU has AVX-512 VNNI for QGEMM;
- * sk_qgemm_set_portable picks its micro-kernel: 0 the best the CPU has,
- * 1 portable C, 2 the best without VNNI (AVX2 where present). Tests
- * compare them: the sums are exact, so the bits are the same. */
+ * sk_qgemm_set_portable picks its micro-kernel: 0 the best the CPU has
+ * (AMX tiles, VNNI, AVX2, C), 1 portable C, 2 the best without VNNI or
+ * AMX (AVX2 where present), 3 the best without AMX. Tests compare them:
+ * the sums are exact, so the bits are the same. */
 int sk_qgemm_vnni(void);
 void sk_qgemm_set_portable(int on);
 

@@ -74,7 +74,7 @@ SG_DEV int sg_qgemm_b(const sg_args &a, sg_i64 b1, sg_i64 b2, sg_i64 k, sg_i64 n
 {
 	const sg_i64 *p = a.p;
 	if (p[25]) {
-		sg_i64 k4n = (p[2] + 3) / 4;
+		sg_i64 k4n = p[28] / 4;
 		const signed char *s = (const signed char *)a.in[1];
 		int v = s[((n / 16) * k4n + k / 4) * 64 + (n % 16) * 4 + k % 4];
 		return p[17] ? v : v + 128;
@@ -107,7 +107,7 @@ SG_DEV void sg_body_qgemm(const sg_args &a, sg_i64 blk, sg_state *st)
 	sg_i64 n = e % N, m = (e / N) % M, b = e / (M * N);
 	sg_i64 b2 = b % p[7], b1 = b / p[7];
 	sg_i64 roff = b1 * p[14] + b2 * p[15];
-	sg_i64 kp = (K + 3) / 4 * 4;
+	sg_i64 kp = p[28];
 	int za = a.in[2] ? (int)a.in[2][p[18] ? roff + m : 0] : 0;
 	int zb = a.in[3] ? (int)a.in[3][p[19] ? n : 0] : 0;
 	int acc = 0;

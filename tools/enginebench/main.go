@@ -84,6 +84,7 @@ func main() {
 	dur := flag.Duration("time", 3*time.Second, "measuring time per model and batch size")
 	nochk := flag.String("nochk", "", "enginebench built with -tags sluice_nopreempt, for the check overhead")
 	withORT := flag.Bool("ort", true, "compare with ONNX Runtime when libml/ort can load it")
+	int8Kernels := flag.Bool("int8-kernels", false, "for -int8 models, also measure the cpu backend without AMX (backend cpu-noamx: VNNI) and without VNNI (cpu-novnni: AVX2)")
 	unitsToo := flag.Bool("units-too", false, "also measure the cpu backend with every batch on the units (backend cpu-units: cpu.InlineNever), the baseline of its inline choice")
 	rounds := flag.Int("rounds", 2, "alternating rounds of checked / unchecked runs")
 	jsonOut := flag.String("json", "", "also write the results as JSON here")
@@ -109,7 +110,7 @@ func main() {
 			fatal(err)
 		}
 	default:
-		if err := report(strings.Split(*models, ","), *batches, *units, *dur, *nochk, *withORT, *unitsToo, *rounds, *jsonOut, *pin, *trials); err != nil {
+		if err := report(strings.Split(*models, ","), *batches, *units, *dur, *nochk, *withORT, *unitsToo, *int8Kernels, *rounds, *jsonOut, *pin, *trials); err != nil {
 			fatal(err)
 		}
 	}
@@ -197,6 +198,15 @@ func measure(backend, model string, batches []int, units int, dur time.Duration,
 	switch backend {
 	case "cpu":
 		be = cpu.New()
+	case "cpu-noamx", "cpu-novnni":
+		// the integer GEMM without AMX tiles (VNNI), or without VNNI
+		// either (AVX2): the same bits, other instructions
+		be = cpu.New()
+		if backend == "cpu-noamx" {
+			ncpu.SetQGemmKernel(ncpu.QGemmNoAMX)
+		} else {
+			ncpu.SetQGemmKernel(ncpu.QGemmNoVNNI)
+		}
 	case "cpu-units":
 		// every batch on the units (cpu.InlineNever): the baseline of the
 		// inline choice
@@ -381,7 +391,7 @@ func runChild(bin, backend, model, batches string, units int, dur time.Duration,
 	return r
 }
 
-func report(models []string, batches string, units int, dur time.Duration, nochk string, withORT, unitsToo bool,
+func report(models []string, batches string, units int, dur time.Duration, nochk string, withORT, unitsToo, int8Kernels bool,
 	rounds int, jsonOut string, pin bool, trials int) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -424,6 +434,15 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 			}
 		}
 		all = append(all, best(p.chk))
+		if int8Kernels && strings.HasSuffix(m, int8Suffix) {
+			for _, kb := range []string{"cpu-noamx", "cpu-novnni"} {
+				var ks []Result
+				for i := 0; i < max(rounds, 1); i++ {
+					ks = append(ks, runChild(self, kb, m, batches, units, dur, pin, 0))
+				}
+				all = append(all, best(ks))
+			}
+		}
 		if unitsToo {
 			var us []Result
 			for i := 0; i < max(rounds, 1); i++ {
