@@ -153,11 +153,12 @@ func (s *qgemmSpec) set(k *Kernel) {
 }
 
 // qgemmKPad is the reduction length QGEMM's packed operands are padded
-// to: a multiple of 64 (whole AMX tiles) where that adds at most a
-// quarter, else of 4 (one vpdpbusd step). The packing at load and every
+// to: a multiple of 64 (whole AMX tiles) from K = 128 on (a first
+// convolution's 3x7x7 = 147 pads to 192: AMX's rate pays for it many
+// times), else of 4 (one vpdpbusd step). The packing at load and every
 // device's kernel read it from the kernel's p[28].
 func qgemmKPad(K int64) int64 {
-	if K >= 256 {
+	if K >= 128 {
 		return (K + 63) / 64 * 64
 	}
 	return (K + 3) / 4 * 4

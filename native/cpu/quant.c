@@ -562,6 +562,59 @@ QG_512_TARGET static void qg_pack_rows_512(const float *A, int64_t lda, int64_t 
 		rsum[r] = _mm512_reduce_add_epi32(s);
 	}
 }
+
+/* qg_pack_im2col_512: the im2col of output positions [n0, n0+nl) of one
+ * group (Cg channels at x) straight into s8 panels (no float tile): each
+ * 16-position strip gathers its 16 values of a reduction row (masked:
+ * padding reads pad), 4 rows make one 64-byte store. g: the 16
+ * convolution parameters. */
+QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, int64_t n0,
+					     int64_t nl, int64_t K, int64_t kp, int off,
+					     float pad, int8_t *S, int32_t *csum)
+{
+	int64_t H = g[2], W = g[3], KH = g[6], KW = g[7], SH = g[8], SW = g[9];
+	int64_t PT = g[10], PL = g[11], DH = g[12], DW = g[13], OW = g[15];
+	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
+	const __m512i vo = _mm512_set1_epi32(off), m8 = _mm512_set1_epi32(0xff);
+	const __m512i vH = _mm512_set1_epi32((int)H), vW = _mm512_set1_epi32((int)W);
+	const __m512 vpad = _mm512_set1_ps(pad);
+	for (int64_t st = 0; st < strips; st++) {
+		int64_t j0 = st * 16, w = SK_MIN((int64_t)16, nl - j0);
+		__mmask16 live = (__mmask16)((1u << w) - 1);
+		int32_t h0[16], w0[16];
+		for (int j = 0; j < 16; j++) {
+			int64_t p = n0 + j0 + SK_MIN((int64_t)j, w - 1);
+			h0[j] = (int32_t)((p / OW) * SH - PT);
+			w0[j] = (int32_t)((p % OW) * SW - PL);
+		}
+		__m512i bh = _mm512_loadu_si512(h0), bw = _mm512_loadu_si512(w0);
+		__m512i cs = _mm512_setzero_si512();
+		int8_t *sp = S + st * k4n * 64;
+		for (int64_t k4 = 0; k4 < k4n; k4++) {
+			__m512i word = _mm512_setzero_si512();
+			for (int q = 0; q < 4; q++) {
+				int64_t k = 4 * k4 + q;
+				if (k >= K)
+					break;
+				int64_t c = k / (KH * KW), r = k % (KH * KW);
+				__m512i ih = _mm512_add_epi32(bh, _mm512_set1_epi32((int)((r / KW) * DH)));
+				__m512i iw = _mm512_add_epi32(bw, _mm512_set1_epi32((int)((r % KW) * DW)));
+				__mmask16 in = live &
+					_mm512_cmpge_epi32_mask(ih, _mm512_setzero_si512()) &
+					_mm512_cmplt_epi32_mask(ih, vH) &
+					_mm512_cmpge_epi32_mask(iw, _mm512_setzero_si512()) &
+					_mm512_cmplt_epi32_mask(iw, vW);
+				__m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(ih, vW), iw);
+				__m512 f = _mm512_mask_i32gather_ps(vpad, in, idx, x + c * H * W, 4);
+				__m512i v = _mm512_maskz_sub_epi32(live, _mm512_cvttps_epi32(f), vo);
+				cs = _mm512_add_epi32(cs, v);
+				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(v, m8), 8 * q));
+			}
+			_mm512_storeu_si512((void *)(sp + k4 * 64), word);
+		}
+		_mm512_mask_storeu_epi32(csum + j0, live, cs);
+	}
+}
 #endif
 
 static int qg_have512(void)
@@ -684,12 +737,18 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		/* the im2col of positions n0.. of image b1, group b2 */
 		const int64_t *c = k->aux;
 		int64_t Cg = c[1] / c[5];
-		float *col = (float *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
-		sk_im2col_tile(k->in[1] + (b1 * c[1] + b2 * Cg) * c[2] * c[3], Cg, c[2], c[3], c[6],
-			       c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[15], n0, nl, col,
-			       nl, k->f[1]);
-		SK_POLL(ctx);
-		qg_pack_cols(col, nl, K, nl, kp, boff, S, csum);
+		const float *xg = k->in[1] + (b1 * c[1] + b2 * Cg) * c[2] * c[3];
+		if (qg_have512()) {
+#if defined(__x86_64__) && defined(__GNUC__)
+			qg_pack_im2col_512(xg, c, n0, nl, K, kp, boff, k->f[1], S, csum);
+#endif
+		} else {
+			float *col = (float *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
+			sk_im2col_tile(xg, Cg, c[2], c[3], c[6], c[7], c[8], c[9], c[10], c[11],
+				       c[12], c[13], c[15], n0, nl, col, nl, k->f[1]);
+			SK_POLL(ctx);
+			qg_pack_cols(col, nl, K, nl, kp, boff, S, csum);
+		}
 		Sp = S;
 		cs = csum;
 		SK_POLL(ctx);
