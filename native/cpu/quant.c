@@ -590,15 +590,16 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
 		__m512i bh = _mm512_loadu_si512(h0), bw = _mm512_loadu_si512(w0);
 		__m512i cs = _mm512_setzero_si512();
 		int8_t *sp = S + st * k4n * 64;
+		/* reduction row k = (c, kh, kw), counted up without divisions */
+		int64_t c = 0, kh = 0, kw = 0;
 		for (int64_t k4 = 0; k4 < k4n; k4++) {
 			__m512i word = _mm512_setzero_si512();
 			for (int q = 0; q < 4; q++) {
 				int64_t k = 4 * k4 + q;
 				if (k >= K)
 					break;
-				int64_t c = k / (KH * KW), r = k % (KH * KW);
-				__m512i ih = _mm512_add_epi32(bh, _mm512_set1_epi32((int)((r / KW) * DH)));
-				__m512i iw = _mm512_add_epi32(bw, _mm512_set1_epi32((int)((r % KW) * DW)));
+				__m512i ih = _mm512_add_epi32(bh, _mm512_set1_epi32((int)(kh * DH)));
+				__m512i iw = _mm512_add_epi32(bw, _mm512_set1_epi32((int)(kw * DW)));
 				__mmask16 in = live &
 					_mm512_cmpge_epi32_mask(ih, _mm512_setzero_si512()) &
 					_mm512_cmplt_epi32_mask(ih, vH) &
@@ -609,6 +610,13 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
 				__m512i v = _mm512_maskz_sub_epi32(live, _mm512_cvttps_epi32(f), vo);
 				cs = _mm512_add_epi32(cs, v);
 				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(v, m8), 8 * q));
+				if (++kw == KW) {
+					kw = 0;
+					if (++kh == KH) {
+						kh = 0;
+						c++;
+					}
+				}
 			}
 			_mm512_storeu_si512((void *)(sp + k4 * 64), word);
 		}
