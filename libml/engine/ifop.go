@@ -36,11 +36,29 @@ func ifBranch(n *graph.Node, cond *Tensor) (*graph.Graph, error) {
 }
 
 // inlineIf returns the nodes that replace If n taking branch b, and the
-// branch's initializers, renamed: every value the branch defines gets
-// prefix scope; values it reads from the enclosing graph keep their
-// names; an Identity per output gives the If's outputs their values.
+// branch's initializers, renamed (inlineGraph); an Identity per output
+// gives the If's outputs their values.
 func inlineIf(n *graph.Node, b *graph.Graph, scope string) ([]graph.Node, []*graph.Tensor) {
+	nodes, inits, outs := inlineGraph(b, scope, nil)
+	for i, o := range outs {
+		if n.Outputs[i] == "" {
+			continue
+		}
+		nodes = append(nodes, graph.Node{Name: scope + "out" + fmt.Sprint(i), Op: "Identity",
+			Inputs: []string{o}, Outputs: []string{n.Outputs[i]}})
+	}
+	return nodes, inits
+}
+
+// inlineGraph returns sub-graph b's nodes and initializers renamed for
+// the enclosing graph, and the names its outputs then have: every value
+// b defines gets prefix scope; b's inputs read the values bind names;
+// values it reads from the enclosing graph keep their names.
+func inlineGraph(b *graph.Graph, scope string, bind map[string]string) ([]graph.Node, []*graph.Tensor, []string) {
 	local := map[string]string{}
+	for name, v := range bind {
+		local[name] = v
+	}
 	for _, t := range b.Initializers {
 		local[t.Name] = scope + t.Name
 	}
@@ -61,9 +79,9 @@ func inlineIf(n *graph.Node, b *graph.Graph, scope string) ([]graph.Node, []*gra
 	for _, bn := range b.Nodes {
 		c := bn
 		c.Name = scope + bn.Name
-		// a nested If's branches read this branch's values by their old
-		// names: rename those (its own values keep theirs, renamed when
-		// it is inlined in turn)
+		// a nested sub-graph reads this one's values by their old names:
+		// rename those (its own values keep theirs, renamed when it is
+		// inlined in turn)
 		c.Attrs = append([]graph.Attr(nil), bn.Attrs...)
 		for i := range c.Attrs {
 			if c.Attrs[i].G != nil {
@@ -84,12 +102,9 @@ func inlineIf(n *graph.Node, b *graph.Graph, scope string) ([]graph.Node, []*gra
 		}
 		nodes = append(nodes, c)
 	}
+	outs := make([]string, len(b.Outputs))
 	for i, o := range b.Outputs {
-		if n.Outputs[i] == "" {
-			continue
-		}
-		nodes = append(nodes, graph.Node{Name: scope + "out" + fmt.Sprint(i), Op: "Identity",
-			Inputs: []string{rename(o.Name)}, Outputs: []string{n.Outputs[i]}})
+		outs[i] = rename(o.Name)
 	}
 	inits := make([]*graph.Tensor, len(b.Initializers))
 	for i, t := range b.Initializers {
@@ -97,7 +112,7 @@ func inlineIf(n *graph.Node, b *graph.Graph, scope string) ([]graph.Node, []*gra
 		c.Name = scope + t.Name
 		inits[i] = &c
 	}
-	return nodes, inits
+	return nodes, inits, outs
 }
 
 // refIf evaluates an If whose branch reads only its own values (the

@@ -119,11 +119,59 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 	// fold constant subgraphs; an If whose condition is known by now
 	// gives way to its branch's nodes (ifop.go)
 	queue := append([]graph.Node(nil), g.Nodes...)
-	for ifs := 0; len(queue) > 0; {
+	addInits := func(what string, inits []*graph.Tensor) error {
+		for _, t := range inits {
+			c, err := FromGraph(t)
+			if err != nil {
+				return fmt.Errorf("engine: load %q: %s: initializer: %w", g.Name, what, err)
+			}
+			m.consts[t.Name] = c
+		}
+		return nil
+	}
+	loops := map[string]*loopState{}
+	for ifs, nloops := 0, 0; len(queue) > 0; {
 		n := queue[0]
 		queue = queue[1:]
 		n.Inputs = append([]string{}, n.Inputs...)
 		n.Outputs = append([]string{}, n.Outputs...)
+		if n.Op == "Loop" || n.Op == loopNextOp {
+			// unrolled an iteration at a time (loopop.go)
+			var s *loopState
+			var err error
+			if n.Op == "Loop" {
+				nloops++
+				id := fmt.Sprintf("loop%d", nloops)
+				if s, err = newLoop(&n, m.consts); err != nil {
+					return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
+				}
+				loops[id] = s
+				n.Name = id
+			} else {
+				s = loops[n.Name]
+			}
+			more := s.trips != 0
+			if more && n.Op == loopNextOp {
+				if more, err = s.more(m.consts); err != nil {
+					return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
+				}
+			}
+			var nodes []graph.Node
+			var inits []*graph.Tensor
+			if more {
+				nodes, inits = s.next(fmt.Sprintf("%s/%d/", n.Name, s.iter), n.Name)
+			} else {
+				if nodes, inits, err = s.finish(n.Name+"/", opset); err != nil {
+					return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
+				}
+				delete(loops, n.Name)
+			}
+			if err := addInits("Loop "+s.n.Name, inits); err != nil {
+				return nil, err
+			}
+			queue = append(nodes, queue...)
+			continue
+		}
 		if (n.Domain != "" && n.Domain != "ai.onnx") || !Supported(n.Op) {
 			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
 		}
@@ -139,12 +187,8 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 			}
 			ifs++
 			nodes, inits := inlineIf(&n, b, fmt.Sprintf("if%d/", ifs))
-			for _, t := range inits {
-				c, err := FromGraph(t)
-				if err != nil {
-					return nil, fmt.Errorf("engine: load %q: If %q: initializer: %w", g.Name, n.Name, err)
-				}
-				m.consts[t.Name] = c
+			if err := addInits("If "+n.Name, inits); err != nil {
+				return nil, err
 			}
 			queue = append(nodes, queue...)
 			continue

@@ -164,7 +164,7 @@ var runtimeOps = []string{
 // foldOnlyOps are evaluated at load or compile time when their inputs are
 // constants (shape arithmetic); they have no kernel.
 var foldOnlyOps = []string{
-	"And", "Constant", "ConstantOfShape", "Equal", "Greater", "GreaterOrEqual", "If", "Less", "LessOrEqual", "Not",
+	"And", "Constant", "ConstantOfShape", "Equal", "Greater", "GreaterOrEqual", "If", "Less", "LessOrEqual", "Loop", "Not",
 	"Or", "Range", "Shape", "Size", "Where",
 }
 
