@@ -433,3 +433,77 @@ func TestQuantORTOracle(t *testing.T) {
 		}
 	}
 }
+
+// Malformed quantised graphs are refused with an error that says what is
+// wrong, never a panic: zero points of the wrong type or length, scales
+// computed at run time, a bias of the wrong type, int32 where 8 bits are
+// needed, per-axis scales that do not fit.
+func TestQuantMalformed(t *testing.T) {
+	be := cpuBackend(t)
+	ctx := context.Background()
+	base := func() *graph.Graph {
+		g, _ := qgemmCase{name: "m", M: 4, K: 8, N: 5, qlinear: true, wSigned: true}.graph()
+		return g
+	}
+	init := func(g *graph.Graph, name string) *graph.Tensor {
+		for _, t := range g.Initializers {
+			if t.Name == name {
+				return t
+			}
+		}
+		panic(name)
+	}
+	cases := []struct {
+		name, want string
+		edit       func(g *graph.Graph)
+	}{
+		{"zero point type", "zero point is uint8", func(g *graph.Graph) {
+			z := init(g, "wz")
+			z.DType = graph.Uint8
+		}},
+		{"zero point length", "zero point has 3 values", func(g *graph.Graph) {
+			z := init(g, "wz")
+			z.Dims, z.I64 = []int64{3}, []int64{0, 0, 0}
+		}},
+		{"output zero point int32", "uint8 and int8 only", func(g *graph.Graph) {
+			z := init(g, "yz")
+			z.DType = graph.Int32
+		}},
+		{"run-time scale", "must be a constant", func(g *graph.Graph) {
+			g.Nodes = append([]graph.Node{{Name: "abs", Op: "ReduceMax", Attrs: []graph.Attr{{Name: "keepdims", Kind: graph.AttrInt, I: 0}},
+				Inputs: []string{"x"}, Outputs: []string{"xmax"}}}, g.Nodes...)
+			for i := range g.Nodes {
+				for j, in := range g.Nodes[i].Inputs {
+					if in == "ys" {
+						g.Nodes[i].Inputs[j] = "xmax"
+					}
+				}
+			}
+		}},
+		{"per-axis scale", "does not fit axis", func(g *graph.Graph) {
+			s := init(g, "xs")
+			s.Dims, s.F32 = []int64{3}, []float32{1, 2, 3}
+			z := init(g, "xz")
+			z.Dims, z.I64 = []int64{3}, []int64{0, 0, 0}
+		}},
+	}
+	for _, c := range cases {
+		g := base()
+		c.edit(g)
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("%s: panic: %v", c.name, p)
+				}
+			}()
+			inst, err := be.LoadModel(ctx, c.name, g)
+			if err == nil {
+				err = be.ConfigureBatch(inst, 1)
+				inst.Close()
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: err = %v, want one saying %q", c.name, err, c.want)
+			}
+		}()
+	}
+}
