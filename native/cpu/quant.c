@@ -665,6 +665,14 @@ static void qg_pack_cols(const float *B, int64_t ldb, int64_t K, int64_t nl,
 
 /* ---- epilogue ------------------------------------------------------------ */
 
+/* QG_MV512 builds a function for AVX-512 too (the epilogue: 16 lanes of
+ * integer and float arithmetic, rint included). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define QG_MV512 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define QG_MV512
+#endif
+
 /* One row of a tile: the per-column terms are arrays (sb, cs, bias, mult
  * over the tile's columns), the per-row ones scalars. */
 typedef struct qg_row {
@@ -673,7 +681,7 @@ typedef struct qg_row {
 	int requant;
 } qg_row;
 
-SK_MV static void qg_epilogue(const int32_t *acc, int64_t w, const int32_t *sb,
+QG_MV512 static void qg_epilogue(const int32_t *acc, int64_t w, const int32_t *sb,
 			      const int32_t *cs, const int32_t *bcol, const float *mcol,
 			      int32_t K, qg_row r, float *y)
 {
