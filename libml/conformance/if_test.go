@@ -68,8 +68,10 @@ func ifGraph(a, b float32, inner bool) *graph.Graph {
 // from constants) runs its branch, with the branch's own constants, the
 // values it reads from the enclosing graph and an If nested in it, as
 // ONNX Runtime runs the whole If, after the ONNX round trip.
-// An If whose condition comes from the input at run time is refused as
-// an unsupported use (so that the appliance falls back to ONNX Runtime).
+// An If whose condition comes from the input at run time runs both
+// branches and keeps the taken one's value, as ONNX Runtime does; one
+// whose branches disagree in shape is refused as an unsupported use (so
+// that the appliance falls back to ONNX Runtime).
 func TestIfORT(t *testing.T) {
 	ob := ortBackend(t)
 	cb := cpuBackend(t)
@@ -103,16 +105,47 @@ func TestIfORT(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
-	// the condition from the input: x's first element > 0
+	// the condition from the input: x's largest element > b; both
+	// branches run, the taken one's value is kept
+	for _, c := range []struct {
+		name string
+		b    float32
+	}{{"run-time condition, then", 1}, {"run-time condition, else", 10}} {
+		g := ifGraph(2, c.b, true)
+		g.Nodes[0] = graph.Node{Name: "cmp", Op: "Greater", Inputs: []string{"x0", "b"}, Outputs: []string{"cond"}}
+		g.Nodes = append([]graph.Node{
+			{Name: "flat", Op: "Flatten", Inputs: []string{"x"}, Outputs: []string{"xf"}, Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 0}}},
+			{Name: "first", Op: "ReduceMax", Inputs: []string{"xf"}, Outputs: []string{"x0"}, Attrs: []graph.Attr{{Name: "keepdims", Kind: graph.AttrInt, I: 0}}},
+		}, g.Nodes...)
+		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: []int64{2, 3}, F32: make([]float32, 6)}
+		ref, err := runOnBackend(ctx, ob, c.name, g, x, want)
+		if err != nil {
+			t.Fatalf("%s: ONNX Runtime: %v", c.name, err)
+		}
+		got, err := runOnBackend(ctx, cb, c.name, g, x, want)
+		if err != nil {
+			t.Fatalf("%s: cpu engine: %v", c.name, err)
+		}
+		if err := Compare(got, ref); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	// branches whose outputs differ in shape cannot both run: refused as
+	// an unsupported use (so that the appliance falls back to ONNX
+	// Runtime)
 	g := ifGraph(2, 1, true)
 	g.Nodes[0] = graph.Node{Name: "cmp", Op: "Greater", Inputs: []string{"x0", "b"}, Outputs: []string{"cond"}}
 	g.Nodes = append([]graph.Node{
 		{Name: "flat", Op: "Flatten", Inputs: []string{"x"}, Outputs: []string{"xf"}, Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 0}}},
 		{Name: "first", Op: "ReduceMax", Inputs: []string{"xf"}, Outputs: []string{"x0"}, Attrs: []graph.Attr{{Name: "keepdims", Kind: graph.AttrInt, I: 0}}},
 	}, g.Nodes...)
-	_, err := engine.Load(g, engine.Options{})
+	els := g.Nodes[len(g.Nodes)-1].Attr("else_branch").G
+	els.Nodes = append(els.Nodes, graph.Node{Name: "flat", Op: "Flatten", Inputs: []string{"t1"}, Outputs: []string{"t2"},
+		Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 0}}})
+	els.Outputs[0].Name = "t2"
+	_, err := runOnBackend(ctx, cb, "mismatch", g, x, &graph.Tensor{Name: "y", DType: graph.Float32, Dims: []int64{2, 3}})
 	var ue *engine.UnsupportedError
-	if !errors.As(err, &ue) || ue.Op != "If" || !strings.Contains(err.Error(), "run time") {
-		t.Fatalf("If on a run-time condition: %v; want an unsupported use of If", err)
+	if !errors.As(err, &ue) || ue.Op != "If" || !strings.Contains(err.Error(), "must agree") {
+		t.Fatalf("If on a run-time condition, branches of two shapes: %v; want an unsupported use of If", err)
 	}
 }

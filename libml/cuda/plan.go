@@ -173,7 +173,7 @@ func plan(op Op, a *Args, v int) (int64, error) {
 		return elemGrid(n), nil
 	case OpBinary:
 		r := p[1]
-		if p[0] < 0 || p[0] > 7 {
+		if p[0] < 0 || p[0] > 12 {
 			return 0, fmt.Errorf("binary op %d", p[0])
 		}
 		if r < 1 || r > 6 {
@@ -234,6 +234,9 @@ func plan(op Op, a *Args, v int) (int64, error) {
 		r := p[0]
 		if r < 1 || r > 6 {
 			return 0, fmt.Errorf("rank %d", r)
+		}
+		if p[19] != 0 && (a.In[1] == 0 || a.In[2] == 0) {
+			return 0, errors.New("select: second source or condition missing")
 		}
 		idx := make([]int, r)
 		for i := range idx {

@@ -112,3 +112,47 @@ func TestBackendDynamicQuantEmu(t *testing.T) {
 		}
 	}
 }
+
+// An If on a run-time condition (a comparison kernel, both branches, a
+// selecting COPY) on the emulator gives the cpu backend's bits, for each
+// branch.
+func TestBackendRuntimeIfEmu(t *testing.T) {
+	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	ref := cpuBackend(t)
+	f := func(name string, v float32) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{}, F32: []float32{v}}
+	}
+	branch := func(op string, k float32) *graph.Graph {
+		return &graph.Graph{Name: op, Initializers: []*graph.Tensor{f("k", k)},
+			Nodes:   []graph.Node{{Name: "n", Op: op, Inputs: []string{"x", "k"}, Outputs: []string{"o"}}},
+			Outputs: []graph.ValueInfo{{Name: "o", DType: graph.Float32, Dims: []int64{1, 3}}}}
+	}
+	g := &graph.Graph{Name: "rif", Opset: 13,
+		Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 3}}},
+		Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32}},
+		Initializers: []*graph.Tensor{f("lim", 0)},
+		Nodes: []graph.Node{
+			{Name: "max", Op: "ReduceMax", Attrs: []graph.Attr{{Name: "keepdims", Kind: graph.AttrInt, I: 0}},
+				Inputs: []string{"x"}, Outputs: []string{"m"}},
+			{Name: "cmp", Op: "GreaterOrEqual", Inputs: []string{"m", "lim"}, Outputs: []string{"c"}},
+			{Name: "if", Op: "If", Inputs: []string{"c"}, Outputs: []string{"y"}, Attrs: []graph.Attr{
+				{Name: "then_branch", Kind: graph.AttrGraph, G: branch("Mul", 2)},
+				{Name: "else_branch", Kind: graph.AttrGraph, G: branch("Sub", 1)}}},
+		}}
+	inst := load(t, b, "rif", g, 1)
+	defer inst.Close()
+	rinst := load(t, ref, "rif", g, 1)
+	defer rinst.Close()
+	for _, in := range [][]float32{{-1, 0.5, 2}, {-3, -2, -0.5}} {
+		want := []float32{in[0] * 2, in[1] * 2, in[2] * 2}
+		if in[2] < 0 {
+			want = []float32{in[0] - 1, in[1] - 1, in[2] - 1}
+		}
+		got, cpuGot := infer(t, b, inst, 1, in), infer(t, ref, rinst, 1, in)
+		for i := range want {
+			if got[i] != want[i] || cpuGot[i] != want[i] {
+				t.Fatalf("input %v: emulator %v, cpu %v, want %v", in, got, cpuGot, want)
+			}
+		}
+	}
+}

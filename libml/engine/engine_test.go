@@ -291,18 +291,44 @@ func TestShapeSubgraphFolds(t *testing.T) {
 	}
 }
 
+// A runtime int64 tensor (a Cast of the input) is refused: the engine
+// computes float32, and stores uint8, int8, int32 and bool values in it,
+// nothing wider. (A runtime comparison's bool result is computed:
+// TestRuntimeCompare.)
 func TestRuntimeIntegerTensorRejected(t *testing.T) {
-	g := &graph.Graph{Name: "argmax", Opset: 13,
+	g := &graph.Graph{Name: "cast", Opset: 13,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4}}},
 		Outputs: []graph.ValueInfo{{Name: "y"}},
-		Nodes:   []graph.Node{{Name: "eq", Op: "Equal", Inputs: []string{"x", "x"}, Outputs: []string{"y"}}}}
+		Nodes: []graph.Node{{Name: "c", Op: "Cast", Attrs: []graph.Attr{{Name: "to", Kind: graph.AttrInt, I: int64(graph.Int64)}},
+			Inputs: []string{"x"}, Outputs: []string{"y"}}}}
 	m, err := Load(g, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = m.CompileBatch(1)
-	if err == nil || !strings.Contains(err.Error(), "runtime bool tensor") {
+	if err == nil || !strings.Contains(err.Error(), "runtime cast") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// A comparison of runtime values is a BINARY kernel whose bool result is
+// stored as 1 and 0.
+func TestRuntimeCompare(t *testing.T) {
+	g := &graph.Graph{Name: "eq", Opset: 13,
+		Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4}}},
+		Outputs:      []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{{Name: "k", DType: graph.Float32, Dims: []int64{}, F32: []float32{1}}},
+		Nodes:        []graph.Node{{Name: "ge", Op: "GreaterOrEqual", Inputs: []string{"x", "k"}, Outputs: []string{"y"}}}}
+	m, err := Load(g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.CompileBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Kernels) != 1 || p.Kernels[0].Op != OpBinary || p.Kernels[0].P[0] != BinGreaterEq {
+		t.Fatalf("%s", p)
 	}
 }
 

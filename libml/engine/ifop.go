@@ -6,15 +6,21 @@ import (
 	"sluice/libml/graph"
 )
 
-// If: the engine runs an If whose condition is known when the model is
-// loaded (a constant, or computed from constants only): the chosen branch's
-// nodes take the If's place, its values renamed into a scope of their own,
-// and everything else proceeds as if the graph had been written without
-// the If. Exported models often branch on what a fixed input shape makes
-// constant. A condition computed from the input at run time is refused
-// (UnsupportedError, so that the appliance can fall back to ONNX Runtime):
-// running both branches and selecting would cost both, and a branch may
-// read or produce values the other cannot.
+// If: an If whose condition is known when the model is loaded (a
+// constant, or computed from constants only) gives way to the chosen
+// branch's nodes, its values renamed into a scope of their own, and
+// everything else proceeds as if the graph had been written without the
+// If. Exported models often branch on what a fixed input shape makes
+// constant.
+//
+// An If on a condition computed at run time runs both branches, each in a
+// scope of its own, and a Select per output (a COPY that reads the
+// condition) keeps the taken branch's value. That costs both branches,
+// every time: a predictable cost, and a program that stays one straight
+// sequence of kernels (so preemption, restore and padding apply as
+// anywhere). The branches' outputs must have the same shapes; when they
+// do not, the model is refused (UnsupportedError, so that the appliance
+// can fall back to ONNX Runtime).
 
 // ifBranch returns the branch an If takes for condition cond.
 func ifBranch(n *graph.Node, cond *Tensor) (*graph.Graph, error) {
@@ -210,4 +216,58 @@ func renameFree(g *graph.Graph, rename func(string) string) *graph.Graph {
 		c.Outputs[i].Name = inner(o.Name)
 	}
 	return &c
+}
+
+// inlineIfBoth returns the nodes that replace If n on a run-time
+// condition: both branches inlined (scope+"then/", scope+"else/") and a
+// Select per output.
+func inlineIfBoth(n *graph.Node, scope string) ([]graph.Node, []*graph.Tensor, error) {
+	var nodes []graph.Node
+	var inits []*graph.Tensor
+	var outs [2][]string
+	for i, name := range []string{"then_branch", "else_branch"} {
+		a := n.Attr(name)
+		if a == nil || a.G == nil {
+			return nil, nil, fmt.Errorf("If %q: no %s", n.Name, name)
+		}
+		if len(a.G.Outputs) != len(n.Outputs) {
+			return nil, nil, fmt.Errorf("If %q: %s has %d outputs, the node %d", n.Name, name, len(a.G.Outputs), len(n.Outputs))
+		}
+		bn, bi, bo := inlineGraph(a.G, scope+name[:4]+"/", nil)
+		nodes = append(nodes, bn...)
+		inits = append(inits, bi...)
+		outs[i] = bo
+	}
+	for i, o := range n.Outputs {
+		if o == "" {
+			continue
+		}
+		nodes = append(nodes, graph.Node{Name: n.Name + "/select" + fmt.Sprint(i), Op: opSelect,
+			Inputs: []string{n.Inputs[0], outs[0][i], outs[1][i]}, Outputs: []string{o}})
+	}
+	return nodes, inits, nil
+}
+
+// refSelect is Select(cond, a, b): a where cond holds, else b; a and b of
+// one shape and type.
+func refSelect(e *ev) ([]*Tensor, error) {
+	c, a, b := e.in(0), e.in(1), e.in(2)
+	if c == nil || a == nil || b == nil {
+		return nil, fmt.Errorf("3 inputs needed")
+	}
+	if c.Len() != 1 {
+		return nil, fmt.Errorf("the condition has %d values, want 1", c.Len())
+	}
+	if !eqShape(a.Shape, b.Shape) || a.IsFloat() != b.IsFloat() {
+		return nil, &UnsupportedError{Op: "If", Node: e.n.Name,
+			Why: fmt.Sprintf("its condition is computed at run time and its branches give %s%v and %s%v: the engine runs both branches, so they must agree",
+				a.DType, a.Shape, b.DType, b.Shape)}
+	}
+	if !c.known() || !a.known() || !b.known() {
+		return one(shapeOnly(a.DType, a.Shape))
+	}
+	if c.at(0) != 0 {
+		return one(a)
+	}
+	return one(b)
 }

@@ -172,14 +172,24 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 			queue = append(nodes, queue...)
 			continue
 		}
-		if (n.Domain != "" && n.Domain != "ai.onnx") || !Supported(n.Op) {
+		if (n.Domain != "" && n.Domain != "ai.onnx") || (!Supported(n.Op) && n.Op != opSelect) {
 			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
 		}
 		if n.Op == "If" {
 			cond, ok := m.consts[n.Inputs[0]]
 			if !ok {
-				return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Node: n.Name,
-					Why: "its condition is computed from the input at run time (the engine runs an If whose condition is known at load)"})
+				// a run-time condition: both branches run, a Select per
+				// output keeps the taken one's value (ifop.go)
+				ifs++
+				nodes, inits, err := inlineIfBoth(&n, fmt.Sprintf("if%d/", ifs))
+				if err != nil {
+					return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
+				}
+				if err := addInits("If "+n.Name, inits); err != nil {
+					return nil, err
+				}
+				queue = append(nodes, queue...)
+				continue
 			}
 			b, err := ifBranch(&n, cond)
 			if err != nil {

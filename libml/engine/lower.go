@@ -44,8 +44,10 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerUnaryCode(g, act, a, b)
 	case n.Op == "Sum" || n.Op == "Mean" || ((n.Op == "Max" || n.Op == "Min") && len(n.Inputs) != 2):
 		return c.lowerVariadic(g)
-	case binaryOps[n.Op] != 0 || n.Op == "Add":
+	case binaryOps[n.Op] != 0 || n.Op == "Add" || compareOps[n.Op] != 0:
 		return c.lowerBinary(g)
+	case n.Op == opSelect:
+		return c.lowerSelect(g)
 	case n.Op == "Concat":
 		return c.lowerConcat(g)
 	case n.Op == "Transpose":
@@ -811,6 +813,9 @@ func (c *compiler) lowerBinary(g *group) error {
 	}
 	d := c.draft(g, OpBinary)
 	d.k.P[0] = int64(binaryOps[n.Op])
+	if op, ok := compareOps[n.Op]; ok {
+		d.k.P[0] = int64(op)
+	}
 	d.k.P[1] = int64(len(dims))
 	for i := range dims {
 		d.k.P[2+i], d.k.P[8+i], d.k.P[14+i] = dims[i], st[0][i], st[1][i]
@@ -1253,6 +1258,35 @@ func (c *compiler) lowerResize(g *group) error {
 	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
 		return err
 	}
+	c.emit(d)
+	return nil
+}
+
+// lowerSelect copies Select's a or b, as its run-time condition says (a
+// COPY whose p[19] reads the condition).
+func (c *compiler) lowerSelect(g *group) error {
+	n := c.node(g)
+	if len(n.Inputs) != 3 {
+		return fmt.Errorf("%d inputs, want 3", len(n.Inputs))
+	}
+	var ops [3]operand
+	for i := range ops {
+		var err error
+		if ops[i], err = c.operand(n.Inputs[i]); err != nil {
+			return err
+		}
+	}
+	out, ov, err := c.output(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	d := draft{k: Kernel{Op: OpCopy, Name: n.Name, Ops: "If"}, out: out}
+	d.in[0], d.in[1], d.in[2] = ops[1], ops[2], ops[0]
+	d.k.P[0] = 1
+	d.k.P[1] = max(ov.t.Len(), 1)
+	d.k.P[7] = 1
+	d.k.P[13] = 1
+	d.k.P[19] = 1
 	c.emit(d)
 	return nil
 }

@@ -88,7 +88,13 @@ const (
 	BinMax   = 5
 	BinMin   = 6
 	BinPRelu = 7
-	BinCount = 8
+	// Comparisons give 1 or 0: a bool tensor's values.
+	BinGreater   = 8
+	BinLess      = 9
+	BinEqual     = 10
+	BinGreaterEq = 11
+	BinLessEq    = 12
+	BinCount     = 13
 )
 
 // Reduce codes (enum sk_reduce).
@@ -139,6 +145,18 @@ var binaryOps = map[string]int{
 	"Add": BinAdd, "Sub": BinSub, "Mul": BinMul, "Div": BinDiv,
 	"Pow": BinPow, "Max": BinMax, "Min": BinMin, "PRelu": BinPRelu,
 }
+
+// compareOps are the comparisons the engine runs on float32 tensors at
+// run time (their bool results stored as 1 and 0).
+var compareOps = map[string]int{
+	"Greater": BinGreater, "Less": BinLess, "Equal": BinEqual,
+	"GreaterOrEqual": BinGreaterEq, "LessOrEqual": BinLessEq,
+}
+
+// opSelect is the engine's own operator for an If on a run-time condition
+// (Model.inlineIfBoth): Select(cond, a, b) is a where cond holds, else b,
+// both of one shape. It is no ONNX operator: a graph cannot name it.
+const opSelect = "sluice#Select"
 
 var reduceOps = map[string]int{
 	"ReduceMean": RedMean, "ReduceSum": RedSum, "ReduceMax": RedMax,

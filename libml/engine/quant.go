@@ -63,9 +63,9 @@ func (m *Model) batchCoupled() error {
 }
 
 // intStorage reports whether runtime tensors of type d live in the arena
-// as float32 integer values.
+// as float32 integer values (bool as 1 and 0: comparisons' results).
 func intStorage(d graph.DType) bool {
-	return d == graph.Uint8 || d == graph.Int8 || d == graph.Int32
+	return d == graph.Uint8 || d == graph.Int8 || d == graph.Int32 || d == graph.Bool
 }
 
 // intStorageOps may read runtime integer tensors: they move or compare
@@ -78,6 +78,7 @@ var intStorageOps = map[string]bool{
 	"Gather": true, "MaxPool": true, "GlobalMaxPool": true,
 	"QuantizeLinear": true, "DequantizeLinear": true, "MatMulInteger": true,
 	"ConvInteger": true, "QLinearMatMul": true, "QLinearConv": true,
+	opSelect: true,
 }
 
 // quantRange is the value range of quantised type d.

@@ -99,7 +99,7 @@ func init() {
 		"Identity": refIdentity, "Dropout": refIdentity, "Cast": refCast,
 		"Range": refRange, "Where": refWhere, "Not": refNot,
 		"RNN": refRecurrent, "GRU": refRecurrent, "LSTM": refRecurrent,
-		"If": refIf,
+		"If": refIf, opSelect: refSelect,
 	}
 	for op := range unaryActs {
 		refOps[op] = refUnary

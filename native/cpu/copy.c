@@ -11,7 +11,7 @@
 void sk_prep_copy(sk_kernel *k, int units)
 {
 	int64_t r = k->p[0];
-	if (r < 1 || r > SK_MAX_RANK) {
+	if (r < 1 || r > SK_MAX_RANK || (k->p[19] && (!k->in[1] || !k->in[2]))) {
 		k->grid = -1;
 		return;
 	}
@@ -53,7 +53,7 @@ void sk_block_copy(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			oi += idx * si[i];
 			oo += idx * so[i];
 		}
-		const float *x = k->in[0] + oi;
+		const float *x = (k->p[19] && k->in[2][0] == 0.0f ? k->in[1] : k->in[0]) + oi;
 		float *y = k->out + oo;
 		if (sin == 1 && sout == 1) {
 			memcpy(y, x, (size_t)inner * 4);

@@ -136,6 +136,21 @@ SK_MV static void bin_row(int op, float *y, const float *a, const float *b,
 	case SK_BIN_PRELU:
 		BIN_LOOPS(x < 0 ? x * z : x);
 		break;
+	case SK_BIN_GREATER:
+		BIN_LOOPS(x > z ? 1.0f : 0.0f);
+		break;
+	case SK_BIN_LESS:
+		BIN_LOOPS(x < z ? 1.0f : 0.0f);
+		break;
+	case SK_BIN_EQUAL:
+		BIN_LOOPS(x == z ? 1.0f : 0.0f);
+		break;
+	case SK_BIN_GREATER_EQ:
+		BIN_LOOPS(x >= z ? 1.0f : 0.0f);
+		break;
+	case SK_BIN_LESS_EQ:
+		BIN_LOOPS(x <= z ? 1.0f : 0.0f);
+		break;
 	}
 #undef BIN_LOOPS
 }

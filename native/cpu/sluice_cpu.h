@@ -115,7 +115,12 @@ enum sk_binop {
 	SK_BIN_MAX = 5,
 	SK_BIN_MIN = 6,
 	SK_BIN_PRELU = 7, /* x < 0 ? x*z : x */
-	SK_BIN_COUNT = 8
+	SK_BIN_GREATER = 8, /* comparisons: 1 or 0 (a bool tensor's values) */
+	SK_BIN_LESS = 9,
+	SK_BIN_EQUAL = 10,
+	SK_BIN_GREATER_EQ = 11,
+	SK_BIN_LESS_EQ = 12,
+	SK_BIN_COUNT = 13
 };
 
 /* Reduce codes (SK_OP_REDUCE p[3]). */
@@ -162,7 +167,10 @@ enum sk_reduce {
  * SOFTMAX  p: 0 outer 1 n 2 inner 3 log.
  * LAYERNORM in X,scale,bias (nullable). p: 0 rows 1 cols. f: 0 eps.
  * REDUCE   p: 0 outer 1 r 2 inner 3 mode.
- * COPY     p: 0 rank 1..6 dims 7..12 in strides 13..18 out strides.
+ * COPY     p: 0 rank 1..6 dims 7..12 in strides 13..18 out strides
+ *          19 select: in[2] holds one value that picks the source, in[0]
+ *          (nonzero) or in[1] (zero; same layout): an If on a run-time
+ *          condition.
  * RESIZE   p: 0 planes 1 H 2 W 3 OH 4 OW 5 mode (0 nearest, 1 linear,
  *          2 cubic)
  *          6 coord (0 half_pixel, 1 asymmetric, 2 align_corners,

@@ -5,7 +5,8 @@
  * per output element, SG_EPB elements per block.
  *
  * Parameters (native/cpu/sluice_cpu.h):
- *   COPY    p: 0 rank 1..6 dims 7..12 in strides 13..18 out strides.
+ *   COPY    p: 0 rank 1..6 dims 7..12 in strides 13..18 out strides 19
+ *           select (in[2][0] != 0 reads in[0], else in[1]).
  *   GATHER  aux = indices (device memory). p: 0 outer 1 axis 2 inner
  *           3 nidx.
  */
@@ -20,6 +21,9 @@ SG_DEV void sg_body_copy(const sg_args &a, sg_i64 blk, sg_state *st)
 	for (int d = 0; d < 6; d++)
 		if (d < rank)
 			n *= (int)a.p[1 + d];
+	/* p[19]: in[2] holds one value that picks the source (an If on a
+	 * run-time condition) */
+	const float *src = a.p[19] && a.in[2][0] == 0.0f ? a.in[1] : a.in[0];
 	int i0 = (int)blk * SG_EPB + (int)sg_tid();
 #pragma unroll
 	for (int k = 0; k < SG_EPB / SG_THREADS; k++) {
@@ -38,7 +42,7 @@ SG_DEV void sg_body_copy(const sg_args &a, sg_i64 blk, sg_state *st)
 				oo += (sg_i64)c * a.p[13 + d];
 			}
 		}
-		a.out[oo] = a.in[0][oi];
+		a.out[oo] = src[oi];
 	}
 }
 SG_ENTRY(sg_copy, sg_body_copy)

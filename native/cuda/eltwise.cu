@@ -34,7 +34,9 @@ SG_ENTRY(sg_unary, sg_body_unary)
 /* Binary codes: enum sk_binop. */
 enum {
 	SG_BIN_ADD = 0, SG_BIN_SUB = 1, SG_BIN_MUL = 2, SG_BIN_DIV = 3,
-	SG_BIN_POW = 4, SG_BIN_MAX = 5, SG_BIN_MIN = 6, SG_BIN_PRELU = 7
+	SG_BIN_POW = 4, SG_BIN_MAX = 5, SG_BIN_MIN = 6, SG_BIN_PRELU = 7,
+	SG_BIN_GREATER = 8, SG_BIN_LESS = 9, SG_BIN_EQUAL = 10,
+	SG_BIN_GREATER_EQ = 11, SG_BIN_LESS_EQ = 12
 };
 
 SG_DEV float sg_binop(int op, float x, float z)
@@ -54,6 +56,16 @@ SG_DEV float sg_binop(int op, float x, float z)
 		return x < z ? x : z;
 	case SG_BIN_PRELU:
 		return x < 0 ? x * z : x;
+	case SG_BIN_GREATER:
+		return x > z ? 1.0f : 0.0f;
+	case SG_BIN_LESS:
+		return x < z ? 1.0f : 0.0f;
+	case SG_BIN_EQUAL:
+		return x == z ? 1.0f : 0.0f;
+	case SG_BIN_GREATER_EQ:
+		return x >= z ? 1.0f : 0.0f;
+	case SG_BIN_LESS_EQ:
+		return x <= z ? 1.0f : 0.0f;
 	default:
 		return x + z;
 	}
