@@ -111,12 +111,7 @@ func TestIfORT(t *testing.T) {
 		name string
 		b    float32
 	}{{"run-time condition, then", 1}, {"run-time condition, else", 10}} {
-		g := ifGraph(2, c.b, true)
-		g.Nodes[0] = graph.Node{Name: "cmp", Op: "Greater", Inputs: []string{"x0", "b"}, Outputs: []string{"cond"}}
-		g.Nodes = append([]graph.Node{
-			{Name: "flat", Op: "Flatten", Inputs: []string{"x"}, Outputs: []string{"xf"}, Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 0}}},
-			{Name: "first", Op: "ReduceMax", Inputs: []string{"xf"}, Outputs: []string{"x0"}, Attrs: []graph.Attr{{Name: "keepdims", Kind: graph.AttrInt, I: 0}}},
-		}, g.Nodes...)
+		g := runtimeIfGraph(c.b)
 		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: []int64{2, 3}, F32: make([]float32, 6)}
 		ref, err := runOnBackend(ctx, ob, c.name, g, x, want)
 		if err != nil {
@@ -133,12 +128,7 @@ func TestIfORT(t *testing.T) {
 	// branches whose outputs differ in shape cannot both run: refused as
 	// an unsupported use (so that the appliance falls back to ONNX
 	// Runtime)
-	g := ifGraph(2, 1, true)
-	g.Nodes[0] = graph.Node{Name: "cmp", Op: "Greater", Inputs: []string{"x0", "b"}, Outputs: []string{"cond"}}
-	g.Nodes = append([]graph.Node{
-		{Name: "flat", Op: "Flatten", Inputs: []string{"x"}, Outputs: []string{"xf"}, Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 0}}},
-		{Name: "first", Op: "ReduceMax", Inputs: []string{"xf"}, Outputs: []string{"x0"}, Attrs: []graph.Attr{{Name: "keepdims", Kind: graph.AttrInt, I: 0}}},
-	}, g.Nodes...)
+	g := runtimeIfGraph(1)
 	els := g.Nodes[len(g.Nodes)-1].Attr("else_branch").G
 	els.Nodes = append(els.Nodes, graph.Node{Name: "flat", Op: "Flatten", Inputs: []string{"t1"}, Outputs: []string{"t2"},
 		Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 0}}})
@@ -148,4 +138,19 @@ func TestIfORT(t *testing.T) {
 	if !errors.As(err, &ue) || ue.Op != "If" || !strings.Contains(err.Error(), "must agree") {
 		t.Fatalf("If on a run-time condition, branches of two shapes: %v; want an unsupported use of If", err)
 	}
+}
+
+// runtimeIfGraph is ifGraph with its condition computed from the input:
+// x's largest element > b.
+func runtimeIfGraph(b float32) *graph.Graph {
+	g := ifGraph(2, b, true)
+	g.Nodes[0] = graph.Node{Name: "cmp", Op: "Greater", Inputs: []string{"x0", "b"}, Outputs: []string{"cond"}}
+	return prependNodes(g,
+		graph.Node{Name: "flat", Op: "Flatten", Inputs: []string{"x"}, Outputs: []string{"xf"}, Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 0}}},
+		graph.Node{Name: "first", Op: "ReduceMax", Inputs: []string{"xf"}, Outputs: []string{"x0"}, Attrs: []graph.Attr{{Name: "keepdims", Kind: graph.AttrInt, I: 0}}})
+}
+
+func prependNodes(g *graph.Graph, nodes ...graph.Node) *graph.Graph {
+	g.Nodes = append(nodes, g.Nodes...)
+	return g
 }

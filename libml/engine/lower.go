@@ -288,6 +288,25 @@ func collapse(dims []int64, strides ...[]int64) ([]int64, [][]int64) {
 	return od, os
 }
 
+// matmulOperands reads a MatMul's operands ai and bi and their shapes,
+// a 1-D A as one row and a 1-D B as one column.
+func (c *compiler) matmulOperands(n *graph.Node, ai, bi int) (a, b *cval, as, bs []int64, err error) {
+	if a, err = c.val(n.Inputs[ai]); err != nil {
+		return
+	}
+	if b, err = c.val(n.Inputs[bi]); err != nil {
+		return
+	}
+	as, bs = a.t.Shape, b.t.Shape
+	if len(as) == 1 {
+		as = []int64{1, as[0]}
+	}
+	if len(bs) == 1 {
+		bs = []int64{bs[0], 1}
+	}
+	return
+}
+
 // matmulBatch is the batch of a MatMul of A (as) and B (bs), both of
 // rank 2 or more: its dimensions, collapsed where contiguous, and the
 // strides of A, B and the result along them (elements), at most max of
@@ -314,20 +333,9 @@ func matmulBatch(as, bs []int64, max int) ([]int64, [][]int64, error) {
 
 func (c *compiler) lowerMatMul(g *group) error {
 	n := c.node(g)
-	a, err := c.val(n.Inputs[0])
+	_, _, as, bs, err := c.matmulOperands(n, 0, 1)
 	if err != nil {
 		return err
-	}
-	b, err := c.val(n.Inputs[1])
-	if err != nil {
-		return err
-	}
-	as, bs := a.t.Shape, b.t.Shape
-	if len(as) == 1 {
-		as = []int64{1, as[0]}
-	}
-	if len(bs) == 1 {
-		bs = []int64{bs[0], 1}
 	}
 	M, K, N := as[len(as)-2], as[len(as)-1], bs[len(bs)-1]
 	s := gemmSpec{N: N, K: K, lda: K, ldb: N, ldc: N, alpha: 1}

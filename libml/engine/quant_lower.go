@@ -278,20 +278,9 @@ func (c *compiler) lowerQMatMul(g *group) error {
 	if qlin {
 		ai, bi, zai, zbi = 0, 3, 2, 5
 	}
-	a, err := c.val(n.Inputs[ai])
+	a, b, as, bs, err := c.matmulOperands(n, ai, bi)
 	if err != nil {
 		return err
-	}
-	b, err := c.val(n.Inputs[bi])
-	if err != nil {
-		return err
-	}
-	as, bs := a.t.Shape, b.t.Shape
-	if len(as) == 1 {
-		as = []int64{1, as[0]}
-	}
-	if len(bs) == 1 {
-		bs = []int64{bs[0], 1}
 	}
 	M, K, N := as[len(as)-2], as[len(as)-1], bs[len(bs)-1]
 	s := qgemmSpec{N: N, K: K, lda: K, ldb: N, ldc: N,
