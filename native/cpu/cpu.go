@@ -367,13 +367,13 @@ func QGemmVNNI() bool { return C.sk_qgemm_vnni() != 0 }
 
 // QGEMM micro-kernels (SetQGemmKernel).
 const (
-	QGemmBest     = 0 // the best the CPU has (AMX, VNNI, AVX2, C)
-	QGemmPortable = 1 // portable C
-	QGemmNoVNNI   = 2 // the best without VNNI or AMX
-	QGemmNoAMX    = 3 // the best without AMX
+	QGemmBest     = int(C.SK_QGEMM_BEST)     // the best the CPU has (AMX, VNNI, AVX2, C)
+	QGemmPortable = int(C.SK_QGEMM_PORTABLE) // portable C
+	QGemmNoVNNI   = int(C.SK_QGEMM_NO_VNNI)  // the best without VNNI or AMX
+	QGemmNoAMX    = int(C.SK_QGEMM_NO_AMX)   // the best without AMX
 )
 
 // SetQGemmKernel picks the integer GEMM's micro-kernel (QGemmBest,
 // QGemmPortable, QGemmNoVNNI, QGemmNoAMX), for tests and benchmarks: the sums are
 // exact, so every choice gives the same bits.
-func SetQGemmKernel(which int) { C.sk_qgemm_set_portable(C.int(which)) }
+func SetQGemmKernel(which int) { C.sk_qgemm_set_kernel(C.int(which)) }

@@ -329,13 +329,15 @@ QG_AMX_TARGET static void qg_micro_amx(const uint8_t *u, int64_t ldu, const int8
 }
 #endif
 
-/* The micro-kernel in use: 0 the best the CPU has (AMX for full 32 x 32
- * tiles where K pads to 64, else VNNI, else AVX2, else C), 1 the portable
- * C one, 2 the best without VNNI or AMX, 3 the best without AMX (tests
- * compare them). */
-static int qg_force_portable;
+/* The micro-kernels in use (enum sk_qgemm_kernel; tests and benchmarks
+ * compare them): the best the CPU has is AMX for whole 32 x 32 tiles
+ * where K pads to 64, else VNNI, else AVX2, else C. */
+static int qg_kernel = SK_QGEMM_BEST;
 
-void sk_qgemm_set_portable(int on) { qg_force_portable = on < 0 || on > 3 ? 0 : on; }
+void sk_qgemm_set_kernel(int which)
+{
+	qg_kernel = which < SK_QGEMM_BEST || which > SK_QGEMM_NO_AMX ? SK_QGEMM_BEST : which;
+}
 
 int sk_qgemm_vnni(void)
 {
@@ -355,9 +357,9 @@ static qg_micro_fn qg_micro(void)
 		have = sk_qgemm_vnni();
 		avx2 = __builtin_cpu_supports("avx2");
 	}
-	if (qg_force_portable == 1)
+	if (qg_kernel == SK_QGEMM_PORTABLE)
 		return qg_micro_c;
-	if (have && (qg_force_portable == 0 || qg_force_portable == 3))
+	if (have && (qg_kernel == SK_QGEMM_BEST || qg_kernel == SK_QGEMM_NO_AMX))
 		return qg_micro_vnni;
 	if (avx2)
 		return qg_micro_avx2;
@@ -370,7 +372,7 @@ static qg_micro_fn qg_micro(void)
 static int qg_use_amx(int64_t kp)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-	return kp % 64 == 0 && qg_force_portable == 0 && qg_amx_ok();
+	return kp % 64 == 0 && qg_kernel == SK_QGEMM_BEST && qg_amx_ok();
 #else
 	(void)kp;
 	return 0;
@@ -633,7 +635,7 @@ static int qg_have512(void)
 		__builtin_cpu_init();
 		have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
 	}
-	return have && qg_force_portable != 1;
+	return have && qg_kernel != SK_QGEMM_PORTABLE;
 #else
 	return 0;
 #endif

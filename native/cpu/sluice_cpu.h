@@ -506,13 +506,19 @@ void sk_prep_quant(sk_kernel *k, int units);
 void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_qgemm(sk_kernel *k, int units);
 void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
-/* sk_qgemm_vnni reports whether the CPU has AVX-512 VNNI for QGEMM;
- * sk_qgemm_set_portable picks its micro-kernel: 0 the best the CPU has
- * (AMX tiles, VNNI, AVX2, C), 1 portable C, 2 the best without VNNI or
- * AMX (AVX2 where present), 3 the best without AMX. Tests compare them:
- * the sums are exact, so the bits are the same. */
+/* sk_qgemm_vnni reports whether the CPU has AVX-512 VNNI for QGEMM. */
 int sk_qgemm_vnni(void);
-void sk_qgemm_set_portable(int on);
+/* QGEMM's micro-kernels: the best the CPU has (AMX tiles, VNNI, AVX2, C),
+ * portable C, the best without VNNI or AMX (AVX2 where present), the best
+ * without AMX. The sums are exact, so every one gives the same bits. */
+enum sk_qgemm_kernel {
+	SK_QGEMM_BEST = 0,
+	SK_QGEMM_PORTABLE = 1,
+	SK_QGEMM_NO_VNNI = 2,
+	SK_QGEMM_NO_AMX = 3
+};
+/* sk_qgemm_set_kernel picks QGEMM's micro-kernels (tests, benchmarks). */
+void sk_qgemm_set_kernel(int which);
 
 /* ---- test hooks (runtime.c): holding a block ------------------------ */
 
