@@ -446,6 +446,19 @@ func winogradWeights(w []float32, cout, cin int64) []float32 {
 	return u
 }
 
+// convDims are a convolution's sizes, from its parameters (convP).
+type convDims struct {
+	N, C, H, W, G, Cout int64
+	OHW, Cg, Mg, Kd     int64 // output positions, channels per group, reduction
+}
+
+func dimsOf(p [16]int64) convDims {
+	d := convDims{N: p[0], C: p[1], H: p[2], W: p[3], G: p[5], Cout: p[4], OHW: p[14] * p[15]}
+	d.Cg, d.Mg = d.C/d.G, d.Cout/d.G
+	d.Kd = d.Cg * p[6] * p[7]
+	return d
+}
+
 // convOperands reads a convolution's runtime input xi and constant
 // weights wi and lays out its 16 parameters (convP).
 func (c *compiler) convOperands(n *graph.Node, xi, wi int) (x, w *cval, p [16]int64, err error) {
@@ -474,17 +487,13 @@ func (c *compiler) convOperands(n *graph.Node, xi, wi int) (x, w *cval, p [16]in
 
 func (c *compiler) lowerConv(g *group) error {
 	n := c.node(g)
-	x, w, p, err := c.convOperands(n, 0, 1)
+	_, w, p, err := c.convOperands(n, 0, 1)
 	if err != nil {
 		return err
 	}
-	xs := x.t.Shape
-	G, Cout := p[5], p[4]
-	N, C := xs[0], xs[1]
-	H, W := p[2], p[3]
-	OHW := p[14] * p[15]
-	Cg, Mg := C/G, Cout/G
-	Kd := Cg * p[6] * p[7]
+	dm := dimsOf(p)
+	N, C, H, W, G, Cout := dm.N, dm.C, dm.H, dm.W, dm.G, dm.Cout
+	OHW, Cg, Mg, Kd := dm.OHW, dm.Cg, dm.Mg, dm.Kd
 	wop, err := c.operand(n.Inputs[1])
 	if err != nil {
 		return err

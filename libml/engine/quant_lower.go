@@ -362,13 +362,9 @@ func (c *compiler) lowerQConv(g *group) error {
 	if err != nil {
 		return err
 	}
-	xs := x.t.Shape
-	G, Cout := p[5], p[4]
-	N, C := xs[0], xs[1]
-	H, W := p[2], p[3]
-	OHW := p[14] * p[15]
-	Cg, Mg := C/G, Cout/G
-	Kd := Cg * p[6] * p[7]
+	dm := dimsOf(p)
+	N, C, H, W, G, Cout := dm.N, dm.C, dm.H, dm.W, dm.G, dm.Cout
+	OHW, Cg, Mg, Kd := dm.OHW, dm.Cg, dm.Mg, dm.Kd
 	zw, zwRows, err := c.zeroPoint(n, zwi)
 	if err != nil {
 		return err
