@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"sluice/libml/graph"
+	"sluice/libml/quantize"
+	"sluice/libml/zoo"
 	ncpu "sluice/native/cpu"
 )
 
@@ -505,5 +507,68 @@ func TestQuantMalformed(t *testing.T) {
 				t.Errorf("%s: err = %v, want one saying %q", c.name, err, c.want)
 			}
 		}()
+	}
+}
+
+// TestQuantizedZooORT: whole quantised models (libml/quantize over the
+// zoo's SqueezeNet 1.1 and MobileNetV2 at 64x64, and a small BERT-shaped
+// encoder) give ONNX Runtime's outputs: their integer layers exactly,
+// the float layers after them (global pooling, the classifier, layer
+// norm, softmax) to float precision.
+func TestQuantizedZooORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		opt  zoo.Options
+	}{
+		{"squeezenet11", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 3}},
+		{"mobilenetv2", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 4}},
+		{"bert", zoo.Options{Layers: 1, SeqLen: 8, Hidden: 32, Heads: 2, FF: 64, Seed: 5}},
+	} {
+		g, err := zoo.Build(c.name, c.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, err = quantize.FoldBatchNorm(g); err != nil {
+			t.Fatal(err)
+		}
+		in := g.Inputs[0]
+		dims := append([]int64{1}, in.Dims[1:]...)
+		n := 1
+		for _, d := range dims {
+			n *= int(d)
+		}
+		feed := func(seed uint64) *graph.Tensor {
+			return &graph.Tensor{Name: in.Name, DType: graph.Float32, Dims: dims, F32: zoo.Input(seed, n)}
+		}
+		ranges, err := quantize.Calibrate(ctx, g, cb.RunGraph, []map[string]*graph.Tensor{{in.Name: feed(1)}, {in.Name: feed(2)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, _, err := quantize.Static(g, ranges)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := feed(9)
+		want := &graph.Tensor{Name: q.Outputs[0].Name, DType: graph.Float32}
+		// the output's shape: one request of the float model
+		fo, err := cb.RunGraph(ctx, g, map[string]*graph.Tensor{in.Name: x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.Dims = fo[g.Outputs[0].Name].Dims
+		ours, err := runOnBackend(ctx, cb, c.name, q, x, want)
+		if err != nil {
+			t.Fatalf("%s: cpu engine: %v", c.name, err)
+		}
+		theirs, err := runOnBackend(ctx, ob, c.name, q, x, want)
+		if err != nil {
+			t.Fatalf("%s: ONNX Runtime: %v", c.name, err)
+		}
+		if err := Compare(ours, theirs); err != nil {
+			t.Errorf("%s-int8: the engine vs ONNX Runtime: %v", c.name, err)
+		}
 	}
 }
