@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/libml/engine"
 	"sluice/libml/graph"
 	"sluice/libml/quantize"
 	"sluice/libml/zoo"
@@ -570,5 +571,133 @@ func TestQuantizedZooORT(t *testing.T) {
 		if err := Compare(ours, theirs); err != nil {
 			t.Errorf("%s-int8: the engine vs ONNX Runtime: %v", c.name, err)
 		}
+	}
+}
+
+// qdqGraph is a model in the QDQ form: x is quantised and dequantised,
+// then a Conv (3x3, padding 1) or a MatMul reads it with dequantised int8
+// weights (per output channel or per column) and a dequantised int32 bias
+// (Conv), a Relu follows, and the result is quantised (uint8, zero point
+// 0) and dequantised.
+func qdqGraph(conv bool) (*graph.Graph, *graph.Tensor) {
+	f := func(name string, dims []int64, v ...float32) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims, F32: v}
+	}
+	i := func(name string, dt graph.DType, dims []int64, v ...int64) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: dt, Dims: dims, I64: v}
+	}
+	const C, M, H, K, N = 4, 6, 5, 12, 7
+	xd, wd, sw := []int64{1, C, H, H}, []int64{M, C, 3, 3}, make([]float32, M)
+	if !conv {
+		xd, wd, sw = []int64{3, K}, []int64{K, N}, make([]float32, N)
+	}
+	n := numelOf(xd)
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: xd, F32: make([]float32, n)}
+	for j, v := range pattern(int64(n), 21, -300, 300) {
+		x.F32[j] = float32(v) / 100
+	}
+	for j := range sw {
+		sw[j] = 0.004 + float32(j)*0.001
+	}
+	sx := float32(0.025)
+	sb := make([]float32, len(sw))
+	for j := range sb {
+		sb[j] = sx * sw[j]
+	}
+	g := &graph.Graph{Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: xd}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32}},
+		Initializers: []*graph.Tensor{f("sx", []int64{}, sx), i("zx", graph.Uint8, []int64{}, 128),
+			i("wq", graph.Int8, wd, pattern(numelOf(wd), 4, -127, 127)...), f("sw", []int64{int64(len(sw))}, sw...),
+			i("zw", graph.Int8, []int64{int64(len(sw))}, make([]int64, len(sw))...),
+			f("sy", []int64{}, 0.05), i("zy", graph.Uint8, []int64{}, 0)},
+		Nodes: []graph.Node{
+			{Name: "qx", Op: "QuantizeLinear", Inputs: []string{"x", "sx", "zx"}, Outputs: []string{"xq"}},
+			{Name: "dqx", Op: "DequantizeLinear", Inputs: []string{"xq", "sx", "zx"}, Outputs: []string{"xd"}},
+		},
+	}
+	waxis := int64(0)
+	op := graph.Node{Name: "conv", Op: "Conv", Inputs: []string{"xd", "wd", "bd"}, Outputs: []string{"y0"},
+		Attrs: []graph.Attr{{Name: "pads", Kind: graph.AttrInts, Ints: []int64{1, 1, 1, 1}}}}
+	if !conv {
+		waxis = 1
+		op = graph.Node{Name: "mm", Op: "MatMul", Inputs: []string{"xd", "wd"}, Outputs: []string{"y0"}}
+	} else {
+		g.Initializers = append(g.Initializers, i("bq", graph.Int32, []int64{M}, pattern(M, 8, -2000, 2000)...),
+			f("sb", []int64{M}, sb...))
+		g.Nodes = append(g.Nodes, graph.Node{Name: "dqb", Op: "DequantizeLinear", Inputs: []string{"bq", "sb"}, Outputs: []string{"bd"},
+			Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 0}}})
+	}
+	g.Nodes = append(g.Nodes,
+		graph.Node{Name: "dqw", Op: "DequantizeLinear", Inputs: []string{"wq", "sw", "zw"}, Outputs: []string{"wd"},
+			Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: waxis}}},
+		op,
+		graph.Node{Name: "relu", Op: "Relu", Inputs: []string{"y0"}, Outputs: []string{"y1"}},
+		graph.Node{Name: "qy", Op: "QuantizeLinear", Inputs: []string{"y1", "sy", "zy"}, Outputs: []string{"yq"}},
+		graph.Node{Name: "dqy", Op: "DequantizeLinear", Inputs: []string{"yq", "sy", "zy"}, Outputs: []string{"y"}})
+	return g, x
+}
+
+func numelOf(d []int64) int64 {
+	n := int64(1)
+	for _, v := range d {
+		n *= v
+	}
+	return n
+}
+
+// TestQDQFused: a model in the QDQ form runs its Conv and MatMul as
+// integer kernels (the loader fuses each QuantizeLinear(op(Dequantize...))
+// into QLinearConv / QLinearMatMul), and gives ONNX Runtime's outputs,
+// which fuses them too. Against the float reading of the same graph (the
+// constant folder), no output is more than one quantum (y's scale) off.
+func TestQDQFused(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	for _, conv := range []bool{true, false} {
+		g, x := qdqGraph(conv)
+		m, err := engine.Load(g, engine.Options{Units: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := m.Compile(map[string][]int64{"x": x.Dims})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fusedOp := false
+		for _, k := range p.Kernels {
+			fusedOp = fusedOp || k.Op == engine.OpQGemm
+		}
+		if !fusedOp {
+			t.Fatalf("conv %v: no integer kernel in\n%s", conv, p)
+		}
+		fold, err := foldGraph(g, []*graph.Tensor{x})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fold["y"]
+		ours, err := runOnBackend(ctx, cb, "qdq", g, x, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		theirs, err := runOnBackend(ctx, ob, "qdq", g, x, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Compare(ours, theirs); err != nil {
+			t.Errorf("conv %v: the engine vs ONNX Runtime: %v", conv, err)
+		}
+		off := 0
+		for j, v := range ours.F32 {
+			d := v - want.F32[j]
+			if d > 0.0501 || d < -0.0501 {
+				t.Fatalf("conv %v: element %d = %v, the float reading %v: more than one quantum", conv, j, v, want.F32[j])
+			}
+			if d != 0 {
+				off++
+			}
+		}
+		t.Logf("conv %v: %d of %d outputs one quantum off the float reading", conv, off, len(ours.F32))
 	}
 }

@@ -92,7 +92,12 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 		opset = 17
 	}
 	m := &Model{name: g.Name, opset: opset, consts: map[string]*Tensor{}, opts: opts}
-	for _, n := range g.Nodes {
+	inits := make(map[string]*graph.Tensor, len(g.Initializers))
+	for _, t := range g.Initializers {
+		inits[t.Name] = t
+	}
+	gnodes := fuseQDQ(g, inits) // QDQ patterns into integer operators (qdq.go)
+	for _, n := range gnodes {
 		if (n.Domain != "" && n.Domain != "ai.onnx") || !Supported(n.Op) {
 			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
 		}
@@ -118,7 +123,7 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 	}
 	// fold constant subgraphs; an If whose condition is known by now
 	// gives way to its branch's nodes (ifop.go)
-	queue := append([]graph.Node(nil), g.Nodes...)
+	queue := append([]graph.Node(nil), gnodes...)
 	addInits := func(what string, inits []*graph.Tensor) error {
 		for _, t := range inits {
 			c, err := FromGraph(t)
