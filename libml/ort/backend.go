@@ -404,9 +404,8 @@ type Instance struct {
 	m        *model
 	maxBatch int
 	closed   bool
-	// Scratch for integer-typed inputs and outputs.
-	inScratch  []int64
-	outScratch []int64
+	// Scratch for integer-typed inputs and outputs (nil for float32).
+	inInts, outInts intBuf
 	// in is the batch input InferInput gathers requests into (the input
 	// tensor ONNX Runtime reads), ing its gatherer.
 	in  []float32
@@ -500,12 +499,8 @@ func (b *Backend) ConfigureBatch(inst libml.Instance, maxBatch int) error {
 		n = 1
 	}
 	i.in = make([]float32, maxBatch*i.m.inSize)
-	if i.m.inType != graph.Float32 {
-		i.inScratch = make([]int64, n*i.m.inSize)
-	}
-	if i.m.outType != graph.Float32 {
-		i.outScratch = make([]int64, n*i.m.outSize)
-	}
+	i.inInts = newIntBuf(i.m.inType, n*i.m.inSize)
+	i.outInts = newIntBuf(i.m.outType, n*i.m.outSize)
 	return nil
 }
 
@@ -584,47 +579,19 @@ func (i *Instance) run(ro *ortgo.RunOptions, n int, in, out []float32) error {
 	outShape := ortgo.Shape(m.outRunShapeFor(n))
 	var inV, outV ortgo.Value
 	var err error
-	if m.inType == graph.Float32 {
+	if i.inInts == nil {
 		inV, err = ortgo.NewTensor(inShape, in)
 	} else {
-		s := i.inScratch[:len(in)]
-		for k, v := range in {
-			s[k] = int64(v)
-		}
-		switch m.inType {
-		case graph.Int64:
-			inV, err = ortgo.NewTensor(inShape, s)
-		case graph.Uint8:
-			inV, err = ortgo.NewTensor(inShape, convert[int64, uint8](s))
-		case graph.Int8:
-			inV, err = ortgo.NewTensor(inShape, convert[int64, int8](s))
-		default:
-			inV, err = ortgo.NewTensor(inShape, convert[int64, int32](s))
-		}
+		inV, err = i.inInts.tensor(inShape, in)
 	}
 	if err != nil {
 		return fmt.Errorf("input tensor: %w", err)
 	}
 	defer inV.Destroy()
-	var out64 *ortgo.Tensor[int64]
-	var out32 *ortgo.Tensor[int32]
-	var outU8 *ortgo.Tensor[uint8]
-	var outI8 *ortgo.Tensor[int8]
-	switch m.outType {
-	case graph.Float32:
+	if i.outInts == nil {
 		outV, err = ortgo.NewTensor(outShape, out)
-	case graph.Int64:
-		out64, err = ortgo.NewTensor(outShape, i.outScratch[:len(out)])
-		outV = out64
-	case graph.Uint8:
-		outU8, err = ortgo.NewEmptyTensor[uint8](outShape)
-		outV = outU8
-	case graph.Int8:
-		outI8, err = ortgo.NewEmptyTensor[int8](outShape)
-		outV = outI8
-	default:
-		out32, err = ortgo.NewEmptyTensor[int32](outShape)
-		outV = out32
+	} else {
+		outV, err = i.outInts.tensor(outShape, nil)
 	}
 	if err != nil {
 		return fmt.Errorf("output tensor: %w", err)
@@ -633,23 +600,8 @@ func (i *Instance) run(ro *ortgo.RunOptions, n int, in, out []float32) error {
 	if err := m.sess.RunWithOptions([]ortgo.Value{inV}, []ortgo.Value{outV}, ro); err != nil {
 		return err
 	}
-	switch {
-	case out64 != nil:
-		for k, v := range out64.GetData() {
-			out[k] = float32(v)
-		}
-	case out32 != nil:
-		for k, v := range out32.GetData() {
-			out[k] = float32(v)
-		}
-	case outU8 != nil:
-		for k, v := range outU8.GetData() {
-			out[k] = float32(v)
-		}
-	case outI8 != nil:
-		for k, v := range outI8.GetData() {
-			out[k] = float32(v)
-		}
+	if i.outInts != nil {
+		i.outInts.read(out)
 	}
 	runtime.KeepAlive(in)
 	runtime.KeepAlive(out)
