@@ -361,10 +361,6 @@ func (ks *Kernels) RunBlock(i int, blk int64) {
 	C.free(unsafe.Pointer(ctx.flag))
 }
 
-// QGemmVNNI reports whether the integer GEMM kernel uses AVX-512 VNNI on
-// this CPU.
-func QGemmVNNI() bool { return C.sk_qgemm_vnni() != 0 }
-
 // QGEMM micro-kernels (SetQGemmKernel).
 const (
 	QGemmBest     = int(C.SK_QGEMM_BEST)     // the best the CPU has (AMX, VNNI, AVX2, C)

@@ -10,16 +10,18 @@
  *   QUANT  elementwise quantise / dequantise (per tensor or per axis), and
  *          the two reductions of DynamicQuantizeLinear (scale, zero point);
  *   QGEMM  batched Y = sum_k (A[m,k] - za) (B[k,n] - zb) over integer
- *          operands, with exact int32 accumulation: AVX-512 VNNI
- *          (vpdpbusd) where the CPU has it, portable C otherwise; both give
- *          the same bits (integer sums). Y is the int32 sum as float, or
- *          requantised: clamp(rint(float(acc + bias) * mult) + zy).
+ *          operands, with exact int32 accumulation: AMX tiles, AVX-512
+ *          VNNI (vpdpbusd), AVX2 (vpmaddwd) or portable C, as the CPU
+ *          allows (enum sk_qgemm_kernel); all give the same bits (integer
+ *          sums). Y is the int32 sum as float, or requantised:
+ *          clamp(rint(float(acc + bias) * mult) + zy).
  *
  * Params: see sluice_cpu.h.
  */
 #include "sluice_cpu.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -33,11 +35,11 @@
 void sk_prep_quant(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
-	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 0 || p[3] > 4 || p[4] > p[5]) {
+	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < SK_QUANT_QUANTIZE || p[3] > SK_QUANT_REQUANT || p[4] > p[5]) {
 		k->grid = -1;
 		return;
 	}
-	if (p[3] == 2 || p[3] == 3) {
+	if (p[3] == SK_QUANT_DYN_SCALE || p[3] == SK_QUANT_DYN_ZERO) {
 		k->grid = 1; /* one reduction over the whole tensor */
 		return;
 	}
@@ -51,27 +53,23 @@ static inline float q_clamp(float v, float lo, float hi)
 	return v < lo ? lo : (v > hi ? hi : v);
 }
 
-/* q_run applies QUANT mode mode (0, 1 or 4) with one scale and zero point
+/* q_run applies an elementwise QUANT mode with one scale and zero point
  * to n values (built for AVX2 too: rintf becomes one instruction). */
 SK_MV static void q_run(const float *x, float *y, int64_t n, int mode, float s, float z,
 			float lo, float hi)
 {
-	if (mode == 1) {
+	if (mode == SK_QUANT_DEQUANTIZE) {
 		for (int64_t j = 0; j < n; j++)
 			y[j] = (x[j] - z) * s;
-	} else if (mode == 4) {
-		for (int64_t j = 0; j < n; j++) {
-			float v = rintf(x[j] * s) + z;
-			y[j] = v < lo ? lo : (v > hi ? hi : v);
-		}
+	} else if (mode == SK_QUANT_REQUANT) {
+		for (int64_t j = 0; j < n; j++)
+			y[j] = q_clamp(rintf(x[j] * s) + z, lo, hi);
 	} else if (s == 0.0f) {
 		for (int64_t j = 0; j < n; j++)
 			y[j] = q_clamp(z, lo, hi);
 	} else {
-		for (int64_t j = 0; j < n; j++) {
-			float v = rintf(x[j] / s) + z;
-			y[j] = v < lo ? lo : (v > hi ? hi : v);
-		}
+		for (int64_t j = 0; j < n; j++)
+			y[j] = q_clamp(rintf(x[j] / s) + z, lo, hi);
 	}
 }
 
@@ -93,12 +91,12 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t n = p[0], C = p[1], inner = p[2];
 	float lo = (float)p[4], hi = (float)p[5];
 	const float *x = k->in[0], *sc = k->in[1], *zp = k->in[2];
-	if (p[3] == 2 || p[3] == 3) {
+	if (p[3] == SK_QUANT_DYN_SCALE || p[3] == SK_QUANT_DYN_ZERO) {
 		float mn, mx;
 		SK_POLL(ctx);
 		dyn_minmax(x, n, &mn, &mx);
 		float scale = (mx - mn) / (hi - lo);
-		if (p[3] == 2)
+		if (p[3] == SK_QUANT_DYN_SCALE)
 			k->out[0] = scale;
 		else
 			k->out[0] = scale == 0.0f ? lo : q_clamp(rintf(lo - mn / scale), lo, hi);
@@ -269,23 +267,6 @@ typedef struct qg_tilecfg {
 	uint8_t rows[16];
 } qg_tilecfg;
 
-/* qg_amx_ok: the CPU has AMX-INT8 and the kernel let this process use
- * the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, once). */
-static int qg_amx_ok(void)
-{
-	static int ok = -1;
-	if (ok < 0) {
-		__builtin_cpu_init();
-		ok = 0;
-#if defined(__linux__)
-		if (__builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("amx-tile"))
-			ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
-				     18 /* XFEATURE_XTILEDATA */) == 0;
-#endif
-	}
-	return ok;
-}
-
 /* qg_amx_begin loads the tile configuration for a block's AMX calls;
  * qg_amx_end releases the tiles. */
 /* The configuration lives in static memory: GCC 12 does not see
@@ -327,7 +308,37 @@ QG_AMX_TARGET static void qg_micro_amx(const uint8_t *u, int64_t ldu, const int8
 	_tile_stored(2, acc + 16 * QG_NR, QG_NR * 4);
 	_tile_stored(3, acc + 16 * QG_NR + 16, QG_NR * 4);
 }
+#else
+/* Without x86-64 and GCC only the portable kernels exist: qg_cpu stays
+ * all 0, so these never run. */
+#define qg_micro_vnni qg_micro_c
+#define qg_micro_avx2 qg_micro_c
+#define qg_micro_amx(u, ldu, s, kp, acc) ((void)0)
+#define qg_amx_begin() ((void)0)
+#define qg_amx_end() ((void)0)
 #endif
+
+/* What the CPU offers QGEMM, probed once. AMX tile data also needs the
+ * kernel's leave for the process (arch_prctl ARCH_REQ_XCOMP_PERM). */
+static struct {
+	int avx2, avx512, vnni, amx;
+} qg_cpu;
+static pthread_once_t qg_cpu_once = PTHREAD_ONCE_INIT;
+
+static void qg_probe(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	__builtin_cpu_init();
+	qg_cpu.avx2 = __builtin_cpu_supports("avx2");
+	qg_cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+	qg_cpu.vnni = qg_cpu.avx512 && __builtin_cpu_supports("avx512vnni");
+#if defined(__linux__)
+	if (__builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("amx-tile"))
+		qg_cpu.amx = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
+				     18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+#endif
+}
 
 /* The micro-kernels in use (enum sk_qgemm_kernel; tests and benchmarks
  * compare them): the best the CPU has is AMX for whole 32 x 32 tiles
@@ -339,74 +350,27 @@ void sk_qgemm_set_kernel(int which)
 	qg_kernel = which < SK_QGEMM_BEST || which > SK_QGEMM_NO_AMX ? SK_QGEMM_BEST : which;
 }
 
-int sk_qgemm_vnni(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
-#else
-	return 0;
-#endif
-}
+/* qg_impl is what one block runs: the vector micro-kernel, whether whole
+ * 32 x 32 tiles go to AMX (K padded to 64 by the compiler: p[28]), and
+ * whether the packing uses AVX-512. */
+typedef struct qg_impl {
+	qg_micro_fn micro;
+	int amx, pack512;
+} qg_impl;
 
-static qg_micro_fn qg_micro(void)
+static qg_impl qg_choose(int64_t kp)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-	static int have = -1, avx2 = -1;
-	if (have < 0) {
-		have = sk_qgemm_vnni();
-		avx2 = __builtin_cpu_supports("avx2");
-	}
+	pthread_once(&qg_cpu_once, qg_probe);
+	qg_impl q = {qg_micro_c, 0, 0};
 	if (qg_kernel == SK_QGEMM_PORTABLE)
-		return qg_micro_c;
-	if (have && (qg_kernel == SK_QGEMM_BEST || qg_kernel == SK_QGEMM_NO_AMX))
-		return qg_micro_vnni;
-	if (avx2)
-		return qg_micro_avx2;
-#endif
-	return qg_micro_c;
-}
-
-/* qg_use_amx: full 32 x 32 tiles go to AMX (K padded to 64 by the
- * compiler: p[28]). */
-static int qg_use_amx(int64_t kp)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	return kp % 64 == 0 && qg_kernel == SK_QGEMM_BEST && qg_amx_ok();
-#else
-	(void)kp;
-	return 0;
-#endif
-}
-
-static void qg_amx(const uint8_t *u, int64_t ldu, const int8_t *s, int64_t kp, int32_t *acc)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	qg_micro_amx(u, ldu, s, kp, acc);
-#else
-	(void)u, (void)ldu, (void)s, (void)kp, (void)acc;
-#endif
-}
-
-/* qg_amx_on / qg_amx_off bracket a block's AMX calls (on = 1). */
-static void qg_amx_on(int on)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (on)
-		qg_amx_begin();
-#else
-	(void)on;
-#endif
-}
-
-static void qg_amx_off(int on)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (on)
-		qg_amx_end();
-#else
-	(void)on;
-#endif
+		return q;
+	q.pack512 = qg_cpu.avx512;
+	if (qg_cpu.vnni && qg_kernel != SK_QGEMM_NO_VNNI)
+		q.micro = qg_micro_vnni;
+	else if (qg_cpu.avx2)
+		q.micro = qg_micro_avx2;
+	q.amx = qg_cpu.amx && qg_kernel == SK_QGEMM_BEST && kp % 64 == 0;
+	return q;
 }
 
 /* Tile sizes: the packed panels (mt + nt) x Kp bytes stay in L2. */
@@ -423,6 +387,17 @@ static int qg_params_ok(const sk_kernel *k)
 	       (p[26] == 0 || (p[26] == 1 && k->in[7] != NULL)) &&
 	       (p[27] == 0 || (p[27] == 1 && k->aux != NULL)) &&
 	       p[28] >= p[2] && p[28] % 4 == 0;
+}
+
+/* qg_scratch_bytes is a block's scratch: the row and column sums, the
+ * accumulator tile, the tile's per-column terms (3 x nt), the U tile (mt x
+ * kp, 64-aligned), the S panels (nt rounded to QG_NR, x kp) and, for a
+ * convolution's im2col built as floats, K x nt of them. */
+static int64_t qg_scratch_bytes(int64_t mt, int64_t nt, int64_t kp, int64_t K, int64_t im2col)
+{
+	int64_t b = 4 * (mt + nt) + 4 * QG_ACC + 3 * 4 * nt + 64 + mt * kp +
+		    SK_CDIV(nt, QG_NR) * QG_NR * kp;
+	return b + (im2col ? 4 * K * nt : 0) + 64;
 }
 
 void sk_prep_qgemm(sk_kernel *k, int units)
@@ -460,12 +435,7 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 	k->t[2] = mtiles;
 	k->t[3] = ntiles;
 	k->t[4] = kp;
-	/* U (mt x kp) + S (nt x kp) bytes, row and column sums, one acc tile */
-	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
-			4 * QG_ACC + 4 * 4 * nt + 256;
-	if (p[27])
-		bytes += 4 * K * nt; /* the im2col tile, floats */
-	k->scratch = SK_CDIV(bytes, 4);
+	k->scratch = SK_CDIV(qg_scratch_bytes(mt, nt, kp, K, p[27]), 4);
 	k->grid = nb * mtiles * ntiles;
 }
 
@@ -625,44 +595,30 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
 		_mm512_mask_storeu_epi32(csum + j0, live, cs);
 	}
 }
-#endif
 
-static int qg_have512(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-	static int have = -1;
-	if (have < 0) {
-		__builtin_cpu_init();
-		have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-	}
-	return have && qg_kernel != SK_QGEMM_PORTABLE;
 #else
-	return 0;
+#define qg_pack_rows_512(...) ((void)0)
+#define qg_pack_cols_512(...) ((void)0)
+#define qg_pack_im2col_512(...) ((void)0)
 #endif
-}
 
-static void qg_pack_rows(const float *A, int64_t lda, int64_t rows, int64_t K,
+/* qg_pack_rows / qg_pack_cols: AVX-512 (wide) or portable packing. */
+static void qg_pack_rows(int wide, const float *A, int64_t lda, int64_t rows, int64_t K,
 			 int64_t kp, int off, uint8_t *U, int32_t *rsum)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (qg_have512()) {
+	if (wide)
 		qg_pack_rows_512(A, lda, rows, K, kp, off, U, rsum);
-		return;
-	}
-#endif
-	qg_pack_rows_c(A, lda, rows, K, kp, off, U, rsum);
+	else
+		qg_pack_rows_c(A, lda, rows, K, kp, off, U, rsum);
 }
 
-static void qg_pack_cols(const float *B, int64_t ldb, int64_t K, int64_t nl,
+static void qg_pack_cols(int wide, const float *B, int64_t ldb, int64_t K, int64_t nl,
 			 int64_t kp, int off, int8_t *S, int32_t *csum)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-	if (qg_have512()) {
+	if (wide)
 		qg_pack_cols_512(B, ldb, K, nl, kp, off, S, csum);
-		return;
-	}
-#endif
-	qg_pack_cols_c(B, ldb, K, nl, kp, off, S, csum);
+	else
+		qg_pack_cols_c(B, ldb, K, nl, kp, off, S, csum);
 }
 
 /* ---- epilogue ------------------------------------------------------------ */
@@ -716,9 +672,7 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t roff = b1 * p[14] + b2 * p[15]; /* per-row parameters */
 	int aoff = p[16] ? 128 : 0, boff = p[17] ? 0 : 128;
 
-	int64_t bytes = mt * kp + SK_CDIV(nt, QG_NR) * QG_NR * kp + 4 * (mt + nt) +
-			4 * QG_ACC + 4 * 4 * nt + 256 + (p[27] ? 4 * K * nt + 64 : 0);
-	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(bytes, 4));
+	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(qg_scratch_bytes(mt, nt, kp, K, p[27]), 4));
 	if (!base)
 		return;
 	int32_t *rsum = (int32_t *)base;
@@ -732,13 +686,14 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 
 	/* U: rows m0.. of A as u8, packed once at compile time (constant A:
 	 * p[26], aoffs counts rows) or here */
+	qg_impl q = qg_choose(kp);
 	const uint8_t *Up;
 	const int32_t *rs;
 	if (p[26]) {
 		Up = (const uint8_t *)k->in[0] + (aoffs + m0) * kp;
 		rs = (const int32_t *)k->in[7] + aoffs + m0;
 	} else {
-		qg_pack_rows(k->in[0] + aoffs + m0 * lda, lda, ml, K, kp, aoff, U, rsum);
+		qg_pack_rows(q.pack512, k->in[0] + aoffs + m0 * lda, lda, ml, K, kp, aoff, U, rsum);
 		Up = U;
 		rs = rsum;
 		SK_POLL(ctx);
@@ -756,22 +711,20 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		const int64_t *c = k->aux;
 		int64_t Cg = c[1] / c[5];
 		const float *xg = k->in[1] + (b1 * c[1] + b2 * Cg) * c[2] * c[3];
-		if (qg_have512()) {
-#if defined(__x86_64__) && defined(__GNUC__)
+		if (q.pack512) {
 			qg_pack_im2col_512(xg, c, n0, nl, K, kp, boff, k->f[1], S, csum);
-#endif
 		} else {
 			float *col = (float *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
 			sk_im2col_tile(xg, Cg, c[2], c[3], c[6], c[7], c[8], c[9], c[10], c[11],
 				       c[12], c[13], c[15], n0, nl, col, nl, k->f[1]);
 			SK_POLL(ctx);
-			qg_pack_cols(col, nl, K, nl, kp, boff, S, csum);
+			qg_pack_cols(0, col, nl, K, nl, kp, boff, S, csum);
 		}
 		Sp = S;
 		cs = csum;
 		SK_POLL(ctx);
 	} else {
-		qg_pack_cols(B + n0, ldb, K, nl, kp, boff, S, csum);
+		qg_pack_cols(q.pack512, B + n0, ldb, K, nl, kp, boff, S, csum);
 		Sp = S;
 		cs = csum;
 		SK_POLL(ctx);
@@ -787,11 +740,11 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		mcol[j] = p[20] == 3 ? mult[n] : 1.0f;
 	}
 	qg_row row = {.zy = k->f[0], .lo = (float)p[23], .hi = (float)p[24], .requant = (int)p[22]};
-	qg_micro_fn micro = qg_micro();
 	/* AMX tiles are configured for the whole row loop (released before a
 	 * preempted block returns) */
-	int amx = qg_use_amx(kp) && ml >= QG_AMX_M && strips >= 2;
-	qg_amx_on(amx);
+	int amx = q.amx && ml >= QG_AMX_M && strips >= 2;
+	if (amx)
+		qg_amx_begin();
 	for (int64_t r0 = 0; r0 < ml;) {
 		/* 32 rows at a time on AMX tiles, else 8 on the vector unit */
 		int tile = amx && ml - r0 >= QG_AMX_M;
@@ -799,10 +752,10 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		for (int64_t s0 = 0; s0 < strips; s0 += 2) {
 			int ns = (int)SK_MIN((int64_t)2, strips - s0);
 			if (tile && ns == 2) {
-				qg_amx(Up + r0 * kp, kp, Sp + s0 * k4n * 64, kp, acc);
+				qg_micro_amx(Up + r0 * kp, kp, Sp + s0 * k4n * 64, kp, acc);
 			} else {
 				for (int rr = 0; rr < rows; rr += QG_MR)
-					micro(Up + (r0 + rr) * kp, kp, Sp + s0 * k4n * 64, kp,
+					q.micro(Up + (r0 + rr) * kp, kp, Sp + s0 * k4n * 64, kp,
 					      (int)SK_MIN((int64_t)QG_MR, (int64_t)(rows - rr)), ns,
 					      acc + rr * QG_NR);
 			}
@@ -818,10 +771,9 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			}
 		}
 		r0 += rows;
-#if SK_CHECKS
-		if (__atomic_load_n(ctx->flag, __ATOMIC_RELAXED))
+		if (SK_STOPPED(ctx))
 			break;
-#endif
 	}
-	qg_amx_off(amx);
+	if (amx)
+		qg_amx_end();
 }

@@ -506,8 +506,14 @@ void sk_prep_quant(sk_kernel *k, int units);
 void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_qgemm(sk_kernel *k, int units);
 void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
-/* sk_qgemm_vnni reports whether the CPU has AVX-512 VNNI for QGEMM. */
-int sk_qgemm_vnni(void);
+/* QUANT modes (p[3]). */
+enum sk_quant_mode {
+	SK_QUANT_QUANTIZE = 0,   /* clamp(rint(x/scale)+zp) */
+	SK_QUANT_DEQUANTIZE = 1, /* (x-zp)*scale */
+	SK_QUANT_DYN_SCALE = 2,  /* DynamicQuantizeLinear's scale */
+	SK_QUANT_DYN_ZERO = 3,   /* DynamicQuantizeLinear's zero point */
+	SK_QUANT_REQUANT = 4     /* clamp(rint(x*scale)+zp) */
+};
 /* QGEMM's micro-kernels: the best the CPU has (AMX tiles, VNNI, AVX2, C),
  * portable C, the best without VNNI or AMX (AVX2 where present), the best
  * without AMX. The sums are exact, so every one gives the same bits. */
@@ -564,16 +570,20 @@ int sk_gemm_nr(void);
 
 /* ---- helpers shared by the kernel files -------------------------------- */
 
-/* SK_POLL returns from the enclosing block when the stream is preempted. */
+/* SK_STOPPED is whether the stream is preempted (0 without checks); a
+ * block that must tidy up before it returns tests it. */
 #if SK_CHECKS
-#define SK_POLL(ctx)                                                   \
-	do {                                                           \
-		if (__atomic_load_n((ctx)->flag, __ATOMIC_RELAXED))     \
-			return;                                        \
-	} while (0)
+#define SK_STOPPED(ctx) (__atomic_load_n((ctx)->flag, __ATOMIC_RELAXED) != 0)
 #else
-#define SK_POLL(ctx) ((void)(ctx))
+#define SK_STOPPED(ctx) ((void)(ctx), 0)
 #endif
+
+/* SK_POLL returns from the enclosing block when the stream is preempted. */
+#define SK_POLL(ctx)                   \
+	do {                           \
+		if (SK_STOPPED(ctx))   \
+			return;        \
+	} while (0)
 
 /* SK_MV builds a function for AVX2+FMA and for baseline x86-64 and picks one
  * at load time, so the binary runs on any x86-64 host. */
