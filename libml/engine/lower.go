@@ -446,6 +446,10 @@ func winogradWeights(w []float32, cout, cin int64) []float32 {
 	return u
 }
 
+// depthwise reports whether a convolution of G groups of Cg input
+// channels each is depthwise (one input channel a group).
+func depthwise(G, Cg int64) bool { return G > 1 && Cg == 1 }
+
 // convDims are a convolution's sizes, from its parameters (convP).
 type convDims struct {
 	N, C, H, W, G, Cout int64
@@ -518,7 +522,7 @@ func (c *compiler) lowerConv(g *group) error {
 	pointwise := p[6] == 1 && p[7] == 1 && p[8] == 1 && p[9] == 1 && p[10] == 0 && p[11] == 0 &&
 		OHW == H*W
 	switch {
-	case G == C && G > 1:
+	case depthwise(G, Cg):
 		d := c.draft(g, OpDWConv)
 		copy(d.k.P[:16], p[:])
 		d.in = [MaxIn]operand{xop, wop, bias, res}

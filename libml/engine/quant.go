@@ -81,6 +81,16 @@ var intStorageOps = map[string]bool{
 	opSelect: true,
 }
 
+// need2 returns inputs i and j, both required.
+func (e *ev) need2(i, j int) (*Tensor, *Tensor, error) {
+	a, err := e.need(i)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := e.need(j)
+	return a, b, err
+}
+
 // quantRange is the value range of quantised type d.
 func quantRange(d graph.DType) (lo, hi int64, err error) {
 	switch d {
@@ -132,11 +142,7 @@ func quantize1(x, s, z, lo, hi float32) float32 {
 }
 
 func refQuantizeLinear(e *ev) ([]*Tensor, error) {
-	x, err := e.need(0)
-	if err != nil {
-		return nil, err
-	}
-	s, err := e.need(1)
+	x, s, err := e.need2(0, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -169,11 +175,7 @@ func refQuantizeLinear(e *ev) ([]*Tensor, error) {
 }
 
 func refDequantizeLinear(e *ev) ([]*Tensor, error) {
-	x, err := e.need(0)
-	if err != nil {
-		return nil, err
-	}
-	s, err := e.need(1)
+	x, s, err := e.need2(0, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -336,11 +338,7 @@ func integerConv(e *ev, x, w, zx, zw *Tensor) (*Tensor, error) {
 }
 
 func refMatMulInteger(e *ev) ([]*Tensor, error) {
-	a, err := e.need(0)
-	if err != nil {
-		return nil, err
-	}
-	b, err := e.need(1)
+	a, b, err := e.need2(0, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -352,11 +350,7 @@ func refMatMulInteger(e *ev) ([]*Tensor, error) {
 }
 
 func refConvInteger(e *ev) ([]*Tensor, error) {
-	x, err := e.need(0)
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.need(1)
+	x, w, err := e.need2(0, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -430,11 +424,7 @@ func (q qlinear) requantize(acc *Tensor, c func(i int64) int64) *Tensor {
 }
 
 func refQLinearMatMul(e *ev) ([]*Tensor, error) {
-	a, err := e.need(0)
-	if err != nil {
-		return nil, err
-	}
-	b, err := e.need(3)
+	a, b, err := e.need2(0, 3)
 	if err != nil {
 		return nil, err
 	}
@@ -454,11 +444,7 @@ func refQLinearMatMul(e *ev) ([]*Tensor, error) {
 }
 
 func refQLinearConv(e *ev) ([]*Tensor, error) {
-	x, err := e.need(0)
-	if err != nil {
-		return nil, err
-	}
-	w, err := e.need(3)
+	x, w, err := e.need2(0, 3)
 	if err != nil {
 		return nil, err
 	}

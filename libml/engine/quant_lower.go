@@ -381,8 +381,8 @@ func (c *compiler) lowerQConv(g *group) error {
 	if err != nil {
 		return err
 	}
-	if G == C && G > 1 {
-		ok, err := c.lowerQDepthwise(g, n, p, w, qlin, zxi, zwi, xop)
+	if depthwise(G, Cg) {
+		ok, err := c.lowerQDepthwise(g, n, p, w, qlin, wi, zxi, zwi, xop)
 		if ok || err != nil {
 			return err
 		}
@@ -456,12 +456,6 @@ func (c *compiler) lowerQConv(g *group) error {
 // kernel's bias).
 func int32Bits(v int32) float32 { return math.Float32frombits(uint32(v)) }
 
-// wi is the weight input of a quantisation node.
-func wi(n *graph.Node) int {
-	i, _, _, _ := quantWeightInputs(n)
-	return i
-}
-
 // exactFloat is the largest magnitude float32 holds every integer up to.
 const exactFloat = 1 << 24
 
@@ -472,7 +466,7 @@ const exactFloat = 1 << 24
 // integer below 2^24, so float32 computes it exactly in any order. The
 // requantisation is the QGEMM epilogue's, elementwise. It returns false
 // (nothing emitted) when the window is too large.
-func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval, qlin bool, zxi, zwi int, xop operand) (bool, error) {
+func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval, qlin bool, wi, zxi, zwi int, xop operand) (bool, error) {
 	Cout, win := w.t.Shape[0], p[6]*p[7]
 	var bias []float32
 	maxBias := 0.0
@@ -513,7 +507,7 @@ func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval
 	c.emit(d)
 	// the weights less theirs (at load, or here)
 	wop := noOperand
-	if off, ok := c.m.wOff[n.Inputs[wi(n)]+qdwSuffix]; ok {
+	if off, ok := c.m.wOff[n.Inputs[wi]+qdwSuffix]; ok {
 		wop = operand{sp: SpaceWeights, off: off}
 	} else {
 		per := w.t.Len() / Cout
@@ -615,7 +609,7 @@ func (m *Model) packQuantWeights() {
 		}
 		signed := w.DType == graph.Int8
 		switch {
-		case asA && len(w.Shape) >= 3 && w.Shape[1] == 1 && n.AttrInt("group", 1) > 1:
+		case asA && len(w.Shape) >= 3 && depthwise(n.AttrInt("group", 1), w.Shape[1]):
 			// depthwise: the float path's weights (the integer ones stay:
 			// lowerQDepthwise falls back to QGEMM for large windows)
 			if _, done := m.consts[name+qdwSuffix]; done {
