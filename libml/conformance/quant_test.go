@@ -532,27 +532,16 @@ func TestQuantizedZooORT(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g, err = quantize.FoldBatchNorm(g); err != nil {
+		sets, err := quantize.Samples(g, 3, 1, zoo.Input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, _, err := quantize.Model(ctx, g, cb.RunGraph, sets[:2])
+		if err != nil {
 			t.Fatal(err)
 		}
 		in := g.Inputs[0]
-		dims := append([]int64{1}, in.Dims[1:]...)
-		n := 1
-		for _, d := range dims {
-			n *= int(d)
-		}
-		feed := func(seed uint64) *graph.Tensor {
-			return &graph.Tensor{Name: in.Name, DType: graph.Float32, Dims: dims, F32: zoo.Input(seed, n)}
-		}
-		ranges, err := quantize.Calibrate(ctx, g, cb.RunGraph, []map[string]*graph.Tensor{{in.Name: feed(1)}, {in.Name: feed(2)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, _, err := quantize.Static(g, ranges)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := feed(9)
+		x := sets[2][in.Name]
 		want := &graph.Tensor{Name: q.Outputs[0].Name, DType: graph.Float32}
 		// the output's shape: one request of the float model
 		fo, err := cb.RunGraph(ctx, g, map[string]*graph.Tensor{in.Name: x})

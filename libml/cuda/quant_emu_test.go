@@ -19,25 +19,11 @@ func quantizedZoo(t *testing.T, name string, opt zoo.Options) *graph.Graph {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g, err = quantize.FoldBatchNorm(g); err != nil {
-		t.Fatal(err)
-	}
-	in := g.Inputs[0]
-	dims := append([]int64{1}, in.Dims[1:]...)
-	n := 1
-	for _, d := range dims {
-		n *= int(d)
-	}
-	var sets []map[string]*graph.Tensor
-	for s := range 2 {
-		sets = append(sets, map[string]*graph.Tensor{in.Name: {Name: in.Name, DType: graph.Float32,
-			Dims: dims, F32: zoo.Input(uint64(40+s), n)}})
-	}
-	ranges, err := quantize.Calibrate(context.Background(), g, cpuBackend(t).RunGraph, sets)
+	sets, err := quantize.Samples(g, 2, 40, zoo.Input)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, st, err := quantize.Static(g, ranges)
+	q, st, err := quantize.Model(context.Background(), g, cpuBackend(t).RunGraph, sets)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -504,3 +504,44 @@ func (q *quantizer) qlinear(n graph.Node, p plan) error {
 	q.g.Nodes = append(q.g.Nodes, node)
 	return nil
 }
+
+// Samples makes n calibration inputs for g's one input, at batch 1 (a
+// dynamic leading dimension becomes 1; any other dynamic dimension is an
+// error), input i filled by fill(first+i, its element count).
+func Samples(g *graph.Graph, n int, first uint64, fill func(seed uint64, size int) []float32) ([]map[string]*graph.Tensor, error) {
+	if len(g.Inputs) != 1 {
+		return nil, fmt.Errorf("quantize: the model has %d inputs, want 1", len(g.Inputs))
+	}
+	vi := g.Inputs[0]
+	dims := append([]int64{}, vi.Dims...)
+	size := 1
+	for i, d := range dims {
+		if d < 1 {
+			if i != 0 {
+				return nil, fmt.Errorf("quantize: input %q has a dynamic dimension %d", vi.Name, i)
+			}
+			dims[0] = 1
+		}
+		size *= int(dims[i])
+	}
+	sets := make([]map[string]*graph.Tensor, n)
+	for i := range sets {
+		sets[i] = map[string]*graph.Tensor{vi.Name: {Name: vi.Name, DType: graph.Float32, Dims: dims,
+			F32: fill(first+uint64(i), size)}}
+	}
+	return sets, nil
+}
+
+// Model quantises float graph g statically: FoldBatchNorm, Calibrate on
+// inputs through run, then Static.
+func Model(ctx context.Context, g *graph.Graph, run RunFunc, inputs []map[string]*graph.Tensor) (*graph.Graph, Stats, error) {
+	g, err := FoldBatchNorm(g)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	ranges, err := Calibrate(ctx, g, run, inputs)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	return Static(g, ranges)
+}

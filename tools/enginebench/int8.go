@@ -27,30 +27,16 @@ func buildModel(ctx context.Context, name string) (*graph.Graph, error) {
 	if err != nil || !int8 {
 		return g, err
 	}
-	if g, err = quantize.FoldBatchNorm(g); err != nil {
-		return nil, err
-	}
 	be := cpu.New()
 	if err := be.Init(ctx, libml.BackendConfig{Units: 1}); err != nil {
 		return nil, err
 	}
 	defer be.Deinit()
-	in := g.Inputs[0]
-	dims := append([]int64{1}, in.Dims[1:]...)
-	n := 1
-	for _, d := range dims {
-		n *= int(d)
-	}
-	var sets []map[string]*graph.Tensor
-	for s := range calibrationInputs {
-		sets = append(sets, map[string]*graph.Tensor{in.Name: {Name: in.Name, DType: graph.Float32, Dims: dims,
-			F32: zoo.Input(uint64(100+s), n)}})
-	}
-	ranges, err := quantize.Calibrate(ctx, g, be.RunGraph, sets)
+	sets, err := quantize.Samples(g, calibrationInputs, 100, zoo.Input)
 	if err != nil {
 		return nil, err
 	}
-	q, st, err := quantize.Static(g, ranges)
+	q, st, err := quantize.Model(ctx, g, be.RunGraph, sets)
 	if err != nil {
 		return nil, err
 	}

@@ -70,14 +70,11 @@ func run(in, zooName, out, calib string, random, units int) error {
 	if len(g.Inputs) != 1 {
 		return fmt.Errorf("the model has %d inputs; quantize calibrates one-input models", len(g.Inputs))
 	}
-	if g, err = quantize.FoldBatchNorm(g); err != nil {
-		return err
-	}
 	var sets []map[string]*graph.Tensor
 	if calib != "" {
 		sets, err = readCalib(calib, g.Inputs[0])
 	} else {
-		sets, err = randomInputs(g.Inputs[0], random)
+		sets, err = quantize.Samples(g, random, 1000, zoo.Input)
 	}
 	if err != nil {
 		return err
@@ -88,11 +85,7 @@ func run(in, zooName, out, calib string, random, units int) error {
 		return err
 	}
 	defer be.Deinit()
-	ranges, err := quantize.Calibrate(ctx, g, be.RunGraph, sets)
-	if err != nil {
-		return err
-	}
-	q, st, err := quantize.Static(g, ranges)
+	q, st, err := quantize.Model(ctx, g, be.RunGraph, sets)
 	if err != nil {
 		return err
 	}
@@ -139,27 +132,6 @@ func readCalib(dir string, vi graph.ValueInfo) ([]map[string]*graph.Tensor, erro
 		}
 		t.Name = vi.Name
 		sets = append(sets, map[string]*graph.Tensor{vi.Name: t})
-	}
-	return sets, nil
-}
-
-// randomInputs makes n seeded normal inputs of batch 1 for vi.
-func randomInputs(vi graph.ValueInfo, n int) ([]map[string]*graph.Tensor, error) {
-	dims := append([]int64{}, vi.Dims...)
-	size := 1
-	for i, d := range dims {
-		if d < 1 {
-			if i != 0 {
-				return nil, fmt.Errorf("input %q has a dynamic dimension %d: use -calib", vi.Name, i)
-			}
-			dims[0] = 1
-		}
-		size *= int(dims[i])
-	}
-	var sets []map[string]*graph.Tensor
-	for s := range n {
-		sets = append(sets, map[string]*graph.Tensor{vi.Name: {Name: vi.Name, DType: graph.Float32,
-			Dims: dims, F32: zoo.Input(uint64(1000+s), size)}})
 	}
 	return sets, nil
 }
