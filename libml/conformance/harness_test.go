@@ -87,6 +87,31 @@ func runOnBackend(ctx context.Context, be libml.Backend, name string, g *graph.G
 	return got, nil
 }
 
+// runAndCompare runs g on be (runOnBackend) and compares its output with
+// want.
+func runAndCompare(ctx context.Context, be libml.Backend, name string, g *graph.Graph, in, want *graph.Tensor) error {
+	got, err := runOnBackend(ctx, be, name, g, in, want)
+	if err != nil {
+		return err
+	}
+	return Compare(got, want)
+}
+
+// againstORT runs g through ONNX Runtime (ob) and be, and compares be's
+// output with ONNX Runtime's; want gives the output's name and shape. It
+// returns be's output.
+func againstORT(ctx context.Context, ob, be libml.Backend, name string, g *graph.Graph, in, want *graph.Tensor) (*graph.Tensor, error) {
+	ref, err := runOnBackend(ctx, ob, name, g, in, want)
+	if err != nil {
+		return nil, fmt.Errorf("ONNX Runtime: %w", err)
+	}
+	got, err := runOnBackend(ctx, be, name, g, in, want)
+	if err != nil {
+		return nil, fmt.Errorf("the engine: %w", err)
+	}
+	return got, Compare(got, ref)
+}
+
 // runNodeTest runs every data set and output of nt through be's
 // production path (LoadModel, ConfigureBatch, InferBatch), each output not
 // skipped by nodeSkips as its own one-output graph, and compares with the
@@ -102,11 +127,7 @@ func runNodeTest(ctx context.Context, be libml.Backend, nt *NodeTest) error {
 				continue
 			}
 			g := pruneOutputs(singleIO(nt, ds, feed, o))
-			got, err := runOnBackend(ctx, be, nt.Name, g, ds.Inputs[feed], want)
-			if err == nil {
-				err = Compare(got, want)
-			}
-			if err != nil {
+			if err := runAndCompare(ctx, be, nt.Name, g, ds.Inputs[feed], want); err != nil {
 				return fmt.Errorf("data set %d, output %q: %w", s, want.Name, err)
 			}
 		}

@@ -93,15 +93,7 @@ func TestIfORT(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: []int64{2, 3}, F32: make([]float32, 6)}
-		ref, err := runOnBackend(ctx, ob, c.name, g, x, want)
-		if err != nil {
-			t.Fatalf("%s: ONNX Runtime: %v", c.name, err)
-		}
-		got, err := runOnBackend(ctx, cb, c.name, g, x, want)
-		if err != nil {
-			t.Fatalf("%s: cpu engine: %v", c.name, err)
-		}
-		if err := Compare(got, ref); err != nil {
+		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
@@ -113,15 +105,7 @@ func TestIfORT(t *testing.T) {
 	}{{"run-time condition, then", 1}, {"run-time condition, else", 10}} {
 		g := runtimeIfGraph(c.b)
 		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: []int64{2, 3}, F32: make([]float32, 6)}
-		ref, err := runOnBackend(ctx, ob, c.name, g, x, want)
-		if err != nil {
-			t.Fatalf("%s: ONNX Runtime: %v", c.name, err)
-		}
-		got, err := runOnBackend(ctx, cb, c.name, g, x, want)
-		if err != nil {
-			t.Fatalf("%s: cpu engine: %v", c.name, err)
-		}
-		if err := Compare(got, ref); err != nil {
+		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}

@@ -47,11 +47,7 @@ func TestQuantNodeTestsKernels(t *testing.T) {
 				in := runtimeFeed(ds.Inputs[0])
 				for o, want := range ds.Outputs {
 					g := singleIO(nt, ds, 0, o)
-					got, err := runOnBackend(ctx, be, name, g, in, want)
-					if err == nil {
-						err = Compare(got, want)
-					}
-					if err != nil {
+					if err := runAndCompare(ctx, be, name, g, in, want); err != nil {
 						t.Errorf("data set %d, output %q: %v", s, want.Name, err)
 					}
 				}
@@ -212,11 +208,7 @@ func TestQGemmKernelsAgree(t *testing.T) {
 		want := fold["y"]
 		for _, k := range kernels {
 			ncpu.SetQGemmKernel(k.which)
-			got, err := runOnBackend(ctx, be, c.name, g, x, want)
-			if err == nil {
-				err = Compare(got, want)
-			}
-			if err != nil {
+			if err := runAndCompare(ctx, be, c.name, g, x, want); err != nil {
 				t.Errorf("%s, %s micro-kernel: %v", c.name, k.name, err)
 			}
 		}
@@ -376,11 +368,7 @@ func TestQConvPaths(t *testing.T) {
 		}
 		for _, k := range []int{ncpu.QGemmBest, ncpu.QGemmNoAMX, ncpu.QGemmNoVNNI, ncpu.QGemmPortable} {
 			ncpu.SetQGemmKernel(k)
-			got, err := runOnBackend(ctx, be, c.name, g, x, fold["y"])
-			if err == nil {
-				err = Compare(got, fold["y"])
-			}
-			if err != nil {
+			if err := runAndCompare(ctx, be, c.name, g, x, fold["y"]); err != nil {
 				t.Errorf("%s (micro-kernel %d): %v", c.name, k, err)
 			}
 		}
@@ -427,11 +415,7 @@ func TestQuantORTOracle(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: fold: %v", c.name, err)
 		}
-		got, err := runOnBackend(ctx, be, c.name, c.g, c.x, fold["y"])
-		if err == nil {
-			err = Compare(got, fold["y"])
-		}
-		if err != nil {
+		if err := runAndCompare(ctx, be, c.name, c.g, c.x, fold["y"]); err != nil {
 			t.Errorf("%s: ONNX Runtime vs the engine: %v", c.name, err)
 		}
 	}
@@ -549,15 +533,7 @@ func TestQuantizedZooORT(t *testing.T) {
 			t.Fatal(err)
 		}
 		want.Dims = fo[g.Outputs[0].Name].Dims
-		ours, err := runOnBackend(ctx, cb, c.name, q, x, want)
-		if err != nil {
-			t.Fatalf("%s: cpu engine: %v", c.name, err)
-		}
-		theirs, err := runOnBackend(ctx, ob, c.name, q, x, want)
-		if err != nil {
-			t.Fatalf("%s: ONNX Runtime: %v", c.name, err)
-		}
-		if err := Compare(ours, theirs); err != nil {
+		if _, err := againstORT(ctx, ob, cb, c.name, q, x, want); err != nil {
 			t.Errorf("%s-int8: the engine vs ONNX Runtime: %v", c.name, err)
 		}
 	}
@@ -666,15 +642,11 @@ func TestQDQFused(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fold["y"]
-		ours, err := runOnBackend(ctx, cb, "qdq", g, x, want)
-		if err != nil {
+		ours, err := againstORT(ctx, ob, cb, "qdq", g, x, want)
+		if ours == nil {
 			t.Fatal(err)
 		}
-		theirs, err := runOnBackend(ctx, ob, "qdq", g, x, want)
 		if err != nil {
-			t.Fatal(err)
-		}
-		if err := Compare(ours, theirs); err != nil {
 			t.Errorf("conv %v: the engine vs ONNX Runtime: %v", conv, err)
 		}
 		off := 0
