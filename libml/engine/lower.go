@@ -961,9 +961,20 @@ func (c *compiler) lowerVariadic(g *group) error {
 // (dims, sout) at dst+doff.
 func (c *compiler) copyKernel(g *group, ops string, src operand, soff int64, dst operand, doff int64,
 	dims, sin, sout []int64) error {
+	d, err := c.copyDraft(g, ops, src, soff, dst, doff, dims, sin, sout)
+	if err != nil {
+		return err
+	}
+	c.emit(d)
+	return nil
+}
+
+// copyDraft is copyKernel's COPY, not yet emitted.
+func (c *compiler) copyDraft(g *group, ops string, src operand, soff int64, dst operand, doff int64,
+	dims, sin, sout []int64) (draft, error) {
 	cd, st := collapse(dims, sin, sout)
 	if len(cd) > MaxRank {
-		return fmt.Errorf("copy of rank %d > %d", len(cd), MaxRank)
+		return draft{}, fmt.Errorf("copy of rank %d > %d", len(cd), MaxRank)
 	}
 	d := c.draft(g, OpCopy)
 	if ops != "" {
@@ -977,8 +988,7 @@ func (c *compiler) copyKernel(g *group, ops string, src operand, soff int64, dst
 	dst.off += doff
 	d.in[0] = src
 	d.out = dst
-	c.emit(d)
-	return nil
+	return d, nil
 }
 
 func (c *compiler) lowerConcat(g *group) error {
@@ -1301,12 +1311,12 @@ func (c *compiler) lowerSelect(g *group) error {
 	if err != nil {
 		return err
 	}
-	d := draft{k: Kernel{Op: OpCopy, Name: n.Name, Ops: "If"}, out: out}
-	d.in[0], d.in[1], d.in[2] = ops[1], ops[2], ops[0]
-	d.k.P[0] = 1
-	d.k.P[1] = max(ov.t.Len(), 1)
-	d.k.P[7] = 1
-	d.k.P[13] = 1
+	n1 := max(ov.t.Len(), 1)
+	d, err := c.copyDraft(g, "If", ops[1], 0, out, 0, []int64{n1}, []int64{1}, []int64{1})
+	if err != nil {
+		return err
+	}
+	d.in[1], d.in[2] = ops[2], ops[0]
 	d.k.P[19] = 1
 	c.emit(d)
 	return nil
