@@ -5,7 +5,8 @@
 // The weights are not trained: outputs are reproducible, not meaningful.
 //
 // Every model has one float32 input with a dynamic batch dimension and one
-// output.
+// output, except KWS, which has recurrent state inputs and outputs beside
+// them.
 package zoo
 
 import (
@@ -58,6 +59,7 @@ var builders = map[string]func(Options) *graph.Graph{
 	"squeezenet11": SqueezeNet11,
 	"bert":         BERT,
 	"mlp":          MLP,
+	"kws":          KWS,
 }
 
 // Names lists the zoo's models.
@@ -472,4 +474,40 @@ func MLP(o Options) *graph.Graph {
 	}
 	x = b.gemm(x, w, classes)
 	return b.finish(x, []int64{-1, int64(in)}, []int64{-1, int64(classes)})
+}
+
+// KWS builds a streaming keyword spotter, a model with recurrent state:
+// each request is one frame of o.Features (default 40) audio features; an
+// LSTM of o.Hidden (default 64) units carries its state h and c from a
+// flow's frame to the next, and a linear layer scores o.Classes (default
+// 12) keywords. Inputs: "input" [batch, features], "h" and "c" [1, batch,
+// hidden] (ONNX's LSTM layout: directions, batch, hidden). Outputs:
+// "logits" [batch, classes], "h_out" and "c_out" [1, batch, hidden]. An IF
+// serves it with state bindings h ← h_out and c ← c_out
+// (libml/stateful).
+func KWS(o Options) *graph.Graph {
+	def := func(v, d int) int {
+		if v <= 0 {
+			return d
+		}
+		return v
+	}
+	feat, hidden, classes := def(o.Features, 40), def(o.Hidden, 64), def(o.Classes, 12)
+	b := newBuilder("kws", o.Seed, 17)
+	x := b.node("Unsqueeze", []string{"input", b.initInt("kws_axis0", []int64{0})}) // [1, N, F]: one time step
+	f, h := int64(feat), int64(hidden)
+	w := b.init("lstm_w", []int64{1, 4 * h, f}, b.he(4*hidden*feat, feat, 0.7))
+	r := b.init("lstm_r", []int64{1, 4 * h, h}, b.he(4*hidden*hidden, hidden, 0.7))
+	bias := b.init("lstm_b", []int64{1, 8 * h}, b.small(8*hidden, 0.1))
+	b.g.Nodes = append(b.g.Nodes, graph.Node{Name: "lstm", Op: "LSTM", Inputs: []string{x, w, r, bias, "", "h", "c"},
+		Outputs: []string{"lstm_y", "h_out", "c_out"}, Attrs: []graph.Attr{intAttr("hidden_size", h)}})
+	y := b.node("Squeeze", []string{"h_out", "kws_axis0"}) // [N, hidden]
+	logits := b.gemm(y, hidden, classes)
+	b.g.Nodes = append(b.g.Nodes, graph.Node{Name: "logits", Op: "Identity", Inputs: []string{logits}, Outputs: []string{"logits"}})
+	state := graph.ValueInfo{DType: graph.Float32, Dims: []int64{1, -1, h}, DimParams: []string{"", "batch", ""}}
+	hin, cin, hout, cout := state, state, state, state
+	hin.Name, cin.Name, hout.Name, cout.Name = "h", "c", "h_out", "c_out"
+	b.g.Inputs = []graph.ValueInfo{{Name: "input", DType: graph.Float32, Dims: []int64{-1, f}, DimParams: []string{"batch"}}, hin, cin}
+	b.g.Outputs = []graph.ValueInfo{{Name: "logits", DType: graph.Float32, Dims: []int64{-1, int64(classes)}, DimParams: []string{"batch"}}, hout, cout}
+	return b.g
 }
