@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,8 +29,10 @@ import (
 	"sluice/libml/cuda"
 	"sluice/libml/engine"
 	"sluice/libml/graph"
+	"sluice/libml/onnx"
 	"sluice/libml/ort"
 	"sluice/libml/sched"
+	"sluice/libml/stateful"
 	"sluice/libml/zoo"
 	"sluice/orchestrator/inss"
 )
@@ -352,18 +355,33 @@ func (a *Appliance) unmapRegions() {
 	a.regions = nil
 }
 
-// loadInstance loads the model an IF section names.
-func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backend, libml.Instance, error) {
+// loadInstance loads the model an IF section names. A stateful IF's
+// model is packed (libml/stateful) into one input and one output row;
+// stateElems is the state's share of each row (0 for other IFs).
+func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (be libml.Backend, inst libml.Instance, stateElems int, err error) {
+	be, inst, layout, err := a.loadPacked(ctx, s)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if layout != nil {
+		stateElems = layout.StateElems
+	}
+	return be, inst, stateElems, nil
+}
+
+// loadPacked is loadInstance, with the stateful layout.
+func (a *Appliance) loadPacked(ctx context.Context, s *IFSection) (libml.Backend, libml.Instance, *stateful.Layout, error) {
 	be, err := a.backend(ctx, backendKey(s))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
+	var layout *stateful.Layout
 	var inst libml.Instance
 	kind, ref, _ := strings.Cut(s.Model, ":")
 	bl, loadsBytes := be.(libml.ModelBytesLoader)
 	switch {
 	case kind == "onnx" && loadsBytes:
-		inst, err = loadModelFile(ctx, bl, s, ref)
+		inst, layout, err = loadModelFile(ctx, bl, s, ref)
 	default:
 		var g *graph.Graph
 		if kind == "zoo" {
@@ -372,15 +390,10 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 			g, err = readONNX(ctx, ref)
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
+			return nil, nil, nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
 		}
-		if len(s.InputShape) > 0 {
-			if err := fixInputShape(g, s.InputShape); err != nil {
-				return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
-			}
-		}
-		if err := checkServable(g); err != nil {
-			return nil, nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
+		if layout, err = prepareGraph(g, s); err != nil {
+			return nil, nil, nil, fmt.Errorf("appliance: IF %q: model %s: %w", s.Name, s.Model, err)
 		}
 		inst, err = be.LoadModel(ctx, s.Name, g)
 		var ue *engine.UnsupportedError
@@ -388,28 +401,47 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 			// an operator the engine lacks: ONNX Runtime serves the file
 			ob, oerr := a.backend(ctx, "ort")
 			if oerr != nil {
-				return nil, nil, fmt.Errorf("appliance: IF %q: %w; no fallback: %w", s.Name, err, oerr)
+				return nil, nil, nil, fmt.Errorf("appliance: IF %q: %w; no fallback: %w", s.Name, err, oerr)
 			}
 			obl, ok := ob.(libml.ModelBytesLoader)
 			if !ok {
-				return nil, nil, fmt.Errorf("appliance: IF %q: %w; no fallback: backend %s does not load ONNX files", s.Name, err, ob.Name())
+				return nil, nil, nil, fmt.Errorf("appliance: IF %q: %w; no fallback: backend %s does not load ONNX files", s.Name, err, ob.Name())
 			}
-			fi, ferr := loadModelFile(ctx, obl, s, ref)
+			fi, fl, ferr := loadModelFile(ctx, obl, s, ref)
 			if ferr != nil {
-				return nil, nil, fmt.Errorf("appliance: IF %q: %w; the fallback to ONNX Runtime failed too: %w", s.Name, err, ferr)
+				return nil, nil, nil, fmt.Errorf("appliance: IF %q: %w; the fallback to ONNX Runtime failed too: %w", s.Name, err, ferr)
 			}
+			layout = fl
 			a.log.Warn("the engine lacks an operator of the model, or a use of one: ONNX Runtime serves the IF (fallback = \"none\" in the IF's spec refuses instead)",
 				"if", s.Name, "model", s.Model, "op", ue.Op, "why", ue.Why, "backend", s.Backend)
 			be, inst, err = ob, fi, nil
 		}
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
+		return nil, nil, nil, fmt.Errorf("appliance: IF %q: %w", s.Name, err)
 	}
 	if ri, ok := inst.(libml.RealTimeInstance); ok {
 		ri.SetRealTime(s.Class == "rt")
 	}
-	return be, inst, nil
+	return be, inst, layout, nil
+}
+
+// prepareGraph fixes g's input shape as s says and packs a stateful IF's
+// model, then checks that the IF manager can serve it.
+func prepareGraph(g *graph.Graph, s *IFSection) (*stateful.Layout, error) {
+	if len(s.InputShape) > 0 {
+		if err := fixInputShape(g, s.InputShape, s.State); err != nil {
+			return nil, err
+		}
+	}
+	var layout *stateful.Layout
+	if s.State != nil {
+		var err error
+		if layout, err = stateful.Pack(g, s.State); err != nil {
+			return nil, err
+		}
+	}
+	return layout, checkServable(g)
 }
 
 // fallsBack reports whether an IF may fall back to ONNX Runtime when the
@@ -421,13 +453,30 @@ func fallsBack(s *IFSection) bool {
 }
 
 // loadModelFile reads the ONNX file ref and loads it into bl, a backend
-// that compiles ONNX files itself, with the IF's input shape.
-func loadModelFile(ctx context.Context, bl libml.ModelBytesLoader, s *IFSection, ref string) (libml.Instance, error) {
+// that compiles ONNX files itself, with the IF's input shape; a stateful
+// IF's model is packed first, and handed over re-encoded.
+func loadModelFile(ctx context.Context, bl libml.ModelBytesLoader, s *IFSection, ref string) (libml.Instance, *stateful.Layout, error) {
 	data, err := readModelFile(ctx, ref)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return bl.LoadModelBytes(ctx, s.Name, data, s.InputShape)
+	if s.State == nil {
+		inst, err := bl.LoadModelBytes(ctx, s.Name, data, s.InputShape)
+		return inst, nil, err
+	}
+	g, err := onnx.Decode(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	layout, err := prepareGraph(g, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	if data, err = onnx.Encode(g); err != nil {
+		return nil, nil, err
+	}
+	inst, err := bl.LoadModelBytes(ctx, s.Name, data, nil)
+	return inst, layout, err
 }
 
 // Empty polls before a dpdk port's loop sleeps (ioloop.Config.Spin).
@@ -471,12 +520,14 @@ func backendKey(s *IFSection) string {
 // loadIF loads an IF's model and makes the IF (not yet started or routed).
 func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 	start := time.Now()
-	be, inst, err := a.loadInstance(ctx, &s)
+	be, inst, stateElems, err := a.loadInstance(ctx, &s)
 	if err != nil {
 		return nil, err
 	}
 	obs := a.metrics.observer(s.Name, s.Class)
-	f, err := ifmanager.New(s.Config(), be, inst, obs, a.log)
+	cfg := s.Config()
+	cfg.State.Elems = stateElems
+	f, err := ifmanager.New(cfg, be, inst, obs, a.log)
 	if err != nil {
 		_ = inst.Close()
 		return nil, err
@@ -495,10 +546,10 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 
 // fixInputShape gives the graph's data input (the one input that is not an
 // initializer) the per-request shape, keeping a leading batch dimension.
-func fixInputShape(g *graph.Graph, shape []int64) error {
+func fixInputShape(g *graph.Graph, shape []int64, state []stateful.Binding) error {
 	var data []int
 	for i, in := range g.Inputs {
-		if g.Initializer(in.Name) == nil {
+		if g.Initializer(in.Name) == nil && !slices.ContainsFunc(state, func(b stateful.Binding) bool { return b.Input == in.Name }) {
 			data = append(data, i)
 		}
 	}

@@ -86,7 +86,7 @@ input_shape = [3, 48, 192]
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fixInputShape(g, []int64{3, 48, 192}); err != nil {
+	if err := fixInputShape(g, []int64{3, 48, 192}, nil); err != nil {
 		t.Fatal(err)
 	}
 	inst, err := ref.LoadModel(ctx, "ref", g)

@@ -352,7 +352,7 @@ func (h *controlHandler) Swap(ctx context.Context, args orchestrator.SwapArgs) (
 		if err := newSpec.Validate(); err != nil {
 			return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "args.%v", err)
 		}
-		_, inst, err := h.a.loadInstance(ctx, &newSpec)
+		_, inst, _, err := h.a.loadInstance(ctx, &newSpec)
 		if err != nil {
 			return orchestrator.SwapResult{}, orchestrator.Errorf(orchestrator.CodeBadRequest, "%v", err)
 		}
@@ -586,7 +586,7 @@ func (a *Appliance) change(ctx context.Context, cur, next IFSection) error {
 	}
 	spec := ifmanager.SwapSpec{MaxBatch: next.MaxBatch}
 	if next.Model != cur.Model || !slices.Equal(next.InputShape, cur.InputShape) {
-		nbe, inst, err := a.loadInstance(ctx, &next)
+		nbe, inst, _, err := a.loadInstance(ctx, &next)
 		if err != nil {
 			return &loadError{err}
 		}

@@ -167,7 +167,7 @@ func cudaEmuAnswers(t *testing.T, model string, frames [][]byte) [][]float32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := fixInputShape(g, []int64{3, 48, 192}); err != nil {
+	if err := fixInputShape(g, []int64{3, 48, 192}, nil); err != nil {
 		t.Fatal(err)
 	}
 	b := cuda.NewBackend(cuda.Options{Emulate: true})

@@ -36,6 +36,8 @@ type collector struct {
 	deadlineExceeded, late *prometheus.Desc
 	// the inss placement's prediction per IF
 	predicted *prometheus.Desc
+	// stateful IFs' flows
+	flows, flowEvents *prometheus.Desc
 }
 
 func newCollector(a *Appliance) *collector {
@@ -74,6 +76,8 @@ func newCollector(a *Appliance) *collector {
 		modeSwitches: d("sched_rt_mode_switches_total", "Switches from normal to real-time mode.", "policy", "device"),
 	}
 	c.newPathDescs(d)
+	c.flows = d("if_flows", "Stateful IFs: the flows whose state the IF keeps.", "if", "class")
+	c.flowEvents = d("if_flow_events_total", "Stateful IFs: flows started (new, or back after their state was dropped), states dropped when idle, resets asked for by requests (the RESET flag), and requests of new flows refused because max_flows flows had state.", "if", "class", "event")
 	c.newDeadlineDescs(d)
 	c.predicted = d("if_predicted_latency_seconds", "Under placement inss: the latency InSS's latency model predicts for the IF at its units (compare sluice_request_duration_seconds).", "if", "class")
 	return c
@@ -179,6 +183,16 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.payloadCopies, f.C.PayloadCopies.Load(), l...)
 		gauge(c.outBuffers, float64(st.OutBuffers), l...)
 		gauge(c.outBuffersInUse, float64(st.OutBuffersInUse), l...)
+		if f.Stateful() {
+			fc := &f.C.Flows
+			gauge(c.flows, float64(fc.Flows.Load()), l...)
+			for _, e := range []struct {
+				name string
+				v    uint64
+			}{{"started", fc.Started.Load()}, {"idle", fc.Idle.Load()}, {"reset", fc.Resets.Load()}, {"full", fc.Full.Load()}} {
+				counter(c.flowEvents, e.v, cfg.Name, cfg.Class.String(), e.name)
+			}
+		}
 	}
 }
 

@@ -316,7 +316,7 @@ queue_len = 256
 	spec := a.ifs["a"].spec
 	a.mu.Unlock()
 	spec.Model = "zoo:squeezenet11"
-	_, inst, err := a.loadInstance(ctx, &spec)
+	_, inst, _, err := a.loadInstance(ctx, &spec)
 	if err != nil {
 		t.Fatal(err)
 	}

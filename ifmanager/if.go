@@ -71,6 +71,9 @@ type Config struct {
 	// instead of answering them deadline_exceeded (timeout_action
 	// "serve_late"; see deadline.go).
 	ServeLate bool
+	// State makes the IF stateful (flows.go): the instance's input and
+	// output rows end with a flow's state, which the IF keeps per flow.
+	State StateConfig
 }
 
 // Observer receives an IF's measurements; the appliance turns them into
@@ -94,9 +97,10 @@ func (nopObserver) Swap(time.Duration)                                          
 
 type item struct {
 	r        *ioloop.Request
-	queued   int64 // the IF's clock at admission
-	deadline int64 // when its result is due (deadlineOf); 0: none
-	rt       bool  // the request's class is RT: it is served before BE ones
+	queued   int64  // the IF's clock at admission
+	deadline int64  // when its result is due (deadlineOf); 0: none
+	rt       bool   // the request's class is RT: it is served before BE ones
+	seq      uint64 // admission order (a stateful IF runs a flow's requests in it)
 }
 
 // Counters are an IF's cumulative counts. Every request handed to Admit
@@ -134,6 +138,9 @@ type Counters struct {
 	// deadline: its demand, for the share tuner (a refusal for a deadline
 	// is demand the IF's share did not meet).
 	Arrivals atomic.Uint64
+	// Flows counts a stateful IF's flows (a request refused because the
+	// flow table was full is counted in Failed too).
+	Flows FlowCounters
 }
 
 // active is what the worker runs: the instance and its batch bound.
@@ -166,6 +173,15 @@ type IF struct {
 	stopped        chan struct{}
 
 	inElems, outElems int
+	// reqBytes is a request's payload size and replyElems an answer's
+	// float count: the instance's input and output less a stateful IF's
+	// state
+	reqBytes, replyElems int
+	// flows holds a stateful IF's flow states (nil: stateless); states
+	// is the running batch's, request by request
+	flows  *flowTable
+	states []*flowState
+	seq    atomic.Uint64
 	// enc says how a payload becomes the model's input (the backend
 	// converts it)
 	enc *libml.Encoding
@@ -254,6 +270,19 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 	if enc.Elems != f.inElems {
 		return nil, fmt.Errorf("ifmanager: IF %q: input shape %v has %d elements, the instance takes %d", cfg.Name, inst.InputShape(), enc.Elems, f.inElems)
 	}
+	f.reqBytes, f.replyElems = enc.Bytes, f.outElems
+	if st := cfg.State; st.Elems > 0 {
+		if enc.Format != libml.InputF32 {
+			return nil, &FieldError{Key: "input", Detail: fmt.Sprintf(" %q: a stateful IF takes %q payloads", enc.Format, libml.InputF32)}
+		}
+		if st.Elems >= f.inElems || st.Elems >= f.outElems {
+			return nil, fmt.Errorf("ifmanager: IF %q: a state of %d floats leaves no data in the instance's input (%d) or output (%d)", cfg.Name, st.Elems, f.inElems, f.outElems)
+		}
+		if f.flows, err = newFlowTable(st, &f.C.Flows); err != nil {
+			return nil, &FieldError{Key: "max_flows", Detail: strings.TrimPrefix(err.Error(), "max_flows")}
+		}
+		f.reqBytes, f.replyElems = 4*(f.inElems-st.Elems), f.outElems-st.Elems
+	}
 	f.enc, f.cfg.Input = enc, enc.Format
 	f.input = libml.Input{Enc: enc, Gathered: f.gathered, Loaded: f.loaded}
 	f.outs.init(f.outElems)
@@ -327,10 +356,13 @@ func (f *IF) prepare(inst libml.Instance, max int, units uint64, share float64) 
 func (f *IF) Config() Config { return f.cfg }
 
 // RequestBytes is the payload size a request must have.
-func (f *IF) RequestBytes() int { return f.enc.Bytes }
+func (f *IF) RequestBytes() int { return f.reqBytes }
 
 // ResponseBytes is the size of an ok response's output.
-func (f *IF) ResponseBytes() int { return 4 * f.outElems }
+func (f *IF) ResponseBytes() int { return 4 * f.replyElems }
+
+// Stateful reports whether the IF keeps state per flow.
+func (f *IF) Stateful() bool { return f.flows != nil }
 
 // QueueDepth is the number of queued requests.
 func (f *IF) QueueDepth() int { return int(f.depth.Load()) }
@@ -400,7 +432,7 @@ func (f *IF) Admit(r *ioloop.Request) wire.Status {
 		return wire.StatusShuttingDown
 	}
 	now := f.now()
-	it := item{r: r, queued: now, deadline: deadlineOf(r, f.sloNS.Load()), rt: r.Flags&wire.FlagRT != 0}
+	it := item{r: r, queued: now, deadline: deadlineOf(r, f.sloNS.Load()), rt: r.Flags&wire.FlagRT != 0, seq: f.seq.Add(1)}
 	d := f.depth.Load()
 	if d >= int64(f.cfg.QueueLen) {
 		f.C.Overloaded.Add(1)
@@ -796,9 +828,12 @@ func (f *IF) formBatch(limit int) []item {
 	if reject {
 		n, prefix, fin = pickBatch(f.cand, limit, now, est)
 	}
+	if f.flows != nil {
+		f.flows.markCandidates(f.cand)
+	}
 	k := 0
-	for _, it := range f.cand {
-		if len(b) < n && (prefix || it.meets(fin)) {
+	for i, it := range f.cand {
+		if len(b) < n && (prefix && i < n || !prefix && it.meets(fin)) && (f.flows == nil || f.flows.take(it)) {
 			f.unqueue(&it)
 			b = append(b, it)
 			continue
@@ -857,17 +892,33 @@ func (f *IF) serveBatch() {
 	in := &f.input
 	in.Reset()
 	n := 0
+	f.states = f.states[:0]
+	if f.flows != nil {
+		f.flows.sweep(t0)
+	}
 	for _, it := range b {
 		r := it.r
-		if int(r.TotalLen) != f.enc.Bytes {
+		if int(r.TotalLen) != f.reqBytes {
 			f.answer(it, wire.StatusBadInput, nil, nil, t0, t0)
 			continue
+		}
+		var st *flowState
+		if f.flows != nil {
+			if st = f.flows.state(r, t0); st == nil {
+				f.answer(it, wire.StatusOverloaded, nil, nil, t0, t0)
+				continue
+			}
 		}
 		var err error
 		if in.Payload, err = r.AppendPayload(in.Payload); err != nil {
 			f.log.Error("request payload", "request", r.ID, "err", err)
 			f.answer(it, wire.StatusInternal, nil, nil, t0, t0)
 			continue
+		}
+		if st != nil {
+			// the flow's state follows the payload in the input row
+			in.Payload = append(in.Payload, st.buf)
+			f.states = append(f.states, st)
 		}
 		in.EndRequest()
 		b[n] = it
@@ -901,6 +952,7 @@ func (f *IF) serveBatch() {
 		f.outs.put(ob)
 		f.obs.Batch(n, gather, compute, 0)
 		f.log.Error("inference failed", "batch", n, "err", err)
+		clear(f.states) // the flows keep the state they had
 		for _, it := range b {
 			f.answer(it, wire.StatusInternal, nil, nil, t0, t2)
 		}
@@ -928,14 +980,19 @@ func (f *IF) serveBatch() {
 		f.bottleneck = "compute"
 	}
 	f.mu.Unlock()
-	outBytes := 4 * f.outElems
+	rowBytes, replyBytes := 4*f.outElems, 4*f.replyElems
 	out := ob.bytes(n * f.outElems)
+	for i, st := range f.states {
+		// the flow's next request starts from the state this one left
+		copy(st.buf, out[i*rowBytes+replyBytes:(i+1)*rowBytes])
+	}
+	clear(f.states)
 	ob.pending.Store(int32(n))
 	for i, it := range b {
 		if it.deadline != 0 && t2 > it.deadline {
 			f.C.Late.Add(1)
 		}
-		f.answer(it, wire.StatusOK, out[i*outBytes:(i+1)*outBytes], ob.sent, t0, t2)
+		f.answer(it, wire.StatusOK, out[i*rowBytes:i*rowBytes+replyBytes], ob.sent, t0, t2)
 	}
 	f.batch = b[:0]
 	clear(b)

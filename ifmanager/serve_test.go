@@ -65,6 +65,15 @@ func newPath(t *testing.T, egressQueue, maxBatch int) *path {
 // port of buffers packet buffers.
 func newPathModel(t testing.TB, g *graph.Graph, egressQueue, maxBatch, buffers int) *path {
 	t.Helper()
+	mean, std := []float32{0.485, 0.456, 0.406}, []float32{0.229, 0.224, 0.225}
+	return newPathConfig(t, g, Config{Name: "sq", ModelID: 7, MinBatch: 1, MaxBatch: maxBatch, QueueLen: 64, Input: InputImageU8,
+		Mean: mean, Std: std, Batching: "fixed"}, egressQueue, buffers, nil)
+}
+
+// newPathConfig is newPathModel with the IF's configuration cfg; clock,
+// when set, is the IF's clock.
+func newPathConfig(t testing.TB, g *graph.Graph, cfg Config, egressQueue, buffers int, clock func() int64) *path {
+	t.Helper()
 	p := &path{t: t, obs: &signalObs{answered: make(chan wire.Status, 256)}, resp: map[uint64][][]byte{}}
 	p.be = cpu.New()
 	ctx := context.Background()
@@ -81,13 +90,14 @@ func newPathModel(t testing.TB, g *graph.Graph, egressQueue, maxBatch, buffers i
 	if err := p.be.ConfigureBatch(p.ref, 1); err != nil {
 		t.Fatal(err)
 	}
-	mean, std := []float32{0.485, 0.456, 0.406}, []float32{0.229, 0.224, 0.225}
-	p.f, err = New(Config{Name: "sq", ModelID: 7, MinBatch: 1, MaxBatch: maxBatch, QueueLen: 64, Input: InputImageU8,
-		Mean: mean, Std: std, Batching: "fixed"}, p.be, inst, p.obs, nil)
+	p.f, err = New(cfg, p.be, inst, p.obs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.enc, err = libml.NewEncoding(InputImageU8, mean, std, inst.InputShape()); err != nil {
+	if clock != nil {
+		p.f.now = clock
+	}
+	if p.enc, err = libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, inst.InputShape()); err != nil {
 		t.Fatal(err)
 	}
 	p.port, err = mem.New(mem.Config{Buffers: buffers, BufSize: 2048, OnTx: p.onTx})

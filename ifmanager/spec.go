@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"sluice/dataplane/wire"
+	"sluice/libml/stateful"
 )
 
 // Spec is one inference function as an operator writes it, in the one
@@ -79,6 +80,17 @@ type Spec struct {
 	// loads it into ONNX Runtime instead, FallbackNone makes it fail to
 	// load.
 	Fallback string `toml:"fallback" json:"fallback,omitempty"`
+	// State makes the IF a stateful stream: each binding feeds the output
+	// a flow's request gives into the input of the flow's next request
+	// (an LSTM's h and c), and the IF keeps each flow's state
+	// (libml/stateful, flows.go). Payloads are f32 then.
+	State []stateful.Binding `toml:"state" json:"state,omitempty"`
+	// StateIdleMS drops a flow's state after this many milliseconds
+	// without a request, 1..MaxSLOMS (default DefaultStateIdle).
+	StateIdleMS float64 `toml:"state_idle_ms" json:"state_idle_ms,omitempty"`
+	// MaxFlows bounds the flows a stateful IF keeps state for,
+	// 1..MaxFlowsLimit (default DefaultMaxFlows).
+	MaxFlows int `toml:"max_flows" json:"max_flows,omitempty"`
 }
 
 // Fallbacks (Spec.Fallback).
@@ -172,6 +184,9 @@ func (s *Spec) Validate() error {
 	}
 	if len(s.InputShape) == 0 {
 		s.InputShape = nil
+	}
+	if len(s.State) == 0 {
+		s.State = nil
 	}
 	if err := CheckName("name", s.Name); err != nil {
 		return err
@@ -268,6 +283,45 @@ func (s *Spec) Validate() error {
 		}
 		elems *= d
 	}
+	return s.validateState()
+}
+
+// validateState checks the stateful stream's fields.
+func (s *Spec) validateState() error {
+	if s.State == nil {
+		switch {
+		case s.StateIdleMS != 0:
+			return fieldErr("state_idle_ms", ": only for IFs with state bindings (state)")
+		case s.MaxFlows != 0:
+			return fieldErr("max_flows", ": only for IFs with state bindings (state)")
+		}
+		return nil
+	}
+	seen := map[string]bool{}
+	for i, b := range s.State {
+		for _, v := range []struct{ key, name string }{{"input", b.Input}, {"output", b.Output}} {
+			key := fmt.Sprintf("state[%d].%s", i, v.key)
+			if v.name == "" {
+				return fieldErr(key, ": required")
+			}
+			if len(v.name) > 256 {
+				return fieldErr(key, " %.16q...: longer than 256 bytes", v.name)
+			}
+			if seen[v.key+":"+v.name] {
+				return fieldErr(key, " %q: bound twice", v.name)
+			}
+			seen[v.key+":"+v.name] = true
+		}
+	}
+	if s.Input != "" && s.Input != InputF32 {
+		return fieldErr("input", " %q: a stateful IF (state) takes %q payloads", s.Input, InputF32)
+	}
+	if math.IsNaN(s.StateIdleMS) || s.StateIdleMS < 0 || s.StateIdleMS > MaxSLOMS {
+		return fieldErr("state_idle_ms", " %v: want 1..%d", s.StateIdleMS, MaxSLOMS)
+	}
+	if s.MaxFlows < 0 || s.MaxFlows > MaxFlowsLimit {
+		return fieldErr("max_flows", " %d: out of range 1..%d", s.MaxFlows, MaxFlowsLimit)
+	}
 	return nil
 }
 
@@ -350,5 +404,6 @@ func (s *Spec) Config() Config {
 	}
 	return Config{Name: s.Name, ModelID: s.ModelID, Class: class, MinBatch: s.MinBatch, MaxBatch: s.MaxBatch,
 		QueueLen: s.QueueLen, Input: s.Input, Mean: s.Mean, Std: s.Std, SLO: s.SLO(), Batching: s.Batching,
-		Share: s.Share, ServeLate: s.TimeoutAction == TimeoutServeLate}
+		Share: s.Share, ServeLate: s.TimeoutAction == TimeoutServeLate,
+		State: StateConfig{Idle: time.Duration(s.StateIdleMS * float64(time.Millisecond)), MaxFlows: s.MaxFlows}}
 }

@@ -46,8 +46,11 @@ const (
 	FlagRT uint8 = 1 << 0
 	// FlagDeadline says the deadline field holds a latency budget.
 	FlagDeadline uint8 = 1 << 1
+	// FlagReset starts the request's flow from a fresh state on an IF
+	// that keeps state per flow (a stateful stream); other IFs ignore it.
+	FlagReset uint8 = 1 << 2
 	// flagsKnown is every flag bit version 1 defines; others must be zero.
-	flagsKnown = FlagRT | FlagDeadline
+	flagsKnown = FlagRT | FlagDeadline | FlagReset
 )
 
 // Class is a request's scheduling class.

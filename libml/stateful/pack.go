@@ -21,7 +21,8 @@ import (
 // Output takes for a flow's request is what Input gets for the flow's next
 // request.
 type Binding struct {
-	Input, Output string
+	Input  string `toml:"input" json:"input"`
+	Output string `toml:"output" json:"output"`
 }
 
 // Names of the packed model's input and output.
