@@ -81,7 +81,16 @@ func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
 		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share, Demand: demandOf(spec),
 		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded,
 		TimeoutAction: spec.TimeoutAction, DeadlineExceeded: st.DeadlineAdmission + st.DeadlineBatch,
-		P99MS: float64(st.P99) / 1e6, Bottleneck: bottleneckOf(st)}
+		P99MS: float64(st.P99) / 1e6, Bottleneck: bottleneckOf(st), Flows: flowsOf(r.f)}
+}
+
+// flowsOf is a stateful IF's flow count, nil for other IFs.
+func flowsOf(f *ifmanager.IF) *int {
+	if !f.Stateful() {
+		return nil
+	}
+	n := int(f.C.Flows.Flows.Load())
+	return &n
 }
 
 // bottleneckOf is the IF's bottleneck, "" before its first batch.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"sluice/dataplane/wire"
+	"sluice/libml/stateful"
 )
 
 // A profile's [[if]] table and the deploy command's args are one schema:
@@ -65,6 +66,13 @@ func TestSpecValidateNamesTheKey(t *testing.T) {
 		{func(s *Spec) { s.InputShape = make([]int64, 9) }, "input_shape", "input_shape: 9 dims, at most 8"},
 		{func(s *Spec) { s.InputShape = []int64{1 << 20, 1 << 20} }, "input_shape", "more than 268435456 elements"},
 		{func(s *Spec) { s.InputShape = []int64{1 << 62, 1 << 62} }, "input_shape", "more than 268435456 elements"},
+		{func(s *Spec) { s.StateIdleMS = 5 }, "state_idle_ms", "state_idle_ms: only for IFs with state bindings"},
+		{func(s *Spec) { s.MaxFlows = 5 }, "max_flows", "max_flows: only for IFs with state bindings"},
+		{func(s *Spec) { s.State = []stateful.Binding{{Input: "h"}} }, "state[0].output", "state[0].output: required"},
+		{func(s *Spec) { s.State = []stateful.Binding{{Input: "h", Output: "a"}, {Input: "h", Output: "b"}} }, "state[1].input", `state[1].input "h": bound twice`},
+		{func(s *Spec) { s.State, s.Input = []stateful.Binding{{Input: "h", Output: "a"}}, InputImageU8 }, "input", `input "u8-hwc": a stateful IF (state) takes "f32" payloads`},
+		{func(s *Spec) { s.State, s.MaxFlows = []stateful.Binding{{Input: "h", Output: "a"}}, -1 }, "max_flows", "max_flows -1: out of range 1..1048576"},
+		{func(s *Spec) { s.State, s.StateIdleMS = []stateful.Binding{{Input: "h", Output: "a"}}, math.NaN() }, "state_idle_ms", "state_idle_ms NaN"},
 	} {
 		s := ok
 		tc.edit(&s)
@@ -82,11 +90,11 @@ func TestSpecValidateNamesTheKey(t *testing.T) {
 // An empty list is an absent one: Validate makes it nil, so the spec
 // survives JSON's omitempty (the fuzzer's finding in FuzzParseRequest).
 func TestSpecEmptyListsAreAbsent(t *testing.T) {
-	s := Spec{Name: "det", Model: "zoo:resnet18", Mean: []float32{}, Std: []float32{}, InputShape: []int64{}}
+	s := Spec{Name: "det", Model: "zoo:resnet18", Mean: []float32{}, Std: []float32{}, InputShape: []int64{}, State: []stateful.Binding{}}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if s.Mean != nil || s.Std != nil || s.InputShape != nil {
+	if s.Mean != nil || s.Std != nil || s.InputShape != nil || s.State != nil {
 		t.Fatalf("empty lists kept: %#v", s)
 	}
 	b, err := json.Marshal(s)

@@ -234,6 +234,9 @@ type IFStatus struct {
 	// longer than the model, "compute" otherwise (absent before the
 	// first batch).
 	Bottleneck string `json:"bottleneck,omitempty"`
+	// Flows is the number of flows a stateful IF keeps state for (absent
+	// for other IFs).
+	Flows *int `json:"flows,omitempty"`
 }
 
 // DrainArgs are drain's arguments: stop admitting requests, finish the

@@ -1,0 +1,184 @@
+package appliance
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sluice/dataplane/dptest"
+	"sluice/dataplane/wire"
+	"sluice/libml"
+	"sluice/libml/cpu"
+	"sluice/libml/ort"
+	"sluice/libml/stateful"
+	"sluice/libml/zoo"
+	"sluice/orchestrator"
+)
+
+// statefulProfile serves the zoo's streaming keyword spotter (an LSTM
+// whose state h, c the appliance keeps per flow) four ways: on the cpu
+// device alone, under the reef scheduler, on the emulated cuda device, and
+// from an ONNX file in ONNX Runtime.
+const statefulProfile = `
+[appliance]
+log_level = "warn"
+threads = 1
+metrics = "off"
+control = "ipc://%%s"
+cuda = "emu"
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+[[if]]
+name = "kws"
+model_id = 1
+model = "zoo:kws"
+max_batch = 4
+state = [{input = "h", output = "h_out"}, {input = "c", output = "c_out"}]
+[[if]]
+name = "kws-reef"
+model_id = 2
+model = "zoo:kws"
+policy = "reef"
+class = "rt"
+state = [{input = "h", output = "h_out"}, {input = "c", output = "c_out"}]
+[[if]]
+name = "kws-cuda"
+model_id = 3
+model = "zoo:kws"
+backend = "cuda"
+state = [{input = "h", output = "h_out"}, {input = "c", output = "c_out"}]
+[[if]]
+name = "kws-ort"
+model_id = 4
+model = "onnx:%[1]s"
+backend = "ort"
+state_idle_ms = 60000
+max_flows = 16
+state = [{input = "h", output = "h_out"}, {input = "c", output = "c_out"}]
+[[if]]
+name = "kws-half"
+model_id = 5
+model = "zoo:kws"
+state = [{input = "h", output = "h_out"}]
+`
+
+// Stateful streams end to end over UDP: three clients (three flows) each
+// stream six frames to each of four IFs without waiting for answers; the
+// third frame of one flow carries RESET. Every answer equals the model run
+// frame by frame with the state carried by hand (bit for bit on the cpu
+// device, with and without the scheduler; within 1e-5 on the emulated
+// cuda device and in ONNX Runtime), and status counts three flows per IF.
+// An IF whose bindings leave the model two data inputs fails to load and
+// says why.
+func TestStatefulStreams(t *testing.T) {
+	if p, err := ort.LibraryPath(); err != nil || !fileExists(p) {
+		if os.Getenv("SLUICE_REQUIRE_DEPS") == "1" {
+			t.Fatalf("ONNX Runtime is required (SLUICE_REQUIRE_DEPS=1): %v", err)
+		}
+		t.Skipf("ONNX Runtime not available (run `make deps`): %v", err)
+	}
+	model := filepath.Join(t.TempDir(), "kws.onnx")
+	writeModel(t, model, zoo.KWS(zoo.Options{}))
+	a, stop, _, _ := startControlled(t, fmt.Sprintf(statefulProfile, model))
+	defer stop()
+
+	// the reference: the packed model on the cpu device, at batch 1
+	g := zoo.KWS(zoo.Options{})
+	l, err := stateful.Pack(g, []stateful.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	be := cpu.New()
+	if err := be.Init(ctx, libml.BackendConfig{Units: 1}); err != nil {
+		t.Fatal(err)
+	}
+	defer be.Deinit()
+	ref, err := be.LoadModel(ctx, "kws-ref", g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	if err := be.ConfigureBatch(ref, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	addr, _ := a.PortAddr("udp0")
+	const steps = 6
+	clients := []*dptest.Client{newClient(t, 11), newClient(t, 12), newClient(t, 13)}
+	type sent struct {
+		model uint16
+		id    uint64
+		want  []float32
+	}
+	var all []sent
+	for model := uint16(1); model <= 4; model++ {
+		for ci, cl := range clients {
+			state := make([]float32, l.StateElems)
+			for s := range steps {
+				id := uint64(model)*1000 + uint64(ci)*100 + uint64(s)
+				x := zoo.Input(id, l.DataElems)
+				flags := uint8(0)
+				if ci == 1 && s == 2 {
+					flags = wire.FlagReset
+					clear(state)
+				}
+				out := make([]float32, ref.OutputSize())
+				if err := be.InferBatch(ctx, ref, 1, append(slices.Clone(x), state...), out); err != nil {
+					t.Fatal(err)
+				}
+				copy(state, out[len(out)-l.StateElems:])
+				all = append(all, sent{model, id, out[:len(out)-l.StateElems]})
+				if err := cl.Send(addr, model, id, flags, f32bytes(x)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for _, s := range all {
+		cl := clients[s.id%1000/100]
+		got := okOutput(t, cl, s.id)
+		if len(got) != 4*len(s.want) {
+			t.Fatalf("IF %d, request %d: %d bytes, want %d", s.model, s.id, len(got), 4*len(s.want))
+		}
+		for i, w := range s.want {
+			v := math.Float32frombits(binary.LittleEndian.Uint32(got[4*i:]))
+			exact := s.model <= 2
+			if exact && math.Float32bits(v) != math.Float32bits(w) || !exact && math.Abs(float64(v-w)) > 1e-5*(1+math.Abs(float64(w))) {
+				t.Fatalf("IF %d, request %d (client %d, step %d): logit %d is %v, want %v", s.model, s.id, s.id%1000/100, s.id%100, i, v, w)
+			}
+		}
+	}
+	cl, err := orchestrator.Dial(a.ControlEndpoint(), orchestrator.ClientConfig{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(ctx, orchestrator.StatusArgs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.IFs) != 5 {
+		t.Fatalf("%d IFs in status, want 5", len(st.IFs))
+	}
+	for _, s := range st.IFs {
+		if s.Name == "kws-half" {
+			if s.State != "failed" || !strings.Contains(s.Error, "2 data inputs [c input] and 2 outputs [c_out logits] beside its states") {
+				t.Errorf("IF %s with half its state bound: %s, %q", s.Name, s.State, s.Error)
+			}
+			continue
+		}
+		if s.Flows == nil || *s.Flows != 3 || s.Served != 3*steps || s.State != "serving" {
+			t.Errorf("IF %s: flows %v, served %d, state %s; want 3 flows and %d served", s.Name, s.Flows, s.Served, s.State, 3*steps)
+		}
+	}
+}
