@@ -91,26 +91,8 @@ func TestStatefulStreams(t *testing.T) {
 	a, stop, _, _ := startControlled(t, fmt.Sprintf(statefulProfile, model))
 	defer stop()
 
-	// the reference: the packed model on the cpu device, at batch 1
-	g := zoo.KWS(zoo.Options{})
-	l, err := stateful.Pack(g, []stateful.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
-	be := cpu.New()
-	if err := be.Init(ctx, libml.BackendConfig{Units: 1}); err != nil {
-		t.Fatal(err)
-	}
-	defer be.Deinit()
-	ref, err := be.LoadModel(ctx, "kws-ref", g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ref.Close()
-	if err := be.ConfigureBatch(ref, 1); err != nil {
-		t.Fatal(err)
-	}
+	ref := newKWSRef(t)
 
 	addr, _ := a.PortAddr("udp0")
 	const steps = 6
@@ -123,21 +105,16 @@ func TestStatefulStreams(t *testing.T) {
 	var all []sent
 	for model := uint16(1); model <= 4; model++ {
 		for ci, cl := range clients {
-			state := make([]float32, l.StateElems)
+			state := make([]float32, ref.l.StateElems)
 			for s := range steps {
 				id := uint64(model)*1000 + uint64(ci)*100 + uint64(s)
-				x := zoo.Input(id, l.DataElems)
+				x := zoo.Input(id, ref.l.DataElems)
 				flags := uint8(0)
 				if ci == 1 && s == 2 {
 					flags = wire.FlagReset
 					clear(state)
 				}
-				out := make([]float32, ref.OutputSize())
-				if err := be.InferBatch(ctx, ref, 1, append(slices.Clone(x), state...), out); err != nil {
-					t.Fatal(err)
-				}
-				copy(state, out[len(out)-l.StateElems:])
-				all = append(all, sent{model, id, out[:len(out)-l.StateElems]})
+				all = append(all, sent{model, id, ref.step(x, state)})
 				if err := cl.Send(addr, model, id, flags, f32bytes(x)); err != nil {
 					t.Fatal(err)
 				}
@@ -181,4 +158,85 @@ func TestStatefulStreams(t *testing.T) {
 			t.Errorf("IF %s: flows %v, served %d, state %s; want 3 flows and %d served", s.Name, s.Flows, s.Served, s.State, 3*steps)
 		}
 	}
+}
+
+// The stateful profile of docs/profiles.md serves: its IF answers a
+// flow's frames as the model run frame by frame with the state carried.
+func TestDocumentedStatefulProfile(t *testing.T) {
+	b, err := os.ReadFile("../docs/profiles.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	for _, block := range strings.Split(string(b), "```toml\n")[1:] {
+		if body, _, _ := strings.Cut(block, "```"); strings.Contains(body, `model = "zoo:kws"`) {
+			text = body
+		}
+	}
+	if text == "" {
+		t.Fatal("docs/profiles.md has no zoo:kws example")
+	}
+	text = "[appliance]\nlog_level = \"warn\"\nthreads = 1\nmetrics = \"off\"\ncontrol = \"off\"\n" +
+		strings.Replace(text, `listen = "0.0.0.0:9400"`, `listen = "127.0.0.1:0"`, 1)
+	a, stop := startAppliance(t, "profiles.md", text)
+	defer stop()
+	addr, _ := a.PortAddr("udp0")
+	ref := newKWSRef(t)
+	cl := newClient(t, 21)
+	state := make([]float32, ref.l.StateElems)
+	for id := uint64(1); id <= 4; id++ {
+		x := zoo.Input(id, ref.l.DataElems)
+		want := f32bytes(ref.step(x, state))
+		if err := cl.Send(addr, 12, id, 0, f32bytes(x)); err != nil {
+			t.Fatal(err)
+		}
+		if got := okOutput(t, cl, id); !slices.Equal(got, want) {
+			t.Fatalf("frame %d: answer differs from the model run frame by frame", id)
+		}
+	}
+}
+
+// kwsRef is the reference for the zoo's kws served as a stateful stream:
+// the packed model on the cpu device, at batch 1.
+type kwsRef struct {
+	t    *testing.T
+	be   *cpu.Backend
+	inst libml.Instance
+	l    *stateful.Layout
+}
+
+func newKWSRef(t *testing.T) *kwsRef {
+	t.Helper()
+	g := zoo.KWS(zoo.Options{})
+	l, err := stateful.Pack(g, []stateful.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	be := cpu.New()
+	if err := be.Init(ctx, libml.BackendConfig{Units: 1}); err != nil {
+		t.Fatal(err)
+	}
+	inst, err := be.LoadModel(ctx, "kws-ref", g)
+	if err == nil {
+		err = be.ConfigureBatch(inst, 1)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = inst.Close()
+		_ = be.Deinit()
+	})
+	return &kwsRef{t: t, be: be, inst: inst, l: l}
+}
+
+// step runs frame x from state, moves state on, and returns the result.
+func (r *kwsRef) step(x, state []float32) []float32 {
+	out := make([]float32, r.inst.OutputSize())
+	if err := r.be.InferBatch(context.Background(), r.inst, 1, append(slices.Clone(x), state...), out); err != nil {
+		r.t.Fatal(err)
+	}
+	copy(state, out[len(out)-r.l.StateElems:])
+	return out[:len(out)-r.l.StateElems]
 }
