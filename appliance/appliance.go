@@ -532,6 +532,26 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 		_ = inst.Close()
 		return nil, err
 	}
+	if s.Next != "" {
+		next := s.Next
+		a.mu.Lock()
+		nr := a.ifs[next]
+		a.mu.Unlock()
+		if nr != nil {
+			if err := fitsNextStage(f, nr.f); err != nil {
+				_ = inst.Close()
+				return nil, err
+			}
+		}
+		f.SetNext(next, func() *ifmanager.IF {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if n := a.ifs[next]; n != nil {
+				return n.f
+			}
+			return nil
+		})
+	}
 	r := &ifRun{spec: s, f: f, obs: obs, be: be, load: time.Since(start)}
 	obs.run = r
 	if s.AutoShare {
@@ -542,6 +562,19 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 		"request_bytes", f.RequestBytes(), "share", s.Share, "auto_share", s.AutoShare,
 		"load_ms", time.Since(start).Milliseconds())
 	return r, nil
+}
+
+// fitsNextStage checks that next, the next stage of f's pipeline, takes
+// f's results as its payload.
+func fitsNextStage(f, next *ifmanager.IF) error {
+	name := next.Config().Name
+	if in := next.Config().Input; in != ifmanager.InputF32 {
+		return &ifmanager.FieldError{Key: "next", Detail: fmt.Sprintf(" %q: takes %q payloads; a pipeline stage after the first takes f32, the previous stage's result", name, in)}
+	}
+	if got, want := f.ResponseBytes(), next.RequestBytes(); got != want {
+		return &ifmanager.FieldError{Key: "next", Detail: fmt.Sprintf(" %q: takes %d-byte payloads, this IF's result is %d bytes", name, want, got)}
+	}
+	return nil
 }
 
 // fixInputShape gives the graph's data input (the one input that is not an

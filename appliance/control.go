@@ -81,7 +81,8 @@ func (a *Appliance) ifStatus(r *ifRun) orchestrator.IFStatus {
 		MinBatch: spec.MinBatch, QueueLen: spec.QueueLen, Queued: st.QueueDepth, Share: st.Share, Demand: demandOf(spec),
 		Units: unitsOf(r.f.Units()), State: state, Served: st.Served, Failed: st.Failed, Overloaded: st.Overloaded,
 		TimeoutAction: spec.TimeoutAction, DeadlineExceeded: st.DeadlineAdmission + st.DeadlineBatch,
-		P99MS: float64(st.P99) / 1e6, Bottleneck: bottleneckOf(st), Flows: flowsOf(r.f)}
+		P99MS: float64(st.P99) / 1e6, Bottleneck: bottleneckOf(st), Flows: flowsOf(r.f),
+		Next: spec.Next, Forwarded: r.f.C.Forwarded.Load()}
 }
 
 // flowsOf is a stateful IF's flow count, nil for other IFs.
@@ -160,6 +161,10 @@ func (a *Appliance) deploy(ctx context.Context, spec IFSection) (*ifRun, error) 
 			a.mu.Unlock()
 			return nil, orchestrator.Errorf(orchestrator.CodeConflict, "model id %d is served by %q", spec.ModelID, r.spec.Name)
 		}
+	}
+	if _, ok := a.ifs[spec.Next]; spec.Next != "" && !ok {
+		a.mu.Unlock()
+		return nil, orchestrator.Errorf(orchestrator.CodeBadRequest, "args.next %q: no IF of that name runs", spec.Next)
 	}
 	a.mu.Unlock()
 	r, err := a.loadIF(ctx, spec)

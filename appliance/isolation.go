@@ -53,7 +53,15 @@ func (e *loadError) Unwrap() error { return e.err }
 // failed, and the others load, unless Options.Strict: then the first
 // failure is returned. Errors name the file, line and key.
 func (a *Appliance) loadIFs(ctx context.Context, prof *Profile) error {
-	for i := range prof.IFs {
+	loaded := make([]*ifRun, len(prof.IFs))
+	defer func() {
+		for _, r := range loaded { // routed in the profile's order
+			if r != nil {
+				a.order = append(a.order, r.spec.Name)
+			}
+		}
+	}()
+	for _, i := range stagesFirst(prof.IFs) {
 		r, err := a.loadIF(ctx, prof.IFs[i])
 		if err != nil {
 			key, kerr := loadErrorKey(&prof.IFs[i], err)
@@ -65,13 +73,42 @@ func (a *Appliance) loadIFs(ctx context.Context, prof *Profile) error {
 			a.iso.failed = append(a.iso.failed, failedIF{spec: prof.IFs[i], err: err.Error()})
 			continue
 		}
+		a.mu.Lock()
 		a.ifs[r.spec.Name] = r
-		a.order = append(a.order, r.spec.Name)
+		a.mu.Unlock()
+		loaded[i] = r
 	}
-	if len(a.order) == 0 && len(a.iso.failed) > 0 {
+	if !slices.ContainsFunc(loaded, func(r *ifRun) bool { return r != nil }) && len(a.iso.failed) > 0 {
 		a.log.Error("no IF loaded: every request is answered unknown_model until a reload or deploy brings one", "failed", len(a.iso.failed))
 	}
 	return nil
+}
+
+// stagesFirst is the order to load ifs in: each IF after the IF its next
+// names (checkPipelines made sure the names form no loop), so that a
+// stage's fit to its next stage is checked at its load.
+func stagesFirst(ifs []IFSection) []int {
+	byName := map[string]int{}
+	for i, f := range ifs {
+		byName[f.Name] = i
+	}
+	order := make([]int, 0, len(ifs))
+	done := make([]bool, len(ifs))
+	var visit func(i int)
+	visit = func(i int) {
+		if done[i] {
+			return
+		}
+		done[i] = true
+		if j, ok := byName[ifs[i].Next]; ok && ifs[i].Next != "" {
+			visit(j)
+		}
+		order = append(order, i)
+	}
+	for i := range ifs {
+		visit(i)
+	}
+	return order
 }
 
 // loadErrorKey names the profile key a load error is about: the field a

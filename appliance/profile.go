@@ -651,6 +651,35 @@ func (p *Profile) validate() error {
 		}
 		ids[f.ModelID] = f.Name
 	}
+	return checkPipelines(p.IFs)
+}
+
+// checkPipelines checks the profile's pipelines: every next names an IF
+// of the profile, and no chain of next names loops or has more than
+// ifmanager.MaxStages stages.
+func checkPipelines(ifs []IFSection) error {
+	next := map[string]string{}
+	for _, f := range ifs {
+		next[f.Name] = f.Next
+	}
+	for i, f := range ifs {
+		if f.Next == "" {
+			continue
+		}
+		if _, ok := next[f.Next]; !ok {
+			return fmt.Errorf("if[%d].next %q: no IF of that name in the profile", i, f.Next)
+		}
+		seen := map[string]bool{f.Name: true}
+		for n, stages := f.Next, 2; n != ""; n, stages = next[n], stages+1 {
+			if seen[n] {
+				return fmt.Errorf("if[%d].next %q: the pipeline loops back to %q", i, f.Next, n)
+			}
+			if stages > ifmanager.MaxStages {
+				return fmt.Errorf("if[%d].next %q: the pipeline has more than %d stages", i, f.Next, ifmanager.MaxStages)
+			}
+			seen[n] = true
+		}
+	}
 	return nil
 }
 

@@ -101,6 +101,31 @@ type item struct {
 	deadline int64  // when its result is due (deadlineOf); 0: none
 	rt       bool   // the request's class is RT: it is served before BE ones
 	seq      uint64 // admission order (a stateful IF runs a flow's requests in it)
+	// mid, for a request forwarded from the previous stage of a pipeline,
+	// is its payload here: that stage's output, in its output buffer,
+	// which midSent gives back once this IF no longer reads it. The
+	// request's packet buffers went back when that stage gathered them.
+	mid     []byte
+	midSent func([]byte)
+	hops    int // the stages before this one
+}
+
+// start is when the request reached this IF's stage: its first fragment,
+// or its admission when the previous stage of a pipeline forwarded it.
+func (it *item) start() int64 {
+	if it.mid != nil {
+		return it.queued
+	}
+	return it.r.FirstNS
+}
+
+// releaseMid gives a forwarded request's payload back to the previous
+// stage.
+func (it *item) releaseMid() {
+	if it.mid != nil {
+		it.midSent(it.mid)
+		it.mid = nil
+	}
 }
 
 // Counters are an IF's cumulative counts. Every request handed to Admit
@@ -141,6 +166,11 @@ type Counters struct {
 	// Flows counts a stateful IF's flows (a request refused because the
 	// flow table was full is counted in Failed too).
 	Flows FlowCounters
+	// Forwarded counts the requests a pipeline stage handed to its next
+	// stage, which answers them; ForwardRefused those the next stage
+	// refused (queue full, deadline, stopping; counted there too),
+	// answered with its status.
+	Forwarded, ForwardRefused atomic.Uint64
 }
 
 // active is what the worker runs: the instance and its batch bound.
@@ -182,6 +212,10 @@ type IF struct {
 	flows  *flowTable
 	states []*flowState
 	seq    atomic.Uint64
+	// next, when set, resolves the IF's next pipeline stage: the IF
+	// hands each result to it instead of answering (SetNext)
+	next     func() *IF
+	nextName string
 	// enc says how a payload becomes the model's input (the backend
 	// converts it)
 	enc *libml.Encoding
@@ -432,7 +466,29 @@ func (f *IF) Admit(r *ioloop.Request) wire.Status {
 		return wire.StatusShuttingDown
 	}
 	now := f.now()
-	it := item{r: r, queued: now, deadline: deadlineOf(r, f.sloNS.Load()), rt: r.Flags&wire.FlagRT != 0, seq: f.seq.Add(1)}
+	return f.enqueue(item{r: r, queued: now, deadline: deadlineOf(r, f.sloNS.Load()), rt: r.Flags&wire.FlagRT != 0, seq: f.seq.Add(1)}, now)
+}
+
+// accept admits a request the previous stage of a pipeline forwards, as
+// Admit does: its payload is mid (that stage's output, given back with
+// sent once this IF is done reading it), its deadline the pipeline's. On
+// a status other than StatusOK the caller answers the request and keeps
+// mid.
+func (f *IF) accept(prev item, mid []byte, sent func([]byte)) wire.Status {
+	if f.closing.Load() {
+		return wire.StatusShuttingDown
+	}
+	if prev.hops+1 >= MaxStages {
+		f.log.Error("a request went through more pipeline stages than allowed: the stages' next names form a loop", "max_stages", MaxStages)
+		return wire.StatusInternal
+	}
+	now := f.now()
+	return f.enqueue(item{r: prev.r, queued: now, deadline: prev.deadline, rt: prev.rt, seq: f.seq.Add(1), mid: mid, midSent: sent, hops: prev.hops + 1}, now)
+}
+
+// enqueue is admission: the queue bound, the deadline prediction, then a
+// place in the class's queue.
+func (f *IF) enqueue(it item, now int64) wire.Status {
 	d := f.depth.Load()
 	if d >= int64(f.cfg.QueueLen) {
 		f.C.Overloaded.Add(1)
@@ -898,7 +954,11 @@ func (f *IF) serveBatch() {
 	}
 	for _, it := range b {
 		r := it.r
-		if int(r.TotalLen) != f.reqBytes {
+		size := int(r.TotalLen)
+		if it.mid != nil {
+			size = len(it.mid)
+		}
+		if size != f.reqBytes {
 			f.answer(it, wire.StatusBadInput, nil, nil, t0, t0)
 			continue
 		}
@@ -909,11 +969,15 @@ func (f *IF) serveBatch() {
 				continue
 			}
 		}
-		var err error
-		if in.Payload, err = r.AppendPayload(in.Payload); err != nil {
-			f.log.Error("request payload", "request", r.ID, "err", err)
-			f.answer(it, wire.StatusInternal, nil, nil, t0, t0)
-			continue
+		if it.mid != nil {
+			in.Payload = append(in.Payload, it.mid)
+		} else {
+			var err error
+			if in.Payload, err = r.AppendPayload(in.Payload); err != nil {
+				f.log.Error("request payload", "request", r.ID, "err", err)
+				f.answer(it, wire.StatusInternal, nil, nil, t0, t0)
+				continue
+			}
 		}
 		if st != nil {
 			// the flow's state follows the payload in the input row
@@ -961,9 +1025,9 @@ func (f *IF) serveBatch() {
 		return
 	}
 	// SLAB learns from the oldest request's time to its result.
-	oldest := b[0].r.FirstNS
+	oldest := b[0].start()
 	for _, it := range b {
-		oldest = min(oldest, it.r.FirstNS)
+		oldest = min(oldest, it.start())
 	}
 	f.batcher.Observe(n, time.Duration(t2-oldest))
 	if f.warm || f.est.lastEnd.Load() != 0 {
@@ -988,6 +1052,12 @@ func (f *IF) serveBatch() {
 	}
 	clear(f.states)
 	ob.pending.Store(int32(n))
+	if f.next != nil {
+		f.forward(b, out, rowBytes, replyBytes, ob.sent, t0, t2)
+		f.batch = b[:0]
+		clear(b)
+		return
+	}
 	for i, it := range b {
 		if it.deadline != 0 && t2 > it.deadline {
 			f.C.Late.Add(1)
@@ -1010,8 +1080,44 @@ func (f *IF) loaded() {
 // batch's payloads, so their packet buffers go back to the driver now.
 func (f *IF) gathered() {
 	f.loaded()
-	for _, it := range f.batch {
-		it.r.Release()
+	for i := range f.batch {
+		f.batch[i].r.Release()
+		f.batch[i].releaseMid()
+	}
+}
+
+// SetNext makes the IF a stage of a pipeline, before Run: each result is
+// handed to the IF next returns (its next stage, named name; nil when no
+// IF of that name runs) as that IF's request, and the last stage answers.
+// The next stage must take f32 payloads of this IF's result size.
+func (f *IF) SetNext(name string, next func() *IF) { f.nextName, f.next = name, next }
+
+// Next names the IF's next pipeline stage ("" for none).
+func (f *IF) Next() string { return f.nextName }
+
+// forward hands each request of a finished batch, with its result (row i
+// of out, the batch's output buffer, which sent gives back), to the next
+// stage; a request the next stage refuses is answered here with its
+// status.
+func (f *IF) forward(b []item, out []byte, rowBytes, replyBytes int, sent func([]byte), t0, t2 int64) {
+	next := f.next()
+	for i, it := range b {
+		mid := out[i*rowBytes : i*rowBytes+replyBytes]
+		st := wire.StatusUnknownModel
+		if next != nil {
+			st = next.accept(it, mid, sent)
+		}
+		if st == wire.StatusOK {
+			f.C.Forwarded.Add(1)
+			continue
+		}
+		if next == nil {
+			f.log.Warn("the next stage of the pipeline is not running: request answered unknown_model", "next", f.nextName)
+		}
+		f.C.ForwardRefused.Add(1)
+		sent(mid)
+		it.r.Reply(st, nil, nil)
+		f.obs.Request(st, time.Duration(t0-it.queued), time.Duration(t2-t0), time.Duration(t2-it.r.FirstNS))
 	}
 }
 
@@ -1021,6 +1127,7 @@ func (f *IF) gathered() {
 // drains (ioloop.Request.Reply). out, when set, stays untouched until
 // sent is called.
 func (f *IF) answer(it item, st wire.Status, out []byte, sent func([]byte), gathered, computed int64) {
+	it.releaseMid()
 	r := it.r
 	first := r.FirstNS
 	switch st {

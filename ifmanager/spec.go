@@ -91,7 +91,15 @@ type Spec struct {
 	// MaxFlows bounds the flows a stateful IF keeps state for,
 	// 1..MaxFlowsLimit (default DefaultMaxFlows).
 	MaxFlows int `toml:"max_flows" json:"max_flows,omitempty"`
+	// Next makes the IF the first stage of a pipeline, or a middle one:
+	// the IF hands each request's result to the IF named Next as that
+	// IF's request payload (f32), and the pipeline's last stage answers.
+	// Each stage batches on its own.
+	Next string `toml:"next" json:"next,omitempty"`
 }
+
+// MaxStages bounds the stages a request goes through in a pipeline.
+const MaxStages = 8
 
 // Fallbacks (Spec.Fallback).
 const (
@@ -282,6 +290,14 @@ func (s *Spec) Validate() error {
 			return fieldErr("input_shape", " %v: more than %d elements", s.InputShape, MaxInputElems)
 		}
 		elems *= d
+	}
+	if s.Next != "" {
+		if err := CheckName("next", s.Next); err != nil {
+			return err
+		}
+		if s.Next == s.Name {
+			return fieldErr("next", " %q: an IF cannot be its own next stage", s.Next)
+		}
 	}
 	return s.validateState()
 }

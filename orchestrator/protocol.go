@@ -237,6 +237,11 @@ type IFStatus struct {
 	// Flows is the number of flows a stateful IF keeps state for (absent
 	// for other IFs).
 	Flows *int `json:"flows,omitempty"`
+	// Next names the IF's next pipeline stage, which answers its
+	// requests; Forwarded counts the requests handed to it (absent for
+	// IFs that answer themselves).
+	Next      string `json:"next,omitempty"`
+	Forwarded uint64 `json:"forwarded,omitempty"`
 }
 
 // DrainArgs are drain's arguments: stop admitting requests, finish the
