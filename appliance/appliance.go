@@ -569,10 +569,10 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 func fitsNextStage(f, next *ifmanager.IF) error {
 	name := next.Config().Name
 	if in := next.Config().Input; in != ifmanager.InputF32 {
-		return &ifmanager.FieldError{Key: "next", Detail: fmt.Sprintf(" %q: takes %q payloads; a pipeline stage after the first takes f32, the previous stage's result", name, in)}
+		return &ifmanager.FieldError{Key: "next", Detail: fmt.Sprintf(": the next stage %q takes %q payloads; a pipeline stage after the first takes f32, the previous stage's result", name, in)}
 	}
 	if got, want := f.ResponseBytes(), next.RequestBytes(); got != want {
-		return &ifmanager.FieldError{Key: "next", Detail: fmt.Sprintf(" %q: takes %d-byte payloads, this IF's result is %d bytes", name, want, got)}
+		return &ifmanager.FieldError{Key: "next", Detail: fmt.Sprintf(": the next stage %q takes %d-byte payloads, this IF's result is %d bytes", name, want, got)}
 	}
 	return nil
 }

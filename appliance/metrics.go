@@ -38,6 +38,8 @@ type collector struct {
 	predicted *prometheus.Desc
 	// stateful IFs' flows
 	flows, flowEvents *prometheus.Desc
+	// pipeline stages' hand-overs
+	forwarded *prometheus.Desc
 }
 
 func newCollector(a *Appliance) *collector {
@@ -76,6 +78,7 @@ func newCollector(a *Appliance) *collector {
 		modeSwitches: d("sched_rt_mode_switches_total", "Switches from normal to real-time mode.", "policy", "device"),
 	}
 	c.newPathDescs(d)
+	c.forwarded = d("if_forwarded_total", "Pipeline stages: requests handed to the next stage (accepted), or refused by it and answered here with its status (refused).", "if", "class", "outcome")
 	c.flows = d("if_flows", "Stateful IFs: the flows whose state the IF keeps.", "if", "class")
 	c.flowEvents = d("if_flow_events_total", "Stateful IFs: flows started (new, or back after their state was dropped), states dropped when idle, resets asked for by requests (the RESET flag), and requests of new flows refused because max_flows flows had state.", "if", "class", "event")
 	c.newDeadlineDescs(d)
@@ -183,6 +186,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.payloadCopies, f.C.PayloadCopies.Load(), l...)
 		gauge(c.outBuffers, float64(st.OutBuffers), l...)
 		gauge(c.outBuffersInUse, float64(st.OutBuffersInUse), l...)
+		if f.Next() != "" {
+			counter(c.forwarded, f.C.Forwarded.Load(), cfg.Name, cfg.Class.String(), "accepted")
+			counter(c.forwarded, f.C.ForwardRefused.Load(), cfg.Name, cfg.Class.String(), "refused")
+		}
 		if f.Stateful() {
 			fc := &f.C.Flows
 			gauge(c.flows, float64(fc.Flows.Load()), l...)

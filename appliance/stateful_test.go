@@ -169,7 +169,7 @@ func TestDocumentedStatefulProfile(t *testing.T) {
 	}
 	var text string
 	for _, block := range strings.Split(string(b), "```toml\n")[1:] {
-		if body, _, _ := strings.Cut(block, "```"); strings.Contains(body, `model = "zoo:kws"`) {
+		if body, _, _ := strings.Cut(block, "```"); strings.Contains(body, `model = "zoo:kws"`) && !strings.Contains(body, "next =") {
 			text = body
 		}
 	}
