@@ -33,7 +33,7 @@ func newStage(t *testing.T, f *IF) *stage {
 
 // TestPipeline: the routed IF (an MLP front end, 24 → 8) hands each
 // result to a second IF (an MLP classifier, 8 → 3), which answers. Each
-// stage batches on its own (batches of 4, then of 2). Every answer equals
+// stage batches on its own (batches of 4, then of at most 2). Every answer equals
 // the two models run one after the other at batch 1, bit for bit; the
 // front end answers nothing itself and forwards every request. With the
 // second stage stopped, requests are answered shutting_down by the front
@@ -112,8 +112,9 @@ func TestPipeline(t *testing.T) {
 	if p.f.C.Served.Load() != 0 || p.f.C.Forwarded.Load() != 8 || p.f.C.Batches.Load() != 2 {
 		t.Fatalf("front end: served %d, forwarded %d, %d batches; want 0, 8, 2", p.f.C.Served.Load(), p.f.C.Forwarded.Load(), p.f.C.Batches.Load())
 	}
-	if st.f.C.Served.Load() != 8 || st.f.C.Batches.Load() != 4 {
-		t.Fatalf("classifier: served %d in %d batches, want 8 in 4", st.f.C.Served.Load(), st.f.C.Batches.Load())
+	// the classifier's own bound (2), however the results reached it
+	if st.f.C.Served.Load() != 8 || st.f.C.Batches.Load() < 4 {
+		t.Fatalf("classifier: served %d in %d batches, want 8 in 4 or more", st.f.C.Served.Load(), st.f.C.Batches.Load())
 	}
 
 	// the second stage gone: answered unknown_model by the front end
