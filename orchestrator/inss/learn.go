@@ -116,6 +116,9 @@ type sacdStep struct {
 	a        int
 	r        float64
 	terminal bool
+	// shapedTo is, on the last step, the potential its reward reached;
+	// the episode's true reward adds the rest
+	shapedTo float64
 }
 
 // td3Step is one local-stage transition (one decision step: terminal).
@@ -146,7 +149,7 @@ func Train(m *Model, dev Device, base []Demand, cfg LearnConfig) (*Learned, erro
 	l.pi = newMLP(r, 0.1, sdim, h, h, adim)
 	l.q1, l.q2 = newMLP(r, 0.1, sdim, h, h, adim), newMLP(r, 0.1, sdim, h, h, adim)
 	l.q1t, l.q2t = l.q1.clone(), l.q2.clone()
-	l.logAlpha = math.Log(0.2)
+	l.logAlpha = math.Log(0.05)
 	tdim, tact := slotFeats*l.slots+2, 2*l.slots
 	l.mu = newMLP(r, 0.1, tdim, h, h, tact)
 	l.c1, l.c2 = newMLP(r, 0.1, tdim+tact, h, h, 1), newMLP(r, 0.1, tdim+tact, h, h, 1)
@@ -166,15 +169,14 @@ func Train(m *Model, dev Device, base []Demand, cfg LearnConfig) (*Learned, erro
 			wl[d].Rate *= load * (0.6 + 0.8*r.Float64())
 		}
 		g := group{devs: devs, wl: wl}
-		plan, steps, owner := l.placeGroup(m, g, r)
+		plan, steps := l.placeGroup(m, g, r)
 		tsteps := l.localGroup(m, g, plan, r)
 		ev := Evaluate(m, g.devs, g.wl, plan, cfg.Plan)
-		// eq. 2, per demand, at the end of the demand's decisions
-		rd := make([]float64, len(wl))
+		// eq. 2: each demand's normalised throughput less ω times its
+		// violations, summed
 		st := EpisodeStat{}
 		for d := range wl {
-			rd[d] = ev.Served[d] - cfg.Omega*ev.Violated[d]
-			st.Reward += rd[d]
+			st.Reward += ev.Served[d] - cfg.Omega*ev.Violated[d]
 			st.Served += ev.Served[d] * wl[d].Rate
 			st.Violated += ev.Violated[d] * wl[d].Rate
 		}
@@ -184,10 +186,11 @@ func Train(m *Model, dev Device, base []Demand, cfg LearnConfig) (*Learned, erro
 		}
 		st.Served, st.Violated = st.Served/total, st.Violated/total
 		l.Curve = append(l.Curve, st)
-		for i := range steps {
-			if steps[i].terminal {
-				steps[i].r = rd[owner[i]] / cfg.Omega // scaled: the same optimum, tamer targets
-			}
+		// eq. 2's r_t, the sum over the demands, ends the placement
+		// episode: every placement decision is credited with what it
+		// did to every demand (scaled: the same optimum, tamer targets)
+		if n := len(steps); n > 0 {
+			steps[n-1].r += (st.Reward - steps[n-1].shapedTo) / cfg.Omega
 		}
 		for i := range tsteps {
 			tsteps[i].r = l.deviceReward(g, plan, ev, tsteps[i].k) / cfg.Omega
@@ -239,7 +242,7 @@ func (l *Learned) Plan(m *Model, devs []Device, wl []Demand) *Plan {
 		for d := range g.wl {
 			g.wl[d].Rate *= float64(units) / float64(total)
 		}
-		gp, _, _ := l.placeGroup(m, g, nil)
+		gp, _ := l.placeGroup(m, g, nil)
 		l.localGroup(m, g, gp, nil)
 		for _, p := range gp.Places {
 			p.Device += g0
@@ -265,10 +268,10 @@ func (l *Learned) demandRef(m *Model, d Demand) (t1, press, sens float64) {
 // placeGroup runs the global stage on g: the demands by their work,
 // largest first; for each, up to MaxReplicas actions (a device, or
 // stop). With r set it samples the actor (training) and records the
-// transitions with the demand each belongs to; without, it takes the
-// most likely safe action. Placements get one unit and batch 1 until the
+// transitions, one episode across all the demands; without, it takes
+// the most likely safe action. Placements get one unit and batch 1 until the
 // local stage.
-func (l *Learned) placeGroup(m *Model, g group, r *rand.Rand) (*Plan, []sacdStep, []int) {
+func (l *Learned) placeGroup(m *Model, g group, r *rand.Rand) (*Plan, []sacdStep) {
 	G := len(g.devs)
 	plan := &Plan{}
 	used := make([]int, G)
@@ -285,7 +288,10 @@ func (l *Learned) placeGroup(m *Model, g group, r *rand.Rand) (*Plan, []sacdStep
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmpF(work[b], work[a]) })
 	var steps []sacdStep
-	var owner []int
+	last := 0.0
+	if r != nil {
+		last = l.potential(m, g, plan)
+	}
 	for oi, d := range order {
 		on := make([]bool, G)
 		covered := 0.0
@@ -309,11 +315,10 @@ func (l *Learned) placeGroup(m *Model, g group, r *rand.Rand) (*Plan, []sacdStep
 			}
 			a := l.act(s, mask, r)
 			if r != nil {
-				if n := len(steps); n > 0 && owner[n-1] == d {
+				if n := len(steps); n > 0 {
 					steps[n-1].s2, steps[n-1].mask = s, mask
 				}
 				steps = append(steps, sacdStep{s: s, smask: mask, a: a})
-				owner = append(owner, d)
 			}
 			if a == G {
 				break
@@ -326,16 +331,48 @@ func (l *Learned) placeGroup(m *Model, g group, r *rand.Rand) (*Plan, []sacdStep
 				mem[a] += prof.MemBytes
 			}
 			plan.Places = append(plan.Places, Placement{Demand: d, Device: a, Share: 1, Batch: 1})
+			if r != nil {
+				// shaped reward: what the placement added to eq. 2
+				phi := l.potential(m, g, plan)
+				steps[len(steps)-1].r, last = (phi-last)/l.cfg.Omega, phi
+			}
 			// what one unit at the largest batch covers of the demand
 			if t, err := m.ExecNs(g.wl[d].Model, l.kind, l.cfg.Plan.MaxBatch, 1, nil); err == nil && t > 0 && g.wl[d].Rate > 0 {
 				covered += float64(l.cfg.Plan.MaxBatch) / t * 1e9 / g.wl[d].Rate
 			}
 		}
-		if r != nil && len(steps) > 0 && owner[len(owner)-1] == d {
-			steps[len(steps)-1].terminal = true
-		}
 	}
-	return plan, steps, owner
+	if n := len(steps); n > 0 {
+		steps[n-1].terminal = true
+		steps[n-1].shapedTo = last
+	}
+	return plan, steps
+}
+
+// potential is eq. 2 summed over the demands for a plan the global stage
+// is building: its placements at the shares and batches they have, the
+// batches fitted to the SLOs. The global stage's steps are rewarded with
+// its differences (potential-based shaping: the sum over an episode is the
+// final reward less a constant, so the best placements stay the best, and
+// each decision learns what it added at once).
+func (l *Learned) potential(m *Model, g group, plan *Plan) float64 {
+	p := &Plan{Places: slices.Clone(plan.Places)}
+	for k := range g.devs {
+		var idx []int
+		for i, pl := range p.Places {
+			if pl.Device == k {
+				p.Places[i].Batch = l.cfg.Plan.MaxBatch
+				idx = append(idx, i)
+			}
+		}
+		l.fitBatches(m, g, p, k, idx)
+	}
+	ev := Evaluate(m, g.devs, g.wl, p, l.cfg.Plan)
+	sum := 0.0
+	for d := range g.wl {
+		sum += ev.Served[d] - l.cfg.Omega*ev.Violated[d]
+	}
+	return sum
 }
 
 // act picks an action among the safe ones: a sample of the actor's
@@ -401,6 +438,7 @@ func (l *Learned) localGroup(m *Model, g group, plan *Plan, r *rand.Rand) []td3S
 			}
 		}
 		l.decode(a, g.devs[k].Capacity, plan, idx)
+		l.fitBatches(m, g, plan, k, idx)
 		if r != nil {
 			steps = append(steps, td3Step{s: s, a: a, k: k})
 		}
@@ -447,6 +485,23 @@ func (l *Learned) decode(a []float64, capacity int, plan *Plan, idx []int) {
 	}
 }
 
+// fitBatches is the local stage's action correction (as InSS corrects
+// placements that would overflow memory): a placement whose batch time at
+// its share misses its SLO gets the largest smaller batch that meets it
+// (batch 1 if none does).
+func (l *Learned) fitBatches(m *Model, g group, plan *Plan, k int, idx []int) {
+	for _, i := range idx {
+		p := &plan.Places[i]
+		for p.Batch > 1 {
+			inf, ok := placeTime(m, g.devs, g.wl, plan, k, p.Demand, p.Share, p.Batch, l.cfg.Plan.Interference, i)
+			if ok && latencyOK(inf, g.wl[p.Demand].SLONs) {
+				break
+			}
+			p.Batch /= 2
+		}
+	}
+}
+
 // deviceReward is eq. 2 over device k's placements (the local stage's
 // reward).
 func (l *Learned) deviceReward(g group, plan *Plan, ev *Evaluation, k int) float64 {
@@ -467,7 +522,7 @@ func (l *Learned) sacdUpdate(buf []sacdStep, r *rand.Rand) {
 	}
 	alpha := math.Exp(l.logAlpha)
 	A := l.pi.sizes[len(l.pi.sizes)-1]
-	targetH := 0.5 * math.Log(float64(A))
+	targetH := 0.3 * math.Log(float64(A))
 	var a1, a2, ap acts
 	alphaGrad := 0.0
 	for range batch {

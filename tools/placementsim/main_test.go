@@ -8,7 +8,8 @@ import (
 	"sluice/orchestrator/inss"
 )
 
-// The comparison over the recorded profiles, small: every policy runs at
+// The comparison over the recorded profiles, small (the learned
+// scheduler trained for 30 episodes only): every policy runs at
 // every size and load with a valid plan; the workload is 8 demands of
 // two SLO tiers; the report and the plot name every run; the runs are
 // deterministic (the same seed gives the same goodput).
@@ -22,11 +23,12 @@ func TestPlacementSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := options{profiles: "testdata/cpu-profiles.json", devices: []int{2, 5}, loads: []float64{0.5, 0.9}, horizon: 2, seed: 7}
-	rows, err := run(profs, o)
+	o := options{profiles: "testdata/cpu-profiles.json", devices: []int{2, 5}, loads: []float64{0.5, 0.9}, horizon: 2, seed: 7, episodes: 30}
+	rep, err := run(profs, o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rows := rep.rows
 	if len(rows) != 2*2*len(policies) {
 		t.Fatalf("%d runs", len(rows))
 	}
@@ -37,8 +39,8 @@ func TestPlacementSim(t *testing.T) {
 	}
 	again, _ := run(profs, o)
 	for k := range rows {
-		if again[k].res.Goodput != rows[k].res.Goodput {
-			t.Fatalf("run %d: goodput %v then %v", k, rows[k].res.Goodput, again[k].res.Goodput)
+		if again.rows[k].res.Goodput != rows[k].res.Goodput {
+			t.Fatalf("run %d: goodput %v then %v", k, rows[k].res.Goodput, again.rows[k].res.Goodput)
 		}
 	}
 	m, _ := inss.NewModel(profs, 0)
@@ -47,8 +49,8 @@ func TestPlacementSim(t *testing.T) {
 	if err != nil || len(wl) != 8 || !strings.HasSuffix(wl[0].Name, "/tight") || !strings.HasSuffix(wl[len(profs)].Name, "/loose") {
 		t.Fatalf("workload %+v, %v", wl, err)
 	}
-	md, plot := markdown(rows, o), svg(rows, o)
-	for _, want := range []string{"| 5 | 0.9 | inss-greedy |", "| 2 | 0.5 | gslice |", "not built yet"} {
+	md, plot := markdown(rep, o), svg(rows, o)
+	for _, want := range []string{"| 5 | 0.9 | inss-greedy |", "| 5 | 0.9 | inss-learned |", "| 2 | 0.5 | gslice |", "`-episodes 30`) trained in"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no %q in\n%s", want, md)
 		}
