@@ -89,8 +89,10 @@ type Learned struct {
 	// TD3: actor, twin critics and their targets
 	mu, c1, c2, mut, c1t, c2t *mlp
 	updates                   int
-	// Curve is the training curve, an entry per episode.
-	Curve []EpisodeStat
+	// Curve is the training curve, an entry per episode; Validation the
+	// validation reward of the actors kept (see validate).
+	Curve      []EpisodeStat
+	Validation float64
 }
 
 // Sizes of the feature vectors.
@@ -162,6 +164,8 @@ func Train(m *Model, dev Device, base []Demand, cfg LearnConfig) (*Learned, erro
 	for k := range devs {
 		devs[k] = dev
 	}
+	every := max(cfg.Episodes/30, 5)
+	bestV, bestPi, bestMu := math.Inf(-1), l.pi.clone(), l.mu.clone()
 	for ep := 0; ep < cfg.Episodes; ep++ {
 		load := 0.4 + 0.9*r.Float64()
 		wl := slices.Clone(base)
@@ -209,8 +213,36 @@ func Train(m *Model, dev Device, base []Demand, cfg LearnConfig) (*Learned, erro
 		for range max(len(tsteps), 1) {
 			l.td3Update(tb, r)
 		}
+		if (ep+1)%every == 0 || ep+1 == cfg.Episodes {
+			if v := l.validate(m, devs, base); v > bestV {
+				bestV, bestPi, bestMu = v, l.pi.clone(), l.mu.clone()
+			}
+		}
 	}
+	// the actors that planned the validation workloads best (early
+	// stopping: off-policy training does not improve steadily)
+	l.pi, l.mu = bestPi, bestMu
+	l.Validation = bestV
 	return l, nil
+}
+
+// validate is eq. 2's reward of the actors' plans (no exploration) for
+// the base workload at three loads, summed.
+func (l *Learned) validate(m *Model, devs []Device, base []Demand) float64 {
+	sum := 0.0
+	for _, f := range []float64{0.5, 0.8, 1.1} {
+		g := group{devs: devs, wl: slices.Clone(base)}
+		for d := range g.wl {
+			g.wl[d].Rate *= f
+		}
+		plan, _ := l.placeGroup(m, g, nil)
+		l.localGroup(m, g, plan, nil)
+		ev := Evaluate(m, g.devs, g.wl, plan, l.cfg.Plan)
+		for d := range g.wl {
+			sum += ev.Served[d] - l.cfg.Omega*ev.Violated[d]
+		}
+	}
+	return sum
 }
 
 // Plan plans devs (of the kind the scheduler was trained for) for wl:
