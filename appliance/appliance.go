@@ -356,21 +356,9 @@ func (a *Appliance) unmapRegions() {
 }
 
 // loadInstance loads the model an IF section names. A stateful IF's
-// model is packed (libml/stateful) into one input and one output row;
-// stateElems is the state's share of each row (0 for other IFs).
-func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (be libml.Backend, inst libml.Instance, stateElems int, err error) {
-	be, inst, layout, err := a.loadPacked(ctx, s)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if layout != nil {
-		stateElems = layout.StateElems
-	}
-	return be, inst, stateElems, nil
-}
-
-// loadPacked is loadInstance, with the stateful layout.
-func (a *Appliance) loadPacked(ctx context.Context, s *IFSection) (libml.Backend, libml.Instance, *stateful.Layout, error) {
+// model is packed (libml/stateful) into one input and one output row,
+// laid out as layout says (nil for other IFs).
+func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backend, libml.Instance, *stateful.Layout, error) {
 	be, err := a.backend(ctx, backendKey(s))
 	if err != nil {
 		return nil, nil, nil, err
@@ -520,13 +508,15 @@ func backendKey(s *IFSection) string {
 // loadIF loads an IF's model and makes the IF (not yet started or routed).
 func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 	start := time.Now()
-	be, inst, stateElems, err := a.loadInstance(ctx, &s)
+	be, inst, layout, err := a.loadInstance(ctx, &s)
 	if err != nil {
 		return nil, err
 	}
 	obs := a.metrics.observer(s.Name, s.Class)
 	cfg := s.Config()
-	cfg.State.Elems = stateElems
+	if layout != nil {
+		cfg.State.Elems, cfg.State.DataShape = layout.StateElems, layout.DataShape
+	}
 	f, err := ifmanager.New(cfg, be, inst, obs, a.log)
 	if err != nil {
 		_ = inst.Close()

@@ -24,6 +24,10 @@ type StateConfig struct {
 	// is the payload and then the state, its output the result and then
 	// the new state (libml/stateful.Layout.StateElems).
 	Elems int
+	// DataShape is the per-request shape of the model's data input (the
+	// payload; libml/stateful.Layout.DataShape): a u8-hwc payload is an
+	// image of this CHW shape.
+	DataShape []int64
 	// Idle drops a flow's state after this long without a request (its
 	// next request starts from zeros); 0 means DefaultStateIdle.
 	Idle time.Duration

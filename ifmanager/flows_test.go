@@ -13,6 +13,8 @@ import (
 
 	"sluice/dataplane"
 	"sluice/dataplane/wire"
+	"sluice/libml"
+	"sluice/libml/graph"
 	"sluice/libml/stateful"
 	"sluice/libml/zoo"
 )
@@ -30,35 +32,46 @@ type statefulPath struct {
 
 func newStatefulPath(t *testing.T, maxFlows int, idle time.Duration) *statefulPath {
 	g := zoo.KWS(zoo.Options{Seed: 9, Features: 10, Hidden: 6, Classes: 4})
-	l, err := stateful.Pack(g, []stateful.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp := &statefulPath{layout: l, state: map[flowKey][]float32{}}
-	sp.clock.Store(1)
-	sp.path = newPathConfig(t, g, Config{Name: "kws", ModelID: 7, MinBatch: 1, MaxBatch: 4, QueueLen: 64, Input: InputF32,
-		Batching: "fixed", State: StateConfig{Elems: l.StateElems, Idle: idle, MaxFlows: maxFlows}}, 64, 1024, sp.clock.Load)
-	sp.keep = true
+	sp := newStatefulPathModel(t, g, []stateful.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}},
+		Config{Input: InputF32, State: StateConfig{Idle: idle, MaxFlows: maxFlows}})
 	if !sp.f.Stateful() || sp.f.RequestBytes() != 40 || sp.f.ResponseBytes() != 16 {
 		t.Fatalf("stateful %v, request %d bytes, response %d, want 40 and 16", sp.f.Stateful(), sp.f.RequestBytes(), sp.f.ResponseBytes())
 	}
 	return sp
 }
 
+// newStatefulPathModel serves g packed with binds; cfg gives the input
+// format and the state's idle time and flow bound.
+func newStatefulPathModel(t *testing.T, g *graph.Graph, binds []stateful.Binding, cfg Config) *statefulPath {
+	l, err := stateful.Pack(g, binds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := &statefulPath{layout: l, state: map[flowKey][]float32{}}
+	sp.clock.Store(1)
+	cfg.Name, cfg.ModelID, cfg.MinBatch, cfg.MaxBatch, cfg.QueueLen, cfg.Batching = "st", 7, 1, 4, 64, "fixed"
+	cfg.State.Elems, cfg.State.DataShape = l.StateElems, l.DataShape
+	sp.path = newPathConfig(t, g, cfg, 64, 1024, sp.clock.Load)
+	sp.keep = true
+	return sp
+}
+
 // send injects one request of flow (from, flow) and returns its id and
 // the frame it carries; reset sets the RESET flag.
 func (sp *statefulPath) send(from dataplane.Endpoint, flow uint32, reset bool) (uint64, []float32) {
+	x := zoo.Input(sp.id+1, sp.layout.DataElems)
+	return sp.sendPayload(from, flow, reset, f32le(x), 1000), x
+}
+
+// sendPayload injects one request of flow (from, flow) carrying payload
+// in fragments of fragSize bytes, and returns its id.
+func (sp *statefulPath) sendPayload(from dataplane.Endpoint, flow uint32, reset bool, payload []byte, fragSize int) uint64 {
 	sp.id++
-	x := zoo.Input(sp.id, sp.layout.DataElems)
-	payload := make([]byte, 4*len(x))
-	for i, v := range x {
-		binary.LittleEndian.PutUint32(payload[4*i:], math.Float32bits(v))
-	}
 	h := wire.Header{Kind: wire.KindRequest, Model: 7, Flow: flow, Request: sp.id}
 	if reset {
 		h.Flags |= wire.FlagReset
 	}
-	ds, err := wire.Datagrams(h, payload, 1000)
+	ds, err := wire.Datagrams(h, payload, fragSize)
 	if err != nil {
 		sp.t.Fatal(err)
 	}
@@ -67,7 +80,7 @@ func (sp *statefulPath) send(from dataplane.Endpoint, flow uint32, reset bool) (
 			sp.t.Fatal(err)
 		}
 	}
-	return sp.id, x
+	return sp.id
 }
 
 // expect runs x from the flow's reference state at batch 1, moves the
@@ -193,6 +206,56 @@ func TestStatefulFlows(t *testing.T) {
 	sp.baseline()
 }
 
+// A stateful IF takes u8 images too: its flow state follows the image in
+// the model's input row, and the image is converted as for any IF. The
+// model sums each flow's per-channel frame means (its state is the sum
+// so far); every answer equals the reference conversion and the model
+// at batch 1 with the state carried by hand, bit for bit, with fragments
+// ending inside pixels.
+func TestStatefulImages(t *testing.T) {
+	g := &graph.Graph{Name: "sum", Opset: 17,
+		Inputs: []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 3, 4, 4}, DimParams: []string{"batch"}},
+			{Name: "h", DType: graph.Float32, Dims: []int64{-1, 3}, DimParams: []string{"batch"}}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{-1, 3}}, {Name: "h_out", DType: graph.Float32, Dims: []int64{-1, 3}}},
+		Nodes: []graph.Node{
+			{Name: "gap", Op: "GlobalAveragePool", Inputs: []string{"x"}, Outputs: []string{"g"}},
+			{Name: "flat", Op: "Flatten", Inputs: []string{"g"}, Outputs: []string{"f"}, Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 1}}},
+			{Name: "add", Op: "Add", Inputs: []string{"f", "h"}, Outputs: []string{"y"}},
+			{Name: "id", Op: "Identity", Inputs: []string{"y"}, Outputs: []string{"h_out"}},
+		}}
+	mean, std := []float32{0.485, 0.456, 0.406}, []float32{0.229, 0.224, 0.225}
+	sp := newStatefulPathModel(t, g, []stateful.Binding{{Input: "h", Output: "h_out"}}, Config{Input: InputImageU8, Mean: mean, Std: std})
+	if sp.f.RequestBytes() != 48 || sp.f.ResponseBytes() != 12 {
+		t.Fatalf("request %d bytes, response %d, want 48 and 12", sp.f.RequestBytes(), sp.f.ResponseBytes())
+	}
+	img, err := libml.NewEncoding(InputImageU8, mean, std, []int64{3, 4, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := dataplane.Endpoint{Addr: netip.MustParseAddrPort("10.99.0.2:7000")}
+	want := map[uint64][]float32{}
+	for step := range 3 {
+		for flow := uint32(1); flow <= 2; flow++ {
+			payload := make([]byte, 48)
+			for i := range payload {
+				payload[i] = byte(i*37 + step*11 + int(flow)*101)
+			}
+			in := libml.Input{Enc: img}
+			in.Add(payload)
+			x := make([]float32, 48)
+			if err := in.Decode(x, 0, 1); err != nil {
+				t.Fatal(err)
+			}
+			id := sp.sendPayload(from, flow, false, payload, 20)
+			want[id] = sp.expect(flowKey{from.Addr, flow}, x, false)
+		}
+		sp.poll()
+		sp.check(want, nil)
+		clear(want)
+	}
+	sp.baseline()
+}
+
 // A stateful IF refuses what it cannot serve: u8 image payloads, a state
 // that leaves no data, a table whose states would not fit in memory.
 func TestStatefulConfigErrors(t *testing.T) {
@@ -206,8 +269,8 @@ func TestStatefulConfigErrors(t *testing.T) {
 		st   StateConfig
 		want string
 	}{
-		{StateConfig{Elems: 22}, "leaves no data"},
-		{StateConfig{Elems: l.StateElems, MaxFlows: MaxFlowsLimit + 1}, "max_flows 1048577: out of range"},
+		{StateConfig{Elems: 22, DataShape: []int64{1}}, "leaves no data"},
+		{StateConfig{Elems: l.StateElems, DataShape: l.DataShape, MaxFlows: MaxFlowsLimit + 1}, "max_flows 1048577: out of range"},
 	} {
 		inst, err := p.be.LinkModel(context.Background(), p.ref)
 		if err != nil {

@@ -289,7 +289,16 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 		rtQ: make(chan item, cfg.QueueLen), beQ: make(chan item, cfg.QueueLen), ctl: make(chan func()), stopped: make(chan struct{}),
 		now:     dataplane.Now,
 		inElems: inst.InputSize(), outElems: inst.OutputSize(), bottleneck: "unknown"}
-	enc, err := libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, inst.InputShape())
+	st := cfg.State
+	shape := inst.InputShape()
+	if st.Elems > 0 {
+		if st.Elems >= f.inElems || st.Elems >= f.outElems {
+			return nil, fmt.Errorf("ifmanager: IF %q: a state of %d floats leaves no data in the instance's input (%d) or output (%d)", cfg.Name, st.Elems, f.inElems, f.outElems)
+		}
+		// the payload is the data input's; the flow's state follows it
+		shape = st.DataShape
+	}
+	enc, err := libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, shape)
 	if err != nil {
 		// a spec field that does not fit the model: named as the field
 		key := "input"
@@ -301,21 +310,15 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 		}
 		return nil, &FieldError{Key: key, Detail: ": " + strings.TrimPrefix(err.Error(), "libml: ")}
 	}
+	enc = enc.WithTail(st.Elems)
 	if enc.Elems != f.inElems {
-		return nil, fmt.Errorf("ifmanager: IF %q: input shape %v has %d elements, the instance takes %d", cfg.Name, inst.InputShape(), enc.Elems, f.inElems)
+		return nil, fmt.Errorf("ifmanager: IF %q: input shape %v and a state of %d floats make %d elements, the instance takes %d", cfg.Name, shape, st.Elems, enc.Elems, f.inElems)
 	}
-	f.reqBytes, f.replyElems = enc.Bytes, f.outElems
-	if st := cfg.State; st.Elems > 0 {
-		if enc.Format != libml.InputF32 {
-			return nil, &FieldError{Key: "input", Detail: fmt.Sprintf(" %q: a stateful IF takes %q payloads", enc.Format, libml.InputF32)}
-		}
-		if st.Elems >= f.inElems || st.Elems >= f.outElems {
-			return nil, fmt.Errorf("ifmanager: IF %q: a state of %d floats leaves no data in the instance's input (%d) or output (%d)", cfg.Name, st.Elems, f.inElems, f.outElems)
-		}
+	f.reqBytes, f.replyElems = enc.Bytes-4*enc.Tail, f.outElems-st.Elems
+	if st.Elems > 0 {
 		if f.flows, err = newFlowTable(st, &f.C.Flows); err != nil {
 			return nil, &FieldError{Key: "max_flows", Detail: strings.TrimPrefix(err.Error(), "max_flows")}
 		}
-		f.reqBytes, f.replyElems = 4*(f.inElems-st.Elems), f.outElems-st.Elems
 	}
 	f.enc, f.cfg.Input = enc, enc.Format
 	f.input = libml.Input{Enc: enc, Gathered: f.gathered, Loaded: f.loaded}

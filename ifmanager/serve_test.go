@@ -97,7 +97,11 @@ func newPathConfig(t testing.TB, g *graph.Graph, cfg Config, egressQueue, buffer
 	if clock != nil {
 		p.f.now = clock
 	}
-	if p.enc, err = libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, inst.InputShape()); err != nil {
+	shape := inst.InputShape()
+	if cfg.State.Elems > 0 {
+		shape = cfg.State.DataShape
+	}
+	if p.enc, err = libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, shape); err != nil {
 		t.Fatal(err)
 	}
 	p.port, err = mem.New(mem.Config{Buffers: buffers, BufSize: 2048, OnTx: p.onTx})

@@ -83,7 +83,7 @@ type Spec struct {
 	// State makes the IF a stateful stream: each binding feeds the output
 	// a flow's request gives into the input of the flow's next request
 	// (an LSTM's h and c), and the IF keeps each flow's state
-	// (libml/stateful, flows.go). Payloads are f32 then.
+	// (libml/stateful, flows.go).
 	State []stateful.Binding `toml:"state" json:"state,omitempty"`
 	// StateIdleMS drops a flow's state after this many milliseconds
 	// without a request, 1..MaxSLOMS (default DefaultStateIdle).
@@ -328,9 +328,6 @@ func (s *Spec) validateState() error {
 			}
 			seen[v.key+":"+v.name] = true
 		}
-	}
-	if s.Input != "" && s.Input != InputF32 {
-		return fieldErr("input", " %q: a stateful IF (state) takes %q payloads", s.Input, InputF32)
 	}
 	if math.IsNaN(s.StateIdleMS) || s.StateIdleMS < 0 || s.StateIdleMS > MaxSLOMS {
 		return fieldErr("state_idle_ms", " %v: want 1..%d", s.StateIdleMS, MaxSLOMS)

@@ -70,7 +70,6 @@ func TestSpecValidateNamesTheKey(t *testing.T) {
 		{func(s *Spec) { s.MaxFlows = 5 }, "max_flows", "max_flows: only for IFs with state bindings"},
 		{func(s *Spec) { s.State = []stateful.Binding{{Input: "h"}} }, "state[0].output", "state[0].output: required"},
 		{func(s *Spec) { s.State = []stateful.Binding{{Input: "h", Output: "a"}, {Input: "h", Output: "b"}} }, "state[1].input", `state[1].input "h": bound twice`},
-		{func(s *Spec) { s.State, s.Input = []stateful.Binding{{Input: "h", Output: "a"}}, InputImageU8 }, "input", `input "u8-hwc": a stateful IF (state) takes "f32" payloads`},
 		{func(s *Spec) { s.State, s.MaxFlows = []stateful.Binding{{Input: "h", Output: "a"}}, -1 }, "max_flows", "max_flows -1: out of range 1..1048576"},
 		{func(s *Spec) { s.State, s.StateIdleMS = []stateful.Binding{{Input: "h", Output: "a"}}, math.NaN() }, "state_idle_ms", "state_idle_ms NaN"},
 	} {

@@ -40,6 +40,22 @@ type Encoding struct {
 	// byte x to its input value: float32(float32(x)*Scale[c]) + Bias[c],
 	// that is (x/255 - mean[c]) / std[c] folded into two constants.
 	Scale, Bias []float32
+	// Tail is how many float32 values follow the payload's in each
+	// request's input row, carried as the request's last fragments
+	// (little-endian) after its payload: a stateful stream's flow state
+	// (WithTail). Elems and Bytes count them.
+	Tail int
+}
+
+// WithTail returns a copy of e whose rows end with n more float32
+// values, carried after each request's payload as fragments of its own
+// (see Encoding.Tail).
+func (e *Encoding) WithTail(n int) *Encoding {
+	c := *e
+	c.Tail += n
+	c.Elems += n
+	c.Bytes += 4 * n
+	return &c
 }
 
 // ErrMeanStd is NewEncoding's error for a mean or std list whose length is
@@ -216,6 +232,9 @@ func (in *Input) Decode(dst []float32, r0, r1 int) error {
 					// fused multiply-add, the same bits as the C code
 					d[ch*hw+p] = float32(float32(buf[p*c+ch])*sc) + bi
 				}
+			}
+			for i := range e.Tail {
+				d[c*hw+i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[c*hw+4*i:]))
 			}
 		}
 	}

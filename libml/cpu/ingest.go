@@ -20,7 +20,7 @@ type Ingester struct {
 // each, back to back.
 func (x *Ingester) Ingest(dst []float32, in *libml.Input, r0, r1 int) error {
 	e := in.Enc
-	spec := ncpu.IngestSpec{Format: ncpu.IngestF32, Elems: e.Elems}
+	spec := ncpu.IngestSpec{Format: ncpu.IngestF32, Elems: e.Elems, Tail: e.Tail}
 	if e.Format == libml.InputImageU8 {
 		spec.Format, spec.Channels, spec.Scale, spec.Bias = ncpu.IngestU8HWC, e.Channels, e.Scale, e.Bias
 	}

@@ -70,7 +70,9 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 // and u8 HWC images with a mean and std per channel (3 channels, the fast
 // path; 1 and 4, the general one), requests cut into fragments that end
 // inside floats and pixels, empty fragments, one request alone, a range
-// of requests from the middle of the batch.
+// of requests from the middle of the batch; and rows with a tail of
+// float32 values after the payload (a stateful stream's flow state),
+// whose first byte may share a fragment with the image's last.
 func TestIngestMatchesReference(t *testing.T) {
 	splits := [][]int{{1000}, {1, 2, 3, 5, 7}, {6, 0, 10}, {3}, {4099}}
 	cases := []struct {
@@ -78,12 +80,16 @@ func TestIngestMatchesReference(t *testing.T) {
 		format    libml.InputFormat
 		shape     []int64
 		mean, std []float32
+		tail      int
 	}{
-		{"f32", libml.InputF32, []int64{3, 7, 11}, nil, nil},
-		{"u8 3ch", libml.InputImageU8, []int64{3, 9, 13}, []float32{0.485, 0.456, 0.406}, []float32{0.229, 0.224, 0.225}},
-		{"u8 3ch defaults", libml.InputImageU8, []int64{3, 4, 4}, nil, nil},
-		{"u8 1ch", libml.InputImageU8, []int64{1, 8, 9}, []float32{0.5}, []float32{0.25}},
-		{"u8 4ch", libml.InputImageU8, []int64{4, 5, 7}, []float32{0.1, 0.2, 0.3, 0.4}, []float32{1, 0, 2, 0.5}},
+		{"f32", libml.InputF32, []int64{3, 7, 11}, nil, nil, 0},
+		{"u8 3ch", libml.InputImageU8, []int64{3, 9, 13}, []float32{0.485, 0.456, 0.406}, []float32{0.229, 0.224, 0.225}, 0},
+		{"u8 3ch defaults", libml.InputImageU8, []int64{3, 4, 4}, nil, nil, 0},
+		{"u8 1ch", libml.InputImageU8, []int64{1, 8, 9}, []float32{0.5}, []float32{0.25}, 0},
+		{"u8 4ch", libml.InputImageU8, []int64{4, 5, 7}, []float32{0.1, 0.2, 0.3, 0.4}, []float32{1, 0, 2, 0.5}, 0},
+		{"u8 3ch tail", libml.InputImageU8, []int64{3, 9, 13}, []float32{0.485, 0.456, 0.406}, []float32{0.229, 0.224, 0.225}, 17},
+		{"u8 1ch tail", libml.InputImageU8, []int64{1, 8, 9}, []float32{0.5}, []float32{0.25}, 3},
+		{"f32 tail", libml.InputF32, []int64{3, 7, 11}, nil, nil, 5},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -91,13 +97,14 @@ func TestIngestMatchesReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			enc = enc.WithTail(c.tail)
 			in := &libml.Input{Enc: enc}
 			for r, sizes := range splits {
 				var p []byte
 				if c.format == libml.InputF32 {
 					p = f32Payload(enc.Elems, uint32(r+1))
 				} else {
-					p = u8Payload(enc.Bytes, byte(r))
+					p = append(u8Payload(enc.Bytes-4*c.tail, byte(r)), f32Payload(c.tail, uint32(r+7))...)
 				}
 				in.Add(splitAt(p, sizes)...)
 			}

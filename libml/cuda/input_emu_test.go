@@ -140,4 +140,9 @@ func TestInferInputEmu(t *testing.T) {
 	if deviceConverts(five) {
 		t.Fatal("a 5-channel image would be converted on the device")
 	}
+	// a stateful stream's rows: the flow state is host memory, so the
+	// whole row is gathered on the host
+	if deviceConverts(u8.WithTail(3)) || deviceConverts(f32.WithTail(3)) {
+		t.Fatal("rows with a flow state would be gathered on the device")
+	}
 }

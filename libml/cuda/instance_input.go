@@ -63,6 +63,9 @@ func (i *Instance) inferInput(ctx context.Context, in *libml.Input, out []float3
 // deviceConverts reports whether the batch gather converts enc's
 // payload on the device.
 func deviceConverts(enc *libml.Encoding) bool {
+	if enc.Tail > 0 { // a flow state in host memory: gathered on the host
+		return false
+	}
 	switch enc.Format {
 	case libml.InputF32:
 		return true

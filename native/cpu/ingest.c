@@ -51,49 +51,69 @@ static void u8_hwc(float *d, int64_t hw, int64_t c, const uint8_t *s,
 	}
 }
 
-/* One request's image: the fragments in order, pixel pix and channel ch
- * carried across fragment ends. */
+/* n bytes at s of an image, from pixel *pix and channel *ch on (where
+ * the previous fragment left them), into its planes. */
+static void u8_bytes(float *dst, int64_t hw, int64_t c, int64_t *pixp,
+		     int64_t *chp, const uint8_t *s, int64_t n,
+		     const float *scale, const float *bias)
+{
+	int64_t pix = *pixp, ch = *chp;
+	/* the rest of a pixel the previous fragment began */
+	while (n > 0 && ch != 0) {
+		dst[ch * hw + pix] = (float)*s++ * scale[ch] + bias[ch];
+		n--;
+		if (++ch == c) {
+			ch = 0;
+			pix++;
+		}
+	}
+	int64_t np = n / c;
+	if (c == 3)
+		u8_hwc3(dst + pix, dst + hw + pix, dst + 2 * hw + pix, s, np,
+			scale, bias);
+	else
+		u8_hwc(dst + pix, hw, c, s, np, scale, bias);
+	pix += np;
+	s += np * c;
+	n -= np * c;
+	/* a pixel this fragment begins and the next one ends */
+	for (; n > 0; n--) {
+		dst[ch * hw + pix] = (float)*s++ * scale[ch] + bias[ch];
+		if (++ch == c) {
+			ch = 0;
+			pix++;
+		}
+	}
+	*pixp = pix;
+	*chp = ch;
+}
+
+/* One request: its image's bytes from the fragments in order, then the
+ * bytes after the image (the tail, float32) after the planes as they
+ * are. The sizes were checked. */
 static void ingest_u8(float *dst, const sk_frag *f, int64_t nf, int64_t hw,
 		      int64_t c, const float *scale, const float *bias)
 {
-	int64_t pix = 0, ch = 0;
+	int64_t pix = 0, ch = 0, left = hw * c;
+	char *o = (char *)(dst + hw * c);
 	for (int64_t i = 0; i < nf; i++) {
 		const uint8_t *s = (const uint8_t *)f[i].p;
-		int64_t n = f[i].n;
-		/* the rest of a pixel the previous fragment began */
-		while (n > 0 && ch != 0) {
-			dst[ch * hw + pix] = (float)*s++ * scale[ch] + bias[ch];
-			n--;
-			if (++ch == c) {
-				ch = 0;
-				pix++;
-			}
-		}
-		int64_t np = n / c;
-		if (c == 3)
-			u8_hwc3(dst + pix, dst + hw + pix, dst + 2 * hw + pix, s,
-				np, scale, bias);
-		else
-			u8_hwc(dst + pix, hw, c, s, np, scale, bias);
-		pix += np;
-		s += np * c;
-		n -= np * c;
-		/* a pixel this fragment begins and the next one ends */
-		for (; n > 0; n--) {
-			dst[ch * hw + pix] = (float)*s++ * scale[ch] + bias[ch];
-			if (++ch == c) {
-				ch = 0;
-				pix++;
-			}
+		int64_t n = f[i].n, img = n < left ? n : left;
+		u8_bytes(dst, hw, c, &pix, &ch, s, img, scale, bias);
+		left -= img;
+		if (n > img) {
+			memcpy(o, s + img, (size_t)(n - img));
+			o += n - img;
 		}
 	}
 }
 
 int64_t sk_ingest(float *dst, int32_t fmt, int64_t elems, int64_t channels,
-		  const float *scale, const float *bias, const sk_frag *frags,
-		  const int64_t *ends, int64_t nreq)
+		  int64_t tail, const float *scale, const float *bias,
+		  const sk_frag *frags, const int64_t *ends, int64_t nreq)
 {
-	if (dst == NULL || elems < 1 || nreq < 0 || (nreq > 0 && ends == NULL))
+	if (dst == NULL || elems < 1 || nreq < 0 || (nreq > 0 && ends == NULL) ||
+	    tail < 0 || tail >= elems)
 		return SK_IN_EBAD;
 	int64_t bytes;
 	switch (fmt) {
@@ -101,10 +121,10 @@ int64_t sk_ingest(float *dst, int32_t fmt, int64_t elems, int64_t channels,
 		bytes = 4 * elems;
 		break;
 	case SK_IN_U8_HWC:
-		if (channels < 1 || elems % channels != 0 || scale == NULL ||
-		    bias == NULL)
+		if (channels < 1 || (elems - tail) % channels != 0 ||
+		    scale == NULL || bias == NULL)
 			return SK_IN_EBAD;
-		bytes = elems;
+		bytes = elems - tail + 4 * tail;
 		break;
 	default:
 		return SK_IN_EBAD;
@@ -131,7 +151,8 @@ int64_t sk_ingest(float *dst, int32_t fmt, int64_t elems, int64_t channels,
 			ingest_f32(d, frags + start, ends[r] - start);
 		else
 			ingest_u8(d, frags + start, ends[r] - start,
-				  elems / channels, channels, scale, bias);
+				  (elems - tail) / channels, channels, scale,
+				  bias);
 		start = ends[r];
 	}
 	return 0;

@@ -31,6 +31,10 @@ type IngestSpec struct {
 	// channel, the map x → float32(x)*Scale[c] + Bias[c] (IngestU8HWC).
 	Channels    int
 	Scale, Bias []float32
+	// Tail is how many of Elems follow an IngestU8HWC image as float32
+	// values in the request's fragments (a stateful stream's state),
+	// copied after the image's planes.
+	Tail int
 }
 
 // Ingester gathers and converts batches of request payloads into input
@@ -85,7 +89,7 @@ func (g *Ingester) Ingest(dst []float32, spec *IngestSpec, payload [][]byte, end
 		frags = &g.frags[0]
 	}
 	rc := C.sk_ingest((*C.float)(&dst[0]), C.int32_t(spec.Format), C.int64_t(spec.Elems), C.int64_t(spec.Channels),
-		scale, bias, frags, &g.ends[0], C.int64_t(n))
+		C.int64_t(spec.Tail), scale, bias, frags, &g.ends[0], C.int64_t(n))
 	runtime.KeepAlive(payload)
 	switch {
 	case rc == 0:

@@ -680,15 +680,17 @@ typedef struct {
 /* sk_ingest writes nreq requests into dst, elems floats each, back to
  * back. Request r is made of frags[ends[r-1]:ends[r]] (ends[-1] = 0), in
  * payload order; fragments may end anywhere, inside a float or a pixel.
- * SK_IN_F32 copies 4*elems bytes; SK_IN_U8_HWC converts elems bytes of an
- * HWC image with channels channels into CHW planes, byte x of channel c to
- * (float)x * scale[c] + bias[c] (one rounding each, no fused multiply-add).
- * Nothing is written unless every request's fragments add up to its
- * payload size. Returns 0, or -1 - r for the first request r whose size
- * is wrong, or SK_IN_EBAD for bad arguments. */
+ * SK_IN_F32 copies 4*elems bytes; SK_IN_U8_HWC converts elems - tail
+ * bytes of an HWC image with channels channels into CHW planes, byte x of
+ * channel c to (float)x * scale[c] + bias[c] (one rounding each, no fused
+ * multiply-add), and copies the tail floats that follow the image in the
+ * fragments (a stateful stream's flow state, float32 little-endian) after
+ * the planes. Nothing is written unless every request's fragments add up
+ * to its size. Returns 0, or -1 - r for the first request r whose size is
+ * wrong, or SK_IN_EBAD for bad arguments. */
 #define SK_IN_EBAD INT64_MIN
 int64_t sk_ingest(float *dst, int32_t fmt, int64_t elems, int64_t channels,
-		  const float *scale, const float *bias, const sk_frag *frags,
-		  const int64_t *ends, int64_t nreq);
+		  int64_t tail, const float *scale, const float *bias,
+		  const sk_frag *frags, const int64_t *ends, int64_t nreq);
 
 #endif /* SLUICE_CPU_H */
