@@ -31,7 +31,7 @@ import (
 
 // LearnConfig configures the learned scheduler and its training.
 type LearnConfig struct {
-	// Episodes of training (default 600).
+	// Episodes of training (default 1500).
 	Episodes int
 	// GroupSize is the devices per group (default 4).
 	GroupSize int
@@ -51,7 +51,7 @@ type LearnConfig struct {
 
 func (c LearnConfig) withDefaults() LearnConfig {
 	if c.Episodes <= 0 {
-		c.Episodes = 600
+		c.Episodes = 1500
 	}
 	if c.GroupSize <= 0 {
 		c.GroupSize = 4

@@ -63,7 +63,7 @@ func main() {
 	flag.Int64Var(&o.deviceMem, "device-mem", 0, "each device's memory in bytes (0: unlimited)")
 	flag.StringVar(&o.mdOut, "md", "", "write the report here as well as to stdout")
 	flag.StringVar(&o.svgOut, "svg", "", "write the plot (goodput over GSLICE's) here")
-	flag.IntVar(&o.episodes, "episodes", 600, "training episodes of the learned scheduler")
+	flag.IntVar(&o.episodes, "episodes", 1500, "training episodes of the learned scheduler")
 	flag.Parse()
 	o.seed = *seed
 	var err error
