@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"sluice/dataplane/wire"
+	"sluice/libml/graph"
 	"sluice/libml/zoo"
 )
 
@@ -142,4 +143,41 @@ func f32le(v []float32) []byte {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
 	}
 	return b
+}
+
+// Stages whose next names make a loop (deploys can make one that a
+// profile check cannot see) do not pass a request round for ever: after
+// MaxStages stages it is answered internal.
+func TestPipelineLoop(t *testing.T) {
+	mlp := func(seed uint64) *graph.Graph {
+		return zoo.MLP(zoo.Options{Seed: seed, Features: 8, Layers: 1, Hidden: 8, Classes: 8})
+	}
+	p := newPathConfig(t, mlp(1), Config{Name: "a", ModelID: 7, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, 64, 1024, nil)
+	p.keep = true
+	inst, err := p.be.LoadModel(context.Background(), "b", mlp(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Name: "b", ModelID: 8, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, p.be, inst, p.obs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.f.SetNext("b", func() *IF { return b })
+	b.SetNext("a", func() *IF { return p.f })
+	newStage(t, b)
+	p.inject(p.datagrams(1, f32le(zoo.Input(1, 8))))
+	p.poll()
+	select {
+	case <-p.obs.answered:
+	case <-time.After(time.Minute):
+		t.Fatal("no answer in a minute: the request goes round")
+	}
+	p.poll()
+	if s, _ := p.answer(1); s != wire.StatusInternal {
+		t.Fatalf("a request in a loop of stages: %v, want internal", s)
+	}
+	if fw := p.f.C.Forwarded.Load() + b.C.Forwarded.Load(); fw != MaxStages-1 {
+		t.Fatalf("%d hand-overs, want %d (%d stages)", fw, MaxStages-1, MaxStages)
+	}
+	p.baseline()
 }
