@@ -31,8 +31,8 @@ import (
 	"sluice/libml/graph"
 	"sluice/libml/onnx"
 	"sluice/libml/ort"
+	"sluice/libml/pack"
 	"sluice/libml/sched"
-	"sluice/libml/stateful"
 	"sluice/libml/zoo"
 	"sluice/orchestrator/inss"
 )
@@ -356,14 +356,14 @@ func (a *Appliance) unmapRegions() {
 }
 
 // loadInstance loads the model an IF section names. A stateful IF's
-// model is packed (libml/stateful) into one input and one output row,
+// model is packed (libml/pack) into one input and one output row,
 // laid out as layout says (nil for other IFs).
-func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backend, libml.Instance, *stateful.Layout, error) {
+func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backend, libml.Instance, *pack.Layout, error) {
 	be, err := a.backend(ctx, backendKey(s))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var layout *stateful.Layout
+	var layout *pack.Layout
 	var inst libml.Instance
 	kind, ref, _ := strings.Cut(s.Model, ":")
 	bl, loadsBytes := be.(libml.ModelBytesLoader)
@@ -416,16 +416,16 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 
 // prepareGraph fixes g's input shape as s says and packs a stateful IF's
 // model, then checks that the IF manager can serve it.
-func prepareGraph(g *graph.Graph, s *IFSection) (*stateful.Layout, error) {
+func prepareGraph(g *graph.Graph, s *IFSection) (*pack.Layout, error) {
 	if len(s.InputShape) > 0 {
 		if err := fixInputShape(g, s.InputShape, s.State); err != nil {
 			return nil, err
 		}
 	}
-	var layout *stateful.Layout
-	if s.State != nil {
+	var layout *pack.Layout
+	if packs(s) {
 		var err error
-		if layout, err = stateful.Pack(g, s.State); err != nil {
+		if layout, err = pack.Pack(g, pack.Spec{Inputs: s.Inputs, Outputs: s.Outputs, State: s.State}); err != nil {
 			return nil, err
 		}
 	}
@@ -443,12 +443,12 @@ func fallsBack(s *IFSection) bool {
 // loadModelFile reads the ONNX file ref and loads it into bl, a backend
 // that compiles ONNX files itself, with the IF's input shape; a stateful
 // IF's model is packed first, and handed over re-encoded.
-func loadModelFile(ctx context.Context, bl libml.ModelBytesLoader, s *IFSection, ref string) (libml.Instance, *stateful.Layout, error) {
+func loadModelFile(ctx context.Context, bl libml.ModelBytesLoader, s *IFSection, ref string) (libml.Instance, *pack.Layout, error) {
 	data, err := readModelFile(ctx, ref)
 	if err != nil {
 		return nil, nil, err
 	}
-	if s.State == nil {
+	if !packs(s) {
 		inst, err := bl.LoadModelBytes(ctx, s.Name, data, s.InputShape)
 		return inst, nil, err
 	}
@@ -515,7 +515,7 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 	obs := a.metrics.observer(s.Name, s.Class)
 	cfg := s.Config()
 	if layout != nil {
-		cfg.State.Elems, cfg.State.DataShape = layout.StateElems, layout.DataShape
+		cfg.State.Elems, cfg.PayloadShape = layout.StateElems, layout.DataShape
 	}
 	f, err := ifmanager.New(cfg, be, inst, obs, a.log)
 	if err != nil {
@@ -554,6 +554,11 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 	return r, nil
 }
 
+// packs reports whether an IF's model is packed into one input and one
+// output row (libml/pack): it keeps state per flow, or names its data
+// inputs or outputs.
+func packs(s *IFSection) bool { return s.State != nil || s.Inputs != nil || s.Outputs != nil }
+
 // fitsNextStage checks that next, the next stage of f's pipeline, takes
 // f's results as its payload.
 func fitsNextStage(f, next *ifmanager.IF) error {
@@ -569,10 +574,10 @@ func fitsNextStage(f, next *ifmanager.IF) error {
 
 // fixInputShape gives the graph's data input (the one input that is not an
 // initializer) the per-request shape, keeping a leading batch dimension.
-func fixInputShape(g *graph.Graph, shape []int64, state []stateful.Binding) error {
+func fixInputShape(g *graph.Graph, shape []int64, state []pack.Binding) error {
 	var data []int
 	for i, in := range g.Inputs {
-		if g.Initializer(in.Name) == nil && !slices.ContainsFunc(state, func(b stateful.Binding) bool { return b.Input == in.Name }) {
+		if g.Initializer(in.Name) == nil && !slices.ContainsFunc(state, func(b pack.Binding) bool { return b.Input == in.Name }) {
 			data = append(data, i)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/graph"
+	"sluice/libml/ort"
 	"sluice/libml/zoo"
 	"sluice/orchestrator"
 )
@@ -198,4 +200,69 @@ func closeBytes(got []byte, want []float32) error {
 		}
 	}
 	return nil
+}
+
+// A model of two data inputs (one int64) and two outputs, served by
+// naming them (inputs, outputs): the payload holds x then ids as float32,
+// the answer total then y. The engine keeps no int64 values at run time,
+// so ONNX Runtime serves the packed model (the fallback), and status says
+// so; every answer is the model's.
+func TestSeveralInputsAndOutputs(t *testing.T) {
+	if p, err := ort.LibraryPath(); err != nil || !fileExists(p) {
+		if os.Getenv("SLUICE_REQUIRE_DEPS") == "1" {
+			t.Fatalf("ONNX Runtime is required (SLUICE_REQUIRE_DEPS=1): %v", err)
+		}
+		t.Skipf("ONNX Runtime not available (run `make deps`): %v", err)
+	}
+	model := filepath.Join(t.TempDir(), "two.onnx")
+	writeModel(t, model, &graph.Graph{Name: "two", Opset: 13,
+		Inputs: []graph.ValueInfo{{Name: "ids", DType: graph.Int64, Dims: []int64{-1, 4}, DimParams: []string{"batch", ""}},
+			{Name: "x", DType: graph.Float32, Dims: []int64{-1, 2}, DimParams: []string{"batch", ""}}},
+		Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{-1, 2}}, {Name: "total", DType: graph.Int64, Dims: []int64{-1, 1}}},
+		Initializers: []*graph.Tensor{{Name: "axes", DType: graph.Int64, Dims: []int64{1}, I64: []int64{1}}},
+		Nodes: []graph.Node{
+			{Name: "sum", Op: "ReduceSum", Inputs: []string{"ids", "axes"}, Outputs: []string{"total"}},
+			{Name: "f", Op: "Cast", Inputs: []string{"total"}, Outputs: []string{"ft"}, Attrs: []graph.Attr{{Name: "to", Kind: graph.AttrInt, I: int64(graph.Float32)}}},
+			{Name: "mul", Op: "Mul", Inputs: []string{"x", "ft"}, Outputs: []string{"y"}},
+		}})
+	a, stop, _, _ := startControlled(t, fmt.Sprintf(`
+[appliance]
+log_level = "error"
+threads = 1
+metrics = "off"
+control = "ipc://%%s"
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+[[if]]
+name = "two"
+model_id = 4
+model = "onnx:%s"
+inputs = ["x", "ids"]
+outputs = ["total", "y"]
+`, model))
+	defer stop()
+	addr, _ := a.PortAddr("udp0")
+	cl := newClient(t, 41)
+	for id := uint64(1); id <= 3; id++ {
+		x0, x1 := float32(id)*0.5, -float32(id)
+		ids := []float32{float32(id), 2, 7, 100}
+		if err := cl.Send(addr, 4, id, 0, f32bytes(append([]float32{x0, x1}, ids...))); err != nil {
+			t.Fatal(err)
+		}
+		total := float32(id) + 109
+		if err := closeBytes(okOutput(t, cl, id), []float32{total, x0 * total, x1 * total}); err != nil {
+			t.Fatalf("request %d: %v", id, err)
+		}
+	}
+	ctl, err := orchestrator.Dial(a.ControlEndpoint(), orchestrator.ClientConfig{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	st, err := ctl.Status(context.Background(), orchestrator.StatusArgs{})
+	if err != nil || len(st.IFs) != 1 || st.IFs[0].Backend != "ort (fallback from cpu)" || st.IFs[0].Served != 3 {
+		t.Fatalf("status %+v, %v", st, err)
+	}
 }

@@ -17,7 +17,7 @@ import (
 	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/ort"
-	"sluice/libml/stateful"
+	"sluice/libml/pack"
 	"sluice/libml/zoo"
 	"sluice/orchestrator"
 )
@@ -202,13 +202,13 @@ type kwsRef struct {
 	t    *testing.T
 	be   *cpu.Backend
 	inst libml.Instance
-	l    *stateful.Layout
+	l    *pack.Layout
 }
 
 func newKWSRef(t *testing.T) *kwsRef {
 	t.Helper()
 	g := zoo.KWS(zoo.Options{})
-	l, err := stateful.Pack(g, []stateful.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}})
+	l, err := pack.Pack(g, pack.Spec{State: []pack.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"sluice/dataplane/wire"
 )
 
-// Stateful IFs serve models with recurrent state (libml/stateful): the
+// Stateful IFs serve models with recurrent state (libml/pack): the
 // instance's input row is the request's payload followed by its flow's
 // state, and its output row the result followed by the flow's new state.
 // The IF keeps each flow's state between its requests (Triton's sequence
@@ -22,12 +22,8 @@ import (
 type StateConfig struct {
 	// Elems is the float32 count of a flow's state: the instance's input
 	// is the payload and then the state, its output the result and then
-	// the new state (libml/stateful.Layout.StateElems).
+	// the new state (libml/pack.Layout.StateElems).
 	Elems int
-	// DataShape is the per-request shape of the model's data input (the
-	// payload; libml/stateful.Layout.DataShape): a u8-hwc payload is an
-	// image of this CHW shape.
-	DataShape []int64
 	// Idle drops a flow's state after this long without a request (its
 	// next request starts from zeros); 0 means DefaultStateIdle.
 	Idle time.Duration

@@ -15,7 +15,7 @@ import (
 	"sluice/dataplane/wire"
 	"sluice/libml"
 	"sluice/libml/graph"
-	"sluice/libml/stateful"
+	"sluice/libml/pack"
 	"sluice/libml/zoo"
 )
 
@@ -24,7 +24,7 @@ import (
 type statefulPath struct {
 	*path
 	clock  atomic.Int64
-	layout *stateful.Layout
+	layout *pack.Layout
 	// ref carries each flow's reference state, computed at batch 1
 	state map[flowKey][]float32
 	id    uint64
@@ -32,7 +32,7 @@ type statefulPath struct {
 
 func newStatefulPath(t *testing.T, maxFlows int, idle time.Duration) *statefulPath {
 	g := zoo.KWS(zoo.Options{Seed: 9, Features: 10, Hidden: 6, Classes: 4})
-	sp := newStatefulPathModel(t, g, []stateful.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}},
+	sp := newStatefulPathModel(t, g, []pack.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}},
 		Config{Input: InputF32, State: StateConfig{Idle: idle, MaxFlows: maxFlows}})
 	if !sp.f.Stateful() || sp.f.RequestBytes() != 40 || sp.f.ResponseBytes() != 16 {
 		t.Fatalf("stateful %v, request %d bytes, response %d, want 40 and 16", sp.f.Stateful(), sp.f.RequestBytes(), sp.f.ResponseBytes())
@@ -42,15 +42,15 @@ func newStatefulPath(t *testing.T, maxFlows int, idle time.Duration) *statefulPa
 
 // newStatefulPathModel serves g packed with binds; cfg gives the input
 // format and the state's idle time and flow bound.
-func newStatefulPathModel(t *testing.T, g *graph.Graph, binds []stateful.Binding, cfg Config) *statefulPath {
-	l, err := stateful.Pack(g, binds)
+func newStatefulPathModel(t *testing.T, g *graph.Graph, binds []pack.Binding, cfg Config) *statefulPath {
+	l, err := pack.Pack(g, pack.Spec{State: binds})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sp := &statefulPath{layout: l, state: map[flowKey][]float32{}}
 	sp.clock.Store(1)
 	cfg.Name, cfg.ModelID, cfg.MinBatch, cfg.MaxBatch, cfg.QueueLen, cfg.Batching = "st", 7, 1, 4, 64, "fixed"
-	cfg.State.Elems, cfg.State.DataShape = l.StateElems, l.DataShape
+	cfg.State.Elems, cfg.PayloadShape = l.StateElems, l.DataShape
 	sp.path = newPathConfig(t, g, cfg, 64, 1024, sp.clock.Load)
 	sp.keep = true
 	return sp
@@ -224,7 +224,7 @@ func TestStatefulImages(t *testing.T) {
 			{Name: "id", Op: "Identity", Inputs: []string{"y"}, Outputs: []string{"h_out"}},
 		}}
 	mean, std := []float32{0.485, 0.456, 0.406}, []float32{0.229, 0.224, 0.225}
-	sp := newStatefulPathModel(t, g, []stateful.Binding{{Input: "h", Output: "h_out"}}, Config{Input: InputImageU8, Mean: mean, Std: std})
+	sp := newStatefulPathModel(t, g, []pack.Binding{{Input: "h", Output: "h_out"}}, Config{Input: InputImageU8, Mean: mean, Std: std})
 	if sp.f.RequestBytes() != 48 || sp.f.ResponseBytes() != 12 {
 		t.Fatalf("request %d bytes, response %d, want 48 and 12", sp.f.RequestBytes(), sp.f.ResponseBytes())
 	}
@@ -260,7 +260,7 @@ func TestStatefulImages(t *testing.T) {
 // that leaves no data, a table whose states would not fit in memory.
 func TestStatefulConfigErrors(t *testing.T) {
 	g := zoo.KWS(zoo.Options{Features: 10, Hidden: 6, Classes: 4})
-	l, err := stateful.Pack(g, []stateful.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}})
+	l, err := pack.Pack(g, pack.Spec{State: []pack.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,14 +269,14 @@ func TestStatefulConfigErrors(t *testing.T) {
 		st   StateConfig
 		want string
 	}{
-		{StateConfig{Elems: 22, DataShape: []int64{1}}, "leaves no data"},
-		{StateConfig{Elems: l.StateElems, DataShape: l.DataShape, MaxFlows: MaxFlowsLimit + 1}, "max_flows 1048577: out of range"},
+		{StateConfig{Elems: 22}, "leaves no data"},
+		{StateConfig{Elems: l.StateElems, MaxFlows: MaxFlowsLimit + 1}, "max_flows 1048577: out of range"},
 	} {
 		inst, err := p.be.LinkModel(context.Background(), p.ref)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = New(Config{Name: "kws", ModelID: 7, MaxBatch: 2, QueueLen: 4, Input: InputF32, State: tc.st}, p.be, inst, nil, nil)
+		_, err = New(Config{Name: "kws", ModelID: 7, MaxBatch: 2, QueueLen: 4, Input: InputF32, State: tc.st, PayloadShape: l.DataShape}, p.be, inst, nil, nil)
 		_ = inst.Close()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: error %v, want %q", tc.st, err, tc.want)

@@ -74,6 +74,10 @@ type Config struct {
 	// State makes the IF stateful (flows.go): the instance's input and
 	// output rows end with a flow's state, which the IF keeps per flow.
 	State StateConfig
+	// PayloadShape is the per-request shape of the payload when the
+	// model was packed (libml/pack.Layout.DataShape: a u8-hwc payload is
+	// an image of this CHW shape); nil: the instance's input shape.
+	PayloadShape []int64
 }
 
 // Observer receives an IF's measurements; the appliance turns them into
@@ -291,12 +295,11 @@ func New(cfg Config, be libml.Backend, inst libml.Instance, obs Observer, log *s
 		inElems: inst.InputSize(), outElems: inst.OutputSize(), bottleneck: "unknown"}
 	st := cfg.State
 	shape := inst.InputShape()
-	if st.Elems > 0 {
-		if st.Elems >= f.inElems || st.Elems >= f.outElems {
-			return nil, fmt.Errorf("ifmanager: IF %q: a state of %d floats leaves no data in the instance's input (%d) or output (%d)", cfg.Name, st.Elems, f.inElems, f.outElems)
-		}
-		// the payload is the data input's; the flow's state follows it
-		shape = st.DataShape
+	if cfg.PayloadShape != nil {
+		shape = cfg.PayloadShape
+	}
+	if st.Elems > 0 && (st.Elems >= f.inElems || st.Elems >= f.outElems) {
+		return nil, fmt.Errorf("ifmanager: IF %q: a state of %d floats leaves no data in the instance's input (%d) or output (%d)", cfg.Name, st.Elems, f.inElems, f.outElems)
 	}
 	enc, err := libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, shape)
 	if err != nil {

@@ -98,8 +98,8 @@ func newPathConfig(t testing.TB, g *graph.Graph, cfg Config, egressQueue, buffer
 		p.f.now = clock
 	}
 	shape := inst.InputShape()
-	if cfg.State.Elems > 0 {
-		shape = cfg.State.DataShape
+	if cfg.PayloadShape != nil {
+		shape = cfg.PayloadShape
 	}
 	if p.enc, err = libml.NewEncoding(cfg.Input, cfg.Mean, cfg.Std, shape); err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"sluice/dataplane/wire"
-	"sluice/libml/stateful"
+	"sluice/libml/pack"
 )
 
 // Spec is one inference function as an operator writes it, in the one
@@ -83,14 +83,21 @@ type Spec struct {
 	// State makes the IF a stateful stream: each binding feeds the output
 	// a flow's request gives into the input of the flow's next request
 	// (an LSTM's h and c), and the IF keeps each flow's state
-	// (libml/stateful, flows.go).
-	State []stateful.Binding `toml:"state" json:"state,omitempty"`
+	// (libml/pack, flows.go).
+	State []pack.Binding `toml:"state" json:"state,omitempty"`
 	// StateIdleMS drops a flow's state after this many milliseconds
 	// without a request, 1..MaxSLOMS (default DefaultStateIdle).
 	StateIdleMS float64 `toml:"state_idle_ms" json:"state_idle_ms,omitempty"`
 	// MaxFlows bounds the flows a stateful IF keeps state for,
 	// 1..MaxFlowsLimit (default DefaultMaxFlows).
 	MaxFlows int `toml:"max_flows" json:"max_flows,omitempty"`
+	// Inputs names a model's data inputs, in the order their values
+	// follow each other in a request's payload (f32; an integer input
+	// takes its values as float32 and is cast in the model), for models
+	// with several; Outputs names the outputs answered, in order. Empty:
+	// the model's one data input and one output (beside its states).
+	Inputs  []string `toml:"inputs" json:"inputs,omitempty"`
+	Outputs []string `toml:"outputs" json:"outputs,omitempty"`
 	// Next makes the IF the first stage of a pipeline, or a middle one:
 	// the IF hands each request's result to the IF named Next as that
 	// IF's request payload (f32), and the pipeline's last stage answers.
@@ -195,6 +202,12 @@ func (s *Spec) Validate() error {
 	}
 	if len(s.State) == 0 {
 		s.State = nil
+	}
+	if len(s.Inputs) == 0 {
+		s.Inputs = nil
+	}
+	if len(s.Outputs) == 0 {
+		s.Outputs = nil
 	}
 	if err := CheckName("name", s.Name); err != nil {
 		return err
@@ -302,8 +315,32 @@ func (s *Spec) Validate() error {
 	return s.validateState()
 }
 
-// validateState checks the stateful stream's fields.
+// validateState checks the stateful stream's fields and the data inputs
+// and outputs named.
 func (s *Spec) validateState() error {
+	seen := map[string]bool{}
+	for _, l := range []struct {
+		key   string
+		names []string
+	}{{"inputs", s.Inputs}, {"outputs", s.Outputs}} {
+		for i, n := range l.names {
+			key := fmt.Sprintf("%s[%d]", l.key, i)
+			if n == "" {
+				return fieldErr(key, ": must not be empty")
+			}
+			if len(n) > 256 {
+				return fieldErr(key, " %.16q...: longer than 256 bytes", n)
+			}
+			k := l.key[:len(l.key)-1] + ":" + n
+			if seen[k] {
+				return fieldErr(key, " %q: named twice", n)
+			}
+			seen[k] = true
+		}
+	}
+	if len(s.Inputs) > 1 && s.Input != "" && s.Input != InputF32 {
+		return fieldErr("input", " %q: a payload of several inputs is %q", s.Input, InputF32)
+	}
 	if s.State == nil {
 		switch {
 		case s.StateIdleMS != 0:
@@ -313,7 +350,6 @@ func (s *Spec) validateState() error {
 		}
 		return nil
 	}
-	seen := map[string]bool{}
 	for i, b := range s.State {
 		for _, v := range []struct{ key, name string }{{"input", b.Input}, {"output", b.Output}} {
 			key := fmt.Sprintf("state[%d].%s", i, v.key)
@@ -324,7 +360,7 @@ func (s *Spec) validateState() error {
 				return fieldErr(key, " %.16q...: longer than 256 bytes", v.name)
 			}
 			if seen[v.key+":"+v.name] {
-				return fieldErr(key, " %q: bound twice", v.name)
+				return fieldErr(key, " %q: named twice", v.name)
 			}
 			seen[v.key+":"+v.name] = true
 		}

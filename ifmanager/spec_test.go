@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"sluice/dataplane/wire"
-	"sluice/libml/stateful"
+	"sluice/libml/pack"
 )
 
 // A profile's [[if]] table and the deploy command's args are one schema:
@@ -68,10 +68,14 @@ func TestSpecValidateNamesTheKey(t *testing.T) {
 		{func(s *Spec) { s.InputShape = []int64{1 << 62, 1 << 62} }, "input_shape", "more than 268435456 elements"},
 		{func(s *Spec) { s.StateIdleMS = 5 }, "state_idle_ms", "state_idle_ms: only for IFs with state bindings"},
 		{func(s *Spec) { s.MaxFlows = 5 }, "max_flows", "max_flows: only for IFs with state bindings"},
-		{func(s *Spec) { s.State = []stateful.Binding{{Input: "h"}} }, "state[0].output", "state[0].output: required"},
-		{func(s *Spec) { s.State = []stateful.Binding{{Input: "h", Output: "a"}, {Input: "h", Output: "b"}} }, "state[1].input", `state[1].input "h": bound twice`},
-		{func(s *Spec) { s.State, s.MaxFlows = []stateful.Binding{{Input: "h", Output: "a"}}, -1 }, "max_flows", "max_flows -1: out of range 1..1048576"},
-		{func(s *Spec) { s.State, s.StateIdleMS = []stateful.Binding{{Input: "h", Output: "a"}}, math.NaN() }, "state_idle_ms", "state_idle_ms NaN"},
+		{func(s *Spec) { s.State = []pack.Binding{{Input: "h"}} }, "state[0].output", "state[0].output: required"},
+		{func(s *Spec) { s.State = []pack.Binding{{Input: "h", Output: "a"}, {Input: "h", Output: "b"}} }, "state[1].input", `state[1].input "h": named twice`},
+		{func(s *Spec) { s.State, s.MaxFlows = []pack.Binding{{Input: "h", Output: "a"}}, -1 }, "max_flows", "max_flows -1: out of range 1..1048576"},
+		{func(s *Spec) { s.Inputs = []string{"a", ""} }, "inputs[1]", "inputs[1]: must not be empty"},
+		{func(s *Spec) { s.Outputs = []string{"y", "y"} }, "outputs[1]", `outputs[1] "y": named twice`},
+		{func(s *Spec) { s.Inputs, s.State = []string{"h"}, []pack.Binding{{Input: "h", Output: "a"}} }, "state[0].input", `state[0].input "h": named twice`},
+		{func(s *Spec) { s.Inputs, s.Input = []string{"a", "b"}, InputImageU8 }, "input", `input "u8-hwc": a payload of several inputs is "f32"`},
+		{func(s *Spec) { s.State, s.StateIdleMS = []pack.Binding{{Input: "h", Output: "a"}}, math.NaN() }, "state_idle_ms", "state_idle_ms NaN"},
 	} {
 		s := ok
 		tc.edit(&s)
@@ -89,11 +93,11 @@ func TestSpecValidateNamesTheKey(t *testing.T) {
 // An empty list is an absent one: Validate makes it nil, so the spec
 // survives JSON's omitempty (the fuzzer's finding in FuzzParseRequest).
 func TestSpecEmptyListsAreAbsent(t *testing.T) {
-	s := Spec{Name: "det", Model: "zoo:resnet18", Mean: []float32{}, Std: []float32{}, InputShape: []int64{}, State: []stateful.Binding{}}
+	s := Spec{Name: "det", Model: "zoo:resnet18", Mean: []float32{}, Std: []float32{}, InputShape: []int64{}, State: []pack.Binding{}, Inputs: []string{}, Outputs: []string{}}
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if s.Mean != nil || s.Std != nil || s.InputShape != nil || s.State != nil {
+	if s.Mean != nil || s.Std != nil || s.InputShape != nil || s.State != nil || s.Inputs != nil || s.Outputs != nil {
 		t.Fatalf("empty lists kept: %#v", s)
 	}
 	b, err := json.Marshal(s)

@@ -1288,7 +1288,9 @@ func refCast(e *ev) ([]*Tensor, error) {
 			return one(shapeOnly(graph.Float32, x.Shape))
 		}
 		if isFloatType(to) != x.IsFloat() {
-			return nil, fmt.Errorf("runtime cast %s -> %s is not supported (float32 only)", x.DType, to)
+			// unsupported, not wrong: ONNX Runtime can serve the model
+			return nil, &UnsupportedError{Op: "Cast", Node: e.n.Name,
+				Why: fmt.Sprintf("runtime cast %s -> %s is not supported (float32 only)", x.DType, to)}
 		}
 		return one(shapeOnly(to, x.Shape))
 	}

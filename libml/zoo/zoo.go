@@ -484,7 +484,7 @@ func MLP(o Options) *graph.Graph {
 // hidden] (ONNX's LSTM layout: directions, batch, hidden). Outputs:
 // "logits" [batch, classes], "h_out" and "c_out" [1, batch, hidden]. An IF
 // serves it with state bindings h ← h_out and c ← c_out
-// (libml/stateful).
+// (libml/pack).
 func KWS(o Options) *graph.Graph {
 	def := func(v, d int) int {
 		if v <= 0 {
