@@ -13,7 +13,6 @@ import (
 
 	"sluice/dataplane/wire"
 	"sluice/libml/graph"
-	"sluice/libml/ort"
 	"sluice/orchestrator"
 )
 
@@ -21,12 +20,7 @@ import (
 // Runtime instead, serves, and says so in its status; with fallback =
 // "none" it fails to load, naming the operator.
 func TestFallbackToORT(t *testing.T) {
-	if p, err := ort.LibraryPath(); err != nil || !fileExists(p) {
-		if os.Getenv("SLUICE_REQUIRE_DEPS") == "1" {
-			t.Fatalf("ONNX Runtime is required (SLUICE_REQUIRE_DEPS=1): %v", err)
-		}
-		t.Skipf("ONNX Runtime not available (run `make deps`): %v", err)
-	}
+	requireORT(t)
 	dir := t.TempDir()
 	model := filepath.Join(dir, "selu.onnx")
 	writeModel(t, model, &graph.Graph{

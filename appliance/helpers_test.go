@@ -3,6 +3,7 @@ package appliance
 import (
 	"context"
 	"net/netip"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"sluice/dataplane/dptest"
 	"sluice/dataplane/wire"
+	"sluice/libml/ort"
 )
 
 // running is an appliance started by a test.
@@ -120,5 +122,17 @@ func sendBEThenRT(t *testing.T, cl *dptest.Client, to netip.AddrPort, be, rt uin
 	}
 	if err := cl.Send(to, 2, rt, wire.FlagRT, rtPayload); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// requireORT skips the test when ONNX Runtime is not installed, or fails
+// it under SLUICE_REQUIRE_DEPS=1.
+func requireORT(t *testing.T) {
+	t.Helper()
+	if p, err := ort.LibraryPath(); err != nil || !fileExists(p) {
+		if os.Getenv("SLUICE_REQUIRE_DEPS") == "1" {
+			t.Fatalf("ONNX Runtime is required (SLUICE_REQUIRE_DEPS=1): %v", err)
+		}
+		t.Skipf("ONNX Runtime not available (run `make deps`): %v", err)
 	}
 }

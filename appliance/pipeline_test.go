@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"sluice/libml"
 	"sluice/libml/cpu"
 	"sluice/libml/graph"
-	"sluice/libml/ort"
 	"sluice/libml/zoo"
 	"sluice/orchestrator"
 )
@@ -208,12 +206,7 @@ func closeBytes(got []byte, want []float32) error {
 // so ONNX Runtime serves the packed model (the fallback), and status says
 // so; every answer is the model's.
 func TestSeveralInputsAndOutputs(t *testing.T) {
-	if p, err := ort.LibraryPath(); err != nil || !fileExists(p) {
-		if os.Getenv("SLUICE_REQUIRE_DEPS") == "1" {
-			t.Fatalf("ONNX Runtime is required (SLUICE_REQUIRE_DEPS=1): %v", err)
-		}
-		t.Skipf("ONNX Runtime not available (run `make deps`): %v", err)
-	}
+	requireORT(t)
 	model := filepath.Join(t.TempDir(), "two.onnx")
 	writeModel(t, model, &graph.Graph{Name: "two", Opset: 13,
 		Inputs: []graph.ValueInfo{{Name: "ids", DType: graph.Int64, Dims: []int64{-1, 4}, DimParams: []string{"batch", ""}},

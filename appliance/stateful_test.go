@@ -16,7 +16,6 @@ import (
 	"sluice/dataplane/wire"
 	"sluice/libml"
 	"sluice/libml/cpu"
-	"sluice/libml/ort"
 	"sluice/libml/pack"
 	"sluice/libml/zoo"
 	"sluice/orchestrator"
@@ -80,12 +79,7 @@ state = [{input = "h", output = "h_out"}]
 // An IF whose bindings leave the model two data inputs fails to load and
 // says why.
 func TestStatefulStreams(t *testing.T) {
-	if p, err := ort.LibraryPath(); err != nil || !fileExists(p) {
-		if os.Getenv("SLUICE_REQUIRE_DEPS") == "1" {
-			t.Fatalf("ONNX Runtime is required (SLUICE_REQUIRE_DEPS=1): %v", err)
-		}
-		t.Skipf("ONNX Runtime not available (run `make deps`): %v", err)
-	}
+	requireORT(t)
 	model := filepath.Join(t.TempDir(), "kws.onnx")
 	writeModel(t, model, zoo.KWS(zoo.Options{}))
 	a, stop, _, _ := startControlled(t, fmt.Sprintf(statefulProfile, model))
