@@ -287,3 +287,74 @@ func TestStatefulConfigErrors(t *testing.T) {
 		t.Errorf("a 4 GiB flow table: error %v", err)
 	}
 }
+
+// The stateful path allocates nothing per request once its flows have
+// their state, and neither does a pipeline's hand-over: datagrams in,
+// the flow's state in and out of the row, the next stage's gather from
+// the first stage's output buffer, response datagrams out.
+func TestStatefulAndPipelineAllocateNothing(t *testing.T) {
+	sp := newStatefulPath(t, 4, time.Hour)
+	from := dataplane.Endpoint{Addr: netip.MustParseAddrPort("10.99.0.2:7000")}
+	sds, err := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 7, Flow: 1}, f32le(zoo.Input(1, sp.layout.DataElems)), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := uint64(1)
+	stateRound := func() {
+		for _, d := range sds {
+			binary.BigEndian.PutUint64(d[12:20], sid)
+			if err := sp.port.Inject(d, from); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sid++
+		sp.poll()
+		if st := <-sp.obs.answered; st != wire.StatusOK {
+			t.Fatalf("answered %v", st)
+		}
+		sp.poll()
+	}
+	sp.keep = false
+	for range 10 {
+		stateRound()
+	}
+	if allocs := testing.AllocsPerRun(50, stateRound); allocs != 0 {
+		t.Errorf("the stateful path allocates %.2f times per request", allocs)
+	}
+	sp.baseline()
+
+	// a pipeline: front (24 -> 8) then a classifier (8 -> 3)
+	p := newPathConfig(t, zoo.MLP(zoo.Options{Seed: 1, Features: 24, Layers: 1, Hidden: 16, Classes: 8}),
+		Config{Name: "front", ModelID: 7, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, 64, 1024, nil)
+	inst, err := p.be.LoadModel(context.Background(), "cls", zoo.MLP(zoo.Options{Seed: 2, Features: 8, Layers: 1, Hidden: 16, Classes: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := New(Config{Name: "cls", ModelID: 8, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, p.be, inst, p.obs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newStage(t, second)
+	p.f.SetNext("cls", func() *IF { return second })
+	ds := p.datagrams(1, f32le(zoo.Input(2, 24)))
+	id := uint64(1)
+	pipeRound := func() {
+		for _, d := range ds {
+			binary.BigEndian.PutUint64(d[12:20], id)
+		}
+		id++
+		p.inject(ds)
+		p.poll()
+		if st := <-p.obs.answered; st != wire.StatusOK {
+			t.Fatalf("answered %v", st)
+		}
+		p.poll()
+	}
+	for range 10 {
+		pipeRound()
+	}
+	if allocs := testing.AllocsPerRun(50, pipeRound); allocs != 0 {
+		t.Errorf("the pipeline path allocates %.2f times per request", allocs)
+	}
+	p.baseline()
+}
