@@ -88,8 +88,12 @@ type ifRun struct {
 	arrivals     uint64
 	planArrivals uint64
 	planWarned   bool
-	// planRate is the arrival rate the last placement round observed
-	planRate float64
+	// planRate is the arrival rate the last placement round observed;
+	// planMask and planDevice the units and the unit group the global
+	// stage gave the IF (placement_devices > 1; 0 and -1 before)
+	planRate   float64
+	planMask   uint64
+	planDevice int
 	// be is the backend the IF runs on: its spec's, or the one it fell
 	// back to (cpu without a CUDA driver, ort for operators the engine
 	// lacks).
@@ -542,7 +546,7 @@ func (a *Appliance) loadIF(ctx context.Context, s IFSection) (*ifRun, error) {
 			return nil
 		})
 	}
-	r := &ifRun{spec: s, f: f, obs: obs, be: be, load: time.Since(start)}
+	r := &ifRun{spec: s, f: f, obs: obs, be: be, load: time.Since(start), planDevice: -1}
 	obs.run = r
 	if s.AutoShare {
 		r.tuner.Store(ifmanager.NewShareTuner(s.SLO()))

@@ -815,6 +815,14 @@ func (a *Appliance) divideShares(ctx context.Context, swap bool, be libml.Backen
 	var masks []uint64
 	if units {
 		masks = a.masks(shares)
+		// the inss placement's global stage chose each IF's units
+		a.mu.Lock()
+		for i, r := range runs {
+			if r.planMask != 0 && a.prof.Appliance.PlacementDevices > 1 {
+				masks[i] = r.planMask
+			}
+		}
+		a.mu.Unlock()
 	}
 	for i, r := range runs {
 		spec := ifmanager.SwapSpec{Share: alloc[i]}

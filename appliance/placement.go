@@ -142,6 +142,9 @@ func (a *Appliance) planStep(window time.Duration) bool {
 	if len(runs) == 0 || arrived == 0 || !covered {
 		return false
 	}
+	if a.prof.Appliance.PlacementDevices > 1 {
+		return a.placeGlobal(runs, ds)
+	}
 	shares, _ := inss.LocalShares(a.plan, "cpu", a.totalUnits(), ds, inss.PlanOptions{})
 	changed := false
 	for i, r := range runs {
@@ -162,6 +165,61 @@ func (a *Appliance) planStep(window time.Duration) bool {
 	return changed
 }
 
+// unitGroups are the placement's devices: the cpu units cut into
+// placement_devices groups of consecutive units (the last takes what
+// the division leaves), each group's first unit.
+func (a *Appliance) unitGroups() (devs []inss.Device, first []int) {
+	total, n := a.totalUnits(), a.prof.Appliance.PlacementDevices
+	per := total / n
+	if per < 1 {
+		return nil, nil
+	}
+	for k := range n {
+		c := per
+		if k == n-1 {
+			c = total - per*(n-1)
+		}
+		devs = append(devs, inss.Device{Kind: "cpu", Capacity: c})
+		first = append(first, k*per)
+	}
+	return devs, first
+}
+
+// placeGlobal is a round of InSS's two stages over the unit groups
+// (placement_devices > 1): each IF is placed on one group and the
+// group's units are split among its IFs (inss.PlaceOnce), each IF's
+// units consecutive within its group. It reports whether an IF's units
+// changed; a round that cannot place every IF changes nothing.
+func (a *Appliance) placeGlobal(runs []*ifRun, ds []inss.Demand) bool {
+	devs, first := a.unitGroups()
+	plan, err := inss.PlaceOnce(a.plan, devs, ds, inss.PlanOptions{Interference: true})
+	if err != nil {
+		a.log.Warn("inss placement: the IFs do not fit the unit groups; units stay as they are", "groups", len(devs), "err", err)
+		return false
+	}
+	next := make([]int, len(devs))
+	total := a.totalUnits()
+	changed := false
+	for _, p := range plan.Places {
+		r := runs[p.Demand]
+		lo := first[p.Device] + next[p.Device]
+		next[p.Device] += p.Share
+		mask := (uint64(1)<<p.Share - 1) << lo
+		a.mu.Lock()
+		moved := r.planMask != mask
+		r.planMask, r.planDevice = mask, p.Device
+		r.spec.Share = float64(p.Share) / float64(total)
+		a.mu.Unlock()
+		if moved {
+			changed = true
+			cfg := r.f.Config()
+			a.log.Info("inss placement: units", "if", cfg.Name, "group", p.Device, "units", p.Share, "rate", ds[p.Demand].Rate)
+			a.metrics.shareChanges.WithLabelValues(cfg.Name, cfg.Class.String()).Inc()
+		}
+	}
+	return changed
+}
+
 // Plan implements orchestrator.Handler.
 func (h *controlHandler) Plan(ctx context.Context, _ orchestrator.PlanArgs) (orchestrator.PlanReply, error) {
 	return h.a.planReply(), nil
@@ -176,7 +234,7 @@ func (a *Appliance) planReply() orchestrator.PlanReply {
 	place, every := a.prof.Appliance.Placement, a.prof.Appliance.PlanIntervalMS
 	a.mu.Unlock()
 	units := a.totalUnits()
-	rep := orchestrator.PlanReply{Placement: place, Units: units, IFs: []orchestrator.PlanIF{}}
+	rep := orchestrator.PlanReply{Placement: place, Units: units, Devices: a.prof.Appliance.PlacementDevices, IFs: []orchestrator.PlanIF{}}
 	if a.plan != nil {
 		rep.IntervalMS = every
 		if t := a.planRound.Load(); t != 0 {
@@ -188,6 +246,12 @@ func (a *Appliance) planReply() orchestrator.PlanReply {
 		st := r.f.Status()
 		p := orchestrator.PlanIF{Name: specs[i].Name, Units: unitsOf(r.f.Units()), Share: st.Share, SLOMS: specs[i].SLOMS,
 			ObservedP99MS: float64(st.P99) / 1e6}
+		if a.prof.Appliance.PlacementDevices > 1 {
+			a.mu.Lock()
+			dev := r.planDevice
+			a.mu.Unlock()
+			p.Device = &dev
+		}
 		if a.plan != nil {
 			p.RateRPS = rates[i]
 			p.Profile = profileModel(a.plan, &specs[i])

@@ -188,3 +188,70 @@ slo_ms = 20
 		t.Error("a round with an unprofiled IF changed the shares")
 	}
 }
+
+// With placement_devices = 2 the inss placement runs InSS's global stage
+// too: the four units are two groups of two; the busy IF gets a group of
+// its own, both units, and the two idle IFs share the other, one unit
+// each, by shadow swaps; the plan command names each IF's group. A
+// placement_devices without the inss placement is refused.
+func TestPlacementGlobalStage(t *testing.T) {
+	path := writePlacementProfiles(t, 2, "busy", "idle1", "idle2")
+	text := fmt.Sprintf(`
+[appliance]
+log_level = "warn"
+threads = 4
+metrics = "off"
+control = "off"
+placement = "inss"
+placement_profiles = %q
+placement_devices = 2
+plan_interval_ms = 3600000
+
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+`, path)
+	for i, name := range []string{"idle1", "busy", "idle2"} {
+		text += fmt.Sprintf("\n[[if]]\nname = %q\nmodel_id = %d\nmodel = \"zoo:mlp\"\nslo_ms = 20\n", name, i+1)
+	}
+	a, stop := startAppliance(t, "global.toml", text)
+	defer stop()
+	busy, idle1, idle2 := a.ifs["busy"], a.ifs["idle1"], a.ifs["idle2"]
+	busy.f.C.Arrivals.Add(1500)
+	idle1.f.C.Arrivals.Add(20)
+	idle2.f.C.Arrivals.Add(20)
+	if !a.planStep(time.Second) {
+		t.Fatal("the first round placed nothing")
+	}
+	if err := a.applySharesCtx(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	groups := []uint64{0b0011, 0b1100}
+	b, i1, i2 := busy.f.Units(), idle1.f.Units(), idle2.f.Units()
+	if b != groups[busy.planDevice] || bits.OnesCount64(i1) != 1 || bits.OnesCount64(i2) != 1 || i1&i2 != 0 ||
+		(i1|i2) != groups[1-busy.planDevice] || idle1.planDevice != idle2.planDevice {
+		t.Fatalf("units: busy %04b (group %d), idle1 %04b, idle2 %04b; want busy on a group of its own, the idle IFs one unit each on the other",
+			b, busy.planDevice, i1, i2)
+	}
+	rep := a.planReply()
+	if rep.Devices != 2 || len(rep.IFs) != 3 {
+		t.Fatalf("plan %+v", rep)
+	}
+	for _, p := range rep.IFs {
+		if p.Device == nil || *p.Device != a.ifs[p.Name].planDevice {
+			t.Errorf("plan IF %s: device %v", p.Name, p.Device)
+		}
+	}
+	// the same rates again: nothing moves
+	busy.f.C.Arrivals.Add(1500)
+	idle1.f.C.Arrivals.Add(20)
+	idle2.f.C.Arrivals.Add(20)
+	if a.planStep(time.Second) {
+		t.Error("the same rates moved the IFs")
+	}
+	if _, err := ParseProfile("p.toml", "[appliance]\nplacement_devices = 2\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:mlp\"\n"); err == nil ||
+		!strings.Contains(err.Error(), `appliance.placement_devices 2: only with placement "inss"`) {
+		t.Errorf("placement_devices under gslice: %v", err)
+	}
+}

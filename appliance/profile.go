@@ -80,6 +80,11 @@ type ApplianceSection struct {
 	Placement         string `toml:"placement"`
 	PlacementProfiles string `toml:"placement_profiles"`
 	PlanIntervalMS    int    `toml:"plan_interval_ms"`
+	// PlacementDevices splits the cpu units into this many groups that
+	// play devices for the inss placement's global stage (1..64, default
+	// 1: one device, the local stage alone): each IF is placed on one
+	// group, and the group's units split among its IFs.
+	PlacementDevices int `toml:"placement_devices"`
 	// Policy is the scheduling policy of the cpu IFs that do not name
 	// their own: "none" (default: each IF runs on its share of the units)
 	// or one of libml/sched's: reef, seq, conc, srpt, split.
@@ -548,6 +553,15 @@ func (p *Profile) validate() error {
 	}
 	if a.PlanIntervalMS == 0 {
 		a.PlanIntervalMS = 1000
+	}
+	if a.PlacementDevices == 0 {
+		a.PlacementDevices = 1
+	}
+	if a.PlacementDevices < 1 || a.PlacementDevices > 64 {
+		return fmt.Errorf("appliance.placement_devices %d: out of range 1..64", a.PlacementDevices)
+	}
+	if a.PlacementDevices > 1 && a.Placement != PlacementInSS {
+		return fmt.Errorf("appliance.placement_devices %d: only with placement \"inss\" (its global stage places IFs on them)", a.PlacementDevices)
 	}
 	if a.PlanIntervalMS < 10 || a.PlanIntervalMS > 3600_000 {
 		return fmt.Errorf("appliance.plan_interval_ms %d: out of range 10..3600000", a.PlanIntervalMS)

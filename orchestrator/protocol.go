@@ -264,6 +264,9 @@ type PlanReply struct {
 	// placement plans.
 	Units      int `json:"units"`
 	IntervalMS int `json:"interval_ms,omitempty"`
+	// Devices is the number of unit groups the inss placement's global
+	// stage places IFs on ([appliance] placement_devices; 1: none).
+	Devices int `json:"devices,omitempty"`
 	// RoundS is how long ago the inss placement's last round ran (absent
 	// before the first).
 	RoundS float64 `json:"round_s,omitempty"`
@@ -277,10 +280,13 @@ type PlanIF struct {
 	// Profile is the latency model's profile the IF is planned with
 	// (absent: none covers it, or the placement is gslice).
 	Profile string `json:"profile,omitempty"`
-	// Units and Share are the IF's current units and share.
-	Units int     `json:"units"`
-	Share float64 `json:"share"`
-	SLOMS float64 `json:"slo_ms"`
+	// Units and Share are the IF's current units and share; Device the
+	// unit group the global stage placed it on (with placement_devices
+	// > 1; -1 before its first round).
+	Units  int     `json:"units"`
+	Share  float64 `json:"share"`
+	Device *int    `json:"device,omitempty"`
+	SLOMS  float64 `json:"slo_ms"`
 	// RateRPS is the arrival rate the last round observed; Batch the
 	// batch size the model predicts the IF best served with at its units.
 	RateRPS float64 `json:"rate_rps,omitempty"`

@@ -167,3 +167,32 @@ func TestLWRRobust(t *testing.T) {
 		t.Errorf("batch 3 beside the outlier: %.0f, want %.0f", got, want)
 	}
 }
+
+// PlaceOnce spreads one instance per demand over the devices by work,
+// then splits each device's units: the busy demand alone on a device
+// with both its units, the two light ones on the other with one each;
+// more demands than units fail.
+func TestPlaceOnce(t *testing.T) {
+	m := synthModel(t)
+	devs := []Device{{Kind: "dev", Capacity: 2}, {Kind: "dev", Capacity: 2}}
+	wl := []Demand{{Name: "light1", Model: "fast", SLONs: 50e6, Rate: 20}, {Name: "busy", Model: "fast", SLONs: 50e6, Rate: 1500},
+		{Name: "light2", Model: "fast", SLONs: 50e6, Rate: 20}}
+	p, err := PlaceOnce(m, devs, wl, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Check(m, devs, wl); err != nil {
+		t.Fatal(err)
+	}
+	dev := map[string]Placement{}
+	for _, pl := range p.Places {
+		dev[wl[pl.Demand].Name] = pl
+	}
+	b, l1, l2 := dev["busy"], dev["light1"], dev["light2"]
+	if len(p.Places) != 3 || b.Share != 2 || l1.Device == b.Device || l2.Device != l1.Device || l1.Share != 1 || l2.Share != 1 {
+		t.Fatalf("plan %+v", p.Places)
+	}
+	if _, err := PlaceOnce(m, devs, append(wl, wl[0], wl[2]), PlanOptions{}); err == nil {
+		t.Fatal("five demands on four units were placed")
+	}
+}

@@ -1,6 +1,9 @@
 package inss
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // maxSplits bounds the unit splits LocalShares tries one by one; beyond
 // it (8 models on 64 units are 553 million splits) it allocates unit by
@@ -157,4 +160,68 @@ func LocalShares(m *Model, kind string, units int, ds []Demand, o PlanOptions) (
 		shares[i], batches[i] = float64(s)/float64(units), best[i][s].batch
 	}
 	return shares, batches
+}
+
+// PlaceOnce is InSS's two stages for demands that run as one instance
+// each (an appliance's IFs on the unit groups of one node): the global
+// stage puts each demand, largest work first (rate × its batch-1 time on
+// a whole device), on the device with room (a unit and its memory) whose
+// placed work is least, so the load spreads; the local stage then splits
+// each device's units among its demands with LocalShares (the split that
+// serves the most of their rates within their SLOs, the models beside
+// each other on the device). Shares are whole units, every demand at
+// least one. It fails when some demand fits on no device.
+func PlaceOnce(m *Model, devs []Device, wl []Demand, o PlanOptions) (*Plan, error) {
+	order, taskNs := demandOrder(m, devs, wl)
+	work := make([]float64, len(devs))
+	count := make([]int, len(devs))
+	mem := make([]int64, len(devs))
+	on := make([][]int, len(devs))
+	for _, d := range order {
+		pr := func(k int) *Profile { return m.Profile(wl[d].Model, devs[k].Kind) }
+		best := -1
+		for k, dev := range devs {
+			p := pr(k)
+			if p == nil || count[k] >= dev.Capacity || (dev.MemBytes > 0 && mem[k]+p.MemBytes > dev.MemBytes) {
+				continue
+			}
+			if best < 0 || work[k] < work[best] {
+				best = k
+			}
+		}
+		if best < 0 {
+			return nil, fmt.Errorf("inss: demand %q fits on no device (units or memory)", wl[d].Name)
+		}
+		work[best] += wl[d].Rate * taskNs[d]
+		count[best]++
+		mem[best] += pr(best).MemBytes
+		on[best] = append(on[best], d)
+	}
+	plan := &Plan{}
+	for k, ds := range on {
+		if len(ds) == 0 {
+			continue
+		}
+		dws := make([]Demand, len(ds))
+		for i, d := range ds {
+			dws[i] = wl[d]
+		}
+		shares, batches := LocalShares(m, devs[k].Kind, devs[k].Capacity, dws, o)
+		units := make([]int, len(ds))
+		given := 0
+		for i := range ds {
+			units[i] = max(1, int(math.Round(shares[i]*float64(devs[k].Capacity))))
+			given += units[i]
+		}
+		for i := 0; given > devs[k].Capacity; i = (i + 1) % len(ds) { // rounding of an even split
+			if units[i] > 1 {
+				units[i]--
+				given--
+			}
+		}
+		for i, d := range ds {
+			plan.Places = append(plan.Places, Placement{Demand: d, Device: k, Share: units[i], Batch: max(batches[i], 1)})
+		}
+	}
+	return plan, nil
 }
