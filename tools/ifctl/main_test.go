@@ -495,3 +495,18 @@ func TestDocumentedCommandsRun(t *testing.T) {
 		t.Fatalf("ran %d commands of commands.md, want its examples (at least 8)", n)
 	}
 }
+
+// With the global stage's unit groups, the plan table says how many and
+// puts each IF's group after its units.
+func TestPrintPlanGroups(t *testing.T) {
+	g0, g1 := 0, 1
+	var b strings.Builder
+	printPlan(&b, orchestrator.PlanReply{Placement: "inss", Units: 4, Devices: 2, IntervalMS: 1000, IFs: []orchestrator.PlanIF{
+		{Name: "busy", Units: 2, Share: 0.5, Device: &g0}, {Name: "idle", Units: 1, Share: 0.25, Device: &g1}, {Name: "new", Units: 1, Share: 0.25}}})
+	out := b.String()
+	for _, want := range []string{"placement inss on 4 cpu units in 2 groups, every 1000 ms, 3 IFs", "busy  -        2@0", "idle  -        1@1", "new   -        1@-"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+}

@@ -42,9 +42,13 @@ func printStatus(w io.Writer, r orchestrator.StatusReply) {
 
 // printPlan prints the placement line and the plan's IFs: units, share,
 // SLO, the rate the last round saw, the batch and latency the latency
-// model predicts ("-" where it has none) and the observed p99.
+// model predicts ("-" where it has none) and the observed p99; with the
+// global stage's unit groups, UNITS reads units@group.
 func printPlan(w io.Writer, r orchestrator.PlanReply) {
 	fmt.Fprintf(w, "placement %s on %d cpu units", r.Placement, r.Units)
+	if r.Devices > 1 {
+		fmt.Fprintf(w, " in %d groups", r.Devices)
+	}
 	if r.IntervalMS > 0 {
 		fmt.Fprintf(w, ", every %d ms", r.IntervalMS)
 		if r.RoundS > 0 {
@@ -57,6 +61,15 @@ func printPlan(w io.Writer, r orchestrator.PlanReply) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	units := func(p orchestrator.PlanIF) string { return strconv.Itoa(p.Units) }
+	if r.Devices > 1 { // the global stage's groups: UNITS reads units@group
+		units = func(p orchestrator.PlanIF) string {
+			if p.Device == nil || *p.Device < 0 {
+				return strconv.Itoa(p.Units) + "@-"
+			}
+			return fmt.Sprintf("%d@%d", p.Units, *p.Device)
+		}
+	}
 	fmt.Fprintln(tw, "NAME\tPROFILE\tUNITS\tSHARE\tSLO\tRATE\tBATCH\tPREDICTED\tOBSERVED P99")
 	dash := func(v float64, f string) string {
 		if v <= 0 {
@@ -72,7 +85,7 @@ func printPlan(w io.Writer, r orchestrator.PlanReply) {
 		if p.Batch > 0 {
 			batch = strconv.Itoa(p.Batch)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\t%s\t%s\n", p.Name, profile, p.Units, p.Share*100,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f%%\t%s\t%s\t%s\t%s\t%s\n", p.Name, profile, units(p), p.Share*100,
 			dash(p.SLOMS, "%gms"), dash(p.RateRPS, "%.1f/s"), batch, dash(p.PredictedMS, "%.2fms"), dash(p.ObservedP99MS, "%.2fms"))
 	}
 	tw.Flush()
