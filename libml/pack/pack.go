@@ -168,6 +168,11 @@ func Pack(g *graph.Graph, s Spec) (*Layout, error) {
 		if i == 0 && len(vi.DimParams) > 0 {
 			batchParam = vi.DimParams[0]
 		}
+		switch vi.DType {
+		case graph.Float32, graph.Float16, graph.Float64, graph.Int64, graph.Int32, graph.Int8, graph.Uint8, graph.Bool:
+		default:
+			return nil, fmt.Errorf("pack: data input %q is %v: a payload carries numbers", name, vi.DType)
+		}
 		shape := slices.Clone(vi.Dims[1:])
 		n, err := elems(name, shape)
 		if err != nil {
