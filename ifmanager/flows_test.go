@@ -358,3 +358,70 @@ func TestStatefulAndPipelineAllocateNothing(t *testing.T) {
 	}
 	p.baseline()
 }
+
+// BenchmarkStatefulPath serves batches of 8 requests of 8 flows (one
+// frame of 40 features each) to the zoo's kws (64 LSTM units) kept as a
+// stateful stream, against the same packed model served without state
+// (its payload the whole row, state included, as a client that carries
+// its own state would send): the cost of keeping the state per flow.
+func BenchmarkStatefulPath(b *testing.B) {
+	for _, stateful := range []bool{true, false} {
+		name := "stateful"
+		if !stateful {
+			name = "state-in-payload"
+		}
+		b.Run(name, func(b *testing.B) {
+			g := zoo.KWS(zoo.Options{Seed: 9})
+			l, err := pack.Pack(g, pack.Spec{State: []pack.Binding{{Input: "h", Output: "h_out"}, {Input: "c", Output: "c_out"}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := Config{Name: "kws", ModelID: 7, MinBatch: 1, MaxBatch: 8, QueueLen: 64, Input: InputF32, Batching: "fixed"}
+			elems := l.DataElems + l.StateElems
+			if stateful {
+				cfg.State.Elems, cfg.PayloadShape = l.StateElems, l.DataShape
+				elems = l.DataElems
+			}
+			p := newPathConfig(b, g, cfg, 64, 1024, nil)
+			from := dataplane.Endpoint{Addr: netip.MustParseAddrPort("10.99.0.2:7000")}
+			var ds [][]byte
+			for f := uint32(1); f <= 8; f++ {
+				d, err := wire.Datagrams(wire.Header{Kind: wire.KindRequest, Model: 7, Flow: f}, f32le(zoo.Input(uint64(f), elems)), 1400)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, d...)
+			}
+			id := uint64(1)
+			round := func() {
+				hold, held := make(chan struct{}), make(chan struct{})
+				go func() { _ = p.f.do(context.Background(), func() { close(held); <-hold }) }()
+				<-held
+				for _, d := range ds {
+					binary.BigEndian.PutUint64(d[12:20], id)
+					id++
+					if err := p.port.Inject(d, from); err != nil {
+						b.Fatal(err)
+					}
+				}
+				p.poll()
+				close(hold)
+				for range 8 {
+					p.poll()
+					if st := <-p.obs.answered; st != wire.StatusOK {
+						b.Fatalf("answered %v", st)
+					}
+				}
+				p.poll()
+			}
+			for range 5 {
+				round()
+			}
+			b.ResetTimer()
+			for range b.N {
+				round()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(8*b.N), "ns/request")
+		})
+	}
+}
