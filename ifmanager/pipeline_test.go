@@ -181,3 +181,38 @@ func TestPipelineLoop(t *testing.T) {
 	}
 	p.baseline()
 }
+
+// A next stage that stopped refuses what the first stage hands it: the
+// request is answered shutting_down by the first stage, once, and the
+// first stage's output buffer goes back.
+func TestPipelineNextStopped(t *testing.T) {
+	p := newPathConfig(t, zoo.MLP(zoo.Options{Seed: 1, Features: 8, Layers: 1, Hidden: 8, Classes: 8}),
+		Config{Name: "a", ModelID: 7, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, 64, 1024, nil)
+	p.keep = true
+	inst, err := p.be.LoadModel(context.Background(), "b", zoo.MLP(zoo.Options{Seed: 2, Features: 8, Layers: 1, Hidden: 8, Classes: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Name: "b", ModelID: 8, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, p.be, inst, p.obs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStage(t, b)
+	p.f.SetNext("b", func() *IF { return b })
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	<-st.done
+	p.inject(p.datagrams(1, f32le(zoo.Input(1, 8))))
+	p.poll()
+	select {
+	case <-p.obs.answered:
+	case <-time.After(time.Minute):
+		t.Fatal("no answer in a minute")
+	}
+	p.poll()
+	if s, _ := p.answer(1); s != wire.StatusShuttingDown || p.f.C.ForwardRefused.Load() != 1 || p.f.C.Forwarded.Load() != 0 {
+		t.Fatalf("into a stopped stage: %v, %d refused, %d forwarded", s, p.f.C.ForwardRefused.Load(), p.f.C.Forwarded.Load())
+	}
+	p.baseline()
+}
