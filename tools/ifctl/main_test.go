@@ -510,3 +510,19 @@ func TestPrintPlanGroups(t *testing.T) {
 		}
 	}
 }
+
+// The status table's STATE column counts a stateful stream's flows and a
+// pipeline stage's hand-overs.
+func TestPrintIFsStreamsAndStages(t *testing.T) {
+	three := 3
+	var b strings.Builder
+	printIFs(&b, []orchestrator.IFStatus{
+		{Name: "kws", Model: "zoo:kws", Backend: "cpu", Class: "be", MaxBatch: 8, QueueLen: 256, State: "serving", Flows: &three, Served: 9},
+		{Name: "front", Model: "onnx:/m/f.onnx", Backend: "cpu", Class: "be", MaxBatch: 8, QueueLen: 256, State: "serving", Next: "kws", Forwarded: 12},
+	})
+	for _, want := range []string{"serving (3 flows)", "serving (12 to kws)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in\n%s", want, b.String())
+		}
+	}
+}

@@ -94,8 +94,9 @@ func printPlan(w io.Writer, r orchestrator.PlanReply) {
 // printIFs prints IFs as an aligned table. SHARE is the share of the
 // device's units the IF runs on ("-" under a scheduling policy, whose
 // scheduler hands out the units; the backend column then reads
-// backend/policy); BOTTLENECK says whether input gathering (cpu) or the
-// model (compute) takes longer.
+// backend/policy); STATE adds a stateful stream's flows and a pipeline
+// stage's hand-overs to its next stage; BOTTLENECK says whether input
+// gathering (cpu) or the model (compute) takes longer.
 func printIFs(w io.Writer, ifs []orchestrator.IFStatus) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tID\tMODEL\tBACKEND\tCLASS\tSLO\tBATCH\tQUEUE\tSHARE\tSTATE\tSERVED\tFAILED\tOVERLOADED\tP99\tBOTTLENECK")
@@ -120,9 +121,16 @@ func printIFs(w io.Writer, ifs []orchestrator.IFStatus) {
 		if s.Bottleneck != "" {
 			bn = s.Bottleneck
 		}
+		state := s.State
+		if s.Flows != nil { // a stateful stream
+			state += fmt.Sprintf(" (%d flows)", *s.Flows)
+		}
+		if s.Next != "" { // a pipeline stage: its requests answered further on
+			state += fmt.Sprintf(" (%d to %s)", s.Forwarded, s.Next)
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n",
 			s.Name, s.ModelID, s.Model, backend, s.Class, slo, batch, s.Queued, s.QueueLen,
-			share, s.State, s.Served, s.Failed, s.Overloaded, p99, bn)
+			share, state, s.Served, s.Failed, s.Overloaded, p99, bn)
 	}
 	tw.Flush()
 }
