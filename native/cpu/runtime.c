@@ -998,6 +998,13 @@ static void hold_arm(sk_hold *h, int64_t idx, int64_t blk, int mode)
 
 static void hold_release(sk_hold *h)
 {
+	/* a release with no unit holding cancels the hold not yet reached: a
+	 * unit that reaches the block later must not wait for a release that
+	 * has been. With a unit holding, a hold armed meanwhile (the next
+	 * block's) stays armed. A unit between its take and its count reads
+	 * the generation before its take, so it sees this release. */
+	if (!__atomic_load_n(&h->holding, __ATOMIC_SEQ_CST))
+		__atomic_store_n(&h->idx, -1, __ATOMIC_SEQ_CST);
 	__atomic_add_fetch(&h->gen, 1, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&h->holding, __ATOMIC_SEQ_CST))
 		futex(&h->gen, FUTEX_WAKE_PRIVATE, INT_MAX);
@@ -1021,10 +1028,12 @@ static void hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b)
 	}
 	if ((mode & SK_HOLD_NONPRIO) && LD(&s->prio))
 		return;
+	/* the generation before the take: a release between the take and
+	 * the wait is seen */
+	uint32_t g = __atomic_load_n(&h->gen, __ATOMIC_SEQ_CST);
 	if (!__atomic_compare_exchange_n(&h->idx, &hi, -1, 0, __ATOMIC_ACQ_REL,
 					 __ATOMIC_RELAXED))
 		return; /* another unit took it, or it was re-armed */
-	uint32_t g = __atomic_load_n(&h->gen, __ATOMIC_SEQ_CST);
 	__atomic_add_fetch(&h->holding, 1, __ATOMIC_SEQ_CST);
 	__atomic_add_fetch(&h->holds, 1, __ATOMIC_SEQ_CST);
 	/* a timed futex wait: the flag and the pool's stop are polled */
