@@ -326,15 +326,7 @@ func TestStatefulAndPipelineAllocateNothing(t *testing.T) {
 	// a pipeline: front (24 -> 8) then a classifier (8 -> 3)
 	p := newPathConfig(t, zoo.MLP(zoo.Options{Seed: 1, Features: 24, Layers: 1, Hidden: 16, Classes: 8}),
 		Config{Name: "front", ModelID: 7, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, 64, 1024, nil)
-	inst, err := p.be.LoadModel(context.Background(), "cls", zoo.MLP(zoo.Options{Seed: 2, Features: 8, Layers: 1, Hidden: 16, Classes: 3}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := New(Config{Name: "cls", ModelID: 8, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, p.be, inst, p.obs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	newStage(t, second)
+	second := newNextStage(t, p, "cls", zoo.MLP(zoo.Options{Seed: 2, Features: 8, Layers: 1, Hidden: 16, Classes: 3})).f
 	p.f.SetNext("cls", func() *IF { return second })
 	ds := p.datagrams(1, f32le(zoo.Input(2, 24)))
 	id := uint64(1)

@@ -21,6 +21,37 @@ type stage struct {
 	done chan struct{}
 }
 
+// newNextStage loads g on p's backend as an IF of its own (model id 8,
+// batches of up to 4), not routed, and runs it.
+func newNextStage(t *testing.T, p *path, name string, g *graph.Graph) *stage {
+	t.Helper()
+	inst, err := p.be.LoadModel(context.Background(), name, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(Config{Name: name, ModelID: 8, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, p.be, inst, p.obs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newStage(t, f)
+}
+
+// sendOne sends request id with payload and returns its answer's status,
+// once the path has answered it (a hang guard of a minute, not a timing).
+func (p *path) sendOne(id uint64, payload []byte) wire.Status {
+	p.t.Helper()
+	p.inject(p.datagrams(id, payload))
+	p.poll()
+	select {
+	case <-p.obs.answered:
+	case <-time.After(time.Minute):
+		p.t.Fatal("no answer in a minute")
+	}
+	p.poll()
+	s, _ := p.answer(id)
+	return s
+}
+
 func newStage(t *testing.T, f *IF) *stage {
 	t.Helper()
 	st := &stage{f: f, done: make(chan struct{})}
@@ -120,15 +151,7 @@ func TestPipeline(t *testing.T) {
 
 	// the second stage gone: answered unknown_model by the front end
 	gone.Store(true)
-	p.inject(p.datagrams(100, f32le(zoo.Input(100, 24))))
-	p.poll()
-	select {
-	case <-p.obs.answered:
-	case <-time.After(time.Minute):
-		t.Fatal("no answer in a minute")
-	}
-	p.poll()
-	if s, _ := p.answer(100); s != wire.StatusUnknownModel || p.f.C.ForwardRefused.Load() != 1 {
+	if s := p.sendOne(100, f32le(zoo.Input(100, 24))); s != wire.StatusUnknownModel || p.f.C.ForwardRefused.Load() != 1 {
 		t.Fatalf("with no next stage: %v, %d refused", s, p.f.C.ForwardRefused.Load())
 	}
 	p.baseline()
@@ -154,26 +177,10 @@ func TestPipelineLoop(t *testing.T) {
 	}
 	p := newPathConfig(t, mlp(1), Config{Name: "a", ModelID: 7, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, 64, 1024, nil)
 	p.keep = true
-	inst, err := p.be.LoadModel(context.Background(), "b", mlp(2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(Config{Name: "b", ModelID: 8, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, p.be, inst, p.obs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := newNextStage(t, p, "b", mlp(2)).f
 	p.f.SetNext("b", func() *IF { return b })
 	b.SetNext("a", func() *IF { return p.f })
-	newStage(t, b)
-	p.inject(p.datagrams(1, f32le(zoo.Input(1, 8))))
-	p.poll()
-	select {
-	case <-p.obs.answered:
-	case <-time.After(time.Minute):
-		t.Fatal("no answer in a minute: the request goes round")
-	}
-	p.poll()
-	if s, _ := p.answer(1); s != wire.StatusInternal {
+	if s := p.sendOne(1, f32le(zoo.Input(1, 8))); s != wire.StatusInternal {
 		t.Fatalf("a request in a loop of stages: %v, want internal", s)
 	}
 	if fw := p.f.C.Forwarded.Load() + b.C.Forwarded.Load(); fw != MaxStages-1 {
@@ -189,29 +196,14 @@ func TestPipelineNextStopped(t *testing.T) {
 	p := newPathConfig(t, zoo.MLP(zoo.Options{Seed: 1, Features: 8, Layers: 1, Hidden: 8, Classes: 8}),
 		Config{Name: "a", ModelID: 7, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, 64, 1024, nil)
 	p.keep = true
-	inst, err := p.be.LoadModel(context.Background(), "b", zoo.MLP(zoo.Options{Seed: 2, Features: 8, Layers: 1, Hidden: 8, Classes: 2}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(Config{Name: "b", ModelID: 8, MaxBatch: 4, QueueLen: 64, Input: InputF32, Batching: "fixed"}, p.be, inst, p.obs, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := newStage(t, b)
+	st := newNextStage(t, p, "b", zoo.MLP(zoo.Options{Seed: 2, Features: 8, Layers: 1, Hidden: 8, Classes: 2}))
+	b := st.f
 	p.f.SetNext("b", func() *IF { return b })
 	if err := b.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	<-st.done
-	p.inject(p.datagrams(1, f32le(zoo.Input(1, 8))))
-	p.poll()
-	select {
-	case <-p.obs.answered:
-	case <-time.After(time.Minute):
-		t.Fatal("no answer in a minute")
-	}
-	p.poll()
-	if s, _ := p.answer(1); s != wire.StatusShuttingDown || p.f.C.ForwardRefused.Load() != 1 || p.f.C.Forwarded.Load() != 0 {
+	if s := p.sendOne(1, f32le(zoo.Input(1, 8))); s != wire.StatusShuttingDown || p.f.C.ForwardRefused.Load() != 1 || p.f.C.Forwarded.Load() != 0 {
 		t.Fatalf("into a stopped stage: %v, %d refused, %d forwarded", s, p.f.C.ForwardRefused.Load(), p.f.C.Forwarded.Load())
 	}
 	p.baseline()
