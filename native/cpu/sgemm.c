@@ -279,11 +279,49 @@ const char *sk_gemm_isa_name(int isa)
 	return isa >= 0 && isa < SK_ISA_COUNT && impls[isa].name ? impls[isa].name : "";
 }
 
+#if SK_X86
+/* pack_rows_avx512 / pack_rows_avx2 are pack_b's untransposed case for a
+ * 32 / 16 wide panel: one masked load and store per vector (zero past n),
+ * where a memcpy call per row cost more than the copy. */
+SK_AVX512 static void pack_rows_avx512(const float *b, int64_t ldb, int64_t kc,
+				       int64_t n, float *bp)
+{
+	__mmask16 k0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+	__mmask16 k1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+	for (int64_t k = 0; k < kc; k++) {
+		_mm512_store_ps(bp + k * 32, _mm512_maskz_loadu_ps(k0, b + k * ldb));
+		_mm512_store_ps(bp + k * 32 + 16, _mm512_maskz_loadu_ps(k1, b + k * ldb + 16));
+	}
+}
+
+SK_AVX2 static void pack_rows_avx2(const float *b, int64_t ldb, int64_t kc, int64_t n,
+				   float *bp)
+{
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	__m256i k0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)SK_MIN(n, 8)), lane);
+	__m256i k1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)SK_MAX(n - 8, 0)), lane);
+	for (int64_t k = 0; k < kc; k++) {
+		_mm256_store_ps(bp + k * 16, _mm256_maskload_ps(b + k * ldb, k0));
+		_mm256_store_ps(bp + k * 16 + 8, _mm256_maskload_ps(b + k * ldb + 8, k1));
+	}
+}
+#endif
+
 /* pack_b copies B(k0.., j0..) (kc x n) into bp as kc rows of nr floats,
  * zero past n. */
 static void pack_b(int tb, const float *B, int64_t ldb, int64_t k0, int64_t kc,
 		   int64_t j0, int64_t n, int nr, float *bp)
 {
+#if SK_X86
+	if (!tb && nr == 32 && sk_gemm_isa() == SK_ISA_AVX512) {
+		pack_rows_avx512(B + k0 * ldb + j0, ldb, kc, n, bp);
+		return;
+	}
+	if (!tb && nr == 16 && sk_gemm_isa() == SK_ISA_AVX2) {
+		pack_rows_avx2(B + k0 * ldb + j0, ldb, kc, n, bp);
+		return;
+	}
+#endif
 	if (!tb) {
 		const float *b = B + k0 * ldb + j0;
 		for (int64_t k = 0; k < kc; k++) {
