@@ -588,7 +588,7 @@ int sk_gemm_nr(void);
 /* SK_MV builds a function for AVX2+FMA and for baseline x86-64 and picks one
  * at load time, so the binary runs on any x86-64 host. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SK_MV __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define SK_MV __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define SK_MV
 #endif
