@@ -1,8 +1,13 @@
 /*
  * sg_emu.cc: a CPU emulator of the CUDA execution model for sluice's
  * kernels (see sg_emu.h). Blocks run one after another; the threads of a
- * block are coroutines (ucontext) scheduled round-robin between
- * synchronization points. Deadlocks (a barrier some live thread never
+ * block are coroutines scheduled round-robin between synchronization
+ * points. On x86-64 a coroutine switch is a few instructions of our own
+ * (sg_emu_switch below: the callee-saved registers, the stack pointer,
+ * MXCSR and the x87 control word); glibc's swapcontext also saves and
+ * restores the signal mask, a system call on every switch, which on a
+ * paravirtualised VM made the emulator spend 90% of its time in the
+ * kernel. Elsewhere it falls back to ucontext. Deadlocks (a barrier some live thread never
  * reaches, a shuffle with diverged lanes) are reported as errors, not
  * hangs.
  *
@@ -19,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if !(defined(__x86_64__) && defined(__GNUC__))
 #include <ucontext.h>
+#endif
 
 typedef unsigned int sg_u32;
 typedef unsigned long long sg_u64;
@@ -28,6 +35,43 @@ typedef void (*sg_emu_thunk)(const unsigned char *params);
 
 #define EMU_THREADS 256
 #define EMU_STACK (128 * 1024)
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define EMU_OWN_SWITCH 1
+/* sg_emu_switch saves the running coroutine's callee-saved state on its
+ * stack, stores its stack pointer in *from, and resumes the one whose
+ * stack pointer is to (System V x86-64: rdi = from, rsi = to). */
+extern "C" void sg_emu_switch(void **from, void *to);
+__asm__(".text\n"
+	".globl sg_emu_switch\n"
+	".hidden sg_emu_switch\n"
+	".type sg_emu_switch, @function\n"
+	"sg_emu_switch:\n"
+	"\tpushq %rbp\n"
+	"\tpushq %rbx\n"
+	"\tpushq %r12\n"
+	"\tpushq %r13\n"
+	"\tpushq %r14\n"
+	"\tpushq %r15\n"
+	"\tsubq $8, %rsp\n"
+	"\tstmxcsr (%rsp)\n"
+	"\tfnstcw 4(%rsp)\n"
+	"\tmovq %rsp, (%rdi)\n"
+	"\tmovq %rsi, %rsp\n"
+	"\tldmxcsr (%rsp)\n"
+	"\tfldcw 4(%rsp)\n"
+	"\taddq $8, %rsp\n"
+	"\tpopq %r15\n"
+	"\tpopq %r14\n"
+	"\tpopq %r13\n"
+	"\tpopq %r12\n"
+	"\tpopq %rbx\n"
+	"\tpopq %rbp\n"
+	"\tret\n"
+	".size sg_emu_switch, .-sg_emu_switch\n");
+#else
+#define EMU_OWN_SWITCH 0
+#endif
 
 namespace {
 
@@ -41,7 +85,11 @@ reg *registry;
 enum { T_RUN, T_BAR, T_WARP, T_DONE };
 
 struct thread {
+#if EMU_OWN_SWITCH
+	void *sp; /* saved stack pointer while switched out */
+#else
 	ucontext_t ctx;
+#endif
 	int state;
 	int pred;   /* barrier predicate */
 	float val;  /* shuffle value */
@@ -54,7 +102,11 @@ struct thread {
 struct emu {
 	thread th[EMU_THREADS];
 	char *stacks;
+#if EMU_OWN_SWITCH
+	void *sched_sp;
+#else
 	ucontext_t sched;
+#endif
 	int cur;
 	sg_u32 bid, nblocks, nsm;
 	sg_emu_thunk fn;
@@ -63,6 +115,45 @@ struct emu {
 };
 emu E;
 
+#if EMU_OWN_SWITCH
+void yield(void) { sg_emu_switch(&E.th[E.cur].sp, E.sched_sp); }
+
+/* thread_main is where a coroutine starts (sg_emu_switch returns into
+ * it, with the stack aligned as after a call); it never returns: once
+ * the kernel body is done it switches to the scheduler for good. */
+void thread_main(void)
+{
+	E.fn(E.params);
+	E.th[E.cur].state = T_DONE;
+	sg_emu_switch(&E.th[E.cur].sp, E.sched_sp);
+	__builtin_trap(); /* a finished coroutine is never resumed */
+}
+
+/* thread_start lays out coroutine i's stack as sg_emu_switch leaves a
+ * switched-out one: MXCSR and the x87 control word (the scheduler's),
+ * six callee-saved registers (zero), then thread_main as the return
+ * address, above it a zero where thread_main's return address would be. */
+void thread_start(int i)
+{
+	sg_u64 *top = (sg_u64 *)(E.stacks + (size_t)(i + 1) * EMU_STACK);
+	top = (sg_u64 *)((uintptr_t)top & ~(uintptr_t)15);
+	sg_u64 *sp = top;
+	*--sp = 0;
+	*--sp = (sg_u64)(uintptr_t)thread_main;
+	for (int r = 0; r < 6; r++)
+		*--sp = 0;
+	unsigned int mxcsr;
+	unsigned short fpucw;
+	__asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+	__asm__ volatile("fnstcw %0" : "=m"(fpucw));
+	*--sp = 0;
+	memcpy(sp, &mxcsr, 4);
+	memcpy((char *)sp + 4, &fpucw, 2);
+	E.th[i].sp = sp;
+}
+
+void resume(int i) { sg_emu_switch(&E.sched_sp, E.th[i].sp); }
+#else
 void thread_main(void)
 {
 	E.fn(E.params);
@@ -72,17 +163,25 @@ void thread_main(void)
 
 void yield(void) { swapcontext(&E.th[E.cur].ctx, &E.sched); }
 
+void thread_start(int i)
+{
+	thread *t = &E.th[i];
+	getcontext(&t->ctx);
+	t->ctx.uc_stack.ss_sp = E.stacks + (size_t)i * EMU_STACK;
+	t->ctx.uc_stack.ss_size = EMU_STACK;
+	t->ctx.uc_link = &E.sched;
+	makecontext(&t->ctx, thread_main, 0);
+}
+
+void resume(int i) { swapcontext(&E.sched, &E.th[i].ctx); }
+#endif
+
 /* run_block runs every thread of block E.bid to completion. */
 int run_block(sg_i64 pre_syncs, int *flag)
 {
 	for (int i = 0; i < EMU_THREADS; i++) {
-		thread *t = &E.th[i];
-		getcontext(&t->ctx);
-		t->ctx.uc_stack.ss_sp = E.stacks + (size_t)i * EMU_STACK;
-		t->ctx.uc_stack.ss_size = EMU_STACK;
-		t->ctx.uc_link = &E.sched;
-		makecontext(&t->ctx, thread_main, 0);
-		t->state = T_RUN;
+		thread_start(i);
+		E.th[i].state = T_RUN;
 	}
 	sg_i64 syncs = 0;
 	for (;;) {
@@ -90,7 +189,7 @@ int run_block(sg_i64 pre_syncs, int *flag)
 			if (E.th[i].state != T_RUN)
 				continue;
 			E.cur = i;
-			swapcontext(&E.sched, &E.th[i].ctx);
+			resume(i);
 		}
 		/* nobody runs: complete warp shuffles, then the barrier */
 		int progress = 0, live = 0, atbar = 0;
