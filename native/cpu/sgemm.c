@@ -36,6 +36,9 @@ typedef struct sk_gemm_impl {
 	const char *name;
 	int mr, nr, kc, mc;
 	sk_ukern_fn uk;
+	/* pack copies kc rows of B (ldb apart, n <= nr floats each) into a
+	 * panel of kc rows of nr floats, zero past n */
+	void (*pack)(const float *b, int64_t ldb, int64_t kc, int64_t n, float *bp);
 } sk_gemm_impl;
 
 #define KC_MAX 256
@@ -219,11 +222,50 @@ SK_AVX512 static void uk_avx512(int64_t m, int64_t n, int64_t kc, const float *A
 
 #endif /* SK_X86 */
 
-static const sk_gemm_impl impls[SK_ISA_COUNT] = {
-	[SK_ISA_GENERIC] = {"generic", GEN_MR, GEN_NR, 256, 64, uk_generic},
+/* ---- packing B's rows (sk_gemm_impl.pack) ----------------------------- */
+
+static void pack_rows_generic(const float *b, int64_t ldb, int64_t kc, int64_t n, float *bp)
+{
+	for (int64_t k = 0; k < kc; k++) {
+		memcpy(bp + k * GEN_NR, b + k * ldb, (size_t)n * 4);
+		for (int64_t j = n; j < GEN_NR; j++)
+			bp[k * GEN_NR + j] = 0.0f;
+	}
+}
+
 #if SK_X86
-	[SK_ISA_AVX2] = {"avx2", AVX2_MR, 16, 256, 96, uk_avx2},
-	[SK_ISA_AVX512] = {"avx512", AVX512_MR, 32, 256, 96, uk_avx512},
+/* pack_rows_avx512 / pack_rows_avx2: a 32 / 16 wide panel, one masked
+ * load and store per vector (zero past n), where a memcpy call per row
+ * cost more than the copy. */
+SK_AVX512 static void pack_rows_avx512(const float *b, int64_t ldb, int64_t kc,
+				       int64_t n, float *bp)
+{
+	__mmask16 k0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
+	__mmask16 k1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
+	for (int64_t k = 0; k < kc; k++) {
+		_mm512_store_ps(bp + k * 32, _mm512_maskz_loadu_ps(k0, b + k * ldb));
+		_mm512_store_ps(bp + k * 32 + 16, _mm512_maskz_loadu_ps(k1, b + k * ldb + 16));
+	}
+}
+
+SK_AVX2 static void pack_rows_avx2(const float *b, int64_t ldb, int64_t kc, int64_t n,
+				   float *bp)
+{
+	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	__m256i k0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)SK_MIN(n, 8)), lane);
+	__m256i k1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)SK_MAX(n - 8, 0)), lane);
+	for (int64_t k = 0; k < kc; k++) {
+		_mm256_store_ps(bp + k * 16, _mm256_maskload_ps(b + k * ldb, k0));
+		_mm256_store_ps(bp + k * 16 + 8, _mm256_maskload_ps(b + k * ldb + 8, k1));
+	}
+}
+#endif
+
+static const sk_gemm_impl impls[SK_ISA_COUNT] = {
+	[SK_ISA_GENERIC] = {"generic", GEN_MR, GEN_NR, 256, 64, uk_generic, pack_rows_generic},
+#if SK_X86
+	[SK_ISA_AVX2] = {"avx2", AVX2_MR, 16, 256, 96, uk_avx2, pack_rows_avx2},
+	[SK_ISA_AVX512] = {"avx512", AVX512_MR, 32, 256, 96, uk_avx512, pack_rows_avx512},
 #endif
 };
 
@@ -279,56 +321,15 @@ const char *sk_gemm_isa_name(int isa)
 	return isa >= 0 && isa < SK_ISA_COUNT && impls[isa].name ? impls[isa].name : "";
 }
 
-#if SK_X86
-/* pack_rows_avx512 / pack_rows_avx2 are pack_b's untransposed case for a
- * 32 / 16 wide panel: one masked load and store per vector (zero past n),
- * where a memcpy call per row cost more than the copy. */
-SK_AVX512 static void pack_rows_avx512(const float *b, int64_t ldb, int64_t kc,
-				       int64_t n, float *bp)
-{
-	__mmask16 k0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
-	__mmask16 k1 = n >= 32 ? 0xffff : n > 16 ? (__mmask16)((1u << (n - 16)) - 1) : 0;
-	for (int64_t k = 0; k < kc; k++) {
-		_mm512_store_ps(bp + k * 32, _mm512_maskz_loadu_ps(k0, b + k * ldb));
-		_mm512_store_ps(bp + k * 32 + 16, _mm512_maskz_loadu_ps(k1, b + k * ldb + 16));
-	}
-}
 
-SK_AVX2 static void pack_rows_avx2(const float *b, int64_t ldb, int64_t kc, int64_t n,
-				   float *bp)
+/* pack_b copies B(k0.., j0..) (kc x n) into bp as kc rows of g->nr
+ * floats, zero past n. */
+static void pack_b(const sk_gemm_impl *g, int tb, const float *B, int64_t ldb, int64_t k0,
+		   int64_t kc, int64_t j0, int64_t n, float *bp)
 {
-	const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-	__m256i k0 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)SK_MIN(n, 8)), lane);
-	__m256i k1 = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)SK_MAX(n - 8, 0)), lane);
-	for (int64_t k = 0; k < kc; k++) {
-		_mm256_store_ps(bp + k * 16, _mm256_maskload_ps(b + k * ldb, k0));
-		_mm256_store_ps(bp + k * 16 + 8, _mm256_maskload_ps(b + k * ldb + 8, k1));
-	}
-}
-#endif
-
-/* pack_b copies B(k0.., j0..) (kc x n) into bp as kc rows of nr floats,
- * zero past n. */
-static void pack_b(int tb, const float *B, int64_t ldb, int64_t k0, int64_t kc,
-		   int64_t j0, int64_t n, int nr, float *bp)
-{
-#if SK_X86
-	if (!tb && nr == 32 && sk_gemm_isa() == SK_ISA_AVX512) {
-		pack_rows_avx512(B + k0 * ldb + j0, ldb, kc, n, bp);
-		return;
-	}
-	if (!tb && nr == 16 && sk_gemm_isa() == SK_ISA_AVX2) {
-		pack_rows_avx2(B + k0 * ldb + j0, ldb, kc, n, bp);
-		return;
-	}
-#endif
+	int nr = g->nr;
 	if (!tb) {
-		const float *b = B + k0 * ldb + j0;
-		for (int64_t k = 0; k < kc; k++) {
-			memcpy(bp + k * nr, b + k * ldb, (size_t)n * 4);
-			for (int64_t j = n; j < nr; j++)
-				bp[k * nr + j] = 0.0f;
-		}
+		g->pack(B + k0 * ldb + j0, ldb, kc, n, bp);
 		return;
 	}
 	/* B(k, j) = B[j * ldb + k] */
@@ -372,7 +373,7 @@ void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
 					b = B + k0 * ldb + j0;
 					ldbp = ldb;
 				} else {
-					pack_b(tb, B, ldb, k0, kc, j0, n, g->nr, bp);
+					pack_b(g, tb, B, ldb, k0, kc, j0, n, bp);
 				}
 				for (int64_t i = m0; i < m0 + mc; i += g->mr)
 					g->uk(SK_MIN(g->mr, m0 + mc - i), n, kc,

@@ -7,9 +7,9 @@
  * MXCSR and the x87 control word); glibc's swapcontext also saves and
  * restores the signal mask, a system call on every switch, which on a
  * paravirtualised VM made the emulator spend 90% of its time in the
- * kernel. Elsewhere it falls back to ucontext. Deadlocks (a barrier some live thread never
- * reaches, a shuffle with diverged lanes) are reported as errors, not
- * hangs.
+ * kernel. Elsewhere it falls back to ucontext. Deadlocks (a barrier some
+ * live thread never reaches, a shuffle with diverged lanes) are reported
+ * as errors, not hangs.
  *
  * Test hooks: the SM count behind %smid (block b runs on SM b % nsm), and
  * a preemption trigger: when block `pre_block` of the launch has
