@@ -139,6 +139,11 @@ struct sk_stream {
 	int32_t prio;      /* on the pool's priority list */
 	sk_ctx ictx;       /* the calling thread's context (sk_run_inline) */
 	_Alignas(64) sk_hold hold; /* test hook */
+	/* test hook (sk_stream_stall_claim): a unit held between reading the
+	 * ticket and reading its slot; claim_done counts the claims such a
+	 * unit finished after its release */
+	_Alignas(64) sk_hold claim;
+	int64_t claim_done;
 };
 
 typedef struct sk_unit {
@@ -373,7 +378,7 @@ static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 	}
 }
 
-static void hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b);
+static int hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b);
 
 /* hold_point is where the test hooks hold a block (see sk_hold). */
 static inline void hold_point(sk_stream *s, int64_t idx, int64_t b)
@@ -388,19 +393,25 @@ static inline void hold_point(sk_stream *s, int64_t idx, int64_t b)
 #define SK_PRE_FIRING (-2)
 
 /* preempt_hook is sk_stream_preempt_at's test hook: the stream preempts
- * itself as block blk of slot sl is about to be claimed, if that is the
- * block the hook names. Exactly one unit fires it: the one that moves
+ * itself as block blk of slot sl (read under ticket t) is about to be
+ * claimed, if that is the block the hook names and t is still the stream's
+ * ticket. Exactly one unit fires it: the one that moves
  * pre_idx to SK_PRE_FIRING. It sets the flag, then disarms the hook;
  * units that come by meanwhile wait for that, so none claims the block (or
  * a later one) and passes its prologue before the flag is set. A unit that
  * lost the race never sets the flag: a late store could otherwise preempt
  * the next run of the stream, after the test has disarmed the hook and
  * restored the stream. */
-static void preempt_hook(sk_stream *s, sk_slot *sl, uint32_t blk)
+static void preempt_hook(sk_stream *s, sk_slot *sl, uint64_t t, uint32_t blk)
 {
 	int64_t pi = LD(&s->pre_idx);
 	if (pi != SK_PRE_FIRING) {
 		if (pi < 0 || LDR(&sl->idx) != pi || LDR(&sl->base) + (int64_t)blk != LD(&s->pre_blk))
+			return;
+		/* the slot read is the current kernel's only if the ticket has
+		 * not moved (see try_block) */
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (LDR(&s->ticket) != t)
 			return;
 		if (__atomic_compare_exchange_n(&s->pre_idx, &pi, SK_PRE_FIRING, 0, __ATOMIC_SEQ_CST,
 						__ATOMIC_SEQ_CST)) {
@@ -414,12 +425,11 @@ static void preempt_hook(sk_stream *s, sk_slot *sl, uint32_t blk)
 		cpu_relax();
 }
 
-/* try_block claims and runs one block of s's current kernel on unit u.
- * Returns 1 when it made progress (or lost a race), 0 when s has nothing for
- * this unit now. */
-static int try_block(sk_stream *s, sk_unit *u)
+/* claim_block claims and runs one block of s's current kernel on unit u,
+ * t being the ticket the unit read. Returns 1 when it made progress (or
+ * lost a race), 0 when s has nothing for this unit now. */
+static int claim_block(sk_stream *s, sk_unit *u, uint64_t t)
 {
-	uint64_t t = LD(&s->ticket);
 	uint32_t seq = (uint32_t)(t >> 32);
 	uint32_t blk = (uint32_t)t;
 	uint32_t tail = LD(&s->tail);
@@ -428,10 +438,18 @@ static int try_block(sk_stream *s, sk_unit *u)
 	sk_slot *sl = &s->ring[seq & s->capmask];
 	uint64_t mask = LDR(&sl->mask);
 	int64_t grid = LDR(&sl->grid);
+	/* t may be stale: a unit held off its core between reading the ticket
+	 * and the slot can read a slot the stream has since reused for a later
+	 * launch (that launch's mask, grid and index). The slot of the current
+	 * kernel is never rewritten before the kernel completes, so the slot
+	 * read is the kernel's own when the ticket has not moved since. */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__builtin_expect(LDR(&s->ticket) != t, 0))
+		return 1;
 	if (!((mask >> u->id) & 1) || (int64_t)blk >= grid)
 		return 0;
 	if (__builtin_expect(LD(&s->pre_idx) != -1, 0))
-		preempt_hook(s, sl, blk);
+		preempt_hook(s, sl, t, blk);
 	if (__atomic_load_n(&s->flag, __ATOMIC_RELAXED)) {
 		/* lazy eviction, batched: claim the rest of the kernel at once */
 		uint64_t nt = ((uint64_t)seq << 32) | (uint32_t)grid;
@@ -499,6 +517,19 @@ static int try_block(sk_stream *s, sk_unit *u)
 	}
 	stream_finish(s, seq, sl, 1);
 	return 1;
+}
+
+/* try_block claims and runs one block of s's current kernel on unit u (see
+ * claim_block). Unarmed, the claim hook costs one load. */
+static inline int try_block(sk_stream *s, sk_unit *u)
+{
+	uint64_t t = LD(&s->ticket);
+	if (__builtin_expect(LDR(&s->claim.idx) >= 0, 0) && hold_wait(&s->claim, s, 0, 0)) {
+		int r = claim_block(s, u, t);
+		__atomic_add_fetch(&s->claim_done, 1, __ATOMIC_SEQ_CST);
+		return r;
+	}
+	return claim_block(s, u, t);
 }
 
 static int try_pad(sk_pool *p, sk_unit *u);
@@ -759,6 +790,7 @@ sk_stream *sk_stream_create(sk_pool *p, int cap)
 	s->pre_blk = -1;
 	s->prio = 0;
 	ST(&s->hold.idx, -1);
+	ST(&s->claim.idx, -1);
 	s->waiting = 0;
 	s->hq_on = 0;
 	s->window = 0;
@@ -793,6 +825,7 @@ void sk_stream_destroy(sk_stream *s)
 	}
 	sk_stream_preempt(s);
 	sk_stream_hold_release(s); /* a unit held by a test hook */
+	hold_release(&s->claim);
 	sk_stream_sync(s);
 	sk_stream_set_priority(s, 0);
 	free(s->ictx.scratch);
@@ -1014,26 +1047,26 @@ static void hold_release(sk_hold *h)
  * armed for it: one unit takes the hold (it disarms) and waits, before
  * the block's body, until a release, the pool's stop or, with
  * SK_HOLD_UNTIL_FLAG, the stream's flag. */
-static void hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b)
+static int hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b)
 {
 	int64_t hi = LD(&h->idx);
 	if (hi < 0)
-		return;
+		return 0;
 	int mode = LDR(&h->mode);
 	if (mode & SK_HOLD_FROM) {
 		if (idx < hi)
-			return;
+			return 0;
 	} else if (idx != hi || b != LDR(&h->blk)) {
-		return;
+		return 0;
 	}
 	if ((mode & SK_HOLD_NONPRIO) && LD(&s->prio))
-		return;
+		return 0;
 	/* the generation before the take: a release between the take and
 	 * the wait is seen */
 	uint32_t g = __atomic_load_n(&h->gen, __ATOMIC_SEQ_CST);
 	if (!__atomic_compare_exchange_n(&h->idx, &hi, -1, 0, __ATOMIC_ACQ_REL,
 					 __ATOMIC_RELAXED))
-		return; /* another unit took it, or it was re-armed */
+		return 0; /* another unit took it, or it was re-armed */
 	__atomic_add_fetch(&h->holding, 1, __ATOMIC_SEQ_CST);
 	__atomic_add_fetch(&h->holds, 1, __ATOMIC_SEQ_CST);
 	/* a timed futex wait: the flag and the pool's stop are polled */
@@ -1044,6 +1077,7 @@ static void hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b)
 		syscall(SYS_futex, &h->gen, FUTEX_WAIT_PRIVATE, g, &ts, NULL, 0);
 	}
 	__atomic_sub_fetch(&h->holding, 1, __ATOMIC_SEQ_CST);
+	return 1;
 }
 
 void sk_stream_hold_at(sk_stream *s, int64_t idx, int64_t blk, int until_flag)
@@ -1056,6 +1090,14 @@ void sk_stream_hold_release(sk_stream *s) { hold_release(&s->hold); }
 int64_t sk_stream_holds(const sk_stream *s) { return LD(&s->hold.holds); }
 
 int32_t sk_stream_holding(const sk_stream *s) { return LD(&s->hold.holding); }
+
+void sk_stream_stall_claim(sk_stream *s) { hold_arm(&s->claim, 0, 0, SK_HOLD_FROM); }
+
+void sk_stream_stall_release(sk_stream *s) { hold_release(&s->claim); }
+
+int32_t sk_stream_stalled(const sk_stream *s) { return LD(&s->claim.holding); }
+
+int64_t sk_stream_stalls_done(const sk_stream *s) { return LD(&s->claim_done); }
 
 void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag)
 {

@@ -486,6 +486,23 @@ func (s *Stream) Holds() int64 { return int64(C.sk_stream_holds(s.s)) }
 // Holding is the number of units held on the stream now.
 func (s *Stream) Holding() int { return int(C.sk_stream_holding(s.s)) }
 
+// StallClaim arms a hook that holds the next unit to read the stream's
+// ticket (the next block to claim) before it reads the queue slot the
+// ticket names, until StallRelease: a test makes that unit's ticket stale
+// while the stream moves on. The stream's Close lets a held unit go.
+func (s *Stream) StallClaim() { C.sk_stream_stall_claim(s.s) }
+
+// StallRelease lets the unit StallClaim holds go (or disarms the hook when
+// no unit took it yet).
+func (s *Stream) StallRelease() { C.sk_stream_stall_release(s.s) }
+
+// Stalled is the number of units StallClaim holds now (0 or 1).
+func (s *Stream) Stalled() int { return int(C.sk_stream_stalled(s.s)) }
+
+// StallsDone counts the claims of stalled units that ended after their
+// release.
+func (s *Stream) StallsDone() int64 { return int64(C.sk_stream_stalls_done(s.s)) }
+
 // HoldFrom arms a hold on the first block, with an execution index of at
 // least idx, that a unit claims on any of the pool's streams not on the
 // priority list (SetPriority): a test that cannot reach the stream (an

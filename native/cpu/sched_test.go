@@ -1082,3 +1082,64 @@ func TestRunInline(t *testing.T) {
 		t.Fatal("a start past the program: no error")
 	}
 }
+
+// TestStaleTicketFiresNoHook: a unit held off its core between reading the
+// stream's ticket and reading the queue slot it names finds that slot
+// reused by a kernel launched ahead (the queue holds 4 launches). That
+// kernel's index and block must not fire the PreemptAt hook: the stream
+// has not reached it. The preemption comes when the kernel is claimed,
+// after kernels 0-3 ran.
+func TestStaleTicketFiresNoHook(t *testing.T) {
+	pool := newPool(t, 2)
+	st, err := pool.NewStream(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const nk = 5
+	x, ks, _ := incChainKernels(t, nk, 64, 1)
+	if g := ks.Info(0).Grid; g != 1 {
+		t.Fatalf("grid %d: the test needs one block a kernel", g)
+	}
+	st.ResetIndex()
+	// one unit reads the ticket of kernel 0 and is held; the other runs
+	// kernel 0 and is held in kernel 1's block
+	st.StallClaim()
+	defer st.StallRelease()
+	st.HoldAt(1, 0, false)
+	defer st.ReleaseHold()
+	for i := 0; i < 2; i++ {
+		if err := st.Launch(ks, i, int64(i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "one unit stalled on a ticket, the other held in kernel 1",
+		func() bool { return st.Stalled() == 1 && st.Holding() == 1 })
+	// kernel 4 takes the queue slot kernel 0 had: the stalled unit's
+	// ticket names that slot
+	for i := 2; i < nk; i++ {
+		if err := st.Launch(ks, i, int64(i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.PreemptAt(nk-1, 0)
+	defer st.PreemptAt(-1, 0)
+	st.StallRelease()
+	waitFor(t, "the stalled unit's claim to end", func() bool { return st.StallsDone() == 1 })
+	if st.Preempting() {
+		t.Fatalf("a stale ticket fired the hook for kernel %d while kernel 1 ran", nk-1)
+	}
+	st.ReleaseHold()
+	if s := st.Sync(); s != Preempted {
+		t.Fatalf("sync: %v, want preempted at kernel %d", s, nk-1)
+	}
+	if i := st.ExecIndex(); i != nk-2 {
+		t.Fatalf("exec index %d, want %d (preempted as kernel %d was claimed)", i, nk-2, nk-1)
+	}
+	for i, v := range x.s() {
+		if v != nk-1 {
+			t.Fatalf("x[%d] = %v: want %d kernels run", i, v, nk-1)
+		}
+	}
+	st.Restore()
+}

@@ -537,6 +537,15 @@ void sk_stream_hold_at(sk_stream *s, int64_t idx, int64_t blk, int until_flag);
 void sk_stream_hold_release(sk_stream *s);
 int64_t sk_stream_holds(const sk_stream *s);
 int32_t sk_stream_holding(const sk_stream *s);
+/* sk_stream_stall_claim holds the next unit that reads the stream's
+ * ticket, before it reads the ticket's queue slot, until
+ * sk_stream_stall_release: a test makes that unit's ticket stale with it.
+ * sk_stream_stalled is 1 while a unit is held; sk_stream_stalls_done
+ * counts the held units' claims that ended after their release. */
+void sk_stream_stall_claim(sk_stream *s);
+void sk_stream_stall_release(sk_stream *s);
+int32_t sk_stream_stalled(const sk_stream *s);
+int64_t sk_stream_stalls_done(const sk_stream *s);
 void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag);
 void sk_pool_hold_release(sk_pool *p);
 int64_t sk_pool_holds(const sk_pool *p);
