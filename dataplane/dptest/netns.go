@@ -105,3 +105,31 @@ func UDPInNetns(ns string, laddr netip.AddrPort) (*net.UDPConn, error) {
 	r := <-ch
 	return r.c, r.err
 }
+
+// Drops sums the packets the kernel dropped on either end of the pair
+// (rx_dropped and tx_dropped of Host and of Peer): a test that cannot
+// account for a datagram otherwise checks that the wire lost some.
+func (v *Veth) Drops() (uint64, error) {
+	var sum uint64
+	for _, c := range []struct{ ns, dev string }{{"", v.Host}, {v.NS, v.Peer}} {
+		for _, stat := range []string{"rx_dropped", "tx_dropped"} {
+			path := "/sys/class/net/" + c.dev + "/statistics/" + stat
+			var out []byte
+			var err error
+			if c.ns == "" {
+				out, err = os.ReadFile(path)
+			} else {
+				out, err = exec.Command("ip", "netns", "exec", c.ns, "cat", path).Output()
+			}
+			if err != nil {
+				return 0, fmt.Errorf("veth %s %s: %w", c.dev, stat, err)
+			}
+			var n uint64
+			if _, err := fmt.Sscan(strings.TrimSpace(string(out)), &n); err != nil {
+				return 0, fmt.Errorf("veth %s %s: %q: %w", c.dev, stat, out, err)
+			}
+			sum += n
+		}
+	}
+	return sum, nil
+}
