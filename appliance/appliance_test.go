@@ -142,10 +142,11 @@ input_shape = [3, 48, 192]
 	}
 
 	// metrics
-	body := scrape(t, a.Appliance)
-	for _, m := range []string{`sluice_requests_total{port="udp0"} 42`, `sluice_if_responses_total{class="rt",if="cls",status="ok"} 40`,
+	wantMetrics := []string{`sluice_requests_total{port="udp0"} 42`, `sluice_if_responses_total{class="rt",if="cls",status="ok"} 40`,
 		`sluice_drops_total{port="udp0",reason="unknown_model"} 1`, `sluice_pool_buffers_in_use{port="udp0"} 0`,
-		fmt.Sprintf(`sluice_build_info{goversion=%q,version=%q} 1`, buildinfo.GoVersion(), buildinfo.Version())} {
+		fmt.Sprintf(`sluice_build_info{goversion=%q,version=%q} 1`, buildinfo.GoVersion(), buildinfo.Version())}
+	body := scrapeUntil(t, a.Appliance, wantMetrics...)
+	for _, m := range wantMetrics {
 		if !strings.Contains(body, m) {
 			t.Errorf("metrics lack %q", m)
 		}
@@ -167,6 +168,28 @@ input_shape = [3, 48, 192]
 	}
 	if d := cl.Duplicates(); d != 0 {
 		t.Fatalf("%d duplicate response fragments", d)
+	}
+}
+
+// scrapeUntil scrapes the metrics until every line of want is in them and
+// returns the last scrape. An IF counts a response after handing it to the
+// I/O loop, so a client can hold its answer before the counter moves: the
+// test waits for the counters rather than for the clock. The deadline
+// only turns a counter that never arrives into a failure with a message
+// (the caller's checks name what is missing).
+func scrapeUntil(t *testing.T, a *Appliance, want ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		body := scrape(t, a)
+		missing := false
+		for _, w := range want {
+			missing = missing || !strings.Contains(body, w)
+		}
+		if !missing || time.Now().After(deadline) {
+			return body
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

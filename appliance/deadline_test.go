@@ -113,7 +113,14 @@ timeout_action = "serve_late"
 		}
 		count[w]++
 	}
-	body := scrape(t, a.Appliance)
+	wantMetrics := []string{
+		`sluice_if_deadline_exceeded_total{class="be",if="reject",stage="admission"} 20`,
+		`sluice_if_deadline_exceeded_total{class="be",if="reject",stage="batch"} 0`,
+		`sluice_if_late_total{class="be",if="late"} 5`,
+		`sluice_responses_total{port="udp0",status="deadline_exceeded"} 20`,
+		`sluice_if_responses_total{class="be",if="reject",status="ok"} 22`,
+	}
+	body := scrapeUntil(t, a.Appliance, wantMetrics...)
 	stop()
 	s := a.Stats()
 	ifs := map[string]IFStats{}
@@ -140,13 +147,7 @@ timeout_action = "serve_late"
 		t.Fatalf("port: %d responses (%d ok, %d deadline_exceeded) for %d requests (%d completed), %d duplicates; want %v",
 			s.Ports[0].Responses, ok, dl, sent, s.Ports[0].Completed, cl.Duplicates(), count)
 	}
-	for _, m := range []string{
-		`sluice_if_deadline_exceeded_total{class="be",if="reject",stage="admission"} 20`,
-		`sluice_if_deadline_exceeded_total{class="be",if="reject",stage="batch"} 0`,
-		`sluice_if_late_total{class="be",if="late"} 5`,
-		`sluice_responses_total{port="udp0",status="deadline_exceeded"} 20`,
-		`sluice_if_responses_total{class="be",if="reject",status="ok"} 22`,
-	} {
+	for _, m := range wantMetrics {
 		if !strings.Contains(body, m) {
 			t.Errorf("metrics lack %q", m)
 		}
