@@ -159,7 +159,12 @@ func TestGemmRejectsBadShapes(t *testing.T) {
 func BenchmarkGemm(b *testing.B) {
 	defer SetGemmISA("")
 	for _, gc := range []gemmCase{{128, 784, 1152, false, false}, {1, 1000, 512, false, false}, {8, 1000, 2048, false, false}, {32, 12544, 27, false, false},
-		{512, 49, 4608, false, false}, {512, 16, 4608, false, false}, {64, 16, 4608, false, false}, {256, 196, 2304, false, false}} {
+		{512, 49, 4608, false, false}, {512, 16, 4608, false, false}, {64, 16, 4608, false, false}, {256, 196, 2304, false, false},
+		// ResNet-50's 1x1 convolutions at batch 1 (B is the activations, N = H*W)
+		{64, 3136, 256, false, false}, {256, 3136, 64, false, false}, {128, 784, 512, false, false}, {512, 784, 128, false, false},
+		{256, 196, 1024, false, false}, {1024, 196, 256, false, false}, {512, 49, 2048, false, false}, {2048, 49, 512, false, false},
+		// BERT-base's products at 128 tokens: N a multiple of 1024
+		{128, 3072, 768, false, false}, {128, 768, 3072, false, false}} {
 		a, lda, bm, ldb := gemmOperands(gc, 1)
 		c := make([]float32, gc.m*gc.n)
 		for _, isa := range GemmISAs() {

@@ -39,6 +39,15 @@ typedef struct sk_gemm_impl {
 	/* pack copies kc rows of B (ldb apart, n <= nr floats each) into a
 	 * panel of kc rows of nr floats, zero past n */
 	void (*pack)(const float *b, int64_t ldb, int64_t kc, int64_t n, float *bp);
+	/* unpacked: full panels of B are read where they lie whatever M is
+	 * (else only when M is one row group, which would read a packed
+	 * copy once). AVX-512 only: its two vector loads a row of the panel
+	 * stream from L2 as fast as from a packed copy, and the copy is work
+	 * of its own (BenchmarkGemm, Zen 5 VM: 0-12% faster unpacked on every
+	 * shape measured, BERT's products with a row stride of a multiple of
+	 * 4 KiB included); the AVX2 kernel's one load a row lost up to 15% on
+	 * those products. */
+	int unpacked;
 } sk_gemm_impl;
 
 #define KC_MAX 256
@@ -262,10 +271,10 @@ SK_AVX2 static void pack_rows_avx2(const float *b, int64_t ldb, int64_t kc, int6
 #endif
 
 static const sk_gemm_impl impls[SK_ISA_COUNT] = {
-	[SK_ISA_GENERIC] = {"generic", GEN_MR, GEN_NR, 256, 64, uk_generic, pack_rows_generic},
+	[SK_ISA_GENERIC] = {"generic", GEN_MR, GEN_NR, 256, 64, uk_generic, pack_rows_generic, 0},
 #if SK_X86
-	[SK_ISA_AVX2] = {"avx2", AVX2_MR, 16, 256, 96, uk_avx2, pack_rows_avx2},
-	[SK_ISA_AVX512] = {"avx512", AVX512_MR, 32, 256, 96, uk_avx512, pack_rows_avx512},
+	[SK_ISA_AVX2] = {"avx2", AVX2_MR, 16, 256, 96, uk_avx2, pack_rows_avx2, 0},
+	[SK_ISA_AVX512] = {"avx512", AVX512_MR, 32, 256, 96, uk_avx512, pack_rows_avx512, 1},
 #endif
 };
 
@@ -357,7 +366,7 @@ void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
 	const sk_gemm_impl *g = &impls[sk_gemm_isa()];
 	float bp[KC_MAX * NR_MAX] __attribute__((aligned(64)));
 	int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
-	int direct = !tb && M <= g->mr;
+	int direct = !tb && (g->unpacked || M <= g->mr);
 	for (int64_t k0 = 0; k0 < K; k0 += g->kc) {
 		int64_t kc = SK_MIN(g->kc, K - k0);
 		int a = acc || k0 > 0;
@@ -368,8 +377,7 @@ void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
 				const float *b = bp;
 				int64_t ldbp = g->nr;
 				if (direct && n == g->nr) {
-					/* one row group: packing would copy B
-					 * to read it once */
+					/* see sk_gemm_impl.unpacked */
 					b = B + k0 * ldb + j0;
 					ldbp = ldb;
 				} else {
