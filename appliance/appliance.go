@@ -44,7 +44,11 @@ type Appliance struct {
 	started time.Time
 	// plan is the latency model of placement "inss" (nil otherwise);
 	// planRound is when its last round ran (unix ns; 0 before the first)
-	plan      *inss.Model
+	plan *inss.Model
+	// learned is placement_learned's scheduler (nil: the greedy stages
+	// plan); planner names what planned the last round.
+	learned   *inss.Learned
+	planner   atomic.Pointer[string]
 	planRound atomic.Int64
 	draining  atomic.Bool
 	// shuttingDown is set when Run's context ends: the process's own
@@ -135,6 +139,11 @@ func NewWithOptions(ctx context.Context, prof *Profile, log *slog.Logger, opts O
 	if prof.Appliance.Placement == PlacementInSS {
 		if a.plan, err = loadPlacement(ctx, prof.Appliance.PlacementProfiles); err != nil {
 			return nil, err
+		}
+		if p := prof.Appliance.PlacementLearned; p != "" {
+			if a.learned, err = loadLearned(ctx, p, a.plan); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := a.loadIFs(ctx, prof); err != nil {

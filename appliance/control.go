@@ -815,10 +815,12 @@ func (a *Appliance) divideShares(ctx context.Context, swap bool, be libml.Backen
 	var masks []uint64
 	if units {
 		masks = a.masks(shares)
-		// the inss placement's global stage chose each IF's units
+		// the inss placement's global stage (or its learned
+		// scheduler) chose each IF's units
+		placed := a.prof.Appliance.PlacementDevices > 1 || a.learned != nil
 		a.mu.Lock()
 		for i, r := range runs {
-			if r.planMask != 0 && a.prof.Appliance.PlacementDevices > 1 {
+			if r.planMask != 0 && placed {
 				masks[i] = r.planMask
 			}
 		}

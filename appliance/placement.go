@@ -43,6 +43,31 @@ func loadPlacement(ctx context.Context, path string) (*inss.Model, error) {
 	return m, nil
 }
 
+// loadLearned reads placement_learned: a learned scheduler (as
+// inss.Learned.Save writes it) for the cpu device, to plan with the
+// latency model m.
+func loadLearned(ctx context.Context, path string, m *inss.Model) (*inss.Learned, error) {
+	data, err := readRegularFile(ctx, path, inss.MaxLearnedBytes, ProfileReadTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("appliance.placement_learned: %w", err)
+	}
+	l, err := inss.LoadLearned(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("appliance.placement_learned %s: %w", path, err)
+	}
+	if l.Kind() != "cpu" {
+		return nil, fmt.Errorf("appliance.placement_learned %s: trained for the %q device; the inss placement plans the cpu", path, l.Kind())
+	}
+	return l, nil
+}
+
+// Planners of the inss placement's rounds (PlanReply.Planner).
+const (
+	plannerGreedy   = "greedy"
+	plannerLearned  = "learned"
+	plannerFallback = "greedy, the learned plan left an IF without units"
+)
+
 // profileModel is the profile an IF is planned with: one named as the IF,
 // else the zoo model's name, else the ONNX file's base name without its
 // extension; "" when the profiles have none.
@@ -142,9 +167,13 @@ func (a *Appliance) planStep(window time.Duration) bool {
 	if len(runs) == 0 || arrived == 0 || !covered {
 		return false
 	}
+	if a.learned != nil {
+		return a.placeLearned(runs, ds)
+	}
 	if a.prof.Appliance.PlacementDevices > 1 {
 		return a.placeGlobal(runs, ds)
 	}
+	a.setPlanner(plannerGreedy)
 	shares, _ := inss.LocalShares(a.plan, "cpu", a.totalUnits(), ds, inss.PlanOptions{})
 	changed := false
 	for i, r := range runs {
@@ -197,23 +226,93 @@ func (a *Appliance) placeGlobal(runs []*ifRun, ds []inss.Demand) bool {
 		a.log.Warn("inss placement: the IFs do not fit the unit groups; units stay as they are", "groups", len(devs), "err", err)
 		return false
 	}
-	next := make([]int, len(devs))
-	total := a.totalUnits()
-	changed := false
+	a.setPlanner(plannerGreedy)
+	return a.applyPlacement(runs, ds, plan, first)
+}
+
+// placeLearned is a round planned by placement_learned's scheduler over
+// the unit groups (one group when placement_devices is 1): its SACD
+// actor places each IF on one or more groups, its TD3 actor splits each
+// group's units. An IF the learned plan gives no units (the actor may
+// stop before placing it), or a plan over a group's units, sends the
+// round to the greedy stages instead: every IF keeps serving.
+func (a *Appliance) placeLearned(runs []*ifRun, ds []inss.Demand) bool {
+	devs, first := a.unitGroups()
+	plan := a.learned.Plan(a.plan, devs, ds)
+	err := plan.Check(a.plan, devs, ds)
+	placed := make([]bool, len(ds))
 	for _, p := range plan.Places {
-		r := runs[p.Demand]
+		placed[p.Demand] = true
+	}
+	missing := slices.Index(placed, false)
+	if err == nil && missing < 0 {
+		if a.setPlanner(plannerLearned) {
+			a.log.Info("inss placement: the learned scheduler plans")
+		}
+		return a.applyPlacement(runs, ds, plan, first)
+	}
+	if a.setPlanner(plannerFallback) {
+		why := "the plan does not fit: " + fmt.Sprint(err)
+		if err == nil {
+			why = "no units for IF " + ds[missing].Name
+		}
+		a.log.Warn("inss placement: the learned plan is incomplete; the greedy stages plan until it is not", "why", why)
+	}
+	plan, err = inss.PlaceOnce(a.plan, devs, ds, inss.PlanOptions{Interference: true})
+	if err != nil {
+		a.log.Warn("inss placement: the IFs do not fit the unit groups; units stay as they are", "groups", len(devs), "err", err)
+		return false
+	}
+	return a.applyPlacement(runs, ds, plan, first)
+}
+
+// setPlanner records what planned the round and reports whether it
+// changed.
+func (a *Appliance) setPlanner(name string) bool {
+	if old := a.planner.Load(); old != nil && *old == name {
+		return false
+	}
+	a.planner.Store(&name)
+	return true
+}
+
+// applyPlacement gives each IF the units plan places it on: per
+// placement, Share consecutive units of the group (first holds each
+// group's first unit), an IF placed on several groups taking the union;
+// its group is the first it is placed on. It reports whether an IF's
+// units changed.
+func (a *Appliance) applyPlacement(runs []*ifRun, ds []inss.Demand, plan *inss.Plan, first []int) bool {
+	next := make([]int, len(first))
+	masks := make([]uint64, len(runs))
+	units := make([]int, len(runs))
+	device := make([]int, len(runs))
+	for d := range device {
+		device[d] = -1
+	}
+	for _, p := range plan.Places {
 		lo := first[p.Device] + next[p.Device]
 		next[p.Device] += p.Share
-		mask := (uint64(1)<<p.Share - 1) << lo
+		masks[p.Demand] |= (uint64(1)<<p.Share - 1) << lo
+		units[p.Demand] += p.Share
+		if device[p.Demand] < 0 || p.Device < device[p.Demand] {
+			device[p.Demand] = p.Device
+		}
+	}
+	total := a.totalUnits()
+	changed := false
+	for d, r := range runs {
+		if masks[d] == 0 {
+			continue
+		}
 		a.mu.Lock()
-		moved := r.planMask != mask
-		r.planMask, r.planDevice = mask, p.Device
-		r.spec.Share = float64(p.Share) / float64(total)
+		moved := r.planMask != masks[d]
+		r.planMask, r.planDevice = masks[d], device[d]
+		r.spec.Share = float64(units[d]) / float64(total)
 		a.mu.Unlock()
 		if moved {
 			changed = true
 			cfg := r.f.Config()
-			a.log.Info("inss placement: units", "if", cfg.Name, "group", p.Device, "units", p.Share, "rate", ds[p.Demand].Rate)
+			a.log.Info("inss placement: units", "if", cfg.Name, "group", device[d], "units", units[d], "rate", ds[d].Rate)
 			a.metrics.shareChanges.WithLabelValues(cfg.Name, cfg.Class.String()).Inc()
 		}
 	}
@@ -235,6 +334,9 @@ func (a *Appliance) planReply() orchestrator.PlanReply {
 	a.mu.Unlock()
 	units := a.totalUnits()
 	rep := orchestrator.PlanReply{Placement: place, Units: units, Devices: a.prof.Appliance.PlacementDevices, IFs: []orchestrator.PlanIF{}}
+	if p := a.planner.Load(); p != nil {
+		rep.Planner = *p
+	}
 	if a.plan != nil {
 		rep.IntervalMS = every
 		if t := a.planRound.Load(); t != 0 {

@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/bits"
@@ -65,17 +66,7 @@ func TestPlacementProfileErrors(t *testing.T) {
 		notJSON:                            "appliance.placement_profiles " + notJSON,
 		gpuOnly:                            "no profile of the cpu device",
 	} {
-		prof, err := ParseProfile("test.toml", fmt.Sprintf("[appliance]\nmetrics=\"off\"\ncontrol=\"off\"\nplacement = \"inss\"\nplacement_profiles = %q\n%s", path, head))
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := New(context.Background(), prof, nil)
-		if err == nil {
-			a.Close()
-		}
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("profiles %s: %v, want %q", path, err, want)
-		}
+		newFails(t, fmt.Sprintf("[appliance]\nmetrics=\"off\"\ncontrol=\"off\"\nplacement = \"inss\"\nplacement_profiles = %q\n%s", path, head), want)
 	}
 }
 
@@ -253,5 +244,201 @@ listen = "127.0.0.1:0"
 	if _, err := ParseProfile("p.toml", "[appliance]\nplacement_devices = 2\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:mlp\"\n"); err == nil ||
 		!strings.Contains(err.Error(), `appliance.placement_devices 2: only with placement "inss"`) {
 		t.Errorf("placement_devices under gslice: %v", err)
+	}
+}
+
+// writeLearned trains a small learned scheduler on the profiles at
+// profPath (cpu devices of units units) for the given demands, saves it
+// and returns its path, with the latency model.
+func writeLearned(t *testing.T, profPath string, units int, ds []inss.Demand) (string, *inss.Model, *inss.Learned) {
+	t.Helper()
+	f, err := os.Open(profPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	profs, err := inss.ReadProfiles(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := inss.NewModel(profs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := inss.Train(m, inss.Device{Kind: "cpu", Capacity: units}, ds,
+		inss.LearnConfig{Episodes: 60, Hidden: 16, Seed: 5, Plan: inss.PlanOptions{Interference: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "learned.json")
+	out, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Save(out); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	return path, m, l
+}
+
+// placement_learned: the learned scheduler plans the round, and every IF
+// gets the units its placements give it (the shares of the groups it is
+// placed on, inside those groups, no unit given twice); ifctl plan says
+// the learned scheduler planned. A learned scheduler whose placement
+// actor always stops places nobody: the greedy stages plan that round
+// instead, and plan says so. Bad placement_learned files and keys are
+// refused.
+func TestPlacementLearned(t *testing.T) {
+	names := []string{"busy", "idle"}
+	rates := []float64{1500, 20}
+	profPath := writePlacementProfiles(t, 2, names...)
+	var ds []inss.Demand
+	for i, n := range names {
+		ds = append(ds, inss.Demand{Name: n, Model: n, SLONs: 20e6, Rate: rates[i]})
+	}
+	learnedPath, m, l := writeLearned(t, profPath, 2, ds)
+	run := func(learned string) (*running, func()) {
+		text := fmt.Sprintf(`
+[appliance]
+log_level = "warn"
+threads = 4
+metrics = "off"
+control = "off"
+placement = "inss"
+placement_profiles = %q
+placement_learned = %q
+placement_devices = 2
+plan_interval_ms = 3600000
+
+[[port]]
+name = "udp0"
+driver = "udp"
+listen = "127.0.0.1:0"
+`, profPath, learned)
+		for i, name := range names {
+			text += fmt.Sprintf("\n[[if]]\nname = %q\nmodel_id = %d\nmodel = \"zoo:mlp\"\nslo_ms = 20\n", name, i+1)
+		}
+		return startAppliance(t, "learned.toml", text)
+	}
+	round := func(a *running) {
+		t.Helper()
+		for i, n := range names {
+			a.ifs[n].f.C.Arrivals.Add(uint64(rates[i]))
+		}
+		a.planStep(time.Second)
+		if err := a.applySharesCtx(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	a, stop := run(learnedPath)
+	round(a)
+	devs, first := a.unitGroups()
+	plan := l.Plan(m, devs, ds)
+	if err := plan.Check(m, devs, ds); err != nil {
+		t.Fatal(err)
+	}
+	rep := a.planReply()
+	placed := map[int]bool{}
+	for _, p := range plan.Places {
+		placed[p.Demand] = true
+	}
+	// training is deterministic: this scheduler places both IFs
+	if len(placed) != len(names) {
+		t.Fatalf("the learned plan %+v leaves an IF out: the test wants one that places both", plan.Places)
+	}
+	if rep.Planner != plannerLearned {
+		t.Fatalf("planner %q, want %q: the learned plan places every IF", rep.Planner, plannerLearned)
+	}
+	{
+		var all uint64
+		for d, n := range names {
+			var groups uint64
+			units := 0
+			for _, p := range plan.Places {
+				if p.Demand == d {
+					groups |= (uint64(1)<<devs[p.Device].Capacity - 1) << first[p.Device]
+					units += p.Share
+				}
+			}
+			got := a.ifs[n].f.Units()
+			if bits.OnesCount64(got) != units || got&^groups != 0 || got&all != 0 {
+				t.Errorf("IF %s: units %04b, want %d units inside groups %04b, none given before (%04b)", n, got, units, groups, all)
+			}
+			all |= got
+		}
+	}
+	t.Logf("planner %q, places %+v", rep.Planner, plan.Places)
+	stop()
+
+	// an actor that always stops: the greedy stages stand in
+	raw, err := os.ReadFile(learnedPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file map[string]any
+	if err := json.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	pl := file["placement"].(map[string]any)
+	bias := pl["b"].([]any)
+	last := bias[len(bias)-1].([]any)
+	last[len(last)-1] = 1e6 // the stop action
+	stops := filepath.Join(t.TempDir(), "stops.json")
+	raw, _ = json.Marshal(file)
+	if err := os.WriteFile(stops, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, stop = run(stops)
+	defer stop()
+	round(a)
+	if rep := a.planReply(); rep.Planner != plannerFallback {
+		t.Fatalf("planner %q, want %q", rep.Planner, plannerFallback)
+	}
+	var all uint64
+	for _, n := range names {
+		u := a.ifs[n].f.Units()
+		if u == 0 || u&all != 0 {
+			t.Errorf("fallback round: IF %s has units %04b (others %04b)", n, u, all)
+		}
+		all |= u
+	}
+
+	// bad keys and files
+	head := "[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:mlp\"\n"
+	if _, err := ParseProfile("p.toml", "[appliance]\nplacement_learned = \"x.json\"\n"+head); err == nil ||
+		!strings.Contains(err.Error(), `appliance.placement_learned: only with placement "inss"`) {
+		t.Errorf("placement_learned under gslice: %v", err)
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"format":"sluice-inss-learned/9"}`), 0o644)
+	gpu := filepath.Join(dir, "gpu.json")
+	raw, _ = os.ReadFile(learnedPath)
+	os.WriteFile(gpu, []byte(strings.Replace(string(raw), `"kind":"cpu"`, `"kind":"h200"`, 1)), 0o644)
+	for path, want := range map[string]string{
+		filepath.Join(dir, "missing.json"): "appliance.placement_learned",
+		bad:                                `format "sluice-inss-learned/9"`,
+		gpu:                                `trained for the "h200" device`,
+	} {
+		newFails(t, fmt.Sprintf("[appliance]\nmetrics=\"off\"\ncontrol=\"off\"\nplacement = \"inss\"\nplacement_profiles = %q\nplacement_learned = %q\n%s", profPath, path, head), want)
+	}
+}
+
+// newFails checks that profile text parses and that New refuses it with
+// an error containing want.
+func newFails(t *testing.T, text, want string) {
+	t.Helper()
+	prof, err := ParseProfile("test.toml", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(context.Background(), prof, nil)
+	if err == nil {
+		a.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("New: %v, want an error containing %q", err, want)
 	}
 }

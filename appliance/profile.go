@@ -85,6 +85,11 @@ type ApplianceSection struct {
 	// 1: one device, the local stage alone): each IF is placed on one
 	// group, and the group's units split among its IFs.
 	PlacementDevices int `toml:"placement_devices"`
+	// PlacementLearned is a learned scheduler (InSS's SACD placement and
+	// TD3 shares, as tools/placementsim -save-learned writes it) that
+	// plans each inss round instead of the greedy stages; a round whose
+	// learned plan leaves an IF without units falls back to them.
+	PlacementLearned string `toml:"placement_learned"`
 	// Policy is the scheduling policy of the cpu IFs that do not name
 	// their own: "none" (default: each IF runs on its share of the units)
 	// or one of libml/sched's: reef, seq, conc, srpt, split.
@@ -559,6 +564,9 @@ func (p *Profile) validate() error {
 	}
 	if a.PlacementDevices < 1 || a.PlacementDevices > 64 {
 		return fmt.Errorf("appliance.placement_devices %d: out of range 1..64", a.PlacementDevices)
+	}
+	if a.PlacementLearned != "" && a.Placement != PlacementInSS {
+		return errors.New("appliance.placement_learned: only with placement \"inss\" (it plans that placement's rounds)")
 	}
 	if a.PlacementDevices > 1 && a.Placement != PlacementInSS {
 		return fmt.Errorf("appliance.placement_devices %d: only with placement \"inss\" (its global stage places IFs on them)", a.PlacementDevices)

@@ -270,6 +270,10 @@ type PlanReply struct {
 	// RoundS is how long ago the inss placement's last round ran (absent
 	// before the first).
 	RoundS float64 `json:"round_s,omitempty"`
+	// Planner is what planned the inss placement's last round: "greedy",
+	// "learned" (placement_learned), or the greedy stages standing in for
+	// an incomplete learned plan (absent before the first round).
+	Planner string `json:"planner,omitempty"`
 	// IFs are the cpu IFs under policy none, sorted by name.
 	IFs []PlanIF `json:"ifs"`
 }

@@ -1,9 +1,12 @@
 package inss
 
 import (
+	"bytes"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -103,5 +106,71 @@ func TestLearnedScheduler(t *testing.T) {
 	p := l.Plan(m, big, wl)
 	if err := p.Check(m, big, wl); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A saved scheduler loads back into one that plans exactly the same, on
+// one group and on several; damaged or foreign files are refused with an
+// error that says what is wrong.
+func TestLearnedSaveLoad(t *testing.T) {
+	m := synthModel(t)
+	wl := []Demand{
+		{Name: "f1", Model: "fast", SLONs: 20e6, Rate: 400},
+		{Name: "s1", Model: "slow", SLONs: 80e6, Rate: 60},
+		{Name: "h1", Model: "hot", SLONs: 30e6, Rate: 200},
+	}
+	devs := devices(4)
+	l, err := Train(m, devs[0], wl, LearnConfig{Episodes: 30, Hidden: 16, Seed: 3, Plan: PlanOptions{Interference: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := l.Save(&buf); err != nil {
+		t.Fatal(err)
+	}
+	saved := buf.String()
+	back, err := LoadLearned(strings.NewReader(saved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Kind() != l.Kind() || back.Capacity() != l.Capacity() {
+		t.Fatalf("loaded kind %q capacity %d, saved %q %d", back.Kind(), back.Capacity(), l.Kind(), l.Capacity())
+	}
+	for _, n := range []int{2, 4, 16} {
+		d := devices(n)
+		if got, want := back.Plan(m, d, wl), l.Plan(m, d, wl); !reflect.DeepEqual(got, want) {
+			t.Errorf("%d devices: the loaded scheduler plans %+v, the saved one %+v", n, got.Places, want.Places)
+		}
+	}
+	var f map[string]any
+	if err := json.Unmarshal([]byte(saved), &f); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(change func(f map[string]any)) string {
+		var g map[string]any
+		_ = json.Unmarshal([]byte(saved), &g)
+		change(g)
+		b, _ := json.Marshal(g)
+		return string(b)
+	}
+	for _, tc := range []struct{ name, text, want string }{
+		{"empty", "", "EOF"},
+		{"truncated", saved[:len(saved)/2], "unexpected EOF"},
+		{"format", edit(func(g map[string]any) { g["format"] = "other/2" }), `format "other/2"`},
+		{"unknown field", edit(func(g map[string]any) { g["bogus"] = 1 }), `unknown field "bogus"`},
+		{"kind", edit(func(g map[string]any) { g["kind"] = "" }), "no device kind"},
+		{"group size", edit(func(g map[string]any) { g["group_size"] = 3 }), "placement network has layer sizes"},
+		{"slots", edit(func(g map[string]any) { g["slots"] = 0 }), "0 instance slots"},
+		{"layer", edit(func(g map[string]any) {
+			p := g["shares"].(map[string]any)
+			w := p["w"].([]any)
+			w[1] = w[1].([]any)[1:]
+		}), "shares network layer 1 has"},
+		{"headroom", edit(func(g map[string]any) { g["plan"].(map[string]any)["Headroom"] = 2 }), "plan options"},
+	} {
+		_, err := LoadLearned(strings.NewReader(tc.text))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
 	}
 }

@@ -509,6 +509,11 @@ func TestPrintPlanGroups(t *testing.T) {
 			t.Errorf("no %q in\n%s", want, out)
 		}
 	}
+	b.Reset()
+	printPlan(&b, orchestrator.PlanReply{Placement: "inss", Units: 4, Devices: 2, IntervalMS: 1000, RoundS: 0.4, Planner: "learned"})
+	if want := "placement inss on 4 cpu units in 2 groups, every 1000 ms, last round 0.4 s ago (learned), 0 IFs"; !strings.Contains(b.String(), want) {
+		t.Errorf("no %q in\n%s", want, b.String())
+	}
 }
 
 // The status table's STATE column counts a stateful stream's flows and a

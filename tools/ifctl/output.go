@@ -43,7 +43,8 @@ func printStatus(w io.Writer, r orchestrator.StatusReply) {
 // printPlan prints the placement line and the plan's IFs: units, share,
 // SLO, the rate the last round saw, the batch and latency the latency
 // model predicts ("-" where it has none) and the observed p99; with the
-// global stage's unit groups, UNITS reads units@group.
+// global stage's unit groups, UNITS reads units@group; the placement line
+// names the last round's planner.
 func printPlan(w io.Writer, r orchestrator.PlanReply) {
 	fmt.Fprintf(w, "placement %s on %d cpu units", r.Placement, r.Units)
 	if r.Devices > 1 {
@@ -53,6 +54,9 @@ func printPlan(w io.Writer, r orchestrator.PlanReply) {
 		fmt.Fprintf(w, ", every %d ms", r.IntervalMS)
 		if r.RoundS > 0 {
 			fmt.Fprintf(w, ", last round %.1f s ago", r.RoundS)
+		}
+		if r.Planner != "" {
+			fmt.Fprintf(w, " (%s)", r.Planner)
 		}
 	}
 	fmt.Fprintf(w, ", %d IFs\n", len(r.IFs))

@@ -5,6 +5,7 @@
 //
 //	placementsim [-profiles F] [-devices 4,16,64] [-load 0.6,0.9]
 //	             [-horizon 20] [-seed 1] [-md F] [-svg F]
+//	             [-episodes 1500] [-save-learned F]
 //
 // The demands come from the recorded profiles (tools/inssprof -json),
 // two tenants per profiled model (a tight SLO, 3x its batch-1 time on a
@@ -17,6 +18,9 @@
 // optimiser (inss.Greedy); the greedy one planned without the
 // interference terms (judged with them, as the cluster would run it);
 // and GSLICE's per-device split as the baseline.
+//
+// -save-learned writes the trained scheduler (inss.Learned.Save) for the
+// appliance's placement_learned key.
 package main
 
 import (
@@ -39,6 +43,7 @@ type options struct {
 	mdOut, svgOut string
 	deviceMem     int64
 	episodes      int
+	saveLearned   string
 }
 
 // row is one policy's run at one cluster size and load.
@@ -64,6 +69,7 @@ func main() {
 	flag.StringVar(&o.mdOut, "md", "", "write the report here as well as to stdout")
 	flag.StringVar(&o.svgOut, "svg", "", "write the plot (goodput over GSLICE's) here")
 	flag.IntVar(&o.episodes, "episodes", 1500, "training episodes of the learned scheduler")
+	flag.StringVar(&o.saveLearned, "save-learned", "", "write the trained scheduler here (the appliance's placement_learned)")
 	flag.Parse()
 	o.seed = *seed
 	var err error
@@ -161,6 +167,11 @@ func run(profs []inss.Profile, o options) (*report, error) {
 		return nil, err
 	}
 	rep := &report{train: time.Since(t0), curve: learned.Curve}
+	if o.saveLearned != "" {
+		if err := saveLearned(learned, o.saveLearned); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range o.devices {
 		devs := make([]inss.Device, n)
 		for k := range devs {
@@ -348,4 +359,17 @@ func joinFloats(v []float64) string {
 		s[k] = fmt.Sprint(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// saveLearned writes the trained scheduler to path.
+func saveLearned(l *inss.Learned, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := l.Save(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

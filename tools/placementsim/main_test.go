@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,11 +24,23 @@ func TestPlacementSim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := options{profiles: "testdata/cpu-profiles.json", devices: []int{2, 5}, loads: []float64{0.5, 0.9}, horizon: 2, seed: 7, episodes: 30}
+	o := options{profiles: "testdata/cpu-profiles.json", devices: []int{2, 5}, loads: []float64{0.5, 0.9}, horizon: 2, seed: 7, episodes: 30,
+		saveLearned: filepath.Join(t.TempDir(), "learned.json")}
 	rep, err := run(profs, o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// -save-learned wrote a scheduler the appliance can load
+	lf, err := os.Open(o.saveLearned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := inss.LoadLearned(lf)
+	lf.Close()
+	if err != nil || l.Kind() != profs[0].Device || l.Capacity() != profs[0].Capacity {
+		t.Fatalf("saved scheduler: %v, %v", l, err)
+	}
+	o.saveLearned = ""
 	rows := rep.rows
 	if len(rows) != 2*2*len(policies) {
 		t.Fatalf("%d runs", len(rows))
