@@ -11,9 +11,12 @@
  * chain for each element, so they give the same bits. OpenBLAS does not:
  * its kernels change the summation order with the tile's shape.
  *
- * Layout: B is packed a micro-panel (KC x NR, zero-padded) at a time into a
- * buffer on the stack; A is read in place (a row of A or, transposed, a
- * column). The micro-kernels keep an MR x NR tile of C in registers.
+ * Layout: B is read a micro-panel (KC x NR) at a time, in place where the
+ * panel is full and the instruction set reads it as fast so
+ * (sk_gemm_impl.unpacked), else packed (zero-padded) into a buffer on the
+ * stack; A is read in place (a row of A or, transposed, a column: packing
+ * it as well made no product faster on a Zen 5 VM and most slower). The
+ * micro-kernels keep an MR x NR tile of C in registers.
  */
 #include "sluice_cpu.h"
 
