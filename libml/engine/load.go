@@ -177,6 +177,17 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 			queue = append(nodes, queue...)
 			continue
 		}
+		if nodes, inits, ok, err := decompose(&n); ok {
+			// an operator the loader rewrites (decompose.go)
+			if err != nil {
+				return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
+			}
+			if err := addInits(n.Op+" "+n.Name, inits); err != nil {
+				return nil, err
+			}
+			queue = append(nodes, queue...)
+			continue
+		}
 		if (n.Domain != "" && n.Domain != "ai.onnx") || (!Supported(n.Op) && n.Op != opSelect) {
 			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
 		}

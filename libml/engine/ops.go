@@ -197,6 +197,9 @@ var supportedSet = func() map[string]bool {
 	for _, o := range quantOps {
 		m[o] = true
 	}
+	for o := range decomposedOps {
+		m[o] = true
+	}
 	return m
 }()
 

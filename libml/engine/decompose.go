@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"fmt"
+
+	"sluice/libml/graph"
+)
+
+// Operators the loader rewrites into operators the engine runs, as ONNX
+// defines several of them (a function body): the rewrite runs before
+// constant folding, so a node on constants folds through its body, and
+// every backend runs the body's kernels. Each body keeps float32
+// throughout; the results are those of the body's operators, within the
+// node tests' tolerance of ONNX's reference.
+var decomposedOps = map[string]func(n *graph.Node, c *bodyBuilder){
+	// Softsign(x) = x / (1 + |x|)
+	"Softsign": func(n *graph.Node, c *bodyBuilder) {
+		x := n.Inputs[0]
+		c.out(n, "Div", nil, x, c.tmp("Add", nil, c.tmp("Abs", nil, x), c.scalar(1)))
+	},
+	// Selu(x) = gamma * (x > 0 ? x : alpha * (e^x - 1)) = gamma * Elu(x, alpha)
+	"Selu": func(n *graph.Node, c *bodyBuilder) {
+		alpha := n.AttrFloat("alpha", 1.67326319217681884765625)
+		gamma := n.AttrFloat("gamma", 1.05070102214813232421875)
+		elu := c.tmp("Elu", []graph.Attr{{Name: "alpha", Kind: graph.AttrFloat, F: alpha}}, n.Inputs[0])
+		c.out(n, "Mul", nil, elu, c.scalar(gamma))
+	},
+	// Celu(x) = max(0, x) + min(0, alpha * (e^(x/alpha) - 1)) = alpha * Elu(x / alpha, 1)
+	"Celu": func(n *graph.Node, c *bodyBuilder) {
+		a := c.scalar(n.AttrFloat("alpha", 1))
+		elu := c.tmp("Elu", []graph.Attr{{Name: "alpha", Kind: graph.AttrFloat, F: 1}}, c.tmp("Div", nil, n.Inputs[0], a))
+		c.out(n, "Mul", nil, elu, a)
+	},
+	// Sinh(x) = (e^x - e^-x) / 2, Cosh(x) = (e^x + e^-x) / 2
+	"Sinh": func(n *graph.Node, c *bodyBuilder) { c.expPair(n, "Sub") },
+	"Cosh": func(n *graph.Node, c *bodyBuilder) { c.expPair(n, "Add") },
+	// Tan(x) = sin(x) / cos(x)
+	"Tan": func(n *graph.Node, c *bodyBuilder) {
+		x := n.Inputs[0]
+		c.out(n, "Div", nil, c.tmp("Sin", nil, x), c.tmp("Cos", nil, x))
+	},
+	// Acosh(x) = ln(x + sqrt(x^2 - 1)), x >= 1 (NaN below, as ONNX's
+	// reference)
+	"Acosh": func(n *graph.Node, c *bodyBuilder) {
+		x := n.Inputs[0]
+		root := c.tmp("Sqrt", nil, c.tmp("Sub", nil, c.tmp("Mul", nil, x, x), c.scalar(1)))
+		c.out(n, "Log", nil, c.tmp("Add", nil, x, root))
+	},
+}
+
+// bodyBuilder collects a decomposed node's body: its nodes, named after
+// the node, and the scalar constants they use.
+type bodyBuilder struct {
+	prefix string
+	nodes  []graph.Node
+	inits  []*graph.Tensor
+	count  int
+}
+
+// tmp appends a node of op over ins writing a new intermediate value,
+// and returns that value's name.
+func (c *bodyBuilder) tmp(op string, attrs []graph.Attr, ins ...string) string {
+	c.count++
+	v := fmt.Sprintf("%s%d", c.prefix, c.count)
+	c.add(op, attrs, v, ins)
+	return v
+}
+
+// out appends the body's last node: op over ins writing n's output.
+func (c *bodyBuilder) out(n *graph.Node, op string, attrs []graph.Attr, ins ...string) {
+	c.count++
+	c.add(op, attrs, n.Outputs[0], ins)
+}
+
+func (c *bodyBuilder) add(op string, attrs []graph.Attr, out string, ins []string) {
+	c.nodes = append(c.nodes, graph.Node{Name: fmt.Sprintf("%s%s%d", c.prefix, op, c.count), Op: op,
+		Inputs: ins, Outputs: []string{out}, Attrs: attrs})
+}
+
+// scalar adds a float32 scalar constant and returns its name.
+func (c *bodyBuilder) scalar(v float32) string {
+	c.count++
+	name := fmt.Sprintf("%sconst%d", c.prefix, c.count)
+	c.inits = append(c.inits, &graph.Tensor{Name: name, DType: graph.Float32, F32: []float32{v}})
+	return name
+}
+
+// expPair is (e^x op e^-x) / 2 into n's output.
+func (c *bodyBuilder) expPair(n *graph.Node, op string) {
+	x := n.Inputs[0]
+	pair := c.tmp(op, nil, c.tmp("Exp", nil, x), c.tmp("Exp", nil, c.tmp("Neg", nil, x)))
+	c.out(n, "Mul", nil, pair, c.scalar(0.5))
+}
+
+// decompose returns the body of n when the loader rewrites its operator
+// (decomposedOps), with the constants it adds; ok is false otherwise.
+func decompose(n *graph.Node) (nodes []graph.Node, inits []*graph.Tensor, ok bool, err error) {
+	build, ok := decomposedOps[n.Op]
+	if !ok || (n.Domain != "" && n.Domain != "ai.onnx") {
+		return nil, nil, false, nil
+	}
+	if len(n.Inputs) < 1 || n.Inputs[0] == "" || len(n.Outputs) < 1 || n.Outputs[0] == "" {
+		return nil, nil, true, fmt.Errorf("%s %q: want one input and one output", n.Op, n.Name)
+	}
+	c := &bodyBuilder{prefix: n.Name + "#" + n.Op + "/"}
+	if n.Name == "" {
+		c.prefix = n.Outputs[0] + "#" + n.Op + "/"
+	}
+	build(n, c)
+	return c.nodes, c.inits, true, nil
+}
