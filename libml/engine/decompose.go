@@ -39,6 +39,19 @@ var decomposedOps = map[string]func(n *graph.Node, c *bodyBuilder){
 		x := n.Inputs[0]
 		c.out(n, "Div", nil, c.tmp("Sin", nil, x), c.tmp("Cos", nil, x))
 	},
+	// ReduceL1(x) = ReduceSum(|x|), ReduceLogSum(x) = ln ReduceSum(x),
+	// ReduceLogSumExp(x) = ln ReduceSum(e^x), over the node's axes (its
+	// attribute or its second input) with its keepdims and
+	// noop_with_empty_axes
+	"ReduceL1": func(n *graph.Node, c *bodyBuilder) {
+		c.reduceSum(n, c.tmp("Abs", nil, n.Inputs[0]), n.Outputs[0])
+	},
+	"ReduceLogSum": func(n *graph.Node, c *bodyBuilder) {
+		c.out(n, "Log", nil, c.reduceSum(n, n.Inputs[0], ""))
+	},
+	"ReduceLogSumExp": func(n *graph.Node, c *bodyBuilder) {
+		c.out(n, "Log", nil, c.reduceSum(n, c.tmp("Exp", nil, n.Inputs[0]), ""))
+	},
 	// Acosh(x) = ln(x + sqrt(x^2 - 1)), x >= 1 (NaN below, as ONNX's
 	// reference)
 	"Acosh": func(n *graph.Node, c *bodyBuilder) {
@@ -85,6 +98,24 @@ func (c *bodyBuilder) scalar(v float32) string {
 	return name
 }
 
+// reduceSum appends a ReduceSum of x with reduction n's axes and
+// attributes, writing out (n's output) or, when out is "", a new value it
+// returns.
+func (c *bodyBuilder) reduceSum(n *graph.Node, x, out string) string {
+	ins := append([]string{x}, n.Inputs[1:]...)
+	var attrs []graph.Attr
+	for _, a := range n.Attrs {
+		if a.Name == "axes" || a.Name == "keepdims" || a.Name == "noop_with_empty_axes" {
+			attrs = append(attrs, a)
+		}
+	}
+	if out == "" {
+		return c.tmp("ReduceSum", attrs, ins...)
+	}
+	c.out(n, "ReduceSum", attrs, ins...)
+	return out
+}
+
 // expPair is (e^x op e^-x) / 2 into n's output.
 func (c *bodyBuilder) expPair(n *graph.Node, op string) {
 	x := n.Inputs[0]
@@ -108,4 +139,47 @@ func decompose(n *graph.Node) (nodes []graph.Node, inits []*graph.Tensor, ok boo
 	}
 	build(n, c)
 	return c.nodes, c.inits, true, nil
+}
+
+// evalDecomposed is Eval of a node the loader rewrites: its body, node by
+// node, on the reference implementations.
+func evalDecomposed(n *graph.Node, opset int64, ins []*Tensor) ([]*Tensor, error) {
+	nodes, inits, _, err := decompose(n)
+	if err != nil {
+		return nil, err
+	}
+	vals := map[string]*Tensor{}
+	for i, name := range n.Inputs {
+		if name != "" && i < len(ins) && ins[i] != nil {
+			vals[name] = ins[i]
+		}
+	}
+	for _, t := range inits {
+		c, err := FromGraph(t)
+		if err != nil {
+			return nil, err
+		}
+		vals[t.Name] = c
+	}
+	for i := range nodes {
+		b := &nodes[i]
+		bin := make([]*Tensor, len(b.Inputs))
+		for j, name := range b.Inputs {
+			bin[j] = vals[name]
+		}
+		outs, err := Eval(b, opset, bin)
+		if err != nil {
+			return nil, err
+		}
+		for j, o := range b.Outputs {
+			if j < len(outs) {
+				vals[o] = outs[j]
+			}
+		}
+	}
+	out := make([]*Tensor, len(n.Outputs))
+	for j, o := range n.Outputs {
+		out[j] = vals[o]
+	}
+	return out, nil
 }

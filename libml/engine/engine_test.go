@@ -435,3 +435,46 @@ func TestGeluRewrite(t *testing.T) {
 		t.Fatalf("no MatMul+Add+Gelu kernel\n%s", p)
 	}
 }
+
+// Operators the loader rewrites leave no node of their own, two unnamed
+// ones get bodies of their own, and a node without its input is an
+// error naming it.
+func TestDecomposedOps(t *testing.T) {
+	g := &graph.Graph{Name: "d", Inputs: []graph.ValueInfo{{Name: "x", Dims: []int64{1, 4}}},
+		Outputs: []graph.ValueInfo{{Name: "z"}},
+		Nodes: []graph.Node{
+			{Op: "Softsign", Inputs: []string{"x"}, Outputs: []string{"y"}},
+			{Op: "Softsign", Inputs: []string{"y"}, Outputs: []string{"s"}},
+			{Op: "ReduceL1", Inputs: []string{"s"}, Outputs: []string{"z"}, Attrs: []graph.Attr{{Name: "keepdims", Kind: graph.AttrInt, I: 0}}},
+		}}
+	m, err := Load(g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, n := range m.nodes {
+		if _, ok := decomposedOps[n.Op]; ok {
+			t.Errorf("node %q is still %s", n.Name, n.Op)
+		}
+		if names[n.Name] {
+			t.Errorf("two nodes named %q", n.Name)
+		}
+		names[n.Name] = true
+	}
+	x := NewFloat([]int64{1, 4}, []float32{-3, -1, 0, 2})
+	outs, err := Eval(&g.Nodes[0], 17, []*Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []float32{-0.75, -0.5, 0, 2.0 / 3} {
+		if d := outs[0].F[i] - v; d > 1e-6 || d < -1e-6 {
+			t.Errorf("Softsign(%v) = %v, want %v", x.F[i], outs[0].F[i], v)
+		}
+	}
+	bad := &graph.Graph{Name: "b", Inputs: []graph.ValueInfo{{Name: "x", Dims: []int64{1}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Nodes: []graph.Node{{Name: "s", Op: "Selu", Outputs: []string{"y"}}}}
+	if _, err := Load(bad, Options{}); err == nil || !strings.Contains(err.Error(), `Selu "s": want one input and one output`) {
+		t.Errorf("Selu without input: %v", err)
+	}
+}

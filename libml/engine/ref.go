@@ -14,6 +14,13 @@ import (
 // input. An input without data (F and I both nil) is known by shape only;
 // outputs that depend on its values then come back with shapes only.
 func Eval(n *graph.Node, opset int64, ins []*Tensor) ([]*Tensor, error) {
+	if _, ok := decomposedOps[n.Op]; ok && (n.Domain == "" || n.Domain == "ai.onnx") {
+		outs, err := evalDecomposed(n, opset, ins)
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %w", n.Op, n.Name, err)
+		}
+		return outs, nil
+	}
 	f, ok := refOps[n.Op]
 	if !ok || (n.Domain != "" && n.Domain != "ai.onnx") {
 		return nil, fmt.Errorf("%s: no reference implementation", n.Op)
