@@ -473,7 +473,7 @@ func TestDecomposedOps(t *testing.T) {
 	}
 	bad := &graph.Graph{Name: "b", Inputs: []graph.ValueInfo{{Name: "x", Dims: []int64{1}}},
 		Outputs: []graph.ValueInfo{{Name: "y"}},
-		Nodes: []graph.Node{{Name: "s", Op: "Selu", Outputs: []string{"y"}}}}
+		Nodes:   []graph.Node{{Name: "s", Op: "Selu", Outputs: []string{"y"}}}}
 	if _, err := Load(bad, Options{}); err == nil || !strings.Contains(err.Error(), `Selu "s": want one input and one output`) {
 		t.Errorf("Selu without input: %v", err)
 	}
