@@ -31,9 +31,13 @@ var decomposedOps = map[string]func(n *graph.Node, c *bodyBuilder){
 		elu := c.tmp("Elu", []graph.Attr{{Name: "alpha", Kind: graph.AttrFloat, F: 1}}, c.tmp("Div", nil, n.Inputs[0], a))
 		c.out(n, "Mul", nil, elu, a)
 	},
-	// Sinh(x) = (e^x - e^-x) / 2, Cosh(x) = (e^x + e^-x) / 2
-	"Sinh": func(n *graph.Node, c *bodyBuilder) { c.expPair(n, "Sub") },
-	"Cosh": func(n *graph.Node, c *bodyBuilder) { c.expPair(n, "Add") },
+	// Cosh(x) = (e^x + e^-x) / 2. (Sinh is not rewritten: e^x - e^-x
+	// cancels near 0, where sinh(x) is about x.)
+	"Cosh": func(n *graph.Node, c *bodyBuilder) {
+		x := n.Inputs[0]
+		pair := c.tmp("Add", nil, c.tmp("Exp", nil, x), c.tmp("Exp", nil, c.tmp("Neg", nil, x)))
+		c.out(n, "Mul", nil, pair, c.scalar(0.5))
+	},
 	// Tan(x) = sin(x) / cos(x)
 	"Tan": func(n *graph.Node, c *bodyBuilder) {
 		x := n.Inputs[0]
@@ -49,14 +53,20 @@ var decomposedOps = map[string]func(n *graph.Node, c *bodyBuilder){
 	"ReduceLogSum": func(n *graph.Node, c *bodyBuilder) {
 		c.out(n, "Log", nil, c.reduceSum(n, n.Inputs[0], ""))
 	},
+	// (ReduceLogSumExp subtracts the maximum first, m + ln ReduceSum(e^(x-m)),
+	// so that large values do not overflow e^x)
 	"ReduceLogSumExp": func(n *graph.Node, c *bodyBuilder) {
-		c.out(n, "Log", nil, c.reduceSum(n, c.tmp("Exp", nil, n.Inputs[0]), ""))
+		x := n.Inputs[0]
+		mKeep := c.reduce(n, "ReduceMax", x, true)
+		sum := c.reduceSum(n, c.tmp("Exp", nil, c.tmp("Sub", nil, x, mKeep)), "")
+		c.out(n, "Add", nil, c.tmp("Log", nil, sum), c.reduce(n, "ReduceMax", x, false))
 	},
-	// Acosh(x) = ln(x + sqrt(x^2 - 1)), x >= 1 (NaN below, as ONNX's
-	// reference)
+	// Acosh(x) = ln(x + sqrt((x - 1)(x + 1))), x >= 1 (NaN below, as
+	// ONNX's reference); x - 1 is exact near 1, where x^2 - 1 would cancel
 	"Acosh": func(n *graph.Node, c *bodyBuilder) {
 		x := n.Inputs[0]
-		root := c.tmp("Sqrt", nil, c.tmp("Sub", nil, c.tmp("Mul", nil, x, x), c.scalar(1)))
+		one := c.scalar(1)
+		root := c.tmp("Sqrt", nil, c.tmp("Mul", nil, c.tmp("Sub", nil, x, one), c.tmp("Add", nil, x, one)))
 		c.out(n, "Log", nil, c.tmp("Add", nil, x, root))
 	},
 }
@@ -98,6 +108,24 @@ func (c *bodyBuilder) scalar(v float32) string {
 	return name
 }
 
+// reduce appends a reduction op of x with reduction n's axes and
+// attributes, keeping the reduced dimensions when keep is set (else as n
+// does), and returns its output. (The engine reads a reduction's axes
+// from the attribute or the second input, whatever the opset.)
+func (c *bodyBuilder) reduce(n *graph.Node, op, x string, keep bool) string {
+	ins := append([]string{x}, n.Inputs[1:]...)
+	var attrs []graph.Attr
+	for _, a := range n.Attrs {
+		if a.Name == "axes" || a.Name == "noop_with_empty_axes" || (a.Name == "keepdims" && !keep) {
+			attrs = append(attrs, a)
+		}
+	}
+	if keep {
+		attrs = append(attrs, graph.Attr{Name: "keepdims", Kind: graph.AttrInt, I: 1})
+	}
+	return c.tmp(op, attrs, ins...)
+}
+
 // reduceSum appends a ReduceSum of x with reduction n's axes and
 // attributes, writing out (n's output) or, when out is "", a new value it
 // returns.
@@ -114,13 +142,6 @@ func (c *bodyBuilder) reduceSum(n *graph.Node, x, out string) string {
 	}
 	c.out(n, "ReduceSum", attrs, ins...)
 	return out
-}
-
-// expPair is (e^x op e^-x) / 2 into n's output.
-func (c *bodyBuilder) expPair(n *graph.Node, op string) {
-	x := n.Inputs[0]
-	pair := c.tmp(op, nil, c.tmp("Exp", nil, x), c.tmp("Exp", nil, c.tmp("Neg", nil, x)))
-	c.out(n, "Mul", nil, pair, c.scalar(0.5))
 }
 
 // decompose returns the body of n when the loader rewrites its operator

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strings"
@@ -470,6 +471,16 @@ func TestDecomposedOps(t *testing.T) {
 		if d := outs[0].F[i] - v; d > 1e-6 || d < -1e-6 {
 			t.Errorf("Softsign(%v) = %v, want %v", x.F[i], outs[0].F[i], v)
 		}
+	}
+	// log-sum-exp of large values: no overflow
+	lse := graph.Node{Op: "ReduceLogSumExp", Inputs: []string{"x"}, Outputs: []string{"y"},
+		Attrs: []graph.Attr{{Name: "keepdims", Kind: graph.AttrInt, I: 0}}}
+	outs, err = Eval(&lse, 13, []*Tensor{NewFloat([]int64{2}, []float32{1000, 1000})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := float32(1000 + math.Ln2); len(outs[0].F) != 1 || outs[0].F[0] != want {
+		t.Errorf("ReduceLogSumExp([1000 1000]) = %v, want %v", outs[0].F, want)
 	}
 	bad := &graph.Graph{Name: "b", Inputs: []graph.ValueInfo{{Name: "x", Dims: []int64{1}}},
 		Outputs: []graph.ValueInfo{{Name: "y"}},
