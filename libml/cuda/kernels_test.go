@@ -28,6 +28,11 @@ func TestKernelUnary(t *testing.T) {
 			{actAffine, 2, -1, -3, 3}, {actSoftplus, 0, 0, -10, 10}, {actElu, 0.7, 0, -4, 4},
 			{actIdentity, 0, 0, -3, 3}, {actRound, 0, 0, -9, 9}, {actSin, 0, 0, -20, 20},
 			{actCos, 0, 0, -20, 20}, {actNone, 0, 0, -1, 1}, {actF16, 0, 0, -70000, 70000},
+			{actSinh, 0, 0, -8, 8}, {actSinh, 0, 0, -0.6, 0.6}, {actAsinh, 0, 0, -1e5, 1e5},
+			{actAsinh, 0, 0, -0.2, 0.2}, {actAtanh, 0, 0, -0.999, 0.999}, {actAtanh, 0, 0, -0.2, 0.2},
+			{actAsin, 0, 0, -1, 1}, {actAcos, 0, 0, -1, 1}, {actAtan, 0, 0, -50, 50},
+			{actAtan, 0, 0, -1, 1}, {actSign, 0, 0, -3, 3}, {actThreshRelu, 0.5, 0, -3, 3},
+			{actShrink, 0.5, 0.25, -3, 3},
 		} {
 			x := randVec(r, n, c.lo, c.hi)
 			var a Args

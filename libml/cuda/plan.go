@@ -386,7 +386,7 @@ func planConv(op Op, a *Args, v int) (int64, error) {
 
 // actCount is the number of activation codes the kernels know
 // (SG_ACT_COUNT, native/cpu's SK_ACT_COUNT).
-const actCount = 28
+const actCount = 37
 
 // PlanBatchGather is the launch of the batch gather over n fragments,
 // perBlock to a block (at least 1), copying bytes; it sets a.P[0] and a.T.

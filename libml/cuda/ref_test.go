@@ -20,6 +20,8 @@ const (
 	actPowC, actAffine, actSoftplus, actElu, actIdentity, actRound      = 19, 20, 21, 22, 23, 24
 	actSin, actCos                                                      = 25, 26
 	actF16                                                              = 27
+	actSinh, actAsinh, actAtanh, actAsin, actAcos, actAtan, actSign     = 28, 29, 30, 31, 32, 33, 34
+	actThreshRelu, actShrink                                            = 35, 36
 )
 
 func refAct(x float64, act int, a, b float64) float64 {
@@ -82,6 +84,39 @@ func refAct(x float64, act int, a, b float64) float64 {
 		return math.Cos(x)
 	case actF16:
 		return float64(engine.RoundF16(float32(x)))
+	case actSinh:
+		return math.Sinh(x)
+	case actAsinh:
+		return math.Asinh(x)
+	case actAtanh:
+		return math.Atanh(x)
+	case actAsin:
+		return math.Asin(x)
+	case actAcos:
+		return math.Acos(x)
+	case actAtan:
+		return math.Atan(x)
+	case actSign:
+		switch {
+		case x > 0:
+			return 1
+		case x < 0:
+			return -1
+		}
+		return x
+	case actThreshRelu:
+		if x > a {
+			return x
+		}
+		return 0
+	case actShrink:
+		switch {
+		case x < -a:
+			return x + b
+		case x > a:
+			return x - b
+		}
+		return 0
 	}
 	return x
 }

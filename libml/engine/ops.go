@@ -75,7 +75,18 @@ const (
 	ActCos         = 26
 	// ActF16 rounds to the nearest float16 (Cast to FLOAT16 at run time).
 	ActF16   = 27
-	ActCount = 28
+	ActSinh  = 28
+	ActAsinh = 29
+	ActAtanh = 30
+	ActAsin  = 31
+	ActAcos  = 32
+	ActAtan  = 33
+	ActSign  = 34
+	// ActThreshRelu is x > a ? x : 0 (ThresholdedRelu); ActShrink
+	// x < -a ? x + b : x > a ? x - b : 0 (Shrink's lambd, bias).
+	ActThreshRelu = 35
+	ActShrink     = 36
+	ActCount      = 37
 )
 
 // Binary codes (enum sk_binop).
@@ -134,6 +145,9 @@ var unaryActs = map[string]int{
 	"Floor": ActFloor, "Ceil": ActCeil, "Softplus": ActSoftplus,
 	"Elu": ActElu, "Round": ActRound, "Sin": ActSin, "Cos": ActCos,
 	"Clip": ActClip, "Gelu": ActGelu, opCastF16: ActF16,
+	"Sinh": ActSinh, "Asinh": ActAsinh, "Atanh": ActAtanh, "Asin": ActAsin,
+	"Acos": ActAcos, "Atan": ActAtan, "Sign": ActSign,
+	"ThresholdedRelu": ActThreshRelu, "Shrink": ActShrink,
 }
 
 // opCastF16 is the engine's own name for a Cast to FLOAT16 at run time:
@@ -166,7 +180,8 @@ var reduceOps = map[string]int{
 
 // runtimeOps are the ONNX operators the engine runs on float32 tensors.
 var runtimeOps = []string{
-	"Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "Ceil",
+	"Abs", "Acos", "Add", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
+	"BatchNormalization", "Cast", "Ceil", "Shrink", "Sign", "Sinh", "ThresholdedRelu",
 	"Clip", "Concat", "Conv", "ConvTranspose", "Cos", "Div", "Dropout",
 	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "Gelu",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",

@@ -922,6 +922,10 @@ func actParams(n *graph.Node, opset int64, ins []*Tensor) (int, float32, float32
 		a = n.AttrFloat("alpha", 1)
 	case "HardSigmoid":
 		a, b = n.AttrFloat("alpha", 0.2), n.AttrFloat("beta", 0.5)
+	case "ThresholdedRelu":
+		a = n.AttrFloat("alpha", 1)
+	case "Shrink":
+		a, b = n.AttrFloat("lambd", 0.5), n.AttrFloat("bias", 0)
 	case "Gelu":
 		switch n.AttrString("approximate", "none") {
 		case "none":
@@ -995,6 +999,39 @@ func actRef(act int, x, a, b float64) float64 {
 		return math.Cos(x)
 	case ActF16:
 		return float64(RoundF16(float32(x)))
+	case ActSinh:
+		return math.Sinh(x)
+	case ActAsinh:
+		return math.Asinh(x)
+	case ActAtanh:
+		return math.Atanh(x)
+	case ActAsin:
+		return math.Asin(x)
+	case ActAcos:
+		return math.Acos(x)
+	case ActAtan:
+		return math.Atan(x)
+	case ActSign:
+		if x > 0 {
+			return 1
+		}
+		if x < 0 {
+			return -1
+		}
+		return x
+	case ActThreshRelu:
+		if x > a {
+			return x
+		}
+		return 0
+	case ActShrink:
+		if x < -a {
+			return x + b
+		}
+		if x > a {
+			return x - b
+		}
+		return 0
 	}
 	return x
 }

@@ -99,6 +99,24 @@ float sk_act1(float x, int act, float a, float b)
 		return cosf(x);
 	case SK_ACT_F16:
 		return sk_round_f16(x);
+	case SK_ACT_SINH:
+		return sinhf(x);
+	case SK_ACT_ASINH:
+		return asinhf(x);
+	case SK_ACT_ATANH:
+		return atanhf(x);
+	case SK_ACT_ASIN:
+		return asinf(x);
+	case SK_ACT_ACOS:
+		return acosf(x);
+	case SK_ACT_ATAN:
+		return atanf(x);
+	case SK_ACT_SIGN:
+		return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); /* 0, -0 and NaN as they are */
+	case SK_ACT_THRESHRELU:
+		return x > a ? x : 0.0f;
+	case SK_ACT_SHRINK:
+		return x < -a ? x + b : (x > a ? x - b : 0.0f);
 	}
 	return x;
 }

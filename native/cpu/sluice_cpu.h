@@ -102,7 +102,16 @@ enum sk_act {
 	SK_ACT_SIN = 25,
 	SK_ACT_COS = 26,
 	SK_ACT_F16 = 27,        /* round to the nearest float16, to nearest even */
-	SK_ACT_COUNT = 28
+	SK_ACT_SINH = 28,
+	SK_ACT_ASINH = 29,
+	SK_ACT_ATANH = 30,
+	SK_ACT_ASIN = 31,
+	SK_ACT_ACOS = 32,
+	SK_ACT_ATAN = 33,
+	SK_ACT_SIGN = 34,
+	SK_ACT_THRESHRELU = 35, /* x > f[A] ? x : 0 */
+	SK_ACT_SHRINK = 36,     /* x < -f[A] ? x + f[B] : x > f[A] ? x - f[B] : 0 */
+	SK_ACT_COUNT = 37
 };
 
 /* Binary codes (SK_OP_BINARY p[0]). */

@@ -308,6 +308,68 @@ SG_DEV float sg_tanhf(float x)
 
 SG_DEV float sg_sigmoidf(float x) { return 1.0f / (1.0f + sg_expf(-x)); }
 
+/* atan: Cephes' atanf reduction to |t| <= tan(pi/8) and its polynomial;
+ * atan(+-inf) = +-pi/2. */
+SG_DEV float sg_atanf(float x)
+{
+	float z = sg_fabs(x), y0 = 0.0f;
+	if (z > 2.414213562373095f) {
+		y0 = 1.5707963267948966f;
+		z = -1.0f / z;
+	} else if (z > 0.4142135623730950f) {
+		y0 = 0.7853981633974483f;
+		z = (z - 1.0f) / (z + 1.0f);
+	}
+	float z2 = z * z;
+	float r = y0 + ((((8.05374449538e-2f * z2 - 1.38776856032e-1f) * z2 + 1.99777106478e-1f) * z2 -
+			 3.33329491539e-1f) * z2 * z + z);
+	return x < 0 ? -r : r;
+}
+
+/* asin(x) = atan(x / sqrt((1 - x)(1 + x))), acos(x) =
+ * 2 atan(sqrt((1 - x) / (1 + x))): no cancellation near +-1; NaN past. */
+SG_DEV float sg_asinf(float x)
+{
+	return sg_atanf(x / sg_sqrt((1.0f - x) * (1.0f + x)));
+}
+SG_DEV float sg_acosf(float x) { return 2.0f * sg_atanf(sg_sqrt((1.0f - x) / (1.0f + x))); }
+
+/* sinh, asinh, atanh: their series near 0 (where the exp/log forms
+ * cancel), the exp/log forms beyond. */
+SG_DEV float sg_sinhf(float x)
+{
+	float z = sg_fabs(x);
+	if (z < 0.5f) {
+		float z2 = x * x;
+		return x + x * z2 * (1.0f / 6.0f + z2 * (1.0f / 120.0f + z2 * (1.0f / 5040.0f +
+				  z2 * (1.0f / 362880.0f))));
+	}
+	float e = sg_expf(z);
+	float r = 0.5f * (e - 1.0f / e);
+	return x < 0 ? -r : r;
+}
+SG_DEV float sg_asinhf(float x)
+{
+	float z = sg_fabs(x);
+	if (z < 0.125f) {
+		float z2 = x * x;
+		return x + x * z2 * (-1.0f / 6.0f + z2 * (3.0f / 40.0f + z2 * (-15.0f / 336.0f +
+				  z2 * (105.0f / 3456.0f))));
+	}
+	float r = z > 1e4f ? sg_logf(z) + SG_LN2 : sg_logf(z + sg_sqrt(z * z + 1.0f));
+	return x < 0 ? -r : r;
+}
+SG_DEV float sg_atanhf(float x)
+{
+	float z = sg_fabs(x);
+	if (z < 0.125f) {
+		float z2 = x * x;
+		return x + x * z2 * (1.0f / 3.0f + z2 * (1.0f / 5.0f + z2 * (1.0f / 7.0f + z2 * (1.0f / 9.0f))));
+	}
+	float r = 0.5f * sg_logf((1.0f + z) / (1.0f - z));
+	return x < 0 ? -r : r;
+}
+
 /* pow(x, y) for float32 with C's special cases for x <= 0. */
 SG_DEV float sg_powf(float x, float y)
 {
@@ -341,7 +403,10 @@ enum {
 	SG_ACT_FLOOR = 17, SG_ACT_CEIL = 18, SG_ACT_POWC = 19,
 	SG_ACT_AFFINE = 20, SG_ACT_SOFTPLUS = 21, SG_ACT_ELU = 22,
 	SG_ACT_IDENTITY = 23, SG_ACT_ROUND = 24, SG_ACT_SIN = 25,
-	SG_ACT_COS = 26, SG_ACT_F16 = 27, SG_ACT_COUNT = 28
+	SG_ACT_COS = 26, SG_ACT_F16 = 27, SG_ACT_SINH = 28, SG_ACT_ASINH = 29,
+	SG_ACT_ATANH = 30, SG_ACT_ASIN = 31, SG_ACT_ACOS = 32, SG_ACT_ATAN = 33,
+	SG_ACT_SIGN = 34, SG_ACT_THRESHRELU = 35, SG_ACT_SHRINK = 36,
+	SG_ACT_COUNT = 37
 };
 
 /* sg_round_f16 rounds x to the nearest float16 value (ties to even), as
@@ -427,6 +492,24 @@ SG_DEV float sg_act(float x, int act, float a, float b)
 		return sg_cosf(x);
 	case SG_ACT_F16:
 		return sg_round_f16(x);
+	case SG_ACT_SINH:
+		return sg_sinhf(x);
+	case SG_ACT_ASINH:
+		return sg_asinhf(x);
+	case SG_ACT_ATANH:
+		return sg_atanhf(x);
+	case SG_ACT_ASIN:
+		return sg_asinf(x);
+	case SG_ACT_ACOS:
+		return sg_acosf(x);
+	case SG_ACT_ATAN:
+		return sg_atanf(x);
+	case SG_ACT_SIGN:
+		return x > 0 ? 1.0f : (x < 0 ? -1.0f : x);
+	case SG_ACT_THRESHRELU:
+		return x > a ? x : 0.0f;
+	case SG_ACT_SHRINK:
+		return x < -a ? x + b : (x > a ? x - b : 0.0f);
 	default: /* NONE, IDENTITY */
 		return x;
 	}
