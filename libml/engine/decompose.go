@@ -61,6 +61,27 @@ var decomposedOps = map[string]func(n *graph.Node, c *bodyBuilder){
 		sum := c.reduceSum(n, c.tmp("Exp", nil, c.tmp("Sub", nil, x, mKeep)), "")
 		c.out(n, "Add", nil, c.tmp("Log", nil, sum), c.reduce(n, "ReduceMax", x, false))
 	},
+	// InstanceNormalization(x, scale, B): each (n, c) plane normalised by
+	// its own mean and variance, then scale[c] * . + B[c]; computed on x
+	// seen as [N, C, L] (L the product of the spatial dimensions), so the
+	// body does not depend on x's rank, and reshaped back to x's shape
+	// (Shape folds per batch size at compile time).
+	"InstanceNormalization": func(n *graph.Node, c *bodyBuilder) {
+		x := n.Inputs[0]
+		eps := c.scalar(n.AttrFloat("epsilon", 1e-5))
+		mean := func(v string) string {
+			return c.tmp("ReduceMean", []graph.Attr{{Name: "axes", Kind: graph.AttrInts, Ints: []int64{2}},
+				{Name: "keepdims", Kind: graph.AttrInt, I: 1}}, v)
+		}
+		perChannel := func(v string) string {
+			return c.tmp("Unsqueeze", []graph.Attr{{Name: "axes", Kind: graph.AttrInts, Ints: []int64{1}}}, v)
+		}
+		x3 := c.tmp("Reshape", nil, x, c.ints(0, 0, -1))
+		d := c.tmp("Sub", nil, x3, mean(x3))
+		den := c.tmp("Sqrt", nil, c.tmp("Add", nil, mean(c.tmp("Mul", nil, d, d)), eps))
+		y3 := c.tmp("Add", nil, c.tmp("Mul", nil, c.tmp("Div", nil, d, den), perChannel(n.Inputs[1])), perChannel(n.Inputs[2]))
+		c.out(n, "Reshape", nil, y3, c.tmp("Shape", nil, x))
+	},
 	// Acosh(x) = ln(x + sqrt((x - 1)(x + 1))), x >= 1 (NaN below, as
 	// ONNX's reference); x - 1 is exact near 1, where x^2 - 1 would cancel
 	"Acosh": func(n *graph.Node, c *bodyBuilder) {
@@ -105,6 +126,14 @@ func (c *bodyBuilder) scalar(v float32) string {
 	c.count++
 	name := fmt.Sprintf("%sconst%d", c.prefix, c.count)
 	c.inits = append(c.inits, &graph.Tensor{Name: name, DType: graph.Float32, F32: []float32{v}})
+	return name
+}
+
+// ints adds an int64 vector constant and returns its name.
+func (c *bodyBuilder) ints(v ...int64) string {
+	c.count++
+	name := fmt.Sprintf("%sconst%d", c.prefix, c.count)
+	c.inits = append(c.inits, &graph.Tensor{Name: name, DType: graph.Int64, Dims: []int64{int64(len(v))}, I64: v})
 	return name
 }
 
@@ -153,6 +182,9 @@ func decompose(n *graph.Node) (nodes []graph.Node, inits []*graph.Tensor, ok boo
 	}
 	if len(n.Inputs) < 1 || n.Inputs[0] == "" || len(n.Outputs) < 1 || n.Outputs[0] == "" {
 		return nil, nil, true, fmt.Errorf("%s %q: want one input and one output", n.Op, n.Name)
+	}
+	if n.Op == "InstanceNormalization" && (len(n.Inputs) != 3 || n.Inputs[1] == "" || n.Inputs[2] == "") {
+		return nil, nil, true, fmt.Errorf("%s %q: want the input, scale and B", n.Op, n.Name)
 	}
 	c := &bodyBuilder{prefix: n.Name + "#" + n.Op + "/"}
 	if n.Name == "" {

@@ -488,4 +488,8 @@ func TestDecomposedOps(t *testing.T) {
 	if _, err := Load(bad, Options{}); err == nil || !strings.Contains(err.Error(), `Selu "s": want one input and one output`) {
 		t.Errorf("Selu without input: %v", err)
 	}
+	bad.Nodes = []graph.Node{{Name: "in", Op: "InstanceNormalization", Inputs: []string{"x", "sc"}, Outputs: []string{"y"}}}
+	if _, err := Load(bad, Options{}); err == nil || !strings.Contains(err.Error(), `InstanceNormalization "in": want the input, scale and B`) {
+		t.Errorf("InstanceNormalization without B: %v", err)
+	}
 }
