@@ -141,7 +141,7 @@ func NewWithOptions(ctx context.Context, prof *Profile, log *slog.Logger, opts O
 			return nil, err
 		}
 		if p := prof.Appliance.PlacementLearned; p != "" {
-			if a.learned, err = loadLearned(ctx, p, a.plan); err != nil {
+			if a.learned, err = loadLearned(ctx, p); err != nil {
 				return nil, err
 			}
 		}

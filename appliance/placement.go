@@ -44,9 +44,8 @@ func loadPlacement(ctx context.Context, path string) (*inss.Model, error) {
 }
 
 // loadLearned reads placement_learned: a learned scheduler (as
-// inss.Learned.Save writes it) for the cpu device, to plan with the
-// latency model m.
-func loadLearned(ctx context.Context, path string, m *inss.Model) (*inss.Learned, error) {
+// inss.Learned.Save writes it) for the cpu device.
+func loadLearned(ctx context.Context, path string) (*inss.Learned, error) {
 	data, err := readRegularFile(ctx, path, inss.MaxLearnedBytes, ProfileReadTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("appliance.placement_learned: %w", err)
@@ -171,7 +170,7 @@ func (a *Appliance) planStep(window time.Duration) bool {
 		return a.placeLearned(runs, ds)
 	}
 	if a.prof.Appliance.PlacementDevices > 1 {
-		return a.placeGlobal(runs, ds)
+		return a.placeGlobal(runs, ds, plannerGreedy)
 	}
 	a.setPlanner(plannerGreedy)
 	shares, _ := inss.LocalShares(a.plan, "cpu", a.totalUnits(), ds, inss.PlanOptions{})
@@ -215,18 +214,19 @@ func (a *Appliance) unitGroups() (devs []inss.Device, first []int) {
 }
 
 // placeGlobal is a round of InSS's two stages over the unit groups
-// (placement_devices > 1): each IF is placed on one group and the
-// group's units are split among its IFs (inss.PlaceOnce), each IF's
-// units consecutive within its group. It reports whether an IF's units
-// changed; a round that cannot place every IF changes nothing.
-func (a *Appliance) placeGlobal(runs []*ifRun, ds []inss.Demand) bool {
+// (placement_devices > 1, or a learned plan's stand-in): each IF is placed
+// on one group and the group's units are split among its IFs
+// (inss.PlaceOnce), each IF's units consecutive within its group; planner
+// names the round. It reports whether an IF's units changed; a round that
+// cannot place every IF changes nothing.
+func (a *Appliance) placeGlobal(runs []*ifRun, ds []inss.Demand, planner string) bool {
 	devs, first := a.unitGroups()
 	plan, err := inss.PlaceOnce(a.plan, devs, ds, inss.PlanOptions{Interference: true})
 	if err != nil {
 		a.log.Warn("inss placement: the IFs do not fit the unit groups; units stay as they are", "groups", len(devs), "err", err)
 		return false
 	}
-	a.setPlanner(plannerGreedy)
+	a.setPlanner(planner)
 	return a.applyPlacement(runs, ds, plan, first)
 }
 
@@ -258,12 +258,7 @@ func (a *Appliance) placeLearned(runs []*ifRun, ds []inss.Demand) bool {
 		}
 		a.log.Warn("inss placement: the learned plan is incomplete; the greedy stages plan until it is not", "why", why)
 	}
-	plan, err = inss.PlaceOnce(a.plan, devs, ds, inss.PlanOptions{Interference: true})
-	if err != nil {
-		a.log.Warn("inss placement: the IFs do not fit the unit groups; units stay as they are", "groups", len(devs), "err", err)
-		return false
-	}
-	return a.applyPlacement(runs, ds, plan, first)
+	return a.placeGlobal(runs, ds, plannerFallback)
 }
 
 // setPlanner records what planned the round and reports whether it

@@ -20,16 +20,7 @@ import (
 // s.
 func writePlacementProfiles(t *testing.T, units int, models ...string) string {
 	t.Helper()
-	var profs []inss.Profile
-	for _, name := range models {
-		p := inss.Profile{Model: name, Device: "cpu", Capacity: units}
-		for _, b := range []int{1, 2, 4, 8} {
-			for s := 1; s <= units; s++ {
-				p.Points = append(p.Points, inss.Point{Batch: b, Share: float64(s), RunNs: 1e6 + 2e6*float64(b)/float64(s)})
-			}
-		}
-		profs = append(profs, p)
-	}
+	profs := synthProfiles(units, models...)
 	path := filepath.Join(t.TempDir(), "profiles.json")
 	f, err := os.Create(path)
 	if err != nil {
@@ -40,6 +31,21 @@ func writePlacementProfiles(t *testing.T, units int, models ...string) string {
 	}
 	f.Close()
 	return path
+}
+
+// synthProfiles are writePlacementProfiles' profiles.
+func synthProfiles(units int, models ...string) []inss.Profile {
+	var profs []inss.Profile
+	for _, name := range models {
+		p := inss.Profile{Model: name, Device: "cpu", Capacity: units}
+		for _, b := range []int{1, 2, 4, 8} {
+			for s := 1; s <= units; s++ {
+				p.Points = append(p.Points, inss.Point{Batch: b, Share: float64(s), RunNs: 1e6 + 2e6*float64(b)/float64(s)})
+			}
+		}
+		profs = append(profs, p)
+	}
+	return profs
 }
 
 // Placement keys: an unknown mode, inss without profiles, auto_share
@@ -247,20 +253,11 @@ listen = "127.0.0.1:0"
 	}
 }
 
-// writeLearned trains a small learned scheduler on the profiles at
-// profPath (cpu devices of units units) for the given demands, saves it
-// and returns its path, with the latency model.
-func writeLearned(t *testing.T, profPath string, units int, ds []inss.Demand) (string, *inss.Model, *inss.Learned) {
+// writeLearned trains a small learned scheduler on profs (cpu devices of
+// units units) for the given demands, saves it and returns its path, with
+// the latency model.
+func writeLearned(t *testing.T, profs []inss.Profile, units int, ds []inss.Demand) (string, *inss.Model, *inss.Learned) {
 	t.Helper()
-	f, err := os.Open(profPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	profs, err := inss.ReadProfiles(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
 	m, err := inss.NewModel(profs, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +294,7 @@ func TestPlacementLearned(t *testing.T) {
 	for i, n := range names {
 		ds = append(ds, inss.Demand{Name: n, Model: n, SLONs: 20e6, Rate: rates[i]})
 	}
-	learnedPath, m, l := writeLearned(t, profPath, 2, ds)
+	learnedPath, m, l := writeLearned(t, synthProfiles(2, names...), 2, ds)
 	run := func(learned string) (*running, func()) {
 		text := fmt.Sprintf(`
 [appliance]

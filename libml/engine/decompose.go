@@ -2,9 +2,17 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"sluice/libml/graph"
 )
+
+// decomposition is an operator's body: inputs names the inputs it needs
+// (nil: the one input), body appends the body's nodes for node n.
+type decomposition struct {
+	inputs []string
+	body   func(n *graph.Node, c *bodyBuilder)
+}
 
 // Operators the loader rewrites into operators the engine runs, as ONNX
 // defines several of them (a function body): the rewrite runs before
@@ -12,61 +20,62 @@ import (
 // every backend runs the body's kernels. Each body keeps float32
 // throughout; the results are those of the body's operators, within the
 // node tests' tolerance of ONNX's reference.
-var decomposedOps = map[string]func(n *graph.Node, c *bodyBuilder){
+var decomposedOps = map[string]decomposition{
 	// Softsign(x) = x / (1 + |x|)
-	"Softsign": func(n *graph.Node, c *bodyBuilder) {
+	"Softsign": {nil, func(n *graph.Node, c *bodyBuilder) {
 		x := n.Inputs[0]
 		c.out(n, "Div", nil, x, c.tmp("Add", nil, c.tmp("Abs", nil, x), c.scalar(1)))
-	},
+	}},
 	// Selu(x) = gamma * (x > 0 ? x : alpha * (e^x - 1)) = gamma * Elu(x, alpha)
-	"Selu": func(n *graph.Node, c *bodyBuilder) {
+	"Selu": {nil, func(n *graph.Node, c *bodyBuilder) {
 		alpha := n.AttrFloat("alpha", 1.67326319217681884765625)
 		gamma := n.AttrFloat("gamma", 1.05070102214813232421875)
 		elu := c.tmp("Elu", []graph.Attr{{Name: "alpha", Kind: graph.AttrFloat, F: alpha}}, n.Inputs[0])
 		c.out(n, "Mul", nil, elu, c.scalar(gamma))
-	},
+	}},
 	// Celu(x) = max(0, x) + min(0, alpha * (e^(x/alpha) - 1)) = alpha * Elu(x / alpha, 1)
-	"Celu": func(n *graph.Node, c *bodyBuilder) {
+	"Celu": {nil, func(n *graph.Node, c *bodyBuilder) {
 		a := c.scalar(n.AttrFloat("alpha", 1))
 		elu := c.tmp("Elu", []graph.Attr{{Name: "alpha", Kind: graph.AttrFloat, F: 1}}, c.tmp("Div", nil, n.Inputs[0], a))
 		c.out(n, "Mul", nil, elu, a)
-	},
+	}},
 	// Cosh(x) = (e^x + e^-x) / 2. (Sinh is not rewritten: e^x - e^-x
 	// cancels near 0, where sinh(x) is about x.)
-	"Cosh": func(n *graph.Node, c *bodyBuilder) {
+	"Cosh": {nil, func(n *graph.Node, c *bodyBuilder) {
 		x := n.Inputs[0]
 		pair := c.tmp("Add", nil, c.tmp("Exp", nil, x), c.tmp("Exp", nil, c.tmp("Neg", nil, x)))
 		c.out(n, "Mul", nil, pair, c.scalar(0.5))
-	},
+	}},
 	// Tan(x) = sin(x) / cos(x)
-	"Tan": func(n *graph.Node, c *bodyBuilder) {
+	"Tan": {nil, func(n *graph.Node, c *bodyBuilder) {
 		x := n.Inputs[0]
 		c.out(n, "Div", nil, c.tmp("Sin", nil, x), c.tmp("Cos", nil, x))
-	},
+	}},
 	// ReduceL1(x) = ReduceSum(|x|), ReduceLogSum(x) = ln ReduceSum(x),
 	// ReduceLogSumExp(x) = ln ReduceSum(e^x), over the node's axes (its
 	// attribute or its second input) with its keepdims and
 	// noop_with_empty_axes
-	"ReduceL1": func(n *graph.Node, c *bodyBuilder) {
-		c.reduceSum(n, c.tmp("Abs", nil, n.Inputs[0]), n.Outputs[0])
-	},
-	"ReduceLogSum": func(n *graph.Node, c *bodyBuilder) {
-		c.out(n, "Log", nil, c.reduceSum(n, n.Inputs[0], ""))
-	},
+	"ReduceL1": {nil, func(n *graph.Node, c *bodyBuilder) {
+		attrs, ins := reduceArgs(n, c.tmp("Abs", nil, n.Inputs[0]), false)
+		c.out(n, "ReduceSum", attrs, ins...)
+	}},
+	"ReduceLogSum": {nil, func(n *graph.Node, c *bodyBuilder) {
+		c.out(n, "Log", nil, c.reduce(n, "ReduceSum", n.Inputs[0], false))
+	}},
 	// (ReduceLogSumExp subtracts the maximum first, m + ln ReduceSum(e^(x-m)),
 	// so that large values do not overflow e^x)
-	"ReduceLogSumExp": func(n *graph.Node, c *bodyBuilder) {
+	"ReduceLogSumExp": {nil, func(n *graph.Node, c *bodyBuilder) {
 		x := n.Inputs[0]
 		mKeep := c.reduce(n, "ReduceMax", x, true)
-		sum := c.reduceSum(n, c.tmp("Exp", nil, c.tmp("Sub", nil, x, mKeep)), "")
+		sum := c.reduce(n, "ReduceSum", c.tmp("Exp", nil, c.tmp("Sub", nil, x, mKeep)), false)
 		c.out(n, "Add", nil, c.tmp("Log", nil, sum), c.reduce(n, "ReduceMax", x, false))
-	},
+	}},
 	// InstanceNormalization(x, scale, B): each (n, c) plane normalised by
 	// its own mean and variance, then scale[c] * . + B[c]; computed on x
 	// seen as [N, C, L] (L the product of the spatial dimensions), so the
 	// body does not depend on x's rank, and reshaped back to x's shape
 	// (Shape folds per batch size at compile time).
-	"InstanceNormalization": func(n *graph.Node, c *bodyBuilder) {
+	"InstanceNormalization": {[]string{"input", "scale", "B"}, func(n *graph.Node, c *bodyBuilder) {
 		x := n.Inputs[0]
 		eps := c.scalar(n.AttrFloat("epsilon", 1e-5))
 		mean := func(v string) string {
@@ -81,15 +90,15 @@ var decomposedOps = map[string]func(n *graph.Node, c *bodyBuilder){
 		den := c.tmp("Sqrt", nil, c.tmp("Add", nil, mean(c.tmp("Mul", nil, d, d)), eps))
 		y3 := c.tmp("Add", nil, c.tmp("Mul", nil, c.tmp("Div", nil, d, den), perChannel(n.Inputs[1])), perChannel(n.Inputs[2]))
 		c.out(n, "Reshape", nil, y3, c.tmp("Shape", nil, x))
-	},
+	}},
 	// Acosh(x) = ln(x + sqrt((x - 1)(x + 1))), x >= 1 (NaN below, as
 	// ONNX's reference); x - 1 is exact near 1, where x^2 - 1 would cancel
-	"Acosh": func(n *graph.Node, c *bodyBuilder) {
+	"Acosh": {nil, func(n *graph.Node, c *bodyBuilder) {
 		x := n.Inputs[0]
 		one := c.scalar(1)
 		root := c.tmp("Sqrt", nil, c.tmp("Mul", nil, c.tmp("Sub", nil, x, one), c.tmp("Add", nil, x, one)))
 		c.out(n, "Log", nil, c.tmp("Add", nil, x, root))
-	},
+	}},
 }
 
 // bodyBuilder collects a decomposed node's body: its nodes, named after
@@ -137,12 +146,11 @@ func (c *bodyBuilder) ints(v ...int64) string {
 	return name
 }
 
-// reduce appends a reduction op of x with reduction n's axes and
-// attributes, keeping the reduced dimensions when keep is set (else as n
-// does), and returns its output. (The engine reads a reduction's axes
-// from the attribute or the second input, whatever the opset.)
-func (c *bodyBuilder) reduce(n *graph.Node, op, x string, keep bool) string {
-	ins := append([]string{x}, n.Inputs[1:]...)
+// reduceArgs are the attributes and inputs of a reduction of x over
+// reduction n's axes (its attribute or its second input: the engine reads
+// either, whatever the opset), with n's noop_with_empty_axes and, unless
+// keep forces keepdims, n's keepdims.
+func reduceArgs(n *graph.Node, x string, keep bool) ([]graph.Attr, []string) {
 	var attrs []graph.Attr
 	for _, a := range n.Attrs {
 		if a.Name == "axes" || a.Name == "noop_with_empty_axes" || (a.Name == "keepdims" && !keep) {
@@ -152,45 +160,39 @@ func (c *bodyBuilder) reduce(n *graph.Node, op, x string, keep bool) string {
 	if keep {
 		attrs = append(attrs, graph.Attr{Name: "keepdims", Kind: graph.AttrInt, I: 1})
 	}
-	return c.tmp(op, attrs, ins...)
+	return attrs, append([]string{x}, n.Inputs[1:]...)
 }
 
-// reduceSum appends a ReduceSum of x with reduction n's axes and
-// attributes, writing out (n's output) or, when out is "", a new value it
-// returns.
-func (c *bodyBuilder) reduceSum(n *graph.Node, x, out string) string {
-	ins := append([]string{x}, n.Inputs[1:]...)
-	var attrs []graph.Attr
-	for _, a := range n.Attrs {
-		if a.Name == "axes" || a.Name == "keepdims" || a.Name == "noop_with_empty_axes" {
-			attrs = append(attrs, a)
-		}
-	}
-	if out == "" {
-		return c.tmp("ReduceSum", attrs, ins...)
-	}
-	c.out(n, "ReduceSum", attrs, ins...)
-	return out
+// reduce appends reduction op of x (see reduceArgs) and returns its
+// output.
+func (c *bodyBuilder) reduce(n *graph.Node, op, x string, keep bool) string {
+	attrs, ins := reduceArgs(n, x, keep)
+	return c.tmp(op, attrs, ins...)
 }
 
 // decompose returns the body of n when the loader rewrites its operator
 // (decomposedOps), with the constants it adds; ok is false otherwise.
 func decompose(n *graph.Node) (nodes []graph.Node, inits []*graph.Tensor, ok bool, err error) {
-	build, ok := decomposedOps[n.Op]
+	d, ok := decomposedOps[n.Op]
 	if !ok || (n.Domain != "" && n.Domain != "ai.onnx") {
 		return nil, nil, false, nil
 	}
-	if len(n.Inputs) < 1 || n.Inputs[0] == "" || len(n.Outputs) < 1 || n.Outputs[0] == "" {
-		return nil, nil, true, fmt.Errorf("%s %q: want one input and one output", n.Op, n.Name)
+	need, want := 1, "one input and one output"
+	if k := len(d.inputs); k > 1 {
+		need, want = k, "the "+strings.Join(d.inputs[:k-1], ", ")+" and "+d.inputs[k-1]
 	}
-	if n.Op == "InstanceNormalization" && (len(n.Inputs) != 3 || n.Inputs[1] == "" || n.Inputs[2] == "") {
-		return nil, nil, true, fmt.Errorf("%s %q: want the input, scale and B", n.Op, n.Name)
+	missing := len(n.Inputs) < need || len(n.Outputs) < 1 || n.Outputs[0] == ""
+	for i := 0; i < need && !missing; i++ {
+		missing = n.Inputs[i] == ""
+	}
+	if missing {
+		return nil, nil, true, fmt.Errorf("%s %q: want %s", n.Op, n.Name, want)
 	}
 	c := &bodyBuilder{prefix: n.Name + "#" + n.Op + "/"}
 	if n.Name == "" {
 		c.prefix = n.Outputs[0] + "#" + n.Op + "/"
 	}
-	build(n, c)
+	d.body(n, c)
 	return c.nodes, c.inits, true, nil
 }
 

@@ -181,17 +181,16 @@ var reduceOps = map[string]int{
 // runtimeOps are the ONNX operators the engine runs on float32 tensors.
 var runtimeOps = []string{
 	"Abs", "Acos", "Add", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
-	"BatchNormalization", "Cast", "Ceil", "Shrink", "Sign", "Sinh", "ThresholdedRelu",
-	"Clip", "Concat", "Conv", "ConvTranspose", "Cos", "Div", "Dropout",
+	"BatchNormalization", "Cast", "Ceil", "Clip", "Concat", "Conv", "ConvTranspose", "Cos", "Div", "Dropout",
 	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "Gelu",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
 	"HardSwish", "Identity", "LSTM", "LayerNormalization", "LeakyRelu", "Log",
 	"LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "PRelu",
 	"Pow", "RNN", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
 	"ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
-	"Resize", "Round", "Sigmoid", "Sin", "Slice", "Softmax", "Softplus",
+	"Resize", "Round", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
 	"Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Transpose",
-	"Unsqueeze", "Upsample",
+	"ThresholdedRelu", "Unsqueeze", "Upsample",
 }
 
 // foldOnlyOps are evaluated at load or compile time when their inputs are

@@ -133,9 +133,11 @@ func (nf netFile) net(name string, in, h, out int) (*mlp, error) {
 			return nil, fmt.Errorf("inss: learned scheduler: %s network layer %d has %d weights and %d biases, want %d and %d",
 				name, l, len(nf.W[l]), len(nf.B[l]), want[l]*want[l+1], want[l+1])
 		}
-		for _, v := range append(append([]float64(nil), nf.W[l]...), nf.B[l]...) {
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				return nil, fmt.Errorf("inss: learned scheduler: %s network layer %d holds %v", name, l, v)
+		for _, vs := range [][]float64{nf.W[l], nf.B[l]} {
+			for _, v := range vs {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					return nil, fmt.Errorf("inss: learned scheduler: %s network layer %d holds %v", name, l, v)
+				}
 			}
 		}
 		n.w = append(n.w, nf.W[l])
