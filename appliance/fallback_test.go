@@ -16,18 +16,18 @@ import (
 	"sluice/orchestrator"
 )
 
-// An onnx: model with an operator the engine lacks (Hardmax) loads into ONNX
+// An onnx: model with an operator the engine lacks (Det) loads into ONNX
 // Runtime instead, serves, and says so in its status; with fallback =
 // "none" it fails to load, naming the operator.
 func TestFallbackToORT(t *testing.T) {
 	requireORT(t)
 	dir := t.TempDir()
-	model := filepath.Join(dir, "hardmax.onnx")
+	model := filepath.Join(dir, "det.onnx")
 	writeModel(t, model, &graph.Graph{
-		Name:    "hardmax",
-		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 8}}},
-		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{1, 8}}},
-		Nodes:   []graph.Node{{Name: "h", Op: "Hardmax", Inputs: []string{"x"}, Outputs: []string{"y"}}},
+		Name:    "det",
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 2, 2}}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{1}}},
+		Nodes:   []graph.Node{{Name: "d", Op: "Det", Inputs: []string{"x"}, Outputs: []string{"y"}}},
 		Opset:   13,
 	})
 	text := fmt.Sprintf(`
@@ -41,7 +41,7 @@ name = "udp0"
 driver = "udp"
 listen = "127.0.0.1:0"
 [[if]]
-name = "hardmax"
+name = "det"
 model_id = 1
 model = "onnx:%[1]s"
 [[if]]
@@ -60,31 +60,24 @@ fallback = "none"
 	if err != nil || len(st.IFs) != 2 {
 		t.Fatalf("status: %+v, %v", st, err)
 	}
-	if s := st.IFs[0]; s.Name != "hardmax" || s.State != "serving" || s.Backend != "ort (fallback from cpu)" {
+	if s := st.IFs[0]; s.Name != "det" || s.State != "serving" || s.Backend != "ort (fallback from cpu)" {
 		t.Fatalf("the fallen-back IF: %+v", s)
 	}
-	if s := st.IFs[1]; s.Name != "strict" || s.State != "failed" || !strings.Contains(s.Error, "Hardmax") {
+	if s := st.IFs[1]; s.Name != "strict" || s.State != "failed" || !strings.Contains(s.Error, "Det") {
 		t.Fatalf("the IF with fallback = none: %+v", s)
 	}
 
 	addr, _ := a.PortAddr("udp0")
 	client := newClient(t, 81)
-	x := []float32{-3, -1, -0.5, 0, 0.5, 1, 2, 10}
+	x := []float32{3, 1, 2, 4}
 	_ = client.Send(addr, 1, 1, 0, f32bytes(x))
 	r, ok := client.Wait(1, 20*time.Second)
-	if !ok || r.Status != wire.StatusOK || len(r.Output) != 32 {
+	if !ok || r.Status != wire.StatusOK || len(r.Output) != 4 {
 		t.Fatalf("request: answered %v, %v, %d bytes", ok, r.Status, len(r.Output))
 	}
-	// Hardmax: 1 at the first maximum of the last axis, 0 elsewhere
-	for i := range x {
-		got := math.Float32frombits(binary.LittleEndian.Uint32(r.Output[4*i:]))
-		want := float32(0)
-		if i == len(x)-1 {
-			want = 1
-		}
-		if got != want {
-			t.Errorf("Hardmax(x)[%d] = %g, want %g", i, got, want)
-		}
+	// the determinant of [[3 1] [2 4]]
+	if got := math.Float32frombits(binary.LittleEndian.Uint32(r.Output)); got != 10 {
+		t.Errorf("Det(x) = %g, want 10", got)
 	}
 	stop()
 }

@@ -109,6 +109,26 @@ func TestKernelBinary(t *testing.T) {
 			}
 			closeTo(t, fmt.Sprintf("binop %d", op), download(t, ex, a.Out, n), want, tol)
 		}
+		// Mod (C's fmod) is exact on every device: mixed signs, quotients
+		// up to 2^200 (x's exponent far above y's), subnormals, a remainder
+		// of -0, and NaN for a zero divisor or an infinite dividend
+		mx := []float32{5.5, -5.5, 5.5, -5.5, 1e30, -3e-39, 7e-39, 1, -4, 0, 3, float32(math.Inf(1)), 2.5e-45, 1e38}
+		my := []float32{2, 2, -2, -2, 3.1e-30, 1e-39, 3e-45, 0.1, 2, 7, 0, 2, 1e-45, 1.7e-38}
+		for len(mx) < 300 {
+			v, w := randVec(r, 1, -1e6, 1e6)[0], randVec(r, 1, 1e-3, 50)[0]
+			mx, my = append(mx, v), append(my, w)
+		}
+		var am Args
+		am.In[0], am.In[1] = upload(t, ex, mx), upload(t, ex, my)
+		am.Out = outBuf(t, ex, len(mx))
+		am.P[0], am.P[1], am.P[2], am.P[8], am.P[14] = binMod, 1, int64(len(mx)), 1, 1
+		runOp(t, ex, OpBinary, &am)
+		for i, got := range download(t, ex, am.Out, len(mx)) {
+			want := float32(math.Mod(float64(mx[i]), float64(my[i])))
+			if math.Float32bits(got) != math.Float32bits(want) && !(math.IsNaN(float64(got)) && math.IsNaN(float64(want))) {
+				t.Errorf("fmod(%g, %g) = %g, want %g", mx[i], my[i], got, want)
+			}
+		}
 		// the contiguous fast path, and an in-place Mul (out == A): not
 		// idempotent, so not for the executor that runs kernels twice
 		if runsPerLaunch(ex) > 1 {

@@ -173,7 +173,7 @@ func plan(op Op, a *Args, v int) (int64, error) {
 		return elemGrid(n), nil
 	case OpBinary:
 		r := p[1]
-		if p[0] < 0 || p[0] > 12 {
+		if p[0] < 0 || p[0] >= binCount {
 			return 0, fmt.Errorf("binary op %d", p[0])
 		}
 		if r < 1 || r > 6 {
@@ -387,6 +387,10 @@ func planConv(op Op, a *Args, v int) (int64, error) {
 // actCount is the number of activation codes the kernels know
 // (SG_ACT_COUNT, native/cpu's SK_ACT_COUNT).
 const actCount = 37
+
+// binCount is the number of binary codes the kernels know (native/cpu's
+// SK_BIN_COUNT; sg_binop in native/cuda/eltwise.cu).
+const binCount = 14
 
 // PlanBatchGather is the launch of the batch gather over n fragments,
 // perBlock to a block (at least 1), copying bytes; it sets a.P[0] and a.T.

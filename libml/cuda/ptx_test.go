@@ -244,6 +244,9 @@ func TestOpCodesMatchCPU(t *testing.T) {
 	if m := regexp.MustCompile(`SK_ACT_COUNT\s*=\s*(\d+)`).FindStringSubmatch(h); m == nil || m[1] != itoa(actCount) {
 		t.Errorf("SK_ACT_COUNT = %v: update sg_act and Plan's activation check", m)
 	}
+	if m := regexp.MustCompile(`SK_BIN_COUNT\s*=\s*(\d+)`).FindStringSubmatch(h); m == nil || m[1] != itoa(binCount) {
+		t.Errorf("SK_BIN_COUNT = %v: update sg_binop and Plan's binary check", m)
+	}
 }
 
 func itoa(v int) string {

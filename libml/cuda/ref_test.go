@@ -24,6 +24,9 @@ const (
 	actThreshRelu, actShrink                                            = 35, 36
 )
 
+// binMod is the binary code of C's fmod (enum sk_binop).
+const binMod = 13
+
 func refAct(x float64, act int, a, b float64) float64 {
 	switch act {
 	case actRelu:

@@ -266,8 +266,9 @@ func (c *compiler) shapes() error {
 				continue
 			}
 			if !t.IsFloat() && !intStorage(t.DType) {
-				return fmt.Errorf("node %q (%s): output %q is a runtime %s tensor; the engine computes float32, uint8, int8 and int32 only (other integer tensors must fold to constants)",
-					n.Name, n.Op, o, t.DType)
+				// unsupported, not wrong: ONNX Runtime can serve the model
+				return &UnsupportedError{Op: n.Op, Node: n.Name, Why: fmt.Sprintf("output %q is a runtime %s tensor; "+
+					"the engine computes float32, uint8, int8 and int32 only (other integer tensors must fold to constants)", o, t.DType)}
 			}
 			runtime = true
 			c.vals[o] = &cval{t: t, buf: -2, name: o}
@@ -477,7 +478,7 @@ func (c *compiler) readers(last map[int]*group) {
 
 func isAliasOp(op string) bool {
 	switch op {
-	case "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Cast":
+	case "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Cast", "CastLike":
 		return true
 	}
 	return false

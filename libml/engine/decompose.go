@@ -91,6 +91,55 @@ var decomposedOps = map[string]decomposition{
 		y3 := c.tmp("Add", nil, c.tmp("Mul", nil, c.tmp("Div", nil, d, den), perChannel(n.Inputs[1])), perChannel(n.Inputs[2]))
 		c.out(n, "Reshape", nil, y3, c.tmp("Shape", nil, x))
 	}},
+	// MeanVarianceNormalization(x) = (x - E[x]) / (sqrt(E[(x - E[x])^2]) + 1e-9)
+	// over axes (default [0, 2, 3]); ONNX's body takes the variance as
+	// E[x^2] - E[x]^2, the two-pass form here does not cancel
+	"MeanVarianceNormalization": {nil, func(n *graph.Node, c *bodyBuilder) {
+		x := n.Inputs[0]
+		axes := []graph.Attr{{Name: "axes", Kind: graph.AttrInts, Ints: n.AttrInts("axes", []int64{0, 2, 3})},
+			{Name: "keepdims", Kind: graph.AttrInt, I: 1}}
+		d := c.tmp("Sub", nil, x, c.tmp("ReduceMean", axes, x))
+		std := c.tmp("Sqrt", nil, c.tmp("ReduceMean", axes, c.tmp("Mul", nil, d, d)))
+		c.out(n, "Div", nil, d, c.tmp("Add", nil, std, c.scalar(1e-9)))
+	}},
+	// LRN(x) = x / (bias + alpha / size * sum of x^2 over the channels
+	// c - floor((size-1)/2) .. c + ceil((size-1)/2))^beta: x^2 seen as
+	// [N, 1, C, L] (L the product of the spatial dimensions), the window sum
+	// an average pool of size x 1 counting the padding (so sum / size)
+	"LRN": {nil, func(n *graph.Node, c *bodyBuilder) {
+		x := n.Inputs[0]
+		size := n.AttrInt("size", 0)
+		sq := c.tmp("Unsqueeze", []graph.Attr{{Name: "axes", Kind: graph.AttrInts, Ints: []int64{1}}},
+			c.tmp("Reshape", nil, c.tmp("Mul", nil, x, x), c.ints(0, 0, -1)))
+		avg := c.tmp("AveragePool", []graph.Attr{
+			{Name: "kernel_shape", Kind: graph.AttrInts, Ints: []int64{size, 1}},
+			{Name: "pads", Kind: graph.AttrInts, Ints: []int64{(size - 1) / 2, 0, size / 2, 0}},
+			{Name: "count_include_pad", Kind: graph.AttrInt, I: 1}}, sq)
+		base := c.tmp("Add", nil, c.tmp("Mul", nil, avg, c.scalar(n.AttrFloat("alpha", 1e-4))), c.scalar(n.AttrFloat("bias", 1)))
+		den := c.tmp("Pow", nil, base, c.scalar(n.AttrFloat("beta", 0.75)))
+		c.out(n, "Div", nil, x, c.tmp("Reshape", nil, den, c.tmp("Shape", nil, x)))
+	}},
+	// Hardmax(x) is 1 at the first maximum along axis, 0 elsewhere: e = (x
+	// == max) as 0/1, s its running sum along the axis, and 2e - s is 1
+	// exactly at the first e = 1 (Relu clears the rest). Before opset 13,
+	// x is seen as 2-D [prod(dims before axis), prod(the rest)].
+	"Hardmax": {nil, func(n *graph.Node, c *bodyBuilder) {
+		x, axis := n.Inputs[0], n.AttrInt("axis", -1)
+		if c.opset < 13 {
+			x, axis = c.tmp("Flatten", []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: n.AttrInt("axis", 1)}}, x), 1
+		}
+		m := c.tmp("ReduceMax", []graph.Attr{{Name: "axes", Kind: graph.AttrInts, Ints: []int64{axis}},
+			{Name: "keepdims", Kind: graph.AttrInt, I: 1}}, x)
+		e := c.tmp("Cast", []graph.Attr{{Name: "to", Kind: graph.AttrInt, I: int64(graph.Float32)}}, c.tmp("Equal", nil, x, m))
+		s := c.tmp("CumSum", nil, e, c.ints(axis))
+		y := c.tmp("Sub", nil, c.tmp("Mul", nil, e, c.scalar(2)), s)
+		if c.opset < 13 {
+			y = c.tmp("Reshape", nil, c.tmp("Relu", nil, y), c.tmp("Shape", nil, n.Inputs[0]))
+			c.out(n, "Identity", nil, y)
+			return
+		}
+		c.out(n, "Relu", nil, y)
+	}},
 	// Acosh(x) = ln(x + sqrt((x - 1)(x + 1))), x >= 1 (NaN below, as
 	// ONNX's reference); x - 1 is exact near 1, where x^2 - 1 would cancel
 	"Acosh": {nil, func(n *graph.Node, c *bodyBuilder) {
@@ -102,8 +151,9 @@ var decomposedOps = map[string]decomposition{
 }
 
 // bodyBuilder collects a decomposed node's body: its nodes, named after
-// the node, and the scalar constants they use.
+// the node, and the scalar constants they use. opset is the model's.
 type bodyBuilder struct {
+	opset  int64
 	prefix string
 	nodes  []graph.Node
 	inits  []*graph.Tensor
@@ -172,7 +222,7 @@ func (c *bodyBuilder) reduce(n *graph.Node, op, x string, keep bool) string {
 
 // decompose returns the body of n when the loader rewrites its operator
 // (decomposedOps), with the constants it adds; ok is false otherwise.
-func decompose(n *graph.Node) (nodes []graph.Node, inits []*graph.Tensor, ok bool, err error) {
+func decompose(n *graph.Node, opset int64) (nodes []graph.Node, inits []*graph.Tensor, ok bool, err error) {
 	d, ok := decomposedOps[n.Op]
 	if !ok || (n.Domain != "" && n.Domain != "ai.onnx") {
 		return nil, nil, false, nil
@@ -188,7 +238,7 @@ func decompose(n *graph.Node) (nodes []graph.Node, inits []*graph.Tensor, ok boo
 	if missing {
 		return nil, nil, true, fmt.Errorf("%s %q: want %s", n.Op, n.Name, want)
 	}
-	c := &bodyBuilder{prefix: n.Name + "#" + n.Op + "/"}
+	c := &bodyBuilder{opset: opset, prefix: n.Name + "#" + n.Op + "/"}
 	if n.Name == "" {
 		c.prefix = n.Outputs[0] + "#" + n.Op + "/"
 	}
@@ -199,7 +249,7 @@ func decompose(n *graph.Node) (nodes []graph.Node, inits []*graph.Tensor, ok boo
 // evalDecomposed is Eval of a node the loader rewrites: its body, node by
 // node, on the reference implementations.
 func evalDecomposed(n *graph.Node, opset int64, ins []*Tensor) ([]*Tensor, error) {
-	nodes, inits, _, err := decompose(n)
+	nodes, inits, _, err := decompose(n, opset)
 	if err != nil {
 		return nil, err
 	}

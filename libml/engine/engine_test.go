@@ -314,6 +314,32 @@ func TestRuntimeIntegerTensorRejected(t *testing.T) {
 	}
 }
 
+// An operator the engine evaluates at load only (ArgMax: an int64 result)
+// on a run-time value is an UnsupportedError, so the appliance hands the
+// model to ONNX Runtime; on a constant it folds.
+func TestFoldOnlyOpOnRuntimeValue(t *testing.T) {
+	g := &graph.Graph{Name: "argmax", Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Nodes:   []graph.Node{{Name: "am", Op: "ArgMax", Inputs: []string{"x"}, Outputs: []string{"y"}}}}
+	m, err := Load(g, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.CompileBatch(1)
+	var ue *UnsupportedError
+	if !errors.As(err, &ue) || ue.Op != "ArgMax" || !strings.Contains(err.Error(), "runtime int64 tensor") {
+		t.Fatalf("err = %v, want an UnsupportedError naming ArgMax", err)
+	}
+	outs, err := Eval(&g.Nodes[0], 13, []*Tensor{NewFloat([]int64{2, 3}, []float32{1, 7, 7, 9, 2, 9})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outs[0].I; len(got) != 3 || got[0] != 1 || got[1] != 0 || got[2] != 1 {
+		t.Errorf("ArgMax over axis 0 = %v, want [1 0 1]", got)
+	}
+}
+
 // A comparison of runtime values is a BINARY kernel whose bool result is
 // stored as 1 and 0.
 func TestRuntimeCompare(t *testing.T) {

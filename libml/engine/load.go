@@ -177,7 +177,10 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 			queue = append(nodes, queue...)
 			continue
 		}
-		if nodes, inits, ok, err := decompose(&n); ok {
+		if n.Op == "CastLike" && len(n.Inputs) == 2 && (n.Domain == "" || n.Domain == "ai.onnx") {
+			castLikeToCast(&n, g, inits)
+		}
+		if nodes, inits, ok, err := decompose(&n, opset); ok {
 			// an operator the loader rewrites (decompose.go)
 			if err != nil {
 				return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
@@ -250,6 +253,28 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
 	}
 	return m, nil
+}
+
+// castLikeToCast makes CastLike n a Cast to its second input's type when
+// the graph declares that type (a graph input or an initializer), so that
+// a CastLike to float16 rounds as a Cast does (lowerCastF16). A CastLike
+// of an intermediate value stays one: the engine's values carry float32
+// for every float type, and that is the type it casts to.
+func castLikeToCast(n *graph.Node, g *graph.Graph, inits map[string]*graph.Tensor) {
+	like := n.Inputs[1]
+	to := graph.DType(0)
+	if t := inits[like]; t != nil {
+		to = t.DType
+	}
+	for _, in := range g.Inputs {
+		if in.Name == like && in.DType != 0 {
+			to = in.DType
+		}
+	}
+	if to != 0 {
+		n.Op, n.Inputs = "Cast", n.Inputs[:1]
+		n.Attrs = []graph.Attr{{Name: "to", Kind: graph.AttrInt, I: int64(to)}}
+	}
 }
 
 // lowerCastF16 makes every Cast to FLOAT16 of a float value round it (the

@@ -44,7 +44,7 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerUnaryCode(g, act, a, b)
 	case n.Op == "Sum" || n.Op == "Mean" || ((n.Op == "Max" || n.Op == "Min") && len(n.Inputs) != 2):
 		return c.lowerVariadic(g)
-	case binaryOps[n.Op] != 0 || n.Op == "Add" || compareOps[n.Op] != 0:
+	case binaryOps[n.Op] != 0 || n.Op == "Add" || compareOps[n.Op] != 0 || n.Op == "Mod":
 		return c.lowerBinary(g)
 	case n.Op == opSelect:
 		return c.lowerSelect(g)
@@ -60,6 +60,18 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerExpand(g)
 	case n.Op == "Gather":
 		return c.lowerGather(g)
+	case n.Op == "DepthToSpace" || n.Op == "SpaceToDepth":
+		return c.lowerSpaceDepth(g)
+	case n.Op == "Tile":
+		return c.lowerTile(g)
+	case n.Op == "GatherElements":
+		return c.lowerGatherElements(g)
+	case n.Op == "Trilu":
+		return c.lowerTrilu(g)
+	case n.Op == "CumSum":
+		return c.lowerCumSum(g)
+	case n.Op == "Where":
+		return c.lowerWhere(g)
 	case n.Op == "MaxPool" || n.Op == "AveragePool":
 		return c.lowerPool(g)
 	case n.Op == "GlobalAveragePool" || n.Op == "GlobalMaxPool":
@@ -75,7 +87,9 @@ func (c *compiler) lower(g *group) error {
 	case n.Op == "RNN" || n.Op == "GRU" || n.Op == "LSTM":
 		return c.lowerRecurrent(g)
 	}
-	return fmt.Errorf("operator %s has no kernel: its inputs must be constants", n.Op)
+	// unsupported, not wrong: ONNX Runtime can serve the model
+	return &UnsupportedError{Op: n.Op, Node: n.Name,
+		Why: "the engine evaluates it at load only, on constants; here an input is computed at run time"}
 }
 
 func (c *compiler) draft(g *group, op Op) draft {
@@ -837,6 +851,9 @@ func (c *compiler) lowerBinary(g *group) error {
 	if op, ok := compareOps[n.Op]; ok {
 		d.k.P[0] = int64(op)
 	}
+	if n.Op == "Mod" {
+		d.k.P[0] = BinMod // refMod refused a float Mod without fmod = 1
+	}
 	d.k.P[1] = int64(len(dims))
 	for i := range dims {
 		d.k.P[2+i], d.k.P[8+i], d.k.P[14+i] = dims[i], st[0][i], st[1][i]
@@ -1145,7 +1162,7 @@ func (c *compiler) lowerGather(g *group) error {
 		return err
 	}
 	if iv.buf != -1 {
-		return fmt.Errorf("runtime Gather indices are not supported")
+		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: "indices computed at run time are not supported (constant ones are)"}
 	}
 	axis, err := normAxis(n.AttrInt("axis", 0), int64(len(x.t.Shape)))
 	if err != nil {

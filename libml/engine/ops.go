@@ -105,7 +105,9 @@ const (
 	BinEqual     = 10
 	BinGreaterEq = 11
 	BinLessEq    = 12
-	BinCount     = 13
+	// BinMod is C's fmod (ONNX Mod with fmod = 1, the dividend's sign).
+	BinMod   = 13
+	BinCount = 14
 )
 
 // Reduce codes (enum sk_reduce).
@@ -181,23 +183,24 @@ var reduceOps = map[string]int{
 // runtimeOps are the ONNX operators the engine runs on float32 tensors.
 var runtimeOps = []string{
 	"Abs", "Acos", "Add", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
-	"BatchNormalization", "Cast", "Ceil", "Clip", "Concat", "Conv", "ConvTranspose", "Cos", "Div", "Dropout",
-	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "Gelu",
+	"BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Concat", "Conv", "ConvTranspose", "Cos",
+	"CumSum", "DepthToSpace", "Div", "Dropout",
+	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "Gelu",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
 	"HardSwish", "Identity", "LSTM", "LayerNormalization", "LeakyRelu", "Log",
-	"LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "PRelu",
+	"LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mod", "Mul", "Neg", "PRelu",
 	"Pow", "RNN", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
 	"ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
 	"Resize", "Round", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
-	"Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Transpose",
-	"ThresholdedRelu", "Unsqueeze", "Upsample",
+	"SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Tile", "Transpose",
+	"Trilu", "ThresholdedRelu", "Unsqueeze", "Upsample",
 }
 
 // foldOnlyOps are evaluated at load or compile time when their inputs are
 // constants (shape arithmetic); they have no kernel.
 var foldOnlyOps = []string{
-	"And", "Constant", "ConstantOfShape", "Equal", "Greater", "GreaterOrEqual", "If", "Less", "LessOrEqual", "Loop", "Not",
-	"Or", "Range", "Shape", "Size", "Where",
+	"And", "ArgMax", "ArgMin", "Constant", "ConstantOfShape", "Equal", "Greater", "GreaterOrEqual", "If",
+	"IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "Not", "Or", "Range", "Shape", "Size", "Where",
 }
 
 var supportedSet = func() map[string]bool {

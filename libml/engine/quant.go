@@ -76,6 +76,8 @@ var intStorageOps = map[string]bool{
 	"Identity": true, "Dropout": true, "Cast": true, "Transpose": true,
 	"Concat": true, "Slice": true, "Split": true, "Expand": true,
 	"Gather": true, "MaxPool": true, "GlobalMaxPool": true,
+	"CastLike": true, "DepthToSpace": true, "SpaceToDepth": true, "Tile": true,
+	"GatherElements": true, "Trilu": true, "Where": true,
 	"QuantizeLinear": true, "DequantizeLinear": true, "MatMulInteger": true,
 	"ConvInteger": true, "QLinearMatMul": true, "QLinearConv": true,
 	opSelect: true,

@@ -107,6 +107,11 @@ func init() {
 		"Range": refRange, "Where": refWhere, "Not": refNot,
 		"RNN": refRecurrent, "GRU": refRecurrent, "LSTM": refRecurrent,
 		"If": refIf, opSelect: refSelect,
+		"DepthToSpace": refSpaceDepth, "SpaceToDepth": refSpaceDepth,
+		"Tile": refTile, "GatherElements": refGatherElements,
+		"Trilu": refTrilu, "CumSum": refCumSum, "CastLike": refCast,
+		"ArgMax": refArgMinMax, "ArgMin": refArgMinMax, "Mod": refMod,
+		"IsNaN": refIsNaNInf, "IsInf": refIsNaNInf,
 	}
 	for op := range unaryActs {
 		refOps[op] = refUnary
@@ -1325,6 +1330,16 @@ func refCast(e *ev) ([]*Tensor, error) {
 		return nil, err
 	}
 	to := graph.DType(e.n.AttrInt("to", int64(graph.Float32)))
+	if e.n.Op == "CastLike" {
+		// the loader made every CastLike whose target type it could read
+		// (a graph input's or an initializer's) a Cast; the engine's own
+		// values know float32 for every float type
+		like, err := e.need(1)
+		if err != nil {
+			return nil, err
+		}
+		to = like.DType
+	}
 	if !x.known() {
 		if intStorage(x.DType) && isFloatType(to) {
 			// integer values already stored as float32 (int32 rounded

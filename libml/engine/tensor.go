@@ -53,7 +53,6 @@ func FromGraph(t *graph.Tensor) (*Tensor, error) {
 		out.F = t.F32
 		return out, nil
 	case isFloatType(t.DType) && int64(len(t.F32)) == n:
-		out.DType = graph.Float32
 		out.F = t.F32
 		return out, nil
 	case !isFloatType(t.DType) && int64(len(t.I64)) == n:
@@ -75,7 +74,6 @@ func FromGraph(t *graph.Tensor) (*Tensor, error) {
 		if int64(len(raw)) != 8*n {
 			break
 		}
-		out.DType = graph.Float32
 		out.F = make([]float32, n)
 		for i := range out.F {
 			out.F[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:])))
@@ -85,7 +83,6 @@ func FromGraph(t *graph.Tensor) (*Tensor, error) {
 		if int64(len(raw)) != 2*n {
 			break
 		}
-		out.DType = graph.Float32
 		out.F = make([]float32, n)
 		for i := range out.F {
 			out.F[i] = halfToFloat(binary.LittleEndian.Uint16(raw[2*i:]))
@@ -130,7 +127,6 @@ func FromGraph(t *graph.Tensor) (*Tensor, error) {
 	}
 	if n == 0 {
 		if isFloatType(t.DType) {
-			out.DType = graph.Float32
 			out.F = []float32{}
 		} else {
 			out.I = []int64{}

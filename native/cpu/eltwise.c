@@ -151,6 +151,9 @@ SK_MV static void bin_row(int op, float *y, const float *a, const float *b,
 	case SK_BIN_LESS_EQ:
 		BIN_LOOPS(x <= z ? 1.0f : 0.0f);
 		break;
+	case SK_BIN_MOD:
+		BIN_LOOPS(fmodf(x, z));
+		break;
 	}
 #undef BIN_LOOPS
 }

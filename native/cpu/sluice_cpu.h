@@ -129,7 +129,8 @@ enum sk_binop {
 	SK_BIN_EQUAL = 10,
 	SK_BIN_GREATER_EQ = 11,
 	SK_BIN_LESS_EQ = 12,
-	SK_BIN_COUNT = 13
+	SK_BIN_MOD = 13, /* fmodf: Mod with fmod = 1 (the dividend's sign) */
+	SK_BIN_COUNT = 14
 };
 
 /* Reduce codes (SK_OP_REDUCE p[3]). */

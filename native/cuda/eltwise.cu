@@ -36,7 +36,7 @@ enum {
 	SG_BIN_ADD = 0, SG_BIN_SUB = 1, SG_BIN_MUL = 2, SG_BIN_DIV = 3,
 	SG_BIN_POW = 4, SG_BIN_MAX = 5, SG_BIN_MIN = 6, SG_BIN_PRELU = 7,
 	SG_BIN_GREATER = 8, SG_BIN_LESS = 9, SG_BIN_EQUAL = 10,
-	SG_BIN_GREATER_EQ = 11, SG_BIN_LESS_EQ = 12
+	SG_BIN_GREATER_EQ = 11, SG_BIN_LESS_EQ = 12, SG_BIN_MOD = 13
 };
 
 SG_DEV float sg_binop(int op, float x, float z)
@@ -66,6 +66,8 @@ SG_DEV float sg_binop(int op, float x, float z)
 		return x >= z ? 1.0f : 0.0f;
 	case SG_BIN_LESS_EQ:
 		return x <= z ? 1.0f : 0.0f;
+	case SG_BIN_MOD:
+		return sg_fmodf(x, z);
 	default:
 		return x + z;
 	}

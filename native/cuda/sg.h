@@ -430,6 +430,56 @@ SG_DEV float sg_round_f16(float x)
 	return v.f;
 }
 
+/* sg_fmodf is C's fmodf, exact as the C library's (a remainder is always
+ * representable): long division of the significands, one bit per step of
+ * exponent difference. Device code has no libm. */
+SG_DEV float sg_fmodf(float x, float y)
+{
+	union {
+		float f;
+		sg_u32 u;
+	} vx, vy;
+	vx.f = x;
+	vy.f = y;
+	sg_u32 ax = vx.u & 0x7fffffffu, ay = vy.u & 0x7fffffffu;
+	if (ay == 0 || ay > 0x7f800000u || ax >= 0x7f800000u)
+		return __builtin_nanf("");
+	if (ax < ay)
+		return x;
+	/* |v| = m * 2^(e - 150), m normalised to [2^23, 2^24) */
+	int ex = (int)(ax >> 23), ey = (int)(ay >> 23);
+	sg_u32 mx = ax & 0x7fffffu, my = ay & 0x7fffffu;
+	if (ex)
+		mx |= 0x800000u;
+	else
+		ex = 1;
+	if (ey)
+		my |= 0x800000u;
+	else
+		ey = 1;
+	for (; mx < 0x800000u; ex--)
+		mx <<= 1;
+	for (; my < 0x800000u; ey--)
+		my <<= 1;
+	for (; ex > ey; ex--) {
+		if (mx >= my)
+			mx -= my;
+		mx <<= 1;
+	}
+	if (mx >= my)
+		mx -= my;
+	vx.u &= 0x80000000u; /* the dividend's sign */
+	if (mx == 0)
+		return vx.f;
+	for (; mx < 0x800000u; ey--)
+		mx <<= 1;
+	if (ey >= 1)
+		vx.u |= ((sg_u32)ey << 23) | (mx & 0x7fffffu);
+	else
+		vx.u |= mx >> (1 - ey); /* subnormal: the bits shifted out are 0 */
+	return vx.f;
+}
+
 /* sg_act applies activation act (parameters a, b) to x; the same
  * definitions as native/cpu/act.c. */
 SG_DEV float sg_act(float x, int act, float a, float b)

@@ -1,0 +1,125 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	"sluice/libml/engine"
+	"sluice/libml/graph"
+)
+
+// Run-time lowerings the node tests leave out (their data is integer or
+// float64, so they fold): each node runs once through the cpu backend's
+// kernels with a float32 input fed at run time and once through the
+// reference evaluator, and the two must agree.
+func TestRuntimeLoweringsMatchReference(t *testing.T) {
+	be := cpuBackend(t)
+	ints := func(name string, dims []int64, v ...int64) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Int64, Dims: dims, I64: v}
+	}
+	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
+	inf := float32(math.Inf(1))
+	cases := []struct {
+		name   string
+		node   graph.Node
+		xdims  []int64
+		inits  []*graph.Tensor
+		x      []float32 // nil: generated
+		opset  int64
+		kernel string // a kernel the program must hold
+	}{
+		// infinities and NaN: a kept one survives, a cleared one is 0
+		{name: "trilu-upper-k1", node: graph.Node{Op: "Trilu", Inputs: []string{"x", "k"}},
+			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{ints("k", []int64{}, 1)},
+			x: []float32{inf, -inf, float32(math.NaN()), 1, inf, 2, 3, -inf, 4, 5, 6, 7, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12}},
+		{name: "trilu-lower-k-1", node: graph.Node{Op: "Trilu", Inputs: []string{"x", "k"}, Attrs: []graph.Attr{attr("upper", 0)}},
+			xdims: []int64{3, 5}, inits: []*graph.Tensor{ints("k", []int64{1}, -1)}},
+		// a view of rank 8 that does not collapse: 4 COPY kernels of rank 6
+		{name: "tile-rank8", node: graph.Node{Op: "Tile", Inputs: []string{"x", "r"}},
+			xdims: []int64{2, 3, 2, 3}, inits: []*graph.Tensor{ints("r", []int64{4}, 2, 2, 2, 2)}, kernel: "copy"},
+		{name: "cumsum-axis1", node: graph.Node{Op: "CumSum", Inputs: []string{"x", "a"}},
+			xdims: []int64{3, 4, 5}, inits: []*graph.Tensor{ints("a", []int64{}, 1)}, kernel: "gemm"},
+		{name: "cumsum-last-exclusive", node: graph.Node{Op: "CumSum", Inputs: []string{"x", "a"}, Attrs: []graph.Attr{attr("exclusive", 1)}},
+			xdims: []int64{3, 7}, inits: []*graph.Tensor{ints("a", []int64{}, -1)}, kernel: "gemm"},
+		{name: "cumsum-reverse", node: graph.Node{Op: "CumSum", Inputs: []string{"x", "a"}, Attrs: []graph.Attr{attr("reverse", 1)}},
+			xdims: []int64{6, 2}, inits: []*graph.Tensor{ints("a", []int64{}, 0)}, kernel: "gemm"},
+		{name: "cumsum-reverse-exclusive", node: graph.Node{Op: "CumSum", Inputs: []string{"x", "a"},
+			Attrs: []graph.Attr{attr("reverse", 1), attr("exclusive", 1)}},
+			xdims: []int64{2, 9}, inits: []*graph.Tensor{ints("a", []int64{}, 1)}, kernel: "gemm"},
+		{name: "where-const-cond", node: graph.Node{Op: "Where", Inputs: []string{"c", "x", "y"}},
+			xdims: []int64{3, 4}, inits: []*graph.Tensor{{Name: "c", DType: graph.Bool, Dims: []int64{4}, I64: []int64{1, 0, 0, 1}},
+				{Name: "y", DType: graph.Float32, Dims: []int64{3, 1}, F32: []float32{-1, -2, -3}}}, kernel: "gather"},
+		{name: "gatherelements-axis-neg", node: graph.Node{Op: "GatherElements", Inputs: []string{"x", "i"}, Attrs: []graph.Attr{attr("axis", -1)}},
+			xdims: []int64{2, 3}, inits: []*graph.Tensor{ints("i", []int64{2, 4}, 0, -1, 2, 1, 1, 1, 0, -3)}, kernel: "gather"},
+		{name: "depthtospace-crd", node: graph.Node{Op: "DepthToSpace", Inputs: []string{"x"},
+			Attrs: []graph.Attr{attr("blocksize", 2), {Name: "mode", Kind: graph.AttrString, S: "CRD"}}},
+			xdims: []int64{2, 8, 3, 2}, kernel: "copy"},
+		{name: "spacetodepth", node: graph.Node{Op: "SpaceToDepth", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("blocksize", 3)}},
+			xdims: []int64{1, 2, 6, 9}, kernel: "copy"},
+		{name: "mod-fmod", node: graph.Node{Op: "Mod", Inputs: []string{"x", "d"}, Attrs: []graph.Attr{attr("fmod", 1)}},
+			xdims: []int64{4, 3}, inits: []*graph.Tensor{{Name: "d", DType: graph.Float32, Dims: []int64{3}, F32: []float32{0.7, -2, 3}}},
+			kernel: "binary"},
+		// Hardmax's body: CumSum of the maxima along axis 1, first one kept
+		{name: "hardmax-ties", node: graph.Node{Op: "Hardmax", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},
+			xdims: []int64{2, 4, 2}, x: []float32{1, 5, 3, 5, 3, 1, 2, 5, 0, 0, 0, 0, 0, 0, 0, 0}, opset: 13},
+		{name: "hardmax-opset11", node: graph.Node{Op: "Hardmax", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},
+			xdims: []int64{2, 2, 3}, x: []float32{1, 9, 3, 9, 0, 0, 4, 4, 4, 4, 4, 5}, opset: 11},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := c.node
+			n.Name, n.Outputs = c.name, []string{"out"}
+			opset := c.opset
+			if opset == 0 {
+				opset = 17
+			}
+			g := &graph.Graph{Name: c.name, Opset: opset, Nodes: []graph.Node{n}, Initializers: c.inits,
+				Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: c.xdims}},
+				Outputs: []graph.ValueInfo{{Name: "out"}}}
+			x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: c.xdims, F32: c.x}
+			if x.F32 == nil {
+				x.F32 = make([]float32, x.NumElements())
+				for i := range x.F32 {
+					x.F32[i] = float32((i*37)%23)/4 - 2.5
+				}
+			}
+			want, err := foldGraph(g, []*graph.Tensor{x})
+			if err != nil {
+				t.Fatalf("reference: %v", err)
+			}
+			got, err := be.RunGraph(context.Background(), g, map[string]*graph.Tensor{"x": x})
+			if err != nil {
+				t.Fatalf("kernels: %v", err)
+			}
+			if err := Compare(got["out"], want["out"]); err != nil {
+				t.Errorf("kernels vs reference: %v", err)
+			}
+			if c.kernel != "" {
+				if err := programHas(g, c.xdims, c.kernel); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+}
+
+// programHas checks that g compiled for input shape xdims runs a kernel of
+// the named operation (so the case ran the lowering, not the folder).
+func programHas(g *graph.Graph, xdims []int64, kernel string) error {
+	m, err := engine.Load(g, engine.Options{})
+	if err != nil {
+		return err
+	}
+	p, err := m.Compile(map[string][]int64{"x": xdims})
+	if err != nil {
+		return err
+	}
+	for _, k := range p.Kernels {
+		if k.Op.String() == kernel {
+			return nil
+		}
+	}
+	return fmt.Errorf("the program has no %s kernel:\n%s", kernel, p)
+}

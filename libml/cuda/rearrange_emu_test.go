@@ -1,0 +1,54 @@
+package cuda
+
+import (
+	"testing"
+
+	"sluice/libml"
+	"sluice/libml/graph"
+	"sluice/libml/zoo"
+)
+
+// The operators lowered onto COPY views, GATHER index maps and GEMM
+// (DepthToSpace, Trilu, CumSum, Hardmax's body, GatherElements, Where on a
+// constant condition, SpaceToDepth, Tile) and the fmod BINARY run on the
+// emulator as on the cpu backend, chained in one model.
+func TestRearrangeOpsEmu(t *testing.T) {
+	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	ref := cpuBackend(t)
+	ints := func(name string, dims []int64, v ...int64) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Int64, Dims: dims, I64: v}
+	}
+	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
+	idx := make([]int64, 2*8*8)
+	for i := range idx {
+		idx[i] = int64(i*5%8) - 4 // negative ones too
+	}
+	g := &graph.Graph{Name: "rearrange", Opset: 17,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 8, 4, 4}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{ints("ax2", []int64{}, 2), ints("idx", []int64{1, 2, 8, 8}, idx...),
+			{Name: "cond", DType: graph.Bool, Dims: []int64{8}, I64: []int64{1, 0, 1, 1, 0, 0, 1, 0}},
+			{Name: "d", DType: graph.Float32, Dims: []int64{}, F32: []float32{0.75}},
+			ints("reps", []int64{4}, 1, 1, 1, 2)},
+		Nodes: []graph.Node{
+			{Name: "d2s", Op: "DepthToSpace", Inputs: []string{"x"}, Outputs: []string{"a"}, Attrs: []graph.Attr{attr("blocksize", 2)}},
+			{Name: "tri", Op: "Trilu", Inputs: []string{"a"}, Outputs: []string{"b"}},
+			{Name: "cs", Op: "CumSum", Inputs: []string{"b", "ax2"}, Outputs: []string{"c"}},
+			{Name: "hm", Op: "Hardmax", Inputs: []string{"c"}, Outputs: []string{"h"}},
+			{Name: "ge", Op: "GatherElements", Inputs: []string{"c", "idx"}, Outputs: []string{"e"}, Attrs: []graph.Attr{attr("axis", 3)}},
+			{Name: "wh", Op: "Where", Inputs: []string{"cond", "e", "h"}, Outputs: []string{"w"}},
+			{Name: "md", Op: "Mod", Inputs: []string{"w", "d"}, Outputs: []string{"m"}, Attrs: []graph.Attr{attr("fmod", 1)}},
+			{Name: "s2d", Op: "SpaceToDepth", Inputs: []string{"m"}, Outputs: []string{"s"}, Attrs: []graph.Attr{attr("blocksize", 2)}},
+			{Name: "tile", Op: "Tile", Inputs: []string{"s", "reps"}, Outputs: []string{"y"}},
+		}}
+	inst := load(t, b, "rearrange", g, 1)
+	defer inst.Close()
+	rinst := load(t, ref, "rearrange", g, 1)
+	defer rinst.Close()
+	in := zoo.Input(5, inst.InputSize())
+	got, want := infer(t, b, inst, 1, in), infer(t, ref, rinst, 1, in)
+	if len(got) != 8*4*8 {
+		t.Fatalf("%d outputs, want %d", len(got), 8*4*8)
+	}
+	agree(t, "rearranging ops", got, want, tol)
+}
