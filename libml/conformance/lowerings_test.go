@@ -61,6 +61,42 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 		{name: "mod-fmod", node: graph.Node{Op: "Mod", Inputs: []string{"x", "d"}, Attrs: []graph.Attr{attr("fmod", 1)}},
 			xdims: []int64{4, 3}, inits: []*graph.Tensor{{Name: "d", DType: graph.Float32, Dims: []int64{3}, F32: []float32{0.7, -2, 3}}},
 			kernel: "binary"},
+		// Pad: a fill and an interior COPY (cropping where pads are
+		// negative), or a GATHER by index map in the other modes
+		{name: "pad-constant-crop", node: graph.Node{Op: "Pad", Inputs: []string{"x", "p", "v"}},
+			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{ints("p", []int64{6}, 1, -1, 2, 0, 2, -1),
+				{Name: "v", DType: graph.Float32, Dims: []int64{}, F32: []float32{-7.5}}}, kernel: "copy"},
+		{name: "pad-reflect-axes", node: graph.Node{Op: "Pad", Inputs: []string{"x", "p", "", "a"}, Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "reflect"}}},
+			xdims: []int64{2, 4, 5}, inits: []*graph.Tensor{ints("p", []int64{4}, 3, 2, 1, 4), ints("a", []int64{2}, -1, 1)}, opset: 18, kernel: "gather"},
+		{name: "pad-edge", node: graph.Node{Op: "Pad", Inputs: []string{"x", "p"}, Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "edge"}}},
+			xdims: []int64{3, 2}, inits: []*graph.Tensor{ints("p", []int64{4}, 2, 3, 1, 0)}, kernel: "gather"},
+		{name: "pad-wrap", node: graph.Node{Op: "Pad", Inputs: []string{"x", "p"}, Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "wrap"}}},
+			xdims: []int64{3, 2}, inits: []*graph.Tensor{ints("p", []int64{4}, 4, 1, 0, 5)}, opset: 19, kernel: "gather"},
+		{name: "pad-opset2-attrs", node: graph.Node{Op: "Pad", Inputs: []string{"x"}, Attrs: []graph.Attr{
+			{Name: "pads", Kind: graph.AttrInts, Ints: []int64{0, 1, 1, 0}}, {Name: "value", Kind: graph.AttrFloat, F: 3}}},
+			xdims: []int64{2, 2}, opset: 2, kernel: "copy"},
+		// ScatterND with run-time updates and constant data: both copied
+		// into one scratch buffer, then gathered
+		{name: "scatternd-runtime-updates", node: graph.Node{Op: "ScatterND", Inputs: []string{"d", "i", "x"}},
+			xdims: []int64{2, 3}, inits: []*graph.Tensor{{Name: "d", DType: graph.Float32, Dims: []int64{4, 3}, F32: []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}},
+				ints("i", []int64{2, 1}, -1, 1)}, kernel: "gather"},
+		{name: "scatterelements-add", node: graph.Node{Op: "ScatterElements", Inputs: []string{"x", "i", "u"},
+			Attrs: []graph.Attr{attr("axis", 1), {Name: "reduction", Kind: graph.AttrString, S: "add"}}},
+			xdims: []int64{2, 4}, inits: []*graph.Tensor{ints("i", []int64{2, 2}, 1, 1, 3, 0),
+				{Name: "u", DType: graph.Float32, Dims: []int64{2, 2}, F32: []float32{10, 20, 30, 40}}}, kernel: "binary"},
+		{name: "scatternd-max", node: graph.Node{Op: "ScatterND", Inputs: []string{"x", "i", "u"},
+			Attrs: []graph.Attr{{Name: "reduction", Kind: graph.AttrString, S: "max"}}},
+			xdims: []int64{3, 2}, inits: []*graph.Tensor{ints("i", []int64{2, 2}, 0, 1, 2, 0),
+				{Name: "u", DType: graph.Float32, Dims: []int64{2}, F32: []float32{100, -100}}}, opset: 18, kernel: "binary"},
+		{name: "gathernd-batch1", node: graph.Node{Op: "GatherND", Inputs: []string{"x", "i"}, Attrs: []graph.Attr{attr("batch_dims", 1)}},
+			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{ints("i", []int64{2, 2, 1}, 2, -3, 1, 1)}, kernel: "gather"},
+		{name: "compress-axis1", node: graph.Node{Op: "Compress", Inputs: []string{"x", "c"}, Attrs: []graph.Attr{attr("axis", 1)}},
+			xdims: []int64{2, 5}, inits: []*graph.Tensor{{Name: "c", DType: graph.Bool, Dims: []int64{4}, I64: []int64{1, 0, 1, 1}}}, kernel: "gather"},
+		// OneHot on float indices at run time (negative ones from the end,
+		// one out of range)
+		{name: "onehot-axis0", node: graph.Node{Op: "OneHot", Inputs: []string{"x", "d", "v"}, Attrs: []graph.Attr{attr("axis", 0)}},
+			xdims: []int64{2, 3}, x: []float32{0, 3, -1, -4, 9, 2},
+			inits: []*graph.Tensor{ints("d", []int64{}, 4), {Name: "v", DType: graph.Float32, Dims: []int64{2}, F32: []float32{-1, 2}}}, kernel: "binary"},
 		// Hardmax's body: CumSum of the maxima along axis 1, first one kept
 		{name: "hardmax-ties", node: graph.Node{Op: "Hardmax", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},
 			xdims: []int64{2, 4, 2}, x: []float32{1, 5, 3, 5, 3, 1, 2, 5, 0, 0, 0, 0, 0, 0, 0, 0}, opset: 13},

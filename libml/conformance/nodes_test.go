@@ -58,6 +58,8 @@ var nodeSkips = map[string]string{
 	"test_layer_normalization_*/Mean":         "LayerNormalization's Mean output is training-only",
 	"test_layer_normalization_*/InvStdDev":    "LayerNormalization's InvStdDev output is training-only",
 	"test_maxpool_with_argmax_*/z":            "MaxPool's Indices output is not supported",
+	// The harness feeds a test's first float32 input at run time.
+	"test_onehot_negative_indices": "its only float32 input is OneHot's depth, which the engine needs as a constant (the int64 indices make it a folding test otherwise)",
 	// Resize modes the engine does not implement.
 	"test_resize_tf_crop_and_resize": "coordinate_transformation_mode tf_crop_and_resize is not supported",
 	// Variadic Max / Min beyond two inputs.

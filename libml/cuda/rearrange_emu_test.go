@@ -51,4 +51,45 @@ func TestRearrangeOpsEmu(t *testing.T) {
 		t.Fatalf("%d outputs, want %d", len(got), 8*4*8)
 	}
 	agree(t, "rearranging ops", got, want, tol)
+
+	// the index-map operators, Pad's fill, a scatter with a constant
+	// reduction and OneHot's comparisons
+	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
+	nu := make([]float32, 20)
+	for i := range nu {
+		nu[i] = float32(i) - 9.5
+	}
+	g2 := &graph.Graph{Name: "indexmaps", Opset: 18,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 3, 5}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{ints("p1", []int64{6}, 0, 1, -1, 0, 2, 3), ints("p2", []int64{6}, 0, 2, 1, 0, 1, 2),
+			{Name: "v", DType: graph.Float32, Dims: []int64{}, F32: []float32{0.5}},
+			ints("ni", []int64{2, 2}, 0, 1, 0, -2), {Name: "nu", DType: graph.Float32, Dims: []int64{2, 10}, F32: nu},
+			ints("gi", []int64{1, 2, 1}, 3, -1), {Name: "cond", DType: graph.Bool, Dims: []int64{4}, I64: []int64{1, 0, 1, 1}},
+			ints("si", []int64{1, 1, 2}, 2, 0), {Name: "su", DType: graph.Float32, Dims: []int64{1, 1, 2}, F32: []float32{4, -3}},
+			ints("depth", []int64{}, 3), {Name: "vals", DType: graph.Float32, Dims: []int64{2}, F32: []float32{-1, 1}}},
+		Nodes: []graph.Node{
+			{Name: "pc", Op: "Pad", Inputs: []string{"x", "p1", "v"}, Outputs: []string{"a"}},                                         // [1 6 7]
+			{Name: "pr", Op: "Pad", Inputs: []string{"a", "p2"}, Outputs: []string{"b"}, Attrs: []graph.Attr{str("mode", "reflect")}}, // [1 9 10]
+			{Name: "sn", Op: "ScatterND", Inputs: []string{"b", "ni", "nu"}, Outputs: []string{"c"}},
+			{Name: "gn", Op: "GatherND", Inputs: []string{"c", "gi"}, Outputs: []string{"d"}, Attrs: []graph.Attr{attr("batch_dims", 1)}}, // [1 2 10]
+			{Name: "cp", Op: "Compress", Inputs: []string{"d", "cond"}, Outputs: []string{"e"}, Attrs: []graph.Attr{attr("axis", 2)}},     // [1 2 3]
+			{Name: "se", Op: "ScatterElements", Inputs: []string{"e", "si", "su"}, Outputs: []string{"f"},
+				Attrs: []graph.Attr{attr("axis", 2), str("reduction", "mul")}},
+			{Name: "fl", Op: "Floor", Inputs: []string{"f"}, Outputs: []string{"fl"}},
+			{Name: "oh", Op: "OneHot", Inputs: []string{"fl", "depth", "vals"}, Outputs: []string{"y"}, Attrs: []graph.Attr{attr("axis", 1)}}, // [1 3 2 3]
+		}}
+	inst2 := load(t, b, "indexmaps", g2, 1)
+	defer inst2.Close()
+	rinst2 := load(t, ref, "indexmaps", g2, 1)
+	defer rinst2.Close()
+	in2 := zoo.Input(6, inst2.InputSize())
+	for i := range in2 {
+		in2[i] *= 4 // whole parts in and out of OneHot's range
+	}
+	got2, want2 := infer(t, b, inst2, 1, in2), infer(t, ref, rinst2, 1, in2)
+	if len(got2) != 3*2*3 {
+		t.Fatalf("%d outputs, want %d", len(got2), 3*2*3)
+	}
+	agree(t, "index-map ops", got2, want2, 0)
 }

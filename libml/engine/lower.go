@@ -72,6 +72,10 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerCumSum(g)
 	case n.Op == "Where":
 		return c.lowerWhere(g)
+	case indexMapOps[n.Op]:
+		return c.lowerIndexMap(g)
+	case n.Op == "OneHot":
+		return c.lowerOneHot(g)
 	case n.Op == "MaxPool" || n.Op == "AveragePool":
 		return c.lowerPool(g)
 	case n.Op == "GlobalAveragePool" || n.Op == "GlobalMaxPool":
@@ -883,6 +887,13 @@ func (c *compiler) lowerBinary(g *group) error {
 
 // binaryKernel emits out = op(a, b) with broadcasting.
 func (c *compiler) binaryKernel(g *group, op int, a operand, as []int64, b operand, bs []int64, out operand, os []int64) error {
+	return c.binaryKernelAct(g, op, a, as, b, bs, out, os, ActNone, 0, 0)
+}
+
+// binaryKernelAct is binaryKernel with activation act (parameters fa, fb)
+// applied to each result.
+func (c *compiler) binaryKernelAct(g *group, op int, a operand, as []int64, b operand, bs []int64, out operand, os []int64,
+	act int, fa, fb float32) error {
 	dims, st := collapse(os, bstrides(as, os), bstrides(bs, os))
 	if len(dims) > MaxRank {
 		return fmt.Errorf("broadcast of %v and %v needs rank %d > %d", as, bs, len(dims), MaxRank)
@@ -894,6 +905,7 @@ func (c *compiler) binaryKernel(g *group, op int, a operand, as []int64, b opera
 		d.k.P[2+i], d.k.P[8+i], d.k.P[14+i] = dims[i], st[0][i], st[1][i]
 	}
 	d.in[0], d.in[1], d.out = a, b, out
+	d.k.P[PAct], d.k.F[FActA], d.k.F[FActB] = int64(act), fa, fb
 	c.emit(d)
 	return nil
 }

@@ -183,15 +183,15 @@ var reduceOps = map[string]int{
 // runtimeOps are the ONNX operators the engine runs on float32 tensors.
 var runtimeOps = []string{
 	"Abs", "Acos", "Add", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
-	"BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Concat", "Conv", "ConvTranspose", "Cos",
+	"BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Compress", "Concat", "Conv", "ConvTranspose", "Cos",
 	"CumSum", "DepthToSpace", "Div", "Dropout",
-	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "Gelu",
+	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
 	"HardSwish", "Identity", "LSTM", "LayerNormalization", "LeakyRelu", "Log",
 	"LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mod", "Mul", "Neg", "PRelu",
-	"Pow", "RNN", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
+	"OneHot", "Pad", "Pow", "RNN", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
 	"ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
-	"Resize", "Round", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
+	"Resize", "Round", "Scatter", "ScatterElements", "ScatterND", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
 	"SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Tile", "Transpose",
 	"Trilu", "ThresholdedRelu", "Unsqueeze", "Upsample",
 }
@@ -199,7 +199,7 @@ var runtimeOps = []string{
 // foldOnlyOps are evaluated at load or compile time when their inputs are
 // constants (shape arithmetic); they have no kernel.
 var foldOnlyOps = []string{
-	"And", "ArgMax", "ArgMin", "Constant", "ConstantOfShape", "Equal", "Greater", "GreaterOrEqual", "If",
+	"And", "ArgMax", "ArgMin", "Constant", "ConstantOfShape", "Equal", "EyeLike", "Greater", "GreaterOrEqual", "If",
 	"IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "Not", "Or", "Range", "Shape", "Size", "Where",
 }
 

@@ -112,6 +112,10 @@ func init() {
 		"Trilu": refTrilu, "CumSum": refCumSum, "CastLike": refCast,
 		"ArgMax": refArgMinMax, "ArgMin": refArgMinMax, "Mod": refMod,
 		"IsNaN": refIsNaNInf, "IsInf": refIsNaNInf,
+		"EyeLike": refEyeLike, "OneHot": refOneHot,
+	}
+	for op := range indexMapOps {
+		refOps[op] = refIndexMap
 	}
 	for op := range unaryActs {
 		refOps[op] = refUnary
