@@ -159,3 +159,47 @@ func programHas(g *graph.Graph, xdims []int64, kernel string) error {
 	}
 	return fmt.Errorf("the program has no %s kernel:\n%s", kernel, p)
 }
+
+// Softmax and LogSoftmax computed in place over their input's buffer (the
+// input an intermediate value the kernel is the last to read), along the
+// contiguous and a strided axis, agree with the reference: the log form
+// once overwrote its input with exponentials before reading it again.
+func TestSoftmaxInPlace(t *testing.T) {
+	be := cpuBackend(t)
+	for _, op := range []string{"Softmax", "LogSoftmax"} {
+		for _, axis := range []int64{1, 0} {
+			g := &graph.Graph{Name: "sm", Opset: 13,
+				Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{3, 5}}},
+				Outputs: []graph.ValueInfo{{Name: "y"}},
+				Nodes: []graph.Node{{Name: "n", Op: "Neg", Inputs: []string{"x"}, Outputs: []string{"a"}},
+					{Name: "s", Op: op, Inputs: []string{"a"}, Outputs: []string{"y"},
+						Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: axis}}}}}
+			x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{3, 5}, F32: make([]float32, 15)}
+			for i := range x.F32 {
+				x.F32[i] = float32(i%7)*0.3 - 1
+			}
+			m, err := engine.Load(g, engine.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := m.Compile(map[string][]int64{"x": {3, 5}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k := p.Kernels[len(p.Kernels)-1]; k.Op != engine.OpSoftmax || k.Idempotent() {
+				t.Fatalf("%s axis %d is not computed in place:\n%s", op, axis, p)
+			}
+			got, err := be.RunGraph(context.Background(), g, map[string]*graph.Tensor{"x": x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := foldGraph(g, []*graph.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Compare(got["y"], want["y"]); err != nil {
+				t.Errorf("%s axis %d in place: %v", op, axis, err)
+			}
+		}
+	}
+}

@@ -140,6 +140,34 @@ var decomposedOps = map[string]decomposition{
 		}
 		c.out(n, "Relu", nil, y)
 	}},
+	// NegativeLogLikelihoodLoss(input [N, C, d...], target [N, d...],
+	// weight [C]): -input[n, target[n, d], d] * weight[target], the
+	// weight 0 where the target is ignore_index, then the reduction
+	// (none, sum, or mean: the sum over the sum of the weights). The target
+	// must be a constant (GatherElements' indices), as it is in a model
+	// that scores fixed labels.
+	"NegativeLogLikelihoodLoss": {[]string{"input", "target"}, func(n *graph.Node, c *bodyBuilder) {
+		c.nllLoss(n, n.Inputs[0], 0)
+	}},
+	// SoftmaxCrossEntropyLoss(scores, labels, weights) is
+	// NegativeLogLikelihoodLoss of LogSoftmax(scores) along axis 1, which
+	// is also its optional second output
+	"SoftmaxCrossEntropyLoss": {[]string{"scores", "labels"}, func(n *graph.Node, c *bodyBuilder) {
+		x, lp := n.Inputs[0], ""
+		if len(n.Outputs) > 1 && n.Outputs[1] != "" {
+			lp = n.Outputs[1]
+		}
+		if c.opset >= 13 {
+			lp = c.named(lp, "LogSoftmax", []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 1}}, x)
+		} else {
+			// before opset 13 LogSoftmax flattens from its axis: the
+			// explicit form, x - m - ln sum e^(x-m) over axis 1
+			axes := []graph.Attr{{Name: "axes", Kind: graph.AttrInts, Ints: []int64{1}}, {Name: "keepdims", Kind: graph.AttrInt, I: 1}}
+			d := c.tmp("Sub", nil, x, c.tmp("ReduceMax", axes, x))
+			lp = c.named(lp, "Sub", nil, d, c.tmp("Log", nil, c.tmp("ReduceSum", axes, c.tmp("Exp", nil, d))))
+		}
+		c.nllLoss(n, lp, 0)
+	}},
 	// Acosh(x) = ln(x + sqrt((x - 1)(x + 1))), x >= 1 (NaN below, as
 	// ONNX's reference); x - 1 is exact near 1, where x^2 - 1 would cancel
 	"Acosh": {nil, func(n *graph.Node, c *bodyBuilder) {
@@ -180,7 +208,61 @@ func (c *bodyBuilder) add(op string, attrs []graph.Attr, out string, ins []strin
 		Inputs: ins, Outputs: []string{out}, Attrs: attrs})
 }
 
-// scalar adds a float32 scalar constant and returns its name.
+// named appends a node of op over ins writing value name (a new
+// intermediate value when name is "") and returns the value's name.
+func (c *bodyBuilder) named(name, op string, attrs []graph.Attr, ins ...string) string {
+	if name == "" {
+		return c.tmp(op, attrs, ins...)
+	}
+	c.count++
+	c.add(op, attrs, name, ins)
+	return name
+}
+
+// nllLoss appends NegativeLogLikelihoodLoss of log-probabilities lp with
+// node n's target (input 1), optional weight (input 2), ignore_index and
+// reduction, writing n's output out.
+func (c *bodyBuilder) nllLoss(n *graph.Node, lp string, out int) {
+	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+	noKeep := graph.Attr{Name: "keepdims", Kind: graph.AttrInt, I: 0}
+	t, w, mask := n.Inputs[1], "", ""
+	if a := n.Attr("ignore_index"); a != nil {
+		// an ignored target picks element 0 (any valid one) at weight 0
+		mask = c.tmp("Equal", nil, t, c.ints(a.I))
+		t = c.tmp("Where", nil, mask, c.ints(0), t)
+	}
+	picked := c.tmp("GatherElements", []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 1}}, lp,
+		c.tmp("Unsqueeze", []graph.Attr{ints("axes", 1)}, t))
+	loss := c.tmp("Neg", nil, c.tmp("Squeeze", []graph.Attr{ints("axes", 1)}, picked))
+	if len(n.Inputs) > 2 && n.Inputs[2] != "" {
+		w = c.tmp("Gather", nil, n.Inputs[2], t)
+	}
+	if mask != "" {
+		if w == "" {
+			w = c.tmp("Cast", []graph.Attr{{Name: "to", Kind: graph.AttrInt, I: int64(graph.Float32)}}, c.tmp("Not", nil, mask))
+		} else {
+			w = c.tmp("Where", nil, mask, c.scalar(0), w)
+		}
+	}
+	if w != "" {
+		loss = c.tmp("Mul", nil, loss, w)
+	}
+	name := n.Outputs[out]
+	switch n.AttrString("reduction", "mean") {
+	case "none":
+		c.named(name, "Identity", nil, loss)
+	case "sum":
+		c.named(name, "ReduceSum", []graph.Attr{noKeep}, loss)
+	default: // mean
+		if w == "" {
+			c.named(name, "ReduceMean", []graph.Attr{noKeep}, loss)
+		} else {
+			c.named(name, "Div", nil, c.tmp("ReduceSum", []graph.Attr{noKeep}, loss), c.tmp("ReduceSum", []graph.Attr{noKeep}, w))
+		}
+	}
+}
+
+// scalar adds a float32 scalar constant and returns its name.// scalar adds a float32 scalar constant and returns its name.
 func (c *bodyBuilder) scalar(v float32) string {
 	c.count++
 	name := fmt.Sprintf("%sconst%d", c.prefix, c.count)

@@ -36,6 +36,15 @@ SK_MV static void softmax_row(const float *x, float *y, int64_t n, int64_t st,
 	for (int64_t i = 1; i < n; i++)
 		m = x[i * st] > m ? x[i * st] : m;
 	float s = 0;
+	if (lg) {
+		/* y may be x (in place): nothing is stored before the last pass */
+		for (int64_t i = 0; i < n; i++)
+			s += sk_expf(x[i * st] - m);
+		float ls = logf(s);
+		for (int64_t i = 0; i < n; i++)
+			y[i * st] = x[i * st] - m - ls;
+		return;
+	}
 	if (st == 1) {
 		for (int64_t i = 0; i < n; i++) {
 			float e = sk_expf(x[i] - m);
@@ -50,15 +59,9 @@ SK_MV static void softmax_row(const float *x, float *y, int64_t n, int64_t st,
 			s += e;
 		}
 	}
-	if (lg) {
-		float ls = logf(s);
-		for (int64_t i = 0; i < n; i++)
-			y[i * st] = x[i * st] - m - ls;
-	} else {
-		float r = 1.0f / s;
-		for (int64_t i = 0; i < n; i++)
-			y[i * st] *= r;
-	}
+	float r = 1.0f / s;
+	for (int64_t i = 0; i < n; i++)
+		y[i * st] *= r;
 }
 
 void sk_block_softmax(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
