@@ -20,6 +20,15 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 		return &graph.Tensor{Name: name, DType: graph.Int64, Dims: dims, I64: v}
 	}
 	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
+	eq := func(e string) graph.Attr { return graph.Attr{Name: "equation", Kind: graph.AttrString, S: e} }
+	floats := func(name string, dims ...int64) *graph.Tensor {
+		t := &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims}
+		t.F32 = make([]float32, t.NumElements())
+		for i := range t.F32 {
+			t.F32[i] = float32((i*13)%17)/8 - 1
+		}
+		return t
+	}
 	inf := float32(math.Inf(1))
 	cases := []struct {
 		name   string
@@ -97,6 +106,24 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 		{name: "onehot-axis0", node: graph.Node{Op: "OneHot", Inputs: []string{"x", "d", "v"}, Attrs: []graph.Attr{attr("axis", 0)}},
 			xdims: []int64{2, 3}, x: []float32{0, 3, -1, -4, 9, 2},
 			inits: []*graph.Tensor{ints("d", []int64{}, 4), {Name: "v", DType: graph.Float32, Dims: []int64{2}, F32: []float32{-1, 2}}}, kernel: "binary"},
+		// Einsum: one batched GEMM, operands in place, transposed or
+		// copied into order, the product copied into the output's order
+		{name: "einsum-attention-scores", node: graph.Node{Op: "Einsum", Inputs: []string{"x", "k"}, Attrs: []graph.Attr{eq("bhid,bhjd->bhij")}},
+			xdims: []int64{2, 3, 4, 5}, inits: []*graph.Tensor{floats("k", 2, 3, 6, 5)}, kernel: "gemm"},
+		{name: "einsum-batch-matmul", node: graph.Node{Op: "Einsum", Inputs: []string{"x", "y"}, Attrs: []graph.Attr{eq("bij, bjk -> bik")}},
+			xdims: []int64{3, 2, 4}, inits: []*graph.Tensor{floats("y", 3, 4, 5)}, kernel: "gemm"},
+		{name: "einsum-output-permuted", node: graph.Node{Op: "Einsum", Inputs: []string{"x", "y"}, Attrs: []graph.Attr{eq("ij,jk->ki")}},
+			xdims: []int64{3, 4}, inits: []*graph.Tensor{floats("y", 4, 2)}, kernel: "copy"},
+		{name: "einsum-ellipsis", node: graph.Node{Op: "Einsum", Inputs: []string{"x", "y"}, Attrs: []graph.Attr{eq("...ij,jk->...ik")}},
+			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{floats("y", 4, 5)}, kernel: "gemm"},
+		{name: "einsum-a-transposed", node: graph.Node{Op: "Einsum", Inputs: []string{"x", "y"}, Attrs: []graph.Attr{eq("ji,jk->ik")}},
+			xdims: []int64{4, 3}, inits: []*graph.Tensor{floats("y", 4, 2)}, kernel: "gemm"},
+		{name: "einsum-b-transposed-implicit", node: graph.Node{Op: "Einsum", Inputs: []string{"y", "x"}, Attrs: []graph.Attr{eq("ij,kj")}},
+			xdims: []int64{5, 4}, inits: []*graph.Tensor{floats("y", 3, 4)}, kernel: "gemm"},
+		{name: "einsum-a-copied", node: graph.Node{Op: "Einsum", Inputs: []string{"x", "y"}, Attrs: []graph.Attr{eq("jib,bjk->bik")}},
+			xdims: []int64{4, 3, 2}, inits: []*graph.Tensor{floats("y", 2, 4, 5)}, kernel: "copy"},
+		{name: "einsum-transpose", node: graph.Node{Op: "Einsum", Inputs: []string{"x"}, Attrs: []graph.Attr{eq("ijk->kij")}},
+			xdims: []int64{2, 3, 4}, kernel: "copy"},
 		// Hardmax's body: CumSum of the maxima along axis 1, first one kept
 		{name: "hardmax-ties", node: graph.Node{Op: "Hardmax", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},
 			xdims: []int64{2, 4, 2}, x: []float32{1, 5, 3, 5, 3, 1, 2, 5, 0, 0, 0, 0, 0, 0, 0, 0}, opset: 13},

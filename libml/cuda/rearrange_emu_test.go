@@ -92,4 +92,27 @@ func TestRearrangeOpsEmu(t *testing.T) {
 		t.Fatalf("%d outputs, want %d", len(got2), 3*2*3)
 	}
 	agree(t, "index-map ops", got2, want2, 0)
+
+	// Einsum: B read transposed in place, A transposed, an operand copied
+	// into order and the product permuted
+	eq := func(e string) []graph.Attr { return []graph.Attr{{Name: "equation", Kind: graph.AttrString, S: e}} }
+	kv := make([]float32, 2*3*6*5)
+	for i := range kv {
+		kv[i] = float32(i%11)/5 - 1
+	}
+	g3 := &graph.Graph{Name: "einsum", Opset: 17,
+		Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{2, 3, 4, 5}}},
+		Outputs:      []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{{Name: "k", DType: graph.Float32, Dims: []int64{2, 3, 6, 5}, F32: kv}},
+		Nodes: []graph.Node{
+			{Name: "qk", Op: "Einsum", Inputs: []string{"x", "k"}, Outputs: []string{"s"}, Attrs: eq("bhid,bhjd->bhij")}, // [2 3 4 6]
+			{Name: "sv", Op: "Einsum", Inputs: []string{"s", "k"}, Outputs: []string{"o"}, Attrs: eq("bhij,bhjd->bihd")}, // [2 4 3 5]
+			{Name: "ta", Op: "Einsum", Inputs: []string{"o", "x"}, Outputs: []string{"y"}, Attrs: eq("bihd,bhjd->bhij")}, // [2 3 4 4]
+		}}
+	inst3 := load(t, b, "einsum", g3, 2)
+	defer inst3.Close()
+	rinst3 := load(t, ref, "einsum", g3, 2)
+	defer rinst3.Close()
+	in3 := zoo.Input(7, 2*inst3.InputSize())
+	agree(t, "einsum", infer(t, b, inst3, 2, in3), infer(t, ref, rinst3, 2, in3), tol)
 }

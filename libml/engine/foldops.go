@@ -151,3 +151,53 @@ func refIsNaNInf(e *ev) ([]*Tensor, error) {
 	}
 	return one(y)
 }
+
+// refBitShift shifts unsigned integers left or right (direction), each
+// value by its own amount, within the type's width (bits shifted out of a
+// uint8 are lost, as in ONNX's reference).
+func refBitShift(e *ev) ([]*Tensor, error) {
+	a, err := e.need(0)
+	if err != nil {
+		return nil, err
+	}
+	b, err := e.need(1)
+	if err != nil {
+		return nil, err
+	}
+	// ONNX's UINT16, UINT32 and UINT64 (graph names only the types models
+	// compute in)
+	const uint16T, uint32T, uint64T graph.DType = 4, 12, 13
+	width := map[graph.DType]uint64{graph.Uint8: 8, uint16T: 16, uint32T: 32, uint64T: 64}[a.DType]
+	if width == 0 {
+		return nil, fmt.Errorf("BitShift of %s values, want an unsigned integer type", a.DType)
+	}
+	left := e.n.AttrString("direction", "") == "LEFT"
+	if !left && e.n.AttrString("direction", "") != "RIGHT" {
+		return nil, fmt.Errorf("direction %q, want LEFT or RIGHT", e.n.AttrString("direction", ""))
+	}
+	oshape, err := broadcastShape(a.Shape, b.Shape)
+	if err != nil {
+		return nil, err
+	}
+	if !e.allKnown() {
+		return one(shapeOnly(a.DType, oshape))
+	}
+	sa, sb := bstrides(a.Shape, oshape), bstrides(b.Shape, oshape)
+	idx := make([]int64, len(oshape))
+	y := &Tensor{DType: a.DType, Shape: oshape, I: make([]int64, numel(oshape))}
+	mask := ^uint64(0) >> (64 - width)
+	for i := range y.I {
+		unravel(int64(i), oshape, idx)
+		x, s := uint64(a.I[dot(idx, sa)]), uint64(b.I[dot(idx, sb)])
+		var v uint64
+		if s < width {
+			if left {
+				v = (x << s) & mask
+			} else {
+				v = (x & mask) >> s
+			}
+		}
+		y.I[i] = int64(v)
+	}
+	return one(y)
+}

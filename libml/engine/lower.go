@@ -76,6 +76,8 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerIndexMap(g)
 	case n.Op == "OneHot":
 		return c.lowerOneHot(g)
+	case n.Op == "Einsum":
+		return c.lowerEinsum(g)
 	case n.Op == "MaxPool" || n.Op == "AveragePool":
 		return c.lowerPool(g)
 	case n.Op == "GlobalAveragePool" || n.Op == "GlobalMaxPool":

@@ -184,7 +184,7 @@ var reduceOps = map[string]int{
 var runtimeOps = []string{
 	"Abs", "Acos", "Add", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
 	"BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Compress", "Concat", "Conv", "ConvTranspose", "Cos",
-	"CumSum", "DepthToSpace", "Div", "Dropout",
+	"CumSum", "DepthToSpace", "Div", "Dropout", "Einsum",
 	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
 	"HardSwish", "Identity", "LSTM", "LayerNormalization", "LeakyRelu", "Log",
@@ -199,8 +199,8 @@ var runtimeOps = []string{
 // foldOnlyOps are evaluated at load or compile time when their inputs are
 // constants (shape arithmetic); they have no kernel.
 var foldOnlyOps = []string{
-	"And", "ArgMax", "ArgMin", "Constant", "ConstantOfShape", "Equal", "EyeLike", "Greater", "GreaterOrEqual", "If",
-	"IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "Not", "Or", "Range", "Shape", "Size", "Where",
+	"And", "ArgMax", "ArgMin", "BitShift", "Constant", "ConstantOfShape", "Equal", "EyeLike", "Greater", "GreaterOrEqual", "If",
+	"IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "Not", "Or", "Range", "Shape", "Size", "Where", "Xor",
 }
 
 var supportedSet = func() map[string]bool {

@@ -112,7 +112,7 @@ func init() {
 		"Trilu": refTrilu, "CumSum": refCumSum, "CastLike": refCast,
 		"ArgMax": refArgMinMax, "ArgMin": refArgMinMax, "Mod": refMod,
 		"IsNaN": refIsNaNInf, "IsInf": refIsNaNInf,
-		"EyeLike": refEyeLike, "OneHot": refOneHot,
+		"EyeLike": refEyeLike, "OneHot": refOneHot, "BitShift": refBitShift, "Einsum": refEinsum,
 	}
 	for op := range indexMapOps {
 		refOps[op] = refIndexMap
@@ -126,7 +126,7 @@ func init() {
 	for _, op := range []string{"Max", "Min", "Sum", "Mean"} {
 		refOps[op] = refVariadic
 	}
-	for _, op := range []string{"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or"} {
+	for _, op := range []string{"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor"} {
 		refOps[op] = refBinary
 	}
 	for op := range reduceOps {
@@ -1126,6 +1126,8 @@ func binRef(op string, x, z float64) float64 {
 		return b2f(x != 0 && z != 0)
 	case "Or":
 		return b2f(x != 0 || z != 0)
+	case "Xor":
+		return b2f((x != 0) != (z != 0))
 	}
 	return math.NaN()
 }
@@ -1189,7 +1191,7 @@ func refBinary(e *ev) ([]*Tensor, error) {
 	dt := a.DType
 	cmp := false
 	switch e.n.Op {
-	case "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or":
+	case "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor":
 		dt, cmp = graph.Bool, true
 	case "PRelu":
 		if !eqShape(oshape, a.Shape) {
