@@ -246,11 +246,18 @@ func restoreCheck(t *testing.T, s *Scheduler, m *Model, want []float32, points f
 			}
 			l.st.PreemptAt(-1, 0)
 			l.from, l.ver, l.blk, l.preempted = 0, 0, 0, true
+			ev, evBase, evGrid, evDone := l.ds.evicted()
 			s.mu.Lock()
+			execIdx := -2
+			debugRestore = func(_ *Model, idx int, _ *lane) { execIdx = idx }
 			s.restorePoint(l)
+			debugRestore = nil
 			s.mu.Unlock()
+			// what the restore saw, for a failure's message
+			seen := fmt.Sprintf("execution index %d, evicted launch %d (blocks %d+%d, %d ran), restart at kernel %d version %d block %d",
+				execIdx, ev, evBase, evGrid, evDone, j.pos, j.posVer, j.posBlk)
 			if j.pos > k {
-				t.Fatalf("kernel %d block %d: restarts at %d", k, blk, j.pos)
+				t.Fatalf("kernel %d block %d: restarts at %d (%s)", k, blk, j.pos, seen)
 			}
 			if st := runSeg(s, l, nk); st != ncpu.Done {
 				t.Fatalf("kernel %d block %d: restored run preempted", k, blk)
@@ -263,8 +270,8 @@ func restoreCheck(t *testing.T, s *Scheduler, m *Model, want []float32, points f
 			s.mu.Unlock()
 			for i := range want {
 				if j.Out[i] != want[i] && !(math.IsNaN(float64(j.Out[i])) && math.IsNaN(float64(want[i]))) {
-					t.Fatalf("preempted at kernel %d (%s) block %d, restored at %d: out[%d] = %v, want %v",
-						k, m.prog.Kernels[k].Ops, blk, j.pos, i, j.Out[i], want[i])
+					t.Fatalf("preempted at kernel %d (%s) block %d: out[%d] = %v, want %v (%s)",
+						k, m.prog.Kernels[k].Ops, blk, i, j.Out[i], want[i], seen)
 				}
 			}
 			checked++
@@ -924,6 +931,69 @@ func TestRestoreAfterRandomPreemptions(t *testing.T) {
 				t.Fatalf("%s kind %d: %d of %d restores were block-level, want at least one a run", key, kind, s.stats.BlockRestores-before, restores)
 			}
 			t.Logf("%s kind %d: %d restores, %d block-level", key, kind, restores, s.stats.BlockRestores-before)
+		}
+	}
+}
+
+// A job preempted before any block of its segment passed the prologue
+// restarts where it stood, whatever the lane ran before: the execution
+// index is the segment's own, not the last kernel of the job the lane
+// finished earlier (which would restore from that job's last group and
+// skip the kernels before it).
+func TestRestoreIgnoresPreviousJobsIndex(t *testing.T) {
+	if !ncpu.ChecksCompiled() {
+		t.Skip("preemption checks compiled out")
+	}
+	s := newSched(t, Config{Policy: PolicySeq})
+	m := load(t, s, "squeeze", ModelOptions{})
+	want := reference(t, "squeeze", 9)[9]
+	l := testLane(t, s)
+	in := fillInput(m.InputSize(), 9)
+	nk := len(m.prog.Kernels)
+	first := 0
+	for m.prog.Kernels[first].Op == 0 {
+		first++
+	}
+	run := func(preempt bool) *Job {
+		j := &Job{Model: m, Class: BE, In: in, Out: make([]float32, m.OutputSize())}
+		s.mu.Lock()
+		if err := s.begin(l, j); err != nil {
+			s.mu.Unlock()
+			t.Fatal(err)
+		}
+		s.mu.Unlock()
+		if preempt {
+			// the flag goes up as the segment's first block is claimed:
+			// no block passes its prologue
+			l.st.PreemptAt(int64(first), 0)
+			if st := runSeg(s, l, nk); st != ncpu.Preempted {
+				t.Fatal("not preempted")
+			}
+			l.st.PreemptAt(-1, 0)
+			l.from, l.ver, l.blk, l.preempted = 0, 0, 0, true
+			s.mu.Lock()
+			s.restorePoint(l)
+			s.mu.Unlock()
+			if j.pos != 0 {
+				t.Fatalf("preempted before its first block ran, the job restarts at kernel %d, not 0", j.pos)
+			}
+		}
+		if st := runSeg(s, l, nk); st != ncpu.Done {
+			t.Fatal("run preempted")
+		}
+		s.mu.Lock()
+		j.pos = nk
+		l.job = nil
+		s.finish(j)
+		s.takeFire()
+		s.mu.Unlock()
+		return j
+	}
+	run(false) // the lane's index named the job's last kernel
+	j := run(true)
+	for i := range want {
+		if j.Out[i] != want[i] {
+			t.Fatalf("out[%d] = %v, want %v", i, j.Out[i], want[i])
 		}
 	}
 }
