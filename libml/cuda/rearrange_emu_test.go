@@ -115,4 +115,29 @@ func TestRearrangeOpsEmu(t *testing.T) {
 	defer rinst3.Close()
 	in3 := zoo.Input(7, 2*inst3.InputSize())
 	agree(t, "einsum", infer(t, b, inst3, 2, in3), infer(t, ref, rinst3, 2, in3), tol)
+
+	// ArgMax at run time: its int64 indices come back as float32 values
+	g4 := &graph.Graph{Name: "argmax", Opset: 13,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 4, 6}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Nodes: []graph.Node{{Name: "am", Op: "ArgMax", Inputs: []string{"x"}, Outputs: []string{"y"},
+			Attrs: []graph.Attr{attr("axis", 2), attr("keepdims", 0)}}}}
+	inst4 := load(t, b, "argmax", g4, 2)
+	defer inst4.Close()
+	rinst4 := load(t, ref, "argmax", g4, 2)
+	defer rinst4.Close()
+	in4 := zoo.Input(8, 2*inst4.InputSize())
+	got4, want4 := infer(t, b, inst4, 2, in4), infer(t, ref, rinst4, 2, in4)
+	agree(t, "argmax", got4, want4, 0)
+	for r := 0; r < 8; r++ {
+		best := 0
+		for i := 1; i < 6; i++ {
+			if in4[r*6+i] > in4[r*6+best] {
+				best = i
+			}
+		}
+		if got4[r] != float32(best) {
+			t.Errorf("row %d: ArgMax %v, want %d", r, got4[r], best)
+		}
+	}
 }

@@ -268,7 +268,7 @@ func (c *compiler) shapes() error {
 			if !t.IsFloat() && !intStorage(t.DType) {
 				// unsupported, not wrong: ONNX Runtime can serve the model
 				return &UnsupportedError{Op: n.Op, Node: n.Name, Why: fmt.Sprintf("output %q is a runtime %s tensor; "+
-					"the engine computes float32, uint8, int8 and int32 only (other integer tensors must fold to constants)", o, t.DType)}
+					"the engine computes float32, uint8, int8, int32 and int64 only (other integer tensors must fold to constants)", o, t.DType)}
 			}
 			runtime = true
 			c.vals[o] = &cval{t: t, buf: -2, name: o}
@@ -628,7 +628,7 @@ func (c *compiler) bindOutputs() error {
 			return fmt.Errorf("output %q is not produced", o.Name)
 		}
 		if !v.t.IsFloat() && !(v.buf != -1 && intStorage(v.t.DType)) {
-			return fmt.Errorf("output %q is %s: outputs must be float32 (or a runtime uint8, int8 or int32 tensor, returned as float32 values)", o.Name, v.t.DType)
+			return fmt.Errorf("output %q is %s: outputs must be float32 (or a runtime uint8, int8, int32 or int64 tensor, returned as float32 values)", o.Name, v.t.DType)
 		}
 		if v.buf < 0 || c.bufs[v.buf].input || used[v.buf] {
 			src, err := c.operand(o.Name)

@@ -314,22 +314,34 @@ func TestRuntimeIntegerTensorRejected(t *testing.T) {
 	}
 }
 
-// An operator the engine evaluates at load only (ArgMax: an int64 result)
-// on a run-time value is an UnsupportedError, so the appliance hands the
-// model to ONNX Runtime; on a constant it folds.
+// An operator the engine evaluates at load only (IsInf: a bool result it
+// has no kernel for) on a run-time value is an UnsupportedError, so the
+// appliance hands the model to ONNX Runtime; ArgMax runs (its int64
+// indices as float32 values), and on a constant it folds.
 func TestFoldOnlyOpOnRuntimeValue(t *testing.T) {
-	g := &graph.Graph{Name: "argmax", Opset: 13,
+	g := &graph.Graph{Name: "isinf", Opset: 13,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4}}},
 		Outputs: []graph.ValueInfo{{Name: "y"}},
-		Nodes:   []graph.Node{{Name: "am", Op: "ArgMax", Inputs: []string{"x"}, Outputs: []string{"y"}}}}
+		Nodes:   []graph.Node{{Name: "ii", Op: "IsInf", Inputs: []string{"x"}, Outputs: []string{"y"}}}}
 	m, err := Load(g, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = m.CompileBatch(1)
 	var ue *UnsupportedError
-	if !errors.As(err, &ue) || ue.Op != "ArgMax" || !strings.Contains(err.Error(), "runtime int64 tensor") {
-		t.Fatalf("err = %v, want an UnsupportedError naming ArgMax", err)
+	if !errors.As(err, &ue) || ue.Op != "IsInf" || !strings.Contains(err.Error(), "at load only") {
+		t.Fatalf("err = %v, want an UnsupportedError naming IsInf", err)
+	}
+	g.Nodes[0] = graph.Node{Name: "am", Op: "ArgMax", Inputs: []string{"x"}, Outputs: []string{"y"}}
+	if m, err = Load(g, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.CompileBatch(1)
+	if err != nil {
+		t.Fatalf("a run-time ArgMax: %v", err)
+	}
+	if len(p.Outputs) != 1 || !eqShape(p.Outputs[0].Shape, []int64{1, 4}) {
+		t.Errorf("ArgMax over axis 0 of [1 4] (keepdims): outputs %+v", p.Outputs)
 	}
 	outs, err := Eval(&g.Nodes[0], 13, []*Tensor{NewFloat([]int64{2, 3}, []float32{1, 7, 7, 9, 2, 9})})
 	if err != nil {

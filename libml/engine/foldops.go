@@ -7,12 +7,12 @@ import (
 	"sluice/libml/graph"
 )
 
-// Operators the engine evaluates at load or compile time only (they are
-// in foldOnlyOps): their results are integer or boolean tensors, which the
-// engine does not compute at run time, or they are mostly integer
-// arithmetic on shapes and indices. A model that needs one of them on
-// run-time values gets an UnsupportedError (and ONNX Runtime serves it
-// when the profile allows the fallback).
+// Operators whose results are integer or boolean tensors. Most of them
+// the engine evaluates at load or compile time only (foldOnlyOps: mostly
+// integer arithmetic on shapes and indices); a model that needs one of
+// them on run-time values gets an UnsupportedError (and ONNX Runtime
+// serves it when the profile allows the fallback). ArgMax and ArgMin also
+// run (lowerArgMinMax): their int64 indices live as float32 values.
 
 // refArgMinMax is ArgMax and ArgMin along one axis: the index of the first
 // extreme value (the last with select_last_index), int64.
@@ -200,4 +200,71 @@ func refBitShift(e *ev) ([]*Tensor, error) {
 		y.I[i] = int64(v)
 	}
 	return one(y)
+}
+
+// lowerArgMinMax runs ArgMax (ArgMin) along one axis as four kernels: the
+// extreme along the axis (a REDUCE), where x equals it (an EQUAL against
+// it broadcast), each position's index where it does and a sentinel where
+// it does not (a MUL by the indices with an affine activation), and the
+// first of them (a REDUCE MIN; select_last_index: the last, a REDUCE MAX
+// with -1 as the sentinel). The indices are float32 values, exact below
+// 2^24.
+func (c *compiler) lowerArgMinMax(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	xs := x.t.Shape
+	axis, err := normAxis(n.AttrInt("axis", 0), int64(len(xs)))
+	if err != nil {
+		return err
+	}
+	outer, d, inner := numel(xs[:axis]), xs[axis], numel(xs[axis+1:])
+	if d > 1<<24 {
+		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: fmt.Sprintf("an axis of %d values: indices above 2^24 are not exact in float32", d)}
+	}
+	src, _ := c.operand(n.Inputs[0])
+	dst, _, err := c.output(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	if outer*d*inner == 0 {
+		return nil
+	}
+	red := func(mode int64, in, out operand) {
+		k := c.draft(g, OpReduce)
+		k.k.P[0], k.k.P[1], k.k.P[2], k.k.P[3] = outer, d, inner, mode
+		k.in[0], k.out = in, out
+		c.emit(k)
+	}
+	ext := operand{sp: SpaceArena, buf: c.newBuf(outer * inner)}
+	mode := int64(RedMax)
+	if n.Op == "ArgMin" {
+		mode = RedMin
+	}
+	red(mode, src, ext)
+	full, row := []int64{outer, d, inner}, []int64{outer, 1, inner}
+	hit := operand{sp: SpaceArena, buf: c.newBuf(outer * d * inner)}
+	if err := c.binaryKernel(g, BinEqual, src, full, ext, row, hit, full); err != nil {
+		return err
+	}
+	// first: hit * (i - 2^24) + 2^24, the least is the first hit; last:
+	// hit * (i + 1) - 1, the greatest is the last (every value an integer
+	// of at most 2^24 in magnitude: exact)
+	last := n.AttrInt("select_last_index", 0) != 0
+	idx := make([]float32, d)
+	off, sentinel, pick := float32(-(1 << 24)), float32(1<<24), int64(RedMin)
+	if last {
+		off, sentinel, pick = 1, -1, RedMax
+	}
+	for i := range idx {
+		idx[i] = float32(i) + off
+	}
+	cand := operand{sp: SpaceArena, buf: c.newBuf(outer * d * inner)}
+	if err := c.binaryKernelAct(g, BinMul, hit, full, c.newConst(idx), []int64{1, d, 1}, cand, full, ActAffine, 1, sentinel); err != nil {
+		return err
+	}
+	red(pick, cand, dst)
+	return nil
 }

@@ -78,6 +78,8 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerOneHot(g)
 	case n.Op == "Einsum":
 		return c.lowerEinsum(g)
+	case n.Op == "ArgMax" || n.Op == "ArgMin":
+		return c.lowerArgMinMax(g)
 	case n.Op == "MaxPool" || n.Op == "AveragePool":
 		return c.lowerPool(g)
 	case n.Op == "GlobalAveragePool" || n.Op == "GlobalMaxPool":

@@ -182,7 +182,7 @@ var reduceOps = map[string]int{
 
 // runtimeOps are the ONNX operators the engine runs on float32 tensors.
 var runtimeOps = []string{
-	"Abs", "Acos", "Add", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
+	"Abs", "Acos", "Add", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
 	"BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Compress", "Concat", "Conv", "ConvTranspose", "Cos",
 	"CumSum", "DepthToSpace", "Div", "Dropout", "Einsum",
 	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu",
@@ -199,7 +199,7 @@ var runtimeOps = []string{
 // foldOnlyOps are evaluated at load or compile time when their inputs are
 // constants (shape arithmetic); they have no kernel.
 var foldOnlyOps = []string{
-	"And", "ArgMax", "ArgMin", "BitShift", "Constant", "ConstantOfShape", "Equal", "EyeLike", "Greater", "GreaterOrEqual", "If",
+	"And", "BitShift", "Constant", "ConstantOfShape", "Equal", "EyeLike", "Greater", "GreaterOrEqual", "If",
 	"IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "Not", "Or", "Range", "Shape", "Size", "Where", "Xor",
 }
 

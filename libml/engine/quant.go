@@ -63,9 +63,10 @@ func (m *Model) batchCoupled() error {
 }
 
 // intStorage reports whether runtime tensors of type d live in the arena
-// as float32 integer values (bool as 1 and 0: comparisons' results).
+// as float32 integer values (bool as 1 and 0: comparisons' results; int64
+// as ArgMax's and ArgMin's indices, exact below 2^24).
 func intStorage(d graph.DType) bool {
-	return d == graph.Uint8 || d == graph.Int8 || d == graph.Int32 || d == graph.Bool
+	return d == graph.Uint8 || d == graph.Int8 || d == graph.Int32 || d == graph.Bool || d == graph.Int64
 }
 
 // intStorageOps may read runtime integer tensors: they move or compare
@@ -78,7 +79,8 @@ var intStorageOps = map[string]bool{
 	"Gather": true, "MaxPool": true, "GlobalMaxPool": true,
 	"CastLike": true, "DepthToSpace": true, "SpaceToDepth": true, "Tile": true,
 	"GatherElements": true, "Trilu": true, "Where": true, "GatherND": true, "ScatterND": true,
-	"ScatterElements": true, "Scatter": true, "Compress": true, "Pad": true,
+	"ScatterElements": true, "Scatter": true, "Compress": true, "Pad": true, "OneHot": true,
+	"Equal": true, "Greater": true, "Less": true, "GreaterOrEqual": true, "LessOrEqual": true,
 	"QuantizeLinear": true, "DequantizeLinear": true, "MatMulInteger": true,
 	"ConvInteger": true, "QLinearMatMul": true, "QLinearConv": true,
 	opSelect: true,
