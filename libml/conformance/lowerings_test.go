@@ -250,3 +250,74 @@ func TestSoftmaxInPlace(t *testing.T) {
 		}
 	}
 }
+
+// A Pad of zeros on the spatial dimensions before a Conv folds into the
+// Conv's pads (no COPY builds the padded tensor) and gives the unfused
+// result; a Pad of another value, or on the channels, stays.
+func TestPadFoldsIntoConv(t *testing.T) {
+	be := cpuBackend(t)
+	w := &graph.Tensor{Name: "w", DType: graph.Float32, Dims: []int64{4, 3, 3, 3}, F32: make([]float32, 108)}
+	for i := range w.F32 {
+		w.F32[i] = float32((i*7)%13)/6 - 1
+	}
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{1, 3, 6, 5}, F32: make([]float32, 90)}
+	for i := range x.F32 {
+		x.F32[i] = float32((i*11)%17)/8 - 1
+	}
+	for _, c := range []struct {
+		name  string
+		pads  []int64
+		value float32
+		fold  bool
+	}{
+		{"spatial zeros", []int64{0, 0, 2, 1, 0, 0, 1, 3}, 0, true},
+		{"a value of 1", []int64{0, 0, 1, 1, 0, 0, 1, 1}, 1, false},
+		{"channels", []int64{0, 1, 1, 1, 0, 0, 1, 1}, 0, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cw := w
+			if c.pads[1] != 0 {
+				cw = &graph.Tensor{Name: "w", DType: graph.Float32, Dims: []int64{4, 4, 3, 3}, F32: make([]float32, 144)}
+				copy(cw.F32, w.F32)
+			}
+			g := &graph.Graph{Name: "padconv", Opset: 13,
+				Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
+				Outputs: []graph.ValueInfo{{Name: "y"}},
+				Initializers: []*graph.Tensor{cw, {Name: "p", DType: graph.Int64, Dims: []int64{8}, I64: c.pads},
+					{Name: "v", DType: graph.Float32, Dims: []int64{}, F32: []float32{c.value}}},
+				Nodes: []graph.Node{
+					{Name: "pad", Op: "Pad", Inputs: []string{"x", "p", "v"}, Outputs: []string{"xp"}},
+					{Name: "conv", Op: "Conv", Inputs: []string{"xp", "w"}, Outputs: []string{"y"},
+						Attrs: []graph.Attr{{Name: "pads", Kind: graph.AttrInts, Ints: []int64{1, 0, 0, 1}}}},
+				}}
+			m, err := engine.Load(g, engine.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := m.Compile(map[string][]int64{"x": x.Dims})
+			if err != nil {
+				t.Fatal(err)
+			}
+			copies := 0
+			for _, k := range p.Kernels {
+				if k.Op == engine.OpCopy || k.Op == engine.OpGather {
+					copies++
+				}
+			}
+			if (copies == 0) != c.fold {
+				t.Errorf("folded %v, want %v:\n%s", copies == 0, c.fold, p)
+			}
+			got, err := be.RunGraph(context.Background(), g, map[string]*graph.Tensor{"x": x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := foldGraph(g, []*graph.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Compare(got["y"], want["y"]); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -246,6 +246,7 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
 	}
 	m.fuseGelu()
+	m.fusePadConv()
 	m.splitRuntimeClip()
 	m.lowerCastF16()
 	m.dropDead()
@@ -253,6 +254,75 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
 	}
 	return m, nil
+}
+
+// fusePadConv folds a Pad into the Conv that alone reads it when the Pad
+// adds zeros on the spatial dimensions only (constant mode, value 0,
+// non-negative pads, none on N or C) and the Conv pads explicitly (no
+// auto_pad): the Conv's pads grow by the Pad's and the padded tensor is
+// never built (exported TensorFlow and Keras models pad so).
+func (m *Model) fusePadConv() {
+	cons := m.consumers()
+	prod := map[string]int{}
+	for i := range m.nodes {
+		for _, o := range m.nodes[i].Outputs {
+			prod[o] = i
+		}
+	}
+	for ci := range m.nodes {
+		cv := &m.nodes[ci]
+		if cv.Op != "Conv" || len(cv.Inputs) < 2 || cons[cv.Inputs[0]] != 1 {
+			continue
+		}
+		if ap := cv.AttrString("auto_pad", "NOTSET"); ap != "NOTSET" && ap != "" {
+			continue
+		}
+		pi, ok := prod[cv.Inputs[0]]
+		w := m.consts[cv.Inputs[1]]
+		if !ok || w == nil || len(w.Shape) < 3 {
+			continue
+		}
+		pn := &m.nodes[pi]
+		if pn.Op != "Pad" || (pn.Domain != "" && pn.Domain != "ai.onnx") || len(pn.Inputs) < 1 {
+			continue
+		}
+		ins := make([]*Tensor, len(pn.Inputs))
+		known := true
+		for i, in := range pn.Inputs {
+			if i > 0 && in != "" {
+				ins[i] = m.consts[in]
+				known = known && ins[i] != nil // else pads or value computed at run time
+			}
+		}
+		r := len(w.Shape)
+		mode, begin, end, value, err := padArgs(&ev{n: pn, opset: m.opset, ins: ins}, r)
+		if !known || err != nil || mode != "constant" || value != 0 || begin[0] != 0 || begin[1] != 0 || end[0] != 0 || end[1] != 0 {
+			continue
+		}
+		pads := cv.AttrInts("pads", make([]int64, 2*(r-2)))
+		if len(pads) != 2*(r-2) {
+			continue
+		}
+		fused := make([]int64, len(pads))
+		ok = true
+		for d := 0; d < r-2; d++ {
+			if begin[2+d] < 0 || end[2+d] < 0 {
+				ok = false
+			}
+			fused[d], fused[r-2+d] = pads[d]+begin[2+d], pads[r-2+d]+end[2+d]
+		}
+		if !ok {
+			continue
+		}
+		attrs := []graph.Attr{{Name: "pads", Kind: graph.AttrInts, Ints: fused}}
+		for _, a := range cv.Attrs {
+			if a.Name != "pads" && a.Name != "auto_pad" {
+				attrs = append(attrs, a)
+			}
+		}
+		cv.Attrs = attrs
+		cv.Inputs = append([]string{pn.Inputs[0]}, cv.Inputs[1:]...) // the Pad, unread, is dropped
+	}
 }
 
 // castLikeToCast makes CastLike n a Cast to its second input's type when
