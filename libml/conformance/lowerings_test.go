@@ -21,6 +21,17 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 	}
 	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
 	eq := func(e string) graph.Attr { return graph.Attr{Name: "equation", Kind: graph.AttrString, S: e} }
+	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
+	// grid is a sampling grid [n, oh, ow, 2] over [-1.3, 1.3]: inside the
+	// image and past its borders
+	grid := func(name string, n, oh, ow int64) *graph.Tensor {
+		t := &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{n, oh, ow, 2}}
+		t.F32 = make([]float32, t.NumElements())
+		for i := range t.F32 {
+			t.F32[i] = float32((i*29)%53)/20 - 1.3
+		}
+		return t
+	}
 	floats := func(name string, dims ...int64) *graph.Tensor {
 		t := &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims}
 		t.F32 = make([]float32, t.NumElements())
@@ -124,6 +135,21 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 			xdims: []int64{4, 3, 2}, inits: []*graph.Tensor{floats("y", 2, 4, 5)}, kernel: "copy"},
 		{name: "einsum-transpose", node: graph.Node{Op: "Einsum", Inputs: []string{"x"}, Attrs: []graph.Attr{eq("ijk->kij")}},
 			xdims: []int64{2, 3, 4}, kernel: "copy"},
+		// GridSample: every mode and padding, the grid fed as a constant
+		{name: "gridsample-bicubic-zeros", node: graph.Node{Op: "GridSample", Inputs: []string{"x", "g"}, Attrs: []graph.Attr{str("mode", "bicubic")}},
+			xdims: []int64{2, 3, 4, 5}, inits: []*graph.Tensor{grid("g", 2, 3, 4)}, opset: 16, kernel: "gridsample"},
+		{name: "gridsample-bicubic-reflection-aligned", node: graph.Node{Op: "GridSample", Inputs: []string{"x", "g"},
+			Attrs: []graph.Attr{str("mode", "bicubic"), str("padding_mode", "reflection"), attr("align_corners", 1)}},
+			xdims: []int64{1, 2, 4, 5}, inits: []*graph.Tensor{grid("g", 1, 5, 3)}, opset: 16, kernel: "gridsample"},
+		{name: "gridsample-bicubic-border", node: graph.Node{Op: "GridSample", Inputs: []string{"x", "g"},
+			Attrs: []graph.Attr{str("mode", "bicubic"), str("padding_mode", "border")}},
+			xdims: []int64{1, 2, 4, 5}, inits: []*graph.Tensor{grid("g", 1, 5, 3)}, opset: 16, kernel: "gridsample"},
+		{name: "gridsample-bilinear-reflection", node: graph.Node{Op: "GridSample", Inputs: []string{"x", "g"},
+			Attrs: []graph.Attr{str("padding_mode", "reflection")}},
+			xdims: []int64{1, 3, 3, 4}, inits: []*graph.Tensor{grid("g", 1, 4, 4)}, opset: 16, kernel: "gridsample"},
+		{name: "gridsample-nearest-border-aligned", node: graph.Node{Op: "GridSample", Inputs: []string{"x", "g"},
+			Attrs: []graph.Attr{str("mode", "nearest"), str("padding_mode", "border"), attr("align_corners", 1)}},
+			xdims: []int64{1, 3, 3, 4}, inits: []*graph.Tensor{grid("g", 1, 4, 4)}, opset: 16, kernel: "gridsample"},
 		// ArgMax / ArgMin at run time: int64 indices as float32 values;
 		// ties, the first or (select_last_index) the last
 		{name: "argmax-axis1-ties", node: graph.Node{Op: "ArgMax", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},

@@ -70,6 +70,7 @@ var nodeSkips = map[string]string{
 	// Reference data of libonnx-testdata 1.12 that later ONNX releases fixed.
 	"test_resize_downsample_scales_linear_align_corners": "engine and ONNX Runtime both give 4; the 1.12 reference 3.142857",
 	"test_resize_downsample_scales_cubic_align_corners":  "engine and ONNX Runtime agree exactly ([1 2.5 4 7 ...]); the 1.12 reference ([1 2.395 3.790 ...]) differs",
+	"test_gridsample_bicubic":                            "the 1.12 reference is rounded to 4 decimals: -0.1406 for -0.140625 (-9/64, exact for these inputs); TestRuntimeLoweringsMatchReference checks bicubic sampling against the float64 reference",
 	// Integer exponents.
 	// Types the engine does not compute in.
 	"test_cast_FLOAT_to_BFLOAT16*":     "bfloat16 is not an engine type",

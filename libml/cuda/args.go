@@ -15,26 +15,27 @@ type Op int32
 
 // Kernel operations.
 const (
-	OpNop       Op = 0
-	OpGemm      Op = 1
-	OpConv      Op = 2
-	OpIm2col    Op = 3
-	OpDWConv    Op = 4
-	OpCol2im    Op = 5
-	OpPool      Op = 6
-	OpGPool     Op = 7
-	OpUnary     Op = 8
-	OpBinary    Op = 9
-	OpChAffine  Op = 10
-	OpSoftmax   Op = 11
-	OpLayerNorm Op = 12
-	OpReduce    Op = 13
-	OpCopy      Op = 14
-	OpResize    Op = 15
-	OpGather    Op = 16
-	OpQuant     Op = 17
-	OpQGemm     Op = 18
-	OpCount     Op = 19
+	OpNop        Op = 0
+	OpGemm       Op = 1
+	OpConv       Op = 2
+	OpIm2col     Op = 3
+	OpDWConv     Op = 4
+	OpCol2im     Op = 5
+	OpPool       Op = 6
+	OpGPool      Op = 7
+	OpUnary      Op = 8
+	OpBinary     Op = 9
+	OpChAffine   Op = 10
+	OpSoftmax    Op = 11
+	OpLayerNorm  Op = 12
+	OpReduce     Op = 13
+	OpCopy       Op = 14
+	OpResize     Op = 15
+	OpGather     Op = 16
+	OpQuant      Op = 17
+	OpQGemm      Op = 18
+	OpGridSample Op = 19
+	OpCount      Op = 20
 )
 
 // opKernels names each operation's kernel entry.
@@ -45,7 +46,7 @@ var opKernels = [OpCount]string{
 	OpChAffine: "sg_chaffine", OpSoftmax: "sg_softmax",
 	OpLayerNorm: "sg_layernorm", OpReduce: "sg_reduce", OpCopy: "sg_copy",
 	OpResize: "sg_resize", OpGather: "sg_gather",
-	OpQuant: "sg_quant", OpQGemm: "sg_qgemm",
+	OpQuant: "sg_quant", OpQGemm: "sg_qgemm", OpGridSample: "sg_gridsample",
 }
 
 // KernelName is the name of op's kernel entry ("" for OpNop and unknown

@@ -294,6 +294,21 @@ func plan(op Op, a *Args, v int) (int64, error) {
 		return elemGrid(n), nil
 	case OpQGemm:
 		return planQGemm(a)
+	case OpGridSample:
+		n, err := positive(p, 0, 1, 4, 5)
+		if err != nil {
+			return 0, err
+		}
+		if err := atLeast1(p, 2, 3); err != nil {
+			return 0, err
+		}
+		if p[6] < 0 || p[6] > 2 || p[7] < 0 || p[7] > 2 || p[8] < 0 || p[8] > 1 {
+			return 0, fmt.Errorf("mode %d padding %d align_corners %d", p[6], p[7], p[8])
+		}
+		if a.In[0] == 0 || a.In[1] == 0 {
+			return 0, errors.New("input or grid missing")
+		}
+		return elemGrid(n), nil
 	}
 	return 0, fmt.Errorf("unknown operation %d", op)
 }

@@ -116,6 +116,33 @@ func TestRearrangeOpsEmu(t *testing.T) {
 	in3 := zoo.Input(7, 2*inst3.InputSize())
 	agree(t, "einsum", infer(t, b, inst3, 2, in3), infer(t, ref, rinst3, 2, in3), tol)
 
+	// GridSample, bicubic with reflection and bilinear with zeros, the
+	// grid computed at run time from the input
+	gs := func(name, mode, pad string, in, out string) graph.Node {
+		return graph.Node{Name: name, Op: "GridSample", Inputs: []string{"x", in}, Outputs: []string{out},
+			Attrs: []graph.Attr{str("mode", mode), str("padding_mode", pad)}}
+	}
+	g5 := &graph.Graph{Name: "gridsample", Opset: 16,
+		Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 2, 4, 5}}},
+		Outputs:      []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{{Name: "shape", DType: graph.Int64, Dims: []int64{4}, I64: []int64{1, 4, 5, 2}}},
+		Nodes: []graph.Node{
+			{Name: "t", Op: "Tanh", Inputs: []string{"x"}, Outputs: []string{"tx"}},
+			{Name: "r", Op: "Reshape", Inputs: []string{"tx", "shape"}, Outputs: []string{"grid"}},
+			gs("a", "bicubic", "reflection", "grid", "ya"),
+			gs("b", "bilinear", "zeros", "grid", "yb"),
+			{Name: "s", Op: "Add", Inputs: []string{"ya", "yb"}, Outputs: []string{"y"}},
+		}}
+	inst5 := load(t, b, "gridsample", g5, 1)
+	defer inst5.Close()
+	rinst5 := load(t, ref, "gridsample", g5, 1)
+	defer rinst5.Close()
+	in5 := zoo.Input(9, inst5.InputSize())
+	for i := range in5 {
+		in5[i] *= 3 // grid points past the borders too
+	}
+	agree(t, "gridsample", infer(t, b, inst5, 1, in5), infer(t, ref, rinst5, 1, in5), tol)
+
 	// ArgMax at run time: its int64 indices come back as float32 values
 	g4 := &graph.Graph{Name: "argmax", Opset: 13,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 4, 6}}},

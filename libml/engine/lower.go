@@ -80,6 +80,8 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerEinsum(g)
 	case n.Op == "ArgMax" || n.Op == "ArgMin":
 		return c.lowerArgMinMax(g)
+	case n.Op == "GridSample":
+		return c.lowerGridSample(g)
 	case n.Op == "MaxPool" || n.Op == "AveragePool":
 		return c.lowerPool(g)
 	case n.Op == "GlobalAveragePool" || n.Op == "GlobalMaxPool":

@@ -10,31 +10,32 @@ type Op int32
 
 // Kernel operations.
 const (
-	OpNop       Op = 0
-	OpGemm      Op = 1
-	OpConv      Op = 2
-	OpIm2col    Op = 3
-	OpDWConv    Op = 4
-	OpCol2im    Op = 5
-	OpPool      Op = 6
-	OpGPool     Op = 7
-	OpUnary     Op = 8
-	OpBinary    Op = 9
-	OpChAffine  Op = 10
-	OpSoftmax   Op = 11
-	OpLayerNorm Op = 12
-	OpReduce    Op = 13
-	OpCopy      Op = 14
-	OpResize    Op = 15
-	OpGather    Op = 16
-	OpQuant     Op = 17
-	OpQGemm     Op = 18
-	OpCount     Op = 19
+	OpNop        Op = 0
+	OpGemm       Op = 1
+	OpConv       Op = 2
+	OpIm2col     Op = 3
+	OpDWConv     Op = 4
+	OpCol2im     Op = 5
+	OpPool       Op = 6
+	OpGPool      Op = 7
+	OpUnary      Op = 8
+	OpBinary     Op = 9
+	OpChAffine   Op = 10
+	OpSoftmax    Op = 11
+	OpLayerNorm  Op = 12
+	OpReduce     Op = 13
+	OpCopy       Op = 14
+	OpResize     Op = 15
+	OpGather     Op = 16
+	OpQuant      Op = 17
+	OpQGemm      Op = 18
+	OpGridSample Op = 19
+	OpCount      Op = 20
 )
 
 var opNames = [...]string{"nop", "gemm", "conv", "im2col", "dwconv", "col2im",
 	"pool", "gpool", "unary", "binary", "chaffine", "softmax", "layernorm",
-	"reduce", "copy", "resize", "gather", "quant", "qgemm"}
+	"reduce", "copy", "resize", "gather", "quant", "qgemm", "gridsample"}
 
 // String is the kernel operation's short name.
 func (o Op) String() string {
@@ -185,7 +186,7 @@ var runtimeOps = []string{
 	"Abs", "Acos", "Add", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
 	"BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Compress", "Concat", "Conv", "ConvTranspose", "Cos",
 	"CumSum", "DepthToSpace", "Div", "Dropout", "Einsum",
-	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu",
+	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "GridSample",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
 	"HardSwish", "Identity", "LSTM", "LayerNormalization", "LeakyRelu", "Log",
 	"LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mod", "Mul", "Neg", "PRelu",

@@ -69,7 +69,8 @@ enum sk_op {
 	SK_OP_GATHER = 16,   /* gather along an axis with constant indices */
 	SK_OP_QUANT = 17,    /* quantise / dequantise (integers stored as float) */
 	SK_OP_QGEMM = 18,    /* integer GEMM, exact int32 sums (quant.c) */
-	SK_OP_COUNT = 19
+	SK_OP_GRIDSAMPLE = 19, /* GridSample: bilinear / nearest / bicubic */
+	SK_OP_COUNT = 20
 };
 
 /* Activation / unary codes (p[SKP_ACT] of fused epilogues, SK_OP_UNARY). */
@@ -188,6 +189,9 @@ enum sk_reduce {
  *          1 round_prefer_ceil, 2 floor, 3 ceil) 8 exclude_outside (cubic).
  *          f: 0 scale_h 1 scale_w 2 cubic_coeff_a.
  * GATHER   aux = indices. p: 0 outer 1 axis 2 inner 3 nidx.
+ * GRIDSAMPLE in X [N,C,H,W], grid [N,OH,OW,2]. p: 0 N 1 C 2 H 3 W 4 OH
+ *          5 OW 6 mode (0 bilinear, 1 nearest, 2 bicubic) 7 padding (0
+ *          zeros, 1 border, 2 reflection) 8 align_corners.
  * QUANT    in X,scale,zp (zp nullable; both of length C). p: 0 n 1 C
  *          2 inner (channel of element i: (i/inner)%C) 3 mode (0
  *          y = clamp(rint(x/scale)+zp), 1 y = (x-zp)*scale, 2 and 3: one
@@ -512,6 +516,8 @@ void sk_prep_resize(sk_kernel *k, int units);
 void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_gather(sk_kernel *k, int units);
 void sk_block_gather(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_gridsample(sk_kernel *k, int units);
+void sk_block_gridsample(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_quant(sk_kernel *k, int units);
 void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_qgemm(sk_kernel *k, int units);
