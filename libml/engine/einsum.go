@@ -194,19 +194,7 @@ func refEinsum(e *ev) ([]*Tensor, error) {
 		}
 		acc[i/inner] += p
 	}
-	y := &Tensor{DType: e.ins[0].DType, Shape: oshape}
-	if y.IsFloat() {
-		y.F = make([]float32, len(acc))
-		for i, v := range acc {
-			y.F[i] = float32(v)
-		}
-	} else {
-		y.I = make([]int64, len(acc))
-		for i, v := range acc {
-			y.I[i] = int64(v)
-		}
-	}
-	return one(y)
+	return one(fromValues(e.ins[0].DType, oshape, acc))
 }
 
 // labelView returns dims and strides reading operand labels l (shape sh)

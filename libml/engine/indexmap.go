@@ -402,7 +402,6 @@ func refIndexMap(e *ev) ([]*Tensor, error) {
 		}
 		srcs = append(srcs, t)
 	}
-	y := &Tensor{DType: x.DType, Shape: im.oshape}
 	var flat []float64
 	for _, t := range srcs {
 		for i := int64(0); i < t.Len(); i++ {
@@ -412,18 +411,29 @@ func refIndexMap(e *ev) ([]*Tensor, error) {
 	for _, v := range im.extra {
 		flat = append(flat, float64(v))
 	}
-	if x.IsFloat() {
-		y.F = make([]float32, len(im.m))
-		for i, j := range im.m {
-			y.F[i] = float32(flat[j])
-		}
-	} else {
-		y.I = make([]int64, len(im.m))
-		for i, j := range im.m {
-			y.I[i] = int64(flat[j])
-		}
+	vals := make([]float64, len(im.m))
+	for i, j := range im.m {
+		vals[i] = flat[j]
 	}
-	return one(y)
+	return one(fromValues(x.DType, im.oshape, vals))
+}
+
+// fromValues is a tensor of type dt and shape holding vals (float types
+// rounded to float32, integer types truncated).
+func fromValues(dt graph.DType, shape []int64, vals []float64) *Tensor {
+	y := &Tensor{DType: dt, Shape: shape}
+	if y.IsFloat() {
+		y.F = make([]float32, len(vals))
+		for i, v := range vals {
+			y.F[i] = float32(v)
+		}
+		return y
+	}
+	y.I = make([]int64, len(vals))
+	for i, v := range vals {
+		y.I[i] = int64(v)
+	}
+	return y
 }
 
 // refScatterReduce is ScatterND or ScatterElements with reduction add,
@@ -436,8 +446,8 @@ func refScatterReduce(e *ev) ([]*Tensor, error) {
 	default:
 		return nil, fmt.Errorf("reduction %q, want none, add, mul, max or min", red)
 	}
-	// the index map of the same scatter without a reduction says where
-	// each update goes; rebuilding it per update keeps duplicates apart
+	// each update element combined with its target in order: duplicates
+	// combine too
 	x, err := e.need(0)
 	if err != nil {
 		return nil, err
@@ -474,19 +484,7 @@ func refScatterReduce(e *ev) ([]*Tensor, error) {
 			vals[at] = min(vals[at], v)
 		}
 	}
-	y := &Tensor{DType: x.DType, Shape: x.Shape}
-	if x.IsFloat() {
-		y.F = make([]float32, len(vals))
-		for i, v := range vals {
-			y.F[i] = float32(v)
-		}
-	} else {
-		y.I = make([]int64, len(vals))
-		for i, v := range vals {
-			y.I[i] = int64(v)
-		}
-	}
-	return one(y)
+	return one(fromValues(x.DType, x.Shape, vals))
 }
 
 // scatterTargets is the data position each update element goes to.
@@ -753,7 +751,6 @@ func refOneHot(e *ev) ([]*Tensor, error) {
 	}
 	outer, inner := numel(ix.Shape[:axis]), numel(ix.Shape[axis:])
 	off, on := vt.at(0), vt.at(1)
-	y := &Tensor{DType: vt.DType, Shape: oshape}
 	vals := make([]float64, numel(oshape))
 	for o := int64(0); o < outer; o++ {
 		for i := int64(0); i < inner; i++ {
@@ -770,18 +767,7 @@ func refOneHot(e *ev) ([]*Tensor, error) {
 			}
 		}
 	}
-	if vt.IsFloat() {
-		y.F = make([]float32, len(vals))
-		for i, v := range vals {
-			y.F[i] = float32(v)
-		}
-	} else {
-		y.I = make([]int64, len(vals))
-		for i, v := range vals {
-			y.I[i] = int64(v)
-		}
-	}
-	return one(y)
+	return one(fromValues(vt.DType, oshape, vals))
 }
 
 // lowerOneHot runs OneHot on float indices computed at run time: negative
