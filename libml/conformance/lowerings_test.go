@@ -150,6 +150,16 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 		{name: "gridsample-nearest-border-aligned", node: graph.Node{Op: "GridSample", Inputs: []string{"x", "g"},
 			Attrs: []graph.Attr{str("mode", "nearest"), str("padding_mode", "border"), attr("align_corners", 1)}},
 			xdims: []int64{1, 3, 3, 4}, inits: []*graph.Tensor{grid("g", 1, 4, 4)}, opset: 16, kernel: "gridsample"},
+		// TopK: values and indices (int64 as float32 values), ties to the
+		// lower index, largest and smallest, an inner axis
+		{name: "topk-values-ties", node: graph.Node{Op: "TopK", Inputs: []string{"x", "k"}, Outputs: []string{"out", ""}, Attrs: []graph.Attr{attr("axis", 1)}},
+			xdims: []int64{2, 6, 2}, x: []float32{1, 5, 3, 5, 3, 1, 2, 5, 5, 0, 3, 2, 0, 0, 0, 0, -1, 0, 4, 4, 0, 2, 4, 9},
+			inits: []*graph.Tensor{ints("k", []int64{1}, 3)}, opset: 11, kernel: "topk"},
+		{name: "topk-indices-ties", node: graph.Node{Op: "TopK", Inputs: []string{"x", "k"}, Outputs: []string{"", "out"}, Attrs: []graph.Attr{attr("axis", 1)}},
+			xdims: []int64{2, 6, 2}, x: []float32{1, 5, 3, 5, 3, 1, 2, 5, 5, 0, 3, 2, 0, 0, 0, 0, -1, 0, 4, 4, 0, 2, 4, 9},
+			inits: []*graph.Tensor{ints("k", []int64{1}, 3)}, opset: 11, kernel: "topk"},
+		{name: "topk-smallest-last-axis", node: graph.Node{Op: "TopK", Inputs: []string{"x", "k"}, Outputs: []string{"", "out"}, Attrs: []graph.Attr{attr("largest", 0)}},
+			xdims: []int64{3, 40}, inits: []*graph.Tensor{ints("k", []int64{1}, 40)}, opset: 11, kernel: "topk"},
 		// ArgMax / ArgMin at run time: int64 indices as float32 values;
 		// ties, the first or (select_last_index) the last
 		{name: "argmax-axis1-ties", node: graph.Node{Op: "ArgMax", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},
@@ -167,7 +177,10 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n := c.node
-			n.Name, n.Outputs = c.name, []string{"out"}
+			n.Name = c.name
+			if n.Outputs == nil {
+				n.Outputs = []string{"out"}
+			}
 			opset := c.opset
 			if opset == 0 {
 				opset = 17

@@ -35,7 +35,8 @@ const (
 	OpQuant      Op = 17
 	OpQGemm      Op = 18
 	OpGridSample Op = 19
-	OpCount      Op = 20
+	OpTopK       Op = 20
+	OpCount      Op = 21
 )
 
 // opKernels names each operation's kernel entry.
@@ -46,7 +47,7 @@ var opKernels = [OpCount]string{
 	OpChAffine: "sg_chaffine", OpSoftmax: "sg_softmax",
 	OpLayerNorm: "sg_layernorm", OpReduce: "sg_reduce", OpCopy: "sg_copy",
 	OpResize: "sg_resize", OpGather: "sg_gather",
-	OpQuant: "sg_quant", OpQGemm: "sg_qgemm", OpGridSample: "sg_gridsample",
+	OpQuant: "sg_quant", OpQGemm: "sg_qgemm", OpGridSample: "sg_gridsample", OpTopK: "sg_topk",
 }
 
 // KernelName is the name of op's kernel entry ("" for OpNop and unknown

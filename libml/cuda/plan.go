@@ -309,6 +309,18 @@ func plan(op Op, a *Args, v int) (int64, error) {
 			return 0, errors.New("input or grid missing")
 		}
 		return elemGrid(n), nil
+	case OpTopK:
+		n, err := positive(p, 0, 1, 2)
+		if err != nil {
+			return 0, err
+		}
+		if p[3] < 1 || p[3] > p[1] || p[4] < 0 || p[4] > 1 || p[5] < 0 || p[5] > 1 {
+			return 0, fmt.Errorf("k %d of %d, largest %d, indices %d", p[3], p[1], p[4], p[5])
+		}
+		if a.In[0] == 0 {
+			return 0, errors.New("input missing")
+		}
+		return elemGrid(n), nil
 	}
 	return 0, fmt.Errorf("unknown operation %d", op)
 }

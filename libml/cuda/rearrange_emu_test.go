@@ -143,6 +143,28 @@ func TestRearrangeOpsEmu(t *testing.T) {
 	}
 	agree(t, "gridsample", infer(t, b, inst5, 1, in5), infer(t, ref, rinst5, 1, in5), tol)
 
+	// TopK: values plus indices (as float32), ties among them
+	g6 := &graph.Graph{Name: "topk", Opset: 11,
+		Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 3, 50}}},
+		Outputs:      []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{ints("k", []int64{1}, 7)},
+		Nodes: []graph.Node{
+			{Name: "fl", Op: "Floor", Inputs: []string{"x"}, Outputs: []string{"xf"}},
+			{Name: "tk", Op: "TopK", Inputs: []string{"xf", "k"}, Outputs: []string{"v", "i"}},
+			{Name: "c", Op: "Cast", Inputs: []string{"i"}, Outputs: []string{"fi"},
+				Attrs: []graph.Attr{{Name: "to", Kind: graph.AttrInt, I: int64(graph.Float32)}}},
+			{Name: "s", Op: "Mul", Inputs: []string{"v", "fi"}, Outputs: []string{"y"}},
+		}}
+	inst6 := load(t, b, "topk", g6, 2)
+	defer inst6.Close()
+	rinst6 := load(t, ref, "topk", g6, 2)
+	defer rinst6.Close()
+	in6 := zoo.Input(10, 2*inst6.InputSize())
+	for i := range in6 {
+		in6[i] *= 8 // Floor makes ties
+	}
+	agree(t, "topk", infer(t, b, inst6, 2, in6), infer(t, ref, rinst6, 2, in6), 0)
+
 	// ArgMax at run time: its int64 indices come back as float32 values
 	g4 := &graph.Graph{Name: "argmax", Opset: 13,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 4, 6}}},

@@ -82,6 +82,8 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerArgMinMax(g)
 	case n.Op == "GridSample":
 		return c.lowerGridSample(g)
+	case n.Op == "TopK":
+		return c.lowerTopK(g)
 	case n.Op == "MaxPool" || n.Op == "AveragePool":
 		return c.lowerPool(g)
 	case n.Op == "GlobalAveragePool" || n.Op == "GlobalMaxPool":

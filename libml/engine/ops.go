@@ -30,12 +30,13 @@ const (
 	OpQuant      Op = 17
 	OpQGemm      Op = 18
 	OpGridSample Op = 19
-	OpCount      Op = 20
+	OpTopK       Op = 20
+	OpCount      Op = 21
 )
 
 var opNames = [...]string{"nop", "gemm", "conv", "im2col", "dwconv", "col2im",
 	"pool", "gpool", "unary", "binary", "chaffine", "softmax", "layernorm",
-	"reduce", "copy", "resize", "gather", "quant", "qgemm", "gridsample"}
+	"reduce", "copy", "resize", "gather", "quant", "qgemm", "gridsample", "topk"}
 
 // String is the kernel operation's short name.
 func (o Op) String() string {
@@ -193,7 +194,7 @@ var runtimeOps = []string{
 	"OneHot", "Pad", "Pow", "RNN", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
 	"ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
 	"Resize", "Round", "Scatter", "ScatterElements", "ScatterND", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
-	"SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Tile", "Transpose",
+	"SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Tile", "TopK", "Transpose",
 	"Trilu", "ThresholdedRelu", "Unsqueeze", "Upsample",
 }
 

@@ -45,6 +45,7 @@ const (
 	OpQuant      = int32(C.SK_OP_QUANT)
 	OpQGemm      = int32(C.SK_OP_QGEMM)
 	OpGridSample = int32(C.SK_OP_GRIDSAMPLE)
+	OpTopK       = int32(C.SK_OP_TOPK)
 	OpCount      = int32(C.SK_OP_COUNT)
 )
 

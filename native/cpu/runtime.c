@@ -246,6 +246,7 @@ static const struct {
 	[SK_OP_QUANT] = {sk_prep_quant, sk_block_quant},
 	[SK_OP_QGEMM] = {sk_prep_qgemm, sk_block_qgemm},
 	[SK_OP_GRIDSAMPLE] = {sk_prep_gridsample, sk_block_gridsample},
+	[SK_OP_TOPK] = {sk_prep_topk, sk_block_topk},
 };
 
 int sk_kernel_prepare(sk_kernel *k, int units)

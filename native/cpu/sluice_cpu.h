@@ -70,7 +70,8 @@ enum sk_op {
 	SK_OP_QUANT = 17,    /* quantise / dequantise (integers stored as float) */
 	SK_OP_QGEMM = 18,    /* integer GEMM, exact int32 sums (quant.c) */
 	SK_OP_GRIDSAMPLE = 19, /* GridSample: bilinear / nearest / bicubic */
-	SK_OP_COUNT = 20
+	SK_OP_TOPK = 20,     /* TopK: values or indices of the k best */
+	SK_OP_COUNT = 21
 };
 
 /* Activation / unary codes (p[SKP_ACT] of fused epilogues, SK_OP_UNARY). */
@@ -192,6 +193,8 @@ enum sk_reduce {
  * GRIDSAMPLE in X [N,C,H,W], grid [N,OH,OW,2]. p: 0 N 1 C 2 H 3 W 4 OH
  *          5 OW 6 mode (0 bilinear, 1 nearest, 2 bicubic) 7 padding (0
  *          zeros, 1 border, 2 reflection) 8 align_corners.
+ * TOPK     p: 0 outer 1 n (the axis) 2 inner 3 k 4 largest 5 indices (1:
+ *          write the indices as float32, 0: the values); out [outer,k,inner].
  * QUANT    in X,scale,zp (zp nullable; both of length C). p: 0 n 1 C
  *          2 inner (channel of element i: (i/inner)%C) 3 mode (0
  *          y = clamp(rint(x/scale)+zp), 1 y = (x-zp)*scale, 2 and 3: one
@@ -518,6 +521,8 @@ void sk_prep_gather(sk_kernel *k, int units);
 void sk_block_gather(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_gridsample(sk_kernel *k, int units);
 void sk_block_gridsample(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_topk(sk_kernel *k, int units);
+void sk_block_topk(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_quant(sk_kernel *k, int units);
 void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_qgemm(sk_kernel *k, int units);
