@@ -150,6 +150,13 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 		{name: "gridsample-nearest-border-aligned", node: graph.Node{Op: "GridSample", Inputs: []string{"x", "g"},
 			Attrs: []graph.Attr{str("mode", "nearest"), str("padding_mode", "border"), attr("align_corners", 1)}},
 			xdims: []int64{1, 3, 3, 4}, inits: []*graph.Tensor{grid("g", 1, 4, 4)}, opset: 16, kernel: "gridsample"},
+		{name: "reversesequence-rank3", node: graph.Node{Op: "ReverseSequence", Inputs: []string{"x", "l"},
+			Attrs: []graph.Attr{attr("batch_axis", 1), attr("time_axis", 0)}},
+			xdims: []int64{5, 3, 2}, inits: []*graph.Tensor{ints("l", []int64{3}, 5, 0, 3)}, kernel: "gather"},
+		{name: "maxunpool-1d-pads", node: graph.Node{Op: "MaxUnpool", Inputs: []string{"x", "i"},
+			Attrs: []graph.Attr{{Name: "kernel_shape", Kind: graph.AttrInts, Ints: []int64{3}},
+				{Name: "strides", Kind: graph.AttrInts, Ints: []int64{2}}, {Name: "pads", Kind: graph.AttrInts, Ints: []int64{1, 0}}}},
+			xdims: []int64{1, 2, 3}, inits: []*graph.Tensor{ints("i", []int64{1, 2, 3}, 0, 3, 5, 7, 8, 11)}, kernel: "gather"},
 		// TopK: values and indices (int64 as float32 values), ties to the
 		// lower index, largest and smallest, an inner axis
 		{name: "topk-values-ties", node: graph.Node{Op: "TopK", Inputs: []string{"x", "k"}, Outputs: []string{"out", ""}, Attrs: []graph.Attr{attr("axis", 1)}},

@@ -30,7 +30,7 @@ type indexMap struct {
 // indexMapOps are the operators indexMapOf describes.
 var indexMapOps = map[string]bool{
 	"GatherND": true, "ScatterND": true, "ScatterElements": true, "Scatter": true,
-	"Compress": true, "Pad": true,
+	"Compress": true, "Pad": true, "ReverseSequence": true, "MaxUnpool": true,
 }
 
 // indexMapOf computes node e.n's index map from its constant inputs and
@@ -51,6 +51,10 @@ func indexMapOf(e *ev) (*indexMap, error) {
 		return compressMap(e, x.Shape)
 	case "Pad":
 		return padMap(e, x.Shape)
+	case "ReverseSequence":
+		return reverseSequenceMap(e, x.Shape)
+	case "MaxUnpool":
+		return maxUnpoolMap(e, x.Shape)
 	}
 	return nil, fmt.Errorf("%s has no index map", e.n.Op)
 }
@@ -262,6 +266,94 @@ func compressMap(e *ev, xs []int64) (*indexMap, error) {
 		}
 	}
 	return &indexMap{oshape: oshape, srcs: []int{0}, m: m}, nil
+}
+
+// reverseSequenceMap: each batch entry's first sequence_lens[b] steps
+// along the time axis reversed, the rest as they are.
+func reverseSequenceMap(e *ev, xs []int64) (*indexMap, error) {
+	lt, err := e.indexIn(1, "sequence_lens")
+	if err != nil {
+		return nil, err
+	}
+	ba, ta := e.n.AttrInt("batch_axis", 1), e.n.AttrInt("time_axis", 0)
+	if len(xs) < 2 || ba < 0 || ba > 1 || ta < 0 || ta > 1 || ba == ta {
+		return nil, fmt.Errorf("batch_axis %d and time_axis %d for an input of rank %d", ba, ta, len(xs))
+	}
+	lens := lt.ints()
+	if int64(len(lens)) != xs[ba] {
+		return nil, fmt.Errorf("%d sequence lengths for a batch of %d", len(lens), xs[ba])
+	}
+	st := stridesOf(xs)
+	m := identityMap(numel(xs))
+	coord := make([]int64, len(xs))
+	for i := range m {
+		unravel(int64(i), xs, coord)
+		b, t := coord[ba], coord[ta]
+		if l := lens[b]; l < 0 || l > xs[ta] {
+			return nil, fmt.Errorf("sequence length %d for a time axis of %d", l, xs[ta])
+		} else if t < l {
+			m[i] += (l - 1 - 2*t) * st[ta]
+		}
+	}
+	return &indexMap{oshape: xs, srcs: []int{0}, m: m}, nil
+}
+
+// maxUnpoolMap: zeros of the output's shape with X's values at the
+// positions its indices (MaxPool's) name. The indices are flat positions
+// in the shape the pooling's kernel, strides and pads give; an
+// output_shape larger than that holds them at the same coordinates (ONNX's
+// reference), the rest zeros.
+func maxUnpoolMap(e *ev, xs []int64) (*indexMap, error) {
+	it, err := e.indexIn(1, "indices")
+	if err != nil {
+		return nil, err
+	}
+	if !eqShape(it.Shape, xs) || len(xs) < 3 {
+		return nil, fmt.Errorf("indices %v for X %v: want X's shape, of rank 3 or more", it.Shape, xs)
+	}
+	sp := len(xs) - 2
+	ks, strides := e.n.AttrInts("kernel_shape", nil), e.n.AttrInts("strides", nil)
+	pads := e.n.AttrInts("pads", make([]int64, 2*sp))
+	if len(ks) != sp || len(pads) != 2*sp || (strides != nil && len(strides) != sp) {
+		return nil, fmt.Errorf("kernel_shape %v, strides %v, pads %v for %d spatial dimensions", ks, strides, pads, sp)
+	}
+	dshape := append([]int64{}, xs[:2]...)
+	for d := 0; d < sp; d++ {
+		s := int64(1)
+		if strides != nil {
+			s = strides[d]
+		}
+		dshape = append(dshape, (xs[2+d]-1)*s+ks[d]-pads[d]-pads[sp+d])
+	}
+	oshape := dshape
+	if ot, err := e.constIn(2, "output_shape"); err != nil {
+		return nil, err
+	} else if ot != nil {
+		if oshape = ot.ints(); len(oshape) != len(xs) {
+			return nil, fmt.Errorf("output_shape %v for X of rank %d", oshape, len(xs))
+		}
+	}
+	total, dtotal := numel(oshape), numel(dshape)
+	m := make([]int64, total)
+	for i := range m {
+		m[i] = numel(xs) // the zero after X
+	}
+	ost := stridesOf(oshape)
+	coord := make([]int64, len(xs))
+	for i, v := range it.ints() {
+		if v < 0 || v >= dtotal {
+			return nil, fmt.Errorf("index %d out of range for an unpooled shape %v", v, dshape)
+		}
+		unravel(v, dshape, coord)
+		inside := true
+		for d, c := range coord {
+			inside = inside && c < oshape[d]
+		}
+		if inside {
+			m[dot(coord, ost)] = int64(i)
+		}
+	}
+	return &indexMap{oshape: oshape, srcs: []int{0}, extra: []float32{0}, m: m}, nil
 }
 
 // padArgs reads Pad's mode, per-axis begin and end pads and constant

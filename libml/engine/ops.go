@@ -190,10 +190,10 @@ var runtimeOps = []string{
 	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "GridSample",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
 	"HardSwish", "Identity", "LSTM", "LayerNormalization", "LeakyRelu", "Log",
-	"LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mod", "Mul", "Neg", "PRelu",
+	"LogSoftmax", "MatMul", "Max", "MaxPool", "MaxUnpool", "Min", "Mod", "Mul", "Neg", "PRelu",
 	"OneHot", "Pad", "Pow", "RNN", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
 	"ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
-	"Resize", "Round", "Scatter", "ScatterElements", "ScatterND", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
+	"Resize", "ReverseSequence", "Round", "Scatter", "ScatterElements", "ScatterND", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
 	"SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Tile", "TopK", "Transpose",
 	"Trilu", "ThresholdedRelu", "Unsqueeze", "Upsample",
 }

@@ -79,7 +79,7 @@ var intStorageOps = map[string]bool{
 	"Gather": true, "MaxPool": true, "GlobalMaxPool": true,
 	"CastLike": true, "DepthToSpace": true, "SpaceToDepth": true, "Tile": true,
 	"GatherElements": true, "Trilu": true, "Where": true, "GatherND": true, "ScatterND": true,
-	"ScatterElements": true, "Scatter": true, "Compress": true, "Pad": true, "OneHot": true,
+	"ScatterElements": true, "Scatter": true, "Compress": true, "Pad": true, "OneHot": true, "ReverseSequence": true, "MaxUnpool": true,
 	"Equal": true, "Greater": true, "Less": true, "GreaterOrEqual": true, "LessOrEqual": true,
 	"QuantizeLinear": true, "DequantizeLinear": true, "MatMulInteger": true,
 	"ConvInteger": true, "QLinearMatMul": true, "QLinearConv": true,
