@@ -88,11 +88,14 @@ func runOnBackend(ctx context.Context, be libml.Backend, name string, g *graph.G
 }
 
 // runAndCompare runs g on be (runOnBackend) and compares its output with
-// want.
+// want (node test name's reference: rounded for those in roundedRefs).
 func runAndCompare(ctx context.Context, be libml.Backend, name string, g *graph.Graph, in, want *graph.Tensor) error {
 	got, err := runOnBackend(ctx, be, name, g, in, want)
 	if err != nil {
 		return err
+	}
+	if roundedRefs[name] != "" {
+		return compareRounded(got, want)
 	}
 	return Compare(got, want)
 }

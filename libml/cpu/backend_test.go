@@ -35,6 +35,7 @@ func TestOpNumbering(t *testing.T) {
 		{"resize", int64(engine.OpResize), int64(ncpu.OpResize)}, {"gather", int64(engine.OpGather), int64(ncpu.OpGather)},
 		{"quant", int64(engine.OpQuant), int64(ncpu.OpQuant)}, {"qgemm", int64(engine.OpQGemm), int64(ncpu.OpQGemm)},
 		{"gridsample", int64(engine.OpGridSample), int64(ncpu.OpGridSample)}, {"topk", int64(engine.OpTopK), int64(ncpu.OpTopK)},
+		{"roialign", int64(engine.OpRoiAlign), int64(ncpu.OpRoiAlign)},
 		{"count", int64(engine.OpCount), int64(ncpu.OpCount)},
 		{"acts", engine.ActCount, int64(ncpu.ActCount)}, {"bins", engine.BinCount, int64(ncpu.BinCount)},
 		{"reds", engine.RedCount, int64(ncpu.RedCount)}, {"maxin", engine.MaxIn, int64(ncpu.MaxIn)},

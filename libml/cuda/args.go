@@ -36,7 +36,8 @@ const (
 	OpQGemm      Op = 18
 	OpGridSample Op = 19
 	OpTopK       Op = 20
-	OpCount      Op = 21
+	OpRoiAlign   Op = 21
+	OpCount      Op = 22
 )
 
 // opKernels names each operation's kernel entry.
@@ -47,7 +48,7 @@ var opKernels = [OpCount]string{
 	OpChAffine: "sg_chaffine", OpSoftmax: "sg_softmax",
 	OpLayerNorm: "sg_layernorm", OpReduce: "sg_reduce", OpCopy: "sg_copy",
 	OpResize: "sg_resize", OpGather: "sg_gather",
-	OpQuant: "sg_quant", OpQGemm: "sg_qgemm", OpGridSample: "sg_gridsample", OpTopK: "sg_topk",
+	OpQuant: "sg_quant", OpQGemm: "sg_qgemm", OpGridSample: "sg_gridsample", OpTopK: "sg_topk", OpRoiAlign: "sg_roialign",
 }
 
 // KernelName is the name of op's kernel entry ("" for OpNop and unknown

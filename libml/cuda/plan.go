@@ -321,6 +321,21 @@ func plan(op Op, a *Args, v int) (int64, error) {
 			return 0, errors.New("input missing")
 		}
 		return elemGrid(n), nil
+	case OpRoiAlign:
+		n, err := positive(p, 4, 1, 5, 6)
+		if err != nil {
+			return 0, err
+		}
+		if err := atLeast1(p, 0, 2, 3); err != nil {
+			return 0, err
+		}
+		if p[7] < 0 || p[8] < 0 || p[8] > 1 || p[9] < 0 || p[9] > 1 {
+			return 0, fmt.Errorf("sampling_ratio %d mode %d half_pixel %d", p[7], p[8], p[9])
+		}
+		if a.In[0] == 0 || a.In[1] == 0 || a.In[2] == 0 {
+			return 0, errors.New("input, rois or batch indices missing")
+		}
+		return elemGrid(n), nil
 	}
 	return 0, fmt.Errorf("unknown operation %d", op)
 }

@@ -165,6 +165,31 @@ func TestRearrangeOpsEmu(t *testing.T) {
 	}
 	agree(t, "topk", infer(t, b, inst6, 2, in6), infer(t, ref, rinst6, 2, in6), 0)
 
+	// RoiAlign: rois computed at run time, avg and max
+	g7 := &graph.Graph{Name: "roialign", Opset: 16,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 3, 8, 9}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{
+			{Name: "rois", DType: graph.Float32, Dims: []int64{3, 4}, F32: []float32{0, 0, 8, 7, 1.5, 2.25, 6, 5, -2, 3, 4, 9.5}},
+			{Name: "half", DType: graph.Float32, Dims: []int64{}, F32: []float32{0.5}},
+			ints("bi", []int64{3}, 0, 0, 0)},
+		Nodes: []graph.Node{
+			{Name: "rs", Op: "Mul", Inputs: []string{"rois", "half"}, Outputs: []string{"r0"}},
+			{Name: "mx", Op: "ReduceMax", Inputs: []string{"x"}, Outputs: []string{"m"}, Attrs: []graph.Attr{attr("keepdims", 0)}},
+			{Name: "sh", Op: "Add", Inputs: []string{"r0", "m"}, Outputs: []string{"r"}}, // run-time rois
+			{Name: "avg", Op: "RoiAlign", Inputs: []string{"x", "r", "bi"}, Outputs: []string{"ya"},
+				Attrs: []graph.Attr{attr("output_height", 3), attr("output_width", 2), {Name: "spatial_scale", Kind: graph.AttrFloat, F: 2}}},
+			{Name: "max", Op: "RoiAlign", Inputs: []string{"x", "r", "bi"}, Outputs: []string{"yb"},
+				Attrs: []graph.Attr{attr("output_height", 3), attr("output_width", 2), attr("sampling_ratio", 2), str("mode", "max")}},
+			{Name: "y", Op: "Sub", Inputs: []string{"ya", "yb"}, Outputs: []string{"y"}},
+		}}
+	inst7 := load(t, b, "roialign", g7, 1)
+	defer inst7.Close()
+	rinst7 := load(t, ref, "roialign", g7, 1)
+	defer rinst7.Close()
+	in7 := zoo.Input(11, inst7.InputSize())
+	agree(t, "roialign", infer(t, b, inst7, 1, in7), infer(t, ref, rinst7, 1, in7), tol)
+
 	// ArgMax at run time: its int64 indices come back as float32 values
 	g4 := &graph.Graph{Name: "argmax", Opset: 13,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 4, 6}}},

@@ -31,12 +31,13 @@ const (
 	OpQGemm      Op = 18
 	OpGridSample Op = 19
 	OpTopK       Op = 20
-	OpCount      Op = 21
+	OpRoiAlign   Op = 21
+	OpCount      Op = 22
 )
 
 var opNames = [...]string{"nop", "gemm", "conv", "im2col", "dwconv", "col2im",
 	"pool", "gpool", "unary", "binary", "chaffine", "softmax", "layernorm",
-	"reduce", "copy", "resize", "gather", "quant", "qgemm", "gridsample", "topk"}
+	"reduce", "copy", "resize", "gather", "quant", "qgemm", "gridsample", "topk", "roialign"}
 
 // String is the kernel operation's short name.
 func (o Op) String() string {
@@ -193,7 +194,7 @@ var runtimeOps = []string{
 	"LogSoftmax", "MatMul", "Max", "MaxPool", "MaxUnpool", "Min", "Mod", "Mul", "Neg", "PRelu",
 	"OneHot", "Pad", "Pow", "RNN", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
 	"ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
-	"Resize", "ReverseSequence", "Round", "Scatter", "ScatterElements", "ScatterND", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
+	"Resize", "ReverseSequence", "RoiAlign", "Round", "Scatter", "ScatterElements", "ScatterND", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
 	"SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Tile", "TopK", "Transpose",
 	"Trilu", "ThresholdedRelu", "Unsqueeze", "Upsample",
 }

@@ -80,7 +80,8 @@ var intStorageOps = map[string]bool{
 	"CastLike": true, "DepthToSpace": true, "SpaceToDepth": true, "Tile": true,
 	"GatherElements": true, "Trilu": true, "Where": true, "GatherND": true, "ScatterND": true,
 	"ScatterElements": true, "Scatter": true, "Compress": true, "Pad": true, "OneHot": true, "ReverseSequence": true, "MaxUnpool": true,
-	"Equal": true, "Greater": true, "Less": true, "GreaterOrEqual": true, "LessOrEqual": true,
+	"RoiAlign": true, // reads its batch indices, a run-time int64 tensor too
+	"Equal":    true, "Greater": true, "Less": true, "GreaterOrEqual": true, "LessOrEqual": true,
 	"QuantizeLinear": true, "DequantizeLinear": true, "MatMulInteger": true,
 	"ConvInteger": true, "QLinearMatMul": true, "QLinearConv": true,
 	opSelect: true,

@@ -112,7 +112,7 @@ func init() {
 		"Trilu": refTrilu, "CumSum": refCumSum, "CastLike": refCast,
 		"ArgMax": refArgMinMax, "ArgMin": refArgMinMax, "Mod": refMod,
 		"IsNaN": refIsNaNInf, "IsInf": refIsNaNInf,
-		"EyeLike": refEyeLike, "OneHot": refOneHot, "BitShift": refBitShift, "Einsum": refEinsum, "GridSample": refGridSample, "TopK": refTopK,
+		"EyeLike": refEyeLike, "OneHot": refOneHot, "BitShift": refBitShift, "Einsum": refEinsum, "GridSample": refGridSample, "TopK": refTopK, "RoiAlign": refRoiAlign,
 	}
 	for op := range indexMapOps {
 		refOps[op] = refIndexMap

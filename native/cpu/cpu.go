@@ -46,6 +46,7 @@ const (
 	OpQGemm      = int32(C.SK_OP_QGEMM)
 	OpGridSample = int32(C.SK_OP_GRIDSAMPLE)
 	OpTopK       = int32(C.SK_OP_TOPK)
+	OpRoiAlign   = int32(C.SK_OP_ROIALIGN)
 	OpCount      = int32(C.SK_OP_COUNT)
 )
 

@@ -247,6 +247,7 @@ static const struct {
 	[SK_OP_QGEMM] = {sk_prep_qgemm, sk_block_qgemm},
 	[SK_OP_GRIDSAMPLE] = {sk_prep_gridsample, sk_block_gridsample},
 	[SK_OP_TOPK] = {sk_prep_topk, sk_block_topk},
+	[SK_OP_ROIALIGN] = {sk_prep_roialign, sk_block_roialign},
 };
 
 int sk_kernel_prepare(sk_kernel *k, int units)

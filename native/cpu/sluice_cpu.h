@@ -71,7 +71,8 @@ enum sk_op {
 	SK_OP_QGEMM = 18,    /* integer GEMM, exact int32 sums (quant.c) */
 	SK_OP_GRIDSAMPLE = 19, /* GridSample: bilinear / nearest / bicubic */
 	SK_OP_TOPK = 20,     /* TopK: values or indices of the k best */
-	SK_OP_COUNT = 21
+	SK_OP_ROIALIGN = 21, /* RoiAlign: bilinear bins of regions */
+	SK_OP_COUNT = 22
 };
 
 /* Activation / unary codes (p[SKP_ACT] of fused epilogues, SK_OP_UNARY). */
@@ -195,6 +196,9 @@ enum sk_reduce {
  *          zeros, 1 border, 2 reflection) 8 align_corners.
  * TOPK     p: 0 outer 1 n (the axis) 2 inner 3 k 4 largest 5 indices (1:
  *          write the indices as float32, 0: the values); out [outer,k,inner].
+ * ROIALIGN in X [N,C,H,W], rois [R,4], batch indices [R] (float32). p: 0 N
+ *          1 C 2 H 3 W 4 R 5 OH 6 OW 7 sampling_ratio (0 adaptive) 8 mode
+ *          (0 avg, 1 max) 9 half_pixel. f: 0 spatial_scale.
  * QUANT    in X,scale,zp (zp nullable; both of length C). p: 0 n 1 C
  *          2 inner (channel of element i: (i/inner)%C) 3 mode (0
  *          y = clamp(rint(x/scale)+zp), 1 y = (x-zp)*scale, 2 and 3: one
@@ -523,6 +527,8 @@ void sk_prep_gridsample(sk_kernel *k, int units);
 void sk_block_gridsample(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_topk(sk_kernel *k, int units);
 void sk_block_topk(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+void sk_prep_roialign(sk_kernel *k, int units);
+void sk_block_roialign(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_quant(sk_kernel *k, int units);
 void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_qgemm(sk_kernel *k, int units);

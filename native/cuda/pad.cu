@@ -44,6 +44,7 @@
 #include "quant.cu"
 #include "gridsample.cu"
 #include "topk.cu"
+#include "roialign.cu"
 #undef SG_NO_ENTRIES
 
 #define SG_PAD_MAX_BE 4
@@ -55,7 +56,8 @@ enum {
 	SG_OP_UNARY = 8, SG_OP_BINARY = 9, SG_OP_CHAFFINE = 10,
 	SG_OP_SOFTMAX = 11, SG_OP_LAYERNORM = 12, SG_OP_REDUCE = 13,
 	SG_OP_COPY = 14, SG_OP_RESIZE = 15, SG_OP_GATHER = 16,
-	SG_OP_QUANT = 17, SG_OP_QGEMM = 18, SG_OP_GRIDSAMPLE = 19, SG_OP_TOPK = 20
+	SG_OP_QUANT = 17, SG_OP_QGEMM = 18, SG_OP_GRIDSAMPLE = 19, SG_OP_TOPK = 20,
+	SG_OP_ROIALIGN = 21
 };
 
 /* A BE kernel of a padded launch (464 bytes). */
@@ -145,6 +147,9 @@ SG_DEV void sg_run_op(int op, const sg_args &a, sg_i64 blk, sg_state *st)
 		break;
 	case SG_OP_TOPK:
 		sg_body_topk(a, blk, st);
+		break;
+	case SG_OP_ROIALIGN:
+		sg_body_roialign(a, blk, st);
 		break;
 	default:
 		break;

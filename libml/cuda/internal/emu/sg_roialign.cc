@@ -1,0 +1,1 @@
+../../../../native/cuda/roialign.cu
