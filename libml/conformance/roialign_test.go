@@ -53,3 +53,35 @@ func TestRoiAlignORT(t *testing.T) {
 		}
 	}
 }
+
+// Operators libonnx-testdata 1.12 has no node tests for, run as function
+// bodies (LpNormalization, Mish), against ONNX Runtime.
+func TestBodiesORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{2, 3, 4}, F32: make([]float32, 24)}
+	for i := range x.F32 {
+		x.F32[i] = float32((i*7)%11)/3 - 1.7
+	}
+	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
+	for _, c := range []struct {
+		name  string
+		node  graph.Node
+		opset int64
+	}{
+		{"lpnorm-l2-axis1", graph.Node{Op: "LpNormalization", Attrs: []graph.Attr{attr("axis", 1), attr("p", 2)}}, 13},
+		{"lpnorm-l1-last", graph.Node{Op: "LpNormalization", Attrs: []graph.Attr{attr("p", 1)}}, 13},
+		{"mish", graph.Node{Op: "Mish"}, 18},
+	} {
+		n := c.node
+		n.Name, n.Inputs, n.Outputs = c.name, []string{"x"}, []string{"y"}
+		g := &graph.Graph{Name: c.name, Opset: c.opset, Nodes: []graph.Node{n},
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
+			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: x.Dims}}}
+		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: x.Dims, F32: make([]float32, 24)}
+		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

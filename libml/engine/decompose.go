@@ -168,6 +168,22 @@ var decomposedOps = map[string]decomposition{
 		}
 		c.nllLoss(n, lp, 0)
 	}},
+	// LpNormalization(x) = x / ||x||_p along axis (p 1 or 2), as ONNX
+	// Runtime computes it: a zero norm gives 0/0
+	"LpNormalization": {nil, func(n *graph.Node, c *bodyBuilder) {
+		red := "ReduceL2"
+		if n.AttrInt("p", 2) == 1 {
+			red = "ReduceL1"
+		}
+		norm := c.tmp(red, []graph.Attr{{Name: "axes", Kind: graph.AttrInts, Ints: []int64{n.AttrInt("axis", -1)}},
+			{Name: "keepdims", Kind: graph.AttrInt, I: 1}}, n.Inputs[0])
+		c.out(n, "Div", nil, n.Inputs[0], norm)
+	}},
+	// Mish(x) = x * tanh(softplus(x))
+	"Mish": {nil, func(n *graph.Node, c *bodyBuilder) {
+		x := n.Inputs[0]
+		c.out(n, "Mul", nil, x, c.tmp("Tanh", nil, c.tmp("Softplus", nil, x)))
+	}},
 	// Acosh(x) = ln(x + sqrt((x - 1)(x + 1))), x >= 1 (NaN below, as
 	// ONNX's reference); x - 1 is exact near 1, where x^2 - 1 would cancel
 	"Acosh": {nil, func(n *graph.Node, c *bodyBuilder) {
