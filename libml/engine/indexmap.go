@@ -7,9 +7,11 @@ import (
 	"sluice/libml/graph"
 )
 
-// Operators each of whose output elements is one element of its inputs,
-// at a position fixed by constants (indices, pads, a condition): GatherND,
-// ScatterND and ScatterElements without a reduction, Compress and Pad. The
+// Operators each of whose output elements is one element of its inputs
+// (or a zero), at a position fixed by constants (indices, pads, a
+// condition, a diagonal): GatherElements, GatherND, ScatterND and
+// ScatterElements without a reduction, Compress, Pad, Trilu,
+// ReverseSequence and MaxUnpool. The
 // compiler computes that position for every output element once (an
 // indexMap) and runs the node as one GATHER from its data inputs laid end
 // to end (preceded by a COPY of each into a scratch buffer when there are
@@ -29,7 +31,7 @@ type indexMap struct {
 
 // indexMapOps are the operators indexMapOf describes.
 var indexMapOps = map[string]bool{
-	"GatherND": true, "ScatterND": true, "ScatterElements": true, "Scatter": true,
+	"GatherElements": true, "Trilu": true, "GatherND": true, "ScatterND": true, "ScatterElements": true, "Scatter": true,
 	"Compress": true, "Pad": true, "ReverseSequence": true, "MaxUnpool": true,
 }
 
@@ -41,6 +43,24 @@ func indexMapOf(e *ev) (*indexMap, error) {
 		return nil, err
 	}
 	switch e.n.Op {
+	case "GatherElements":
+		m, oshape, err := gatherElementsArgs(e, x.Shape)
+		if err != nil {
+			return nil, err
+		}
+		return &indexMap{oshape: oshape, srcs: []int{0}, m: m}, nil
+	case "Trilu":
+		k, err := triluK(e)
+		if err != nil {
+			return nil, err
+		}
+		m, err := triluMap(e.n, x.Shape, k)
+		if err != nil {
+			return nil, err
+		}
+		// a cleared element is the zero after x (a product with a 0/1
+		// mask would turn an infinity into NaN)
+		return &indexMap{oshape: x.Shape, srcs: []int{0}, extra: []float32{0}, m: m}, nil
 	case "GatherND":
 		return gatherNDMap(e, x.Shape)
 	case "ScatterND":

@@ -64,10 +64,6 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerSpaceDepth(g)
 	case n.Op == "Tile":
 		return c.lowerTile(g)
-	case n.Op == "GatherElements":
-		return c.lowerGatherElements(g)
-	case n.Op == "Trilu":
-		return c.lowerTrilu(g)
 	case n.Op == "CumSum":
 		return c.lowerCumSum(g)
 	case n.Op == "Where":

@@ -6,11 +6,12 @@ import (
 	"sluice/libml/graph"
 )
 
-// Operators that rearrange or select values (DepthToSpace, SpaceToDepth,
-// Tile, GatherElements, Trilu) and CumSum: each has a reference
-// implementation (folding, shape inference) and a lowering onto kernels
-// every device already runs (COPY views, GATHER with a constant index map,
-// GEMM), so no device needs a kernel of its own for them.
+// Operators that rearrange values (DepthToSpace, SpaceToDepth, Tile), the
+// index maps of GatherElements and Trilu (run by indexmap.go) and CumSum:
+// each has a reference implementation (folding, shape inference) and a
+// lowering onto kernels every device already runs (COPY views, GATHER
+// with a constant index map, GEMM), so no device needs a kernel of its
+// own for them.
 
 // Limits of the lowerings below: how many COPY kernels a view of rank
 // above MaxRank may become, and the largest CumSum axis run as a GEMM
@@ -175,41 +176,6 @@ func gatherElementsArgs(e *ev, xs []int64) ([]int64, []int64, error) {
 	return m, ix.Shape, err
 }
 
-func refGatherElements(e *ev) ([]*Tensor, error) {
-	x, err := e.need(0)
-	if err != nil {
-		return nil, err
-	}
-	m, oshape, err := gatherElementsArgs(e, x.Shape)
-	if err != nil {
-		return nil, err
-	}
-	if !x.known() {
-		return one(shapeOnly(x.DType, oshape))
-	}
-	return one(gatherFlat(x, m, oshape, -1))
-}
-
-// gatherFlat is y[i] = x[m[i]] of shape oshape, 0 where m[i] is zeroAt.
-func gatherFlat(x *Tensor, m []int64, oshape []int64, zeroAt int64) *Tensor {
-	y := &Tensor{DType: x.DType, Shape: append([]int64{}, oshape...)}
-	if x.IsFloat() {
-		y.F = make([]float32, len(m))
-	} else {
-		y.I = make([]int64, len(m))
-	}
-	for i, j := range m {
-		switch {
-		case j == zeroAt:
-		case y.F != nil:
-			y.F[i] = x.F[j]
-		default:
-			y.I[i] = x.I[j]
-		}
-	}
-	return y
-}
-
 // triluMap returns, for Trilu n of an input of shape xs with diagonal k,
 // each output element's input offset, or len (xs's element count) where
 // the output is zero.
@@ -243,28 +209,6 @@ func triluK(e *ev) (int64, error) {
 		return 0, fmt.Errorf("k has %d values, want one", kt.Len())
 	}
 	return int64(kt.at(0)), nil
-}
-
-func refTrilu(e *ev) ([]*Tensor, error) {
-	x, err := e.need(0)
-	if err != nil {
-		return nil, err
-	}
-	k, err := triluK(e)
-	if err != nil {
-		return nil, err
-	}
-	if len(x.Shape) < 2 {
-		return nil, fmt.Errorf("input of rank %d, want at least 2", len(x.Shape))
-	}
-	if !x.known() {
-		return one(shapeOnly(x.DType, x.Shape))
-	}
-	m, err := triluMap(e.n, x.Shape, k)
-	if err != nil {
-		return nil, err
-	}
-	return one(gatherFlat(x, m, x.Shape, x.Len()))
 }
 
 // ---- CumSum ----------------------------------------------------------------------------------
@@ -432,68 +376,6 @@ func (c *compiler) gatherMap(g *group, src operand, srcLen int64, m []int64, dst
 	d.k.Aux = m
 	d.in[0], d.out = src, dst
 	c.emit(d)
-}
-
-func (c *compiler) lowerGatherElements(g *group) error {
-	n := c.node(g)
-	x, err := c.rtIn(n, 0)
-	if err != nil {
-		return err
-	}
-	if iv, err := c.val(n.Inputs[1]); err != nil {
-		return err
-	} else if iv.buf != -1 {
-		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: "indices computed at run time are not supported (constant ones are)"}
-	}
-	m, _, err := gatherElementsArgs(c.evFor(n), x.t.Shape)
-	if err != nil {
-		return err
-	}
-	src, _ := c.operand(n.Inputs[0])
-	dst, _, err := c.output(n.Outputs[0])
-	if err != nil {
-		return err
-	}
-	c.gatherMap(g, src, x.t.Len(), m, dst)
-	return nil
-}
-
-// lowerTrilu copies the input and one zero into a scratch buffer and
-// gathers from it: the kept elements from the input, the others the zero
-// (a product with a 0/1 mask would turn an infinity into NaN).
-func (c *compiler) lowerTrilu(g *group) error {
-	n := c.node(g)
-	x, err := c.rtIn(n, 0)
-	if err != nil {
-		return err
-	}
-	e := c.evFor(n)
-	k, err := triluK(e)
-	if err != nil {
-		return err
-	}
-	m, err := triluMap(n, x.t.Shape, k)
-	if err != nil {
-		return err
-	}
-	total := x.t.Len()
-	src, _ := c.operand(n.Inputs[0])
-	dst, _, err := c.output(n.Outputs[0])
-	if err != nil {
-		return err
-	}
-	if total == 0 {
-		return nil
-	}
-	scratch := operand{sp: SpaceArena, buf: c.newBuf(total + 1)}
-	if err := c.copyKernel(g, "", src, 0, scratch, 0, []int64{total}, []int64{1}, []int64{1}); err != nil {
-		return err
-	}
-	if err := c.copyKernel(g, "", c.newConst([]float32{0}), 0, scratch, total, []int64{1}, []int64{1}, []int64{1}); err != nil {
-		return err
-	}
-	c.gatherMap(g, scratch, total+1, m, dst)
-	return nil
 }
 
 // lowerCumSum runs CumSum as one GEMM with a constant 0/1 matrix T over
