@@ -420,6 +420,9 @@ func planConv(op Op, a *Args, v int) (int64, error) {
 		if a.In[1] == 0 {
 			return 0, errors.New("weights missing")
 		}
+		if p[16] == 1 && p[17] == 1 && (a.In[4] == 0 || p[18] > p[19]) {
+			return 0, errors.New("requantised depthwise without its multipliers or with an empty range")
+		}
 		return elemGrid(out), nil
 	default: // OpCol2im
 		return elemGrid(out), nil

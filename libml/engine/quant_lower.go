@@ -463,9 +463,10 @@ const exactFloat = 1 << 24
 // float depthwise kernel where that is exact: the input less its zero
 // point, the weights less theirs, products of at most 255 x 255 summed
 // over a window small enough that every partial sum (bias included) is an
-// integer below 2^24, so float32 computes it exactly in any order. The
-// requantisation is the QGEMM epilogue's, elementwise. It returns false
-// (nothing emitted) when the window is too large.
+// integer below 2^24, so float32 computes it exactly in any order. One
+// DWCONV kernel shifts the input, convolves and requantises (QUANT's
+// modes, plane by plane). It returns false (nothing emitted) when the
+// window is too large.
 func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval, qlin bool, wi, zxi, zwi int, xop operand) (bool, error) {
 	Cout, win := w.t.Shape[0], p[6]*p[7]
 	var bias []float32
@@ -498,13 +499,6 @@ func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval
 	if zw != nil && !zw.known() {
 		return false, fmt.Errorf("the weights' zero point must be a constant")
 	}
-	// the input less its zero point
-	x, _ := c.val(n.Inputs[0])
-	xs := operand{sp: SpaceArena, buf: c.newBuf(x.t.Len())}
-	d := c.quantDraft(g, quantModeDequantize, x.t.Len(), 1, max(x.t.Len(), 1), 0, 0,
-		xop, c.newConst([]float32{1}), c.newConst([]float32{zx}))
-	d.out = xs
-	c.emit(d)
 	// the weights less theirs (at load, or here)
 	wop := noOperand
 	if off, ok := c.m.wOff[n.Inputs[wi]+qdwSuffix]; ok {
@@ -517,40 +511,38 @@ func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval
 		}
 		wop = c.newConst(wf)
 	}
+	// One pass: each block shifts an input plane by the input's zero
+	// point, convolves it and, for QLinearConv, requantises the output
+	// plane while it is in cache (QUANT's modes 1 and 4, the same bits as
+	// the three passes over the whole tensors they replace).
 	dw := c.draft(g, OpDWConv)
 	copy(dw.k.P[:16], p[:])
-	dw.in[0], dw.in[1] = xs, wop
+	dw.k.P[16], dw.k.F[0] = 1, zx
+	dw.in[0], dw.in[1] = xop, wop
 	if bias != nil {
 		dw.in[2] = c.newConst(bias)
 	}
-	out, ov, err := c.output(n.Outputs[0])
+	out, _, err := c.output(n.Outputs[0])
 	if err != nil {
 		return false, err
 	}
-	if !qlin {
-		dw.out = out
-		c.emit(dw)
-		return true, nil
-	}
-	acc := operand{sp: SpaceArena, buf: c.newBuf(ov.t.Len())}
-	dw.out = acc
-	c.emit(dw)
-	q, err := qlinearParams(&ev{n: n, opset: c.m.opset, ins: tens}, 1, 4, 6, 7)
-	if err != nil {
-		return false, err
-	}
-	mult, zys := make([]float32, Cout), make([]float32, Cout)
-	for i := range mult {
-		mult[i] = q.mult[0]
-		if len(q.mult) > 1 {
-			mult[i] = q.mult[i]
+	dw.out = out
+	if qlin {
+		q, err := qlinearParams(&ev{n: n, opset: c.m.opset, ins: tens}, 1, 4, 6, 7)
+		if err != nil {
+			return false, err
 		}
-		zys[i] = q.zy
+		mult := make([]float32, Cout)
+		for i := range mult {
+			mult[i] = q.mult[0]
+			if len(q.mult) > 1 {
+				mult[i] = q.mult[i]
+			}
+		}
+		dw.k.P[17], dw.k.P[18], dw.k.P[19], dw.k.F[1] = 1, int64(q.lo), int64(q.hi), q.zy
+		dw.in[4] = c.newConst(mult)
 	}
-	rq := c.quantDraft(g, quantModeRequant, ov.t.Len(), Cout, p[14]*p[15], int64(q.lo), int64(q.hi),
-		acc, c.newConst(mult), c.newConst(zys))
-	rq.out = out
-	c.emit(rq)
+	c.emit(dw)
 	return true, nil
 }
 

@@ -251,11 +251,14 @@ void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 
 void sk_prep_dwconv(sk_kernel *k, int units)
 {
-	if (!conv_params_ok(k) || k->p[5] != k->p[1]) {
+	const int64_t *p = k->p;
+	int quant = p[16] == 1, requant = quant && p[17] == 1;
+	if (!conv_params_ok(k) || p[5] != p[1] || p[16] < 0 || p[16] > 1 ||
+	    (quant && (p[17] < 0 || p[17] > 1 || k->in[3] || p[SKP_ACT])) ||
+	    (requant && (!k->in[4] || p[18] > p[19]))) {
 		k->grid = -1;
 		return;
 	}
-	const int64_t *p = k->p;
 	int64_t N = p[0], Cout = p[4];
 	double per_ch = (double)p[14] * p[15] * p[6] * p[7];
 	/* at least ~64k MACs per block, at least 4 blocks per unit if possible */
@@ -270,7 +273,9 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	k->t[0] = ct;
 	k->t[1] = SK_CDIV(Cout, ct);
 	k->grid = N * k->t[1];
-	k->scratch = p[3] + 16;
+	/* a zero row for the 3x3 path; on integers also the shifted input
+	 * plane, 64-byte aligned after it */
+	k->scratch = p[3] + 16 + (quant ? p[2] * p[3] + 16 : 0);
 }
 
 SK_MV static void dw_plane(const float *x, const float *w, float *y, float bias,
@@ -386,28 +391,39 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t c1 = SK_MIN(c0 + ct, Cout);
 	int fast = KH == 3 && KW == 3 && p[12] == 1 && p[13] == 1 && p[8] == p[9] &&
 		   (p[8] == 1 || p[8] == 2);
-	const float *zero = NULL;
-	if (fast) {
-		float *z = sk_scratch(ctx, W + 16);
-		if (!z)
-			return;
-		memset(z, 0, (size_t)(W + 16) * 4);
-		zero = z;
-	}
+	int quant = p[16] == 1, requant = quant && p[17] == 1;
+	float *z = sk_scratch(ctx, W + 16 + (quant ? H * W + 16 : 0));
+	if (!z)
+		return;
+	const float *zero = z;
+	memset(z, 0, (size_t)(W + 16) * 4);
+	/* on integers: each input plane less its zero point, made once per
+	 * input channel while it stays in cache (QUANT's mode 1 with scale 1,
+	 * the same bits as that pass over the whole tensor) */
+	float *xs = quant ? z + SK_CDIV(W + 16, 16) * 16 : NULL;
+	int64_t shifted = -1;
 	for (int64_t oc = c0; oc < c1; oc++) {
 		SK_POLL(ctx);
 		int64_t ic = oc / mult;
+		const float *x = k->in[0] + (n * C + ic) * H * W;
+		if (quant) {
+			if (shifted != ic)
+				sk_quant_run(x, xs, H * W, SK_QUANT_DEQUANTIZE, 1.0f, k->f[0], 0.0f, 0.0f);
+			shifted = ic;
+			x = xs;
+		}
 		float *y = k->out + (n * Cout + oc) * OH * OW;
 		const float *res = k->in[3] ? k->in[3] + (n * Cout + oc) * OH * OW : NULL;
 		if (fast)
-			dw3x3_plane(k->in[0] + (n * C + ic) * H * W, k->in[1] + oc * 9, y,
-				    k->in[2] ? k->in[2][oc] : 0.0f, res, H, W, p[8], p[10],
-				    p[11], OH, OW, zero);
+			dw3x3_plane(x, k->in[1] + oc * 9, y, k->in[2] ? k->in[2][oc] : 0.0f, res, H,
+				    W, p[8], p[10], p[11], OH, OW, zero);
 		else
-			dw_plane(k->in[0] + (n * C + ic) * H * W, k->in[1] + oc * KH * KW, y,
-				 k->in[2] ? k->in[2][oc] : 0.0f, res, H, W, KH, KW, p[8],
-				 p[9], p[10], p[11], p[12], p[13], OH, OW);
-		if (p[SKP_ACT])
+			dw_plane(x, k->in[1] + oc * KH * KW, y, k->in[2] ? k->in[2][oc] : 0.0f, res,
+				 H, W, KH, KW, p[8], p[9], p[10], p[11], p[12], p[13], OH, OW);
+		if (requant)
+			sk_quant_run(y, y, OH * OW, SK_QUANT_REQUANT, k->in[4][oc], k->f[1],
+				     (float)p[18], (float)p[19]);
+		else if (p[SKP_ACT])
 			sk_act_apply(y, OH * OW, (int)p[SKP_ACT], k->f[SKF_ACT_A],
 				     k->f[SKF_ACT_B]);
 	}

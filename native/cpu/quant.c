@@ -73,6 +73,16 @@ SK_MV static void q_run(const float *x, float *y, int64_t n, int mode, float s, 
 	}
 }
 
+/* sk_quant_run applies an elementwise QUANT mode to n values with one
+ * scale and zero point: the fused depthwise kernel (conv.c) shifts its
+ * input plane and requantises its output plane with it, so that its bits
+ * are QUANT's. */
+void sk_quant_run(const float *x, float *y, int64_t n, int mode, float s, float z, float lo,
+		  float hi)
+{
+	q_run(x, y, n, mode, s, z, lo, hi);
+}
+
 /* dyn_minmax is min(0, min x) and max(0, max x) (DynamicQuantizeLinear). */
 static void dyn_minmax(const float *x, int64_t n, float *lo, float *hi)
 {

@@ -169,6 +169,12 @@ enum sk_reduce {
  *          IM2COL writes col[N][G][C/G*KH*KW][OH*OW], padding with f[0]
  *          (0, or an integer input's zero point). COL2IM reads
  *          col[N][G][Cout/G*KH*KW][H*W] and writes Y[N][Cout][OH][OW].
+ *          DWCONV on integers (p[16] = 1): the input is integer values
+ *          stored as float less the zero point f[0] (padding reads 0), the
+ *          weights and bias already less theirs; with p[17] = 1 each
+ *          output channel is requantised in the same pass, QUANT's mode 4:
+ *          clamp(rint(y * in[4][oc]) + f[1], p[18], p[19]). No residual
+ *          or activation then.
  * POOL     p: 0 planes 1 H 2 W 3 OH 4 OW 5 KH 6 KW 7 SH 8 SW 9 PT 10 PL
  *          11 DH 12 DW 13 mode (0 max, 1 avg) 14 count_include_pad
  *          15 PB 16 PR (for count_include_pad windows).
@@ -498,6 +504,8 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_im2col(sk_kernel *k, int units);
 void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_dwconv(sk_kernel *k, int units);
+void sk_quant_run(const float *x, float *y, int64_t n, int mode, float s, float z, float lo,
+		  float hi);
 void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_col2im(sk_kernel *k, int units);
 void sk_block_col2im(const sk_kernel *k, int64_t blk, sk_ctx *ctx);

@@ -171,6 +171,10 @@ SG_DEV void sg_body_dwconv(const sg_args &a, sg_i64 blk, sg_state *st)
 	const float *bias = a.in[2], *res = a.in[3];
 	int act = (int)a.p[SGP_ACT];
 	float fa = a.f[SGF_ACT_A], fb = a.f[SGF_ACT_B];
+	/* on integers (p[16]): the input less its zero point f[0], padding 0;
+	 * requantised per channel (p[17]) as QUANT's mode 4 */
+	float zx = a.p[16] == 1 ? a.f[0] : 0.0f;
+	int requant = a.p[16] == 1 && a.p[17] == 1;
 	int i0 = (int)blk * SG_EPB + (int)sg_tid();
 	for (int r = 0; r < SG_EPB / SG_THREADS; r++) {
 		int i = i0 + r * SG_THREADS;
@@ -190,8 +194,14 @@ SG_DEV void sg_body_dwconv(const sg_args &a, sg_i64 blk, sg_state *st)
 			for (int kw = 0; kw < g.KW; kw++) {
 				int iw = iw0 + kw * g.DW;
 				if ((unsigned)iw < (unsigned)g.W)
-					s += w[kh * g.KW + kw] * x[ih * g.W + iw];
+					s += w[kh * g.KW + kw] * (x[ih * g.W + iw] - zx);
 			}
+		}
+		if (requant) {
+			float v = sg_rint(s * a.in[4][oc]) + a.f[1];
+			float lo = (float)a.p[18], hi = (float)a.p[19];
+			a.out[i] = v < lo ? lo : (v > hi ? hi : v);
+			continue;
 		}
 		if (res)
 			s += res[i];
