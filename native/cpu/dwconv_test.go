@@ -1,0 +1,250 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// dwCase is one depthwise convolution: C channels (times mult outputs
+// each) over an h x w image, 3x3 unless k says otherwise.
+type dwCase struct {
+	n, c, mult, h, w, k, stride, padT, padL, padB, padR int64
+	bias, res                                           bool
+	act                                                 int64 // 0 none, 1 relu, 2 clip [0, 6]
+	quant, requant                                      bool  // integer input (zero point 3), requantised
+}
+
+func (dc dwCase) String() string {
+	return fmt.Sprintf("n%d c%d x%d %dx%d k%d s%d pad %d,%d,%d,%d bias %v res %v act %d quant %v/%v",
+		dc.n, dc.c, dc.mult, dc.h, dc.w, dc.k, dc.stride, dc.padT, dc.padL, dc.padB, dc.padR,
+		dc.bias, dc.res, dc.act, dc.quant, dc.requant)
+}
+
+func (dc dwCase) out() (int64, int64) {
+	return (dc.h+dc.padT+dc.padB-dc.k)/dc.stride + 1, (dc.w+dc.padL+dc.padR-dc.k)/dc.stride + 1
+}
+
+// dwOperands are a case's inputs, seeded: integers in [0, 255] for a
+// quantised input, values in [-0.5, 0.5) otherwise; weights integers in
+// [-128, 127] less their zero point when quantised.
+type dwOperands struct {
+	x, w, bias, res, mult *cfloats
+}
+
+func dwMake(t testing.TB, dc dwCase) dwOperands {
+	t.Helper()
+	oh, ow := dc.out()
+	cout := dc.c * dc.mult
+	rnd := uint32(dc.h*131 + dc.w*7 + dc.c)
+	next := func() float32 {
+		rnd = rnd*1664525 + 1013904223
+		return float32(rnd>>8) / float32(1<<24)
+	}
+	o := dwOperands{
+		x: newFloats(t, int(dc.n*dc.c*dc.h*dc.w), 0), w: newFloats(t, int(cout*dc.k*dc.k), 0),
+		bias: newFloats(t, int(cout), 0), res: newFloats(t, int(dc.n*cout*oh*ow), 0),
+		mult: newFloats(t, int(cout), 0),
+	}
+	for i := range o.x.s() {
+		if dc.quant {
+			o.x.s()[i] = float32(math.Floor(float64(next()) * 256))
+		} else {
+			o.x.s()[i] = next() - 0.5
+		}
+	}
+	for i := range o.w.s() {
+		if dc.quant {
+			o.w.s()[i] = float32(math.Floor(float64(next())*256)) - 128 - 5
+		} else {
+			o.w.s()[i] = next() - 0.5
+		}
+	}
+	for i := range o.bias.s() {
+		if dc.quant {
+			o.bias.s()[i] = float32(math.Floor(float64(next())*2000)) - 1000
+		} else {
+			o.bias.s()[i] = next() - 0.5
+		}
+		o.mult.s()[i] = 1e-3 * (1 + next())
+	}
+	for i := range o.res.s() {
+		o.res.s()[i] = next() - 0.5
+	}
+	return o
+}
+
+// dwDesc is the DWCONV kernel of a case writing y.
+func dwDesc(dc dwCase, o dwOperands, y *cfloats) Desc {
+	oh, ow := dc.out()
+	d := Desc{Op: OpDWConv, Out: y.p}
+	d.In[0], d.In[1] = o.x.p, o.w.p
+	if dc.bias {
+		d.In[2] = o.bias.p
+	}
+	if dc.res {
+		d.In[3] = o.res.p
+	}
+	copy(d.P[:16], []int64{dc.n, dc.c, dc.h, dc.w, dc.c * dc.mult, dc.c, dc.k, dc.k, dc.stride, dc.stride,
+		dc.padT, dc.padL, 1, 1, oh, ow})
+	if dc.act == 1 {
+		d.P[PAct] = 1
+	} else if dc.act == 2 {
+		d.P[PAct], d.F[FActA], d.F[FActB] = 2, 0, 6
+	}
+	if dc.quant {
+		d.P[16], d.F[0] = 1, 3
+		if dc.requant {
+			d.P[17], d.P[18], d.P[19], d.F[1] = 1, 0, 255, 7
+			d.In[4] = o.mult.p
+		}
+	}
+	return d
+}
+
+// dwRun runs every block of a case's kernel on units, into y.
+func dwRun(t testing.TB, dc dwCase, o dwOperands, y *cfloats, units int) {
+	t.Helper()
+	ks := newKernels(t, 1)
+	d := dwDesc(dc, o, y)
+	if err := ks.Set(0, &d, units); err != nil {
+		t.Fatalf("%v: %v", dc, err)
+	}
+	for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
+		ks.RunBlock(0, blk)
+	}
+}
+
+// dwRef is the case's result in float64, and each output's sum of
+// magnitudes (the bound on its rounding error).
+func dwRef(dc dwCase, o dwOperands) ([]float64, []float64) {
+	oh, ow := dc.out()
+	cout := dc.c * dc.mult
+	ref, mag := make([]float64, dc.n*cout*oh*ow), make([]float64, dc.n*cout*oh*ow)
+	x, w := o.x.s(), o.w.s()
+	zx := 0.0
+	if dc.quant {
+		zx = 3
+	}
+	for n := int64(0); n < dc.n; n++ {
+		for oc := int64(0); oc < cout; oc++ {
+			ic := oc / dc.mult
+			for i := int64(0); i < oh; i++ {
+				for j := int64(0); j < ow; j++ {
+					s, m := 0.0, 0.0
+					if dc.bias {
+						s, m = float64(o.bias.s()[oc]), math.Abs(float64(o.bias.s()[oc]))
+					}
+					for kh := int64(0); kh < dc.k; kh++ {
+						for kw := int64(0); kw < dc.k; kw++ {
+							ih, iw := i*dc.stride-dc.padT+kh, j*dc.stride-dc.padL+kw
+							if ih < 0 || ih >= dc.h || iw < 0 || iw >= dc.w {
+								continue
+							}
+							v := float64(w[oc*dc.k*dc.k+kh*dc.k+kw]) * (float64(x[((n*dc.c+ic)*dc.h+ih)*dc.w+iw]) - zx)
+							s += v
+							m += math.Abs(v)
+						}
+					}
+					at := ((n*cout+oc)*oh+i)*ow + j
+					if dc.res {
+						s += float64(o.res.s()[at])
+						m += math.Abs(float64(o.res.s()[at]))
+					}
+					switch {
+					case dc.requant:
+						s = math.Max(0, math.Min(255, math.RoundToEven(float64(float32(s)*o.mult.s()[oc]))+7))
+						m = 0
+					case dc.act == 1:
+						s = math.Max(s, 0)
+					case dc.act == 2:
+						s = math.Max(0, math.Min(6, s))
+					}
+					ref[at], mag[at] = s, m
+				}
+			}
+		}
+	}
+	return ref, mag
+}
+
+var dwCases = []dwCase{
+	// MobileNet's shapes: 3x3, pad 1, stride 1 and 2, planes from
+	// 112 to 7 columns wide
+	{n: 2, c: 4, mult: 1, h: 112, w: 112, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, act: 2},
+	{n: 1, c: 5, mult: 1, h: 112, w: 112, k: 3, stride: 2, padT: 0, padL: 0, padB: 1, padR: 1, bias: true, act: 2},
+	{n: 1, c: 6, mult: 1, h: 28, w: 28, k: 3, stride: 2, padT: 1, padL: 1, padB: 1, padR: 1, bias: true},
+	{n: 3, c: 7, mult: 1, h: 14, w: 14, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, act: 1},
+	{n: 2, c: 9, mult: 1, h: 7, w: 7, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, res: true},
+	// odd sizes, asymmetric and no padding, wider than 64 vectors,
+	// channel multipliers
+	{n: 1, c: 3, mult: 2, h: 9, w: 33, k: 3, stride: 2, padT: 2, padL: 0, padB: 0, padR: 2, bias: true, res: true},
+	{n: 1, c: 2, mult: 3, h: 5, w: 17, k: 3, stride: 1, padT: 0, padL: 2, padB: 2, padR: 0},
+	{n: 1, c: 2, mult: 1, h: 3, w: 1100, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true},
+	{n: 1, c: 2, mult: 1, h: 4, w: 2, k: 3, stride: 2, padT: 1, padL: 1, padB: 1, padR: 1},
+	// the general path (5x5) and integers: shifted input, requantised
+	{n: 1, c: 3, mult: 1, h: 13, w: 11, k: 5, stride: 2, padT: 2, padL: 2, padB: 2, padR: 2, bias: true, act: 1},
+	{n: 2, c: 8, mult: 1, h: 14, w: 14, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true, requant: true},
+	{n: 1, c: 6, mult: 2, h: 15, w: 29, k: 3, stride: 2, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true, requant: true},
+	{n: 1, c: 4, mult: 1, h: 11, w: 9, k: 3, stride: 1, padT: 1, padL: 0, padB: 1, padR: 2, quant: true},
+	{n: 1, c: 4, mult: 1, h: 12, w: 12, k: 5, stride: 1, padT: 2, padL: 2, padB: 2, padR: 2, bias: true, quant: true, requant: true},
+}
+
+// TestDepthwiseMatchesReference: every depthwise case computes its
+// float64 reference (within float32 rounding; requantised integers
+// exactly), and its bits do not depend on the number of units (the
+// blocks' split of the channels).
+func TestDepthwiseMatchesReference(t *testing.T) {
+	for _, dc := range dwCases {
+		o := dwMake(t, dc)
+		oh, ow := dc.out()
+		nout := int(dc.n * dc.c * dc.mult * oh * ow)
+		want := newFloats(t, nout, 0)
+		dwRun(t, dc, o, want, 1)
+		ref, mag := dwRef(dc, o)
+		for i, v := range want.s() {
+			if d := math.Abs(float64(v) - ref[i]); d > 1e-6*(mag[i]+1) || (dc.requant && d != 0) {
+				t.Fatalf("%v: y[%d] = %v, float64 reference %v", dc, i, v, ref[i])
+			}
+		}
+		for _, units := range []int{2, 3, 8} {
+			got := newFloats(t, nout, float32(math.NaN()))
+			dwRun(t, dc, o, got, units)
+			for i, v := range want.s() {
+				if math.Float32bits(got.s()[i]) != math.Float32bits(v) {
+					t.Fatalf("%v, %d units: y[%d] = %v, one unit %v", dc, units, i, got.s()[i], v)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkDepthwise runs MobileNetV2's 3x3 depthwise layers at batch 8
+// on one thread (every block in turn).
+func BenchmarkDepthwise(b *testing.B) {
+	layers := []struct{ c, hw, stride int64 }{
+		{32, 112, 1}, {96, 112, 2}, {144, 56, 1}, {144, 56, 2}, {192, 28, 1}, {192, 28, 2},
+		{384, 14, 1}, {576, 14, 2}, {960, 7, 1},
+	}
+	for _, l := range layers {
+		dc := dwCase{n: 8, c: l.c, mult: 1, h: l.hw, w: l.hw, k: 3, stride: l.stride, padT: 1, padL: 1,
+			padB: 1, padR: 1, bias: true, act: 2}
+		o := dwMake(b, dc)
+		oh, ow := dc.out()
+		y := newFloats(b, int(dc.n*dc.c*oh*ow), 0)
+		b.Run(fmt.Sprintf("%dx%dx%d_s%d", l.c, l.hw, l.hw, l.stride), func(b *testing.B) {
+			ks := newKernels(b, 1)
+			d := dwDesc(dc, o, y)
+			if err := ks.Set(0, &d, 1); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
+					ks.RunBlock(0, blk)
+				}
+			}
+			b.ReportMetric(float64(dc.n*dc.c*oh*ow*9*2)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
