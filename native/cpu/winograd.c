@@ -18,6 +18,7 @@ void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 		      int64_t ldr, int act, float lo, float hi);
 
 #define WINO_SCRATCH_MAX (1 << 19) /* floats of V + M per block */
+#define WINO_MIN_TILES 64         /* tiles per block where blocks are few */
 
 void sk_prep_wino(sk_kernel *k, int units);
 void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
@@ -32,26 +33,23 @@ void sk_prep_wino(sk_kernel *k, int units)
 		return;
 	}
 	int64_t TH = SK_CDIV(OH, 2), TW = SK_CDIV(OW, 2);
-	/* tile rows per block: the scratch stays within bounds, and there
-	 * are at least 4 blocks per unit where the rows allow */
-	int64_t cap = WINO_SCRATCH_MAX / (16 * (C + Cout) * TW);
-	int64_t rows = SK_CDIV(256, TW); /* aim at >= 256 tiles per sgemm */
-	int64_t want = N * TH / (4 * (int64_t)units);
-	if (rows > want)
-		rows = want;
-	if (rows > cap)
-		rows = cap;
-	if (rows < 1)
-		rows = 1;
-	if (rows > TH)
-		rows = TH;
+	/* tile rows per block: at least 256 tiles per sgemm where the image
+	 * has them, within the scratch's bound */
+	int64_t cap = SK_MAX(WINO_SCRATCH_MAX / (16 * (C + Cout) * TW), 1);
+	int64_t rows = SK_MIN(SK_MIN(TH, cap), SK_CDIV(256, TW));
+	/* at least 4 blocks per unit: fewer tile rows per block, but not
+	 * below 64 tiles (each of the 16 sgemms has one column per tile, and
+	 * the micro-kernel's panels are 32 columns wide) ... */
+	int64_t want = 4 * (int64_t)units;
+	int64_t rmin = SK_MIN(rows, SK_CDIV(WINO_MIN_TILES, TW));
+	while (rows > rmin && N * SK_CDIV(TH, rows) < want)
+		rows--;
 	int64_t rtiles = SK_CDIV(TH, rows);
-	/* few tiles (small images at small batches): split the output
-	 * channels too; every channel tile repeats the (cheap) input
-	 * transform */
+	/* ... then split the output channels: every channel tile repeats
+	 * the (cheap) input transform */
 	int64_t mt = Cout;
-	if (N * rtiles < 4 * (int64_t)units) {
-		mt = SK_CDIV(Cout, SK_CDIV(4 * (int64_t)units, N * rtiles));
+	if (N * rtiles < want) {
+		mt = SK_CDIV(Cout, SK_CDIV(want, N * rtiles));
 		mt = SK_MAX(SK_CDIV(mt, 16) * 16, 32);
 		mt = SK_MIN(mt, Cout);
 	}
