@@ -143,14 +143,16 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 #define QG_MR 8
 #define QG_NR 32
 #define QG_AMX_M 32          /* rows of one AMX call (2 A tiles) */
-#define QG_ACC (QG_AMX_M * QG_NR) /* int32s of the accumulator tile */
 
+/* A micro-kernel writes rows x (16*strips) int32 sums into acc (leading
+ * dimension lda): a block gathers a whole row group's columns there
+ * before its epilogue. */
 typedef void (*qg_micro_fn)(const uint8_t *u, int64_t ldu, const int8_t *s,
-			    int64_t kp, int rows, int strips, int32_t *acc);
+			    int64_t kp, int rows, int strips, int32_t *acc, int64_t lda);
 
-/* qg_micro_c: portable micro-kernel, rows x (16*strips) of acc (ld QG_NR). */
+/* qg_micro_c: portable micro-kernel. */
 static void qg_micro_c(const uint8_t *u, int64_t ldu, const int8_t *s,
-		       int64_t kp, int rows, int strips, int32_t *acc)
+		       int64_t kp, int rows, int strips, int32_t *acc, int64_t lda)
 {
 	int64_t k4n = kp / 4;
 	for (int r = 0; r < rows; r++) {
@@ -165,7 +167,7 @@ static void qg_micro_c(const uint8_t *u, int64_t ldu, const int8_t *s,
 					a[j] += (int32_t)uk[0] * sk[4 * j] + (int32_t)uk[1] * sk[4 * j + 1] +
 						(int32_t)uk[2] * sk[4 * j + 2] + (int32_t)uk[3] * sk[4 * j + 3];
 			}
-			memcpy(acc + r * QG_NR + st * 16, a, sizeof(a));
+			memcpy(acc + r * lda + st * 16, a, sizeof(a));
 		}
 	}
 }
@@ -176,7 +178,7 @@ static void qg_micro_c(const uint8_t *u, int64_t ldu, const int8_t *s,
 
 QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
 					 const int8_t *s, int64_t kp, int rows,
-					 int strips, int32_t *acc)
+					 int strips, int32_t *acc, int64_t lda)
 {
 	int64_t k4n = kp / 4;
 	const int8_t *s0 = s, *s1 = s + k4n * 64;
@@ -213,8 +215,9 @@ QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
 		}
 	}
 	for (int r = 0; r < rows; r++) {
-		_mm512_storeu_si512((void *)(acc + r * QG_NR), c0[r]);
-		_mm512_storeu_si512((void *)(acc + r * QG_NR + 16), c1[r]);
+		_mm512_storeu_si512((void *)(acc + r * lda), c0[r]);
+		if (strips == 2)
+			_mm512_storeu_si512((void *)(acc + r * lda + 16), c1[r]);
 	}
 }
 
@@ -224,7 +227,7 @@ QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
  * sum fits int32), two rows at a time. */
 QG_AVX2_TARGET static void qg_micro_avx2(const uint8_t *u, int64_t ldu,
 					 const int8_t *s, int64_t kp, int rows,
-					 int strips, int32_t *acc)
+					 int strips, int32_t *acc, int64_t lda)
 {
 	int64_t k4n = kp / 4;
 	for (int st = 0; st < strips; st++) {
@@ -259,7 +262,7 @@ QG_AVX2_TARGET static void qg_micro_avx2(const uint8_t *u, int64_t ldu,
 				for (int i = 0; i < 4; i++)
 					_mm256_storeu_si256((__m256i *)(t + 8 * i), c[h][i]);
 				for (int j = 0; j < 16; j++)
-					acc[(r + h) * QG_NR + st * 16 + j] = t[2 * j] + t[2 * j + 1];
+					acc[(r + h) * lda + st * 16 + j] = t[2 * j] + t[2 * j + 1];
 			}
 		}
 	}
@@ -292,10 +295,10 @@ QG_AMX_TARGET static void qg_amx_begin(void) { _tile_loadconfig(&qg_cfg); }
 QG_AMX_TARGET static void qg_amx_end(void) { _tile_release(); }
 
 /* qg_micro_amx: a 32 x 32 tile of U (32 rows, ldu) times two S panels over
- * kp (a multiple of 64) into acc (32 x QG_NR), between qg_amx_begin and
- * qg_amx_end. */
+ * kp (a multiple of 64) into acc (32 x 32, leading dimension lda), between
+ * qg_amx_begin and qg_amx_end. */
 QG_AMX_TARGET static void qg_micro_amx(const uint8_t *u, int64_t ldu, const int8_t *s,
-				       int64_t kp, int32_t *acc)
+				       int64_t kp, int32_t *acc, int64_t lda)
 {
 	int64_t k4n = kp / 4;
 	const int8_t *s0 = s, *s1 = s + k4n * 64;
@@ -313,10 +316,10 @@ QG_AMX_TARGET static void qg_micro_amx(const uint8_t *u, int64_t ldu, const int8
 		_tile_dpbusd(2, 5, 6);
 		_tile_dpbusd(3, 5, 7);
 	}
-	_tile_stored(0, acc, QG_NR * 4);
-	_tile_stored(1, acc + 16, QG_NR * 4);
-	_tile_stored(2, acc + 16 * QG_NR, QG_NR * 4);
-	_tile_stored(3, acc + 16 * QG_NR + 16, QG_NR * 4);
+	_tile_stored(0, acc, lda * 4);
+	_tile_stored(1, acc + 16, lda * 4);
+	_tile_stored(2, acc + 16 * lda, lda * 4);
+	_tile_stored(3, acc + 16 * lda + 16, lda * 4);
 }
 #else
 /* Without x86-64 and GCC only the portable kernels exist: qg_cpu stays
@@ -405,7 +408,7 @@ static int qg_params_ok(const sk_kernel *k)
  * convolution's im2col built as floats, K x nt of them. */
 static int64_t qg_scratch_bytes(int64_t mt, int64_t nt, int64_t kp, int64_t K, int64_t im2col)
 {
-	int64_t b = 4 * (mt + nt) + 4 * QG_ACC + 3 * 4 * nt + 64 + mt * kp +
+	int64_t b = 4 * (mt + nt) + 4 * QG_AMX_M * SK_CDIV(nt, QG_NR) * QG_NR + 3 * 4 * nt + 64 + mt * kp +
 		    SK_CDIV(nt, QG_NR) * QG_NR * kp;
 	return b + (im2col ? 4 * K * nt : 0) + 64;
 }
@@ -688,7 +691,8 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int32_t *rsum = (int32_t *)base;
 	int32_t *csum = rsum + mt;
 	int32_t *acc = csum + nt;
-	int32_t *sbv = acc + QG_ACC, *bcol = sbv + nt;
+	int64_t lacc = SK_CDIV(nt, QG_NR) * QG_NR; /* acc: QG_AMX_M rows of lacc */
+	int32_t *sbv = acc + QG_AMX_M * lacc, *bcol = sbv + nt;
 	float *mcol = (float *)(bcol + nt);
 	uint8_t *U = (uint8_t *)(mcol + nt);
 	U = (uint8_t *)(((uintptr_t)U + 63) & ~(uintptr_t)63);
@@ -759,26 +763,27 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		/* 32 rows at a time on AMX tiles, else 8 on the vector unit */
 		int tile = amx && ml - r0 >= QG_AMX_M;
 		int rows = tile ? QG_AMX_M : (int)SK_MIN((int64_t)QG_MR, ml - r0);
+		/* the row group's sums over all the tile's columns, then one
+		 * epilogue call per row */
 		for (int64_t s0 = 0; s0 < strips; s0 += 2) {
 			int ns = (int)SK_MIN((int64_t)2, strips - s0);
 			if (tile && ns == 2) {
-				qg_micro_amx(Up + r0 * kp, kp, Sp + s0 * k4n * 64, kp, acc);
+				qg_micro_amx(Up + r0 * kp, kp, Sp + s0 * k4n * 64, kp, acc + s0 * 16, lacc);
 			} else {
 				for (int rr = 0; rr < rows; rr += QG_MR)
 					q.micro(Up + (r0 + rr) * kp, kp, Sp + s0 * k4n * 64, kp,
 					      (int)SK_MIN((int64_t)QG_MR, (int64_t)(rows - rr)), ns,
-					      acc + rr * QG_NR);
+					      acc + rr * lacc + s0 * 16, lacc);
 			}
-			int64_t j0 = s0 * 16, w = SK_MIN((int64_t)QG_NR, nl - j0);
-			for (int r = 0; r < rows; r++) {
-				int64_t m = m0 + r0 + r;
-				row.rs = rs[r0 + r];
-				row.ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
-				row.brow = p[21] == 1 ? bias[roff + m] : 0;
-				row.mrow = p[20] == 1 ? mult[0] : (p[20] == 2 ? mult[roff + m] : 1.0f);
-				qg_epilogue(acc + r * QG_NR, w, sbv + j0, cs + j0, bcol + j0, mcol + j0,
-					    (int32_t)K, row, Y + m * ldc + n0 + j0);
-			}
+		}
+		for (int r = 0; r < rows; r++) {
+			int64_t m = m0 + r0 + r;
+			row.rs = rs[r0 + r];
+			row.ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
+			row.brow = p[21] == 1 ? bias[roff + m] : 0;
+			row.mrow = p[20] == 1 ? mult[0] : (p[20] == 2 ? mult[roff + m] : 1.0f);
+			qg_epilogue(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row,
+				    Y + m * ldc + n0);
 		}
 		r0 += rows;
 		if (SK_STOPPED(ctx))
