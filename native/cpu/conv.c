@@ -381,6 +381,119 @@ SK_MV static void dw3x3_plane(const float *x, const float *w, float *y, float bi
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define DW_512 __attribute__((target("avx512f")))
+#define DW_CHUNKS 2 /* the widest output row dw3x3_plane_512 takes, in vectors */
+
+/* dw_lanes is the mask of lanes i with 0 <= start + i < W. */
+static inline __mmask16 dw_lanes(int64_t start, int64_t W)
+{
+	int64_t lo = SK_MAX(-start, 0), hi = SK_MIN(W - start, 16);
+	if (hi <= lo)
+		return 0;
+	return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
+/* dw3x3_plane_512 is dw3x3_plane 16 output columns a vector, bit for bit:
+ * interior columns sum bias + w00*x00 + w01*x01 + ... + w22*x22, border
+ * columns bias + the column sums (w0j*x0j + w1j*x1j) + w2j*x2j of their
+ * columns inside the input, as dw3x3_plane does; a vector holding both
+ * computes both from the same taps and blends them. Taps outside the input
+ * load as 0 (masked loads), stride 2 splits 32 input columns into even and
+ * odd with permutes, and the row's last columns are stored masked, so that
+ * the small planes of MobileNet-style networks (7 to 28 columns) need no
+ * scalar remainder. zero: a zero row (rows outside the input). */
+DW_512 static void dw3x3_plane_512(const float *x, const float *w, float *y, float bias,
+				   const float *res, int64_t H, int64_t W, int64_t S, int64_t PT,
+				   int64_t PL, int64_t OH, int64_t OW, const float *zero)
+{
+	int64_t lo = SK_CDIV(PL, S), hi = (W - 3 + PL) < 0 ? 0 : (W - 3 + PL) / S + 1;
+	if (hi > OW)
+		hi = OW;
+	if (lo > hi)
+		lo = hi;
+	int64_t nc = SK_CDIV(OW, 16);
+	/* per chunk: interior lanes, stored lanes, the three loads' lanes
+	 * inside the row, and (stride 2) each tap column's lanes inside it */
+	__mmask16 mi[DW_CHUNKS], ms[DW_CHUNKS], ml[DW_CHUNKS][3], mk[DW_CHUNKS][3];
+	for (int64_t c = 0; c < nc; c++) {
+		int64_t ow = 16 * c;
+		ms[c] = dw_lanes(ow, OW);
+		mi[c] = dw_lanes(ow - lo, hi - lo);
+		for (int j = 0; j < 3; j++) {
+			ml[c][j] = S == 1 ? dw_lanes(ow - PL + j, W) : dw_lanes(2 * ow - PL + 16 * j, W);
+			mk[c][j] = 0;
+			if (S == 2)
+				for (int i = 0; i < 16; i++) {
+					int64_t iw = 2 * (ow + i) - PL + j;
+					if (iw >= 0 && iw < W)
+						mk[c][j] |= (__mmask16)(1u << i);
+				}
+			else
+				mk[c][j] = ml[c][j];
+		}
+	}
+	__m512 wv[9], b = _mm512_set1_ps(bias);
+	for (int i = 0; i < 9; i++)
+		wv[i] = _mm512_set1_ps(w[i]);
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+					       28, 30);
+	const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27,
+					      29, 31);
+	const __m512i next = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+					       16);
+	for (int64_t oh = 0; oh < OH; oh++) {
+		const float *r[3];
+		for (int kh = 0; kh < 3; kh++) {
+			int64_t ih = oh * S - PT + kh;
+			r[kh] = (ih >= 0 && ih < H) ? x + ih * W : zero;
+		}
+		float *yr = y + oh * OW;
+		const float *rr = res ? res + oh * OW : NULL;
+		for (int64_t c = 0; c < nc; c++) {
+			int64_t ow = 16 * c;
+			int full = mi[c] == 0xffff;
+			__m512 t[3][3];
+			for (int kh = 0; kh < 3; kh++) {
+				const float *src = r[kh] + (S == 1 ? ow : 2 * ow) - PL;
+				if (S == 1) {
+					for (int j = 0; j < 3; j++)
+						t[kh][j] = full ? _mm512_loadu_ps(src + j)
+								: _mm512_maskz_loadu_ps(ml[c][j], src + j);
+				} else {
+					__m512 v0 = full ? _mm512_loadu_ps(src)
+							 : _mm512_maskz_loadu_ps(ml[c][0], src);
+					__m512 v1 = full ? _mm512_loadu_ps(src + 16)
+							 : _mm512_maskz_loadu_ps(ml[c][1], src + 16);
+					__m512 v2 = _mm512_maskz_loadu_ps(ml[c][2], src + 32);
+					t[kh][0] = _mm512_permutex2var_ps(v0, even, v1);
+					t[kh][1] = _mm512_permutex2var_ps(v0, odd, v1);
+					t[kh][2] = _mm512_permutex2var_ps(t[kh][0], next, v2);
+				}
+			}
+			__m512 a = b;
+			for (int kh = 0; kh < 3; kh++)
+				for (int j = 0; j < 3; j++)
+					a = _mm512_add_ps(a, _mm512_mul_ps(wv[3 * kh + j], t[kh][j]));
+			if (!full) {
+				__m512 e = b;
+				for (int j = 0; j < 3; j++) {
+					__m512 col = _mm512_add_ps(_mm512_mul_ps(wv[j], t[0][j]),
+								   _mm512_mul_ps(wv[3 + j], t[1][j]));
+					col = _mm512_add_ps(col, _mm512_mul_ps(wv[6 + j], t[2][j]));
+					e = _mm512_mask_add_ps(e, mk[c][j], e, col);
+				}
+				a = _mm512_mask_blend_ps(mi[c], e, a);
+			}
+			if (rr)
+				a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(ms[c], rr + ow));
+			_mm512_mask_storeu_ps(yr + ow, ms[c], a);
+		}
+	}
+}
+#endif
+
 void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -402,6 +515,14 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	 * the same bits as that pass over the whole tensor) */
 	float *xs = quant ? z + SK_CDIV(W + 16, 16) * 16 : NULL;
 	int64_t shifted = -1;
+	/* AVX-512 where sgemm uses it: the same bits, 16 columns a vector, on
+	 * the narrow planes where the compiler's loops leave most columns to
+	 * scalar remainders (BenchmarkDepthwise: 14x14 1.6x, 28x28 stride 2
+	 * 1.4x); on wide ones the compiler's loops were faster */
+	int wide = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+	wide = fast && sk_gemm_isa() == SK_ISA_AVX512 && (p[8] == 1 ? OW : W) <= 32;
+#endif
 	for (int64_t oc = c0; oc < c1; oc++) {
 		SK_POLL(ctx);
 		int64_t ic = oc / mult;
@@ -414,7 +535,12 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		}
 		float *y = k->out + (n * Cout + oc) * OH * OW;
 		const float *res = k->in[3] ? k->in[3] + (n * Cout + oc) * OH * OW : NULL;
-		if (fast)
+		if (wide) {
+#if defined(__x86_64__) && defined(__GNUC__)
+			dw3x3_plane_512(x, k->in[1] + oc * 9, y, k->in[2] ? k->in[2][oc] : 0.0f, res,
+					H, W, p[8], p[10], p[11], OH, OW, zero);
+#endif
+		} else if (fast)
 			dw3x3_plane(x, k->in[1] + oc * 9, y, k->in[2] ? k->in[2][oc] : 0.0f, res, H,
 				    W, p[8], p[10], p[11], OH, OW, zero);
 		else

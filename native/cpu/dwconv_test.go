@@ -182,6 +182,9 @@ var dwCases = []dwCase{
 	{n: 1, c: 2, mult: 3, h: 5, w: 17, k: 3, stride: 1, padT: 0, padL: 2, padB: 2, padR: 0},
 	{n: 1, c: 2, mult: 1, h: 3, w: 1100, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true},
 	{n: 1, c: 2, mult: 1, h: 4, w: 2, k: 3, stride: 2, padT: 1, padL: 1, padB: 1, padR: 1},
+	{n: 1, c: 2, mult: 1, h: 3, w: 3, k: 3, stride: 1, padT: 0, padL: 0, padB: 0, padR: 0, bias: true},
+	{n: 1, c: 3, mult: 1, h: 40, w: 47, k: 3, stride: 2, padT: 1, padL: 2, padB: 1, padR: 0, bias: true, res: true},
+	{n: 1, c: 2, mult: 1, h: 6, w: 35, k: 3, stride: 1, padT: 2, padL: 2, padB: 2, padR: 2, act: 2},
 	// the general path (5x5) and integers: shifted input, requantised
 	{n: 1, c: 3, mult: 1, h: 13, w: 11, k: 5, stride: 2, padT: 2, padL: 2, padB: 2, padR: 2, bias: true, act: 1},
 	{n: 2, c: 8, mult: 1, h: 14, w: 14, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true, requant: true},
@@ -192,10 +195,16 @@ var dwCases = []dwCase{
 
 // TestDepthwiseMatchesReference: every depthwise case computes its
 // float64 reference (within float32 rounding; requantised integers
-// exactly), and its bits do not depend on the number of units (the
-// blocks' split of the channels).
+// exactly), and its bits depend neither on the number of units (the
+// blocks' split of the channels) nor on the instruction set (the 3x3
+// path runs 16 columns a vector where sgemm uses AVX-512; "generic"
+// runs the scalar-ordered loops).
 func TestDepthwiseMatchesReference(t *testing.T) {
+	defer SetGemmISA("")
 	for _, dc := range dwCases {
+		if err := SetGemmISA("generic"); err != nil {
+			t.Fatal(err)
+		}
 		o := dwMake(t, dc)
 		oh, ow := dc.out()
 		nout := int(dc.n * dc.c * dc.mult * oh * ow)
@@ -207,12 +216,17 @@ func TestDepthwiseMatchesReference(t *testing.T) {
 				t.Fatalf("%v: y[%d] = %v, float64 reference %v", dc, i, v, ref[i])
 			}
 		}
-		for _, units := range []int{2, 3, 8} {
-			got := newFloats(t, nout, float32(math.NaN()))
-			dwRun(t, dc, o, got, units)
-			for i, v := range want.s() {
-				if math.Float32bits(got.s()[i]) != math.Float32bits(v) {
-					t.Fatalf("%v, %d units: y[%d] = %v, one unit %v", dc, units, i, got.s()[i], v)
+		for _, isa := range GemmISAs() {
+			if err := SetGemmISA(isa); err != nil {
+				t.Fatal(err)
+			}
+			for _, units := range []int{1, 3, 8} {
+				got := newFloats(t, nout, float32(math.NaN()))
+				dwRun(t, dc, o, got, units)
+				for i, v := range want.s() {
+					if math.Float32bits(got.s()[i]) != math.Float32bits(v) {
+						t.Fatalf("%v, %s, %d units: y[%d] = %v, generic on one unit %v", dc, isa, units, i, got.s()[i], v)
+					}
 				}
 			}
 		}
