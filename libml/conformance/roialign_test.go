@@ -85,3 +85,116 @@ func TestBodiesORT(t *testing.T) {
 		}
 	}
 }
+
+// TestPool3DORT checks 3-D MaxPool and AveragePool (lowered as two 2-D
+// POOL kernels, pool3dParams) against ONNX Runtime with padding, strides,
+// dilations, ceil_mode and count_include_pad on every axis.
+func TestPool3DORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	in := []int64{2, 3, 5, 7, 6}
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: in, F32: make([]float32, numelOf(in))}
+	for i := range x.F32 {
+		x.F32[i] = float32((i*37)%101)/17 - 2.9
+	}
+	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
+	for _, c := range []struct {
+		name              string
+		op                string
+		k, s, pads, dil   []int64
+		ceil, includePads int64
+	}{
+		{"max-pads-strides", "MaxPool", []int64{2, 3, 3}, []int64{1, 2, 2}, []int64{1, 1, 0, 1, 0, 1}, nil, 0, 0},
+		{"avg-pads", "AveragePool", []int64{3, 2, 2}, []int64{2, 1, 2}, []int64{1, 0, 1, 1, 1, 0}, nil, 0, 0},
+		{"avg-pads-counted", "AveragePool", []int64{3, 2, 2}, []int64{2, 1, 2}, []int64{1, 0, 1, 1, 1, 0}, nil, 0, 1},
+		{"avg-sym-counted", "AveragePool", []int64{3, 2, 2}, []int64{2, 1, 2}, []int64{1, 1, 1, 1, 1, 1}, nil, 0, 1},
+		{"avg-d-counted", "AveragePool", []int64{3, 2, 2}, []int64{2, 1, 2}, []int64{1, 0, 0, 2, 0, 0}, nil, 0, 1},
+		{"avg-hw-counted", "AveragePool", []int64{2, 3, 3}, []int64{1, 2, 2}, []int64{0, 1, 0, 0, 2, 2}, nil, 0, 1},
+		{"max-ceil", "MaxPool", []int64{2, 2, 2}, []int64{2, 2, 2}, nil, nil, 1, 0},
+		{"avg-ceil", "AveragePool", []int64{2, 3, 2}, []int64{2, 2, 2}, nil, nil, 1, 0},
+		{"max-dilated", "MaxPool", []int64{2, 2, 2}, []int64{1, 2, 1}, []int64{0, 1, 1, 0, 1, 1}, []int64{2, 1, 2}, 0, 0},
+	} {
+		n := graph.Node{Op: c.op, Name: c.name, Inputs: []string{"x"}, Outputs: []string{"y"},
+			Attrs: []graph.Attr{ints("kernel_shape", c.k...), ints("strides", c.s...), attr("ceil_mode", c.ceil)}}
+		pads := c.pads
+		if pads == nil {
+			pads = make([]int64, 6)
+		}
+		n.Attrs = append(n.Attrs, ints("pads", pads...))
+		dil := c.dil
+		if dil != nil {
+			n.Attrs = append(n.Attrs, ints("dilations", dil...))
+		} else {
+			dil = []int64{1, 1, 1}
+		}
+		if c.op == "AveragePool" {
+			n.Attrs = append(n.Attrs, attr("count_include_pad", c.includePads))
+		}
+		out := []int64{in[0], in[1]}
+		for i := range 3 {
+			span := in[2+i] + pads[i] + pads[3+i] - ((c.k[i]-1)*dil[i] + 1)
+			o := span/c.s[i] + 1
+			if c.ceil != 0 && span%c.s[i] != 0 {
+				o++
+			}
+			out = append(out, o)
+		}
+		g := &graph.Graph{Name: c.name, Opset: 19, Nodes: []graph.Node{n},
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
+			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: out}}}
+		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: out, F32: make([]float32, numelOf(out))}
+		symmetric := pads[0] == pads[3] && pads[1] == pads[4] && pads[2] == pads[5]
+		if c.includePads == 0 || symmetric {
+			if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
+				t.Errorf("%s: %v", c.name, err)
+			}
+			continue
+		}
+		// ONNX Runtime 1.24 divides by the wrong padded extent with
+		// asymmetric pads and count_include_pad (its pull request 27375);
+		// here the spec's definition: the window within the padded input
+		copy(want.F32, avgPool3DCounted(x.F32, in, out, c.k, c.s, pads))
+		got, err := runOnBackend(ctx, cb, c.name, g, x, want)
+		if err == nil {
+			err = Compare(got, want)
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
+// avgPool3DCounted is AveragePool with count_include_pad = 1 over x [N, C,
+// D, H, W], directly: each window clipped to the padded input, divided by
+// its size there.
+func avgPool3DCounted(x []float32, in, out, k, s, pads []int64) []float32 {
+	y := make([]float32, numelOf(out))
+	i := 0
+	for nc := int64(0); nc < in[0]*in[1]; nc++ {
+		for od := int64(0); od < out[2]; od++ {
+			for oh := int64(0); oh < out[3]; oh++ {
+				for ow := int64(0); ow < out[4]; ow++ {
+					o := []int64{od, oh, ow}
+					var lo, hi [3]int64
+					for a := range 3 {
+						lo[a] = o[a]*s[a] - pads[a]
+						hi[a] = min(lo[a]+k[a], in[2+a]+pads[3+a])
+					}
+					sum := 0.0
+					for d := max(lo[0], 0); d < min(hi[0], in[2]); d++ {
+						for h := max(lo[1], 0); h < min(hi[1], in[3]); h++ {
+							for w := max(lo[2], 0); w < min(hi[2], in[4]); w++ {
+								sum += float64(x[((nc*in[2]+d)*in[3]+h)*in[4]+w])
+							}
+						}
+					}
+					y[i] = float32(sum / float64((hi[0]-lo[0])*(hi[1]-lo[1])*(hi[2]-lo[2])))
+					i++
+				}
+			}
+		}
+	}
+	return y
+}

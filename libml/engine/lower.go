@@ -1214,14 +1214,27 @@ func (c *compiler) lowerPool(g *group) error {
 	if err != nil {
 		return err
 	}
-	d := c.draft(g, OpPool)
-	p := poolParams(xs, gm, n)
-	copy(d.k.P[:17], p[:])
-	d.in[0], _ = c.operand(n.Inputs[0])
-	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
-		return err
+	src, _ := c.operand(n.Inputs[0])
+	params := [][17]int64{poolParams(xs, gm, n)}
+	if len(xs) == 5 {
+		// 3-D: (H, W) of each depth slice, then depth (pool3dParams)
+		p1, p2 := pool3dParams(xs, gm, n)
+		params = [][17]int64{p1, p2}
 	}
-	c.emit(d)
+	for i, p := range params {
+		d := c.draft(g, OpPool)
+		copy(d.k.P[:17], p[:])
+		d.in[0] = src
+		if i == len(params)-1 {
+			if d.out, _, err = c.output(n.Outputs[0]); err != nil {
+				return err
+			}
+		} else {
+			d.out = operand{sp: SpaceArena, buf: c.newBuf(p[0] * p[3] * p[4])}
+		}
+		c.emit(d)
+		src = d.out
+	}
 	return nil
 }
 

@@ -754,8 +754,8 @@ func refPool(e *ev) ([]*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(x.Shape) < 3 || len(x.Shape) > 4 {
-		return nil, fmt.Errorf("only 1-D and 2-D pooling: X %v", x.Shape)
+	if len(x.Shape) < 3 || len(x.Shape) > 5 {
+		return nil, fmt.Errorf("only 1-D, 2-D and 3-D pooling: X %v", x.Shape)
 	}
 	for _, o := range e.n.Outputs[1:] {
 		if o != "" {
@@ -781,11 +781,31 @@ func refPool(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(x.DType, oshape))
 	}
-	p := poolParams(x.Shape, g, e.n)
-	y := NewFloat(oshape, nil)
-	xf := x.floats()
+	var yf []float32
+	if len(x.Shape) == 5 {
+		p1, p2 := pool3dParams(x.Shape, g, e.n)
+		yf = poolPlanes(p2, poolPlanes(p1, x.floats()))
+	} else {
+		yf = poolPlanes(poolParams(x.Shape, g, e.n), x.floats())
+	}
+	y := NewFloat(oshape, yf)
+	if !x.IsFloat() {
+		yi := NewInt(oshape, nil)
+		yi.DType = x.DType
+		for i, v := range y.F {
+			yi.I[i] = int64(v)
+		}
+		return one(yi)
+	}
+	return one(y)
+}
+
+// poolPlanes is the POOL kernel's arithmetic over p[0] planes of xf (the
+// layout of poolParams), in float64 per window.
+func poolPlanes(p [17]int64, xf []float32) []float32 {
 	H, W, OH, OW, KH, KW := p[1], p[2], p[3], p[4], p[5], p[6]
 	SH, SW, PT, PL, DH, DW, avg, incl, PB, PR := p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15], p[16]
+	y := make([]float32, p[0]*OH*OW)
 	for pl := int64(0); pl < p[0]; pl++ {
 		xs := xf[pl*H*W:]
 		for oh := int64(0); oh < OH; oh++ {
@@ -825,19 +845,11 @@ func refPool(e *ev) ([]*Tensor, error) {
 						out = s / float64(cnt)
 					}
 				}
-				y.F[(pl*OH+oh)*OW+ow] = float32(out)
+				y[(pl*OH+oh)*OW+ow] = float32(out)
 			}
 		}
 	}
-	if !x.IsFloat() {
-		yi := NewInt(oshape, nil)
-		yi.DType = x.DType
-		for i, v := range y.F {
-			yi.I[i] = int64(v)
-		}
-		return one(yi)
-	}
-	return one(y)
+	return y
 }
 
 // poolParams lays out the POOL kernel's parameters (1-D pools become H=1).
@@ -858,6 +870,30 @@ func poolParams(xs []int64, g geom, n *graph.Node) [17]int64 {
 		p[14] = n.AttrInt("count_include_pad", 0)
 	}
 	return p
+}
+
+// pool3dParams splits a 3-D pool into two POOL kernels: the first pools
+// (H, W) of every depth slice (planes N*C*D), the second pools depth over
+// planes N*C whose rows are the depth slices and whose columns are the
+// OH*OW pooled positions (window KD x 1). Max is separable; so is
+// average, whose window count is the product of the per-axis counts,
+// with or without the padding. The second kernel sums the first's
+// averages, so its rounding differs from one sum over the whole window.
+func pool3dParams(xs []int64, g geom, n *graph.Node) (p1, p2 [17]int64) {
+	p1[0] = xs[0] * xs[1] * xs[2]
+	p1[1], p1[2], p1[3], p1[4], p1[5], p1[6] = xs[3], xs[4], g.out[1], g.out[2], g.k[1], g.k[2]
+	p1[7], p1[8], p1[9], p1[10], p1[11], p1[12] = g.s[1], g.s[2], g.pb[1], g.pb[2], g.d[1], g.d[2]
+	p1[15], p1[16] = g.pe[1], g.pe[2]
+	p2[0] = xs[0] * xs[1]
+	p2[1], p2[2], p2[3], p2[4], p2[5], p2[6] = xs[2], g.out[1]*g.out[2], g.out[0], g.out[1]*g.out[2], g.k[0], 1
+	p2[7], p2[8], p2[9], p2[10], p2[11], p2[12] = g.s[0], 1, g.pb[0], 0, g.d[0], 1
+	p2[15], p2[16] = g.pe[0], 0
+	if n.Op == "AveragePool" {
+		p1[13], p2[13] = 1, 1
+		p1[14] = n.AttrInt("count_include_pad", 0)
+		p2[14] = p1[14]
+	}
+	return p1, p2
 }
 
 func refGlobalPool(e *ev) ([]*Tensor, error) {
