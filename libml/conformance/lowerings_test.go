@@ -180,6 +180,23 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 			xdims: []int64{2, 4, 2}, x: []float32{1, 5, 3, 5, 3, 1, 2, 5, 0, 0, 0, 0, 0, 0, 0, 0}, opset: 13},
 		{name: "hardmax-opset11", node: graph.Node{Op: "Hardmax", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},
 			xdims: []int64{2, 2, 3}, x: []float32{1, 9, 3, 9, 0, 0, 4, 4, 4, 4, 4, 5}, opset: 11},
+		// DFT and STFT as one GEMM with the transform's matrix: complex
+		// input with dimensions between the axis and the parts (moved
+		// next to each other and back), lengths padded and cut, one-sided,
+		// inverse, opset 20's axis input; frames that overlap, a window
+		{name: "dft-complex-inner", node: graph.Node{Op: "DFT", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},
+			xdims: []int64{2, 5, 3, 2}, kernel: "gemm"},
+		{name: "dft-padded-onesided", node: graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{attr("onesided", 1)}},
+			xdims: []int64{3, 6, 1}, inits: []*graph.Tensor{ints("L", []int64{}, 8)}, kernel: "gemm"},
+		{name: "dft-cut-inverse", node: graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{attr("inverse", 1)}},
+			xdims: []int64{2, 9, 2}, inits: []*graph.Tensor{ints("L", []int64{}, 5)}, kernel: "gemm"},
+		{name: "dft-opset20-axis", node: graph.Node{Op: "DFT", Inputs: []string{"x", "", "a"}},
+			xdims: []int64{2, 4, 3, 1}, inits: []*graph.Tensor{ints("a", []int64{}, -3)}, opset: 20, kernel: "gemm"},
+		{name: "stft-complex-twosided", node: graph.Node{Op: "STFT", Inputs: []string{"x", "s", "", "l"}, Attrs: []graph.Attr{attr("onesided", 0)}},
+			xdims: []int64{2, 20, 2}, inits: []*graph.Tensor{ints("s", []int64{}, 3), ints("l", []int64{}, 6)}, kernel: "gemm"},
+		{name: "stft-window", node: graph.Node{Op: "STFT", Inputs: []string{"x", "s", "w"}},
+			xdims: []int64{1, 30, 1}, inits: []*graph.Tensor{ints("s", []int64{}, 4),
+				{Name: "w", DType: graph.Float32, Dims: []int64{8}, F32: []float32{0, 0.19, 0.61, 0.95, 0.95, 0.61, 0.19, 0}}}, kernel: "gemm"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

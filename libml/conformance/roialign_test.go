@@ -198,3 +198,51 @@ func avgPool3DCounted(x []float32, in, out, k, s, pads []int64) []float32 {
 	}
 	return y
 }
+
+// TestDFTORT checks DFT and STFT (one GEMM with the transform's matrix)
+// against ONNX Runtime where the node tests do not reach: complex input
+// with dimensions after the axis, lengths padded and cut, one-sided and
+// inverse transforms, opset 20's axis input, two-sided STFT.
+func TestDFTORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	ints := func(name string, v int64) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Int64, Dims: []int64{}, I64: []int64{v}}
+	}
+	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
+	for _, c := range []struct {
+		name    string
+		node    graph.Node
+		opset   int64
+		in, out []int64
+		inits   []*graph.Tensor
+	}{
+		{"dft-complex-inner", graph.Node{Op: "DFT", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}}, 17,
+			[]int64{2, 5, 3, 2}, []int64{2, 5, 3, 2}, nil},
+		{"dft-padded-onesided", graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{attr("onesided", 1)}}, 17,
+			[]int64{3, 6, 1}, []int64{3, 5, 2}, []*graph.Tensor{ints("L", 8)}},
+		{"dft-cut-inverse", graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{attr("inverse", 1)}}, 17,
+			[]int64{2, 9, 2}, []int64{2, 5, 2}, []*graph.Tensor{ints("L", 5)}},
+		{"dft-opset20-axis", graph.Node{Op: "DFT", Inputs: []string{"x", "", "a"}}, 20,
+			[]int64{2, 4, 3, 1}, []int64{2, 4, 3, 2}, []*graph.Tensor{ints("a", -3)}},
+		// (complex signals: ONNX Runtime 1.24 does not give the spec's
+		// frames; TestRuntimeLoweringsMatchReference checks those)
+		{"stft-twosided", graph.Node{Op: "STFT", Inputs: []string{"x", "s", "", "l"}, Attrs: []graph.Attr{attr("onesided", 0)}}, 17,
+			[]int64{2, 20, 1}, []int64{2, 5, 6, 2}, []*graph.Tensor{ints("s", 3), ints("l", 6)}},
+	} {
+		x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: c.in, F32: make([]float32, numelOf(c.in))}
+		for i := range x.F32 {
+			x.F32[i] = float32((i*37)%23)/4 - 2.5
+		}
+		n := c.node
+		n.Name, n.Outputs = c.name, []string{"y"}
+		g := &graph.Graph{Name: c.name, Opset: c.opset, Nodes: []graph.Node{n}, Initializers: c.inits,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: c.in}},
+			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: c.out}}}
+		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: c.out, F32: make([]float32, numelOf(c.out))}
+		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

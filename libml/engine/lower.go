@@ -66,6 +66,10 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerTile(g)
 	case n.Op == "CumSum":
 		return c.lowerCumSum(g)
+	case n.Op == "DFT":
+		return c.lowerDFT(g)
+	case n.Op == "STFT":
+		return c.lowerSTFT(g)
 	case n.Op == "Where":
 		return c.lowerWhere(g)
 	case indexMapOps[n.Op]:

@@ -187,7 +187,7 @@ var reduceOps = map[string]int{
 var runtimeOps = []string{
 	"Abs", "Acos", "Add", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
 	"BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Compress", "Concat", "Conv", "ConvTranspose", "Cos",
-	"CumSum", "DepthToSpace", "Div", "Dropout", "Einsum",
+	"CumSum", "DFT", "DepthToSpace", "Div", "Dropout", "Einsum",
 	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "GridSample",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
 	"HardSwish", "Identity", "LSTM", "LayerNormalization", "LeakyRelu", "Log",
@@ -195,7 +195,7 @@ var runtimeOps = []string{
 	"OneHot", "Pad", "Pow", "RNN", "Reciprocal", "ReduceL2", "ReduceMax", "ReduceMean", "ReduceMin",
 	"ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape",
 	"Resize", "ReverseSequence", "RoiAlign", "Round", "Scatter", "ScatterElements", "ScatterND", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Slice", "Softmax", "Softplus",
-	"SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Tile", "TopK", "Transpose",
+	"SpaceToDepth", "Split", "Sqrt", "STFT", "Squeeze", "Sub", "Sum", "Mean", "Tanh", "Tile", "TopK", "Transpose",
 	"Trilu", "ThresholdedRelu", "Unsqueeze", "Upsample",
 }
 

@@ -108,7 +108,7 @@ func init() {
 		"RNN": refRecurrent, "GRU": refRecurrent, "LSTM": refRecurrent,
 		"If": refIf, opSelect: refSelect,
 		"DepthToSpace": refSpaceDepth, "SpaceToDepth": refSpaceDepth,
-		"Tile": refTile, "CumSum": refCumSum, "CastLike": refCast,
+		"Tile": refTile, "CumSum": refCumSum, "DFT": refDFT, "STFT": refSTFT, "CastLike": refCast,
 		"ArgMax": refArgMinMax, "ArgMin": refArgMinMax, "Mod": refMod,
 		"IsNaN": refIsNaNInf, "IsInf": refIsNaNInf,
 		"EyeLike": refEyeLike, "OneHot": refOneHot, "BitShift": refBitShift, "Einsum": refEinsum, "GridSample": refGridSample, "TopK": refTopK, "RoiAlign": refRoiAlign,
