@@ -201,12 +201,7 @@ func (c *compiler) lowerDFT(g *group) error {
 		}
 		out = operand{sp: SpaceArena, buf: c.newBuf(rows * s.m * 2)}
 	}
-	d := c.draft(g, OpGemm)
-	gs := gemmSpec{M: rows, N: 2 * s.m, K: s.n * s.c, lda: s.n * s.c, ldb: 2 * s.m, ldc: 2 * s.m, alpha: 1}
-	gs.set(&d.k)
-	d.in[0], d.in[1] = a, c.newConst(dftMatrix(s.n, s.c, s.L, s.m, s.inverse, nil))
-	d.out = out
-	c.emit(d)
+	c.emitTransform(g, a, out, rows, s.n*s.c, 2*s.m, dftMatrix(s.n, s.c, s.L, s.m, s.inverse, nil))
 	if s.inner > 1 {
 		// [outer, inner, m, 2] -> [outer, m, inner, 2]
 		return c.copyView(g, out, dst, []int64{s.outer, s.m, s.inner, 2},
@@ -325,11 +320,17 @@ func (c *compiler) lowerSTFT(g *group) error {
 		[]int64{s.len * s.c, s.step * s.c, 1}); err != nil {
 		return err
 	}
-	d := c.draft(g, OpGemm)
-	gs := gemmSpec{M: rows, N: 2 * s.m, K: k, lda: k, ldb: 2 * s.m, ldc: 2 * s.m, alpha: 1}
-	gs.set(&d.k)
-	d.in[0], d.in[1] = frames, c.newConst(dftMatrix(s.L, s.c, s.L, s.m, false, s.window))
-	d.out = dst
-	c.emit(d)
+	c.emitTransform(g, frames, dst, rows, k, 2*s.m, dftMatrix(s.L, s.c, s.L, s.m, false, s.window))
 	return nil
+}
+
+// emitTransform emits out [rows, cols] = a [rows, k] times the constant
+// transform matrix mt [k, cols]: one GEMM.
+func (c *compiler) emitTransform(g *group, a, out operand, rows, k, cols int64, mt []float32) {
+	d := c.draft(g, OpGemm)
+	gs := gemmSpec{M: rows, N: cols, K: k, lda: k, ldb: cols, ldc: cols, alpha: 1}
+	gs.set(&d.k)
+	d.in[0], d.in[1] = a, c.newConst(mt)
+	d.out = out
+	c.emit(d)
 }
