@@ -60,7 +60,6 @@ var nodeSkips = map[string]string{
 	// The harness feeds a test's first float32 input at run time.
 	"test_onehot_negative_indices": "its only float32 input is OneHot's depth, which the engine needs as a constant (the int64 indices make it a folding test otherwise)",
 	// Resize modes the engine does not implement.
-	"test_resize_tf_crop_and_resize": "coordinate_transformation_mode tf_crop_and_resize is not supported",
 	// Variadic Max / Min beyond two inputs.
 	// Precision: float32 evaluation against float64 references.
 	"test_blackmanwindow*expanded": "float32 cos vs float64 reference: 1.5e-4 relative (ONNX Runtime misses it too)",

@@ -246,3 +246,60 @@ func TestDFTORT(t *testing.T) {
 		}
 	}
 }
+
+// TestCropAndResizeORT checks Resize's tf_crop_and_resize against ONNX
+// Runtime: linear, nearest and cubic, crops inside the image and past its
+// borders (extrapolated), sizes and scales (the output sized from the
+// input alone, as ONNX Runtime and ONNX's reference implementation do).
+func TestCropAndResizeORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	in := []int64{2, 3, 7, 9}
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: in, F32: make([]float32, numelOf(in))}
+	for i := range x.F32 {
+		x.F32[i] = float32((i*37)%101)/17 - 2.9
+	}
+	floats := func(name string, v ...float32) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{int64(len(v))}, F32: v}
+	}
+	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
+	fl := func(name string, v float32) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrFloat, F: v} }
+	sizes := func(v ...int64) *graph.Tensor {
+		return &graph.Tensor{Name: "sizes", DType: graph.Int64, Dims: []int64{int64(len(v))}, I64: v}
+	}
+	for _, c := range []struct {
+		name  string
+		mode  string
+		roi   []float32
+		sizes *graph.Tensor
+		scale *graph.Tensor
+		out   []int64
+	}{
+		{"linear-inside", "linear", []float32{0, 0, 0.2, 0.1, 1, 1, 0.8, 0.7}, sizes(2, 3, 5, 6), nil, []int64{2, 3, 5, 6}},
+		{"linear-past-borders", "linear", []float32{0, 0, -0.3, 0.5, 1, 1, 0.6, 1.4}, sizes(2, 3, 4, 8), nil, []int64{2, 3, 4, 8}},
+		{"nearest-past-borders", "nearest", []float32{0, 0, -0.2, -0.1, 1, 1, 1.1, 0.9}, sizes(2, 3, 6, 5), nil, []int64{2, 3, 6, 5}},
+		{"cubic-inside", "cubic", []float32{0, 0, 0.1, 0.2, 1, 1, 0.9, 0.8}, sizes(2, 3, 8, 7), nil, []int64{2, 3, 8, 7}},
+		{"linear-scales", "linear", []float32{0, 0, 0.25, 0, 1, 1, 0.75, 1}, nil, floats("scales", 1, 1, 2, 0.5), []int64{2, 3, 14, 4}},
+		{"one-row", "linear", []float32{0, 0, 0.3, 0.1, 1, 1, 0.5, 0.9}, sizes(2, 3, 1, 4), nil, []int64{2, 3, 1, 4}},
+	} {
+		n := graph.Node{Op: "Resize", Name: c.name, Inputs: []string{"x", "roi", "", ""}, Outputs: []string{"y"},
+			Attrs: []graph.Attr{str("mode", c.mode), str("coordinate_transformation_mode", "tf_crop_and_resize"),
+				fl("extrapolation_value", -7.5)}}
+		inits := []*graph.Tensor{floats("roi", c.roi...)}
+		if c.sizes != nil {
+			n.Inputs[3] = "sizes"
+			inits = append(inits, c.sizes)
+		} else {
+			n.Inputs[2] = "scales"
+			inits = append(inits, c.scale)
+		}
+		g := &graph.Graph{Name: c.name, Opset: 13, Nodes: []graph.Node{n}, Initializers: inits,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
+			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: c.out}}}
+		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: c.out, F32: make([]float32, numelOf(c.out))}
+		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

@@ -676,7 +676,7 @@ func TestKernelResize(t *testing.T) {
 		x := randVec(r, planes*H*W, -1, 1)
 		sh, sw := float32(OH)/float32(H), float32(OW)/float32(W)
 		for mode := 0; mode < 2; mode++ {
-			for coord := 0; coord < 4; coord++ {
+			for _, coord := range []int{0, 1, 2, 3, 5} {
 				for nm := 0; nm < 4; nm++ {
 					if mode == 1 && nm > 0 {
 						continue
@@ -686,6 +686,8 @@ func TestKernelResize(t *testing.T) {
 					a.Out = outBuf(t, ex, planes*OH*OW)
 					copy(a.P[:], []int64{int64(planes), int64(H), int64(W), int64(OH), int64(OW), int64(mode), int64(coord), int64(nm)})
 					a.F[0], a.F[1] = sh, sw
+					// tf_crop_and_resize: a crop inside H, past W's borders
+					a.F[3], a.F[4], a.F[5], a.F[6], a.F[7] = 0.1, 0.9, -0.2, 1.1, -3
 					runOp(t, ex, OpResize, &a)
 					want := refResize(x, planes, H, W, OH, OW, mode, coord, nm, sh, sw)
 					closeTo(t, fmt.Sprintf("resize mode %d coord %d nearest %d", mode, coord, nm),
@@ -699,8 +701,15 @@ func TestKernelResize(t *testing.T) {
 // refResize follows ONNX Resize (2-D, float32 coordinates as the
 // operator computes them).
 func refResize(x []float32, planes, H, W, OH, OW, mode, coord, nm int, sh, sw float32) []float32 {
+	roi := map[int][2]float32{H: {0.1, 0.9}, W: {-0.2, 1.1}} // H != W here
 	src := func(o int, scale float32, in, out int) float32 {
 		switch coord {
+		case 5:
+			st, en := roi[in][0], roi[in][1]
+			if out > 1 {
+				return st*float32(in-1) + float32(o)*(en-st)*float32(in-1)/float32(out-1)
+			}
+			return 0.5 * (st + en) * float32(in-1)
 		case 1:
 			return float32(o) / scale
 		case 2:
@@ -741,6 +750,10 @@ func refResize(x []float32, planes, H, W, OH, OW, mode, coord, nm int, sh, sw fl
 			for ow := 0; ow < OW; ow++ {
 				fy, fx := src(oh, sh, H, OH), src(ow, sw, W, OW)
 				o := (p*OH+oh)*OW + ow
+				if coord == 5 && (fy < 0 || fy > float32(H-1) || fx < 0 || fx > float32(W-1)) {
+					out[o] = -3
+					continue
+				}
 				if mode == 0 {
 					out[o] = x[(p*H+near(fy, H))*W+near(fx, W)]
 					continue

@@ -1337,6 +1337,7 @@ func (c *compiler) lowerResize(g *group) error {
 	d.k.P[0], d.k.P[1], d.k.P[2], d.k.P[3], d.k.P[4] = x.t.Len()/(H*W), H, W, OH, OW
 	d.k.P[5], d.k.P[6], d.k.P[7], d.k.P[8] = rs.mode, rs.coord, rs.nearest, rs.exclude
 	d.k.F[0], d.k.F[1], d.k.F[2] = rs.scaleH, rs.scaleW, rs.cubicA
+	d.k.F[3], d.k.F[4], d.k.F[5], d.k.F[6], d.k.F[7] = rs.roi[0], rs.roi[1], rs.roi[2], rs.roi[3], rs.extrap
 	d.in[0], _ = c.operand(n.Inputs[0])
 	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
 		return err

@@ -2167,6 +2167,11 @@ type resizeSpec struct {
 	nearest        int64
 	cubicA         float32
 	exclude        int64
+	// tf_crop_and_resize (coord 5): the crop's start and end along H and
+	// W (fractions of the input), and the value of an output whose
+	// source lies outside the input
+	roi    [4]float32 // h start, h end, w start, w end
+	extrap float32
 }
 
 func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
@@ -2213,6 +2218,32 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 	if p := e.n.AttrString("keep_aspect_ratio_policy", "stretch"); p != "stretch" {
 		return rs, fmt.Errorf("keep_aspect_ratio_policy %q is not supported", p)
 	}
+	crop := e.n.Op == "Resize" && e.opset >= 11 &&
+		e.n.AttrString("coordinate_transformation_mode", "half_pixel") == "tf_crop_and_resize"
+	roi := make([]float32, 2*r)
+	for i := r; i < 2*r; i++ {
+		roi[i] = 1
+	}
+	if crop {
+		t, err := e.constIn(1, "roi")
+		if err != nil {
+			return rs, err
+		}
+		if t == nil || t.Len() != int64(2*r) {
+			return rs, fmt.Errorf("tf_crop_and_resize needs a roi of %d values", 2*r)
+		}
+		copy(roi, t.floats())
+		for i := 0; i < r-2; i++ {
+			if roi[i] != 0 || roi[r+i] != 1 {
+				return rs, fmt.Errorf("roi %v crops dimension %d: only the last two dimensions", roi, i)
+			}
+		}
+		rs.extrap = e.n.AttrFloat("extrapolation_value", 0)
+	}
+	rs.roi = [4]float32{0, 1, roi[r-1], roi[2*r-1]}
+	if r >= 4 {
+		rs.roi[0], rs.roi[1] = roi[r-2], roi[2*r-2]
+	}
 	rs.out = append([]int64{}, x.Shape...)
 	sc := make([]float32, r)
 	switch {
@@ -2230,6 +2261,9 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		}
 		copy(sc, scales)
 		for i := range rs.out {
+			// with a crop too: ONNX Runtime and ONNX's reference
+			// implementation size the output from the input alone
+			// (the operator's text multiplies by the crop's share)
 			rs.out[i] = int64(math.Floor(float64(x.Shape[i]) * float64(scales[i])))
 		}
 	default:
@@ -2275,6 +2309,8 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		rs.coord = 3
 	case "tf_half_pixel_for_nn":
 		rs.coord = 4
+	case "tf_crop_and_resize":
+		rs.coord = 5
 	default:
 		return rs, fmt.Errorf("coordinate_transformation_mode %q is not supported", coord)
 	}
@@ -2299,10 +2335,15 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 
 // srcCoord maps an output coordinate to the input, in float32 like ONNX
 // Runtime (the rounding of nearest modes depends on it).
-func srcCoord(o int64, scale float64, in, out int64, coord int64) float64 {
+func srcCoord(o int64, scale float64, in, out int64, coord int64, start, end float32) float64 {
 	s := float32(scale)
 	x := float32(o)
 	switch coord {
+	case 5:
+		if out > 1 {
+			return float64(start*float32(in-1) + x*(end-start)*float32(in-1)/float32(out-1))
+		}
+		return float64(0.5 * (start + end) * float32(in-1))
 	case 1:
 		return float64(x / s)
 	case 2:
@@ -2392,11 +2433,13 @@ func refResize(e *ev) ([]*Tensor, error) {
 	y := NewFloat(rs.out, nil)
 	for p := int64(0); p < planes; p++ {
 		for oh := int64(0); oh < OH; oh++ {
-			fy := srcCoord(oh, float64(rs.scaleH), H, OH, rs.coord)
+			fy := srcCoord(oh, float64(rs.scaleH), H, OH, rs.coord, rs.roi[0], rs.roi[1])
 			for ow := int64(0); ow < OW; ow++ {
-				fx := srcCoord(ow, float64(rs.scaleW), W, OW, rs.coord)
+				fx := srcCoord(ow, float64(rs.scaleW), W, OW, rs.coord, rs.roi[2], rs.roi[3])
 				var v float64
-				if rs.mode == 2 {
+				if rs.coord == 5 && (fy < 0 || fy > float64(H-1) || fx < 0 || fx > float64(W-1)) {
+					v = float64(rs.extrap)
+				} else if rs.mode == 2 {
 					var yi, xi [4]int64
 					var wy, wx [4]float64
 					cubicTaps(fy, H, float64(rs.cubicA), rs.exclude != 0, yi[:], wy[:])

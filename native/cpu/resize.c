@@ -12,7 +12,7 @@ void sk_prep_resize(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
 	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 1 || p[4] < 1 ||
-	    p[5] < 0 || p[5] > 2 || p[6] < 0 || p[6] > 4 || p[7] < 0 || p[7] > 3 ||
+	    p[5] < 0 || p[5] > 2 || p[6] < 0 || p[6] > 5 || p[7] < 0 || p[7] > 3 ||
 	    !(k->f[0] > 0) || !(k->f[1] > 0)) {
 		k->grid = -1;
 		return;
@@ -26,13 +26,20 @@ void sk_prep_resize(sk_kernel *k, int units)
 	k->t[0] = sk_split(p[0], want, 1);
 	k->grid = SK_CDIV(p[0], k->t[0]);
 	/* per-column source indices and weights (cubic: 4 taps of each) */
-	k->scratch = 12 * p[4] + 16;
+	k->scratch = 13 * p[4] + 16;
 }
 
+/* src_coord is output position o's source coordinate; start and end: the
+ * tf_crop_and_resize crop (coord 5). */
 static float src_coord(int64_t o, float scale, int64_t in_len, int64_t out_len,
-		       int coord)
+		       int coord, float start, float end)
 {
 	switch (coord) {
+	case 5: /* tf_crop_and_resize */
+		return out_len > 1 ? start * (float)(in_len - 1) +
+					     (float)o * (end - start) * (float)(in_len - 1) /
+						     (float)(out_len - 1)
+				   : 0.5f * (start + end) * (float)(in_len - 1);
 	case 1: /* asymmetric */
 		return (float)o / scale;
 	case 2: /* align_corners */
@@ -100,13 +107,17 @@ static void resize_cubic(const sk_kernel *k, int64_t c0, int64_t c1, sk_ctx *ctx
 	int64_t H = p[1], W = p[2], OH = p[3], OW = p[4];
 	int coord = (int)p[6], excl = (int)p[8];
 	float a = k->f[2];
-	float *sc = sk_scratch(ctx, 12 * OW + 16);
+	float *sc = sk_scratch(ctx, 13 * OW + 16);
 	if (!sc)
 		return;
 	int64_t *xi = (int64_t *)sc; /* 4*OW int64 = 8*OW floats */
 	float *wx = sc + 8 * OW;
-	for (int64_t ow = 0; ow < OW; ow++)
-		cubic_taps(src_coord(ow, k->f[1], W, OW, coord), W, a, excl, xi + 4 * ow, wx + 4 * ow);
+	float *outx = wx + 4 * OW; /* 1: the column's source is outside (coord 5) */
+	for (int64_t ow = 0; ow < OW; ow++) {
+		float x = src_coord(ow, k->f[1], W, OW, coord, k->f[5], k->f[6]);
+		outx[ow] = coord == 5 && (x < 0 || x > (float)(W - 1));
+		cubic_taps(x, W, a, excl, xi + 4 * ow, wx + 4 * ow);
+	}
 	for (int64_t c = c0; c < c1; c++) {
 		SK_POLL(ctx);
 		const float *xp = k->in[0] + c * H * W;
@@ -114,9 +125,19 @@ static void resize_cubic(const sk_kernel *k, int64_t c0, int64_t c1, sk_ctx *ctx
 		for (int64_t oh = 0; oh < OH; oh++) {
 			int64_t yi[4];
 			float wy[4];
-			cubic_taps(src_coord(oh, k->f[0], H, OH, coord), H, a, excl, yi, wy);
+			float y = src_coord(oh, k->f[0], H, OH, coord, k->f[3], k->f[4]);
+			cubic_taps(y, H, a, excl, yi, wy);
 			float *yr = yp + oh * OW;
+			if (coord == 5 && (y < 0 || y > (float)(H - 1))) {
+				for (int64_t ow = 0; ow < OW; ow++)
+					yr[ow] = k->f[7];
+				continue;
+			}
 			for (int64_t ow = 0; ow < OW; ow++) {
+				if (outx[ow] != 0) {
+					yr[ow] = k->f[7];
+					continue;
+				}
 				const int64_t *xj = xi + 4 * ow;
 				const float *wj = wx + 4 * ow;
 				float acc = 0;
@@ -142,13 +163,15 @@ void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		resize_cubic(k, c0, c1, ctx);
 		return;
 	}
-	float *sc = sk_scratch(ctx, 3 * OW + 16);
+	float *sc = sk_scratch(ctx, 4 * OW + 16);
 	if (!sc)
 		return;
 	int64_t *xi0 = (int64_t *)sc; /* 2*OW floats worth of int64 pairs */
 	float *wx = sc + 2 * OW;
+	float *outx = wx + OW; /* 1: the column's source is outside (coord 5) */
 	for (int64_t ow = 0; ow < OW; ow++) {
-		float x = src_coord(ow, k->f[1], W, OW, coord);
+		float x = src_coord(ow, k->f[1], W, OW, coord, k->f[5], k->f[6]);
+		outx[ow] = coord == 5 && (x < 0 || x > (float)(W - 1));
 		if (mode == 0) {
 			xi0[ow] = nearest_idx(x, nm, W);
 			wx[ow] = 0;
@@ -167,12 +190,17 @@ void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		const float *xp = k->in[0] + c * H * W;
 		float *yp = k->out + c * OH * OW;
 		for (int64_t oh = 0; oh < OH; oh++) {
-			float y = src_coord(oh, k->f[0], H, OH, coord);
+			float y = src_coord(oh, k->f[0], H, OH, coord, k->f[3], k->f[4]);
 			float *yr = yp + oh * OW;
+			if (coord == 5 && (y < 0 || y > (float)(H - 1))) {
+				for (int64_t ow = 0; ow < OW; ow++)
+					yr[ow] = k->f[7];
+				continue;
+			}
 			if (mode == 0) {
 				const float *xr = xp + nearest_idx(y, nm, H) * W;
 				for (int64_t ow = 0; ow < OW; ow++)
-					yr[ow] = xr[xi0[ow]];
+					yr[ow] = outx[ow] != 0 ? k->f[7] : xr[xi0[ow]];
 				continue;
 			}
 			if (y < 0)
@@ -188,7 +216,7 @@ void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 				int64_t x1 = x0 + 1 < W ? x0 + 1 : W - 1;
 				float a = r0[x0] + (r0[x1] - r0[x0]) * wx[ow];
 				float b = r1[x0] + (r1[x1] - r1[x0]) * wx[ow];
-				yr[ow] = a + (b - a) * wy;
+				yr[ow] = outx[ow] != 0 ? k->f[7] : a + (b - a) * wy;
 			}
 		}
 	}

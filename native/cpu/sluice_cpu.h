@@ -193,9 +193,12 @@ enum sk_reduce {
  * RESIZE   p: 0 planes 1 H 2 W 3 OH 4 OW 5 mode (0 nearest, 1 linear,
  *          2 cubic)
  *          6 coord (0 half_pixel, 1 asymmetric, 2 align_corners,
- *          3 pytorch_half_pixel, 4 tf_half_pixel_for_nn) 7 nearest (0 round_prefer_floor,
+ *          3 pytorch_half_pixel, 4 tf_half_pixel_for_nn, 5 tf_crop_and_resize)
+ *          7 nearest (0 round_prefer_floor,
  *          1 round_prefer_ceil, 2 floor, 3 ceil) 8 exclude_outside (cubic).
- *          f: 0 scale_h 1 scale_w 2 cubic_coeff_a.
+ *          f: 0 scale_h 1 scale_w 2 cubic_coeff_a; coord 5: 3 h start 4 h end
+ *          5 w start 6 w end (the crop, fractions of the input) 7 the value
+ *          of outputs whose source lies outside the input.
  * GATHER   aux = indices. p: 0 outer 1 axis 2 inner 3 nidx.
  * GRIDSAMPLE in X [N,C,H,W], grid [N,OH,OW,2]. p: 0 N 1 C 2 H 3 W 4 OH
  *          5 OW 6 mode (0 bilinear, 1 nearest, 2 bicubic) 7 padding (0

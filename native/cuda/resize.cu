@@ -6,14 +6,21 @@
  *
  * Parameters: p: 0 planes 1 H 2 W 3 OH 4 OW 5 mode (0 nearest, 1 linear)
  * 6 coord (0 half_pixel, 1 asymmetric, 2 align_corners,
- * 3 pytorch_half_pixel) 7 nearest (0 round_prefer_floor,
- * 1 round_prefer_ceil, 2 floor, 3 ceil). f: 0 scale_h 1 scale_w.
+ * 3 pytorch_half_pixel, 5 tf_crop_and_resize) 7 nearest (0 round_prefer_floor,
+ * 1 round_prefer_ceil, 2 floor, 3 ceil). f: 0 scale_h 1 scale_w; coord 5:
+ * 3 h start 4 h end 5 w start 6 w end 7 extrapolation value.
  */
 #include "sg.h"
 
-SG_DEV float sg_src_coord(int o, float scale, int in_len, int out_len, int coord)
+SG_DEV float sg_src_coord(int o, float scale, int in_len, int out_len, int coord, float start,
+			  float end)
 {
 	switch (coord) {
+	case 5: /* tf_crop_and_resize */
+		return out_len > 1 ? start * (float)(in_len - 1) +
+					     (float)o * (end - start) * (float)(in_len - 1) /
+						     (float)(out_len - 1)
+				   : 0.5f * (start + end) * (float)(in_len - 1);
 	case 1: /* asymmetric */
 		return (float)o / scale;
 	case 2: /* align_corners */
@@ -64,8 +71,12 @@ SG_DEV void sg_body_resize(const sg_args &a, sg_i64 blk, sg_state *st)
 		int ow = i % OW, q = i / OW;
 		int oh = q % OH, pl = q / OH;
 		const float *x = a.in[0] + (sg_i64)pl * H * W;
-		float fy = sg_src_coord(oh, sh, H, OH, coord);
-		float fx = sg_src_coord(ow, sw, W, OW, coord);
+		float fy = sg_src_coord(oh, sh, H, OH, coord, a.f[3], a.f[4]);
+		float fx = sg_src_coord(ow, sw, W, OW, coord, a.f[5], a.f[6]);
+		if (coord == 5 && (fy < 0 || fy > (float)(H - 1) || fx < 0 || fx > (float)(W - 1))) {
+			a.out[i] = a.f[7];
+			continue;
+		}
 		if (mode == 0) {
 			a.out[i] = x[sg_nearest(fy, nm, H) * W + sg_nearest(fx, nm, W)];
 			continue;
