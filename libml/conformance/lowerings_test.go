@@ -194,6 +194,10 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 			xdims: []int64{2, 4, 3, 1}, inits: []*graph.Tensor{ints("a", []int64{}, -3)}, opset: 20, kernel: "gemm"},
 		{name: "stft-complex-twosided", node: graph.Node{Op: "STFT", Inputs: []string{"x", "s", "", "l"}, Attrs: []graph.Attr{attr("onesided", 0)}},
 			xdims: []int64{2, 20, 2}, inits: []*graph.Tensor{ints("s", []int64{}, 3), ints("l", []int64{}, 6)}, kernel: "gemm"},
+		// Resize (opset 18) on negative axes: sizes for H and W only
+		{name: "resize-negative-axes", node: graph.Node{Op: "Resize", Inputs: []string{"x", "", "", "s"},
+			Attrs: []graph.Attr{str("mode", "linear"), {Name: "axes", Kind: graph.AttrInts, Ints: []int64{-1, -2}}}},
+			xdims: []int64{1, 2, 5, 6}, inits: []*graph.Tensor{ints("s", []int64{2}, 9, 3)}, opset: 18, kernel: "resize"},
 		{name: "stft-window", node: graph.Node{Op: "STFT", Inputs: []string{"x", "s", "w"}},
 			xdims: []int64{1, 30, 1}, inits: []*graph.Tensor{ints("s", []int64{}, 4),
 				{Name: "w", DType: graph.Float32, Dims: []int64{8}, F32: []float32{0, 0.19, 0.61, 0.95, 0.95, 0.61, 0.19, 0}}}, kernel: "gemm"},

@@ -303,3 +303,54 @@ func TestCropAndResizeORT(t *testing.T) {
 		}
 	}
 }
+
+// TestResizeOpset18ORT checks Resize's opset-18 attributes against ONNX
+// Runtime: scales, sizes and roi for the listed axes only, and
+// keep_aspect_ratio_policy's one scale for every resized axis.
+func TestResizeOpset18ORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	in := []int64{1, 2, 6, 10}
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: in, F32: make([]float32, numelOf(in))}
+	for i := range x.F32 {
+		x.F32[i] = float32((i*37)%101)/17 - 2.9
+	}
+	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
+	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+	for _, c := range []struct {
+		name   string
+		attrs  []graph.Attr
+		inputs []string
+		inits  []*graph.Tensor
+		out    []int64
+	}{
+		{"scales-axes", []graph.Attr{str("mode", "linear"), ints("axes", 3, 2)}, []string{"x", "", "scales"},
+			[]*graph.Tensor{{Name: "scales", DType: graph.Float32, Dims: []int64{2}, F32: []float32{0.5, 1.5}}}, []int64{1, 2, 9, 5}},
+		// (negative axes crash ONNX Runtime 1.24's Resize;
+		// TestRuntimeLoweringsMatchReference checks them)
+		{"sizes-axes", []graph.Attr{str("mode", "nearest"), ints("axes", 2, 3)}, []string{"x", "", "", "sizes"},
+			[]*graph.Tensor{{Name: "sizes", DType: graph.Int64, Dims: []int64{2}, I64: []int64{4, 13}}}, []int64{1, 2, 4, 13}},
+		{"not-larger", []graph.Attr{str("mode", "linear"), ints("axes", 2, 3), str("keep_aspect_ratio_policy", "not_larger")},
+			[]string{"x", "", "", "sizes"},
+			[]*graph.Tensor{{Name: "sizes", DType: graph.Int64, Dims: []int64{2}, I64: []int64{9, 12}}}, []int64{1, 2, 7, 12}},
+		{"not-smaller", []graph.Attr{str("mode", "cubic"), ints("axes", 2, 3), str("keep_aspect_ratio_policy", "not_smaller")},
+			[]string{"x", "", "", "sizes"},
+			[]*graph.Tensor{{Name: "sizes", DType: graph.Int64, Dims: []int64{2}, I64: []int64{9, 12}}}, []int64{1, 2, 9, 15}},
+		{"crop-axes", []graph.Attr{str("mode", "linear"), ints("axes", 2, 3), str("coordinate_transformation_mode", "tf_crop_and_resize")},
+			[]string{"x", "roi", "", "sizes"},
+			[]*graph.Tensor{{Name: "roi", DType: graph.Float32, Dims: []int64{4}, F32: []float32{0.1, -0.1, 0.9, 0.8}},
+				{Name: "sizes", DType: graph.Int64, Dims: []int64{2}, I64: []int64{5, 7}}}, []int64{1, 2, 5, 7}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := graph.Node{Op: "Resize", Name: c.name, Inputs: c.inputs, Outputs: []string{"y"}, Attrs: c.attrs}
+			g := &graph.Graph{Name: c.name, Opset: 18, Nodes: []graph.Node{n}, Initializers: c.inits,
+				Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
+				Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: c.out}}}
+			want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: c.out, F32: make([]float32, numelOf(c.out))}
+			if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

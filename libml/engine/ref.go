@@ -2209,13 +2209,48 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 			sizes = s.ints()
 		}
 	}
-	if axes := e.n.AttrInts("axes", nil); axes != nil {
-		return rs, fmt.Errorf("the axes attribute is not supported")
-	}
 	if e.n.AttrInt("antialias", 0) != 0 {
 		return rs, fmt.Errorf("antialias is not supported")
 	}
-	if p := e.n.AttrString("keep_aspect_ratio_policy", "stretch"); p != "stretch" {
+	// opset 18: scales, sizes and roi name only the axes listed
+	if axes := e.n.AttrInts("axes", nil); axes != nil {
+		var err error
+		if scales, sizes, err = resizeOnAxes(x.Shape, axes, scales, sizes); err != nil {
+			return rs, err
+		}
+	}
+	switch p := e.n.AttrString("keep_aspect_ratio_policy", "stretch"); p {
+	case "stretch":
+	case "not_larger", "not_smaller":
+		if sizes == nil {
+			break // only sizes are adjusted
+		}
+		// one scale for every resized axis: the smallest (the output fits
+		// in sizes) or the largest (it covers them); the others keep theirs
+		axes := e.n.AttrInts("axes", nil)
+		if axes == nil {
+			for i := range x.Shape {
+				axes = append(axes, int64(i))
+			}
+		}
+		sc := 0.0
+		for j, a := range axes {
+			a = (a + int64(r)) % int64(r)
+			v := float64(sizes[a]) / float64(x.Shape[a])
+			if j == 0 || (p == "not_larger" && v < sc) || (p == "not_smaller" && v > sc) {
+				sc = v
+			}
+		}
+		scales = make([]float32, r)
+		for i := range scales {
+			scales[i] = 1
+		}
+		for _, a := range axes {
+			a = (a + int64(r)) % int64(r)
+			scales[a] = float32(sc)
+			sizes[a] = int64(math.Round(sc * float64(x.Shape[a])))
+		}
+	default:
 		return rs, fmt.Errorf("keep_aspect_ratio_policy %q is not supported", p)
 	}
 	crop := e.n.Op == "Resize" && e.opset >= 11 &&
@@ -2229,10 +2264,19 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		if err != nil {
 			return rs, err
 		}
-		if t == nil || t.Len() != int64(2*r) {
-			return rs, fmt.Errorf("tf_crop_and_resize needs a roi of %d values", 2*r)
+		axes := e.n.AttrInts("axes", nil)
+		if axes == nil {
+			for i := range r {
+				axes = append(axes, int64(i))
+			}
 		}
-		copy(roi, t.floats())
+		if t == nil || t.Len() != int64(2*len(axes)) {
+			return rs, fmt.Errorf("tf_crop_and_resize needs a roi of %d values", 2*len(axes))
+		}
+		for j, a := range axes {
+			a = (a + int64(r)) % int64(r)
+			roi[a], roi[int64(r)+a] = t.floats()[j], t.floats()[len(axes)+j]
+		}
 		for i := 0; i < r-2; i++ {
 			if roi[i] != 0 || roi[r+i] != 1 {
 				return rs, fmt.Errorf("roi %v crops dimension %d: only the last two dimensions", roi, i)
@@ -2254,6 +2298,9 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		copy(rs.out, sizes)
 		for i := range sc {
 			sc[i] = float32(sizes[i]) / float32(x.Shape[i])
+			if scales != nil {
+				sc[i] = scales[i] // keep_aspect_ratio_policy's one scale
+			}
 		}
 	case scales != nil:
 		if len(scales) != r {
@@ -2409,6 +2456,48 @@ func cubicTaps(x float64, n int64, a float64, exclude bool, idx []int64, w []flo
 			w[i] /= sum
 		}
 	}
+}
+
+// resizeOnAxes widens Resize's scales or sizes given for axes only (opset
+// 18) to every dimension: the others keep scale 1 and their size.
+func resizeOnAxes(shape, axes []int64, scales []float32, sizes []int64) ([]float32, []int64, error) {
+	r := int64(len(shape))
+	n := len(scales)
+	if sizes != nil {
+		n = len(sizes)
+	}
+	if n != len(axes) {
+		return nil, nil, fmt.Errorf("%d scales or sizes for axes %v", n, axes)
+	}
+	seen := make([]bool, r)
+	var fs []float32
+	var is []int64
+	if scales != nil {
+		fs = make([]float32, r)
+		for i := range fs {
+			fs[i] = 1
+		}
+	}
+	if sizes != nil {
+		is = append([]int64{}, shape...)
+	}
+	for j, a := range axes {
+		if a < -r || a >= r {
+			return nil, nil, fmt.Errorf("axis %d of rank %d", a, r)
+		}
+		a = (a + r) % r
+		if seen[a] {
+			return nil, nil, fmt.Errorf("axes %v repeat %d", axes, a)
+		}
+		seen[a] = true
+		if fs != nil {
+			fs[a] = scales[j]
+		}
+		if is != nil {
+			is[a] = sizes[j]
+		}
+	}
+	return fs, is, nil
 }
 
 func refResize(e *ev) ([]*Tensor, error) {
