@@ -61,6 +61,10 @@ func dftArgs(e *ev, xs []int64) (dftSpec, error) {
 		if lt.Len() != 1 || lt.at(0) < 1 {
 			return s, fmt.Errorf("dft_length must be one positive value")
 		}
+		if lt.at(0) > maxDFTMatrix {
+			return s, &UnsupportedError{Op: e.n.Op, Node: e.n.Name,
+				Why: fmt.Sprintf("dft_length %v is longer than the %d values the engine transforms", lt.at(0), maxDFTMatrix)}
+		}
 		s.L = int64(lt.at(0))
 	}
 	s.inverse = e.n.AttrInt("inverse", 0) != 0
@@ -71,7 +75,7 @@ func dftArgs(e *ev, xs []int64) (dftSpec, error) {
 		}
 		s.m = s.L/2 + 1
 	}
-	if s.n*s.c*2*s.m > maxDFTMatrix {
+	if s.n > maxDFTMatrix || s.n*s.c*2*s.m > maxDFTMatrix {
 		return s, &UnsupportedError{Op: e.n.Op, Node: e.n.Name,
 			Why: fmt.Sprintf("a transform of %d values into %d frequencies is larger than the %d-float matrix the engine builds", s.n, s.m, maxDFTMatrix)}
 	}
@@ -262,7 +266,7 @@ func stftArgs(e *ev, xs []int64) (stftSpec, error) {
 	if e.n.AttrInt("onesided", 1) != 0 {
 		s.m = s.L/2 + 1
 	}
-	if s.L*s.c*2*s.m > maxDFTMatrix {
+	if s.L > maxDFTMatrix || s.L*s.c*2*s.m > maxDFTMatrix {
 		return s, &UnsupportedError{Op: e.n.Op, Node: e.n.Name,
 			Why: fmt.Sprintf("frames of %d values into %d frequencies need a matrix larger than %d floats", s.L, s.m, maxDFTMatrix)}
 	}

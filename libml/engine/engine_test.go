@@ -531,3 +531,36 @@ func TestDecomposedOps(t *testing.T) {
 		t.Errorf("InstanceNormalization without B: %v", err)
 	}
 }
+
+// A transform longer than the engine builds a matrix for (DFT's
+// dft_length, STFT's frame_length, or a long signal axis) is refused with
+// an UnsupportedError at compile time, not a huge allocation.
+func TestDFTTooLongRefused(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		node  graph.Node
+		dims  []int64
+		inits []*graph.Tensor
+	}{
+		{"dft-length", graph.Node{Op: "DFT", Inputs: []string{"x", "L"}}, []int64{1, 16, 1},
+			[]*graph.Tensor{{Name: "L", DType: graph.Int64, Dims: []int64{}, I64: []int64{1 << 60}}}},
+		{"dft-axis", graph.Node{Op: "DFT", Inputs: []string{"x"}}, []int64{1, 1 << 24, 1}, nil},
+		{"stft-frame", graph.Node{Op: "STFT", Inputs: []string{"x", "s", "", "l"}}, []int64{1, 1 << 24, 1},
+			[]*graph.Tensor{{Name: "s", DType: graph.Int64, Dims: []int64{}, I64: []int64{1}},
+				{Name: "l", DType: graph.Int64, Dims: []int64{}, I64: []int64{1 << 23}}}},
+	} {
+		n := c.node
+		n.Name, n.Outputs = c.name, []string{"y"}
+		g := &graph.Graph{Name: c.name, Opset: 17, Nodes: []graph.Node{n}, Initializers: c.inits,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: c.dims}},
+			Outputs: []graph.ValueInfo{{Name: "y"}}}
+		m, err := Load(g, Options{})
+		if err == nil {
+			_, err = m.CompileBatch(1)
+		}
+		var ue *UnsupportedError
+		if !errors.As(err, &ue) {
+			t.Errorf("%s: err = %v, want an UnsupportedError", c.name, err)
+		}
+	}
+}
