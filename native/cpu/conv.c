@@ -521,7 +521,7 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	 * 1.4x); on wide ones the compiler's loops were faster */
 	int wide = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-	wide = fast && sk_gemm_isa() == SK_ISA_AVX512 && (p[8] == 1 ? OW : W) <= 32;
+	wide = fast && sk_gemm_isa() == SK_ISA_AVX512 && OW <= 16 * DW_CHUNKS && (p[8] == 1 || W <= 32);
 #endif
 	for (int64_t oc = c0; oc < c1; oc++) {
 		SK_POLL(ctx);

@@ -185,6 +185,9 @@ var dwCases = []dwCase{
 	{n: 1, c: 2, mult: 1, h: 3, w: 3, k: 3, stride: 1, padT: 0, padL: 0, padB: 0, padR: 0, bias: true},
 	{n: 1, c: 3, mult: 1, h: 40, w: 47, k: 3, stride: 2, padT: 1, padL: 2, padB: 1, padR: 0, bias: true, res: true},
 	{n: 1, c: 2, mult: 1, h: 6, w: 35, k: 3, stride: 1, padT: 2, padL: 2, padB: 2, padR: 2, act: 2},
+	// a narrow input with wide padding: 43 output columns, past the
+	// vector path's two vectors
+	{n: 1, c: 2, mult: 1, h: 5, w: 8, k: 3, stride: 2, padT: 1, padL: 40, padB: 1, padR: 40, bias: true},
 	// the general path (5x5) and integers: shifted input, requantised
 	{n: 1, c: 3, mult: 1, h: 13, w: 11, k: 5, stride: 2, padT: 2, padL: 2, padB: 2, padR: 2, bias: true, act: 1},
 	{n: 2, c: 8, mult: 1, h: 14, w: 14, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true, requant: true},
