@@ -564,3 +564,40 @@ func TestDFTTooLongRefused(t *testing.T) {
 		}
 	}
 }
+
+// Resize's tf_crop_and_resize refuses a roi that is not finite or is
+// huge (its coordinates would not be numbers: -1e38 to 1e38 makes
+// 0 * inf), and keep_aspect_ratio_policy refuses sizes of 0.
+func TestResizeBadRoiRefused(t *testing.T) {
+	nan, inf := float32(math.NaN()), float32(math.Inf(1))
+	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
+	for _, c := range []struct {
+		name  string
+		attrs []graph.Attr
+		roi   []float32
+		sizes []int64
+	}{
+		{"nan", []graph.Attr{str("coordinate_transformation_mode", "tf_crop_and_resize")}, []float32{0, 0, nan, 0, 1, 1, 1, 1}, []int64{1, 1, 4, 4}},
+		{"inf", []graph.Attr{str("coordinate_transformation_mode", "tf_crop_and_resize")}, []float32{0, 0, 0, -inf, 1, 1, 1, 1}, []int64{1, 1, 4, 4}},
+		{"huge", []graph.Attr{str("coordinate_transformation_mode", "tf_crop_and_resize")}, []float32{0, 0, -1e38, 0, 1, 1, 1e38, 1}, []int64{1, 1, 4, 4}},
+		{"zero-size", []graph.Attr{str("keep_aspect_ratio_policy", "not_larger")}, nil, []int64{1, 1, 0, 4}},
+	} {
+		inits := []*graph.Tensor{{Name: "sizes", DType: graph.Int64, Dims: []int64{4}, I64: c.sizes}}
+		in := []string{"x", "", "", "sizes"}
+		if c.roi != nil {
+			inits = append(inits, &graph.Tensor{Name: "roi", DType: graph.Float32, Dims: []int64{8}, F32: c.roi})
+			in[1] = "roi"
+		}
+		g := &graph.Graph{Name: c.name, Opset: 18, Initializers: inits,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 1, 5, 6}}},
+			Outputs: []graph.ValueInfo{{Name: "y"}},
+			Nodes:   []graph.Node{{Name: c.name, Op: "Resize", Inputs: in, Outputs: []string{"y"}, Attrs: c.attrs}}}
+		m, err := Load(g, Options{})
+		if err == nil {
+			_, err = m.CompileBatch(1)
+		}
+		if err == nil {
+			t.Errorf("%s: no error", c.name)
+		}
+	}
+}

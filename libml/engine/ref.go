@@ -2160,6 +2160,9 @@ func refReduce(e *ev) ([]*Tensor, error) {
 
 // resizeSpec is a parsed Resize / Upsample: output shape, per-axis scales
 // used by the coordinate transform, and the kernel's mode codes.
+// maxRoi bounds tf_crop_and_resize's roi values (fractions of the input).
+const maxRoi = 1e6
+
 type resizeSpec struct {
 	out            []int64
 	scaleH, scaleW float32
@@ -2236,6 +2239,9 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		sc := 0.0
 		for j, a := range axes {
 			a = (a + int64(r)) % int64(r)
+			if sizes[a] < 1 || x.Shape[a] < 1 {
+				return rs, fmt.Errorf("keep_aspect_ratio_policy %q with sizes %v of input %v", p, sizes, x.Shape)
+			}
 			v := float64(sizes[a]) / float64(x.Shape[a])
 			if j == 0 || (p == "not_larger" && v < sc) || (p == "not_smaller" && v > sc) {
 				sc = v
@@ -2276,6 +2282,13 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		for j, a := range axes {
 			a = (a + int64(r)) % int64(r)
 			roi[a], roi[int64(r)+a] = t.floats()[j], t.floats()[len(axes)+j]
+		}
+		for _, v := range roi {
+			// finite and moderate: every source coordinate is a number
+			// (the kernels compare it with the input's extent)
+			if !(math.Abs(float64(v)) <= maxRoi) {
+				return rs, fmt.Errorf("roi %v: values must be finite, at most %g in magnitude", roi, float64(maxRoi))
+			}
 		}
 		for i := 0; i < r-2; i++ {
 			if roi[i] != 0 || roi[r+i] != 1 {
