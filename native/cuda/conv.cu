@@ -198,9 +198,8 @@ SG_DEV void sg_body_dwconv(const sg_args &a, sg_i64 blk, sg_state *st)
 			}
 		}
 		if (requant) {
-			float v = sg_rint(s * a.in[4][oc]) + a.f[1];
-			float lo = (float)a.p[18], hi = (float)a.p[19];
-			a.out[i] = v < lo ? lo : (v > hi ? hi : v);
+			a.out[i] = sg_qclamp(sg_rint(s * a.in[4][oc]) + a.f[1], (float)a.p[18],
+					     (float)a.p[19]);
 			continue;
 		}
 		if (res)

@@ -18,11 +18,6 @@
  */
 #include "sg.h"
 
-SG_DEV float sg_qclamp(float v, float lo, float hi)
-{
-	return v < lo ? lo : (v > hi ? hi : v);
-}
-
 SG_DEV void sg_body_quant(const sg_args &a, sg_i64 blk, sg_state *st)
 {
 	(void)st;

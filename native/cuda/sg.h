@@ -252,6 +252,13 @@ SG_DEV int sg_flag0(const sg_state *st) { return sg_tid() == 0 ? st->flag : 0; }
 #define SG_ENTRY(name, body)
 #endif
 
+/* sg_qclamp clamps a quantised value to its type's range (QUANT, QGEMM,
+ * DWCONV on integers). */
+SG_DEV float sg_qclamp(float v, float lo, float hi)
+{
+	return v < lo ? lo : (v > hi ? hi : v);
+}
+
 /* ---- math ----------------------------------------------------------- */
 
 #define SG_LOG2E 1.44269504088896341f
