@@ -82,10 +82,7 @@ func TestBodiesORT(t *testing.T) {
 	} {
 		n := c.node
 		n.Name, n.Inputs, n.Outputs = c.name, []string{"x"}, []string{"y"}
-		g := &graph.Graph{Name: c.name, Opset: c.opset, Nodes: []graph.Node{n},
-			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
-			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: x.Dims}}}
-		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: x.Dims, F32: make([]float32, 24)}
+		g, want := oneNodeGraph(c.name, c.opset, n, nil, x.Dims, x.Dims)
 		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
@@ -147,10 +144,7 @@ func TestPool3DORT(t *testing.T) {
 			}
 			out = append(out, o)
 		}
-		g := &graph.Graph{Name: c.name, Opset: 19, Nodes: []graph.Node{n},
-			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
-			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: out}}}
-		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: out, F32: make([]float32, numelOf(out))}
+		g, want := oneNodeGraph(c.name, 19, n, nil, in, out)
 		symmetric := pads[0] == pads[3] && pads[1] == pads[4] && pads[2] == pads[5]
 		if c.includePads == 0 || symmetric {
 			if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
@@ -243,10 +237,7 @@ func TestDFTORT(t *testing.T) {
 		}
 		n := c.node
 		n.Name, n.Outputs = c.name, []string{"y"}
-		g := &graph.Graph{Name: c.name, Opset: c.opset, Nodes: []graph.Node{n}, Initializers: c.inits,
-			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: c.in}},
-			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: c.out}}}
-		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: c.out, F32: make([]float32, numelOf(c.out))}
+		g, want := oneNodeGraph(c.name, c.opset, n, c.inits, c.in, c.out)
 		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
@@ -300,10 +291,7 @@ func TestCropAndResizeORT(t *testing.T) {
 			n.Inputs[2] = "scales"
 			inits = append(inits, c.scale)
 		}
-		g := &graph.Graph{Name: c.name, Opset: 13, Nodes: []graph.Node{n}, Initializers: inits,
-			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
-			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: c.out}}}
-		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: c.out, F32: make([]float32, numelOf(c.out))}
+		g, want := oneNodeGraph(c.name, 13, n, inits, in, c.out)
 		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
 			t.Errorf("%s: %v", c.name, err)
 		}
@@ -350,13 +338,20 @@ func TestResizeOpset18ORT(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := graph.Node{Op: "Resize", Name: c.name, Inputs: c.inputs, Outputs: []string{"y"}, Attrs: c.attrs}
-			g := &graph.Graph{Name: c.name, Opset: 18, Nodes: []graph.Node{n}, Initializers: c.inits,
-				Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
-				Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: c.out}}}
-			want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: c.out, F32: make([]float32, numelOf(c.out))}
+			g, want := oneNodeGraph(c.name, 18, n, c.inits, in, c.out)
 			if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
 				t.Error(err)
 			}
 		})
 	}
+}
+
+// oneNodeGraph is a graph of node n alone (opset, constant inputs inits)
+// from float input "x" of shape in to float output "y" of shape out, and
+// an empty "y" of that shape (runOnBackend's expected output).
+func oneNodeGraph(name string, opset int64, n graph.Node, inits []*graph.Tensor, in, out []int64) (*graph.Graph, *graph.Tensor) {
+	g := &graph.Graph{Name: name, Opset: opset, Nodes: []graph.Node{n}, Initializers: inits,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: out}}}
+	return g, &graph.Tensor{Name: "y", DType: graph.Float32, Dims: out, F32: make([]float32, numelOf(out))}
 }
