@@ -151,6 +151,33 @@ func TestGPUBackendZoo(t *testing.T) {
 	}
 }
 
+// Statically quantised zoo models at their standard sizes through the
+// cuda backend on the GPU (sg_quant, sg_qgemm, the depthwise kernel's
+// integer mode) agree with the cpu backend at batch 1 and 8, as
+// TestBackendQuantizedEmu checks on the emulator at reduced sizes.
+func TestGPUBackendQuantized(t *testing.T) {
+	b := gpuBackend(t)
+	ref := cpuBackend(t)
+	for _, name := range []string{"resnet18", "mobilenetv2"} {
+		t.Run(name+"-int8", func(t *testing.T) {
+			name, opt := smokeModel(name, zoo.Options{Seed: 1})
+			g := quantizedZoo(t, name, opt)
+			inst := load(t, b, name+"-int8", g, 8)
+			defer inst.Close()
+			rinst := load(t, ref, name+"-int8", g, 8)
+			defer rinst.Close()
+			for _, batch := range []int{1, 8} {
+				in := zoo.Input(uint64(batch)+20, batch*inst.InputSize())
+				got := infer(t, b, inst, batch, in)
+				t0 := time.Now()
+				infer(t, b, inst, batch, in)
+				el := time.Since(t0)
+				agree(t, fmt.Sprintf("batch %d (GPU %v)", batch, el.Round(time.Microsecond)), got, infer(t, ref, rinst, batch, in), tol)
+			}
+		})
+	}
+}
+
 // Preemption on the GPU: a batch preempted at a random moment (from
 // another goroutine, as the scheduler does) restores to the same output
 // bit for bit; a cancelled batch returns context.Canceled and the next

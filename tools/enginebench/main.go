@@ -34,6 +34,7 @@ import (
 	"sluice/libml/ort"
 	"sluice/libml/zoo"
 	ncpu "sluice/native/cpu"
+	"sluice/tools/internal/zoomodel"
 )
 
 // Result is one child's measurements.
@@ -228,7 +229,7 @@ func measure(backend, model string, batches []int, units int, dur time.Duration,
 		r.Version = ort.Version()
 	}
 	r.RSSBaseMB = settle() // before the graph exists
-	g, err := buildModel(ctx, model)
+	g, err := zoomodel.Build(ctx, model, zoo.Options{})
 	if err != nil {
 		r.Error = err.Error()
 		return r
@@ -434,7 +435,7 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 			}
 		}
 		all = append(all, best(p.chk))
-		if int8Kernels && strings.HasSuffix(m, int8Suffix) {
+		if int8Kernels && strings.HasSuffix(m, zoomodel.Int8Suffix) {
 			for _, kb := range []string{"cpu-noamx", "cpu-novnni"} {
 				var ks []Result
 				for i := 0; i < max(rounds, 1); i++ {
@@ -580,7 +581,7 @@ func profileModel(model string, batch, units int, pin bool) error {
 		return err
 	}
 	defer be.Deinit()
-	g, err := buildModel(ctx, model)
+	g, err := zoomodel.Build(ctx, model, zoo.Options{})
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@
 #
 # DISB_FLAGS (default: workloads A, D and E, short), KERNEL_BENCH, APPBENCH_FLAGS
 # (default: 2 s a load, 10 swaps) and the other variables of run-gpu.sh
-# apply. The plan's limits add up to 530 s, for a 10-minute command.
+# apply. The plan's limits add up to 520 s, for a 10-minute command.
 set -u
 PACK=${OUT:-$PWD/out}
 mkdir -p "$PACK"
@@ -18,13 +18,13 @@ export OUT=${LEASE_WORK:-${TMPDIR:-/tmp}/sluice-gpu-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")" || exit 1
 # the default plan measures what the H200 runs of 2026-11-26/27 left
-# open (docs/benchmarks.md, "Second H200 run"): the GPU tests, what a
-# padded launch costs a short kernel, part by part (GPUPadOverhead), the
-# kernel profile (which RT kernels a padded launch slows too much to pad:
-# kprof.md's last column), DISB with padding under the scheduler (A, D
-# and E, the policies padding is judged by, three rounds interleaved),
+# open (docs/benchmarks.md, "Second H200 run"): the GPU tests (the kernel
+# tests and the int8 models on the GPU too), the kernel profile (which RT
+# kernels a padded launch slows too much to pad: kprof.md's last column),
+# DISB with padding under the scheduler (A, D and E, the policies padding
+# is judged by, three rounds interleaved), int8 against float32 latency,
 # the appliance under reef
-PLAN=${*:-info:10 tests:120 kernels:40 kprof:40 disb:220 appliance:100}
+PLAN=${*:-info:10 tests:150 kprof:40 disb:190 int8:60 appliance:70}
 export DISB_FLAGS=${DISB_FLAGS:--workloads A,D,E -policies rt-only,reef,reef-nopad,seq -duration 4.5s -rounds 3 -restore-jobs 0 -calibrate 100ms}
 export KERNEL_BENCH=${KERNEL_BENCH:-GPUPadOverhead}
 export APPBENCH_FLAGS=${APPBENCH_FLAGS:--duration 2s -swaps 10}

@@ -20,7 +20,10 @@
 //
 // latency times InferBatch (copies included) per model and batch, as
 // BenchmarkGPUBackendLatency does, and writes ms p50/p99 as JSON for
-// torchref.py's comparison with PyTorch.
+// torchref.py's comparison with PyTorch. A model named with the suffix
+// -int8 ("resnet18-int8") is the zoo model quantised statically
+// (tools/internal/zoomodel), so `-models resnet18,resnet18-int8` puts a
+// model's int8 latency beside its float32 one.
 //
 // The cuda backend needs libcuda.so.1 (an NVIDIA driver); without one the
 // command fails with an error saying so. -backend cpu runs export and
@@ -49,6 +52,7 @@ import (
 	"sluice/libml/graph"
 	"sluice/libml/onnx"
 	"sluice/libml/zoo"
+	"sluice/tools/internal/zoomodel"
 )
 
 func main() {
@@ -76,15 +80,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("unknown subcommand %q; %s", args[0], usage)
 }
 
-// modelSpec is a zoo model and its size.
+// modelSpec is a model and its size.
 type modelSpec struct {
-	Zoo string
+	Zoo string // a zoo model, or its quantised form (zoomodel.Build)
 	Opt zoo.Options
 }
 
 func (m modelSpec) size() string {
 	o := m.Opt
-	if m.Zoo == "bert" {
+	if base, _ := zoomodel.Base(m.Zoo); base == "bert" {
 		def := func(v, d int) int {
 			if v == 0 {
 				return d
@@ -106,11 +110,12 @@ func zooSpec(name string, small bool) modelSpec {
 	if !small {
 		return modelSpec{Zoo: name, Opt: zoo.Options{Seed: 1}}
 	}
-	if name == "bert" {
+	base, _ := zoomodel.Base(name)
+	if base == "bert" {
 		return modelSpec{Zoo: name, Opt: zoo.Options{Layers: 4, SeqLen: 32, Hidden: 128, Heads: 4, FF: 512, Seed: 1}}
 	}
 	side := 32
-	if name == "mobilenetv2" {
+	if base == "mobilenetv2" {
 		side = 48
 	}
 	return modelSpec{Zoo: name, Opt: zoo.Options{Height: side, Width: side, Classes: 10, Seed: 1}}
@@ -207,7 +212,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	man := Manifest{Backend: *backend}
 	for _, name := range splitList(*models) {
 		spec := zooSpec(name, *small)
-		g, err := zoo.Build(spec.Zoo, spec.Opt)
+		g, err := zoomodel.Build(ctx, spec.Zoo, spec.Opt)
 		if err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
@@ -297,7 +302,7 @@ func runLatency(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(stdout, "| model | batch | runs | p50 (ms) | p99 (ms) | mean (ms) |\n|---|--:|--:|--:|--:|--:|\n")
 	for _, name := range splitList(*models) {
 		spec := zooSpec(name, *small)
-		g, err := zoo.Build(spec.Zoo, spec.Opt)
+		g, err := zoomodel.Build(ctx, spec.Zoo, spec.Opt)
 		if err != nil {
 			return fmt.Errorf("latency: %w", err)
 		}

@@ -16,7 +16,8 @@
 #
 # Steps, in order; each writes $OUT/<step>.log (OUT defaults to ./out):
 #   info       nvidia-smi, driver, python modules
-#   tests      SLUICE_GPU=1 cuda.test -test.run GPU (GPU kernel and backend tests)
+#   tests      SLUICE_GPU=1 cuda.test -test.run 'GPU|Kernel' (GPU kernel and backend
+#              tests; the kernel tests run each kernel on the emulator and the GPU)
 #   bench      GPUBackend benchmarks (-test.benchtime 50x) and the kernel ones
 #   kernels    the kernel benchmarks alone (KERNEL_BENCH: a -test.bench pattern)
 #   kprof      gpubench kprof: the DISB models' kernel profile -> kprof.md, kprof.json
@@ -28,6 +29,7 @@
 #   export     gpubench export: zoo models as ONNX + inputs + our outputs ($EXPORT_DIR)
 #   check      torchref.py check: our outputs vs ONNX Runtime, tolerance 1e-3 -> check.json
 #   latency    gpubench latency: ResNet-50, BERT-base at batch 1 and 8 -> latency.json
+#   int8       gpubench latency: ResNet-18 and MobileNetV2, float32 beside int8 -> int8.json
 #   speed      torchref.py speed: PyTorch eager next to latency.json -> speed.json
 #   selftest   torchref.py selftest
 # $OUT/status.txt gets "<step> <exit status>" per step; the script exits 1
@@ -48,7 +50,7 @@ PY=${PYTHON:-python3}
 DISB_FLAGS=${DISB_FLAGS:-}
 APPBENCH_FLAGS=${APPBENCH_FLAGS:-}
 EXPORT_DIR=${EXPORT_DIR:-${TMPDIR:-/tmp}/sluice-gpu-export}
-ALL="info tests bench kprof disb appliance export check latency speed selftest"
+ALL="info tests bench kprof disb appliance int8 export check latency speed selftest"
 STEPS=${*:-$ALL}
 mkdir -p "$OUT"
 cd "$HERE" || exit 1
@@ -83,7 +85,7 @@ step_info() {
 for s in $STEPS; do
 	case $s in
 	info) run_step info step_info ;;
-	tests) run_step tests env SLUICE_GPU=1 ./cuda.test -test.run GPU -test.v -test.timeout 30m ;;
+	tests) run_step tests env SLUICE_GPU=1 ./cuda.test -test.run 'GPU|Kernel' -test.v -test.timeout 30m ;;
 	bench)
 		run_step bench-backend env SLUICE_GPU=1 ./cuda.test -test.run - -test.bench GPUBackend \
 			-test.benchtime 50x -test.timeout 30m
@@ -113,6 +115,10 @@ for s in $STEPS; do
 	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;
 	latency)
 		run_step latency ./gpubench latency -models resnet50,bert -batch 1,8 -n 100 -json "$OUT/latency.json"
+		;;
+	int8)
+		run_step int8 ./gpubench latency -models resnet18,resnet18-int8,mobilenetv2,mobilenetv2-int8 \
+			-batch 1,8 -n 50 -json "$OUT/int8.json"
 		;;
 	speed)
 		run_step speed "$PY" torchref.py speed --dir "$EXPORT_DIR" --models resnet50,bert --batch 1,8 \
