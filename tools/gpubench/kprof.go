@@ -116,7 +116,7 @@ func kprofMarkdown(p *kprof.Set) string {
 	if p.Command != "" {
 		fmt.Fprintf(&b, "Command: `%s`.\n\n", p.Command)
 	}
-	b.WriteString("Per model: kernels (in their default version); those that fill fewer SMs than the device has (ceil(grid / occupancy) < SMs: room for padding) and their share of the summed kernel time; kernel and block time p50 / p90 (µs); sg_pad's occupancy; the other versions profiled (GEMM and CONV in a 32 x 32 tile) and how many versions, of all, another version of the same kernel dominates (REEF §5.3: pruned, never a padding candidate); of the kernels that leave SMs idle, those a padded launch with nothing to pad (sg_pad, its control block out and back) slows by more than 5%% (never padded; measured with GPU events only).\n\n")
+	b.WriteString("Per model: kernels (in their default version); those that fill fewer SMs than the device has (ceil(grid / occupancy) < SMs: room for padding) and their share of the summed kernel time; kernel and block time p50 / p90 (µs); sg_pad's occupancy; the other versions profiled (GEMM and CONV in a 32 x 32 tile) and how many versions, of all, another version of the same kernel dominates (REEF §5.3: pruned, never a padding candidate); of the kernels that leave SMs idle, those a padded launch with nothing to pad (sg_pad, its control block out and back) slows by more than 5% (never padded; measured with GPU events only).\n\n")
 	b.WriteString("| model | batch | SMs | timing | kernels | leave SMs idle | their time share | kernel p50 / p90 (µs) | block p50 / p90 (µs) | sg_pad blocks/SM | other versions | pruned | too costly to pad |\n|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, m := range p.Models {
 		var kt, bt []float64
