@@ -368,11 +368,19 @@ func planQGemm(a *Args) (int64, error) {
 	case p[21] != 0 && a.In[5] == 0:
 		return 0, errors.New("bias missing")
 	}
-	n, err := positive(p, 0, 1, 6, 7)
-	if err != nil {
+	if _, err := positive(p, 0, 1, 6, 7); err != nil {
 		return 0, err
 	}
-	return cdiv(n, Threads), nil
+	if _, err := positive(p, 0, 2); err != nil { // A
+		return 0, err
+	}
+	if _, err := positive(p, 2, 1); err != nil { // B
+		return 0, err
+	}
+	// one block per Tile x Tile tile of each batch item's Y (sg_mm.h)
+	mt, nt := cdiv(p[0], Tile), cdiv(p[1], Tile)
+	a.T[0], a.T[1] = mt, nt
+	return p[6] * p[7] * mt * nt, nil
 }
 
 func planConv(op Op, a *Args, v int) (int64, error) {

@@ -7,8 +7,9 @@
  *   QUANT  elementwise (modes 0 quantise, 1 dequantise, 4 requantise: one
  *          thread per element, SG_EPB per block) and the two whole-tensor
  *          reductions of DynamicQuantizeLinear (modes 2, 3: one block).
- *   QGEMM  one thread per output element: sum_k (A - za)(B - zb) in int32
- *          from A and B as stored (float values), packed (A rows of u8
+ *   QGEMM  one block per 64 x 64 tile of Y (sg_mm.h's shared-memory slices,
+ *          int32 sums, 4 x 4 outputs a thread): sum_k (A - za)(B - zb) from
+ *          A and B as stored (float values), packed (A rows of u8
  *          values + 128 * signed, p[26]; B panels of 16 columns x 4 steps of
  *          s8 values - 128 * unsigned, p[25]) or built from a
  *          convolution's input (the im2col of p[27], geometry in aux,
@@ -16,7 +17,7 @@
  *
  * Parameters: native/cpu/sluice_cpu.h (QUANT, QGEMM).
  */
-#include "sg.h"
+#include "sg_mm.h"
 
 SG_DEV void sg_body_quant(const sg_args &a, sg_i64 blk, sg_state *st)
 {
@@ -65,77 +66,134 @@ SG_DEV void sg_body_quant(const sg_args &a, sg_i64 blk, sg_state *st)
 SG_ENTRY(sg_quant, sg_body_quant)
 
 /* sg_qgemm_b is B[k, n] of batch item (b1, b2) as an integer value. */
-SG_DEV int sg_qgemm_b(const sg_args &a, sg_i64 b1, sg_i64 b2, sg_i64 k, sg_i64 n)
+SG_DEV int sg_qgemm_b(const sg_args &a, sg_i64 b1, sg_i64 b2, int k, int n)
 {
 	const sg_i64 *p = a.p;
 	if (p[25]) {
-		sg_i64 k4n = p[28] / 4;
+		int k4n = (int)(p[28] / 4);
 		const signed char *s = (const signed char *)a.in[1];
-		int v = s[((n / 16) * k4n + k / 4) * 64 + (n % 16) * 4 + k % 4];
+		int v = s[((sg_i64)(n / 16) * k4n + k / 4) * 64 + (n % 16) * 4 + k % 4];
 		return p[17] ? v : v + 128;
 	}
 	if (p[27]) {
 		/* the im2col of image b1, group b2: row k = (c, kh, kw), column
-		 * n = an output position */
+		 * n = an output position (32-bit: Plan keeps tensors below 2^31) */
 		const sg_i64 *g = a.aux;
-		sg_i64 Cg = g[1] / g[5], KH = g[6], KW = g[7], H = g[2], W = g[3];
-		sg_i64 c = k / (KH * KW), r = k % (KH * KW);
-		sg_i64 kh = r / KW, kw = r % KW;
-		sg_i64 oh = n / g[15], ow = n % g[15];
-		sg_i64 ih = oh * g[8] - g[10] + kh * g[12], iw = ow * g[9] - g[11] + kw * g[13];
+		int Cg = (int)(g[1] / g[5]), KH = (int)g[6], KW = (int)g[7], H = (int)g[2],
+		    W = (int)g[3], OW = (int)g[15];
+		int c = k / (KH * KW), r = k % (KH * KW);
+		int kh = r / KW, kw = r % KW;
+		int oh = n / OW, ow = n % OW;
+		int ih = oh * (int)g[8] - (int)g[10] + kh * (int)g[12],
+		    iw = ow * (int)g[9] - (int)g[11] + kw * (int)g[13];
 		if (ih < 0 || ih >= H || iw < 0 || iw >= W)
 			return (int)a.f[1];
 		return (int)a.in[1][((b1 * g[1] + b2 * Cg + c) * H + ih) * W + iw];
 	}
-	return (int)a.in[1][b1 * p[10] + b2 * p[11] + k * p[4] + n];
+	return (int)a.in[1][b1 * p[10] + b2 * p[11] + (sg_i64)k * p[4] + n];
 }
 
+/* The QGEMM operands of one batch item (b1, b2), as int values less their
+ * zero points (exact: |a - za|, |b - zb| <= 255), zero outside the matrix.
+ * Each staged element is read once per block, not once per output. */
+struct sg_qld_a {
+	const sg_args *a;
+	int rows, K;
+	sg_i64 row0; /* the item's first row: b1 * p[8] + b2 * p[9] */
+	sg_i64 roff; /* the item's per-row parameters: b1 * p[14] + b2 * p[15] */
+	int m0;
+	/* lanes along k: 16 consecutive elements of a row (bytes when packed) */
+	template <int TM>
+	SG_DEVM void load(int e, int k0, sg_atile_t<int> &s) const
+	{
+		int m = e >> 4, k = e & 15, gk = k0 + k;
+		int v = 0;
+		if (m < rows && gk < K) {
+			const sg_i64 *p = a->p;
+			int gm = m0 + m;
+			if (p[26]) {
+				const unsigned char *u = (const unsigned char *)a->in[0];
+				v = (int)u[(row0 + gm) * p[28] + gk] - (p[16] ? 128 : 0);
+			} else {
+				v = (int)a->in[0][row0 + gm * p[3] + gk];
+			}
+			if (a->in[2])
+				v -= (int)a->in[2][p[18] ? roff + gm : 0];
+		}
+		s[k][m] = v;
+	}
+};
+
+struct sg_qld_b {
+	const sg_args *a;
+	int cols, K;
+	sg_i64 b1, b2;
+	int n0;
+	/* lanes along n: consecutive columns (output positions of an im2col) */
+	template <int TN>
+	SG_DEVM void load(int e, int k0, sg_btile_t<int> &s) const
+	{
+		int n = e % TN, k = e / TN, gk = k0 + k;
+		int v = 0;
+		if (n < cols && gk < K) {
+			int gn = n0 + n;
+			v = sg_qgemm_b(*a, b1, b2, gk, gn);
+			if (a->in[3])
+				v -= (int)a->in[3][a->p[19] ? gn : 0];
+		}
+		s[k][n] = v;
+	}
+};
+
+/* One block = one SG_TM x SG_TN tile of Y of one batch item: the int32
+ * sums of sg_mm_run (shared-memory slices, 4 x 4 outputs a thread), then
+ * QGEMM's epilogue per element. */
 SG_DEV void sg_body_qgemm(const sg_args &a, sg_i64 blk, sg_state *st)
 {
 	const sg_i64 *p = a.p;
-	sg_i64 M = p[0], N = p[1], K = p[2];
-	sg_i64 nb = p[6] * p[7];
-	sg_i64 e = blk * SG_THREADS + (sg_i64)sg_tid();
-	int live = e < nb * M * N;
-	if (!live)
-		e = 0;
-	sg_i64 n = e % N, m = (e / N) % M, b = e / (M * N);
+	int M = (int)p[0], N = (int)p[1], K = (int)p[2];
+	int mt = (int)a.t[0], nt = (int)a.t[1];
+	int ni = (int)(blk % nt), mi = (int)((blk / nt) % mt);
+	sg_i64 b = blk / ((sg_i64)nt * mt);
 	sg_i64 b2 = b % p[7], b1 = b / p[7];
 	sg_i64 roff = b1 * p[14] + b2 * p[15];
-	sg_i64 kp = p[28];
-	int za = a.in[2] ? (int)a.in[2][p[18] ? roff + m : 0] : 0;
-	int zb = a.in[3] ? (int)a.in[3][p[19] ? n : 0] : 0;
-	int acc = 0;
-	for (sg_i64 k0 = 0; k0 < K; k0 += 256) {
-		int flag = sg_flag0(st);
-		sg_i64 k1 = k0 + 256 < K ? k0 + 256 : K;
-		for (sg_i64 k = k0; k < k1; k++) {
-			int av;
-			if (p[26]) {
-				const unsigned char *u = (const unsigned char *)a.in[0];
-				av = (int)u[(b1 * p[8] + b2 * p[9] + m) * kp + k] - (p[16] ? 128 : 0);
-			} else {
-				av = (int)a.in[0][b1 * p[8] + b2 * p[9] + m * p[3] + k];
-			}
-			acc += (av - za) * (sg_qgemm_b(a, b1, b2, k, n) - zb);
-		}
-		if (sg_sync_or(flag))
-			return;
-	}
-	if (!live)
+	int m0 = mi * SG_TM, n0 = ni * SG_TN;
+	sg_qld_a la = {&a, SG_MIN(SG_TM, M - m0), K, b1 * p[8] + b2 * p[9], roff, m0};
+	sg_qld_b lb = {&a, SG_MIN(SG_TN, N - n0), K, b1, b2, n0};
+	int acc[SG_TM / 16][SG_TN / 16];
+	if (sg_mm_run<SG_TM, SG_TN>(la, lb, K, st, acc))
 		return;
+	int t = (int)sg_tid();
+	int ty = t >> 4, tx = t & 15;
 	const int *bias = (const int *)a.in[5];
-	if (p[21] == 1)
-		acc += bias[roff + m];
-	else if (p[21] == 2)
-		acc += bias[n];
-	float f = (float)acc;
-	if (p[22]) {
-		const float *mult = a.in[4];
-		float mrow = p[20] == 1 ? mult[0] : (p[20] == 2 ? mult[roff + m] : 1.0f);
-		float mcol = p[20] == 3 ? mult[n] : 1.0f;
-		f = sg_qclamp(sg_rint(f * mrow * mcol) + a.f[0], (float)p[23], (float)p[24]);
+	const float *mult = a.in[4];
+	float *Y = a.out + b1 * p[12] + b2 * p[13];
+#pragma unroll
+	for (int i = 0; i < SG_TM / 16; i++) {
+		int m = m0 + ty + 16 * i;
+		if (m >= M)
+			continue;
+		float mrow = 1.0f;
+		if (p[22])
+			mrow = p[20] == 1 ? mult[0] : (p[20] == 2 ? mult[roff + m] : 1.0f);
+#pragma unroll
+		for (int j = 0; j < SG_TN / 16; j++) {
+			int n = n0 + tx + 16 * j;
+			if (n >= N)
+				continue;
+			int v = acc[i][j];
+			if (p[21] == 1)
+				v += bias[roff + m];
+			else if (p[21] == 2)
+				v += bias[n];
+			float f = (float)v;
+			if (p[22]) {
+				float mcol = p[20] == 3 ? mult[n] : 1.0f;
+				f = sg_qclamp(sg_rint(f * mrow * mcol) + a.f[0], (float)p[23],
+					      (float)p[24]);
+			}
+			Y[m * p[5] + n] = f;
+		}
 	}
-	a.out[b1 * p[12] + b2 * p[13] + m * p[5] + n] = f;
 }
 SG_ENTRY(sg_qgemm, sg_body_qgemm)

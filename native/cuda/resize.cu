@@ -16,10 +16,13 @@ SG_DEV float sg_src_coord(int o, float scale, int in_len, int out_len, int coord
 			  float end)
 {
 	switch (coord) {
-	case 5: /* tf_crop_and_resize */
-		return out_len > 1 ? start * (float)(in_len - 1) +
-					     (float)o * (end - start) * (float)(in_len - 1) /
-						     (float)(out_len - 1)
+	case 5: /* tf_crop_and_resize: a product and a sum rounded each on its
+		 * own (never one fused multiply-add), as the cpu computes them:
+		 * a nearest index is the floor or ceiling of this coordinate,
+		 * which one rounding more or less moves across an integer */
+		return out_len > 1 ? sg_add_rn(sg_mul_rn(start, (float)(in_len - 1)),
+					       (float)o * (end - start) * (float)(in_len - 1) /
+						       (float)(out_len - 1))
 				   : 0.5f * (start + end) * (float)(in_len - 1);
 	case 1: /* asymmetric */
 		return (float)o / scale;

@@ -35,28 +35,41 @@
 #define SG_T_MMVER 2
 #define SG_MM_VERSIONS 2
 
-typedef float sg_atile[SG_TK][SG_TM + SG_TPAD];
-typedef float sg_btile[SG_TK][SG_TN + SG_TPAD];
+/* A slice of A (TK x TM, k-major) and of B (TK x TN) in shared memory, of
+ * float (GEMM, CONV) or int (QGEMM: exact integer sums) elements. */
+template <class T> using sg_atile_t = T[SG_TK][SG_TM + SG_TPAD];
+template <class T> using sg_btile_t = T[SG_TK][SG_TN + SG_TPAD];
+typedef sg_atile_t<float> sg_atile;
+typedef sg_btile_t<float> sg_btile;
 
-/* sg_mm_run accumulates the tile's product over k in [0, K) into acc.
- * Returns nonzero when the block was preempted (acc is then garbage). */
-/* The staging tiles, one allocation per module whatever the loaders. */
-struct sg_mm_smem {
-	sg_atile a;
-	sg_btile b;
+template <class T> struct sg_mm_tiles {
+	sg_atile_t<T> a;
+	sg_btile_t<T> b;
+};
+/* The staging tiles, one allocation per module whatever the loaders and
+ * the element type (the float and int tiles share it). */
+union sg_mm_smem {
+	sg_mm_tiles<float> f;
+	sg_mm_tiles<int> i;
 };
 SG_DEV sg_mm_smem &sg_mm_shared(void)
 {
 	SG_SHARED sg_mm_smem s;
 	return s;
 }
+SG_DEV sg_mm_tiles<float> &sg_mm_staging(const float *) { return sg_mm_shared().f; }
+SG_DEV sg_mm_tiles<int> &sg_mm_staging(const int *) { return sg_mm_shared().i; }
 
-template <int TM, int TN, class LA, class LB>
+/* sg_mm_run accumulates the tile's product over k in [0, K) into acc, in
+ * T (float, or int for exact integer sums). Returns nonzero when the
+ * block was preempted (acc is then garbage). */
+template <int TM, int TN, class T, class LA, class LB>
 SG_DEV int sg_mm_run(const LA &la, const LB &lb, int K, sg_state *st,
-		     float acc[TM / 16][TN / 16])
+		     T acc[TM / 16][TN / 16])
 {
-	sg_atile &As = sg_mm_shared().a;
-	sg_btile &Bs = sg_mm_shared().b;
+	sg_mm_tiles<T> &s = sg_mm_staging((const T *)0);
+	sg_atile_t<T> &As = s.a;
+	sg_btile_t<T> &Bs = s.b;
 	int t = (int)sg_tid();
 	int ty = t >> 4, tx = t & 15;
 	const int RM = TM / 16, RN = TN / 16;
@@ -64,7 +77,7 @@ SG_DEV int sg_mm_run(const LA &la, const LB &lb, int K, sg_state *st,
 	for (int i = 0; i < RM; i++)
 #pragma unroll
 		for (int j = 0; j < RN; j++)
-			acc[i][j] = 0.0f;
+			acc[i][j] = 0;
 	for (int k0 = 0; k0 < K; k0 += SG_TK) {
 		int pf = sg_flag0(st);
 #pragma unroll
@@ -76,7 +89,7 @@ SG_DEV int sg_mm_run(const LA &la, const LB &lb, int K, sg_state *st,
 		sg_sync();
 #pragma unroll 4
 		for (int kk = 0; kk < SG_TK; kk++) {
-			float av[RM], bv[RN];
+			T av[RM], bv[RN];
 #pragma unroll
 			for (int i = 0; i < RM; i++)
 				av[i] = As[kk][ty + 16 * i];
