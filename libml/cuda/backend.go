@@ -48,6 +48,9 @@ type Backend struct {
 	share     int
 	instances int
 	regions   []*Region
+	// slots are the device's SMs in partition-sized slots: how many
+	// partitions use each (partition)
+	slots smSlots
 
 	// ctl is the control stream preemptions write flags on; ones holds
 	// the flag value they copy.
@@ -150,6 +153,9 @@ func (b *Backend) Init(ctx context.Context, cfg libml.BackendConfig) error {
 	}
 	ones.Put(StateFlag, []byte{1, 0, 0, 0})
 	b.dev, b.units, b.share, b.ctl, b.ones = dev, units, share, ctl, ones
+	b.slots.mu.Lock()
+	b.slots.gran, b.slots.use = 0, nil // probed on the first partition
+	b.slots.mu.Unlock()
 	return nil
 }
 

@@ -34,9 +34,11 @@ type gpuCtx interface {
 	NewStream(priority int) (gpuStream, error)
 	// NewEvent makes an event for this context's streams.
 	NewEvent() (gpuEvent, error)
-	// Partition splits a green context of at least sms SMs off the
-	// device. It shares this context's memory.
-	Partition(sms int) (gpuCtx, error)
+	// Partition splits a green context of the SMs [first, first+sms)
+	// off the device (first a multiple of Partition(0, 1)'s SMs, sms
+	// rounded up to them; ranges that do not overlap share no SM). It
+	// shares this context's memory.
+	Partition(first, sms int) (gpuCtx, error)
 	// RegisterHost pins and maps n bytes of C memory at p and returns
 	// their device address; UnregisterHost undoes it.
 	RegisterHost(p unsafe.Pointer, n int) (uint64, error)

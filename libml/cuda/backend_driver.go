@@ -97,11 +97,11 @@ func (g *drvGPU) NewEvent() (gpuEvent, error) {
 // Partition makes a green context and loads the kernels into it (the
 // driver caches the JIT output, so this costs a module load, not a
 // compilation, after the first time).
-func (g *drvGPU) Partition(sms int) (gpuCtx, error) {
+func (g *drvGPU) Partition(first, sms int) (gpuCtx, error) {
 	if !g.green {
 		return nil, fmt.Errorf("%w (or the device was opened without its primary context)", ErrNoGreen)
 	}
-	p, err := g.dev.Green(sms)
+	p, err := g.dev.GreenRange(first, sms)
 	if err != nil {
 		return nil, err
 	}

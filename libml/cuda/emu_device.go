@@ -182,12 +182,12 @@ func (d *emuDev) NewEvent() (gpuEvent, error) {
 	return e, nil
 }
 
-func (d *emuDev) Partition(sms int) (gpuCtx, error) {
+func (d *emuDev) Partition(first, sms int) (gpuCtx, error) {
 	if !d.Green() {
 		return nil, ErrNoGreen
 	}
-	if sms < 1 || sms > d.sms {
-		return nil, fmt.Errorf("emu: partition of %d of %d SMs", sms, d.sms)
+	if sms < 1 || first < 0 || first%2 != 0 || first+sms > d.sms {
+		return nil, fmt.Errorf("emu: partition of SMs %d..%d of %d", first, first+sms-1, d.sms)
 	}
 	d.h.mu.Lock()
 	d.h.parts++

@@ -327,6 +327,54 @@ func TestGPUGreen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer part.Close()
+	sms := smsRunOn(t, part, 8*g.dev.SMs)
+	t.Logf("green context of %d SMs (asked %d): blocks ran on %d distinct SMs", part.SMs, g.dev.SMs/2, len(sms))
+	if len(sms) > part.SMs {
+		t.Errorf("blocks ran on %d SMs, the partition has %d", len(sms), part.SMs)
+	}
+}
+
+// Green contexts of SM ranges that do not overlap (GreenRange, what the
+// backend's partition placement relies on) run on SMs that do not
+// overlap, and together on more SMs than one of them.
+func TestGPUGreenDisjoint(t *testing.T) {
+	g := gpuOnly(t)
+	unit, err := g.dev.Green(1)
+	if errors.Is(err, ErrNoGreen) {
+		t.Skip("driver has no green contexts")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	gran := unit.SMs
+	unit.Close()
+	half := g.dev.SMs / 2 / gran * gran
+	var sets []map[uint64]bool
+	for _, first := range []int{0, half} {
+		part, err := g.dev.GreenRange(first, half)
+		if err != nil {
+			t.Fatalf("GreenRange(%d, %d) (granularity %d): %v", first, half, gran, err)
+		}
+		sms := smsRunOn(t, part, 8*g.dev.SMs)
+		part.Close()
+		t.Logf("SMs %d..%d: %d SMs, blocks ran on %d distinct SMs", first, first+half-1, part.SMs, len(sms))
+		sets = append(sets, sms)
+	}
+	both := 0
+	for id := range sets[0] {
+		if sets[1][id] {
+			both++
+		}
+	}
+	if both > 0 {
+		t.Errorf("%d SMs ran blocks of both partitions (%d and %d SMs)", both, len(sets[0]), len(sets[1]))
+	}
+}
+
+// smsRunOn runs the clock kernel over grid blocks in part and returns the
+// SM ids its blocks ran on.
+func smsRunOn(t *testing.T, part *cudrv.Device, grid int) map[uint64]bool {
+	t.Helper()
 	ks, err := loadKernels(part)
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +385,6 @@ func TestGPUGreen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	grid := 8 * g.dev.SMs
 	out, err := part.Alloc(16 * grid)
 	if err != nil {
 		t.Fatal(err)
@@ -363,8 +410,5 @@ func TestGPUGreen(t *testing.T) {
 	for i := 0; i < grid; i++ {
 		sms[v[2*i+1]] = true
 	}
-	t.Logf("green context of %d SMs (asked %d): %d blocks ran on %d distinct SMs", part.SMs, g.dev.SMs/2, grid, len(sms))
-	if len(sms) > part.SMs {
-		t.Errorf("blocks ran on %d SMs, the partition has %d", len(sms), part.SMs)
-	}
+	return sms
 }

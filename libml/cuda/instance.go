@@ -185,7 +185,7 @@ func (b *Backend) newInstance(m *model) (*Instance, error) {
 	}
 	ctx, own := b.dev, false
 	if b.share > 0 {
-		if ctx, err = b.dev.Partition(b.share); err != nil {
+		if ctx, err = b.partition(b.share, nil); err != nil {
 			b.dev.Free(i.state)
 			return nil, fmt.Errorf("SM share: %w", err)
 		}
@@ -275,7 +275,7 @@ func (i *Instance) SetSMs(sms int) error {
 	ctx, own := i.b.dev, false
 	if sms > 0 {
 		var err error
-		if ctx, err = i.b.dev.Partition(sms); err != nil {
+		if ctx, err = i.b.partition(sms, i.ln.ctx); err != nil {
 			return fmt.Errorf("cuda: SetSMs(%d): %w", sms, err)
 		}
 		own = true

@@ -328,14 +328,17 @@ CUresult sl_cu_event_elapsed(CUcontext c, float *ms, CUevent a, CUevent b)
 /* CUDA_ERROR_NOT_SUPPORTED */
 #define SL_NOT_SUPPORTED 801
 
-CUresult sl_cu_green_create(CUdevice d, unsigned sms, CUgreenCtx *g, CUcontext *c,
-			    unsigned *got)
+CUresult sl_cu_green_range(CUdevice d, unsigned first, unsigned sms, CUgreenCtx *g,
+			   CUcontext *c, unsigned *got)
 {
 	if (!sl_cu_has_green())
 		return SL_NOT_SUPPORTED;
 	/* zeroed, oversized resource records (see cudrv.h) */
-	_Alignas(16) unsigned char all[SL_RES_BYTES], grp[SL_RES_BYTES], rest[SL_RES_BYTES];
+	_Alignas(16) unsigned char all[SL_RES_BYTES], skip[SL_RES_BYTES], base[SL_RES_BYTES],
+		grp[SL_RES_BYTES], rest[SL_RES_BYTES];
 	memset(all, 0, sizeof all);
+	memset(skip, 0, sizeof skip);
+	memset(base, 0, sizeof base);
 	memset(grp, 0, sizeof grp);
 	memset(rest, 0, sizeof rest);
 	/* CU_DEV_RESOURCE_TYPE_SM = 1 */
@@ -343,7 +346,22 @@ CUresult sl_cu_green_create(CUdevice d, unsigned sms, CUgreenCtx *g, CUcontext *
 	if (r)
 		return r;
 	unsigned n = 1;
-	r = F.cuDevSmResourceSplitByCount(grp, &n, all, rest, 0, sms);
+	if (first > 0) {
+		/* the first `first` SMs in the split's order, then the range
+		 * from what remains: one group each, so no array stride depends
+		 * on the record's size */
+		r = F.cuDevSmResourceSplitByCount(skip, &n, all, base, 0, first);
+		if (r)
+			return r;
+		unsigned skipped;
+		memcpy(&skipped, skip + SL_RES_SMCOUNT, sizeof skipped);
+		if (n < 1 || skipped != first)
+			return SL_NOT_SUPPORTED;
+		n = 1;
+	} else {
+		memcpy(base, all, sizeof base);
+	}
+	r = F.cuDevSmResourceSplitByCount(grp, &n, base, rest, 0, sms);
 	if (r)
 		return r;
 	if (n < 1)

@@ -91,8 +91,12 @@ CUresult sl_cu_event_elapsed(CUcontext c, float *ms, CUevent a, CUevent b);
 /* Green contexts (driver API 12.4+): a partition of smCount SMs split off
  * the device's (or rem's, when non-NULL) SM resource; rem receives the
  * rest. */
-CUresult sl_cu_green_create(CUdevice d, unsigned sms, CUgreenCtx *g, CUcontext *c,
-			    unsigned *got);
+/* sl_cu_green_range makes a green context of the SMs [first, first+sms)
+ * in the order cuDevSmResourceSplitByCount takes them (first a multiple
+ * of the split granularity; sms rounded up to it, *got says to what), so
+ * that ranges that do not overlap are partitions that share no SM. */
+CUresult sl_cu_green_range(CUdevice d, unsigned first, unsigned sms, CUgreenCtx *g,
+			   CUcontext *c, unsigned *got);
 CUresult sl_cu_green_destroy(CUgreenCtx g);
 CUresult sl_cu_green_stream(CUgreenCtx g, CUcontext c, CUstream *s, int prio);
 

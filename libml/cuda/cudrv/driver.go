@@ -189,18 +189,25 @@ func (d *Driver) describe(ordinal int) (*Device, error) {
 
 // Green splits a partition of at least sms SMs off the device into a
 // green context (driver API 12.4+; the driver rounds sms up to its
-// granularity). The partition is a Device of its own; its streams run
-// only on its SMs. ErrNoGreen when the driver lacks green contexts.
-func (dv *Device) Green(sms int) (*Device, error) {
+// granularity): GreenRange(0, sms).
+func (dv *Device) Green(sms int) (*Device, error) { return dv.GreenRange(0, sms) }
+
+// GreenRange splits the SMs [first, first+sms) off the device into a
+// green context, in the order the driver's split takes the device's SMs:
+// first must be a multiple of the split granularity (a Green(1)'s SMs),
+// and sms is rounded up to it. Ranges that do not overlap are partitions
+// that share no SM. The partition is a Device of its own; its streams
+// run only on its SMs. ErrNoGreen when the driver lacks green contexts.
+func (dv *Device) GreenRange(first, sms int) (*Device, error) {
 	if C.sl_cu_has_green() == 0 {
 		return nil, ErrNoGreen
 	}
-	if sms < 1 {
-		return nil, fmt.Errorf("cuda: green context of %d SMs", sms)
+	if sms < 1 || first < 0 || first+sms > dv.SMs {
+		return nil, fmt.Errorf("cuda: green context of SMs %d..%d of %d", first, first+sms-1, dv.SMs)
 	}
 	g := &Device{dev: dv.dev, Name: dv.Name, CC: dv.CC, Memory: dv.Memory}
 	var got C.uint
-	if err := check("green context", C.sl_cu_green_create(dv.dev, C.uint(sms), &g.green, &g.ctx, &got)); err != nil {
+	if err := check("green context", C.sl_cu_green_range(dv.dev, C.uint(first), C.uint(sms), &g.green, &g.ctx, &got)); err != nil {
 		return nil, err
 	}
 	g.SMs = int(got)

@@ -1,0 +1,105 @@
+package cuda
+
+import (
+	"fmt"
+	"sync"
+)
+
+// smSlots places SM partitions (green contexts) on the device: the SMs
+// in the driver's split order, cut into slots of the split granularity,
+// and how many live partitions use each. A partition takes the run of
+// slots that the fewest partitions use (the least used first, then the
+// lowest), so partitions that fit beside each other share no SM
+// (GSLICE's spatial shares), and ones that cannot fit (a shadow prepared
+// while its IF still runs, shares that sum past the device) overlap
+// where the device is least loaded. Without it every green context
+// would take the same first SMs of the split.
+type smSlots struct {
+	mu   sync.Mutex
+	gran int   // SMs a slot (0: not probed yet)
+	use  []int // partitions per slot
+}
+
+// partition splits a green context of at least sms SMs off the device,
+// placed by b.slots; closing it frees its slots. replacing, when it is a
+// partition placed here, is one its caller closes once the new one is
+// ready (an instance moving to another share): its slots count as free.
+func (b *Backend) partition(sms int, replacing gpuCtx) (gpuCtx, error) {
+	if sms < 1 || sms > b.dev.SMs() {
+		return nil, fmt.Errorf("cuda: a partition of %d SMs on a device of %d", sms, b.dev.SMs())
+	}
+	s := &b.slots
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gran == 0 {
+		// the granularity is what the smallest partition gets
+		p, err := b.dev.Partition(0, 1)
+		if err != nil {
+			return nil, err
+		}
+		s.gran = p.SMs()
+		if err := p.Close(); err != nil {
+			return nil, err
+		}
+		if s.gran < 1 || s.gran > b.dev.SMs() {
+			return nil, fmt.Errorf("cuda: partitions of %d SMs on a device of %d", s.gran, b.dev.SMs())
+		}
+		s.use = make([]int, b.dev.SMs()/s.gran)
+	}
+	k := min((sms+s.gran-1)/s.gran, len(s.use))
+	old, _ := replacing.(*slotCtx)
+	if old != nil && old.s == s {
+		s.add(old.first, old.n, -1)
+	}
+	first := s.place(k)
+	if old != nil && old.s == s {
+		s.add(old.first, old.n, 1)
+	}
+	p, err := b.dev.Partition(first*s.gran, k*s.gran)
+	if err != nil {
+		return nil, err
+	}
+	s.add(first, k, 1)
+	return &slotCtx{gpuCtx: p, s: s, first: first, n: k}, nil
+}
+
+// place is the first slot of the run of k slots whose busiest slot is
+// the least used, then whose total use is least, then the lowest.
+func (s *smSlots) place(k int) int {
+	best, bestMax, bestSum := 0, -1, -1
+	for f := 0; f+k <= len(s.use); f++ {
+		mx, sum := 0, 0
+		for _, u := range s.use[f : f+k] {
+			mx, sum = max(mx, u), sum+u
+		}
+		if bestMax < 0 || mx < bestMax || (mx == bestMax && sum < bestSum) {
+			best, bestMax, bestSum = f, mx, sum
+		}
+	}
+	return best
+}
+
+// add adds d to the use of slots [first, first+n).
+func (s *smSlots) add(first, n, d int) {
+	for j := first; j < first+n; j++ {
+		s.use[j] += d
+	}
+}
+
+// slotCtx is a partition placed by smSlots: Close frees its slots.
+type slotCtx struct {
+	gpuCtx
+	s        *smSlots
+	first, n int
+	once     sync.Once
+}
+
+func (c *slotCtx) Close() error {
+	err := c.gpuCtx.Close()
+	c.once.Do(func() {
+		c.s.mu.Lock()
+		c.s.add(c.first, c.n, -1)
+		c.s.mu.Unlock()
+	})
+	return err
+}
