@@ -192,6 +192,16 @@ func fakeDriverChecks(t *testing.T, lib string) {
 	if _, err := dev.Green(9); err == nil {
 		t.Error("a green context larger than the device was created")
 	}
+	// ranges: a run of the split's groups (2 SMs each here), starting on
+	// a group
+	if r, err := dev.GreenRange(2, 2); err != nil || r.SMs != 2 {
+		t.Errorf("GreenRange(2, 2): %v", err)
+	} else {
+		r.Close()
+	}
+	if _, err := dev.GreenRange(1, 2); err == nil {
+		t.Error("a green context starting inside a group was created")
+	}
 	for _, err := range []error{gs.Close(), g.Close(), e0.Close(), e1.Close(), h.Free(), s.Close(),
 		dev.Free(out), dev.Free(st), ks.Close(), dev.Close()} {
 		if err != nil {

@@ -327,48 +327,49 @@ CUresult sl_cu_event_elapsed(CUcontext c, float *ms, CUevent a, CUevent b)
 
 /* CUDA_ERROR_NOT_SUPPORTED */
 #define SL_NOT_SUPPORTED 801
+#define SL_INVALID_VALUE 1 /* CUDA_ERROR_INVALID_VALUE */
 
 CUresult sl_cu_green_range(CUdevice d, unsigned first, unsigned sms, CUgreenCtx *g,
 			   CUcontext *c, unsigned *got)
 {
 	if (!sl_cu_has_green())
 		return SL_NOT_SUPPORTED;
-	/* zeroed, oversized resource records (see cudrv.h) */
-	_Alignas(16) unsigned char all[SL_RES_BYTES], skip[SL_RES_BYTES], base[SL_RES_BYTES],
-		grp[SL_RES_BYTES], rest[SL_RES_BYTES];
+	/* zeroed, oversized resource records (see cudrv.h); the groups of one
+	 * split are an array of SL_RES_STRIDE-byte records, with room to spare */
+	_Alignas(16) unsigned char all[SL_RES_BYTES], rest[SL_RES_BYTES];
+	_Alignas(16) unsigned char groups[(SL_MAX_GROUPS + 1) * SL_RES_STRIDE + SL_RES_BYTES];
 	memset(all, 0, sizeof all);
-	memset(skip, 0, sizeof skip);
-	memset(base, 0, sizeof base);
-	memset(grp, 0, sizeof grp);
 	memset(rest, 0, sizeof rest);
+	memset(groups, 0, sizeof groups);
 	/* CU_DEV_RESOURCE_TYPE_SM = 1 */
 	CUresult r = F.cuDeviceGetDevResource(d, all, 1);
 	if (r)
 		return r;
-	unsigned n = 1;
-	if (first > 0) {
-		/* the first `first` SMs in the split's order, then the range
-		 * from what remains: one group each, so no array stride depends
-		 * on the record's size */
-		r = F.cuDevSmResourceSplitByCount(skip, &n, all, base, 0, first);
-		if (r)
-			return r;
-		unsigned skipped;
-		memcpy(&skipped, skip + SL_RES_SMCOUNT, sizeof skipped);
-		if (n < 1 || skipped != first)
-			return SL_NOT_SUPPORTED;
-		n = 1;
-	} else {
-		memcpy(base, all, sizeof base);
-	}
-	r = F.cuDevSmResourceSplitByCount(grp, &n, base, rest, 0, sms);
+	/* one split into the smallest groups the device allows (the results of
+	 * a split cannot be split again, but groups of the same split combine
+	 * into one partition): a range is a run of consecutive groups */
+	unsigned n = SL_MAX_GROUPS, gran, type;
+	r = F.cuDevSmResourceSplitByCount(groups, &n, all, rest, 0, 1);
 	if (r)
 		return r;
-	if (n < 1)
+	memcpy(&gran, groups + SL_RES_SMCOUNT, sizeof gran);
+	if (n < 1 || gran < 1 || n > SL_MAX_GROUPS)
 		return SL_NOT_SUPPORTED;
-	memcpy(got, grp + SL_RES_SMCOUNT, sizeof *got);
+	if (n > 1) {
+		/* the record size the stride assumes: the second group is an SM
+		 * resource of the same size */
+		unsigned c2;
+		memcpy(&type, groups + SL_RES_STRIDE, sizeof type);
+		memcpy(&c2, groups + SL_RES_STRIDE + SL_RES_SMCOUNT, sizeof c2);
+		if (type != 1 || c2 != gran)
+			return SL_NOT_SUPPORTED;
+	}
+	unsigned i0 = first / gran, k = (sms + gran - 1) / gran;
+	if (first % gran != 0 || k < 1 || i0 + k > n)
+		return SL_INVALID_VALUE;
+	*got = k * gran;
 	CUdevResourceDesc desc;
-	r = F.cuDevResourceGenerateDesc(&desc, grp, 1);
+	r = F.cuDevResourceGenerateDesc(&desc, groups + (size_t)i0 * SL_RES_STRIDE, k);
 	if (r)
 		return r;
 	/* CU_GREEN_CTX_DEFAULT_STREAM = 1 */

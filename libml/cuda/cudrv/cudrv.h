@@ -23,11 +23,15 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUgreenCtx_st *CUgreenCtx;
 typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
 
-/* CUdevResource is 144 bytes in CUDA 12.4..13 (type at 0, the SM
- * resource's smCount at 96); we keep 512 to be safe and split one group
- * at a time so that no array stride depends on the size. */
+/* CUdevResource is 144 bytes in the ABI of the entry points we resolve
+ * (CUDA 12.4..13: type at 0, the SM resource's smCount at 96). A single
+ * record gets 512 bytes to be safe; an array of a split's groups is laid
+ * out at SL_RES_STRIDE, which sl_cu_green_range checks on the second
+ * group before it trusts it. */
 #define SL_RES_BYTES 512
 #define SL_RES_SMCOUNT 96
+#define SL_RES_STRIDE 144
+#define SL_MAX_GROUPS 64
 
 /* sl_cu_open loads libname (NULL: "libcuda.so.1") and resolves the entry
  * points. Returns 0, 1 when the library is missing (err says why), 2 when
@@ -92,9 +96,10 @@ CUresult sl_cu_event_elapsed(CUcontext c, float *ms, CUevent a, CUevent b);
  * the device's (or rem's, when non-NULL) SM resource; rem receives the
  * rest. */
 /* sl_cu_green_range makes a green context of the SMs [first, first+sms)
- * in the order cuDevSmResourceSplitByCount takes them (first a multiple
- * of the split granularity; sms rounded up to it, *got says to what), so
- * that ranges that do not overlap are partitions that share no SM. */
+ * of the device split into its smallest groups (cuDevSmResourceSplitByCount:
+ * disjoint, in a fixed order; first a multiple of the group size, sms
+ * rounded up to it, *got says to what), so that ranges that do not
+ * overlap are partitions that share no SM. */
 CUresult sl_cu_green_range(CUdevice d, unsigned first, unsigned sms, CUgreenCtx *g,
 			   CUcontext *c, unsigned *got);
 CUresult sl_cu_green_destroy(CUgreenCtx g);

@@ -151,19 +151,26 @@ CUresult cuDeviceGetDevResource(int d, void *r, int type)
 	memcpy((char *)r + 96, &n, 4);
 	return OK;
 }
+/* a split into groups of min rounded up to 2 SMs, as many as *nb asks and
+ * the input holds, records of 144 bytes (the driver ABI's CUdevResource) */
 CUresult cuDevSmResourceSplitByCount(void *res, unsigned *nb, const void *in, void *rem,
 				     unsigned flags, unsigned min)
 {
-	unsigned total, got = (min + 1) / 2 * 2, left;
+	unsigned total, got = (min + 1) / 2 * 2, n, left, sm = 1;
 	memcpy(&total, (const char *)in + 96, 4);
-	if (*nb != 1 || flags || got > total)
+	if (*nb < 1 || flags || got > total)
 		return 1;
-	left = total - got;
-	memcpy((char *)res + 96, &got, 4);
+	n = total / got < *nb ? total / got : *nb;
+	for (unsigned i = 0; i < n; i++) {
+		memcpy((char *)res + 144 * i, &sm, 4);
+		memcpy((char *)res + 144 * i + 96, &got, 4);
+	}
+	left = total - n * got;
 	memcpy((char *)rem + 96, &left, 4);
+	*nb = n;
 	return OK;
 }
-CUresult cuDevResourceGenerateDesc(void **d, void *r, unsigned n) { (void)r; *d = (void *)0xde5c; return n == 1 ? OK : 1; }
+CUresult cuDevResourceGenerateDesc(void **d, void *r, unsigned n) { (void)r; *d = (void *)0xde5c; return n >= 1 ? OK : 1; }
 CUresult cuGreenCtxCreate(void **g, void *desc, int d, unsigned f) { (void)d; *g = (void *)0x9c; return desc == (void *)0xde5c && f == 1 ? OK : 1; }
 CUresult cuGreenCtxDestroy(void *g) { return g == (void *)0x9c ? OK : 1; }
 CUresult cuCtxFromGreenCtx(void **c, void *g) { *c = CTX2; return g == (void *)0x9c ? OK : 1; }
