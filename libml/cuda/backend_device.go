@@ -35,10 +35,14 @@ type gpuCtx interface {
 	// NewEvent makes an event for this context's streams.
 	NewEvent() (gpuEvent, error)
 	// Partition splits a green context of the SMs [first, first+sms)
-	// off the device (first a multiple of Partition(0, 1)'s SMs, sms
-	// rounded up to them; ranges that do not overlap share no SM). It
-	// shares this context's memory.
+	// off the device (first a multiple of SMGroups' gran, sms rounded up
+	// to it; ranges that do not overlap share no SM). It shares this
+	// context's memory.
 	Partition(first, sms int) (gpuCtx, error)
+	// SMGroups is how Partition cuts the device: n groups of gran SMs
+	// (n x gran can be fewer than SMs); a partition starts on a group and
+	// spans whole groups.
+	SMGroups() (n, gran int, err error)
 	// RegisterHost pins and maps n bytes of C memory at p and returns
 	// their device address; UnregisterHost undoes it.
 	RegisterHost(p unsafe.Pointer, n int) (uint64, error)

@@ -97,6 +97,13 @@ func (g *drvGPU) NewEvent() (gpuEvent, error) {
 // Partition makes a green context and loads the kernels into it (the
 // driver caches the JIT output, so this costs a module load, not a
 // compilation, after the first time).
+func (g *drvGPU) SMGroups() (int, int, error) {
+	if !g.green {
+		return 0, 0, ErrNoGreen
+	}
+	return g.dev.SMGroups()
+}
+
 func (g *drvGPU) Partition(first, sms int) (gpuCtx, error) {
 	if !g.green {
 		return nil, fmt.Errorf("%w (or the device was opened without its primary context)", ErrNoGreen)

@@ -182,6 +182,14 @@ func (d *emuDev) NewEvent() (gpuEvent, error) {
 	return e, nil
 }
 
+// SMGroups: the emulator cuts its SMs in pairs, as the fake driver.
+func (d *emuDev) SMGroups() (int, int, error) {
+	if !d.Green() {
+		return 0, 0, ErrNoGreen
+	}
+	return d.sms / 2, 2, nil
+}
+
 func (d *emuDev) Partition(first, sms int) (gpuCtx, error) {
 	if !d.Green() {
 		return nil, ErrNoGreen

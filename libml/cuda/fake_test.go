@@ -199,6 +199,9 @@ func fakeDriverChecks(t *testing.T, lib string) {
 	} else {
 		r.Close()
 	}
+	if n, gran, err := dev.SMGroups(); err != nil || n != 2 || gran != 2 {
+		t.Errorf("SMGroups: %d of %d, %v; want 2 of 2", n, gran, err)
+	}
 	if _, err := dev.GreenRange(1, 2); err == nil {
 		t.Error("a green context starting inside a group was created")
 	}

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"sluice/libml/cuda/cudrv"
+	"sluice/libml/zoo"
 )
 
 // GPU-only tests: they skip unless SLUICE_GPU=1 (then a missing GPU
@@ -339,21 +340,20 @@ func TestGPUGreen(t *testing.T) {
 // overlap, and together on more SMs than one of them.
 func TestGPUGreenDisjoint(t *testing.T) {
 	g := gpuOnly(t)
-	unit, err := g.dev.Green(1)
+	n, gran, err := g.dev.SMGroups()
 	if errors.Is(err, ErrNoGreen) {
 		t.Skip("driver has no green contexts")
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	gran := unit.SMs
-	unit.Close()
-	half := g.dev.SMs / 2 / gran * gran
+	t.Logf("%d SMs split into %d groups of %d", g.dev.SMs, n, gran)
+	half := n / 2 * gran
 	var sets []map[uint64]bool
 	for _, first := range []int{0, half} {
 		part, err := g.dev.GreenRange(first, half)
 		if err != nil {
-			t.Fatalf("GreenRange(%d, %d) (granularity %d): %v", first, half, gran, err)
+			t.Fatalf("GreenRange(%d, %d): %v", first, half, err)
 		}
 		sms := smsRunOn(t, part, 8*g.dev.SMs)
 		part.Close()
@@ -368,6 +368,30 @@ func TestGPUGreenDisjoint(t *testing.T) {
 	}
 	if both > 0 {
 		t.Errorf("%d SMs ran blocks of both partitions (%d and %d SMs)", both, len(sets[0]), len(sets[1]))
+	}
+	// the backend places two half shares side by side
+	b := gpuBackend(t)
+	mg, err := zoo.Build("mlp", zoo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var placed [][2]int
+	for k := 0; k < 2; k++ {
+		inst := load(t, b, "mlp", mg, 1).(*Instance)
+		defer inst.Close()
+		if err := inst.SetShare(0.5); err != nil {
+			t.Fatal(err)
+		}
+		c, ok := inst.ln.ctx.(*slotCtx)
+		if !ok {
+			t.Fatalf("a half share's context is a %T", inst.ln.ctx)
+		}
+		t.Logf("half share %d: %d SMs, groups %d..%d", k, inst.SMs(), c.first, c.first+c.n-1)
+		placed = append(placed, [2]int{c.first, c.first + c.n})
+	}
+	fit := (placed[0][1]-placed[0][0])+(placed[1][1]-placed[1][0]) <= len(b.slots.use)
+	if fit && placed[0][1] > placed[1][0] && placed[1][1] > placed[0][0] {
+		t.Errorf("two half shares that fit side by side on overlapping groups %v of %d", placed, len(b.slots.use))
 	}
 }
 

@@ -5,9 +5,9 @@ import (
 	"sync"
 )
 
-// smSlots places SM partitions (green contexts) on the device: the SMs
-// in the driver's split order, cut into slots of the split granularity,
-// and how many live partitions use each. A partition takes the run of
+// smSlots places SM partitions (green contexts) on the device: the
+// groups the driver splits the SMs into (SMGroups), one slot each, and
+// how many live partitions use each. A partition takes the run of
 // slots that the fewest partitions use (the least used first, then the
 // lowest), so partitions that fit beside each other share no SM
 // (GSLICE's spatial shares), and ones that cannot fit (a shadow prepared
@@ -32,19 +32,14 @@ func (b *Backend) partition(sms int, replacing gpuCtx) (gpuCtx, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gran == 0 {
-		// the granularity is what the smallest partition gets
-		p, err := b.dev.Partition(0, 1)
+		n, gran, err := b.dev.SMGroups()
 		if err != nil {
 			return nil, err
 		}
-		s.gran = p.SMs()
-		if err := p.Close(); err != nil {
-			return nil, err
+		if n < 1 || gran < 1 || n*gran > b.dev.SMs() {
+			return nil, fmt.Errorf("cuda: %d SM groups of %d on a device of %d SMs", n, gran, b.dev.SMs())
 		}
-		if s.gran < 1 || s.gran > b.dev.SMs() {
-			return nil, fmt.Errorf("cuda: partitions of %d SMs on a device of %d", s.gran, b.dev.SMs())
-		}
-		s.use = make([]int, b.dev.SMs()/s.gran)
+		s.gran, s.use = gran, make([]int, n)
 	}
 	k := min((sms+s.gran-1)/s.gran, len(s.use))
 	old, _ := replacing.(*slotCtx)

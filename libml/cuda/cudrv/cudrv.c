@@ -329,41 +329,59 @@ CUresult sl_cu_event_elapsed(CUcontext c, float *ms, CUevent a, CUevent b)
 #define SL_NOT_SUPPORTED 801
 #define SL_INVALID_VALUE 1 /* CUDA_ERROR_INVALID_VALUE */
 
+/* sl_cu_split splits the device's SMs once into its smallest groups
+ * (zeroed, oversized records, see cudrv.h): *n groups of *gran SMs. */
+static CUresult sl_cu_split(CUdevice d, unsigned char *groups, unsigned *n, unsigned *gran)
+{
+	_Alignas(16) unsigned char all[SL_RES_BYTES], rest[SL_RES_BYTES];
+	memset(all, 0, sizeof all);
+	memset(rest, 0, sizeof rest);
+	memset(groups, 0, SL_GROUPS_BYTES);
+	/* CU_DEV_RESOURCE_TYPE_SM = 1 */
+	CUresult r = F.cuDeviceGetDevResource(d, all, 1);
+	if (r)
+		return r;
+	/* the results of a split cannot be split again, but groups of the
+	 * same split combine into one partition: a range is a run of
+	 * consecutive groups. The split may make fewer groups than SMs over
+	 * the group size (clusters, GPCs). */
+	*n = SL_MAX_GROUPS;
+	r = F.cuDevSmResourceSplitByCount(groups, n, all, rest, 0, 1);
+	if (r)
+		return r;
+	memcpy(gran, groups + SL_RES_SMCOUNT, sizeof *gran);
+	if (*n < 1 || *gran < 1 || *n > SL_MAX_GROUPS)
+		return SL_NOT_SUPPORTED;
+	if (*n > 1) {
+		/* the record size the stride assumes: the second group is an SM
+		 * resource of the same size */
+		unsigned type, c2;
+		memcpy(&type, groups + SL_RES_STRIDE, sizeof type);
+		memcpy(&c2, groups + SL_RES_STRIDE + SL_RES_SMCOUNT, sizeof c2);
+		if (type != 1 || c2 != *gran)
+			return SL_NOT_SUPPORTED;
+	}
+	return 0;
+}
+
+CUresult sl_cu_sm_groups(CUdevice d, unsigned *n, unsigned *gran)
+{
+	if (!sl_cu_has_green())
+		return SL_NOT_SUPPORTED;
+	_Alignas(16) unsigned char groups[SL_GROUPS_BYTES];
+	return sl_cu_split(d, groups, n, gran);
+}
+
 CUresult sl_cu_green_range(CUdevice d, unsigned first, unsigned sms, CUgreenCtx *g,
 			   CUcontext *c, unsigned *got)
 {
 	if (!sl_cu_has_green())
 		return SL_NOT_SUPPORTED;
-	/* zeroed, oversized resource records (see cudrv.h); the groups of one
-	 * split are an array of SL_RES_STRIDE-byte records, with room to spare */
-	_Alignas(16) unsigned char all[SL_RES_BYTES], rest[SL_RES_BYTES];
-	_Alignas(16) unsigned char groups[(SL_MAX_GROUPS + 1) * SL_RES_STRIDE + SL_RES_BYTES];
-	memset(all, 0, sizeof all);
-	memset(rest, 0, sizeof rest);
-	memset(groups, 0, sizeof groups);
-	/* CU_DEV_RESOURCE_TYPE_SM = 1 */
-	CUresult r = F.cuDeviceGetDevResource(d, all, 1);
+	_Alignas(16) unsigned char groups[SL_GROUPS_BYTES];
+	unsigned n, gran;
+	CUresult r = sl_cu_split(d, groups, &n, &gran);
 	if (r)
 		return r;
-	/* one split into the smallest groups the device allows (the results of
-	 * a split cannot be split again, but groups of the same split combine
-	 * into one partition): a range is a run of consecutive groups */
-	unsigned n = SL_MAX_GROUPS, gran, type;
-	r = F.cuDevSmResourceSplitByCount(groups, &n, all, rest, 0, 1);
-	if (r)
-		return r;
-	memcpy(&gran, groups + SL_RES_SMCOUNT, sizeof gran);
-	if (n < 1 || gran < 1 || n > SL_MAX_GROUPS)
-		return SL_NOT_SUPPORTED;
-	if (n > 1) {
-		/* the record size the stride assumes: the second group is an SM
-		 * resource of the same size */
-		unsigned c2;
-		memcpy(&type, groups + SL_RES_STRIDE, sizeof type);
-		memcpy(&c2, groups + SL_RES_STRIDE + SL_RES_SMCOUNT, sizeof c2);
-		if (type != 1 || c2 != gran)
-			return SL_NOT_SUPPORTED;
-	}
 	unsigned i0 = first / gran, k = (sms + gran - 1) / gran;
 	if (first % gran != 0 || k < 1 || i0 + k > n)
 		return SL_INVALID_VALUE;

@@ -32,6 +32,7 @@ typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
 #define SL_RES_SMCOUNT 96
 #define SL_RES_STRIDE 144
 #define SL_MAX_GROUPS 64
+#define SL_GROUPS_BYTES ((SL_MAX_GROUPS + 1) * SL_RES_STRIDE + SL_RES_BYTES)
 
 /* sl_cu_open loads libname (NULL: "libcuda.so.1") and resolves the entry
  * points. Returns 0, 1 when the library is missing (err says why), 2 when
@@ -102,6 +103,9 @@ CUresult sl_cu_event_elapsed(CUcontext c, float *ms, CUevent a, CUevent b);
  * overlap are partitions that share no SM. */
 CUresult sl_cu_green_range(CUdevice d, unsigned first, unsigned sms, CUgreenCtx *g,
 			   CUcontext *c, unsigned *got);
+/* sl_cu_sm_groups is the split sl_cu_green_range cuts ranges from: n
+ * groups of gran SMs. */
+CUresult sl_cu_sm_groups(CUdevice d, unsigned *n, unsigned *gran);
 CUresult sl_cu_green_destroy(CUgreenCtx g);
 CUresult sl_cu_green_stream(CUgreenCtx g, CUcontext c, CUstream *s, int prio);
 

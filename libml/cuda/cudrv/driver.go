@@ -192,6 +192,21 @@ func (d *Driver) describe(ordinal int) (*Device, error) {
 // granularity): GreenRange(0, sms).
 func (dv *Device) Green(sms int) (*Device, error) { return dv.GreenRange(0, sms) }
 
+// SMGroups is how GreenRange cuts the device: n groups of gran SMs each
+// (n x gran can be fewer than the device's SMs: the split keeps clusters
+// and GPCs whole). A range starts on a group and spans whole groups.
+// ErrNoGreen when the driver lacks green contexts.
+func (dv *Device) SMGroups() (n, gran int, err error) {
+	if C.sl_cu_has_green() == 0 {
+		return 0, 0, ErrNoGreen
+	}
+	var cn, cg C.uint
+	if err := check("SM split", C.sl_cu_sm_groups(dv.dev, &cn, &cg)); err != nil {
+		return 0, 0, err
+	}
+	return int(cn), int(cg), nil
+}
+
 // GreenRange splits the SMs [first, first+sms) off the device into a
 // green context, in the order the driver's split takes the device's SMs:
 // first must be a multiple of the split granularity (a Green(1)'s SMs),
