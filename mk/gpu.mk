@@ -3,7 +3,7 @@
 #
 #   make gpu-bundle   bin/gpu/: cuda.test (go test -c ./libml/cuda),
 #                     gpubench (tools/gpubench), disb (tools/disb), appbench
-#                     (tools/appbench) with the shared libraries the
+#                     (tools/appbench), inssprof (tools/inssprof) with the shared libraries the
 #                     appliance links beyond glibc and the C++ runtime
 #                     (lib/: DPDK's, libzmq's and theirs), torchref.py,
 #                     run-gpu.sh and lease.sh (the steps under time limits,
@@ -34,6 +34,7 @@ gpu-bundle: deps
 	$(GO) build -ldflags='-s -w' -o $(GPU_BUNDLE)/gpubench ./tools/gpubench/
 	$(GO) build -ldflags='-s -w' -o $(GPU_BUNDLE)/disb ./tools/disb/
 	$(GO) build -ldflags='-s -w' -o $(GPU_BUNDLE)/appbench ./tools/appbench/
+	$(GO) build -ldflags='-s -w' -o $(GPU_BUNDLE)/inssprof ./tools/inssprof/
 	@# appbench runs the appliance, which links DPDK and libzmq: their
 	@# shared libraries travel in lib/ (glibc's and the C++ runtime stay
 	@# the machine's)

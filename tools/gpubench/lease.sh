@@ -22,9 +22,10 @@ cd "$(dirname "$0")" || exit 1
 # tests and the int8 models on the GPU too), the kernel profile (which RT
 # kernels a padded launch slows too much to pad: kprof.md's last column),
 # DISB with padding under the scheduler (A, D and E, the policies padding
-# is judged by, three rounds interleaved), int8 against float32 latency,
-# the appliance under reef
-PLAN=${*:-info:10 tests:150 kprof:40 disb:190 int8:60 appliance:70}
+# is judged by, three rounds interleaved), InSS's profiles and latency
+# model on SM shares, int8 against float32 latency, the appliance under
+# reef
+PLAN=${*:-info:10 tests:140 kprof:35 disb:165 inss:70 int8:30 appliance:70}
 export DISB_FLAGS=${DISB_FLAGS:--workloads A,D,E -policies rt-only,reef,reef-nopad,seq -duration 4.5s -rounds 3 -restore-jobs 0 -calibrate 100ms}
 export KERNEL_BENCH=${KERNEL_BENCH:-GPUPadOverhead}
 export APPBENCH_FLAGS=${APPBENCH_FLAGS:--duration 2s -swaps 10}

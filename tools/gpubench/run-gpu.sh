@@ -8,6 +8,7 @@
 #   gpubench     tools/gpubench (kernel profiles, ONNX export, latency)
 #   disb         tools/disb (DISB through the appliance's scheduler, -device cuda)
 #   appbench     tools/appbench (the whole appliance over UDP, -backend cuda)
+#   inssprof     tools/inssprof (InSS's profiles and latency model, -device cuda)
 #   lib/         the shared libraries appbench loads first (DPDK's, libzmq's
 #                and theirs; the appliance step only)
 #   torchref.py  our outputs vs ONNX Runtime, our latency vs PyTorch
@@ -30,6 +31,8 @@
 #   check      torchref.py check: our outputs vs ONNX Runtime, tolerance 1e-3 -> check.json
 #   latency    gpubench latency: ResNet-50, BERT-base at batch 1 and 8 -> latency.json
 #   int8       gpubench latency: ResNet-18 and MobileNetV2, float32 beside int8 -> int8.json
+#   inss       inssprof -device cuda: InSS's profiles over batch and SM share, the latency
+#              model against measurement alone and co-located -> inss.md, inss.json
 #   speed      torchref.py speed: PyTorch eager next to latency.json -> speed.json
 #   selftest   torchref.py selftest
 # $OUT/status.txt gets "<step> <exit status>" per step; the script exits 1
@@ -50,7 +53,7 @@ PY=${PYTHON:-python3}
 DISB_FLAGS=${DISB_FLAGS:-}
 APPBENCH_FLAGS=${APPBENCH_FLAGS:-}
 EXPORT_DIR=${EXPORT_DIR:-${TMPDIR:-/tmp}/sluice-gpu-export}
-ALL="info tests bench kprof disb appliance int8 export check latency speed selftest"
+ALL="info tests bench kprof disb appliance int8 inss export check latency speed selftest"
 STEPS=${*:-$ALL}
 mkdir -p "$OUT"
 cd "$HERE" || exit 1
@@ -115,6 +118,10 @@ for s in $STEPS; do
 	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;
 	latency)
 		run_step latency ./gpubench latency -models resnet50,bert -batch 1,8 -n 100 -json "$OUT/latency.json"
+		;;
+	inss)
+		run_step inss ./inssprof -device cuda -models mlp,squeezenet11,mobilenetv2,resnet18 -size 224 \
+			-batches 1,2,4,8 -holdout 3,6 -reps 7 -json "$OUT/inss.json" -md "$OUT/inss.md"
 		;;
 	int8)
 		run_step int8 ./gpubench latency -models resnet18,resnet18-int8,mobilenetv2,mobilenetv2-int8 \

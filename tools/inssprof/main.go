@@ -43,21 +43,25 @@ import (
 )
 
 type options struct {
+	device           string // cpu, cuda or emu (cuda on the kernel emulator)
 	models           []string
 	size, units      int
 	batches, holdout []int
 	reps             int
+	probeFloats      int // the cuda probe's values
 	jsonOut, mdOut   string
 }
 
 func main() {
 	var o options
+	flag.StringVar(&o.device, "device", "cpu", "cpu (unit groups), cuda (SM partitions of GPU 0) or emu (cuda on the kernel emulator)")
 	models := flag.String("models", "mlp,squeezenet11,mobilenetv2,resnet18", "zoo models")
 	flag.IntVar(&o.size, "size", 112, "image side of the CNNs")
 	batches := flag.String("batches", "1,2,4,8", "batch sizes profiled")
 	holdout := flag.String("holdout", "3,6", "batch sizes measured and predicted, not profiled")
 	flag.IntVar(&o.units, "units", runtime.NumCPU(), "cpu units (2 or more: co-location needs two unit groups)")
 	flag.IntVar(&o.reps, "reps", 7, "runs per configuration (the median counts)")
+	flag.IntVar(&o.probeFloats, "probe", 16<<20, "cuda: values the memory-streaming probe streams")
 	flag.StringVar(&o.jsonOut, "json", "", "write the profiles here (orchestrator/inss JSON)")
 	flag.StringVar(&o.mdOut, "md", "", "write the report here as well as to stdout")
 	flag.Parse()
@@ -69,9 +73,16 @@ func main() {
 	if err == nil && (o.units < 2 || o.reps < 1 || len(o.batches) < 2) {
 		err = fmt.Errorf("want -units >= 2, -reps >= 1 and two or more -batches")
 	}
+	if err == nil && o.device != "cpu" && o.device != "cuda" && o.device != "emu" {
+		err = fmt.Errorf("-device %q: want cpu, cuda or emu", o.device)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "inssprof:", err)
 		os.Exit(2)
+	}
+	run := runCPU
+	if o.device != "cpu" {
+		run = runCUDA
 	}
 	rep, err := run(context.Background(), o)
 	if err != nil {
@@ -139,7 +150,11 @@ type report struct {
 	held     []heldOut
 	pairs    []pair
 	probeNs  float64
-	cpuName  string
+	// what was profiled: the device, its share unit and capacity, where
+	// pairs and the probe ran
+	deviceName, shareUnit  string
+	capacity               int
+	coLocation, probeWhere string
 }
 
 // model is a loaded model with a second instance for running beside.
@@ -151,7 +166,7 @@ type model struct {
 	weights    int64
 }
 
-func run(ctx context.Context, o options) (*report, error) {
+func runCPU(ctx context.Context, o options) (*report, error) {
 	be := cpu.New()
 	be.SetInline(cpu.InlineNever) // a share is the units a batch runs on
 	if err := be.Init(ctx, libml.BackendConfig{Units: o.units, PinUnits: true}); err != nil {
@@ -192,7 +207,9 @@ func run(ctx context.Context, o options) (*report, error) {
 		m.peerOut = make([]float32, maxB*inst.OutputSize())
 		slog.Info("inssprof: loaded", "model", name)
 	}
-	rep := &report{cpuName: cpuModel()}
+	rep := &report{deviceName: cpuModel(), shareUnit: "units", capacity: o.units,
+		coLocation: "on unit 0 beside a model on the last unit",
+		probeWhere: "on unit 0's core while the model runs on the last unit"}
 	first, last := uint64(1), uint64(1)<<(o.units-1)
 	// the grid alone, the held-out sizes, upload and result
 	for _, m := range ms {
@@ -206,7 +223,7 @@ func run(ctx context.Context, o options) (*report, error) {
 			for _, b := range append(slices.Clone(o.batches), o.holdout...) {
 				ns, err := timeBatch(ctx, be, m.inst, b, m.in, m.out, o.reps)
 				if err != nil {
-					return nil, err
+					return nil, fmt.Errorf("%s: %w", m.name, err)
 				}
 				if slices.Contains(o.batches, b) {
 					p.Points = append(p.Points, inss.Point{Batch: b, Share: float64(s), RunNs: ns})
@@ -292,13 +309,14 @@ func run(ctx context.Context, o options) (*report, error) {
 		}
 		m.inst.SetUnits(0)
 	}
-	rep.fit()
+	rep.fit("cpu")
 	return rep, nil
 }
 
 // fit fits each model's sensitivity from all its pairs, predicts each
-// pair from the others (leave one out) and predicts the held-out sizes.
-func (r *report) fit() {
+// pair from the others (leave one out) and predicts the held-out sizes on
+// the device kind profiled.
+func (r *report) fit(kind string) {
 	press := map[string]float64{}
 	for _, p := range r.profiles {
 		press[p.Model] = p.Pressure
@@ -330,7 +348,7 @@ func (r *report) fit() {
 	}
 	for k := range r.held {
 		h := &r.held[k]
-		h.predictedNs, _ = m.RunNs(h.model, "cpu", h.batch, h.share)
+		h.predictedNs, _ = m.RunNs(h.model, kind, h.batch, h.share)
 	}
 }
 
@@ -344,13 +362,13 @@ const (
 
 // timeBatch is the median time of reps batches of b (after one warm-up),
 // or of more where reps batches take under minSampleNs.
-func timeBatch(ctx context.Context, be *cpu.Backend, inst *cpu.Instance, b int, in, out []float32, reps int) (float64, error) {
+func timeBatch(ctx context.Context, be libml.Backend, inst libml.Instance, b int, in, out []float32, reps int) (float64, error) {
 	isz, osz := inst.InputSize(), inst.OutputSize()
 	ts := make([]float64, 0, reps)
 	for r := -1; r < reps; r++ {
 		t0 := time.Now()
 		if err := be.InferBatch(ctx, inst, b, in[:b*isz], out[:b*osz]); err != nil {
-			return 0, fmt.Errorf("%s batch %d: %w", inst.Model(), b, err)
+			return 0, fmt.Errorf("batch %d: %w", b, err)
 		}
 		ns := float64(time.Since(t0).Nanoseconds())
 		if r < 0 {
@@ -363,7 +381,7 @@ func timeBatch(ctx context.Context, be *cpu.Backend, inst *cpu.Instance, b int, 
 }
 
 // loop runs batches of b until stop is set.
-func loop(ctx context.Context, be *cpu.Backend, inst *cpu.Instance, b int, in, out []float32, stop *atomic.Bool) error {
+func loop(ctx context.Context, be libml.Backend, inst libml.Instance, b int, in, out []float32, stop *atomic.Bool) error {
 	isz, osz := inst.InputSize(), inst.OutputSize()
 	for !stop.Load() {
 		if err := be.InferBatch(ctx, inst, b, in[:b*isz], out[:b*osz]); err != nil {

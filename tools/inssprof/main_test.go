@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,9 +21,9 @@ func TestProfiler(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("co-location needs two CPUs")
 	}
-	o := options{models: []string{"mlp", "squeezenet11"}, size: 32, batches: []int{1, 2, 4}, holdout: []int{3},
+	o := options{device: "cpu", models: []string{"mlp", "squeezenet11"}, size: 32, batches: []int{1, 2, 4}, holdout: []int{3},
 		units: 2, reps: 2}
-	rep, err := run(context.Background(), o)
+	rep, err := runCPU(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +65,53 @@ func TestProfiler(t *testing.T) {
 	}
 	md := rep.markdown(o)
 	for _, want := range []string{"held-out batch sizes", "| mlp | 1 | 3 |", "| squeezenet11 | mlp |", "error without the term", "| mlp |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("no %q in the report:\n%s", want, md)
+		}
+	}
+}
+
+// The cuda device's profiler end to end on the kernel emulator (8 SMs in
+// groups of 2): the grid over the distinct SM shares, held-out sizes,
+// the probe, pairs on the two halves, profiles the latency model loads.
+func TestProfilerEmu(t *testing.T) {
+	o := options{device: "emu", models: []string{"mlp", "squeezenet11"}, size: 32, batches: []int{1, 2}, holdout: []int{3},
+		units: 2, reps: 1, probeFloats: 1 << 16}
+	rep, err := runCUDA(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// shares 1/8 and 1/4 of 8 SMs both round up to one group of 2
+	if len(rep.profiles) != 2 || len(rep.held) != 2*4 || len(rep.pairs) != 4 || !(rep.probeNs > 0) {
+		t.Fatalf("%d profiles, %d held-out sizes, %d pairs, probe %v ns", len(rep.profiles), len(rep.held), len(rep.pairs), rep.probeNs)
+	}
+	for _, p := range rep.profiles {
+		var shares []float64
+		for _, pt := range p.Points {
+			if !slices.Contains(shares, pt.Share) {
+				shares = append(shares, pt.Share)
+			}
+		}
+		if len(p.Points) != 4*2 || !slices.Equal(shares, []float64{2, 4, 6, 8}) || p.Device != "cuda" || p.Capacity != 8 ||
+			p.Pressure < 0 || p.MemBytes <= 0 {
+			t.Errorf("profile %+v (shares %v)", p, shares)
+		}
+	}
+	for _, h := range rep.held {
+		if !(h.observedNs > 0) || !(h.predictedNs > 0) {
+			t.Errorf("held out %+v", h)
+		}
+	}
+	for _, p := range rep.pairs {
+		if !(p.aloneNs > 0) || !(p.besideNs > 0) {
+			t.Errorf("pair %+v", p)
+		}
+	}
+	if _, err := inss.NewModel(rep.profiles, 0); err != nil {
+		t.Fatalf("the profiles do not load: %v", err)
+	}
+	md := rep.markdown(o)
+	for _, want := range []string{"on the cuda device (the kernel emulator, 8 SMs)", "| model | share (SMs) |", "on half the SMs beside"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no %q in the report:\n%s", want, md)
 		}
