@@ -50,31 +50,6 @@ SG_DEV sg_conv_geom sg_conv_read(const sg_args &a)
 	return g;
 }
 
-/* The B operand of CONV: col[k][pos] of one image and group, gathered
- * from x (the group's first input channel). Lanes run along pos; each
- * thread's column pos is fixed (e % TN == tid % TN, TN divides 256), so
- * its (oh, ow) is decoded once. */
-struct sg_ld_im2col {
-	const float *x;
-	int cols, K, KHW, KW, H, W, DH, DW;
-	int ih0, iw0; /* this thread's column: oh*SH - PT, ow*SW - PL */
-	template <int TN>
-	SG_DEVM void load(int e, int k0, sg_btile &s) const
-	{
-		int n = e % TN, k = e / TN;
-		int gk = k0 + k;
-		float v = 0.0f;
-		if (n < cols && gk < K) {
-			int c = gk / KHW, r = gk - c * KHW;
-			int kh = r / KW, kw = r - kh * KW;
-			int ih = ih0 + kh * DH, iw = iw0 + kw * DW;
-			if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W)
-				v = x[((sg_i64)c * H + ih) * W + iw];
-		}
-		s[k][n] = v;
-	}
-};
-
 template <int TM, int TN>
 SG_DEV void sg_conv_tile(const sg_args &a, sg_i64 blk, sg_state *st)
 {
@@ -94,7 +69,7 @@ SG_DEV void sg_conv_tile(const sg_args &a, sg_i64 blk, sg_state *st)
 	int oh = pos / g.OW, ow = pos - oh * g.OW;
 	sg_ld_im2col lb = {a.in[0] + ((sg_i64)n * g.C + gi * Cg) * g.H * g.W,
 			   SG_MIN(TN, OHW - p0), Kd, KHW, g.KW, g.H, g.W,
-			   g.DH, g.DW, oh * g.SH - g.PT, ow * g.SW - g.PL};
+			   g.DH, g.DW, oh * g.SH - g.PT, ow * g.SW - g.PL, 0.0f, 0.0f};
 	float acc[TM / 16][TN / 16];
 	if (sg_mm_run<TM, TN>(la, lb, Kd, st, acc))
 		return;

@@ -95,13 +95,16 @@ SG_DEV int sg_qgemm_b(const sg_args &a, sg_i64 b1, sg_i64 b2, int k, int n)
 
 /* The QGEMM operands of one batch item (b1, b2), as int values less their
  * zero points (exact: |a - za|, |b - zb| <= 255), zero outside the matrix.
- * Each staged element is read once per block, not once per output. */
+ * Each staged element is read once per block, not once per output. The
+ * loaders hold 32-bit offsets and pointers to the tile's first row, not
+ * the parameters (fewer registers across the K loop). */
 struct sg_qld_a {
-	const sg_args *a;
+	const float *af;         /* A as stored (float values), the tile's row 0; or null */
+	const unsigned char *au; /* A packed (u8 rows), the tile's row 0; or null */
+	int lda, sub;            /* row stride; 128 when packed int8 */
 	int rows, K;
-	sg_i64 row0; /* the item's first row: b1 * p[8] + b2 * p[9] */
-	sg_i64 roff; /* the item's per-row parameters: b1 * p[14] + b2 * p[15] */
-	int m0;
+	const float *zr; /* za per row (the tile's row 0), or null */
+	int z;           /* za when not per row */
 	/* lanes along k: 16 consecutive elements of a row (bytes when packed) */
 	template <int TM>
 	SG_DEVM void load(int e, int k0, sg_atile_t<int> &s) const
@@ -109,20 +112,36 @@ struct sg_qld_a {
 		int m = e >> 4, k = e & 15, gk = k0 + k;
 		int v = 0;
 		if (m < rows && gk < K) {
-			const sg_i64 *p = a->p;
-			int gm = m0 + m;
-			if (p[26]) {
-				const unsigned char *u = (const unsigned char *)a->in[0];
-				v = (int)u[(row0 + gm) * p[28] + gk] - (p[16] ? 128 : 0);
-			} else {
-				v = (int)a->in[0][row0 + gm * p[3] + gk];
-			}
-			if (a->in[2])
-				v -= (int)a->in[2][p[18] ? roff + gm : 0];
+			v = au ? (int)au[m * lda + gk] - sub : (int)af[m * lda + gk];
+			v -= zr ? (int)zr[m] : z;
 		}
 		s[k][m] = v;
 	}
 };
+
+/* sg_qld_a_of is the A loader of the tile at row m0 of batch item (b1, b2). */
+SG_DEV sg_qld_a sg_qld_a_of(const sg_args &a, sg_i64 b1, sg_i64 b2, int m0)
+{
+	const sg_i64 *p = a.p;
+	sg_i64 row0 = b1 * p[8] + b2 * p[9] + m0, roff = b1 * p[14] + b2 * p[15] + m0;
+	sg_qld_a la;
+	la.af = 0;
+	la.au = 0;
+	if (p[26]) {
+		la.au = (const unsigned char *)a.in[0] + row0 * p[28];
+		la.lda = (int)p[28];
+		la.sub = p[16] ? 128 : 0;
+	} else {
+		la.af = a.in[0] + b1 * p[8] + b2 * p[9] + (sg_i64)m0 * p[3];
+		la.lda = (int)p[3];
+		la.sub = 0;
+	}
+	la.rows = SG_MIN(SG_TM, (int)p[0] - m0);
+	la.K = (int)p[2];
+	la.zr = a.in[2] && p[18] ? a.in[2] + roff : 0;
+	la.z = a.in[2] && !p[18] ? (int)a.in[2][0] : 0;
+	return la;
+}
 
 struct sg_qld_b {
 	const sg_args *a;
@@ -146,20 +165,16 @@ struct sg_qld_b {
 };
 
 /* One block = one SG_TM x SG_TN tile of Y of one batch item: the int32
- * sums of sg_mm_run (shared-memory slices, 4 x 4 outputs a thread), then
- * QGEMM's epilogue per element. */
-SG_DEV void sg_body_qgemm(const sg_args &a, sg_i64 blk, sg_state *st)
+ * sums of sg_mm_run (shared-memory slices, 4 x 4 outputs a thread) over
+ * B's loader lb, then QGEMM's epilogue per element. */
+template <class LB>
+SG_DEV void sg_qgemm_tile(const sg_args &a, const LB &lb, sg_i64 b1, sg_i64 b2, int m0, int n0,
+			  sg_state *st)
 {
 	const sg_i64 *p = a.p;
 	int M = (int)p[0], N = (int)p[1], K = (int)p[2];
-	int mt = (int)a.t[0], nt = (int)a.t[1];
-	int ni = (int)(blk % nt), mi = (int)((blk / nt) % mt);
-	sg_i64 b = blk / ((sg_i64)nt * mt);
-	sg_i64 b2 = b % p[7], b1 = b / p[7];
 	sg_i64 roff = b1 * p[14] + b2 * p[15];
-	int m0 = mi * SG_TM, n0 = ni * SG_TN;
-	sg_qld_a la = {&a, SG_MIN(SG_TM, M - m0), K, b1 * p[8] + b2 * p[9], roff, m0};
-	sg_qld_b lb = {&a, SG_MIN(SG_TN, N - n0), K, b1, b2, n0};
+	sg_qld_a la = sg_qld_a_of(a, b1, b2, m0);
 	int acc[SG_TM / 16][SG_TN / 16];
 	if (sg_mm_run<SG_TM, SG_TN>(la, lb, K, st, acc))
 		return;
@@ -195,5 +210,35 @@ SG_DEV void sg_body_qgemm(const sg_args &a, sg_i64 blk, sg_state *st)
 			Y[m * p[5] + n] = f;
 		}
 	}
+}
+
+SG_DEV void sg_body_qgemm(const sg_args &a, sg_i64 blk, sg_state *st)
+{
+	const sg_i64 *p = a.p;
+	int N = (int)p[1], K = (int)p[2];
+	int mt = (int)a.t[0], nt = (int)a.t[1];
+	int ni = (int)(blk % nt), mi = (int)((blk / nt) % mt);
+	sg_i64 b = blk / ((sg_i64)nt * mt);
+	sg_i64 b2 = b % p[7], b1 = b / p[7];
+	int m0 = mi * SG_TM, n0 = ni * SG_TN;
+	if (p[27] && !p[19]) {
+		/* a convolution's input with one zero point: the implicit GEMM's
+		 * loader, this thread's output position decoded once */
+		const sg_i64 *g = a.aux;
+		int C = (int)g[1], H = (int)g[2], W = (int)g[3], Cg = C / (int)g[5];
+		int KH = (int)g[6], KW = (int)g[7], OW = (int)g[15];
+		int pos = n0 + (int)sg_tid() % SG_TN;
+		int oh = pos / OW, ow = pos - oh * OW;
+		int zb = a.in[3] ? (int)a.in[3][0] : 0;
+		sg_ld_im2col_t<int, true> lb = {a.in[1] + (b1 * C + b2 * Cg) * H * W,
+						SG_MIN(SG_TN, N - n0), K, KH * KW, KW, H, W,
+						(int)g[12], (int)g[13],
+						oh * (int)g[8] - (int)g[10], ow * (int)g[9] - (int)g[11],
+						(int)a.f[1] - zb, zb};
+		sg_qgemm_tile(a, lb, b1, b2, m0, n0, st);
+		return;
+	}
+	sg_qld_b lb = {&a, SG_MIN(SG_TN, N - n0), K, b1, b2, n0};
+	sg_qgemm_tile(a, lb, b1, b2, m0, n0, st);
 }
 SG_ENTRY(sg_qgemm, sg_body_qgemm)

@@ -141,4 +141,41 @@ struct sg_ld_b {
 	}
 };
 
+/* The B operand of an implicit-GEMM convolution (CONV, and QGEMM over a
+ * quantised input): col[k][pos] of one image and group, gathered from x
+ * (the group's first input channel) as the slices are staged; col is
+ * never stored. Lanes run along pos; each thread's column pos is fixed
+ * (e % TN == tid % TN, TN divides 256), so its (oh, ow) is decoded once
+ * (ih0, iw0). Q (QGEMM): x holds integers; a value is x less the zero
+ * point `shift`, and a window position in the padding is `pad` (the
+ * padding value less the zero point). Without Q a value is x as it is,
+ * and the padding 0. */
+template <class T, bool Q> struct sg_ld_im2col_t {
+	const float *x;
+	int cols, K, KHW, KW, H, W, DH, DW;
+	int ih0, iw0; /* this thread's column: oh*SH - PT, ow*SW - PL */
+	T pad, shift; /* Q only */
+	template <int TN>
+	SG_DEVM void load(int e, int k0, sg_btile_t<T> &s) const
+	{
+		int n = e % TN, k = e / TN;
+		int gk = k0 + k;
+		T v = 0;
+		if (n < cols && gk < K) {
+			int c = gk / KHW, r = gk - c * KHW;
+			int kh = r / KW, kw = r - kh * KW;
+			int ih = ih0 + kh * DH, iw = iw0 + kw * DW;
+			if (Q)
+				v = pad;
+			if ((unsigned)ih < (unsigned)H && (unsigned)iw < (unsigned)W) {
+				v = (T)x[((sg_i64)c * H + ih) * W + iw];
+				if (Q)
+					v -= shift;
+			}
+		}
+		s[k][n] = v;
+	}
+};
+typedef sg_ld_im2col_t<float, false> sg_ld_im2col;
+
 #endif /* SG_MM_H */
