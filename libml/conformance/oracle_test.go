@@ -166,6 +166,95 @@ func TestPool3DORT(t *testing.T) {
 	}
 }
 
+// 3-D convolutions (lowerConv3D: depth windows unfolded into the
+// channels of one 2-D convolution) against ONNX Runtime: pads, strides
+// and dilations on every axis, groups, a bias, auto_pad, a 1x1x1 kernel,
+// a fused ReLU and a residual Add the 2-D convolution cannot take.
+func TestConv3DORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+	for _, c := range []struct {
+		name                 string
+		in, w                []int64
+		group                int64
+		s, pads, dil         []int64
+		auto                 string
+		bias, relu, residual bool
+	}{
+		{"plain", []int64{2, 3, 5, 6, 7}, []int64{4, 3, 3, 3, 3}, 1, nil, nil, nil, "", false, false, false},
+		{"pads-strides-bias", []int64{1, 4, 7, 9, 8}, []int64{6, 4, 3, 3, 2}, 1, []int64{2, 1, 2}, []int64{1, 1, 0, 2, 1, 1}, nil, "", true, false, false},
+		{"groups-dilations", []int64{2, 6, 6, 7, 7}, []int64{4, 3, 2, 3, 3}, 2, []int64{1, 2, 1}, []int64{1, 0, 1, 0, 1, 1}, []int64{2, 1, 2}, "", true, false, false},
+		{"depthwise", []int64{1, 4, 5, 6, 6}, []int64{4, 1, 3, 3, 3}, 4, nil, []int64{1, 1, 1, 1, 1, 1}, nil, "", true, false, false},
+		{"same-upper-relu", []int64{1, 3, 6, 5, 7}, []int64{5, 3, 3, 3, 3}, 1, []int64{2, 2, 1}, nil, nil, "SAME_UPPER", true, true, false},
+		{"pointwise-residual", []int64{2, 8, 3, 4, 5}, []int64{8, 8, 1, 1, 1}, 1, nil, nil, nil, "", true, false, true},
+		{"winograd-2d", []int64{1, 16, 3, 12, 12}, []int64{16, 16, 1, 3, 3}, 1, nil, []int64{0, 1, 1, 0, 1, 1}, nil, "", false, true, false},
+	} {
+		x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: c.in, F32: make([]float32, numelOf(c.in))}
+		for i := range x.F32 {
+			x.F32[i] = float32((i*37)%101)/17 - 2.9
+		}
+		wt := &graph.Tensor{Name: "w", DType: graph.Float32, Dims: c.w, F32: make([]float32, numelOf(c.w))}
+		for i := range wt.F32 {
+			wt.F32[i] = float32((i*53)%89)/89 - 0.45
+		}
+		inits := []*graph.Tensor{wt}
+		n := graph.Node{Op: "Conv", Name: c.name, Inputs: []string{"x", "w"}, Outputs: []string{"y"},
+			Attrs: []graph.Attr{{Name: "group", Kind: graph.AttrInt, I: c.group}}}
+		if c.bias {
+			b := &graph.Tensor{Name: "b", DType: graph.Float32, Dims: []int64{c.w[0]}, F32: make([]float32, c.w[0])}
+			for i := range b.F32 {
+				b.F32[i] = float32(i%5) - 2
+			}
+			inits = append(inits, b)
+			n.Inputs = append(n.Inputs, "b")
+		}
+		s, dil, pads := c.s, c.dil, c.pads
+		if s == nil {
+			s = []int64{1, 1, 1}
+		}
+		if dil == nil {
+			dil = []int64{1, 1, 1}
+		}
+		if pads == nil {
+			pads = make([]int64, 6)
+		}
+		n.Attrs = append(n.Attrs, ints("strides", s...), ints("dilations", dil...))
+		out := []int64{c.in[0], c.w[0]}
+		for i := range 3 {
+			ek := (c.w[2+i]-1)*dil[i] + 1
+			if c.auto != "" {
+				out = append(out, (c.in[2+i]+s[i]-1)/s[i])
+				continue
+			}
+			out = append(out, (c.in[2+i]+pads[i]+pads[3+i]-ek)/s[i]+1)
+		}
+		if c.auto != "" {
+			n.Attrs = append(n.Attrs, graph.Attr{Name: "auto_pad", Kind: graph.AttrString, S: c.auto})
+		} else {
+			n.Attrs = append(n.Attrs, ints("pads", pads...))
+		}
+		g, want := oneNodeGraph(c.name, 17, n, inits, c.in, out)
+		if c.relu || c.residual {
+			g.Nodes[0].Outputs = []string{"c"}
+			last := "c"
+			if c.residual { // x and y have the same shape
+				g.Nodes = append(g.Nodes, graph.Node{Op: "Add", Name: "res", Inputs: []string{"c", "x"}, Outputs: []string{"r"}})
+				last = "r"
+			}
+			if c.relu {
+				g.Nodes = append(g.Nodes, graph.Node{Op: "Relu", Name: "relu", Inputs: []string{last}, Outputs: []string{"a"}})
+				last = "a"
+			}
+			g.Nodes = append(g.Nodes, graph.Node{Op: "Identity", Name: "out", Inputs: []string{last}, Outputs: []string{"y"}})
+		}
+		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
 // avgPool3DCounted is AveragePool with count_include_pad = 1 over x [N, C,
 // D, H, W], directly: each window clipped to the padded input, divided by
 // its size there.

@@ -253,6 +253,28 @@ func TestBackendONNXEmu(t *testing.T) {
 		agree(t, "PaddleOCR classifier", got, want, tol)
 		t.Logf("probabilities: upright %v, turned %v", got[:2], got[2:])
 	})
+	t.Run("conv3d", func(t *testing.T) {
+		// a 3-D convolution (padded depth unfolded into channels, one
+		// 2-D convolution, transposed back) and a ReLU, batch 2
+		w := &graph.Tensor{Name: "w", DType: graph.Float32, Dims: []int64{4, 3, 3, 3, 3}, F32: conformance.Deterministic(4*3*27, 31)}
+		bias := &graph.Tensor{Name: "b", DType: graph.Float32, Dims: []int64{4}, F32: []float32{0.1, -0.2, 0.3, 0}}
+		ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+		g := &graph.Graph{Name: "conv3d", Opset: 17,
+			Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 3, 5, 6, 7}, DimParams: []string{"batch"}}},
+			Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{-1, 4, 3, 6, 4}, DimParams: []string{"batch"}}},
+			Initializers: []*graph.Tensor{w, bias},
+			Nodes: []graph.Node{
+				{Name: "c", Op: "Conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"c"},
+					Attrs: []graph.Attr{ints("strides", 2, 1, 2), ints("pads", 1, 1, 1, 1, 1, 1)}},
+				{Name: "y", Op: "Relu", Inputs: []string{"c"}, Outputs: []string{"y"}},
+			}}
+		inst := load(t, b, "conv3d", g, 2)
+		defer inst.Close()
+		rinst := load(t, ref, "conv3d", g, 2)
+		defer rinst.Close()
+		in := conformance.Deterministic(2*inst.InputSize(), 32)
+		agree(t, "3-D convolution", infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
+	})
 }
 
 // LinkModel shares the weights: a second instance adds its arena and

@@ -301,6 +301,17 @@ var actHeads = map[string]bool{"Conv": true, "ConvTranspose": true, "Gemm": true
 	"MatMul": true, "BatchNormalization": true, "Add": true, "Sub": true,
 	"Mul": true, "Div": true, "Max": true, "Min": true, "PRelu": true}
 
+// conv3D reports whether n is a convolution of 3 spatial dimensions
+// (lowerConv3D: its 2-D convolution's output is in another layout than
+// the node's, so a residual cannot be fused into it).
+func (c *compiler) conv3D(n *graph.Node) bool {
+	if n.Op != "Conv" || len(n.Inputs) == 0 {
+		return false
+	}
+	v, ok := c.vals[n.Inputs[0]]
+	return ok && v.t != nil && len(v.t.Shape) == 5
+}
+
 // fuse groups runtime nodes: a head (GEMM, convolution, ...) absorbs a
 // following residual or bias Add and an activation when it is their only
 // reader. A group runs where its last node stood. It returns the groups by
@@ -335,7 +346,7 @@ func (c *compiler) fuse() map[int]*group {
 			cur := n.Outputs[0]
 			if residualHeads[n.Op] {
 				if j, ok := only(cur); ok && c.rt[j].Op == "Add" && len(c.rt[j].Inputs) == 2 {
-					if kind, other := c.residual(n, c.rt[j], cur); kind != "" {
+					if kind, other := c.residual(n, c.rt[j], cur); kind != "" && (kind != "res" || !c.conv3D(n)) {
 						g.nodes = append(g.nodes, j)
 						if kind == "res" {
 							g.res = other

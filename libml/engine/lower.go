@@ -519,33 +519,58 @@ func (c *compiler) convOperands(n *graph.Node, xi, wi int) (x, w *cval, p [16]in
 
 func (c *compiler) lowerConv(g *group) error {
 	n := c.node(g)
+	if x, err := c.rtIn(n, 0); err == nil && len(x.t.Shape) == 5 {
+		return c.lowerConv3D(g)
+	}
 	_, w, p, err := c.convOperands(n, 0, 1)
 	if err != nil {
 		return err
 	}
-	dm := dimsOf(p)
-	N, C, H, W, G, Cout := dm.N, dm.C, dm.H, dm.W, dm.G, dm.Cout
-	OHW, Cg, Mg, Kd := dm.OHW, dm.Cg, dm.Mg, dm.Kd
 	wop, err := c.operand(n.Inputs[1])
 	if err != nil {
 		return err
 	}
-	bias, err := c.optOperand(n, 2)
+	bias, res, err := c.convBiasRes(g)
 	if err != nil {
 		return err
 	}
+	xop, _ := c.operand(n.Inputs[0])
+	out, _, err := c.output(c.outName(g))
+	if err != nil {
+		return err
+	}
+	return c.emitConv(g, p, xop, wop, n.Inputs[1], w.t.F, bias, res, out)
+}
+
+// convBiasRes are a convolution group's bias (its third input, or a bias
+// Add fused into it) and residual (a fused Add), or noOperand.
+func (c *compiler) convBiasRes(g *group) (bias, res operand, err error) {
+	n := c.node(g)
+	if bias, err = c.optOperand(n, 2); err != nil {
+		return
+	}
 	if g.bias != "" {
 		if bias, err = c.operand(g.bias); err != nil {
-			return err
+			return
 		}
 	}
-	var res operand
+	res = noOperand
 	if g.res != "" {
-		if res, err = c.operand(g.res); err != nil {
-			return err
-		}
+		res, err = c.operand(g.res)
 	}
-	xop, _ := c.operand(n.Inputs[0])
+	return
+}
+
+// emitConv emits the 2-D convolution p (convP's parameters) of xop by the
+// weights wop (wvals their values, wname their initializer: Winograd's
+// transformed copy may already be in the weights) with bias, residual and
+// the group's activation, into out: depthwise, pointwise as one GEMM,
+// Winograd, im2col and a GEMM, or the direct kernel.
+func (c *compiler) emitConv(g *group, p [16]int64, xop, wop operand, wname string, wvals []float32,
+	bias, res, out operand) error {
+	dm := dimsOf(p)
+	N, C, H, W, G, Cout := dm.N, dm.C, dm.H, dm.W, dm.G, dm.Cout
+	OHW, Cg, Mg, Kd := dm.OHW, dm.Cg, dm.Mg, dm.Kd
 	units := int64(c.m.opts.Units)
 	pointwise := p[6] == 1 && p[7] == 1 && p[8] == 1 && p[9] == 1 && p[10] == 0 && p[11] == 0 &&
 		OHW == H*W
@@ -555,9 +580,7 @@ func (c *compiler) lowerConv(g *group) error {
 		copy(d.k.P[:16], p[:])
 		d.in = [MaxIn]operand{xop, wop, bias, res}
 		c.setAct(&d, g)
-		if d.out, _, err = c.output(c.outName(g)); err != nil {
-			return err
-		}
+		d.out = out
 		c.emit(d)
 	case pointwise:
 		d := c.draft(g, OpGemm)
@@ -570,9 +593,7 @@ func (c *compiler) lowerConv(g *group) error {
 		s.set(&d.k)
 		d.in = [MaxIn]operand{wop, xop, bias, res}
 		c.setAct(&d, g)
-		if d.out, _, err = c.output(c.outName(g)); err != nil {
-			return err
-		}
+		d.out = out
 		c.emit(d)
 	case !c.m.opts.NoWinograd && winogradOK(p):
 		// 3x3 stride 1: Winograd F(2x2, 3x3) (P[16] = 1) on weights
@@ -583,16 +604,14 @@ func (c *compiler) lowerConv(g *group) error {
 		// The transformed weights live once in the model's arena
 		// (addWinogradWeights); a program copy is the fallback.
 		wt := noOperand
-		if off, ok := c.m.wOff[n.Inputs[1]+winogradSuffix]; ok {
+		if off, ok := c.m.wOff[wname+winogradSuffix]; ok && wname != "" {
 			wt = operand{sp: SpaceWeights, off: off}
 		} else {
-			wt = c.newConst(winogradWeights(w.t.F, Cout, C))
+			wt = c.newConst(winogradWeights(wvals, Cout, C))
 		}
 		d.in = [MaxIn]operand{xop, wt, bias, res}
 		c.setAct(&d, g)
-		if d.out, _, err = c.output(c.outName(g)); err != nil {
-			return err
-		}
+		d.out = out
 		c.emit(d)
 	case (OHW < 256 || N*G*((OHW+63)/64) < 4*units) && N*G*Kd*OHW <= im2colWorkspaceMax:
 		// few output positions per image: one im2col feeds a GEMM tiled
@@ -615,18 +634,14 @@ func (c *compiler) lowerConv(g *group) error {
 		s.set(&d2.k)
 		d2.in = [MaxIn]operand{wop, {sp: SpaceArena, buf: ws}, bias, res}
 		c.setAct(&d2, g)
-		if d2.out, _, err = c.output(c.outName(g)); err != nil {
-			return err
-		}
+		d2.out = out
 		c.emit(d2)
 	default:
 		d := c.draft(g, OpConv)
 		copy(d.k.P[:16], p[:])
 		d.in = [MaxIn]operand{xop, wop, bias, res}
 		c.setAct(&d, g)
-		if d.out, _, err = c.output(c.outName(g)); err != nil {
-			return err
-		}
+		d.out = out
 		c.emit(d)
 	}
 	return nil

@@ -295,8 +295,8 @@ func refConv(e *ev) ([]*Tensor, error) {
 		return nil, err
 	}
 	b := e.in(2)
-	if len(x.Shape) < 3 || len(x.Shape) > 4 || len(w.Shape) != len(x.Shape) {
-		return nil, fmt.Errorf("only 1-D and 2-D convolutions: X %v W %v", x.Shape, w.Shape)
+	if len(x.Shape) < 3 || len(x.Shape) > 5 || len(w.Shape) != len(x.Shape) {
+		return nil, fmt.Errorf("only 1-D, 2-D and 3-D convolutions: X %v W %v", x.Shape, w.Shape)
 	}
 	G := e.n.AttrInt("group", 1)
 	N, C := x.Shape[0], x.Shape[1]
@@ -315,44 +315,60 @@ func refConv(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, oshape))
 	}
-	var H, W, KH, KW, OH, OW, SH, SW, DH, DW, PT, PL int64
-	if len(g.out) == 2 {
-		H, W, KH, KW, OH, OW = x.Shape[2], x.Shape[3], g.k[0], g.k[1], g.out[0], g.out[1]
-		SH, SW, DH, DW, PT, PL = g.s[0], g.s[1], g.d[0], g.d[1], g.pb[0], g.pb[1]
-	} else {
-		H, W, KH, KW, OH, OW = 1, x.Shape[2], 1, g.k[0], 1, g.out[0]
-		SH, SW, DH, DW, PT, PL = 1, g.s[0], 1, g.d[0], 0, g.pb[0]
+	// the geometry on three axes (depth, height, width), the missing
+	// leading ones of size 1
+	lead := 3 - len(g.out)
+	ax := func(v []int64, i int64, def int64) int64 {
+		if i < int64(lead) {
+			return def
+		}
+		return v[i-int64(lead)]
 	}
+	var in, k, out, st, dl, pb [3]int64
+	for i := int64(0); i < 3; i++ {
+		in[i], k[i], out[i] = ax(x.Shape[2:], i, 1), ax(g.k, i, 1), ax(g.out, i, 1)
+		st[i], dl[i], pb[i] = ax(g.s, i, 1), ax(g.d, i, 1), ax(g.pb, i, 0)
+	}
+	D, H, W := in[0], in[1], in[2]
+	KD, KH, KW := k[0], k[1], k[2]
 	Cg, Mg := C/G, M/G
 	y := NewFloat(oshape, nil)
 	xf, wf := x.floats(), w.floats()
 	for n := int64(0); n < N; n++ {
 		for oc := int64(0); oc < M; oc++ {
 			gi := oc / Mg
-			for oh := int64(0); oh < OH; oh++ {
-				for ow := int64(0); ow < OW; ow++ {
-					var s float64
-					if b != nil {
-						s = b.at(oc)
-					}
-					for ic := int64(0); ic < Cg; ic++ {
-						xc := xf[((n*C)+gi*Cg+ic)*H*W:]
-						wc := wf[(oc*Cg+ic)*KH*KW:]
-						for kh := int64(0); kh < KH; kh++ {
-							ih := oh*SH - PT + kh*DH
-							if ih < 0 || ih >= H {
-								continue
-							}
-							for kw := int64(0); kw < KW; kw++ {
-								iw := ow*SW - PL + kw*DW
-								if iw < 0 || iw >= W {
+			for od := int64(0); od < out[0]; od++ {
+				for oh := int64(0); oh < out[1]; oh++ {
+					for ow := int64(0); ow < out[2]; ow++ {
+						var s float64
+						if b != nil {
+							s = b.at(oc)
+						}
+						for ic := int64(0); ic < Cg; ic++ {
+							xc := xf[((n*C)+gi*Cg+ic)*D*H*W:]
+							wc := wf[(oc*Cg+ic)*KD*KH*KW:]
+							for kd := int64(0); kd < KD; kd++ {
+								id := od*st[0] - pb[0] + kd*dl[0]
+								if id < 0 || id >= D {
 									continue
 								}
-								s += float64(xc[ih*W+iw]) * float64(wc[kh*KW+kw])
+								for kh := int64(0); kh < KH; kh++ {
+									ih := oh*st[1] - pb[1] + kh*dl[1]
+									if ih < 0 || ih >= H {
+										continue
+									}
+									for kw := int64(0); kw < KW; kw++ {
+										iw := ow*st[2] - pb[2] + kw*dl[2]
+										if iw < 0 || iw >= W {
+											continue
+										}
+										s += float64(xc[(id*H+ih)*W+iw]) * float64(wc[(kd*KH+kh)*KW+kw])
+									}
+								}
 							}
 						}
+						y.F[(((n*M+oc)*out[0]+od)*out[1]+oh)*out[2]+ow] = float32(s)
 					}
-					y.F[((n*M+oc)*OH+oh)*OW+ow] = float32(s)
 				}
 			}
 		}

@@ -1,0 +1,117 @@
+package engine
+
+import "fmt"
+
+// 3-D convolutions run as one 2-D convolution over depth windows.
+//
+// Y[n, co, od] = sum over kd of the 2-D convolution of the depth slice
+// X[n, :, od*SD - PD + kd*DD] by W[:, :, kd]. Stacking each output depth's
+// KD input slices along the channels turns that sum into the channel sum
+// of one 2-D convolution: the input unfolded to X' [N*OD, G*KD*Cg, H, W]
+// (channel (g, kd, cg) of image (n, od) is X[n, g*Cg + cg, od*SD - PD +
+// kd*DD], zero in the depth padding) by weights W' [Cout, KD*Cg, KH, KW]
+// (W'[co, kd*Cg + cg] = W[co, cg, kd]), then Y' [N*OD, Cout, OH, OW]
+// transposed to Y [N, Cout, OD, OH, OW]. Kernels: a zero fill and a copy
+// when the depth is padded, one COPY that unfolds (a strided view), the
+// 2-D convolution with the bias and activation fused (emitConv, so every
+// 2-D algorithm applies), one COPY back. The unfolded input is KD/SD times
+// the input. Depth is a plain spatial axis here, never the batch: a
+// request's output does not depend on the batch it runs in.
+
+// maxConv3DUnfold is the most values the unfolded input may hold.
+const maxConv3DUnfold = 1 << 28
+
+func (c *compiler) lowerConv3D(g *group) error {
+	n := c.node(g)
+	x, err := c.rtIn(n, 0)
+	if err != nil {
+		return err
+	}
+	w, err := c.val(n.Inputs[1])
+	if err != nil {
+		return err
+	}
+	if w.buf != -1 {
+		return fmt.Errorf("runtime convolution weights are not supported")
+	}
+	xs, ws := x.t.Shape, w.t.Shape
+	if len(ws) != 5 {
+		return fmt.Errorf("3-D convolution weights of rank %d", len(ws))
+	}
+	if g.res != "" {
+		return fmt.Errorf("a residual fused into a 3-D convolution") // fuse keeps them apart
+	}
+	gm, err := convGeom(n, xs[2:], ws[2:], false)
+	if err != nil {
+		return err
+	}
+	N, C, D, H, W := xs[0], xs[1], xs[2], xs[3], xs[4]
+	Cout, G := ws[0], n.AttrInt("group", 1)
+	if G < 1 || C%G != 0 || Cout%G != 0 || ws[1] != C/G {
+		return fmt.Errorf("%d input channels, weights %v, %d groups", C, ws, G)
+	}
+	Cg, KD := C/G, ws[2]
+	OD, SD, DD, PD := gm.out[0], gm.s[0], gm.d[0], gm.pb[0]
+	HW := H * W
+	Dp := max(D+gm.pb[0]+gm.pe[0], (OD-1)*SD+(KD-1)*DD+1)
+	if N*OD*G*KD*Cg*HW > maxConv3DUnfold {
+		return fmt.Errorf("a 3-D convolution whose unfolded input has %d values (at most %d)",
+			N*OD*G*KD*Cg*HW, maxConv3DUnfold)
+	}
+	xop, err := c.operand(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	// the depth padding: X copied into a zeroed [N, C, Dp, H, W]
+	src, sD := xop, D
+	if Dp != D || PD != 0 {
+		pad := operand{sp: SpaceArena, buf: c.newBuf(N * C * Dp * HW)}
+		if err := c.copyView(g, c.newConst([]float32{0}), pad, []int64{N * C * Dp * HW}, []int64{0}); err != nil {
+			return err
+		}
+		if err := c.copyKernel(g, "", xop, 0, pad, PD*HW, []int64{N * C, D * HW},
+			[]int64{D * HW, 1}, []int64{Dp * HW, 1}); err != nil {
+			return err
+		}
+		src, sD = pad, Dp
+	}
+	// unfold: (n, od, g, kd, cg, hw) <- src[n, g*Cg + cg, od*SD + kd*DD, hw]
+	unf := operand{sp: SpaceArena, buf: c.newBuf(N * OD * G * KD * Cg * HW)}
+	dims := []int64{N, OD, G, KD, Cg, HW}
+	sin := []int64{C * sD * HW, SD * HW, Cg * sD * HW, DD * HW, sD * HW, 1}
+	if err := c.copyKernel(g, "conv3d unfold", src, 0, unf, 0, dims, sin, stridesOf(dims)); err != nil {
+		return err
+	}
+	// W' [Cout, KD*Cg, KH, KW]
+	KHW := ws[3] * ws[4]
+	wp := make([]float32, len(w.t.F))
+	for co := int64(0); co < Cout; co++ {
+		for cg := int64(0); cg < Cg; cg++ {
+			for kd := int64(0); kd < KD; kd++ {
+				copy(wp[((co*KD+kd)*Cg+cg)*KHW:][:KHW], w.t.F[((co*Cg+cg)*KD+kd)*KHW:][:KHW])
+			}
+		}
+	}
+	wop := c.newConst(wp)
+	// the 2-D convolution over (H, W) of N*OD images of G*KD*Cg channels
+	var p [16]int64
+	p[0], p[1], p[2], p[3], p[4], p[5] = N*OD, G*KD*Cg, H, W, Cout, G
+	p[6], p[7], p[8], p[9], p[10], p[11] = ws[3], ws[4], gm.s[1], gm.s[2], gm.pb[1], gm.pb[2]
+	p[12], p[13], p[14], p[15] = gm.d[1], gm.d[2], gm.out[1], gm.out[2]
+	bias, _, err := c.convBiasRes(g)
+	if err != nil {
+		return err
+	}
+	OHW := gm.out[1] * gm.out[2]
+	y2 := operand{sp: SpaceArena, buf: c.newBuf(N * OD * Cout * OHW)}
+	if err := c.emitConv(g, p, unf, wop, "", wp, bias, noOperand, y2); err != nil {
+		return err
+	}
+	// Y [N, Cout, OD, OH*OW] <- Y' [N, OD, Cout, OH*OW]
+	out, _, err := c.output(c.outName(g))
+	if err != nil {
+		return err
+	}
+	return c.copyKernel(g, "conv3d out", y2, 0, out, 0, []int64{N, Cout, OD, OHW},
+		[]int64{OD * Cout * OHW, OHW, Cout * OHW, 1}, []int64{Cout * OD * OHW, OD * OHW, OHW, 1})
+}
