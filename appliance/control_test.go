@@ -276,11 +276,15 @@ func TestReloadReplacesWithoutGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// once the replacement has loaded, and before the routes move, the
-	// old IF still serves: a request sent then is answered ok
+	// old IF still serves: a request sent then is answered by it (ok, or,
+	// on a machine too slow for the 50 ms SLO while two IFs load and
+	// serve, deadline or overloaded: a live IF's answers), never
+	// unknown_model and never lost
 	held := newClient(t, 72)
 	hook := func() {
 		_ = held.Send(addr, 7, 1, 0, payload)
-		if r, got := held.Wait(1, 10*time.Second); !got || r.Status != wire.StatusOK {
+		r, got := held.Wait(1, 10*time.Second)
+		if !got || (r.Status != wire.StatusOK && r.Status != wire.StatusDeadline && r.Status != wire.StatusOverloaded) {
 			t.Errorf("request while the replacement was loaded, before the switch: answered %v, %v", got, r.Status)
 		}
 	}

@@ -23,16 +23,9 @@ const maxConv3DUnfold = 1 << 28
 
 func (c *compiler) lowerConv3D(g *group) error {
 	n := c.node(g)
-	x, err := c.rtIn(n, 0)
+	x, w, err := c.convInputs(n, 0, 1)
 	if err != nil {
 		return err
-	}
-	w, err := c.val(n.Inputs[1])
-	if err != nil {
-		return err
-	}
-	if w.buf != -1 {
-		return fmt.Errorf("runtime convolution weights are not supported")
 	}
 	xs, ws := x.t.Shape, w.t.Shape
 	if len(ws) != 5 {

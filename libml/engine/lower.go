@@ -493,7 +493,9 @@ func dimsOf(p [16]int64) convDims {
 
 // convOperands reads a convolution's runtime input xi and constant
 // weights wi and lays out its 16 parameters (convP).
-func (c *compiler) convOperands(n *graph.Node, xi, wi int) (x, w *cval, p [16]int64, err error) {
+// convInputs are a convolution's run-time input and its weights, which
+// must be constants.
+func (c *compiler) convInputs(n *graph.Node, xi, wi int) (x, w *cval, err error) {
 	if x, err = c.rtIn(n, xi); err != nil {
 		return
 	}
@@ -502,6 +504,12 @@ func (c *compiler) convOperands(n *graph.Node, xi, wi int) (x, w *cval, p [16]in
 	}
 	if w.buf != -1 {
 		err = fmt.Errorf("runtime convolution weights are not supported")
+	}
+	return
+}
+
+func (c *compiler) convOperands(n *graph.Node, xi, wi int) (x, w *cval, p [16]int64, err error) {
+	if x, w, err = c.convInputs(n, xi, wi); err != nil {
 		return
 	}
 	xs := x.t.Shape
@@ -649,16 +657,9 @@ func (c *compiler) emitConv(g *group, p [16]int64, xop, wop operand, wname strin
 
 func (c *compiler) lowerConvTranspose(g *group) error {
 	n := c.node(g)
-	x, err := c.rtIn(n, 0)
+	x, w, err := c.convInputs(n, 0, 1)
 	if err != nil {
 		return err
-	}
-	w, err := c.val(n.Inputs[1])
-	if err != nil {
-		return err
-	}
-	if w.buf != -1 {
-		return fmt.Errorf("runtime convolution weights are not supported")
 	}
 	xs := x.t.Shape
 	if len(xs) != 3 && len(xs) != 4 {

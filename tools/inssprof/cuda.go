@@ -186,27 +186,11 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 // loadGPUModel loads zoo model name at side x side and a linked peer, both
 // configured for maxB.
 func loadGPUModel(ctx context.Context, be *cuda.Backend, name string, side, maxB int) (*gpuModel, error) {
-	g, err := zoo.Build(name, zoo.Options{Height: side, Width: side})
+	inst, peer, weights, err := loadTwice(ctx, be, name, side, maxB)
 	if err != nil {
 		return nil, err
 	}
-	inst, err := be.LoadModel(ctx, name, g)
-	if err != nil {
-		return nil, err
-	}
-	peer, err := be.LinkModel(ctx, inst)
-	if err != nil {
-		inst.Close()
-		return nil, err
-	}
-	m := &gpuModel{name: name, inst: inst.(*cuda.Instance), peer: peer.(*cuda.Instance), weightBytes: g.WeightBytes()}
-	for _, i := range []libml.Instance{inst, peer} {
-		if err := be.ConfigureBatch(i, maxB); err != nil {
-			inst.Close()
-			peer.Close()
-			return nil, err
-		}
-	}
+	m := &gpuModel{name: name, inst: inst.(*cuda.Instance), peer: peer.(*cuda.Instance), weightBytes: weights}
 	m.in = zoo.Input(1, maxB*inst.InputSize())
 	m.out = make([]float32, maxB*inst.OutputSize())
 	m.peerOut = make([]float32, maxB*inst.OutputSize())

@@ -182,26 +182,12 @@ func runCPU(ctx context.Context, o options) (*report, error) {
 		}
 	}()
 	for _, name := range o.models {
-		g, err := zoo.Build(name, zoo.Options{Height: o.size, Width: o.size})
+		inst, peer, weights, err := loadTwice(ctx, be, name, o.size, maxB)
 		if err != nil {
 			return nil, err
 		}
-		inst, err := be.LoadModel(ctx, name, g)
-		if err != nil {
-			return nil, err
-		}
-		peer, err := be.LinkModel(ctx, inst)
-		if err != nil {
-			inst.Close()
-			return nil, err
-		}
-		m := &model{name: name, inst: inst.(*cpu.Instance), peer: peer.(*cpu.Instance), weights: g.WeightBytes()}
+		m := &model{name: name, inst: inst.(*cpu.Instance), peer: peer.(*cpu.Instance), weights: weights}
 		ms = append(ms, m)
-		for _, i := range []libml.Instance{inst, peer} {
-			if err := be.ConfigureBatch(i, maxB); err != nil {
-				return nil, err
-			}
-		}
 		m.in = zoo.Input(1, maxB*inst.InputSize())
 		m.out = make([]float32, maxB*inst.OutputSize())
 		m.peerOut = make([]float32, maxB*inst.OutputSize())
@@ -359,6 +345,31 @@ const (
 	minSampleNs = 2e6
 	maxReps     = 200
 )
+
+// loadTwice loads zoo model name at side x side on be, links a second
+// instance to its weights (to run beside it) and configures both for
+// batches up to maxB.
+func loadTwice(ctx context.Context, be libml.Backend, name string, side, maxB int) (inst, peer libml.Instance, weights int64, err error) {
+	g, err := zoo.Build(name, zoo.Options{Height: side, Width: side})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if inst, err = be.LoadModel(ctx, name, g); err != nil {
+		return nil, nil, 0, err
+	}
+	if peer, err = be.LinkModel(ctx, inst); err != nil {
+		inst.Close()
+		return nil, nil, 0, err
+	}
+	for _, i := range []libml.Instance{inst, peer} {
+		if err := be.ConfigureBatch(i, maxB); err != nil {
+			inst.Close()
+			peer.Close()
+			return nil, nil, 0, err
+		}
+	}
+	return inst, peer, g.WeightBytes(), nil
+}
 
 // timeBatch is the median time of reps batches of b (after one warm-up),
 // or of more where reps batches take under minSampleNs.
