@@ -43,8 +43,6 @@ import (
 // engine legitimately does not run, each with the reason. Keys ending in
 // "*" match by prefix.
 var nodeSkips = map[string]string{
-	// Inputs of more than two spatial dimensions.
-	"test_convtranspose_3d": "engine convolves 1-D and 2-D only",
 	// Training-only behaviour (the engine is an inference engine).
 	"test_batchnorm_epsilon_training_mode":    "training-mode BatchNormalization (running statistics outputs)",
 	"test_batchnorm_example_training_mode":    "training-mode BatchNormalization (running statistics outputs)",

@@ -255,6 +255,63 @@ func TestConv3DORT(t *testing.T) {
 	}
 }
 
+// 3-D transposed convolutions (lowerConvTranspose3D: the input spread by
+// the strides and padded, a stride-1 3-D convolution by the flipped
+// weights) against ONNX Runtime: strides, pads (one past the kernel's
+// reach: a crop), output_padding, dilations, groups, output_shape,
+// auto_pad, a bias.
+func TestConvTranspose3DORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+	for _, c := range []struct {
+		name  string
+		in, w []int64
+		group int64
+		attrs []graph.Attr
+		out   []int64
+		bias  bool
+	}{
+		{"plain", []int64{2, 3, 3, 4, 5}, []int64{3, 2, 3, 3, 3}, 1, nil, []int64{2, 2, 5, 6, 7}, false},
+		{"strides-pads-bias", []int64{1, 4, 3, 4, 3}, []int64{4, 3, 3, 2, 3}, 1,
+			[]graph.Attr{ints("strides", 2, 3, 2), ints("pads", 1, 0, 1, 0, 1, 1)}, []int64{1, 3, 6, 10, 5}, true},
+		{"crop-output-padding", []int64{1, 2, 4, 3, 3}, []int64{2, 2, 2, 3, 2}, 1,
+			[]graph.Attr{ints("strides", 2, 2, 1), ints("pads", 2, 1, 0, 1, 0, 0), ints("output_padding", 1, 1, 0)}, []int64{1, 2, 6, 7, 4}, true},
+		{"groups-dilations", []int64{2, 4, 3, 3, 4}, []int64{4, 3, 2, 2, 3}, 2,
+			[]graph.Attr{ints("dilations", 2, 1, 2), ints("strides", 1, 2, 1)}, []int64{2, 6, 5, 6, 8}, true},
+		{"output-shape", []int64{1, 2, 3, 3, 3}, []int64{2, 3, 3, 3, 3}, 1,
+			[]graph.Attr{ints("strides", 2, 2, 2), ints("output_shape", 6, 7, 6)}, []int64{1, 3, 6, 7, 6}, false},
+		{"same-upper", []int64{1, 2, 3, 4, 3}, []int64{2, 2, 3, 3, 2}, 1,
+			[]graph.Attr{ints("strides", 2, 1, 2), {Name: "auto_pad", Kind: graph.AttrString, S: "SAME_UPPER"}}, []int64{1, 2, 6, 4, 6}, true},
+	} {
+		x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: c.in, F32: make([]float32, numelOf(c.in))}
+		for i := range x.F32 {
+			x.F32[i] = float32((i*37)%101)/17 - 2.9
+		}
+		wt := &graph.Tensor{Name: "w", DType: graph.Float32, Dims: c.w, F32: make([]float32, numelOf(c.w))}
+		for i := range wt.F32 {
+			wt.F32[i] = float32((i*53)%89)/89 - 0.45
+		}
+		inits := []*graph.Tensor{wt}
+		n := graph.Node{Op: "ConvTranspose", Name: c.name, Inputs: []string{"x", "w"}, Outputs: []string{"y"},
+			Attrs: append([]graph.Attr{{Name: "group", Kind: graph.AttrInt, I: c.group}}, c.attrs...)}
+		if c.bias {
+			m := c.w[1] * c.group
+			b := &graph.Tensor{Name: "b", DType: graph.Float32, Dims: []int64{m}, F32: make([]float32, m)}
+			for i := range b.F32 {
+				b.F32[i] = float32(i%5) - 2
+			}
+			inits = append(inits, b)
+			n.Inputs = append(n.Inputs, "b")
+		}
+		g, want := oneNodeGraph(c.name, 17, n, inits, c.in, c.out)
+		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}
+
 // avgPool3DCounted is AveragePool with count_include_pad = 1 over x [N, C,
 // D, H, W], directly: each window clipped to the padded input, divided by
 // its size there.

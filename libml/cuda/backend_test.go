@@ -275,6 +275,25 @@ func TestBackendONNXEmu(t *testing.T) {
 		in := conformance.Deterministic(2*inst.InputSize(), 32)
 		agree(t, "3-D convolution", infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
 	})
+	t.Run("convtranspose3d", func(t *testing.T) {
+		// a 3-D transposed convolution (the input spread by the strides,
+		// a stride-1 3-D convolution by the flipped weights), batch 2
+		w := &graph.Tensor{Name: "w", DType: graph.Float32, Dims: []int64{3, 2, 2, 3, 3}, F32: conformance.Deterministic(3*2*18, 33)}
+		ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+		g := &graph.Graph{Name: "convt3d", Opset: 17,
+			Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 3, 3, 4, 4}, DimParams: []string{"batch"}}},
+			Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{-1, 2, 6, 8, 8}, DimParams: []string{"batch"}}},
+			Initializers: []*graph.Tensor{w},
+			Nodes: []graph.Node{{Name: "y", Op: "ConvTranspose", Inputs: []string{"x", "w"}, Outputs: []string{"y"},
+				Attrs: []graph.Attr{ints("strides", 2, 2, 2), ints("pads", 0, 1, 1, 0, 1, 1), ints("output_padding", 0, 1, 1)}}},
+		}
+		inst := load(t, b, "convt3d", g, 2)
+		defer inst.Close()
+		rinst := load(t, ref, "convt3d", g, 2)
+		defer rinst.Close()
+		in := conformance.Deterministic(2*inst.InputSize(), 34)
+		agree(t, "3-D transposed convolution", infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
+	})
 }
 
 // LinkModel shares the weights: a second instance adds its arena and

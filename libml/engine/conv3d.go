@@ -38,8 +38,28 @@ func (c *compiler) lowerConv3D(g *group) error {
 	if err != nil {
 		return err
 	}
+	xop, err := c.operand(n.Inputs[0])
+	if err != nil {
+		return err
+	}
+	bias, _, err := c.convBiasRes(g)
+	if err != nil {
+		return err
+	}
+	out, _, err := c.output(c.outName(g))
+	if err != nil {
+		return err
+	}
+	return c.emitConv3D(g, xop, xs, w.t.F, ws, n.AttrInt("group", 1), gm, bias, out)
+}
+
+// emitConv3D emits the 3-D convolution of xop (shape xs) by the weights
+// wvals (shape ws: [Cout, C/G, KD, KH, KW]) in G groups, geometry gm, with
+// bias and the group's activation, into out (see the comment above).
+func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32, ws []int64, G int64,
+	gm geom, bias, out operand) error {
 	N, C, D, H, W := xs[0], xs[1], xs[2], xs[3], xs[4]
-	Cout, G := ws[0], n.AttrInt("group", 1)
+	Cout := ws[0]
 	if G < 1 || C%G != 0 || Cout%G != 0 || ws[1] != C/G {
 		return fmt.Errorf("%d input channels, weights %v, %d groups", C, ws, G)
 	}
@@ -51,15 +71,11 @@ func (c *compiler) lowerConv3D(g *group) error {
 		return fmt.Errorf("a 3-D convolution whose unfolded input has %d values (at most %d)",
 			N*OD*G*KD*Cg*HW, maxConv3DUnfold)
 	}
-	xop, err := c.operand(n.Inputs[0])
-	if err != nil {
-		return err
-	}
 	// the depth padding: X copied into a zeroed [N, C, Dp, H, W]
 	src, sD := xop, D
 	if Dp != D || PD != 0 {
 		pad := operand{sp: SpaceArena, buf: c.newBuf(N * C * Dp * HW)}
-		if err := c.copyView(g, c.newConst([]float32{0}), pad, []int64{N * C * Dp * HW}, []int64{0}); err != nil {
+		if err := c.zeroFill(g, pad, N*C*Dp*HW); err != nil {
 			return err
 		}
 		if err := c.copyKernel(g, "", xop, 0, pad, PD*HW, []int64{N * C, D * HW},
@@ -77,11 +93,11 @@ func (c *compiler) lowerConv3D(g *group) error {
 	}
 	// W' [Cout, KD*Cg, KH, KW]
 	KHW := ws[3] * ws[4]
-	wp := make([]float32, len(w.t.F))
+	wp := make([]float32, len(wvals))
 	for co := int64(0); co < Cout; co++ {
 		for cg := int64(0); cg < Cg; cg++ {
 			for kd := int64(0); kd < KD; kd++ {
-				copy(wp[((co*KD+kd)*Cg+cg)*KHW:][:KHW], w.t.F[((co*Cg+cg)*KD+kd)*KHW:][:KHW])
+				copy(wp[((co*KD+kd)*Cg+cg)*KHW:][:KHW], wvals[((co*Cg+cg)*KD+kd)*KHW:][:KHW])
 			}
 		}
 	}
@@ -91,20 +107,104 @@ func (c *compiler) lowerConv3D(g *group) error {
 	p[0], p[1], p[2], p[3], p[4], p[5] = N*OD, G*KD*Cg, H, W, Cout, G
 	p[6], p[7], p[8], p[9], p[10], p[11] = ws[3], ws[4], gm.s[1], gm.s[2], gm.pb[1], gm.pb[2]
 	p[12], p[13], p[14], p[15] = gm.d[1], gm.d[2], gm.out[1], gm.out[2]
-	bias, _, err := c.convBiasRes(g)
-	if err != nil {
-		return err
-	}
 	OHW := gm.out[1] * gm.out[2]
 	y2 := operand{sp: SpaceArena, buf: c.newBuf(N * OD * Cout * OHW)}
 	if err := c.emitConv(g, p, unf, wop, "", wp, bias, noOperand, y2); err != nil {
 		return err
 	}
 	// Y [N, Cout, OD, OH*OW] <- Y' [N, OD, Cout, OH*OW]
+	return c.copyKernel(g, "conv3d out", y2, 0, out, 0, []int64{N, Cout, OD, OHW},
+		[]int64{OD * Cout * OHW, OHW, Cout * OHW, 1}, []int64{Cout * OD * OHW, OD * OHW, OHW, 1})
+}
+
+// zeroFill emits a COPY that sets n values of dst to 0.
+func (c *compiler) zeroFill(g *group, dst operand, n int64) error {
+	return c.copyView(g, c.newConst([]float32{0}), dst, []int64{n}, []int64{0})
+}
+
+// lowerConvTranspose3D runs a 3-D transposed convolution as the 3-D
+// convolution it equals: the input spread out by the strides (zeros
+// between its values) and padded by (k-1)*d - pads on each side (a
+// negative amount crops), convolved at stride 1 with the weights flipped
+// on every axis and their channel axes swapped per group.
+func (c *compiler) lowerConvTranspose3D(g *group) error {
+	n := c.node(g)
+	x, w, err := c.convInputs(n, 0, 1)
+	if err != nil {
+		return err
+	}
+	xs, ws := x.t.Shape, w.t.Shape
+	if len(ws) != 5 {
+		return fmt.Errorf("3-D transposed convolution weights of rank %d", len(ws))
+	}
+	G := n.AttrInt("group", 1)
+	N, C := xs[0], xs[1]
+	if G < 1 || C%G != 0 || ws[0] != C {
+		return fmt.Errorf("X %v, W %v, group %d do not agree", xs, ws, G)
+	}
+	gm, _, err := convTGeom(n, xs[2:], ws[2:])
+	if err != nil {
+		return err
+	}
+	Cg, Mg := C/G, ws[1]
+	// the spread, padded input Z [N, C, L0, L1, L2]: X[j] at j*s + lo
+	var L, lo, j0, cnt [3]int64
+	for i := 0; i < 3; i++ {
+		ek := (ws[2+i]-1)*gm.d[i] + 1
+		lo[i] = ek - 1 - gm.pb[i]
+		L[i] = gm.out[i] + ek - 1
+		// the input positions that land inside Z
+		for j0[i] = 0; j0[i] < xs[2+i] && j0[i]*gm.s[i]+lo[i] < 0; j0[i]++ {
+		}
+		for j := j0[i]; j < xs[2+i] && j*gm.s[i]+lo[i] < L[i]; j++ {
+			cnt[i]++
+		}
+	}
+	zn := N * C * L[0] * L[1] * L[2]
+	if zn > maxConv3DUnfold {
+		return fmt.Errorf("a 3-D transposed convolution whose spread input has %d values (at most %d)", zn, maxConv3DUnfold)
+	}
+	z := operand{sp: SpaceArena, buf: c.newBuf(zn)}
+	if err := c.zeroFill(g, z, zn); err != nil {
+		return err
+	}
+	if cnt[0] > 0 && cnt[1] > 0 && cnt[2] > 0 {
+		xop, err := c.operand(n.Inputs[0])
+		if err != nil {
+			return err
+		}
+		D, H, W := xs[2], xs[3], xs[4]
+		soff := (j0[0]*H+j0[1])*W + j0[2]
+		doff := ((j0[0]*gm.s[0]+lo[0])*L[1]+j0[1]*gm.s[1]+lo[1])*L[2] + j0[2]*gm.s[2] + lo[2]
+		if err := c.copyKernel(g, "convtranspose3d spread", xop, soff, z, doff, []int64{N * C, cnt[0], cnt[1], cnt[2]},
+			[]int64{D * H * W, H * W, W, 1},
+			[]int64{L[0] * L[1] * L[2], gm.s[0] * L[1] * L[2], gm.s[1] * L[2], gm.s[2]}); err != nil {
+			return err
+		}
+	}
+	// W' [G*Mg, Cg, KD, KH, KW]: W'[g*Mg + m][c][k] = W[g*Cg + c][m][K-1-k]
+	KD, KH, KW := ws[2], ws[3], ws[4]
+	K := KD * KH * KW
+	wp := make([]float32, len(w.t.F))
+	for gi := int64(0); gi < G; gi++ {
+		for m := int64(0); m < Mg; m++ {
+			for ci := int64(0); ci < Cg; ci++ {
+				src := w.t.F[((gi*Cg+ci)*Mg+m)*K:][:K]
+				dst := wp[((gi*Mg+m)*Cg+ci)*K:][:K]
+				for k := int64(0); k < K; k++ {
+					dst[K-1-k] = src[k]
+				}
+			}
+		}
+	}
+	cg := geom{k: ws[2:], s: []int64{1, 1, 1}, d: gm.d, pb: make([]int64, 3), pe: make([]int64, 3), out: gm.out}
+	bias, err := c.optOperand(n, 2)
+	if err != nil {
+		return err
+	}
 	out, _, err := c.output(c.outName(g))
 	if err != nil {
 		return err
 	}
-	return c.copyKernel(g, "conv3d out", y2, 0, out, 0, []int64{N, Cout, OD, OHW},
-		[]int64{OD * Cout * OHW, OHW, Cout * OHW, 1}, []int64{Cout * OD * OHW, OD * OHW, OHW, 1})
+	return c.emitConv3D(g, z, []int64{N, C, L[0], L[1], L[2]}, wp, []int64{G * Mg, Cg, KD, KH, KW}, G, cg, bias, out)
 }

@@ -662,6 +662,9 @@ func (c *compiler) lowerConvTranspose(g *group) error {
 		return err
 	}
 	xs := x.t.Shape
+	if len(xs) == 5 {
+		return c.lowerConvTranspose3D(g)
+	}
 	if len(xs) != 3 && len(xs) != 4 {
 		return fmt.Errorf("only 1-D and 2-D transposed convolutions (X %v)", xs)
 	}

@@ -393,8 +393,8 @@ func refConvTranspose(e *ev) ([]*Tensor, error) {
 		return nil, err
 	}
 	b := e.in(2)
-	if len(x.Shape) < 3 || len(x.Shape) > 4 || len(w.Shape) != len(x.Shape) {
-		return nil, fmt.Errorf("only 1-D and 2-D transposed convolutions: X %v W %v", x.Shape, w.Shape)
+	if len(x.Shape) < 3 || len(x.Shape) > 5 || len(w.Shape) != len(x.Shape) {
+		return nil, fmt.Errorf("only 1-D, 2-D and 3-D transposed convolutions: X %v W %v", x.Shape, w.Shape)
 	}
 	G := e.n.AttrInt("group", 1)
 	N, C := x.Shape[0], x.Shape[1]
@@ -411,36 +411,53 @@ func refConvTranspose(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, oshape))
 	}
-	var H, W, KH, KW, OH, OW, SH, SW, DH, DW, PT, PL int64
-	if len(g.out) == 2 {
-		H, W, KH, KW, OH, OW = x.Shape[2], x.Shape[3], g.k[0], g.k[1], g.out[0], g.out[1]
-		SH, SW, DH, DW, PT, PL = g.s[0], g.s[1], g.d[0], g.d[1], g.pb[0], g.pb[1]
-	} else {
-		H, W, KH, KW, OH, OW = 1, x.Shape[2], 1, g.k[0], 1, g.out[0]
-		SH, SW, DH, DW, PT, PL = 1, g.s[0], 1, g.d[0], 0, g.pb[0]
+	// the geometry on three axes (depth, height, width), the missing
+	// leading ones of size 1
+	lead := int64(3 - len(g.out))
+	ax := func(v []int64, i, def int64) int64 {
+		if i < lead {
+			return def
+		}
+		return v[i-lead]
 	}
+	var in, k, out, st, dl, pb [3]int64
+	for i := int64(0); i < 3; i++ {
+		in[i], k[i], out[i] = ax(x.Shape[2:], i, 1), ax(g.k, i, 1), ax(g.out, i, 1)
+		st[i], dl[i], pb[i] = ax(g.s, i, 1), ax(g.d, i, 1), ax(g.pb, i, 0)
+	}
+	K := k[0] * k[1] * k[2]
+	OS := out[0] * out[1] * out[2]
 	Cg := C / G
 	acc := make([]float64, numel(oshape))
 	xf, wf := x.floats(), w.floats()
 	for n := int64(0); n < N; n++ {
 		for ic := int64(0); ic < C; ic++ {
 			gi := ic / Cg
-			for ih := int64(0); ih < H; ih++ {
-				for iw := int64(0); iw < W; iw++ {
-					xv := float64(xf[((n*C+ic)*H+ih)*W+iw])
-					for c := int64(0); c < Mg; c++ {
-						oc := gi*Mg + c
-						for kh := int64(0); kh < KH; kh++ {
-							oh := ih*SH - PT + kh*DH
-							if oh < 0 || oh >= OH {
-								continue
-							}
-							for kw := int64(0); kw < KW; kw++ {
-								ow := iw*SW - PL + kw*DW
-								if ow < 0 || ow >= OW {
+			for id := int64(0); id < in[0]; id++ {
+				for ih := int64(0); ih < in[1]; ih++ {
+					for iw := int64(0); iw < in[2]; iw++ {
+						xv := float64(xf[(((n*C+ic)*in[0]+id)*in[1]+ih)*in[2]+iw])
+						for c := int64(0); c < Mg; c++ {
+							oc := gi*Mg + c
+							wc := wf[(ic*Mg+c)*K:]
+							for kd := int64(0); kd < k[0]; kd++ {
+								od := id*st[0] - pb[0] + kd*dl[0]
+								if od < 0 || od >= out[0] {
 									continue
 								}
-								acc[((n*M+oc)*OH+oh)*OW+ow] += xv * float64(wf[((ic*Mg+c)*KH+kh)*KW+kw])
+								for kh := int64(0); kh < k[1]; kh++ {
+									oh := ih*st[1] - pb[1] + kh*dl[1]
+									if oh < 0 || oh >= out[1] {
+										continue
+									}
+									for kw := int64(0); kw < k[2]; kw++ {
+										ow := iw*st[2] - pb[2] + kw*dl[2]
+										if ow < 0 || ow >= out[2] {
+											continue
+										}
+										acc[(n*M+oc)*OS+(od*out[1]+oh)*out[2]+ow] += xv * float64(wc[(kd*k[1]+kh)*k[2]+kw])
+									}
+								}
 							}
 						}
 					}
@@ -452,7 +469,7 @@ func refConvTranspose(e *ev) ([]*Tensor, error) {
 	for i := range acc {
 		v := acc[i]
 		if b != nil {
-			v += b.at(int64(i) / (OH * OW) % M)
+			v += b.at(int64(i) / OS % M)
 		}
 		y.F[i] = float32(v)
 	}
