@@ -294,6 +294,23 @@ func TestBackendONNXEmu(t *testing.T) {
 		in := conformance.Deterministic(2*inst.InputSize(), 34)
 		agree(t, "3-D transposed convolution", infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
 	})
+	t.Run("resize3d", func(t *testing.T) {
+		// trilinear upsampling: the (H, W) pass, then (D, OH*OW)
+		sc := &graph.Tensor{Name: "sc", DType: graph.Float32, Dims: []int64{5}, F32: []float32{1, 1, 2, 1.5, 2}}
+		g := &graph.Graph{Name: "resize3d", Opset: 19,
+			Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 2, 3, 4, 5}, DimParams: []string{"batch"}}},
+			Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{-1, 2, 6, 6, 10}, DimParams: []string{"batch"}}},
+			Initializers: []*graph.Tensor{sc},
+			Nodes: []graph.Node{{Name: "y", Op: "Resize", Inputs: []string{"x", "", "sc"}, Outputs: []string{"y"},
+				Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "linear"}}}},
+		}
+		inst := load(t, b, "resize3d", g, 2)
+		defer inst.Close()
+		rinst := load(t, ref, "resize3d", g, 2)
+		defer rinst.Close()
+		in := conformance.Deterministic(2*inst.InputSize(), 35)
+		agree(t, "trilinear resize", infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
+	})
 }
 
 // LinkModel shares the weights: a second instance adds its arena and

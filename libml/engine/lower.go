@@ -1352,17 +1352,39 @@ func (c *compiler) lowerResize(g *group) error {
 	if r >= 4 {
 		H, OH = xs[r-2], rs.out[r-2]
 	}
-	d := c.draft(g, OpResize)
-	d.k.P[0], d.k.P[1], d.k.P[2], d.k.P[3], d.k.P[4] = x.t.Len()/(H*W), H, W, OH, OW
-	d.k.P[5], d.k.P[6], d.k.P[7], d.k.P[8] = rs.mode, rs.coord, rs.nearest, rs.exclude
-	d.k.F[0], d.k.F[1], d.k.F[2] = rs.scaleH, rs.scaleW, rs.cubicA
-	d.k.F[3], d.k.F[4], d.k.F[5], d.k.F[6], d.k.F[7] = rs.roi[0], rs.roi[1], rs.roi[2], rs.roi[3], rs.extrap
-	d.in[0], _ = c.operand(n.Inputs[0])
-	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
+	planes := x.t.Len() / (H * W)
+	src, _ := c.operand(n.Inputs[0])
+	out, _, err := c.output(n.Outputs[0])
+	if err != nil {
 		return err
 	}
-	c.emit(d)
+	if !rs.depth {
+		c.emitResize(g, rs, src, out, planes, H, W, OH, OW, rs.scaleH, rs.scaleW, rs.roi)
+		return nil
+	}
+	// a 5-D input resized in depth too: (H, W) of every depth slice,
+	// then (D, OH*OW) of every channel with scale 1 along its second axis
+	// (nearest and linear are separable; an identity axis maps each
+	// output to its own input exactly)
+	D, OD := xs[2], rs.out[2]
+	tmp := operand{sp: SpaceArena, buf: c.newBuf(planes * OH * OW)}
+	c.emitResize(g, rs, src, tmp, planes, H, W, OH, OW, rs.scaleH, rs.scaleW, rs.roi)
+	c.emitResize(g, rs, tmp, out, planes/D, D, OH*OW, OD, OH*OW, rs.scaleD, 1, [4]float32{rs.roiD[0], rs.roiD[1], 0, 1})
 	return nil
+}
+
+// emitResize emits one RESIZE of planes of H x W values to OH x OW with
+// rs's mode, coordinates and extrapolation at the scales and crop given.
+func (c *compiler) emitResize(g *group, rs resizeSpec, src, dst operand, planes, H, W, OH, OW int64,
+	scaleH, scaleW float32, roi [4]float32) {
+	d := c.draft(g, OpResize)
+	d.k.P[0], d.k.P[1], d.k.P[2], d.k.P[3], d.k.P[4] = planes, H, W, OH, OW
+	d.k.P[5], d.k.P[6], d.k.P[7], d.k.P[8] = rs.mode, rs.coord, rs.nearest, rs.exclude
+	d.k.F[0], d.k.F[1], d.k.F[2] = scaleH, scaleW, rs.cubicA
+	d.k.F[3], d.k.F[4], d.k.F[5], d.k.F[6], d.k.F[7] = roi[0], roi[1], roi[2], roi[3], rs.extrap
+	d.in[0] = src
+	d.out = dst
+	c.emit(d)
 }
 
 // lowerSelect copies Select's a or b, as its run-time condition says (a

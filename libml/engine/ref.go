@@ -2208,6 +2208,12 @@ type resizeSpec struct {
 	// source lies outside the input
 	roi    [4]float32 // h start, h end, w start, w end
 	extrap float32
+	// depth (rank 5): the third-last dimension is resized too, as a
+	// second pass over (D, OH*OW) with scale 1 along the second axis (the
+	// modes are separable); its scale and crop
+	depth  bool
+	scaleD float32
+	roiD   [2]float32
 }
 
 func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
@@ -2324,8 +2330,8 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 			}
 		}
 		for i := 0; i < r-2; i++ {
-			if roi[i] != 0 || roi[r+i] != 1 {
-				return rs, fmt.Errorf("roi %v crops dimension %d: only the last two dimensions", roi, i)
+			if (roi[i] != 0 || roi[r+i] != 1) && !(r == 5 && i == 2) {
+				return rs, fmt.Errorf("roi %v crops dimension %d: only the last three dimensions of a 5-D input, the last two otherwise", roi, i)
 			}
 		}
 		rs.extrap = e.n.AttrFloat("extrapolation_value", 0)
@@ -2363,9 +2369,13 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		return rs, fmt.Errorf("neither scales nor sizes given")
 	}
 	for i := 0; i < r-2; i++ {
-		if rs.out[i] != x.Shape[i] {
-			return rs, fmt.Errorf("resizing dimension %d (%d -> %d): only the last two dimensions", i, x.Shape[i], rs.out[i])
+		if rs.out[i] != x.Shape[i] && !(r == 5 && i == 2) {
+			return rs, fmt.Errorf("resizing dimension %d (%d -> %d): only the last three dimensions of a 5-D input, the last two otherwise",
+				i, x.Shape[i], rs.out[i])
 		}
+	}
+	if r == 5 && (rs.out[2] != x.Shape[2] || sc[2] != 1 || roi[2] != 0 || roi[r+2] != 1) {
+		rs.depth, rs.scaleD, rs.roiD = true, sc[2], [2]float32{roi[2], roi[r+2]}
 	}
 	rs.scaleW = sc[r-1]
 	rs.scaleH = 1
@@ -2381,6 +2391,9 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 	case "linear", "bilinear":
 		rs.mode = 1
 	case "cubic", "bicubic":
+		if rs.depth {
+			return rs, fmt.Errorf("cubic resize of three dimensions is not supported")
+		}
 		rs.mode = 2
 		rs.cubicA = e.n.AttrFloat("cubic_coeff_a", -0.75)
 		rs.exclude = e.n.AttrInt("exclude_outside", 0)
@@ -2565,12 +2578,24 @@ func refResize(e *ev) ([]*Tensor, error) {
 		H, OH = x.Shape[r-2], rs.out[r-2]
 	}
 	planes := x.Len() / (H * W)
-	y := NewFloat(rs.out, nil)
+	yf := resize2D(x.F, planes, H, W, OH, OW, rs, rs.scaleH, rs.scaleW, rs.roi)
+	if rs.depth {
+		// the depth: planes of (D, OH*OW), scale 1 along the second axis
+		D, OD := x.Shape[2], rs.out[2]
+		yf = resize2D(yf, planes/D, D, OH*OW, OD, OH*OW, rs, rs.scaleD, 1, [4]float32{rs.roiD[0], rs.roiD[1], 0, 1})
+	}
+	return one(NewFloat(rs.out, yf))
+}
+
+// resize2D resizes planes of H x W values of x to OH x OW with rs's mode,
+// coordinates and extrapolation, at the scales and crop given.
+func resize2D(x []float32, planes, H, W, OH, OW int64, rs resizeSpec, scaleH, scaleW float32, roi [4]float32) []float32 {
+	y := make([]float32, planes*OH*OW)
 	for p := int64(0); p < planes; p++ {
 		for oh := int64(0); oh < OH; oh++ {
-			fy := srcCoord(oh, float64(rs.scaleH), H, OH, rs.coord, rs.roi[0], rs.roi[1])
+			fy := srcCoord(oh, float64(scaleH), H, OH, rs.coord, roi[0], roi[1])
 			for ow := int64(0); ow < OW; ow++ {
-				fx := srcCoord(ow, float64(rs.scaleW), W, OW, rs.coord, rs.roi[2], rs.roi[3])
+				fx := srcCoord(ow, float64(scaleW), W, OW, rs.coord, roi[2], roi[3])
 				var v float64
 				if rs.coord == 5 && (fy < 0 || fy > float64(H-1) || fx < 0 || fx > float64(W-1)) {
 					v = float64(rs.extrap)
@@ -2581,25 +2606,25 @@ func refResize(e *ev) ([]*Tensor, error) {
 					cubicTaps(fx, W, float64(rs.cubicA), rs.exclude != 0, xi[:], wx[:])
 					for i := 0; i < 4; i++ {
 						for j := 0; j < 4; j++ {
-							v += wy[i] * wx[j] * float64(x.F[(p*H+yi[i])*W+xi[j]])
+							v += wy[i] * wx[j] * float64(x[(p*H+yi[i])*W+xi[j]])
 						}
 					}
 				} else if rs.mode == 0 {
-					v = float64(x.F[(p*H+nearestIdx(fy, rs.nearest, H))*W+nearestIdx(fx, rs.nearest, W)])
+					v = float64(x[(p*H+nearestIdx(fy, rs.nearest, H))*W+nearestIdx(fx, rs.nearest, W)])
 				} else {
 					cy := math.Max(0, math.Min(fy, float64(H-1)))
 					cx := math.Max(0, math.Min(fx, float64(W-1)))
 					y0, x0 := int64(math.Floor(cy)), int64(math.Floor(cx))
 					y1, x1 := min(y0+1, H-1), min(x0+1, W-1)
 					wy, wx := cy-float64(y0), cx-float64(x0)
-					at := func(yy, xx int64) float64 { return float64(x.F[(p*H+yy)*W+xx]) }
+					at := func(yy, xx int64) float64 { return float64(x[(p*H+yy)*W+xx]) }
 					a := at(y0, x0) + (at(y0, x1)-at(y0, x0))*wx
 					b := at(y1, x0) + (at(y1, x1)-at(y1, x0))*wx
 					v = a + (b-a)*wy
 				}
-				y.F[(p*OH+oh)*OW+ow] = float32(v)
+				y[(p*OH+oh)*OW+ow] = float32(v)
 			}
 		}
 	}
-	return one(y)
+	return y
 }
