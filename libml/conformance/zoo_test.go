@@ -20,7 +20,8 @@ const ZooTol = OCRTol
 // zooCases are the zoo models at the sizes the tests afford on two cores
 // (full-size runs belong to the benchmarks): CNNs at 224×224 except
 // ResNet-50 (112×112) and VGG-16 (64×64, 100 classes: its classifier
-// weights grow with the input), and two reduced BERT-shaped encoders.
+// weights grow with the input), two reduced BERT-shaped encoders and a
+// 3-D U-Net on 8×32×32 volumes.
 var zooCases = []struct {
 	name string
 	opt  zoo.Options
@@ -32,6 +33,7 @@ var zooCases = []struct {
 	{"vgg16", zoo.Options{Height: 64, Width: 64, Classes: 100}},
 	{"bert", zoo.Options{Layers: 2, SeqLen: 32, Hidden: 128, Heads: 4, FF: 512}},
 	{"bert", zoo.Options{Layers: 1, SeqLen: 128, Hidden: 768, Heads: 12, FF: 3072}},
+	{"unet3d", zoo.Options{Depth: 8, Height: 32, Width: 32}},
 }
 
 // TestZooCPUvsORT exports each zoo model to ONNX with libml/onnx, runs it

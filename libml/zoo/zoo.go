@@ -21,8 +21,9 @@ import (
 type Options struct {
 	// Seed selects the weights (0 is a valid seed).
 	Seed uint64
-	// Height and Width are the input image size (CNNs; default 224).
-	Height, Width int
+	// Height and Width are the input image size (CNNs; default 224;
+	// unet3d: 64). Depth is a volume's (unet3d; default 32).
+	Height, Width, Depth int
 	// Classes is the classifier width (CNNs; default 1000).
 	Classes int
 	// Layers, SeqLen, Hidden, Heads and FF size the encoder (defaults 12,
@@ -60,6 +61,7 @@ var builders = map[string]func(Options) *graph.Graph{
 	"bert":         BERT,
 	"mlp":          MLP,
 	"kws":          KWS,
+	"unet3d":       UNet3D,
 }
 
 // Names lists the zoo's models.
