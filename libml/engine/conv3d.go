@@ -75,10 +75,14 @@ func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32
 	src, sD := xop, D
 	if Dp != D || PD != 0 {
 		pad := operand{sp: SpaceArena, buf: c.newBuf(N * C * Dp * HW)}
-		if err := c.zeroFill(g, pad, N*C*Dp*HW); err != nil {
+		// zeros in the padding slices only: [0, PD) and [PD+D, Dp) of each channel
+		if err := c.zeroFill(g, pad, 0, N*C, PD*HW, Dp*HW); err != nil {
 			return err
 		}
-		if err := c.copyKernel(g, "", xop, 0, pad, PD*HW, []int64{N * C, D * HW},
+		if err := c.zeroFill(g, pad, (PD+D)*HW, N*C, (Dp-PD-D)*HW, Dp*HW); err != nil {
+			return err
+		}
+		if err := c.copyKernel(g, "conv3d pad", xop, 0, pad, PD*HW, []int64{N * C, D * HW},
 			[]int64{D * HW, 1}, []int64{Dp * HW, 1}); err != nil {
 			return err
 		}
@@ -117,9 +121,15 @@ func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32
 		[]int64{OD * Cout * OHW, OHW, Cout * OHW, 1}, []int64{Cout * OD * OHW, OD * OHW, OHW, 1})
 }
 
-// zeroFill emits a COPY that sets n values of dst to 0.
-func (c *compiler) zeroFill(g *group, dst operand, n int64) error {
-	return c.copyView(g, c.newConst([]float32{0}), dst, []int64{n}, []int64{0})
+// zeroFill emits a COPY that sets rows runs of n values of dst to 0, the
+// first at off, each stride after the one before (rows spread the copy
+// over the units). Nothing when there is nothing to set.
+func (c *compiler) zeroFill(g *group, dst operand, off, rows, n, stride int64) error {
+	if rows < 1 || n < 1 {
+		return nil
+	}
+	return c.copyKernel(g, "zero", c.newConst([]float32{0}), 0, dst, off, []int64{rows, n},
+		[]int64{0, 0}, []int64{stride, 1})
 }
 
 // lowerConvTranspose3D runs a 3-D transposed convolution as the 3-D
@@ -165,7 +175,7 @@ func (c *compiler) lowerConvTranspose3D(g *group) error {
 		return fmt.Errorf("a 3-D transposed convolution whose spread input has %d values (at most %d)", zn, maxConv3DUnfold)
 	}
 	z := operand{sp: SpaceArena, buf: c.newBuf(zn)}
-	if err := c.zeroFill(g, z, zn); err != nil {
+	if err := c.zeroFill(g, z, 0, N*C*L[0], L[1]*L[2], L[1]*L[2]); err != nil {
 		return err
 	}
 	if cnt[0] > 0 && cnt[1] > 0 && cnt[2] > 0 {

@@ -24,12 +24,24 @@ void sk_prep_copy(sk_kernel *k, int units)
 		if (i < r - 1)
 			rows *= k->p[1 + i];
 	}
-	int64_t n = rows * k->p[r];
+	int64_t inner = k->p[r];
+	int64_t n = rows * inner;
 	int64_t want = units * 4;
 	if (want > n / 32768)
 		want = n / 32768;
 	if (want < 1)
 		want = 1;
+	k->t[1] = 0;
+	if (rows < want) {
+		/* few long rows (a flat copy, a fill): blocks of one row take
+		 * t[1]-element pieces of it (multiples of 16) */
+		int64_t pieces = SK_CDIV(want, rows);
+		int64_t chunk = SK_CDIV(SK_CDIV(inner, pieces), 16) * 16;
+		k->t[0] = 1;
+		k->t[1] = chunk;
+		k->grid = rows * SK_CDIV(inner, chunk);
+		return;
+	}
 	k->t[0] = sk_split(rows, want, 1);
 	k->grid = SK_CDIV(rows, k->t[0]);
 }
@@ -43,6 +55,15 @@ void sk_block_copy(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	for (int i = 0; i < r - 1; i++)
 		rows *= dims[i];
 	int64_t r0 = blk * k->t[0], r1 = SK_MIN(r0 + k->t[0], rows);
+	int64_t j0 = 0;
+	if (k->t[1] > 0) {
+		/* one piece of one row */
+		int64_t pieces = SK_CDIV(inner, k->t[1]);
+		r0 = blk / pieces;
+		r1 = r0 + 1;
+		j0 = (blk % pieces) * k->t[1];
+		inner = SK_MIN(j0 + k->t[1], inner) - j0;
+	}
 	for (int64_t row = r0; row < r1; row++) {
 		if (((row - r0) & 63) == 0)
 			SK_POLL(ctx);
@@ -53,8 +74,8 @@ void sk_block_copy(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			oi += idx * si[i];
 			oo += idx * so[i];
 		}
-		const float *x = (k->p[19] && k->in[2][0] == 0.0f ? k->in[1] : k->in[0]) + oi;
-		float *y = k->out + oo;
+		const float *x = (k->p[19] && k->in[2][0] == 0.0f ? k->in[1] : k->in[0]) + oi + j0 * sin;
+		float *y = k->out + oo + j0 * sout;
 		if (sin == 1 && sout == 1) {
 			memcpy(y, x, (size_t)inner * 4);
 		} else {

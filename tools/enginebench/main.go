@@ -137,7 +137,10 @@ func parseInts(s string) ([]int, error) {
 // gflop is the multiply-add work of one request of the standard zoo models
 // at 224x224 (2 flops per MAC).
 var gflop = map[string]float64{"resnet18": 3.64, "resnet50": 8.18, "mobilenetv2": 0.60, "vgg16": 30.9, "squeezenet11": 0.70, "bert": 22.35,
-	"mlp": 2 * (1536*128 + 128*128 + 128) / 1e9}
+	"mlp": 2 * (1536*128 + 128*128 + 128) / 1e9,
+	// the 3-D U-Net at 32x64x64: its 3x3x3 and 1x1x1 convolutions and
+	// 2x2x2 transposed ones, multiply-adds x 2
+	"unet3d": 12.33}
 
 // msf formats milliseconds with three significant digits or more (a
 // tiny model's batch takes microseconds).
@@ -468,7 +471,7 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 	fmt.Fprintf(w, "## libml CPU engine benchmark\n\n")
 	fmt.Fprintf(w, "Host %s, %d CPUs, %d compute units (pinned: %v), Go %s, %s. %s.\n\n",
 		host, runtime.NumCPU(), units, pin, runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 MST"), ortNote)
-	fmt.Fprintf(w, "Latency per batch: median of repeated runs (%v per model and batch size, best median of %d child processes per backend); seeded, untrained weights; 224x224 inputs. Load average at start: %s (the host is shared; other jobs' load shows as noise).\n\n", dur, max(rounds, 1), loadStart)
+	fmt.Fprintf(w, "Latency per batch: median of repeated runs (%v per model and batch size, best median of %d child processes per backend); seeded, untrained weights; the zoo models at their standard sizes (224x224 images, unet3d 32x64x64 volumes). Load average at start: %s (the host is shared; other jobs' load shows as noise).\n\n", dur, max(rounds, 1), loadStart)
 	fmt.Fprintf(w, "| model | backend | batch | median ms | p90 ms | images/s | GFLOP/s |\n|---|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range all {
 		if r.Error != "" {
