@@ -11,6 +11,7 @@ import (
 	"math"
 	"testing"
 
+	"sluice/libml/engine"
 	"sluice/libml/graph"
 )
 
@@ -191,6 +192,8 @@ func TestConv3DORT(t *testing.T) {
 		{"same-upper-relu", []int64{1, 3, 6, 5, 7}, []int64{5, 3, 3, 3, 3}, 1, []int64{2, 2, 1}, nil, nil, "SAME_UPPER", true, true, false},
 		{"pointwise-residual", []int64{2, 8, 3, 4, 5}, []int64{8, 8, 1, 1, 1}, 1, nil, nil, nil, "", true, false, true},
 		{"winograd-2d", []int64{1, 16, 3, 12, 12}, []int64{16, 16, 1, 3, 3}, 1, nil, []int64{0, 1, 1, 0, 1, 1}, nil, "", false, true, false},
+		// 50 output depths of 393,216 unfolded values each: two chunks (42 + 8)
+		{"chunked", []int64{1, 8, 52, 128, 128}, []int64{4, 8, 3, 3, 3}, 1, nil, nil, nil, "", true, false, false},
 	} {
 		x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: c.in, F32: make([]float32, numelOf(c.in))}
 		for i := range x.F32 {
@@ -252,6 +255,25 @@ func TestConv3DORT(t *testing.T) {
 		}
 		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
 			t.Errorf("%s: %v", c.name, err)
+		}
+		if c.name == "chunked" {
+			m, err := engine.Load(g, engine.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := m.Compile(map[string][]int64{"x": c.in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			unfolds := 0
+			for _, k := range p.Kernels {
+				if k.Ops == "conv3d unfold" {
+					unfolds++
+				}
+			}
+			if unfolds != 2 {
+				t.Errorf("chunked: %d unfold kernels, want 2 chunks", unfolds)
+			}
 		}
 	}
 }

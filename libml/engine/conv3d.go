@@ -18,8 +18,14 @@ import "fmt"
 // the input. Depth is a plain spatial axis here, never the batch: a
 // request's output does not depend on the batch it runs in.
 
-// maxConv3DUnfold is the most values the unfolded input may hold.
+// maxConv3DUnfold is the most values a 3-D convolution's unfolded input
+// of one output depth (the batch's) or a transposed one's spread input
+// may hold.
 const maxConv3DUnfold = 1 << 28
+
+// conv3DChunk is the most values one chunk of one image's unfolded input
+// holds (64 MiB) unless a single output depth needs more.
+const conv3DChunk = 1 << 24
 
 func (c *compiler) lowerConv3D(g *group) error {
 	n := c.node(g)
@@ -67,9 +73,9 @@ func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32
 	OD, SD, DD, PD := gm.out[0], gm.s[0], gm.d[0], gm.pb[0]
 	HW := H * W
 	Dp := max(D+gm.pb[0]+gm.pe[0], (OD-1)*SD+(KD-1)*DD+1)
-	if N*OD*G*KD*Cg*HW > maxConv3DUnfold {
-		return fmt.Errorf("a 3-D convolution whose unfolded input has %d values (at most %d)",
-			N*OD*G*KD*Cg*HW, maxConv3DUnfold)
+	if N*G*KD*Cg*HW > maxConv3DUnfold {
+		return fmt.Errorf("a 3-D convolution whose unfolded input has %d values per output depth (at most %d)",
+			N*G*KD*Cg*HW, maxConv3DUnfold)
 	}
 	// the depth padding: X copied into a zeroed [N, C, Dp, H, W]
 	src, sD := xop, D
@@ -88,13 +94,6 @@ func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32
 		}
 		src, sD = pad, Dp
 	}
-	// unfold: (n, od, g, kd, cg, hw) <- src[n, g*Cg + cg, od*SD + kd*DD, hw]
-	unf := operand{sp: SpaceArena, buf: c.newBuf(N * OD * G * KD * Cg * HW)}
-	dims := []int64{N, OD, G, KD, Cg, HW}
-	sin := []int64{C * sD * HW, SD * HW, Cg * sD * HW, DD * HW, sD * HW, 1}
-	if err := c.copyKernel(g, "conv3d unfold", src, 0, unf, 0, dims, sin, stridesOf(dims)); err != nil {
-		return err
-	}
 	// W' [Cout, KD*Cg, KH, KW]
 	KHW := ws[3] * ws[4]
 	wp := make([]float32, len(wvals))
@@ -106,19 +105,39 @@ func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32
 		}
 	}
 	wop := c.newConst(wp)
-	// the 2-D convolution over (H, W) of N*OD images of G*KD*Cg channels
-	var p [16]int64
-	p[0], p[1], p[2], p[3], p[4], p[5] = N*OD, G*KD*Cg, H, W, Cout, G
-	p[6], p[7], p[8], p[9], p[10], p[11] = ws[3], ws[4], gm.s[1], gm.s[2], gm.pb[1], gm.pb[2]
-	p[12], p[13], p[14], p[15] = gm.d[1], gm.d[2], gm.out[1], gm.out[2]
 	OHW := gm.out[1] * gm.out[2]
-	y2 := operand{sp: SpaceArena, buf: c.newBuf(N * OD * Cout * OHW)}
-	if err := c.emitConv(g, p, unf, wop, "", wp, bias, noOperand, y2); err != nil {
-		return err
+	// output depths in chunks whose unfolded input stays under
+	// conv3DChunk values per image (one chunk for most layers; the cut
+	// looks at one image, never at the batch size): per chunk, the
+	// unfold, the 2-D convolution, the copy into Y's layout, on buffers
+	// every chunk reuses
+	per := G * KD * Cg * HW // one image's unfolded input of one output depth
+	odc := max(1, min(OD, conv3DChunk/per))
+	unf := operand{sp: SpaceArena, buf: c.newBuf(N * odc * per)}
+	y2 := operand{sp: SpaceArena, buf: c.newBuf(N * odc * Cout * OHW)}
+	for od0 := int64(0); od0 < OD; od0 += odc {
+		nd := min(odc, OD-od0)
+		// unfold: (n, od, g, kd, cg, hw) <- src[n, g*Cg + cg, od*SD + kd*DD, hw]
+		dims := []int64{N, nd, G, KD, Cg, HW}
+		sin := []int64{C * sD * HW, SD * HW, Cg * sD * HW, DD * HW, sD * HW, 1}
+		if err := c.copyKernel(g, "conv3d unfold", src, od0*SD*HW, unf, 0, dims, sin, stridesOf(dims)); err != nil {
+			return err
+		}
+		// the 2-D convolution over (H, W) of N*nd images of G*KD*Cg channels
+		var p [16]int64
+		p[0], p[1], p[2], p[3], p[4], p[5] = N*nd, G*KD*Cg, H, W, Cout, G
+		p[6], p[7], p[8], p[9], p[10], p[11] = ws[3], ws[4], gm.s[1], gm.s[2], gm.pb[1], gm.pb[2]
+		p[12], p[13], p[14], p[15] = gm.d[1], gm.d[2], gm.out[1], gm.out[2]
+		if err := c.emitConv(g, p, unf, wop, "", wp, bias, noOperand, y2); err != nil {
+			return err
+		}
+		// Y [N, Cout, od0+od, OH*OW] <- Y' [N, nd, Cout, OH*OW]
+		if err := c.copyKernel(g, "conv3d out", y2, 0, out, od0*OHW, []int64{N, Cout, nd, OHW},
+			[]int64{nd * Cout * OHW, OHW, Cout * OHW, 1}, []int64{Cout * OD * OHW, OD * OHW, OHW, 1}); err != nil {
+			return err
+		}
 	}
-	// Y [N, Cout, OD, OH*OW] <- Y' [N, OD, Cout, OH*OW]
-	return c.copyKernel(g, "conv3d out", y2, 0, out, 0, []int64{N, Cout, OD, OHW},
-		[]int64{OD * Cout * OHW, OHW, Cout * OHW, 1}, []int64{Cout * OD * OHW, OD * OHW, OHW, 1})
+	return nil
 }
 
 // zeroFill emits a COPY that sets rows runs of n values of dst to 0, the
