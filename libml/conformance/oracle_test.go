@@ -99,10 +99,7 @@ func TestPool3DORT(t *testing.T) {
 	cb := cpuBackend(t)
 	ctx := context.Background()
 	in := []int64{2, 3, 5, 7, 6}
-	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: in, F32: make([]float32, numelOf(in))}
-	for i := range x.F32 {
-		x.F32[i] = float32((i*37)%101)/17 - 2.9
-	}
+	x := ramp("x", in, 37, 101, 17, 2.9)
 	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
 	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
 	for _, c := range []struct {
@@ -195,22 +192,13 @@ func TestConv3DORT(t *testing.T) {
 		// 50 output depths of 393,216 unfolded values each: two chunks (42 + 8)
 		{"chunked", []int64{1, 8, 52, 128, 128}, []int64{4, 8, 3, 3, 3}, 1, nil, nil, nil, "", true, false, false},
 	} {
-		x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: c.in, F32: make([]float32, numelOf(c.in))}
-		for i := range x.F32 {
-			x.F32[i] = float32((i*37)%101)/17 - 2.9
-		}
-		wt := &graph.Tensor{Name: "w", DType: graph.Float32, Dims: c.w, F32: make([]float32, numelOf(c.w))}
-		for i := range wt.F32 {
-			wt.F32[i] = float32((i*53)%89)/89 - 0.45
-		}
+		x := ramp("x", c.in, 37, 101, 17, 2.9)
+		wt := ramp("w", c.w, 53, 89, 89, 0.45)
 		inits := []*graph.Tensor{wt}
 		n := graph.Node{Op: "Conv", Name: c.name, Inputs: []string{"x", "w"}, Outputs: []string{"y"},
 			Attrs: []graph.Attr{{Name: "group", Kind: graph.AttrInt, I: c.group}}}
 		if c.bias {
-			b := &graph.Tensor{Name: "b", DType: graph.Float32, Dims: []int64{c.w[0]}, F32: make([]float32, c.w[0])}
-			for i := range b.F32 {
-				b.F32[i] = float32(i%5) - 2
-			}
+			b := ramp("b", []int64{c.w[0]}, 1, 5, 1, 2)
 			inits = append(inits, b)
 			n.Inputs = append(n.Inputs, "b")
 		}
@@ -308,23 +296,14 @@ func TestConvTranspose3DORT(t *testing.T) {
 		{"same-upper", []int64{1, 2, 3, 4, 3}, []int64{2, 2, 3, 3, 2}, 1,
 			[]graph.Attr{ints("strides", 2, 1, 2), {Name: "auto_pad", Kind: graph.AttrString, S: "SAME_UPPER"}}, []int64{1, 2, 6, 4, 6}, true},
 	} {
-		x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: c.in, F32: make([]float32, numelOf(c.in))}
-		for i := range x.F32 {
-			x.F32[i] = float32((i*37)%101)/17 - 2.9
-		}
-		wt := &graph.Tensor{Name: "w", DType: graph.Float32, Dims: c.w, F32: make([]float32, numelOf(c.w))}
-		for i := range wt.F32 {
-			wt.F32[i] = float32((i*53)%89)/89 - 0.45
-		}
+		x := ramp("x", c.in, 37, 101, 17, 2.9)
+		wt := ramp("w", c.w, 53, 89, 89, 0.45)
 		inits := []*graph.Tensor{wt}
 		n := graph.Node{Op: "ConvTranspose", Name: c.name, Inputs: []string{"x", "w"}, Outputs: []string{"y"},
 			Attrs: append([]graph.Attr{{Name: "group", Kind: graph.AttrInt, I: c.group}}, c.attrs...)}
 		if c.bias {
 			m := c.w[1] * c.group
-			b := &graph.Tensor{Name: "b", DType: graph.Float32, Dims: []int64{m}, F32: make([]float32, m)}
-			for i := range b.F32 {
-				b.F32[i] = float32(i%5) - 2
-			}
+			b := ramp("b", []int64{m}, 1, 5, 1, 2)
 			inits = append(inits, b)
 			n.Inputs = append(n.Inputs, "b")
 		}
@@ -345,10 +324,7 @@ func TestResize3DORT(t *testing.T) {
 	cb := cpuBackend(t)
 	ctx := context.Background()
 	in := []int64{2, 3, 4, 5, 6}
-	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: in, F32: make([]float32, numelOf(in))}
-	for i := range x.F32 {
-		x.F32[i] = float32((i*37)%101)/17 - 2.9
-	}
+	x := ramp("x", in, 37, 101, 17, 2.9)
 	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
 	f32 := func(name string, v ...float32) *graph.Tensor {
 		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{int64(len(v))}, F32: v}
@@ -469,6 +445,16 @@ func cropTrilinear(x []float32, in, out []int64, start, end []float32, extrap fl
 	return y
 }
 
+// ramp is a float32 tensor of dims whose i-th value is (i*mul mod
+// mod)/div - off: values that vary, the same in every run.
+func ramp(name string, dims []int64, mul, mod int, div, off float32) *graph.Tensor {
+	t := &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims, F32: make([]float32, numelOf(dims))}
+	for i := range t.F32 {
+		t.F32[i] = float32((i*mul)%mod)/div - off
+	}
+	return t
+}
+
 // avgPool3DCounted is AveragePool with count_include_pad = 1 over x [N, C,
 // D, H, W], directly: each window clipped to the padded input, divided by
 // its size there.
@@ -534,10 +520,7 @@ func TestDFTORT(t *testing.T) {
 		{"stft-twosided", graph.Node{Op: "STFT", Inputs: []string{"x", "s", "", "l"}, Attrs: []graph.Attr{attr("onesided", 0)}}, 17,
 			[]int64{2, 20, 1}, []int64{2, 5, 6, 2}, []*graph.Tensor{ints("s", 3), ints("l", 6)}},
 	} {
-		x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: c.in, F32: make([]float32, numelOf(c.in))}
-		for i := range x.F32 {
-			x.F32[i] = float32((i*37)%23)/4 - 2.5
-		}
+		x := ramp("x", c.in, 37, 23, 4, 2.5)
 		n := c.node
 		n.Name, n.Outputs = c.name, []string{"y"}
 		g, want := oneNodeGraph(c.name, c.opset, n, c.inits, c.in, c.out)
@@ -556,10 +539,7 @@ func TestCropAndResizeORT(t *testing.T) {
 	cb := cpuBackend(t)
 	ctx := context.Background()
 	in := []int64{2, 3, 7, 9}
-	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: in, F32: make([]float32, numelOf(in))}
-	for i := range x.F32 {
-		x.F32[i] = float32((i*37)%101)/17 - 2.9
-	}
+	x := ramp("x", in, 37, 101, 17, 2.9)
 	floats := func(name string, v ...float32) *graph.Tensor {
 		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{int64(len(v))}, F32: v}
 	}
@@ -609,10 +589,7 @@ func TestResizeOpset18ORT(t *testing.T) {
 	cb := cpuBackend(t)
 	ctx := context.Background()
 	in := []int64{1, 2, 6, 10}
-	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: in, F32: make([]float32, numelOf(in))}
-	for i := range x.F32 {
-		x.F32[i] = float32((i*37)%101)/17 - 2.9
-	}
+	x := ramp("x", in, 37, 101, 17, 2.9)
 	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
 	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
 	for _, c := range []struct {

@@ -268,12 +268,7 @@ func TestBackendONNXEmu(t *testing.T) {
 					Attrs: []graph.Attr{ints("strides", 2, 1, 2), ints("pads", 1, 1, 1, 1, 1, 1)}},
 				{Name: "y", Op: "Relu", Inputs: []string{"c"}, Outputs: []string{"y"}},
 			}}
-		inst := load(t, b, "conv3d", g, 2)
-		defer inst.Close()
-		rinst := load(t, ref, "conv3d", g, 2)
-		defer rinst.Close()
-		in := conformance.Deterministic(2*inst.InputSize(), 32)
-		agree(t, "3-D convolution", infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
+		agreeBatch2(t, b, ref, g, "3-D convolution", 32)
 	})
 	t.Run("convtranspose3d", func(t *testing.T) {
 		// a 3-D transposed convolution (the input spread by the strides,
@@ -287,12 +282,7 @@ func TestBackendONNXEmu(t *testing.T) {
 			Nodes: []graph.Node{{Name: "y", Op: "ConvTranspose", Inputs: []string{"x", "w"}, Outputs: []string{"y"},
 				Attrs: []graph.Attr{ints("strides", 2, 2, 2), ints("pads", 0, 1, 1, 0, 1, 1), ints("output_padding", 0, 1, 1)}}},
 		}
-		inst := load(t, b, "convt3d", g, 2)
-		defer inst.Close()
-		rinst := load(t, ref, "convt3d", g, 2)
-		defer rinst.Close()
-		in := conformance.Deterministic(2*inst.InputSize(), 34)
-		agree(t, "3-D transposed convolution", infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
+		agreeBatch2(t, b, ref, g, "3-D transposed convolution", 34)
 	})
 	t.Run("resize3d", func(t *testing.T) {
 		// trilinear upsampling: the (H, W) pass, then (D, OH*OW)
@@ -304,13 +294,20 @@ func TestBackendONNXEmu(t *testing.T) {
 			Nodes: []graph.Node{{Name: "y", Op: "Resize", Inputs: []string{"x", "", "sc"}, Outputs: []string{"y"},
 				Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "linear"}}}},
 		}
-		inst := load(t, b, "resize3d", g, 2)
-		defer inst.Close()
-		rinst := load(t, ref, "resize3d", g, 2)
-		defer rinst.Close()
-		in := conformance.Deterministic(2*inst.InputSize(), 35)
-		agree(t, "trilinear resize", infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
+		agreeBatch2(t, b, ref, g, "trilinear resize", 35)
 	})
+}
+
+// agreeBatch2 runs g at batch 2 on the emulated backend b and on the cpu
+// reference on seeded inputs, and compares the outputs within tol.
+func agreeBatch2(t *testing.T, b, ref libml.Backend, g *graph.Graph, what string, seed uint64) {
+	t.Helper()
+	inst := load(t, b, g.Name, g, 2)
+	defer inst.Close()
+	rinst := load(t, ref, g.Name, g, 2)
+	defer rinst.Close()
+	in := conformance.Deterministic(2*inst.InputSize(), seed)
+	agree(t, what, infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in), tol)
 }
 
 // LinkModel shares the weights: a second instance adds its arena and

@@ -1,6 +1,10 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+
+	"sluice/libml/graph"
+)
 
 // 3-D convolutions run as one 2-D convolution over depth windows.
 //
@@ -27,15 +31,24 @@ const maxConv3DUnfold = 1 << 28
 // holds (64 MiB) unless a single output depth needs more.
 const conv3DChunk = 1 << 24
 
+// conv3DInputs are a 3-D (transposed) convolution's input and constant
+// weights (convInputs) and their shapes, the weights of rank 5.
+func (c *compiler) conv3DInputs(n *graph.Node) (x, w *cval, xs, ws []int64, err error) {
+	if x, w, err = c.convInputs(n, 0, 1); err != nil {
+		return
+	}
+	xs, ws = x.t.Shape, w.t.Shape
+	if len(ws) != 5 {
+		err = fmt.Errorf("3-D convolution weights of rank %d", len(ws))
+	}
+	return
+}
+
 func (c *compiler) lowerConv3D(g *group) error {
 	n := c.node(g)
-	x, w, err := c.convInputs(n, 0, 1)
+	_, w, xs, ws, err := c.conv3DInputs(n)
 	if err != nil {
 		return err
-	}
-	xs, ws := x.t.Shape, w.t.Shape
-	if len(ws) != 5 {
-		return fmt.Errorf("3-D convolution weights of rank %d", len(ws))
 	}
 	if g.res != "" {
 		return fmt.Errorf("a residual fused into a 3-D convolution") // fuse keeps them apart
@@ -158,13 +171,9 @@ func (c *compiler) zeroFill(g *group, dst operand, off, rows, n, stride int64) e
 // on every axis and their channel axes swapped per group.
 func (c *compiler) lowerConvTranspose3D(g *group) error {
 	n := c.node(g)
-	x, w, err := c.convInputs(n, 0, 1)
+	_, w, xs, ws, err := c.conv3DInputs(n)
 	if err != nil {
 		return err
-	}
-	xs, ws := x.t.Shape, w.t.Shape
-	if len(ws) != 5 {
-		return fmt.Errorf("3-D transposed convolution weights of rank %d", len(ws))
 	}
 	G := n.AttrInt("group", 1)
 	N, C := xs[0], xs[1]
