@@ -106,6 +106,8 @@ func smokeModel(name string, opt zoo.Options) (string, zoo.Options) {
 	switch name {
 	case "bert":
 		return name, zoo.Options{Layers: 1, SeqLen: 8, Hidden: 32, Heads: 2, FF: 64}
+	case "unet3d":
+		return name, zoo.Options{Depth: 8, Height: 16, Width: 16}
 	case "resnet50", "vgg16", "resnet18":
 		name = "squeezenet11"
 	}
@@ -123,6 +125,7 @@ var gpuZooCases = []struct {
 	{"squeezenet11", zoo.Options{}},
 	{"vgg16", zoo.Options{}},
 	{"bert", zoo.Options{}},
+	{"unet3d", zoo.Options{}},
 }
 
 // Every zoo model through the cuda backend on the GPU agrees with the cpu

@@ -23,9 +23,9 @@ cd "$(dirname "$0")" || exit 1
 # kernels a padded launch slows too much to pad: kprof.md's last column),
 # DISB with padding under the scheduler (A, D and E, the policies padding
 # is judged by, three rounds interleaved), InSS's profiles and latency
-# model on SM shares, int8 against float32 latency, the appliance under
-# reef
-PLAN=${*:-info:10 tests:140 kprof:35 disb:165 inss:70 int8:30 appliance:70}
+# model on SM shares, int8 against float32 latency, the 3-D U-Net, the
+# appliance under reef
+PLAN=${*:-info:10 tests:135 kprof:35 disb:155 inss:70 int8:25 volumes:20 appliance:70}
 export DISB_FLAGS=${DISB_FLAGS:--workloads A,D,E -policies rt-only,reef,reef-nopad,seq -duration 4.5s -rounds 3 -restore-jobs 0 -calibrate 100ms}
 export KERNEL_BENCH=${KERNEL_BENCH:-GPUPadOverhead}
 export APPBENCH_FLAGS=${APPBENCH_FLAGS:--duration 2s -swaps 10}

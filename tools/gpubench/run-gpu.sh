@@ -31,6 +31,7 @@
 #   check      torchref.py check: our outputs vs ONNX Runtime, tolerance 1e-3 -> check.json
 #   latency    gpubench latency: ResNet-50, BERT-base at batch 1 and 8 -> latency.json
 #   int8       gpubench latency: ResNet-18 and MobileNetV2, float32 beside int8 -> int8.json
+#   volumes    gpubench latency: the 3-D U-Net (32x64x64 volumes) at batch 1 and 2 -> volumes.json
 #   inss       inssprof -device cuda: InSS's profiles over batch and SM share, the latency
 #              model against measurement alone and co-located -> inss.md, inss.json
 #   speed      torchref.py speed: PyTorch eager next to latency.json -> speed.json
@@ -53,7 +54,7 @@ PY=${PYTHON:-python3}
 DISB_FLAGS=${DISB_FLAGS:-}
 APPBENCH_FLAGS=${APPBENCH_FLAGS:-}
 EXPORT_DIR=${EXPORT_DIR:-${TMPDIR:-/tmp}/sluice-gpu-export}
-ALL="info tests bench kprof disb appliance int8 inss export check latency speed selftest"
+ALL="info tests bench kprof disb appliance int8 volumes inss export check latency speed selftest"
 STEPS=${*:-$ALL}
 mkdir -p "$OUT"
 cd "$HERE" || exit 1
@@ -118,6 +119,9 @@ for s in $STEPS; do
 	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;
 	latency)
 		run_step latency ./gpubench latency -models resnet50,bert -batch 1,8 -n 100 -json "$OUT/latency.json"
+		;;
+	volumes)
+		run_step volumes ./gpubench latency -models unet3d -batch 1,2 -n 20 -json "$OUT/volumes.json"
 		;;
 	inss)
 		run_step inss ./inssprof -device cuda -models mlp,squeezenet11,mobilenetv2,resnet18 -size 224 \
