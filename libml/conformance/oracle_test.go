@@ -44,9 +44,9 @@ func TestRoiAlignORT(t *testing.T) {
 			attrs []graph.Attr
 		}{
 			{"as is", nil},
-			{"max", []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "max"}}},
-			{"adaptive sampling, scale 0.5", []graph.Attr{{Name: "sampling_ratio", Kind: graph.AttrInt, I: 0},
-				{Name: "spatial_scale", Kind: graph.AttrFloat, F: 0.5}}},
+			{"max", []graph.Attr{aStr("mode", "max")}},
+			{"adaptive sampling, scale 0.5", []graph.Attr{aInt("sampling_ratio", 0),
+				aFloat("spatial_scale", 0.5)}},
 		} {
 			g := pruneOutputs(singleIO(nt, ds, 0, 0))
 			g.Nodes = append([]graph.Node{}, g.Nodes...)
@@ -72,14 +72,13 @@ func TestBodiesORT(t *testing.T) {
 	for i := range x.F32 {
 		x.F32[i] = float32((i*7)%11)/3 - 1.7
 	}
-	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
 	for _, c := range []struct {
 		name  string
 		node  graph.Node
 		opset int64
 	}{
-		{"lpnorm-l2-axis1", graph.Node{Op: "LpNormalization", Attrs: []graph.Attr{attr("axis", 1), attr("p", 2)}}, 13},
-		{"lpnorm-l1-last", graph.Node{Op: "LpNormalization", Attrs: []graph.Attr{attr("p", 1)}}, 13},
+		{"lpnorm-l2-axis1", graph.Node{Op: "LpNormalization", Attrs: []graph.Attr{aInt("axis", 1), aInt("p", 2)}}, 13},
+		{"lpnorm-l1-last", graph.Node{Op: "LpNormalization", Attrs: []graph.Attr{aInt("p", 1)}}, 13},
 		{"mish", graph.Node{Op: "Mish"}, 18},
 	} {
 		n := c.node
@@ -100,8 +99,6 @@ func TestPool3DORT(t *testing.T) {
 	ctx := context.Background()
 	in := []int64{2, 3, 5, 7, 6}
 	x := ramp("x", in, 37, 101, 17, 2.9)
-	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
-	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
 	for _, c := range []struct {
 		name              string
 		op                string
@@ -119,20 +116,20 @@ func TestPool3DORT(t *testing.T) {
 		{"max-dilated", "MaxPool", []int64{2, 2, 2}, []int64{1, 2, 1}, []int64{0, 1, 1, 0, 1, 1}, []int64{2, 1, 2}, 0, 0},
 	} {
 		n := graph.Node{Op: c.op, Name: c.name, Inputs: []string{"x"}, Outputs: []string{"y"},
-			Attrs: []graph.Attr{ints("kernel_shape", c.k...), ints("strides", c.s...), attr("ceil_mode", c.ceil)}}
+			Attrs: []graph.Attr{aInts("kernel_shape", c.k...), aInts("strides", c.s...), aInt("ceil_mode", c.ceil)}}
 		pads := c.pads
 		if pads == nil {
 			pads = make([]int64, 6)
 		}
-		n.Attrs = append(n.Attrs, ints("pads", pads...))
+		n.Attrs = append(n.Attrs, aInts("pads", pads...))
 		dil := c.dil
 		if dil != nil {
-			n.Attrs = append(n.Attrs, ints("dilations", dil...))
+			n.Attrs = append(n.Attrs, aInts("dilations", dil...))
 		} else {
 			dil = []int64{1, 1, 1}
 		}
 		if c.op == "AveragePool" {
-			n.Attrs = append(n.Attrs, attr("count_include_pad", c.includePads))
+			n.Attrs = append(n.Attrs, aInt("count_include_pad", c.includePads))
 		}
 		out := []int64{in[0], in[1]}
 		for i := range 3 {
@@ -173,7 +170,6 @@ func TestConv3DORT(t *testing.T) {
 	ob := ortBackend(t)
 	cb := cpuBackend(t)
 	ctx := context.Background()
-	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
 	for _, c := range []struct {
 		name                 string
 		in, w                []int64
@@ -196,7 +192,7 @@ func TestConv3DORT(t *testing.T) {
 		wt := ramp("w", c.w, 53, 89, 89, 0.45)
 		inits := []*graph.Tensor{wt}
 		n := graph.Node{Op: "Conv", Name: c.name, Inputs: []string{"x", "w"}, Outputs: []string{"y"},
-			Attrs: []graph.Attr{{Name: "group", Kind: graph.AttrInt, I: c.group}}}
+			Attrs: []graph.Attr{aInt("group", c.group)}}
 		if c.bias {
 			b := ramp("b", []int64{c.w[0]}, 1, 5, 1, 2)
 			inits = append(inits, b)
@@ -212,7 +208,7 @@ func TestConv3DORT(t *testing.T) {
 		if pads == nil {
 			pads = make([]int64, 6)
 		}
-		n.Attrs = append(n.Attrs, ints("strides", s...), ints("dilations", dil...))
+		n.Attrs = append(n.Attrs, aInts("strides", s...), aInts("dilations", dil...))
 		out := []int64{c.in[0], c.w[0]}
 		for i := range 3 {
 			ek := (c.w[2+i]-1)*dil[i] + 1
@@ -223,9 +219,9 @@ func TestConv3DORT(t *testing.T) {
 			out = append(out, (c.in[2+i]+pads[i]+pads[3+i]-ek)/s[i]+1)
 		}
 		if c.auto != "" {
-			n.Attrs = append(n.Attrs, graph.Attr{Name: "auto_pad", Kind: graph.AttrString, S: c.auto})
+			n.Attrs = append(n.Attrs, aStr("auto_pad", c.auto))
 		} else {
-			n.Attrs = append(n.Attrs, ints("pads", pads...))
+			n.Attrs = append(n.Attrs, aInts("pads", pads...))
 		}
 		g, want := oneNodeGraph(c.name, 17, n, inits, c.in, out)
 		if c.relu || c.residual {
@@ -275,7 +271,6 @@ func TestConvTranspose3DORT(t *testing.T) {
 	ob := ortBackend(t)
 	cb := cpuBackend(t)
 	ctx := context.Background()
-	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
 	for _, c := range []struct {
 		name  string
 		in, w []int64
@@ -286,21 +281,21 @@ func TestConvTranspose3DORT(t *testing.T) {
 	}{
 		{"plain", []int64{2, 3, 3, 4, 5}, []int64{3, 2, 3, 3, 3}, 1, nil, []int64{2, 2, 5, 6, 7}, false},
 		{"strides-pads-bias", []int64{1, 4, 3, 4, 3}, []int64{4, 3, 3, 2, 3}, 1,
-			[]graph.Attr{ints("strides", 2, 3, 2), ints("pads", 1, 0, 1, 0, 1, 1)}, []int64{1, 3, 6, 10, 5}, true},
+			[]graph.Attr{aInts("strides", 2, 3, 2), aInts("pads", 1, 0, 1, 0, 1, 1)}, []int64{1, 3, 6, 10, 5}, true},
 		{"crop-output-padding", []int64{1, 2, 4, 3, 3}, []int64{2, 2, 2, 3, 2}, 1,
-			[]graph.Attr{ints("strides", 2, 2, 1), ints("pads", 2, 1, 0, 1, 0, 0), ints("output_padding", 1, 1, 0)}, []int64{1, 2, 6, 7, 4}, true},
+			[]graph.Attr{aInts("strides", 2, 2, 1), aInts("pads", 2, 1, 0, 1, 0, 0), aInts("output_padding", 1, 1, 0)}, []int64{1, 2, 6, 7, 4}, true},
 		{"groups-dilations", []int64{2, 4, 3, 3, 4}, []int64{4, 3, 2, 2, 3}, 2,
-			[]graph.Attr{ints("dilations", 2, 1, 2), ints("strides", 1, 2, 1)}, []int64{2, 6, 5, 6, 8}, true},
+			[]graph.Attr{aInts("dilations", 2, 1, 2), aInts("strides", 1, 2, 1)}, []int64{2, 6, 5, 6, 8}, true},
 		{"output-shape", []int64{1, 2, 3, 3, 3}, []int64{2, 3, 3, 3, 3}, 1,
-			[]graph.Attr{ints("strides", 2, 2, 2), ints("output_shape", 6, 7, 6)}, []int64{1, 3, 6, 7, 6}, false},
+			[]graph.Attr{aInts("strides", 2, 2, 2), aInts("output_shape", 6, 7, 6)}, []int64{1, 3, 6, 7, 6}, false},
 		{"same-upper", []int64{1, 2, 3, 4, 3}, []int64{2, 2, 3, 3, 2}, 1,
-			[]graph.Attr{ints("strides", 2, 1, 2), {Name: "auto_pad", Kind: graph.AttrString, S: "SAME_UPPER"}}, []int64{1, 2, 6, 4, 6}, true},
+			[]graph.Attr{aInts("strides", 2, 1, 2), aStr("auto_pad", "SAME_UPPER")}, []int64{1, 2, 6, 4, 6}, true},
 	} {
 		x := ramp("x", c.in, 37, 101, 17, 2.9)
 		wt := ramp("w", c.w, 53, 89, 89, 0.45)
 		inits := []*graph.Tensor{wt}
 		n := graph.Node{Op: "ConvTranspose", Name: c.name, Inputs: []string{"x", "w"}, Outputs: []string{"y"},
-			Attrs: append([]graph.Attr{{Name: "group", Kind: graph.AttrInt, I: c.group}}, c.attrs...)}
+			Attrs: append([]graph.Attr{aInt("group", c.group)}, c.attrs...)}
 		if c.bias {
 			m := c.w[1] * c.group
 			b := ramp("b", []int64{m}, 1, 5, 1, 2)
@@ -325,10 +320,6 @@ func TestResize3DORT(t *testing.T) {
 	ctx := context.Background()
 	in := []int64{2, 3, 4, 5, 6}
 	x := ramp("x", in, 37, 101, 17, 2.9)
-	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
-	f32 := func(name string, v ...float32) *graph.Tensor {
-		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{int64(len(v))}, F32: v}
-	}
 	for _, c := range []struct {
 		name  string
 		attrs []graph.Attr
@@ -337,24 +328,24 @@ func TestResize3DORT(t *testing.T) {
 		sizes []int64
 		out   []int64
 	}{
-		{"linear", []graph.Attr{str("mode", "linear")}, nil, []float32{1, 1, 2, 2, 2}, nil, []int64{2, 3, 8, 10, 12}},
+		{"linear", []graph.Attr{aStr("mode", "linear")}, nil, []float32{1, 1, 2, 2, 2}, nil, []int64{2, 3, 8, 10, 12}},
 		{"nearest", nil, nil, []float32{1, 1, 2, 1.5, 0.5}, nil, []int64{2, 3, 8, 7, 3}},
-		{"linear-align-corners", []graph.Attr{str("mode", "linear"), str("coordinate_transformation_mode", "align_corners")},
+		{"linear-align-corners", []graph.Attr{aStr("mode", "linear"), aStr("coordinate_transformation_mode", "align_corners")},
 			nil, nil, []int64{2, 3, 7, 9, 4}, []int64{2, 3, 7, 9, 4}},
-		{"nearest-asymmetric-floor", []graph.Attr{str("coordinate_transformation_mode", "asymmetric"), str("nearest_mode", "floor")},
+		{"nearest-asymmetric-floor", []graph.Attr{aStr("coordinate_transformation_mode", "asymmetric"), aStr("nearest_mode", "floor")},
 			nil, []float32{1, 1, 0.5, 2, 1}, nil, []int64{2, 3, 2, 10, 6}},
-		{"linear-depth-only", []graph.Attr{str("mode", "linear"), str("coordinate_transformation_mode", "pytorch_half_pixel")},
+		{"linear-depth-only", []graph.Attr{aStr("mode", "linear"), aStr("coordinate_transformation_mode", "pytorch_half_pixel")},
 			nil, []float32{1, 1, 1.75, 1, 1}, nil, []int64{2, 3, 7, 5, 6}},
 	} {
 		n := graph.Node{Op: "Resize", Name: c.name, Outputs: []string{"y"}, Attrs: c.attrs}
 		var inits []*graph.Tensor
 		roiName := ""
 		if c.roi != nil {
-			inits, roiName = append(inits, f32("roi", c.roi...)), "roi"
+			inits, roiName = append(inits, f32Vec("roi", c.roi...)), "roi"
 		}
 		switch {
 		case c.scale != nil:
-			inits = append(inits, f32("scales", c.scale...))
+			inits = append(inits, f32Vec("scales", c.scale...))
 			n.Inputs = []string{"x", roiName, "scales"}
 		default:
 			inits = append(inits, &graph.Tensor{Name: "sizes", DType: graph.Int64, Dims: []int64{5}, I64: c.sizes})
@@ -372,9 +363,9 @@ func TestResize3DORT(t *testing.T) {
 	roi := []float32{0, 0, 0.2, -0.1, 0.1, 1, 1, 0.9, 1.2, 0.8}
 	out := []int64{2, 3, 6, 5, 4}
 	n := graph.Node{Op: "Resize", Name: "crop3d", Outputs: []string{"y"}, Inputs: []string{"x", "roi", "", "sizes"},
-		Attrs: []graph.Attr{str("mode", "linear"), str("coordinate_transformation_mode", "tf_crop_and_resize"),
-			{Name: "extrapolation_value", Kind: graph.AttrFloat, F: -7}}}
-	inits := []*graph.Tensor{f32("roi", roi...), {Name: "sizes", DType: graph.Int64, Dims: []int64{5}, I64: out}}
+		Attrs: []graph.Attr{aStr("mode", "linear"), aStr("coordinate_transformation_mode", "tf_crop_and_resize"),
+			aFloat("extrapolation_value", -7)}}
+	inits := []*graph.Tensor{f32Vec("roi", roi...), {Name: "sizes", DType: graph.Int64, Dims: []int64{5}, I64: out}}
 	g, want := oneNodeGraph("crop3d", 19, n, inits, in, out)
 	copy(want.F32, cropTrilinear(x.F32, in, out, roi[2:5], roi[7:10], -7))
 	got, err := runOnBackend(ctx, cb, "crop3d", g, x, want)
@@ -445,6 +436,20 @@ func cropTrilinear(x []float32, in, out []int64, start, end []float32, extrap fl
 	return y
 }
 
+// aInt, aInts, aStr and aFloat are node attributes; f32Vec is a 1-D
+// float32 tensor of v.
+func aInt(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
+func aInts(name string, v ...int64) graph.Attr {
+	return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v}
+}
+func aStr(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
+func aFloat(name string, v float32) graph.Attr {
+	return graph.Attr{Name: name, Kind: graph.AttrFloat, F: v}
+}
+func f32Vec(name string, v ...float32) *graph.Tensor {
+	return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{int64(len(v))}, F32: v}
+}
+
 // ramp is a float32 tensor of dims whose i-th value is (i*mul mod
 // mod)/div - off: values that vary, the same in every run.
 func ramp(name string, dims []int64, mul, mod int, div, off float32) *graph.Tensor {
@@ -499,7 +504,6 @@ func TestDFTORT(t *testing.T) {
 	ints := func(name string, v int64) *graph.Tensor {
 		return &graph.Tensor{Name: name, DType: graph.Int64, Dims: []int64{}, I64: []int64{v}}
 	}
-	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
 	for _, c := range []struct {
 		name    string
 		node    graph.Node
@@ -507,17 +511,17 @@ func TestDFTORT(t *testing.T) {
 		in, out []int64
 		inits   []*graph.Tensor
 	}{
-		{"dft-complex-inner", graph.Node{Op: "DFT", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}}, 17,
+		{"dft-complex-inner", graph.Node{Op: "DFT", Inputs: []string{"x"}, Attrs: []graph.Attr{aInt("axis", 1)}}, 17,
 			[]int64{2, 5, 3, 2}, []int64{2, 5, 3, 2}, nil},
-		{"dft-padded-onesided", graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{attr("onesided", 1)}}, 17,
+		{"dft-padded-onesided", graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{aInt("onesided", 1)}}, 17,
 			[]int64{3, 6, 1}, []int64{3, 5, 2}, []*graph.Tensor{ints("L", 8)}},
-		{"dft-cut-inverse", graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{attr("inverse", 1)}}, 17,
+		{"dft-cut-inverse", graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{aInt("inverse", 1)}}, 17,
 			[]int64{2, 9, 2}, []int64{2, 5, 2}, []*graph.Tensor{ints("L", 5)}},
 		{"dft-opset20-axis", graph.Node{Op: "DFT", Inputs: []string{"x", "", "a"}}, 20,
 			[]int64{2, 4, 3, 1}, []int64{2, 4, 3, 2}, []*graph.Tensor{ints("a", -3)}},
 		// (complex signals: ONNX Runtime 1.24 does not give the spec's
 		// frames; TestRuntimeLoweringsMatchReference checks those)
-		{"stft-twosided", graph.Node{Op: "STFT", Inputs: []string{"x", "s", "", "l"}, Attrs: []graph.Attr{attr("onesided", 0)}}, 17,
+		{"stft-twosided", graph.Node{Op: "STFT", Inputs: []string{"x", "s", "", "l"}, Attrs: []graph.Attr{aInt("onesided", 0)}}, 17,
 			[]int64{2, 20, 1}, []int64{2, 5, 6, 2}, []*graph.Tensor{ints("s", 3), ints("l", 6)}},
 	} {
 		x := ramp("x", c.in, 37, 23, 4, 2.5)
@@ -540,11 +544,6 @@ func TestCropAndResizeORT(t *testing.T) {
 	ctx := context.Background()
 	in := []int64{2, 3, 7, 9}
 	x := ramp("x", in, 37, 101, 17, 2.9)
-	floats := func(name string, v ...float32) *graph.Tensor {
-		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{int64(len(v))}, F32: v}
-	}
-	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
-	fl := func(name string, v float32) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrFloat, F: v} }
 	sizes := func(v ...int64) *graph.Tensor {
 		return &graph.Tensor{Name: "sizes", DType: graph.Int64, Dims: []int64{int64(len(v))}, I64: v}
 	}
@@ -560,13 +559,13 @@ func TestCropAndResizeORT(t *testing.T) {
 		{"linear-past-borders", "linear", []float32{0, 0, -0.3, 0.5, 1, 1, 0.6, 1.4}, sizes(2, 3, 4, 8), nil, []int64{2, 3, 4, 8}},
 		{"nearest-past-borders", "nearest", []float32{0, 0, -0.2, -0.1, 1, 1, 1.1, 0.9}, sizes(2, 3, 6, 5), nil, []int64{2, 3, 6, 5}},
 		{"cubic-inside", "cubic", []float32{0, 0, 0.1, 0.2, 1, 1, 0.9, 0.8}, sizes(2, 3, 8, 7), nil, []int64{2, 3, 8, 7}},
-		{"linear-scales", "linear", []float32{0, 0, 0.25, 0, 1, 1, 0.75, 1}, nil, floats("scales", 1, 1, 2, 0.5), []int64{2, 3, 14, 4}},
+		{"linear-scales", "linear", []float32{0, 0, 0.25, 0, 1, 1, 0.75, 1}, nil, f32Vec("scales", 1, 1, 2, 0.5), []int64{2, 3, 14, 4}},
 		{"one-row", "linear", []float32{0, 0, 0.3, 0.1, 1, 1, 0.5, 0.9}, sizes(2, 3, 1, 4), nil, []int64{2, 3, 1, 4}},
 	} {
 		n := graph.Node{Op: "Resize", Name: c.name, Inputs: []string{"x", "roi", "", ""}, Outputs: []string{"y"},
-			Attrs: []graph.Attr{str("mode", c.mode), str("coordinate_transformation_mode", "tf_crop_and_resize"),
-				fl("extrapolation_value", -7.5)}}
-		inits := []*graph.Tensor{floats("roi", c.roi...)}
+			Attrs: []graph.Attr{aStr("mode", c.mode), aStr("coordinate_transformation_mode", "tf_crop_and_resize"),
+				aFloat("extrapolation_value", -7.5)}}
+		inits := []*graph.Tensor{f32Vec("roi", c.roi...)}
 		if c.sizes != nil {
 			n.Inputs[3] = "sizes"
 			inits = append(inits, c.sizes)
@@ -590,8 +589,6 @@ func TestResizeOpset18ORT(t *testing.T) {
 	ctx := context.Background()
 	in := []int64{1, 2, 6, 10}
 	x := ramp("x", in, 37, 101, 17, 2.9)
-	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
-	ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
 	for _, c := range []struct {
 		name   string
 		attrs  []graph.Attr
@@ -599,19 +596,19 @@ func TestResizeOpset18ORT(t *testing.T) {
 		inits  []*graph.Tensor
 		out    []int64
 	}{
-		{"scales-axes", []graph.Attr{str("mode", "linear"), ints("axes", 3, 2)}, []string{"x", "", "scales"},
+		{"scales-axes", []graph.Attr{aStr("mode", "linear"), aInts("axes", 3, 2)}, []string{"x", "", "scales"},
 			[]*graph.Tensor{{Name: "scales", DType: graph.Float32, Dims: []int64{2}, F32: []float32{0.5, 1.5}}}, []int64{1, 2, 9, 5}},
 		// (negative axes crash ONNX Runtime 1.24's Resize;
 		// TestRuntimeLoweringsMatchReference checks them)
-		{"sizes-axes", []graph.Attr{str("mode", "nearest"), ints("axes", 2, 3)}, []string{"x", "", "", "sizes"},
+		{"sizes-axes", []graph.Attr{aStr("mode", "nearest"), aInts("axes", 2, 3)}, []string{"x", "", "", "sizes"},
 			[]*graph.Tensor{{Name: "sizes", DType: graph.Int64, Dims: []int64{2}, I64: []int64{4, 13}}}, []int64{1, 2, 4, 13}},
-		{"not-larger", []graph.Attr{str("mode", "linear"), ints("axes", 2, 3), str("keep_aspect_ratio_policy", "not_larger")},
+		{"not-larger", []graph.Attr{aStr("mode", "linear"), aInts("axes", 2, 3), aStr("keep_aspect_ratio_policy", "not_larger")},
 			[]string{"x", "", "", "sizes"},
 			[]*graph.Tensor{{Name: "sizes", DType: graph.Int64, Dims: []int64{2}, I64: []int64{9, 12}}}, []int64{1, 2, 7, 12}},
-		{"not-smaller", []graph.Attr{str("mode", "cubic"), ints("axes", 2, 3), str("keep_aspect_ratio_policy", "not_smaller")},
+		{"not-smaller", []graph.Attr{aStr("mode", "cubic"), aInts("axes", 2, 3), aStr("keep_aspect_ratio_policy", "not_smaller")},
 			[]string{"x", "", "", "sizes"},
 			[]*graph.Tensor{{Name: "sizes", DType: graph.Int64, Dims: []int64{2}, I64: []int64{9, 12}}}, []int64{1, 2, 9, 15}},
-		{"crop-axes", []graph.Attr{str("mode", "linear"), ints("axes", 2, 3), str("coordinate_transformation_mode", "tf_crop_and_resize")},
+		{"crop-axes", []graph.Attr{aStr("mode", "linear"), aInts("axes", 2, 3), aStr("coordinate_transformation_mode", "tf_crop_and_resize")},
 			[]string{"x", "roi", "", "sizes"},
 			[]*graph.Tensor{{Name: "roi", DType: graph.Float32, Dims: []int64{4}, F32: []float32{0.1, -0.1, 0.9, 0.8}},
 				{Name: "sizes", DType: graph.Int64, Dims: []int64{2}, I64: []int64{5, 7}}}, []int64{1, 2, 5, 7}},

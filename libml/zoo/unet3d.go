@@ -12,13 +12,7 @@ import "sluice/libml/graph"
 // exercises the 3-D operators: Conv, ConvTranspose, MaxPool, and
 // BatchNormalization, Concat and Relu on 5-D tensors.
 func UNet3D(o Options) *graph.Graph {
-	def := func(v, d int) int {
-		if v <= 0 {
-			return d
-		}
-		return v
-	}
-	D, H, W, classes := def(o.Depth, 32), def(o.Height, 64), def(o.Width, 64), def(o.Classes, 2)
+	D, H, W, classes := orDefault(o.Depth, 32), orDefault(o.Height, 64), orDefault(o.Width, 64), orDefault(o.Classes, 2)
 	b := newBuilder("unet3d", o.Seed, 17)
 	block := func(x string, cin, cout int) string {
 		x = b.relu(b.bn(b.conv3(x, cin, cout, 3, 1, 1, false), cout, 1))

@@ -35,6 +35,14 @@ type Options struct {
 	Features int
 }
 
+// orDefault is v, or d when v is not positive (an Options field left 0).
+func orDefault(v, d int) int {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
 func (o Options) withDefaults() Options {
 	def := func(v *int, d int) {
 		if *v <= 0 {
@@ -461,13 +469,7 @@ func BERT(o Options) *graph.Graph {
 // units with ReLU, then o.Classes outputs. Zero fields take the MLP's
 // defaults, not the CNNs' and BERT's.
 func MLP(o Options) *graph.Graph {
-	def := func(v, d int) int {
-		if v <= 0 {
-			return d
-		}
-		return v
-	}
-	in, layers, hidden, classes := def(o.Features, 1536), def(o.Layers, 2), def(o.Hidden, 128), def(o.Classes, 1)
+	in, layers, hidden, classes := orDefault(o.Features, 1536), orDefault(o.Layers, 2), orDefault(o.Hidden, 128), orDefault(o.Classes, 1)
 	b := newBuilder("mlp", o.Seed, 17)
 	x, w := "input", in
 	for l := 0; l < layers; l++ {
@@ -488,13 +490,7 @@ func MLP(o Options) *graph.Graph {
 // serves it with state bindings h ← h_out and c ← c_out
 // (libml/pack).
 func KWS(o Options) *graph.Graph {
-	def := func(v, d int) int {
-		if v <= 0 {
-			return d
-		}
-		return v
-	}
-	feat, hidden, classes := def(o.Features, 40), def(o.Hidden, 64), def(o.Classes, 12)
+	feat, hidden, classes := orDefault(o.Features, 40), orDefault(o.Hidden, 64), orDefault(o.Classes, 12)
 	b := newBuilder("kws", o.Seed, 17)
 	x := b.node("Unsqueeze", []string{"input", b.initInt("kws_axis0", []int64{0})}) // [1, N, F]: one time step
 	f, h := int64(feat), int64(hidden)

@@ -88,23 +88,17 @@ type modelSpec struct {
 
 func (m modelSpec) size() string {
 	o := m.Opt
-	if base, _ := zoomodel.Base(m.Zoo); base == "bert" {
-		def := func(v, d int) int {
-			if v == 0 {
-				return d
-			}
-			return v
+	def := func(v, d int) int {
+		if v == 0 {
+			return d
 		}
+		return v
+	}
+	switch base, _ := zoomodel.Base(m.Zoo); base {
+	case "bert":
 		return fmt.Sprintf("%d layers, seq %d, hidden %d, %d heads, FF %d",
 			def(o.Layers, 12), def(o.SeqLen, 128), def(o.Hidden, 768), def(o.Heads, 12), def(o.FF, 3072))
-	}
-	if base, _ := zoomodel.Base(m.Zoo); base == "unet3d" {
-		def := func(v, d int) int {
-			if v == 0 {
-				return d
-			}
-			return v
-		}
+	case "unet3d":
 		return fmt.Sprintf("%dx%dx%d volumes, %d classes", def(o.Depth, 32), def(o.Height, 64), def(o.Width, 64), def(o.Classes, 2))
 	}
 	if o.Height == 0 {

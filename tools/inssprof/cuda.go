@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -14,7 +13,6 @@ import (
 	"sluice/libml/cuda"
 	"sluice/libml/cuda/cudrv"
 	"sluice/libml/graph"
-	"sluice/libml/zoo"
 	"sluice/orchestrator/inss"
 )
 
@@ -35,16 +33,6 @@ var gpuShares = []float64{0.125, 0.25, 0.5, 0.75, 1}
 // emuSMs is the emulated device's SM count under -device emu.
 const emuSMs = 8
 
-// gpuModel is a loaded model with a second instance (sharing its weights)
-// for running beside.
-type gpuModel struct {
-	name        string
-	inst, peer  *cuda.Instance
-	in, out     []float32
-	peerOut     []float32
-	weightBytes int64
-}
-
 func runCUDA(ctx context.Context, o options) (*report, error) {
 	be := cuda.NewBackend(cuda.Options{Emulate: o.device == "emu", EmuSMs: emuSMs})
 	if err := be.Init(ctx, libml.BackendConfig{}); err != nil {
@@ -55,26 +43,16 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 		return nil, errors.New("the cuda device has no green contexts: shares need them")
 	}
 	maxB := slices.Max(append(slices.Clone(o.batches), o.holdout...))
-	var ms []*gpuModel
-	defer func() {
-		for _, m := range ms {
-			m.inst.Close()
-			m.peer.Close()
-		}
-	}()
-	for _, name := range o.models {
-		m, err := loadGPUModel(ctx, be, name, o.size, maxB)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, m)
-		slog.Info("inssprof: loaded", "model", name)
+	ms, err := loadModels[*cuda.Instance](ctx, be, o.models, o.size, maxB)
+	if err != nil {
+		return nil, err
 	}
+	defer closeModels(ms)
 	rep := &report{deviceName: gpuName(o.device), shareUnit: "SMs", capacity: be.SMs(),
 		coLocation: "on half the SMs beside a model on the other half",
 		probeWhere: "on half the SMs while the model runs on the other half"}
 	for _, m := range ms {
-		p := inss.Profile{Model: m.name, Device: "cuda", Capacity: be.SMs(), MemBytes: m.weightBytes + m.inst.ArenaBytes()}
+		p := inss.Profile{Model: m.name, Device: "cuda", Capacity: be.SMs(), MemBytes: m.weights + m.inst.ArenaBytes()}
 		last := 0
 		for _, f := range gpuShares {
 			if err := m.inst.SetShare(f); err != nil {
@@ -108,7 +86,6 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 			}
 			up, res = append(up, u), append(res, r)
 		}
-		var err error
 		if p.Upload, err = inss.FitLinear(o.batches, up); err != nil {
 			return nil, err
 		}
@@ -183,20 +160,6 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 	return rep, nil
 }
 
-// loadGPUModel loads zoo model name at side x side and a linked peer, both
-// configured for maxB.
-func loadGPUModel(ctx context.Context, be *cuda.Backend, name string, side, maxB int) (*gpuModel, error) {
-	inst, peer, weights, err := loadTwice(ctx, be, name, side, maxB)
-	if err != nil {
-		return nil, err
-	}
-	m := &gpuModel{name: name, inst: inst.(*cuda.Instance), peer: peer.(*cuda.Instance), weightBytes: weights}
-	m.in = zoo.Input(1, maxB*inst.InputSize())
-	m.out = make([]float32, maxB*inst.OutputSize())
-	m.peerOut = make([]float32, maxB*inst.OutputSize())
-	return m, nil
-}
-
 // beside runs batches of b on peer until measure returns, and returns what
 // it measured.
 func beside(ctx context.Context, be libml.Backend, peer libml.Instance, b int, in, out []float32, measure func() (float64, error)) (float64, error) {
@@ -258,20 +221,12 @@ func newGPUProbe(ctx context.Context, be *cuda.Backend, floats int) (*gpuProbe, 
 // and its output copied back (device cuda: pinned host memory, one
 // stream, the driver's copies); on the emulator, which has no bus, the
 // host copies of copyTimes.
-func transferTimes(device string, m *gpuModel, b, reps int) (up, res float64, err error) {
-	isz, osz := 4*b*m.inst.InputSize(), 4*b*m.inst.OutputSize()
+func transferTimes(device string, m *model[*cuda.Instance], b, reps int) (up, res float64, err error) {
 	if device == "emu" {
-		dstIn, dstOut := make([]float32, isz/4), make([]float32, osz/4)
-		var u, r []float64
-		for k := 0; k < reps; k++ {
-			t0 := time.Now()
-			copy(dstIn, m.in[:isz/4])
-			t1 := time.Now()
-			copy(dstOut, m.out[:osz/4])
-			u, r = append(u, float64(t1.Sub(t0).Nanoseconds())), append(r, float64(time.Since(t1).Nanoseconds()))
-		}
-		return median(u), median(r), nil
+		up, res = copyTimes(m, b, reps)
+		return up, res, nil
 	}
+	isz, osz := 4*b*m.inst.InputSize(), 4*b*m.inst.OutputSize()
 	drv, err := cudrv.Open()
 	if err != nil {
 		return 0, 0, err

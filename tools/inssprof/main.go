@@ -157,13 +157,41 @@ type report struct {
 	coLocation, probeWhere string
 }
 
-// model is a loaded model with a second instance for running beside.
-type model struct {
+// model is a loaded model with a second instance sharing its weights (to
+// run beside it), on a backend whose instances are I.
+type model[I libml.Instance] struct {
 	name       string
-	inst, peer *cpu.Instance
+	inst, peer I
 	in, out    []float32
 	peerOut    []float32 // the peer's outputs (it runs beside inst)
 	weights    int64
+}
+
+// loadModels loads each zoo model of names at side x side twice
+// (loadTwice), with inputs and outputs for batches up to maxB. On an
+// error it closes what it loaded.
+func loadModels[I libml.Instance](ctx context.Context, be libml.Backend, names []string, side, maxB int) ([]*model[I], error) {
+	var ms []*model[I]
+	for _, name := range names {
+		inst, peer, weights, err := loadTwice(ctx, be, name, side, maxB)
+		if err != nil {
+			closeModels(ms)
+			return nil, err
+		}
+		ms = append(ms, &model[I]{name: name, inst: inst.(I), peer: peer.(I), weights: weights,
+			in: zoo.Input(1, maxB*inst.InputSize()), out: make([]float32, maxB*inst.OutputSize()),
+			peerOut: make([]float32, maxB*inst.OutputSize())})
+		slog.Info("inssprof: loaded", "model", name)
+	}
+	return ms, nil
+}
+
+// closeModels closes both instances of each model.
+func closeModels[I libml.Instance](ms []*model[I]) {
+	for _, m := range ms {
+		m.inst.Close()
+		m.peer.Close()
+	}
 }
 
 func runCPU(ctx context.Context, o options) (*report, error) {
@@ -174,25 +202,11 @@ func runCPU(ctx context.Context, o options) (*report, error) {
 	}
 	defer be.Deinit()
 	maxB := slices.Max(append(slices.Clone(o.batches), o.holdout...))
-	var ms []*model
-	defer func() {
-		for _, m := range ms {
-			m.inst.Close()
-			m.peer.Close()
-		}
-	}()
-	for _, name := range o.models {
-		inst, peer, weights, err := loadTwice(ctx, be, name, o.size, maxB)
-		if err != nil {
-			return nil, err
-		}
-		m := &model{name: name, inst: inst.(*cpu.Instance), peer: peer.(*cpu.Instance), weights: weights}
-		ms = append(ms, m)
-		m.in = zoo.Input(1, maxB*inst.InputSize())
-		m.out = make([]float32, maxB*inst.OutputSize())
-		m.peerOut = make([]float32, maxB*inst.OutputSize())
-		slog.Info("inssprof: loaded", "model", name)
+	ms, err := loadModels[*cpu.Instance](ctx, be, o.models, o.size, maxB)
+	if err != nil {
+		return nil, err
 	}
+	defer closeModels(ms)
 	rep := &report{deviceName: cpuModel(), shareUnit: "units", capacity: o.units,
 		coLocation: "on unit 0 beside a model on the last unit",
 		probeWhere: "on unit 0's core while the model runs on the last unit"}
@@ -235,7 +249,6 @@ func runCPU(ctx context.Context, o options) (*report, error) {
 	// pressure: the probe on unit 0's core, alone and beside each model
 	// on the last unit
 	probe := newProbe(32 << 20)
-	var err error
 	if rep.probeNs, err = probe.time(nil, o.reps); err != nil {
 		return nil, err
 	}
@@ -405,7 +418,7 @@ func loop(ctx context.Context, be libml.Backend, inst libml.Instance, b int, in,
 // copyTimes are the medians of copying a batch's input into a tensor of
 // the model's input size (the upload: on the cpu the backend converts the
 // payload into the model's input) and its output out (the result).
-func copyTimes(m *model, b, reps int) (float64, float64) {
+func copyTimes[I libml.Instance](m *model[I], b, reps int) (float64, float64) {
 	isz, osz := m.inst.InputSize(), m.inst.OutputSize()
 	dstIn, dstOut := make([]float32, b*isz), make([]float32, b*osz)
 	var up, res []float64
