@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"sluice/libml"
@@ -110,7 +108,7 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 		if err := m.peer.SetShare(0.5); err != nil {
 			return nil, err
 		}
-		ns, err := beside(ctx, be, m.peer, refB, m.in, m.peerOut, func() (float64, error) {
+		ns, err := beside(ctx, be, m.peer, refB, m.in, m.peerOut, nil, func() (float64, error) {
 			return timeBatch(ctx, be, probe.inst, 1, probe.in, probe.out, 3*o.reps)
 		})
 		if err != nil {
@@ -139,7 +137,7 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", m.name, err)
 				}
-				b, err := beside(ctx, be, other.peer, refB, other.in, other.peerOut, func() (float64, error) {
+				b, err := beside(ctx, be, other.peer, refB, other.in, other.peerOut, nil, func() (float64, error) {
 					return timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1)
 				})
 				if err != nil {
@@ -158,24 +156,6 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 	}
 	rep.fit("cuda")
 	return rep, nil
-}
-
-// beside runs batches of b on peer until measure returns, and returns what
-// it measured.
-func beside(ctx context.Context, be libml.Backend, peer libml.Instance, b int, in, out []float32, measure func() (float64, error)) (float64, error) {
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var bgErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		bgErr = loop(ctx, be, peer, b, in, out, &stop)
-	}()
-	time.Sleep(10 * time.Millisecond)
-	ns, err := measure()
-	stop.Store(true)
-	wg.Wait()
-	return ns, errors.Join(err, bgErr)
 }
 
 // gpuProbe is the memory-streaming probe: one value in, probeFloats

@@ -22,6 +22,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -277,34 +278,20 @@ func runCPU(ctx context.Context, o options) (*report, error) {
 		}
 		for _, other := range ms {
 			other.peer.SetUnits(last)
-			var alone, beside []float64
+			var alone, besideNs []float64
 			for r := 0; r < o.reps; r++ {
 				a, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1)
 				if err != nil {
 					return nil, err
 				}
-				var stop atomic.Bool
-				var wg sync.WaitGroup
-				var bgErr error
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer pinTo(o.units - 1)()
-					bgErr = loop(ctx, be, other.peer, refB, other.in, other.peerOut, &stop)
-				}()
-				time.Sleep(10 * time.Millisecond)
-				b, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1)
-				stop.Store(true)
-				wg.Wait()
-				if err == nil {
-					err = bgErr
-				}
+				b, err := beside(ctx, be, other.peer, refB, other.in, other.peerOut, func() func() { return pinTo(o.units - 1) },
+					func() (float64, error) { return timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1) })
 				if err != nil {
 					return nil, err
 				}
-				alone, beside = append(alone, a), append(beside, b)
+				alone, besideNs = append(alone, a), append(besideNs, b)
 			}
-			rep.pairs = append(rep.pairs, pair{model: m.name, other: other.name, aloneNs: median(alone), besideNs: median(beside)})
+			rep.pairs = append(rep.pairs, pair{model: m.name, other: other.name, aloneNs: median(alone), besideNs: median(besideNs)})
 		}
 		m.inst.SetUnits(0)
 	}
@@ -402,6 +389,29 @@ func timeBatch(ctx context.Context, be libml.Backend, inst libml.Instance, b int
 		ts = append(ts, ns)
 	}
 	return median(ts), nil
+}
+
+// beside runs batches of b on peer (its goroutine pinned by pin, when
+// given: pin returns what unpins) until measure returns, and returns what
+// it measured.
+func beside(ctx context.Context, be libml.Backend, peer libml.Instance, b int, in, out []float32,
+	pin func() func(), measure func() (float64, error)) (float64, error) {
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var bgErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if pin != nil {
+			defer pin()()
+		}
+		bgErr = loop(ctx, be, peer, b, in, out, &stop)
+	}()
+	time.Sleep(10 * time.Millisecond)
+	ns, err := measure()
+	stop.Store(true)
+	wg.Wait()
+	return ns, errors.Join(err, bgErr)
 }
 
 // loop runs batches of b until stop is set.
