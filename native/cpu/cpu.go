@@ -345,6 +345,18 @@ func (ks *Kernels) Info(i int) Info {
 	}
 }
 
+// Tiling returns kernel i's tiling words as its prepare step set them
+// (their meaning is the operator's: for GEMM the tile's rows and columns,
+// the row and column tile counts, the rows per sgemm call).
+func (ks *Kernels) Tiling(i int) []int64 {
+	k := ks.at(i)
+	t := make([]int64, len(k.t))
+	for j := range t {
+		t[j] = int64(k.t[j])
+	}
+	return t
+}
+
 // ResetStats zeroes every kernel's statistics.
 func (ks *Kernels) ResetStats() {
 	for i := 0; i < ks.n; i++ {

@@ -182,3 +182,55 @@ func BenchmarkGemm(b *testing.B) {
 		}
 	}
 }
+
+// TestGemmRowsFirstTiles checks sk_prep_gemm's tile plan for a
+// memory-bound product with a large output (a 1x1 convolution expanding
+// 16 channels to 96 at 112x112): tiles of one micro-kernel row group (12
+// rows) and long runs of columns, so the output leaves the cache in long
+// runs. A product with a long reduction keeps the tall tiles. Either way
+// every block together gives the bits of one Gemm call.
+func TestGemmRowsFirstTiles(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k  int64
+		rowTiles int64 // ceil(M / the tile's rows)
+	}{
+		{96, 12544, 16, 8}, // rows first: 12-row tiles
+		{96, 12544, 64, 8},
+		{96, 12544, 576, 1}, // compute-bound: whole-height tiles
+		{32, 12544, 16, 1},  // too few rows to cut
+		{96, 256, 16, 1},    // a small output
+	} {
+		name := fmt.Sprintf("%dx%dx%d", c.m, c.n, c.k)
+		a, b := newFloats(t, int(c.m*c.k), 0), newFloats(t, int(c.k*c.n), 0)
+		rnd := uint32(c.k)
+		fillLCG(a, &rnd)
+		fillLCG(b, &rnd)
+		out := newFloats(t, int(c.m*c.n), 0)
+		d := Desc{Op: OpGemm, Out: out.p}
+		d.In[0], d.In[1] = a.p, b.p
+		d.P[0], d.P[1], d.P[2], d.P[5], d.P[6], d.P[7] = c.m, c.n, c.k, c.k, c.n, c.n
+		d.P[8], d.P[9], d.P[10] = 1, 1, 1
+		d.F[0] = 1
+		ks := newKernels(t, 1)
+		if err := ks.Set(0, &d, 2); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		grid := ks.Info(0).Grid
+		tile := ks.Tiling(0)
+		if got := (c.m + tile[0] - 1) / tile[0]; got != c.rowTiles || tile[0]*tile[1] > 32768 {
+			t.Errorf("%s: tiles of %d x %d (%d row tiles), want %d row tiles of at most 32768 floats", name, tile[0], tile[1], got, c.rowTiles)
+		}
+		for blk := int64(0); blk < grid; blk++ {
+			ks.RunBlock(0, blk)
+		}
+		want := make([]float32, c.m*c.n)
+		if err := Gemm(false, false, int(c.m), int(c.n), int(c.k), a.s(), int(c.k), b.s(), int(c.n), want, int(c.n), false); err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if math.Float32bits(out.s()[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s (grid %d): [%d] = %v, want %v", name, grid, i, out.s()[i], want[i])
+			}
+		}
+	}
+}

@@ -38,6 +38,15 @@ func newFloats(t testing.TB, n int, v float32) *cfloats {
 
 func (f *cfloats) s() []float32 { return unsafe.Slice((*float32)(f.p), f.n) }
 
+// fillLCG fills f with values in [-0.5, 0.5) from the linear congruential
+// sequence at *rnd (advanced), the same for the same start.
+func fillLCG(f *cfloats, rnd *uint32) {
+	for i := range f.s() {
+		*rnd = *rnd*1664525 + 1013904223
+		f.s()[i] = float32(*rnd>>8)/float32(1<<24) - 0.5
+	}
+}
+
 // unary fills kernel i of ks as y = act(x) over n floats.
 func unary(t testing.TB, ks *Kernels, i int, x, y *cfloats, act int64, a, b float32, units int) {
 	t.Helper()
@@ -891,12 +900,7 @@ func TestHoldBlock(t *testing.T) {
 // grid.
 func TestChecksKeepResults(t *testing.T) {
 	rnd := uint32(7)
-	fill := func(f *cfloats) {
-		for i := range f.s() {
-			rnd = rnd*1664525 + 1013904223
-			f.s()[i] = float32(rnd>>8)/float32(1<<24) - 0.5
-		}
-	}
+	fill := func(f *cfloats) { fillLCG(f, &rnd) }
 	type tc struct {
 		name string
 		d    func(out *cfloats) Desc
