@@ -240,8 +240,10 @@ func (s *Stream) SetProfile(on bool) {
 	C.sk_stream_profile(s.s, v)
 }
 
-// PreemptAt arms a test hook: the stream preempts itself just before a unit
-// claims block blk of the kernel with execution index idx. idx < 0 disarms it.
+// PreemptAt arms a test hook: the stream preempts itself once blk blocks of
+// the kernel with execution index idx have been claimed (claims may come
+// from both ends of a kernel: blk counts them; 0 stops the kernel before any
+// block runs). idx < 0 disarms it.
 func (s *Stream) PreemptAt(idx, blk int64) {
 	C.sk_stream_preempt_at(s.s, C.int64_t(idx), C.int64_t(blk))
 }

@@ -396,20 +396,22 @@ static inline void hold_point(sk_stream *s, int64_t idx, int64_t b)
 #define SK_PRE_FIRING (-2)
 
 /* preempt_hook is sk_stream_preempt_at's test hook: the stream preempts
- * itself as block blk of slot sl (read under ticket t) is about to be
- * claimed, if that is the block the hook names and t is still the stream's
- * ticket. Exactly one unit fires it: the one that moves
+ * itself as the claim that follows the first blk claims of slot sl (read
+ * under ticket t) is about to be made, if that is the claim the hook names
+ * and t is still the stream's ticket (with claims from both ends, blk
+ * counts claims, not block numbers: blk 0 is the kernel's first claim,
+ * so no block of it runs). Exactly one unit fires it: the one that moves
  * pre_idx to SK_PRE_FIRING. It sets the flag, then disarms the hook;
  * units that come by meanwhile wait for that, so none claims the block (or
  * a later one) and passes its prologue before the flag is set. A unit that
  * lost the race never sets the flag: a late store could otherwise preempt
  * the next run of the stream, after the test has disarmed the hook and
  * restored the stream. */
-static void preempt_hook(sk_stream *s, sk_slot *sl, uint64_t t, uint32_t blk)
+static void preempt_hook(sk_stream *s, sk_slot *sl, uint64_t t, uint32_t claimed)
 {
 	int64_t pi = LD(&s->pre_idx);
 	if (pi != SK_PRE_FIRING) {
-		if (pi < 0 || LDR(&sl->idx) != pi || LDR(&sl->base) + (int64_t)blk != LD(&s->pre_blk))
+		if (pi < 0 || LDR(&sl->idx) != pi || LDR(&sl->base) + (int64_t)claimed != LD(&s->pre_blk))
 			return;
 		/* the slot read is the current kernel's only if the ticket has
 		 * not moved (see try_block) */
@@ -428,13 +430,43 @@ static void preempt_hook(sk_stream *s, sk_slot *sl, uint64_t t, uint32_t blk)
 		cpu_relax();
 }
 
+/* Two-ended claims. A launch of at most SK_TWO_END_MAX blocks is claimed
+ * from both ends: the first half of the units its mask names take blocks
+ * from the front, the others from the back, until the two meet (the
+ * ticket's low 32 bits hold the front count in the low 16, the back count
+ * in the high 16). Consecutive kernels whose blocks cut the same data the
+ * same way (a batch's images, a layer's channels) then mostly leave each
+ * unit the data it wrote itself, which it reads at more than twice the
+ * speed of lines another core wrote (the 2-vCPU AMD EPYC VM: 60 against 26
+ * GB/s). Which unit runs a block never changes its result. Longer launches
+ * are claimed from the front only. */
+#define SK_TWO_END_MAX 65535
+
+/* claimed_blocks is how many blocks of a launch of grid blocks ticket t
+ * says are claimed. */
+static inline int64_t claimed_blocks(uint64_t t, int64_t grid)
+{
+	uint32_t lo = (uint32_t)t;
+	if (grid <= SK_TWO_END_MAX)
+		return (int64_t)(lo & 0xffff) + (int64_t)(lo >> 16);
+	return (int64_t)lo;
+}
+
+/* claims_back reports whether unit id claims a two-ended launch over the
+ * units of mask from the back: the second half of them, by rank. */
+static inline int claims_back(uint64_t mask, int id)
+{
+	int n = __builtin_popcountll(mask);
+	int rank = __builtin_popcountll(mask & ((1ULL << id) - 1));
+	return 2 * rank >= n && n > 1;
+}
+
 /* claim_block claims and runs one block of s's current kernel on unit u,
  * t being the ticket the unit read. Returns 1 when it made progress (or
  * lost a race), 0 when s has nothing for this unit now. */
 static int claim_block(sk_stream *s, sk_unit *u, uint64_t t)
 {
 	uint32_t seq = (uint32_t)(t >> 32);
-	uint32_t blk = (uint32_t)t;
 	uint32_t tail = LD(&s->tail);
 	if ((int32_t)(tail - seq) <= 0)
 		return 0;
@@ -449,19 +481,36 @@ static int claim_block(sk_stream *s, sk_unit *u, uint64_t t)
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (__builtin_expect(LDR(&s->ticket) != t, 0))
 		return 1;
-	if (!((mask >> u->id) & 1) || (int64_t)blk >= grid)
+	int64_t claimed = claimed_blocks(t, grid);
+	if (!((mask >> u->id) & 1) || claimed >= grid)
 		return 0;
+	/* the block this claim takes, and the ticket after it */
+	uint32_t lo = (uint32_t)t, blk;
+	uint64_t next;
+	if (grid > SK_TWO_END_MAX) {
+		blk = lo;
+		next = t + 1;
+	} else if (claims_back(mask, u->id)) {
+		blk = (uint32_t)(grid - 1 - (int64_t)(lo >> 16));
+		next = t + (1ULL << 16);
+	} else {
+		blk = lo & 0xffff;
+		next = t + 1;
+	}
 	if (__builtin_expect(LD(&s->pre_idx) != -1, 0))
-		preempt_hook(s, sl, t, blk);
+		preempt_hook(s, sl, t, (uint32_t)claimed);
 	if (__atomic_load_n(&s->flag, __ATOMIC_RELAXED)) {
-		/* lazy eviction, batched: claim the rest of the kernel at once */
-		uint64_t nt = ((uint64_t)seq << 32) | (uint32_t)grid;
+		/* lazy eviction, batched: claim the rest of the kernel at once
+		 * (the front count moved up to meet the back) */
+		uint64_t nt = ((uint64_t)seq << 32) |
+			      (grid > SK_TWO_END_MAX ? (uint32_t)grid
+						     : (lo & 0xffff0000u) | (uint32_t)(grid - (lo >> 16)));
 		if (__atomic_compare_exchange_n(&s->ticket, &t, nt, 0,
 						__ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-			stream_finish(s, seq, sl, grid - (int64_t)blk);
+			stream_finish(s, seq, sl, grid - claimed);
 		return 1;
 	}
-	if (!__atomic_compare_exchange_n(&s->ticket, &t, t + 1, 0,
+	if (!__atomic_compare_exchange_n(&s->ticket, &t, next, 0,
 					 __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return 1;
 	sk_kernel *k = LDR(&sl->k);
@@ -469,7 +518,7 @@ static int claim_block(sk_stream *s, sk_unit *u, uint64_t t)
 	int64_t b = LDR(&sl->base) + (int64_t)blk;
 	int prof = LDR(&s->profile);
 	int64_t t0 = 0;
-	if (blk == 0) {
+	if (claimed == 0) {
 		t0 = now_ns();
 		ST(&sl->start_ns, t0);
 		if (LDR(&s->mark_armed) && seq == LDR(&s->mark_seq)) {
@@ -484,7 +533,7 @@ static int claim_block(sk_stream *s, sk_unit *u, uint64_t t)
 	} else if (prof) {
 		t0 = now_ns();
 	}
-	if ((int64_t)blk == grid - 1 && LDR(&sl->est_ns) > 0)
+	if (claimed == grid - 1 && LDR(&sl->est_ns) > 0)
 		STR(&sl->last_ns, now_ns()); /* padding's tail estimate */
 	u->ctx.flag = &s->flag;
 	__atomic_add_fetch(&s->running, 1, __ATOMIC_SEQ_CST);
@@ -551,7 +600,8 @@ static int prio_ready(sk_pool *p, sk_unit *u)
 		if ((int32_t)(LD(&s->tail) - seq) <= 0)
 			continue;
 		sk_slot *sl = &s->ring[seq & s->capmask];
-		if (((LDR(&sl->mask) >> u->id) & 1) && (int64_t)(uint32_t)t < LDR(&sl->grid))
+		int64_t grid = LDR(&sl->grid);
+		if (((LDR(&sl->mask) >> u->id) & 1) && claimed_blocks(t, grid) < grid)
 			return 1;
 	}
 	return 0;
@@ -1092,6 +1142,21 @@ void sk_stream_hold_release(sk_stream *s) { hold_release(&s->hold); }
 
 int64_t sk_stream_holds(const sk_stream *s) { return LD(&s->hold.holds); }
 
+void sk_stream_claims(const sk_stream *s, int64_t *front, int64_t *back)
+{
+	uint64_t t = LD(&s->ticket);
+	uint32_t seq = (uint32_t)(t >> 32), lo = (uint32_t)t;
+	*front = *back = 0;
+	if ((int32_t)(LD(&s->tail) - seq) <= 0)
+		return;
+	if (LDR(&s->ring[seq & s->capmask].grid) > SK_TWO_END_MAX) {
+		*front = lo;
+		return;
+	}
+	*front = lo & 0xffff;
+	*back = lo >> 16;
+}
+
 int32_t sk_stream_holding(const sk_stream *s) { return LD(&s->hold.holding); }
 
 void sk_stream_stall_claim(sk_stream *s) { hold_arm(&s->claim, 0, 0, SK_HOLD_FROM); }
@@ -1624,7 +1689,7 @@ static int try_pad(sk_pool *p, sk_unit *u)
 	sk_slot *sl = &rt->ring[seq & rt->capmask];
 	uint64_t mask = LDR(&sl->mask);
 	int64_t st = LD(&sl->start_ns), est = LDR(&sl->est_ns), bw = LDR(&sl->bw);
-	int64_t claimed = (int64_t)(uint32_t)t;
+	int64_t claimed = claimed_blocks(t, LDR(&sl->grid));
 	if (st <= 0 || est <= 0 || (uint32_t)(LD(&rt->ticket) >> 32) != seq)
 		goto out; /* the RT kernel has not started */
 	if (((mask >> u->id) & 1) && claimed < LDR(&sl->grid))

@@ -483,6 +483,15 @@ func (s *Stream) ReleaseHold() {
 // Holds counts the holds the stream's units have taken so far.
 func (s *Stream) Holds() int64 { return int64(C.sk_stream_holds(s.s)) }
 
+// Claims is how many blocks of the stream's current kernel units have
+// claimed from its front and from its back (claims come from both ends of a
+// kernel of up to 65535 blocks; 0, 0 when no kernel is current).
+func (s *Stream) Claims() (front, back int64) {
+	var f, b C.int64_t
+	C.sk_stream_claims(s.s, &f, &b)
+	return int64(f), int64(b)
+}
+
 // Holding is the number of units held on the stream now.
 func (s *Stream) Holding() int { return int(C.sk_stream_holding(s.s)) }
 

@@ -1147,3 +1147,69 @@ func TestStaleTicketFiresNoHook(t *testing.T) {
 	}
 	st.Restore()
 }
+
+// TestTwoEndedClaims: a kernel's blocks are claimed from both ends, the
+// first unit of the pool from the front and the second from the back, and
+// a kernel of more than 65535 blocks from the front only; every block runs
+// once either way. A hold on block 0 makes it deterministic: whichever
+// unit claims block 0 waits there, and the other claims every other block,
+// from its own end.
+func TestTwoEndedClaims(t *testing.T) {
+	pool := newPool(t, 2)
+	st, err := pool.NewStream(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const n = 1 << 20
+	x, y := newFloats(t, n, 1), newFloats(t, n, 0)
+	ks := newKernels(t, 2)
+	unary(t, ks, 0, x, y, actAffine, 2, 1, 2)
+	// a batch of 70000 products of one element each: one block apiece
+	const nb = 70000
+	a, b, c := newFloats(t, nb, 3), newFloats(t, nb, 0), newFloats(t, nb, -1)
+	for i := range b.s() {
+		b.s()[i] = float32(i % 1000)
+	}
+	d := Desc{Op: OpGemm, Out: c.p}
+	d.In[0], d.In[1] = a.p, b.p
+	d.P[0], d.P[1], d.P[2], d.P[5], d.P[6], d.P[7] = 1, 1, 1, 1, 1, 1
+	d.P[8], d.P[9], d.P[10] = nb, 1, 1
+	d.P[11], d.P[14], d.P[17] = 1, 1, 1
+	d.F[0] = 1
+	if err := ks.Set(1, &d, 2); err != nil {
+		t.Fatal(err)
+	}
+	for k, twoEnded := range []bool{true, false} {
+		grid := ks.Info(k).Grid
+		if twoEnded && (grid < 4 || grid > 65535) || !twoEnded && grid <= 65535 {
+			t.Fatalf("kernel %d: grid %d", k, grid)
+		}
+		st.HoldAt(int64(k), 0, false)
+		if err := st.Launch(ks, k, int64(k), 3); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the hold and every claim", func() bool {
+			f, bk := st.Claims()
+			return st.Holding() == 1 && f+bk == grid
+		})
+		f, bk := st.Claims()
+		if twoEnded && bk < grid-1 || !twoEnded && (f != grid || bk != 0) {
+			t.Errorf("kernel %d (%d blocks): %d claims from the front, %d from the back", k, grid, f, bk)
+		}
+		st.ReleaseHold()
+		if s := st.Sync(); s != Done {
+			t.Fatalf("kernel %d: %v", k, s)
+		}
+	}
+	for i, v := range y.s() {
+		if v != 3 {
+			t.Fatalf("y[%d] = %v, want 3", i, v)
+		}
+	}
+	for i, v := range c.s() {
+		if want := 3 * float32(i%1000); v != want {
+			t.Fatalf("c[%d] = %v, want %v", i, v, want)
+		}
+	}
+}

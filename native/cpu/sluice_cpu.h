@@ -345,9 +345,11 @@ int64_t sk_stream_exec_index(const sk_stream *s);
 void sk_stream_reset_index(sk_stream *s);
 /* sk_stream_profile turns per-block timing on or off. */
 void sk_stream_profile(sk_stream *s, int on);
-/* sk_stream_preempt_at is a test hook: the stream preempts itself when a
- * unit claims block blk of the kernel with execution index idx (idx < 0
- * disarms). */
+/* sk_stream_preempt_at is a test hook: the stream preempts itself when the
+ * kernel with execution index idx has had blk of its blocks claimed (blk
+ * counts claims, which may come from both ends of the kernel, from a
+ * launch range's first block: blk 0 stops it before any block runs; idx <
+ * 0 disarms). */
 void sk_stream_preempt_at(sk_stream *s, int64_t idx, int64_t blk);
 
 /* ---- scheduler support (libml/sched; REEF §4-§5) -------------------------
@@ -573,6 +575,10 @@ void sk_qgemm_set_kernel(int which);
  * interleavings with them; unarmed they cost one load per block. */
 void sk_stream_hold_at(sk_stream *s, int64_t idx, int64_t blk, int until_flag);
 void sk_stream_hold_release(sk_stream *s);
+/* sk_stream_claims reads how many blocks of the stream's current kernel
+ * units claimed from its front and from its back (both 0 when no kernel is
+ * current). */
+void sk_stream_claims(const sk_stream *s, int64_t *front, int64_t *back);
 int64_t sk_stream_holds(const sk_stream *s);
 int32_t sk_stream_holding(const sk_stream *s);
 /* sk_stream_stall_claim holds the next unit that reads the stream's
