@@ -343,13 +343,13 @@ func (r *reef) collectPad(stop bool) {
 			// padding stopped inside the job: it continues from there
 			switch {
 			case cur.V < 0:
-				j.pos, j.posVer, j.posBlk = cur.K, 0, 0
+				j.resumeAt(cur.K, 0, 0, 0)
 			case cur.Done >= cur.Grid:
-				j.pos, j.posVer, j.posBlk = cur.K+1, 0, 0
+				j.resumeAt(cur.K+1, 0, 0, 0)
 			case cur.Done == 0:
-				j.pos, j.posVer, j.posBlk = cur.K, 0, 0
+				j.resumeAt(cur.K, 0, 0, 0)
 			default:
-				j.pos, j.posVer, j.posBlk = cur.K, cur.V, cur.Done
+				j.resumeAt(cur.K, cur.V, cur.Done, 0)
 			}
 			if j.pos < nk {
 				continue // restored by exitRT
@@ -358,7 +358,7 @@ func (r *reef) collectPad(stop bool) {
 		if j.inst != nil && !j.inst.outputOnHost() {
 			// the output is still on the device: a last, empty segment
 			// reads it (now, or when exitRT restores)
-			j.pos, j.posVer, j.posBlk = nk, 0, 0
+			j.resumeAt(nk, 0, 0, 0)
 			r.offer[i] = false
 			r.pad.withdraw(i)
 			r.s.stats.PadJobs++

@@ -308,8 +308,16 @@ type Job struct {
 	pos    int   // kernels [0, pos) are complete...
 	posVer int   // ...and blocks [0, posBlk) of kernel pos in version posVer
 	posBlk int64 //
+	posEnd int64 // ...and, when > 0, its blocks from posEnd on
 	idleAt int64 // when preempted: the moment its units went idle
 	done   chan struct{}
+}
+
+// resumeAt sets where the job continues: kernel pos in version ver, from
+// block blk, up to block end (0: to the kernel's last block; the blocks
+// from end on ran to their end before).
+func (j *Job) resumeAt(pos, ver int, blk, end int64) {
+	j.pos, j.posVer, j.posBlk, j.posEnd = pos, ver, blk, end
 }
 
 // Wait blocks until the job has finished and returns its error.
@@ -622,7 +630,8 @@ func (s *Scheduler) enqueue(j *Job, now int64) {
 	}
 	j.Started, j.Finished, j.Preemptions, j.ReexecNs, j.PadBlocks, j.Err = 0, 0, 0, 0, 0, nil
 	j.KernelStart, j.KernelEnd, j.RestoreGapNs, j.idleAt = 0, 0, 0, 0
-	j.pos, j.posVer, j.posBlk, j.inst = 0, 0, 0, nil
+	j.resumeAt(0, 0, 0, 0)
+	j.inst = nil
 	j.done = make(chan struct{})
 	s.pol.submit(j)
 }
@@ -775,9 +784,9 @@ type lane struct {
 	job  *Job
 	busy bool // a segment is in flight
 	// the segment in flight: kernels [from, to), the first from block blk
-	// of version ver
+	// (up to block end when > 0) of version ver
 	from, ver int
-	blk       int64
+	blk, end  int64
 	to        int
 	preempted bool
 	rec       *preemptRec
@@ -877,8 +886,8 @@ func (s *Scheduler) run(l *lane, to int, k launchKind) {
 func (s *Scheduler) push(l *lane, to int, kind launchKind) {
 	j := l.job
 	m := j.Model
-	l.from, l.ver, l.blk, l.to, l.kind = j.pos, j.posVer, j.posBlk, to, kind
-	if j.posBlk == 0 && j.posVer == 0 && kind == lkPreempt && j.pos < len(m.prVer) {
+	l.from, l.ver, l.blk, l.end, l.to, l.kind = j.pos, j.posVer, j.posBlk, j.posEnd, to, kind
+	if j.posBlk == 0 && j.posEnd == 0 && j.posVer == 0 && kind == lkPreempt && j.pos < len(m.prVer) {
 		l.ver = m.prVer[j.pos]
 	}
 	l.preempted = false
@@ -948,7 +957,7 @@ func (s *Scheduler) waitSeg(l *lane) bool {
 		}
 	}
 	if !preempted {
-		j.pos, j.posVer, j.posBlk = l.to, 0, 0
+		j.resumeAt(l.to, 0, 0, 0)
 		j.KernelEnd = l.ds.drainNs()
 	}
 	s.pol.segDone(l, preempted)
@@ -984,22 +993,24 @@ func (s *Scheduler) restorePoint(l *lane) {
 	s.stats.Restores++
 	// block-level restore: the launch the flag evicted, with the blocks of
 	// it that ran to their end
-	if ev, base, grid, f := l.ds.evicted(); ev >= int64(l.from) && ev < int64(len(m.prog.Kernels)) {
+	if ev, base, grid, f, e := l.ds.evicted(); ev >= int64(l.from) && ev < int64(len(m.prog.Kernels)) {
 		k := int(ev)
 		switch {
 		case idx < k && (idx == k-1 || idx < l.from):
 			// no block of it passed its prologue, every earlier launch of
 			// the segment completed: continue with it, as launched
-			j.pos, j.posVer, j.posBlk = k, l.launchVer(m, k), base
+			j.resumeAt(k, l.launchVer(m, k), base, base+grid)
 			s.stats.BlockRestores++
 			return
 		case idx == k && m.idem[k] == k:
 			// an idempotent kernel in progress: from its first block that
 			// did not run to its end (the blocks after it run again)
 			if f >= grid {
-				j.pos, j.posVer, j.posBlk = k+1, 0, 0
+				j.resumeAt(k+1, 0, 0, 0)
 			} else {
-				j.pos, j.posVer, j.posBlk = k, l.launchVer(m, k), base+f
+				// blocks from e on ran to their end as well (claims
+				// come from both ends)
+				j.resumeAt(k, l.launchVer(m, k), base+f, base+e)
 			}
 			s.stats.BlockRestores++
 			return
@@ -1012,9 +1023,9 @@ func (s *Scheduler) restorePoint(l *lane) {
 	e := m.idem[idx]
 	if e == idx && idx == l.from {
 		// the first kernel again, from the block it started at
-		j.pos, j.posVer, j.posBlk = l.from, l.ver, l.blk
+		j.resumeAt(l.from, l.ver, l.blk, l.end)
 	} else {
-		j.pos, j.posVer, j.posBlk = e, 0, 0
+		j.resumeAt(e, 0, 0, 0)
 	}
 	if j.pos == 0 && j.posBlk == 0 {
 		// a restart from the top: the arena may have reused the input's

@@ -245,8 +245,8 @@ func restoreCheck(t *testing.T, s *Scheduler, m *Model, want []float32, points f
 				t.Fatalf("kernel %d block %d: not preempted", k, blk)
 			}
 			l.st.PreemptAt(-1, 0)
-			l.from, l.ver, l.blk, l.preempted = 0, 0, 0, true
-			ev, evBase, evGrid, evDone := l.ds.evicted()
+			l.from, l.ver, l.blk, l.end, l.preempted = 0, 0, 0, 0, true
+			ev, evBase, evGrid, evDone, evEnd := l.ds.evicted()
 			s.mu.Lock()
 			execIdx := -2
 			debugRestore = func(_ *Model, idx int, _ *lane) { execIdx = idx }
@@ -254,8 +254,8 @@ func restoreCheck(t *testing.T, s *Scheduler, m *Model, want []float32, points f
 			debugRestore = nil
 			s.mu.Unlock()
 			// what the restore saw, for a failure's message
-			seen := fmt.Sprintf("execution index %d, evicted launch %d (blocks %d+%d, %d ran), restart at kernel %d version %d block %d",
-				execIdx, ev, evBase, evGrid, evDone, j.pos, j.posVer, j.posBlk)
+			seen := fmt.Sprintf("execution index %d, evicted launch %d (blocks %d+%d, %d ran, from %d on too), restart at kernel %d version %d blocks %d to %d",
+				execIdx, ev, evBase, evGrid, evDone, evEnd, j.pos, j.posVer, j.posBlk, j.posEnd)
 			if j.pos > k {
 				t.Fatalf("kernel %d block %d: restarts at %d (%s)", k, blk, j.pos, seen)
 			}
@@ -313,6 +313,74 @@ func TestRestoreExactAfterAnyPreemptionPoint(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d preemption points restored exactly (%d kernels in non-trivial idempotent groups)", key, n, groups)
+	}
+}
+
+// TestRestoreSkipsFinishedBackBlocks: units claim a kernel's blocks from
+// both ends, so a preempted kernel can leave finished blocks behind its
+// unfinished ones; the restore runs only the unfinished range and the
+// output is still the uninterrupted run's. Block 1 of a kernel is held
+// until the flag while the other unit runs every block but it, then the
+// job is preempted: it restarts at block 1 and ends before block 2.
+func TestRestoreSkipsFinishedBackBlocks(t *testing.T) {
+	if !ncpu.ChecksCompiled() {
+		t.Skip("preemption checks compiled out")
+	}
+	s := newSched(t, Config{Policy: PolicySeq})
+	m := load(t, s, "squeeze", ModelOptions{})
+	want := reference(t, "squeeze", 9)[9]
+	nk := len(m.prog.Kernels)
+	k := -1
+	for i := 1; i < nk && k < 0; i++ {
+		if m.prog.Kernels[i].Op != 0 && m.idem[i] == i && m.prof.Kernels[i].Versions[0].Grid >= 4 {
+			k = i
+		}
+	}
+	if k < 0 {
+		t.Fatal("no idempotent kernel of 4 or more blocks")
+	}
+	l := testLane(t, s)
+	j := &Job{Model: m, Class: BE, In: fillInput(m.InputSize(), 9), Out: make([]float32, m.OutputSize())}
+	s.mu.Lock()
+	if err := s.begin(l, j); err != nil {
+		s.mu.Unlock()
+		t.Fatal(err)
+	}
+	s.mu.Unlock()
+	l.st.HoldAt(int64(k), 1, true)
+	defer l.st.ReleaseHold()
+	s.push(l, nk, lkFast)
+	grid := m.prof.Kernels[k].Versions[0].Grid
+	waitFor(t, "kernel k's block 1 held, every other block finished", func() bool {
+		f, b := l.st.Claims()
+		return l.st.Holding() == 1 && l.st.ExecIndex() == int64(k) && f+b == grid && l.st.Running() == 1
+	})
+	l.ds.preempt()
+	var b [8]byte
+	l.efd.Read(b[:])
+	if st := l.st.Sync(); st != ncpu.Preempted {
+		t.Fatalf("sync: %v", st)
+	}
+	l.st.HoldAt(-1, 0, false)
+	s.mu.Lock()
+	s.restorePoint(l)
+	s.mu.Unlock()
+	if j.pos != k || j.posBlk != 1 || j.posEnd != 2 {
+		t.Fatalf("restarts at kernel %d blocks [%d, %d), want kernel %d blocks [1, 2)", j.pos, j.posBlk, j.posEnd, k)
+	}
+	if st := runSeg(s, l, nk); st != ncpu.Done {
+		t.Fatalf("restored run: %v", st)
+	}
+	s.mu.Lock()
+	j.pos = nk
+	l.job = nil
+	s.finish(j)
+	s.takeFire()
+	s.mu.Unlock()
+	for i := range want {
+		if j.Out[i] != want[i] {
+			t.Fatalf("out[%d] = %v, want %v", i, j.Out[i], want[i])
+		}
 	}
 }
 

@@ -36,9 +36,10 @@ type laneStream interface {
 	// (-1: none).
 	execIndex() int64
 	// evicted is the launch the flag evicted: its kernel (-1: none), the
-	// first block it was launched from, its grid and how many of its
-	// blocks from base ran to their end.
-	evicted() (k, base, grid, finished int64)
+	// first block it was launched from, its grid, how many of its blocks
+	// from base ran to their end and the end of the rest: its blocks from
+	// base+end on ran to their end too.
+	evicted() (k, base, grid, finished, end int64)
 	// restore clears the flag and the execution index.
 	restore()
 	close()
@@ -65,8 +66,9 @@ func (c cpuStream) push(l *lane, to int, kind launchKind) {
 	lo, hi := m.live[j.pos], m.live[to]
 	var err error
 	if lo < hi {
-		if j.posBlk > 0 || j.posVer > 0 {
+		if j.posBlk > 0 || j.posEnd > 0 || j.posVer > 0 {
 			// the first kernel continues in its version from its block
+			// (up to its end block)
 			scratch := L.Len() - 1
 			k := j.pos
 			var est, blkNs, bw int64
@@ -78,7 +80,7 @@ func (c cpuStream) push(l *lane, to int, kind launchKind) {
 			if kind == lkPreempt && k < len(m.prVer) && j.posVer == m.prVer[k] {
 				ks = in.pre // the preemptible copy, with its checks
 			}
-			L.Set(scratch, ncpu.Launch{Kernels: ks, K: k, Idx: int64(k), Blk0: j.posBlk, EstNs: est, BlkNs: blkNs, BW: bw})
+			L.Set(scratch, ncpu.Launch{Kernels: ks, K: k, Idx: int64(k), Blk0: j.posBlk, Blk1: j.posEnd, EstNs: est, BlkNs: blkNs, BW: bw})
 			if _, err = c.st.Push(L, scratch, scratch+1, mark); err == nil {
 				_, err = c.st.Push(L, lo+1, hi, false)
 			}
@@ -104,7 +106,7 @@ func (c cpuStream) markNs() int64                         { return c.st.MarkNs()
 func (c cpuStream) drainNs() int64                        { return c.st.DrainNs() }
 func (c cpuStream) idleNs() int64                         { return c.st.IdleNs() }
 func (c cpuStream) execIndex() int64                      { return c.st.ExecIndex() }
-func (c cpuStream) evicted() (int64, int64, int64, int64) { return c.st.Evicted() }
+func (c cpuStream) evicted() (int64, int64, int64, int64, int64) { return c.st.Evicted() }
 func (c cpuStream) restore() {
 	c.st.Restore()
 	c.st.ResetIndex()
@@ -266,7 +268,7 @@ func (ss *segStream) execIndex() int64 {
 }
 
 // evicted: a segment device restores from kernels, not blocks.
-func (ss *segStream) evicted() (int64, int64, int64, int64) { return -1, 0, 0, 0 }
+func (ss *segStream) evicted() (int64, int64, int64, int64, int64) { return -1, 0, 0, 0, 0 }
 
 func (ss *segStream) restore() {
 	ss.mu.Lock()

@@ -1142,6 +1142,8 @@ void sk_stream_hold_release(sk_stream *s) { hold_release(&s->hold); }
 
 int64_t sk_stream_holds(const sk_stream *s) { return LD(&s->hold.holds); }
 
+int32_t sk_stream_running(const sk_stream *s) { return LD(&s->running); }
+
 void sk_stream_claims(const sk_stream *s, int64_t *front, int64_t *back)
 {
 	uint64_t t = LD(&s->ticket);
@@ -1468,7 +1470,7 @@ int64_t sk_stream_drain_ns(const sk_stream *s) { return LD(&s->drain_ns); }
 int64_t sk_stream_idle_ns(const sk_stream *s) { return LD(&s->idle_ns); }
 
 int64_t sk_stream_evicted(const sk_stream *s, int64_t *base, int64_t *grid,
-			  int64_t *first)
+			  int64_t *first, int64_t *end)
 {
 	int64_t idx = LD(&s->ev_idx);
 	if (idx < 0)
@@ -1484,6 +1486,23 @@ int64_t sk_stream_evicted(const sk_stream *s, int64_t *base, int64_t *grid,
 		}
 	}
 	*first = f;
+	/* one past the last block that did not run to its end: claims come
+	 * from both ends, so blocks at the back may have finished while the
+	 * front did not (untracked blocks past 256 count as unfinished) */
+	int64_t g = *grid, e = g;
+	if (g <= 64 * SK_DONE_WORDS) {
+		e = 0;
+		for (int w = (int)SK_CDIV(g, 64) - 1; w >= 0; w--) {
+			uint64_t open = ~LDR(&s->ev_bits[w]);
+			if (64 * (w + 1) > g)
+				open &= (1ULL << (g - 64 * w)) - 1;
+			if (open) {
+				e = 64 * w + 64 - __builtin_clzll(open);
+				break;
+			}
+		}
+	}
+	*end = e;
 	return idx;
 }
 

@@ -118,13 +118,16 @@ func (s *Stream) IdleNs() int64 { return int64(C.sk_stream_idle_ns(s.s)) }
 
 // Evicted tells where the stream stood when HQPreempt's flag evicted its
 // ring: the execution index of the launch in progress (-1: nothing was
-// evicted), its first block, its block count, and first: the launch's
-// blocks [0, first) ran to their end and block first did not (blocks
-// are tracked up to 256; first = 256 when those all ran).
-func (s *Stream) Evicted() (idx, base, grid, first int64) {
-	var b, g, f C.int64_t
-	i := C.sk_stream_evicted(s.s, &b, &g, &f)
-	return int64(i), int64(b), int64(g), int64(f)
+// evicted), its first block, its block count, first: the launch's blocks
+// [0, first) ran to their end and block first did not (blocks are tracked
+// up to 256; first = 256 when those all ran), and end: its blocks from end
+// on ran to their end too (claims come from both ends of a kernel), block
+// end-1 did not (0 when none is left; grid when the launch has untracked
+// blocks). Blocks count from the launch's first.
+func (s *Stream) Evicted() (idx, base, grid, first, end int64) {
+	var b, g, f, e C.int64_t
+	i := C.sk_stream_evicted(s.s, &b, &g, &f, &e)
+	return int64(i), int64(b), int64(g), int64(f), int64(e)
 }
 
 // SetPriority puts the stream on (or off) the pool's short list of
@@ -482,6 +485,11 @@ func (s *Stream) ReleaseHold() {
 
 // Holds counts the holds the stream's units have taken so far.
 func (s *Stream) Holds() int64 { return int64(C.sk_stream_holds(s.s)) }
+
+// Running is the number of the stream's blocks running now, held ones
+// included (a block that ran to its end is marked done before it stops
+// counting).
+func (s *Stream) Running() int { return int(C.sk_stream_running(s.s)) }
 
 // Claims is how many blocks of the stream's current kernel units have
 // claimed from its front and from its back (claims come from both ends of a

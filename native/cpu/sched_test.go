@@ -1213,3 +1213,50 @@ func TestTwoEndedClaims(t *testing.T) {
 		}
 	}
 }
+
+// TestEvictedEnd: after a preemption, Evicted tells the first block of the
+// evicted launch that did not run to its end and one past the last such
+// block; the blocks around them finished, whichever end they were claimed
+// from. Block 3 of 8 is held until the flag, the other unit runs every
+// other block, then the stream is preempted: only block 3 is left.
+func TestEvictedEnd(t *testing.T) {
+	if !ChecksCompiled() {
+		t.Skip("preemption checks compiled out: the held block runs to its end")
+	}
+	pool := newPool(t, 2)
+	st := newHQStream(t, pool, 16, 2)
+	defer st.Close()
+	const n = 1 << 20
+	x, y := newFloats(t, n, 1), newFloats(t, n, 0)
+	ks := newKernels(t, 1)
+	unary(t, ks, 0, x, y, actAffine, 2, 1, 2)
+	grid := ks.Info(0).Grid
+	if grid != 8 {
+		t.Fatalf("grid %d, want 8", grid)
+	}
+	chunk := n / 8
+	l := newLaunches(t, 1)
+	l.Set(0, Launch{Kernels: ks, K: 0, Idx: 0})
+	st.HoldAt(0, 3, true)
+	if _, err := st.Push(l, 0, 1, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the hold and the other seven blocks", func() bool {
+		f, b := st.Claims()
+		return st.Holding() == 1 && f+b == grid && st.Running() == 1
+	})
+	ys := y.s()
+	for b := 0; b < 8; b++ {
+		if got, want := ys[b*chunk+chunk-1], float32(3); b != 3 && got != want {
+			t.Fatalf("block %d: y = %v, want %v", b, got, want)
+		}
+	}
+	st.HQPreempt()
+	if s := st.Sync(); s != Preempted {
+		t.Fatalf("sync: %v", s)
+	}
+	idx, base, g, first, end := st.Evicted()
+	if idx != 0 || base != 0 || g != 8 || first != 3 || end != 4 {
+		t.Fatalf("evicted launch %d, blocks %d+%d, first unfinished %d, end %d: want 0, 0+8, 3, 4", idx, base, g, first, end)
+	}
+}

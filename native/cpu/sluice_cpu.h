@@ -411,11 +411,13 @@ int64_t sk_stream_drain_ns(const sk_stream *s);
 int64_t sk_stream_idle_ns(const sk_stream *s);
 /* sk_stream_evicted tells where the stream stood when sk_hq_preempt's
  * flag evicted its ring: the execution index of the launch in progress
- * (returned; -1: nothing was evicted), its first block, its block count
- * and first, its first block that did not run to its end (blocks are
- * tracked up to 256: first = 256 when those all did). */
+ * (returned; -1: nothing was evicted), its first block, its block count,
+ * first, its first block that did not run to its end (blocks are tracked
+ * up to 256: first = 256 when those all did), and end, one past its last
+ * block that did not (0 when none; grid when the launch has untracked
+ * blocks). Blocks are numbered from the launch's first. */
 int64_t sk_stream_evicted(const sk_stream *s, int64_t *base, int64_t *grid,
-			  int64_t *first);
+			  int64_t *first, int64_t *end);
 /* sk_stream_set_priority puts s on (on != 0) or off the pool's short list
  * of streams units serve first: a unit takes their blocks before any other
  * stream's, and before it drops the queue of a preempted stream. At most 8
@@ -579,6 +581,10 @@ void sk_stream_hold_release(sk_stream *s);
  * units claimed from its front and from its back (both 0 when no kernel is
  * current). */
 void sk_stream_claims(const sk_stream *s, int64_t *front, int64_t *back);
+/* sk_stream_running is the number of the stream's blocks running now (a
+ * held one included); a block that ran to its end is marked done before
+ * it stops counting. */
+int32_t sk_stream_running(const sk_stream *s);
 int64_t sk_stream_holds(const sk_stream *s);
 int32_t sk_stream_holding(const sk_stream *s);
 /* sk_stream_stall_claim holds the next unit that reads the stream's
