@@ -102,10 +102,10 @@ func (c cpuStream) preempt() int64 { return c.st.HQPreempt() }
 func (c cpuStream) sync() (bool, error) {
 	return c.st.Sync() == ncpu.Preempted, nil
 }
-func (c cpuStream) markNs() int64                         { return c.st.MarkNs() }
-func (c cpuStream) drainNs() int64                        { return c.st.DrainNs() }
-func (c cpuStream) idleNs() int64                         { return c.st.IdleNs() }
-func (c cpuStream) execIndex() int64                      { return c.st.ExecIndex() }
+func (c cpuStream) markNs() int64                                { return c.st.MarkNs() }
+func (c cpuStream) drainNs() int64                               { return c.st.DrainNs() }
+func (c cpuStream) idleNs() int64                                { return c.st.IdleNs() }
+func (c cpuStream) execIndex() int64                             { return c.st.ExecIndex() }
 func (c cpuStream) evicted() (int64, int64, int64, int64, int64) { return c.st.Evicted() }
 func (c cpuStream) restore() {
 	c.st.Restore()
