@@ -42,8 +42,11 @@ func (p *split) rr(j *Job, now int64, waiting float64) float64 {
 }
 
 // insert places j by Algorithm 1, walking from the back of the queue.
-func (p *split) insert(j *Job) int {
-	now := Now()
+func (p *split) insert(j *Job) int { return p.insertAt(j, Now()) }
+
+// insertAt is insert at time now (the clock the queued jobs' waits and
+// targets are read at).
+func (p *split) insertAt(j *Job, now int64) int {
 	ahead := 0.0 // remaining work ahead of q[pos-1]
 	for _, o := range p.q {
 		ahead += remaining(o)

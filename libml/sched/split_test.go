@@ -42,12 +42,12 @@ func TestSplitRule(t *testing.T) {
 		now := Now()
 		l := &Job{Model: long, Class: BE, Arrival: now - waited}
 		p.q = []*Job{l}
-		if pos := p.insert(&Job{Model: short, Class: BE, Arrival: now}); pos != 0 {
+		if pos := p.insertAt(&Job{Model: short, Class: BE, Arrival: now}, now); pos != 0 {
 			t.Fatalf("long job waited %.3f ms: a new short job goes to position %d, want 0 (ahead)", float64(waited)/1e6, pos)
 		}
 		// a second short job stays behind the first (same model: FIFO)
 		// and ahead of the long one
-		if pos := p.insert(&Job{Model: short, Class: BE, Arrival: now}); pos != 1 {
+		if pos := p.insertAt(&Job{Model: short, Class: BE, Arrival: now}, now); pos != 1 {
 			t.Fatalf("second short job at %d, want 1", pos)
 		}
 		if p.q[2] != l {
@@ -56,38 +56,39 @@ func TestSplitRule(t *testing.T) {
 	}
 	// aging: past its target the long job is not passed
 	for _, waited := range []int64{40e6, 1e9, 1e11} {
-		p.q = []*Job{{Model: long, Class: BE, Arrival: Now() - waited}}
-		if pos := p.insert(&Job{Model: short, Class: BE, Arrival: Now()}); pos != 1 {
+		now := Now()
+		p.q = []*Job{{Model: long, Class: BE, Arrival: now - waited}}
+		if pos := p.insertAt(&Job{Model: short, Class: BE, Arrival: now}, now); pos != 1 {
 			t.Fatalf("long job waited %.0f ms (target 40): a new short job goes to %d, want 1 (behind)", float64(waited)/1e6, pos)
 		}
 	}
 	// a new long job never passes a queued shorter one, however new
-	p.q = []*Job{{Model: short, Class: BE, Arrival: Now() - 1e3}}
-	if pos := p.insert(&Job{Model: long, Class: BE, Arrival: Now()}); pos != 1 {
+	now := Now()
+	p.q = []*Job{{Model: short, Class: BE, Arrival: now - 1e3}}
+	if pos := p.insertAt(&Job{Model: long, Class: BE, Arrival: now}, now); pos != 1 {
 		t.Fatalf("long job at %d, want 1 (behind)", pos)
 	}
 	// classes: a long RT job passes short BE jobs (even overdue ones) but
 	// not an RT job of its own model; a short BE job never passes RT
-	now := Now()
 	p.q = []*Job{{Model: short, Class: BE, Arrival: now - 1e9}, {Model: mid, Class: BE, Arrival: now}}
-	if pos := p.insert(&Job{Model: long, Class: RT, Arrival: now}); pos != 0 {
+	if pos := p.insertAt(&Job{Model: long, Class: RT, Arrival: now}, now); pos != 0 {
 		t.Fatalf("RT job behind BE jobs: position %d, want 0", pos)
 	}
-	if pos := p.insert(&Job{Model: long, Class: RT, Arrival: now}); pos != 1 {
+	if pos := p.insertAt(&Job{Model: long, Class: RT, Arrival: now}, now); pos != 1 {
 		t.Fatalf("second RT job of the same model at %d, want 1 (FIFO)", pos)
 	}
-	if pos := p.insert(&Job{Model: short, Class: BE, Arrival: now}); pos != 3 {
+	if pos := p.insertAt(&Job{Model: short, Class: BE, Arrival: now}, now); pos != 3 {
 		t.Fatalf("short BE job at %d, want 3 (past mid, behind the BE job of its own model)", pos)
 	}
 	p.q = []*Job{{Model: long, Class: RT, Arrival: now}}
-	if pos := p.insert(&Job{Model: short, Class: BE, Arrival: now}); pos != 1 {
+	if pos := p.insertAt(&Job{Model: short, Class: BE, Arrival: now}, now); pos != 1 {
 		t.Fatalf("short BE job passed an RT job: position %d", pos)
 	}
 	// an RT job passes the BE jobs of its own model too (DISB C: the RT
 	// client's model is also one of the BE clients'; FIFO holds within a
 	// class)
 	p.q = []*Job{{Model: mid, Class: BE, Arrival: now}, {Model: long, Class: BE, Arrival: now}, {Model: short, Class: BE, Arrival: now}}
-	if pos := p.insert(&Job{Model: long, Class: RT, Arrival: now}); pos != 0 {
+	if pos := p.insertAt(&Job{Model: long, Class: RT, Arrival: now}, now); pos != 0 {
 		t.Fatalf("RT job behind a BE job of its own model: position %d, want 0", pos)
 	}
 	// the closed form, on random queues of one class whose jobs are all
@@ -103,7 +104,7 @@ func TestSplitRule(t *testing.T) {
 		}
 		q0 := append([]*Job(nil), p.q...)
 		j := &Job{Model: models[rng.Intn(3)], Class: BE, Arrival: now}
-		pos := p.insert(j)
+		pos := p.insertAt(j, now)
 		want := len(q0)
 		for want > 0 {
 			o := q0[want-1]
