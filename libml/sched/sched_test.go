@@ -219,6 +219,17 @@ func runSeg(s *Scheduler, l *lane, to int) ncpu.Status {
 	return l.st.Sync()
 }
 
+// finishJob completes job j, run to its end on lane l outside any policy:
+// its output copied out, its instance released.
+func finishJob(s *Scheduler, l *lane, j *Job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j.pos = len(j.Model.prog.Kernels)
+	l.job = nil
+	s.finish(j)
+	s.takeFire()
+}
+
 // restoreCheck preempts a job at every (kernel, block) point chosen by
 // points, restores it from the point restorePoint computes and checks the
 // output equals the uninterrupted run's, bit for bit.
@@ -262,12 +273,7 @@ func restoreCheck(t *testing.T, s *Scheduler, m *Model, want []float32, points f
 			if st := runSeg(s, l, nk); st != ncpu.Done {
 				t.Fatalf("kernel %d block %d: restored run preempted", k, blk)
 			}
-			s.mu.Lock()
-			j.pos = nk
-			l.job = nil
-			s.finish(j)
-			s.takeFire()
-			s.mu.Unlock()
+			finishJob(s, l, j)
 			for i := range want {
 				if j.Out[i] != want[i] && !(math.IsNaN(float64(j.Out[i])) && math.IsNaN(float64(want[i]))) {
 					t.Fatalf("preempted at kernel %d (%s) block %d: out[%d] = %v, want %v (%s)",
@@ -371,12 +377,7 @@ func TestRestoreSkipsFinishedBackBlocks(t *testing.T) {
 	if st := runSeg(s, l, nk); st != ncpu.Done {
 		t.Fatalf("restored run: %v", st)
 	}
-	s.mu.Lock()
-	j.pos = nk
-	l.job = nil
-	s.finish(j)
-	s.takeFire()
-	s.mu.Unlock()
+	finishJob(s, l, j)
 	for i := range want {
 		if j.Out[i] != want[i] {
 			t.Fatalf("out[%d] = %v, want %v", i, j.Out[i], want[i])

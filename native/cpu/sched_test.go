@@ -93,6 +93,17 @@ func newLaunches(t testing.TB, n int) *Launches {
 	return l
 }
 
+// newStream is a stream of the given capacity, closed when the test ends.
+func newStream(t testing.TB, pool *Pool, capacity int) *Stream {
+	t.Helper()
+	st, err := pool.NewStream(capacity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
 // newHQStream is a stream of the given capacity with a host queue of the
 // given window; the caller closes it.
 func newHQStream(t testing.TB, pool *Pool, capacity, window int) *Stream {
@@ -147,11 +158,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // TestLaunchRange runs only the blocks of a range.
 func TestLaunchRange(t *testing.T) {
 	pool := newPool(t, 2)
-	st, err := pool.NewStream(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newStream(t, pool, 16)
 	const n = 1 << 20
 	x, y := newFloats(t, n, 1), newFloats(t, n, 0)
 	ks := newKernels(t, 1)
@@ -189,11 +196,7 @@ func TestLaunchRange(t *testing.T) {
 // rest wait in the host queue, and everything pushed runs in order.
 func TestHostQueueWindow(t *testing.T) {
 	pool := newPool(t, 2)
-	st, err := pool.NewStream(64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newStream(t, pool, 64)
 	if err := st.EnableHQ(64); err == nil {
 		t.Fatal("window = capacity accepted")
 	}
@@ -1027,11 +1030,7 @@ func TestCheckWork(t *testing.T) {
 func TestRunInline(t *testing.T) {
 	const nk, n, units = 6, 1 << 20, 4
 	pool := newPool(t, 2)
-	st, err := pool.NewStream(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newStream(t, pool, 16)
 	x, ks, _ := incChainKernels(t, nk, n, units)
 	if ks.Info(0).Grid < 2 {
 		t.Fatalf("grid %d: the test needs several blocks a kernel", ks.Info(0).Grid)
@@ -1095,11 +1094,7 @@ func TestRunInline(t *testing.T) {
 // after kernels 0-3 ran.
 func TestStaleTicketFiresNoHook(t *testing.T) {
 	pool := newPool(t, 2)
-	st, err := pool.NewStream(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newStream(t, pool, 4)
 	const nk = 5
 	x, ks, _ := incChainKernels(t, nk, 64, 1)
 	if g := ks.Info(0).Grid; g != 1 {
@@ -1156,11 +1151,7 @@ func TestStaleTicketFiresNoHook(t *testing.T) {
 // from its own end.
 func TestTwoEndedClaims(t *testing.T) {
 	pool := newPool(t, 2)
-	st, err := pool.NewStream(16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := newStream(t, pool, 16)
 	const n = 1 << 20
 	x, y := newFloats(t, n, 1), newFloats(t, n, 0)
 	ks := newKernels(t, 2)
