@@ -61,6 +61,19 @@ type SegmentInstance interface {
 	Preempt() error
 }
 
+// PreemptBatcher is a segment instance whose device preempts several
+// segments in one round trip: every flag is written, then the device is
+// waited for once (REEF enters RT mode by preempting every running BE
+// stream; on a GPU each Preempt alone waits for the control stream, and
+// the RT job's launch waits for them all).
+type PreemptBatcher interface {
+	SegmentInstance
+	// PreemptWith preempts the instance's armed or running segment and
+	// those of others, as Preempt does each, waiting for the device once
+	// for all of them that share its device (the others one by one).
+	PreemptWith(others []SegmentInstance) error
+}
+
 // Segment is one run of a job's kernels on an instance.
 type Segment struct {
 	// From is where it starts: kernel From.Kernel from its block

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"sluice/libml"
 	"sluice/libml/engine"
@@ -54,9 +55,10 @@ type Backend struct {
 
 	// ctl is the control stream preemptions write flags on; ones holds
 	// the flag value they copy.
-	ctlMu sync.Mutex
-	ctl   gpuStream
-	ones  pinned
+	ctlMu     sync.Mutex
+	ctl       gpuStream
+	ones      pinned
+	flagWaits atomic.Int64
 }
 
 var _ libml.Backend = (*Backend)(nil)
@@ -222,17 +224,31 @@ func (b *Backend) ready() error {
 // state, on the control stream, and returns once it is in device memory.
 // The copy engine does it: a memset kernel could wait for SMs that the
 // preempted blocks hold until they see the flag.
-func (b *Backend) setFlag(state uint64) error {
+func (b *Backend) setFlag(state uint64) error { return b.setFlags([]uint64{state}) }
+
+// setFlags sets the preemption flags of the instance states on the
+// control stream, all written before one wait for it.
+func (b *Backend) setFlags(states []uint64) error {
+	if len(states) == 0 {
+		return nil
+	}
 	b.ctlMu.Lock()
 	defer b.ctlMu.Unlock()
-	if err := b.ctl.WriteAsync(state+StateFlag, b.ones, StateFlag, 4); err != nil {
-		return fmt.Errorf("cuda: preempt: %w", err)
+	for _, st := range states {
+		if err := b.ctl.WriteAsync(st+StateFlag, b.ones, StateFlag, 4); err != nil {
+			return fmt.Errorf("cuda: preempt: %w", err)
+		}
 	}
+	b.flagWaits.Add(1)
 	if err := b.ctl.Sync(); err != nil {
 		return fmt.Errorf("cuda: preempt: %w", err)
 	}
 	return nil
 }
+
+// FlagWaits is how many times preemptions waited for the control stream
+// that writes their flags (one per Preempt, one per PreemptWith).
+func (b *Backend) FlagWaits() int64 { return b.flagWaits.Load() }
 
 // model is a loaded model: its weights in device memory and its compiled
 // programs, shared by its instances.

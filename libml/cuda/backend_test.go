@@ -652,3 +652,54 @@ func newEmuDevBackend(d *emuDev, cfg libml.BackendConfig) (*Backend, error) {
 	b := NewBackend(Options{open: func() (gpuCtx, error) { return d, nil }})
 	return b, b.Init(context.Background(), cfg)
 }
+
+// PreemptWith preempts several instances' segments with one wait for the
+// control stream (REEF preempts every running BE stream as an RT job
+// arrives): the armed instances stop before their first launch, an
+// instance named twice counts once, one not armed is left alone and runs
+// its next segment through, and each preempted one then restores to the
+// unpreempted output.
+func TestPreemptWith(t *testing.T) {
+	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	g := preemptModel(t, "squeezenet11")
+	var insts []*Instance
+	for range 4 {
+		inst := load(t, b, "squeezenet11", g, 1).(*Instance)
+		defer inst.Close()
+		insts = append(insts, inst)
+	}
+	in := zoo.Input(3, insts[0].InputSize())
+	want := infer(t, b, insts[0], 1, in)
+	for _, inst := range insts[:3] {
+		inst.Arm()
+	}
+	w0 := b.FlagWaits()
+	others := []libml.SegmentInstance{insts[1], insts[2], insts[1], insts[3]}
+	if err := insts[0].PreemptWith(others); err != nil {
+		t.Fatal(err)
+	}
+	if w := b.FlagWaits() - w0; w != 1 {
+		t.Errorf("%d waits for the control stream, want 1", w)
+	}
+	for i, inst := range insts {
+		got := make([]float32, inst.OutputSize())
+		pre, resume, err := runSeg(inst, 1, ResumePoint{}, in, got)
+		if err != nil {
+			t.Fatalf("instance %d: %v", i, err)
+		}
+		if pre != (i < 3) {
+			t.Fatalf("instance %d: preempted %v, want %v", i, pre, i < 3)
+		}
+		if pre {
+			if pre, _, err = runSeg(inst, 1, ResumePoint{Kernel: resume}, nil, got); err != nil || pre {
+				t.Fatalf("instance %d restored: preempted %v err %v", i, pre, err)
+			}
+		}
+		closeTo(t, fmt.Sprintf("instance %d", i), got, want, 0)
+	}
+	// nothing armed: no flag written, no error
+	w1 := b.FlagWaits()
+	if err := insts[0].PreemptWith(others); err != nil || b.FlagWaits() != w1 {
+		t.Errorf("PreemptWith with nothing armed: %v, %d waits", err, b.FlagWaits()-w1)
+	}
+}

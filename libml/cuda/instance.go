@@ -1,10 +1,12 @@
 package cuda
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -729,6 +731,44 @@ func (i *Instance) Preempt() error {
 	i.req.Store(true)
 	i.flagClear.Store(false)
 	return i.b.setFlag(i.state)
+}
+
+// PreemptWith preempts the instance's run and those of others
+// (libml.PreemptBatcher): the flags of all of them on this backend are
+// written before one wait for the control stream, so preempting n
+// streams costs one round trip to the device, not n; others of another
+// backend are preempted one by one. Each instance's lock is held until its
+// flag is there, as Preempt holds it (in the order of the instances'
+// state addresses: two callers cannot deadlock).
+func (i *Instance) PreemptWith(others []libml.SegmentInstance) error {
+	mine := make([]*Instance, 0, 1+len(others))
+	mine = append(mine, i)
+	var errs []error
+	for _, o := range others {
+		if ci, ok := o.(*Instance); ok && ci.b == i.b {
+			if ci != i && !slices.Contains(mine, ci) {
+				mine = append(mine, ci)
+			}
+			continue
+		}
+		if o != nil {
+			errs = append(errs, o.Preempt())
+		}
+	}
+	slices.SortFunc(mine, func(a, b *Instance) int { return cmp.Compare(a.state, b.state) })
+	states := make([]uint64, 0, len(mine))
+	for _, ci := range mine {
+		ci.pmu.Lock()
+		defer ci.pmu.Unlock()
+		if !ci.running || ci.req.Load() {
+			continue
+		}
+		ci.req.Store(true)
+		ci.flagClear.Store(false)
+		states = append(states, ci.state)
+	}
+	errs = append(errs, i.b.setFlags(states))
+	return errors.Join(errs...)
 }
 
 // instStats are an instance's counters (Stats reads them).

@@ -13,6 +13,7 @@ import (
 
 var (
 	_ libml.PaddingSegmentInstance = (*Instance)(nil)
+	_ libml.PreemptBatcher         = (*Instance)(nil)
 	_ libml.SegmentBackend         = (*Backend)(nil)
 )
 

@@ -24,6 +24,7 @@ type reef struct {
 	padOn  bool
 	offer  []bool // BE lane i's job is offered to padding
 	rec    *preemptRec
+	ls     []*lane // preemptBE's lanes (kept: no allocation per RT mode)
 	// guard is padding's online back-off (nil without it); padWanted
 	// says the guard let this RT mode pad, padUsed that BE work was
 	// offered while the running RT job ran
@@ -134,16 +135,17 @@ func (r *reef) enterRT() {
 // preemptBE preempts every running BE stream not preempted yet; the
 // returned record (nil: none was running) waits for their drains.
 func (r *reef) preemptBE() *preemptRec {
-	var rec *preemptRec
+	r.ls = r.ls[:0]
 	for _, l := range r.be {
-		if !l.busy || l.preempted {
-			continue
+		if l.busy && !l.preempted {
+			r.ls = append(r.ls, l)
 		}
-		t := r.s.preempt(l)
-		if rec == nil {
-			rec = &preemptRec{t0: t}
-		}
-		rec.waiting++
+	}
+	if len(r.ls) == 0 {
+		return nil
+	}
+	rec := &preemptRec{t0: r.s.preemptLanes(r.ls), waiting: len(r.ls)}
+	for _, l := range r.ls {
 		l.rec = rec
 	}
 	return rec

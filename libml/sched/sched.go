@@ -375,8 +375,10 @@ type Scheduler struct {
 	stats  Stats
 	closed bool
 	fire   []*Job
-	wg     sync.WaitGroup
-	bw     int64
+	// preScratch is preemptLanes' list of segment instances (reused)
+	preScratch []libml.SegmentInstance
+	wg         sync.WaitGroup
+	bw         int64
 	// logSegs records every segment launched (tests)
 	logSegs bool
 	segs    []segEv
@@ -972,6 +974,27 @@ func (s *Scheduler) waitSeg(l *lane) bool {
 func (s *Scheduler) preempt(l *lane) int64 {
 	l.preempted = true
 	return l.ds.preempt()
+}
+
+// preemptLanes preempts every lane of ls, as preempt does each; segment
+// lanes whose instances can be preempted together (libml.PreemptBatcher:
+// on a GPU, one wait for the device instead of one per lane) are. Returns
+// the first call's time.
+func (s *Scheduler) preemptLanes(ls []*lane) int64 {
+	for _, l := range ls {
+		l.preempted = true
+	}
+	t, ok, scratch := preemptSegments(ls, s.preScratch)
+	s.preScratch = scratch
+	if ok {
+		return t
+	}
+	for i, l := range ls {
+		if ti := l.ds.preempt(); i == 0 {
+			t = ti
+		}
+	}
+	return t
 }
 
 // restorePoint moves l's job to where it restarts after a preemption

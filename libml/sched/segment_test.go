@@ -206,6 +206,49 @@ func TestSegmentDeviceReefPreempts(t *testing.T) {
 	t.Logf("preemption latencies on the emulator %v ns, re-executed %.0f ns of profiled kernel time", st.PreemptNs, st.ReexecNs)
 }
 
+// TestSegmentDeviceReefPreemptsTogether: an RT job that arrives while two
+// BE jobs run on the emulated cuda device (one on each BE lane, each
+// held at a launch until its stream's flag is set) preempts both with
+// one wait for the device's control stream (libml.PreemptBatcher: the
+// RT job's launch waits for one round trip, not one per BE stream),
+// finishes first, and every output is the backend's alone, bit for bit.
+func TestSegmentDeviceReefPreemptsTogether(t *testing.T) {
+	be := emuCUDA(t)
+	s := segSched(t, be, PolicyREEF)
+	big, small := segLoad(t, s, "squeeze"), segLoad(t, s, "bert")
+	live := liveKernels(big)
+	b1, b2, r := job(big, BE, 0, 5), job(big, BE, 1, 6), job(small, RT, 0, 7)
+	var o order
+	for _, j := range []*Job{b1, b2, r} {
+		o.hook(j)
+	}
+	for _, j := range []*Job{b1, b2} {
+		submitHeld(t, be, s, j, live[len(live)/2], "a BE job's launch to be held")
+	}
+	w0 := be.FlagWaits()
+	if err := s.Submit(r); err != nil {
+		t.Fatal(err)
+	}
+	got := o.wait(t, b1, b2, r)
+	if got[0] != r {
+		t.Errorf("the RT job finished after a BE job")
+	}
+	if w := be.FlagWaits() - w0; w != 1 {
+		t.Errorf("%d waits for the control stream to preempt two BE streams, want 1", w)
+	}
+	if b1.Preemptions != 1 || b2.Preemptions != 1 || r.Preemptions != 0 {
+		t.Errorf("preemptions: BE %d and %d, RT %d; want 1, 1, 0", b1.Preemptions, b2.Preemptions, r.Preemptions)
+	}
+	for _, c := range []struct {
+		j   *Job
+		key string
+	}{{b1, "squeeze"}, {b2, "squeeze"}, {r, "bert"}} {
+		if d := sameBits(c.j.Out, cudaReference(t, be, c.key, c.j.In)); d != "" {
+			t.Errorf("%s job: %s", c.key, d)
+		}
+	}
+}
+
 // reefBackendSqueeze is a reef scheduler backend on the emulated device be
 // with the squeeze test model loaded and configured for batches up to
 // maxBatch; the caller closes the instance and deinits the backend.

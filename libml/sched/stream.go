@@ -239,6 +239,53 @@ func (ss *segStream) preempt() int64 {
 	return t
 }
 
+// preemptSegments preempts the segments of lanes ls in one call when
+// they are all segment lanes, two or more, and the first running instance
+// batches (libml.PreemptBatcher); a failure is each lane's error. It
+// reports whether it did. others is scratch (returned for reuse).
+func preemptSegments(ls []*lane, others []libml.SegmentInstance) (int64, bool, []libml.SegmentInstance) {
+	others = others[:0]
+	if len(ls) < 2 {
+		return 0, false, others
+	}
+	var first libml.PreemptBatcher
+	for _, l := range ls {
+		ss, ok := l.ds.(*segStream)
+		if !ok {
+			return 0, false, others
+		}
+		ss.mu.Lock()
+		inst := ss.running
+		ss.mu.Unlock()
+		if inst == nil {
+			continue
+		}
+		if first == nil {
+			if first, ok = inst.(libml.PreemptBatcher); !ok {
+				return 0, false, others
+			}
+			continue
+		}
+		others = append(others, inst)
+	}
+	t := Now()
+	if first == nil {
+		return t, true, others // nothing runs: nothing to preempt
+	}
+	if err := first.PreemptWith(others); err != nil {
+		for _, l := range ls {
+			ss := l.ds.(*segStream)
+			ss.mu.Lock()
+			if ss.err == nil {
+				ss.err = fmt.Errorf("sched: preempt: %w", err)
+			}
+			ss.mu.Unlock()
+		}
+	}
+	clear(others) // no instance kept alive by the scratch
+	return t, true, others
+}
+
 func (ss *segStream) sync() (bool, error) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
