@@ -60,34 +60,17 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 				continue // rounded up to the share before (a small device)
 			}
 			last = m.inst.SMs()
-			share := float64(last)
-			for _, b := range append(slices.Clone(o.batches), o.holdout...) {
-				ns, err := timeBatch(ctx, be, m.inst, b, m.in, m.out, o.reps)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", m.name, err)
-				}
-				if slices.Contains(o.batches, b) {
-					p.Points = append(p.Points, inss.Point{Batch: b, Share: share, RunNs: ns})
-				} else {
-					rep.held = append(rep.held, heldOut{model: m.name, batch: b, share: share, observedNs: ns})
-				}
+			if err := sweep(ctx, be, m, float64(last), o, &p, rep); err != nil {
+				return nil, err
 			}
 		}
 		if err := m.inst.SetSMs(0); err != nil {
 			return nil, err
 		}
-		var up, res []float64
-		for _, b := range o.batches {
-			u, r, err := transferTimes(o.device, m, b, o.reps)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", m.name, err)
-			}
-			up, res = append(up, u), append(res, r)
-		}
-		if p.Upload, err = inss.FitLinear(o.batches, up); err != nil {
-			return nil, err
-		}
-		if p.Result, err = inss.FitLinear(o.batches, res); err != nil {
+		err := fitTransfers(&p, o.batches, func(b int) (float64, float64, error) {
+			return transferTimes(o.device, m, b, o.reps)
+		})
+		if err != nil {
 			return nil, err
 		}
 		rep.profiles = append(rep.profiles, p)
@@ -122,7 +105,7 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 	probe.inst.Close()
 
 	// pairs: each model on half the SMs beside each model (itself too) on
-	// the other half; alone and beside alternate, one batch each
+	// the other half (timePair)
 	for _, m := range ms {
 		if err := m.inst.SetShare(0.5); err != nil {
 			return nil, err
@@ -131,21 +114,11 @@ func runCUDA(ctx context.Context, o options) (*report, error) {
 			if err := other.peer.SetShare(0.5); err != nil {
 				return nil, err
 			}
-			var alone, besideNs []float64
-			for r := 0; r < o.reps; r++ {
-				a, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", m.name, err)
-				}
-				b, err := beside(ctx, be, other.peer, refB, other.in, other.peerOut, nil, func() (float64, error) {
-					return timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1)
-				})
-				if err != nil {
-					return nil, fmt.Errorf("%s beside %s: %w", m.name, other.name, err)
-				}
-				alone, besideNs = append(alone, a), append(besideNs, b)
+			pr, err := timePair(ctx, be, m, other, refB, o.reps, nil)
+			if err != nil {
+				return nil, err
 			}
-			rep.pairs = append(rep.pairs, pair{model: m.name, other: other.name, aloneNs: median(alone), besideNs: median(besideNs)})
+			rep.pairs = append(rep.pairs, pr)
 			if err := other.peer.SetSMs(0); err != nil {
 				return nil, err
 			}

@@ -195,6 +195,64 @@ func closeModels[I libml.Instance](ms []*model[I]) {
 	}
 }
 
+// sweep times model m at every batch size of o (the grid, into p's
+// points) and every held-out size (into rep) at the share its instance
+// has now, share in the profile's units.
+func sweep[I libml.Instance](ctx context.Context, be libml.Backend, m *model[I], share float64, o options, p *inss.Profile, rep *report) error {
+	for _, b := range append(slices.Clone(o.batches), o.holdout...) {
+		ns, err := timeBatch(ctx, be, m.inst, b, m.in, m.out, o.reps)
+		if err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		if slices.Contains(o.batches, b) {
+			p.Points = append(p.Points, inss.Point{Batch: b, Share: share, RunNs: ns})
+		} else {
+			rep.held = append(rep.held, heldOut{model: m.name, batch: b, share: share, observedNs: ns})
+		}
+	}
+	return nil
+}
+
+// fitTransfers fits p's upload and result costs, linear in the batch
+// size, to the times transfer measures at each of batches.
+func fitTransfers(p *inss.Profile, batches []int, transfer func(b int) (up, res float64, err error)) error {
+	var up, res []float64
+	for _, b := range batches {
+		u, r, err := transfer(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.Model, err)
+		}
+		up, res = append(up, u), append(res, r)
+	}
+	var err error
+	if p.Upload, err = inss.FitLinear(batches, up); err != nil {
+		return err
+	}
+	p.Result, err = inss.FitLinear(batches, res)
+	return err
+}
+
+// timePair is model m's batch of b alone and beside other's peer (its
+// goroutine pinned by pin, when given), alternated one batch each, reps
+// times, so that a drift of the machine does not land on one side: the
+// medians.
+func timePair[I libml.Instance](ctx context.Context, be libml.Backend, m, other *model[I], b, reps int, pin func() func()) (pair, error) {
+	var alone, besideNs []float64
+	for r := 0; r < reps; r++ {
+		a, err := timeBatch(ctx, be, m.inst, b, m.in, m.out, 1)
+		if err != nil {
+			return pair{}, fmt.Errorf("%s: %w", m.name, err)
+		}
+		bs, err := beside(ctx, be, other.peer, b, other.in, other.peerOut, pin,
+			func() (float64, error) { return timeBatch(ctx, be, m.inst, b, m.in, m.out, 1) })
+		if err != nil {
+			return pair{}, fmt.Errorf("%s beside %s: %w", m.name, other.name, err)
+		}
+		alone, besideNs = append(alone, a), append(besideNs, bs)
+	}
+	return pair{model: m.name, other: other.name, aloneNs: median(alone), besideNs: median(besideNs)}, nil
+}
+
 func runCPU(ctx context.Context, o options) (*report, error) {
 	be := cpu.New()
 	be.SetInline(cpu.InlineNever) // a share is the units a batch runs on
@@ -217,32 +275,18 @@ func runCPU(ctx context.Context, o options) (*report, error) {
 		// an instance's memory: the weights and its arena at the largest
 		// batch
 		p := inss.Profile{Model: m.name, Device: "cpu", Capacity: o.units, MemBytes: m.weights + m.inst.ArenaBytes()}
-		var ub []int
-		var up, res []float64
 		for s := 1; s <= o.units; s++ {
 			m.inst.SetUnits(uint64(1)<<s - 1)
-			for _, b := range append(slices.Clone(o.batches), o.holdout...) {
-				ns, err := timeBatch(ctx, be, m.inst, b, m.in, m.out, o.reps)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", m.name, err)
-				}
-				if slices.Contains(o.batches, b) {
-					p.Points = append(p.Points, inss.Point{Batch: b, Share: float64(s), RunNs: ns})
-				} else {
-					rep.held = append(rep.held, heldOut{model: m.name, batch: b, share: float64(s), observedNs: ns})
-				}
+			if err := sweep(ctx, be, m, float64(s), o, &p, rep); err != nil {
+				return nil, err
 			}
 		}
 		m.inst.SetUnits(0)
-		for _, b := range o.batches {
+		err := fitTransfers(&p, o.batches, func(b int) (float64, float64, error) {
 			u, r := copyTimes(m, b, o.reps)
-			ub, up, res = append(ub, b), append(up, u), append(res, r)
-		}
-		var err error
-		if p.Upload, err = inss.FitLinear(ub, up); err != nil {
-			return nil, err
-		}
-		if p.Result, err = inss.FitLinear(ub, res); err != nil {
+			return u, r, nil
+		})
+		if err != nil {
 			return nil, err
 		}
 		rep.profiles = append(rep.profiles, p)
@@ -266,10 +310,8 @@ func runCPU(ctx context.Context, o options) (*report, error) {
 		rep.profiles[k].Pressure = max(ns/rep.probeNs-1, 0)
 	}
 	// pairs: each model on unit 0 beside each model (itself too) on the
-	// last unit; alone and beside alternate, one batch each, reps times,
-	// so that a drift of the machine does not land on one side
-	// (the goroutines that submit the batches run on their units' cores,
-	// so that neither takes the other's core)
+	// last unit (timePair; the goroutines that submit the batches run on
+	// their units' cores, so that neither takes the other's core)
 	defer pinTo(0)()
 	for _, m := range ms {
 		m.inst.SetUnits(first)
@@ -278,20 +320,11 @@ func runCPU(ctx context.Context, o options) (*report, error) {
 		}
 		for _, other := range ms {
 			other.peer.SetUnits(last)
-			var alone, besideNs []float64
-			for r := 0; r < o.reps; r++ {
-				a, err := timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1)
-				if err != nil {
-					return nil, err
-				}
-				b, err := beside(ctx, be, other.peer, refB, other.in, other.peerOut, func() func() { return pinTo(o.units - 1) },
-					func() (float64, error) { return timeBatch(ctx, be, m.inst, refB, m.in, m.out, 1) })
-				if err != nil {
-					return nil, err
-				}
-				alone, besideNs = append(alone, a), append(besideNs, b)
+			pr, err := timePair(ctx, be, m, other, refB, o.reps, func() func() { return pinTo(o.units - 1) })
+			if err != nil {
+				return nil, err
 			}
-			rep.pairs = append(rep.pairs, pair{model: m.name, other: other.name, aloneNs: median(alone), besideNs: median(besideNs)})
+			rep.pairs = append(rep.pairs, pr)
 		}
 		m.inst.SetUnits(0)
 	}
