@@ -189,15 +189,11 @@ func TestConv3DORT(t *testing.T) {
 		{"chunked", []int64{1, 8, 52, 128, 128}, []int64{4, 8, 3, 3, 3}, 1, nil, nil, nil, "", true, false, false},
 	} {
 		x := ramp("x", c.in, 37, 101, 17, 2.9)
-		wt := ramp("w", c.w, 53, 89, 89, 0.45)
-		inits := []*graph.Tensor{wt}
-		n := graph.Node{Op: "Conv", Name: c.name, Inputs: []string{"x", "w"}, Outputs: []string{"y"},
-			Attrs: []graph.Attr{aInt("group", c.group)}}
+		var biasLen int64
 		if c.bias {
-			b := ramp("b", []int64{c.w[0]}, 1, 5, 1, 2)
-			inits = append(inits, b)
-			n.Inputs = append(n.Inputs, "b")
+			biasLen = c.w[0]
 		}
+		n, inits := convNode("Conv", c.name, c.w, c.group, biasLen)
 		s, dil, pads := c.s, c.dil, c.pads
 		if s == nil {
 			s = []int64{1, 1, 1}
@@ -292,16 +288,11 @@ func TestConvTranspose3DORT(t *testing.T) {
 			[]graph.Attr{aInts("strides", 2, 1, 2), aStr("auto_pad", "SAME_UPPER")}, []int64{1, 2, 6, 4, 6}, true},
 	} {
 		x := ramp("x", c.in, 37, 101, 17, 2.9)
-		wt := ramp("w", c.w, 53, 89, 89, 0.45)
-		inits := []*graph.Tensor{wt}
-		n := graph.Node{Op: "ConvTranspose", Name: c.name, Inputs: []string{"x", "w"}, Outputs: []string{"y"},
-			Attrs: append([]graph.Attr{aInt("group", c.group)}, c.attrs...)}
+		var biasLen int64
 		if c.bias {
-			m := c.w[1] * c.group
-			b := ramp("b", []int64{m}, 1, 5, 1, 2)
-			inits = append(inits, b)
-			n.Inputs = append(n.Inputs, "b")
+			biasLen = c.w[1] * c.group
 		}
+		n, inits := convNode("ConvTranspose", c.name, c.w, c.group, biasLen, c.attrs...)
 		g, want := oneNodeGraph(c.name, 17, n, inits, c.in, c.out)
 		if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
 			t.Errorf("%s: %v", c.name, err)
@@ -452,6 +443,20 @@ func f32Vec(name string, v ...float32) *graph.Tensor {
 
 // ramp is a float32 tensor of dims whose i-th value is (i*mul mod
 // mod)/div - off: values that vary, the same in every run.
+// convNode is a Conv or ConvTranspose node (op) from input "x" to "y"
+// with ramp weights of shape w, group groups and, when biasLen > 0, a ramp
+// bias of biasLen values: the node and its initialisers.
+func convNode(op, name string, w []int64, group, biasLen int64, attrs ...graph.Attr) (graph.Node, []*graph.Tensor) {
+	inits := []*graph.Tensor{ramp("w", w, 53, 89, 89, 0.45)}
+	n := graph.Node{Op: op, Name: name, Inputs: []string{"x", "w"}, Outputs: []string{"y"},
+		Attrs: append([]graph.Attr{aInt("group", group)}, attrs...)}
+	if biasLen > 0 {
+		inits = append(inits, ramp("b", []int64{biasLen}, 1, 5, 1, 2))
+		n.Inputs = append(n.Inputs, "b")
+	}
+	return n, inits
+}
+
 func ramp(name string, dims []int64, mul, mod int, div, off float32) *graph.Tensor {
 	t := &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims, F32: make([]float32, numelOf(dims))}
 	for i := range t.F32 {
