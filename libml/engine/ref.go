@@ -141,6 +141,21 @@ type geom struct {
 	k, s, d, pb, pe, out []int64
 }
 
+// on3Axes is the geometry of a 1-D, 2-D or 3-D convolution over spatial
+// input shape in on three axes (depth, height, width), the missing
+// leading ones of size 1 (stride and dilation 1, no padding): the input,
+// kernel and output sizes, strides, dilations and leading pads.
+func (g geom) on3Axes(in []int64) (x, k, out, st, dl, pb [3]int64) {
+	lead := 3 - len(g.out)
+	for i := range 3 {
+		x[i], k[i], out[i], st[i], dl[i] = 1, 1, 1, 1, 1
+		if j := i - lead; j >= 0 {
+			x[i], k[i], out[i], st[i], dl[i], pb[i] = in[j], g.k[j], g.out[j], g.s[j], g.d[j], g.pb[j]
+		}
+	}
+	return
+}
+
 // convGeom computes pads and output sizes for spatial input sizes in and
 // kernel sizes k from n's attributes (auto_pad, pads, strides, dilations).
 // pool selects pooling's ceil_mode rule.
@@ -315,20 +330,7 @@ func refConv(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, oshape))
 	}
-	// the geometry on three axes (depth, height, width), the missing
-	// leading ones of size 1
-	lead := 3 - len(g.out)
-	ax := func(v []int64, i int64, def int64) int64 {
-		if i < int64(lead) {
-			return def
-		}
-		return v[i-int64(lead)]
-	}
-	var in, k, out, st, dl, pb [3]int64
-	for i := int64(0); i < 3; i++ {
-		in[i], k[i], out[i] = ax(x.Shape[2:], i, 1), ax(g.k, i, 1), ax(g.out, i, 1)
-		st[i], dl[i], pb[i] = ax(g.s, i, 1), ax(g.d, i, 1), ax(g.pb, i, 0)
-	}
+	in, k, out, st, dl, pb := g.on3Axes(x.Shape[2:])
 	D, H, W := in[0], in[1], in[2]
 	KD, KH, KW := k[0], k[1], k[2]
 	Cg, Mg := C/G, M/G
@@ -411,20 +413,7 @@ func refConvTranspose(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, oshape))
 	}
-	// the geometry on three axes (depth, height, width), the missing
-	// leading ones of size 1
-	lead := int64(3 - len(g.out))
-	ax := func(v []int64, i, def int64) int64 {
-		if i < lead {
-			return def
-		}
-		return v[i-lead]
-	}
-	var in, k, out, st, dl, pb [3]int64
-	for i := int64(0); i < 3; i++ {
-		in[i], k[i], out[i] = ax(x.Shape[2:], i, 1), ax(g.k, i, 1), ax(g.out, i, 1)
-		st[i], dl[i], pb[i] = ax(g.s, i, 1), ax(g.d, i, 1), ax(g.pb, i, 0)
-	}
+	in, k, out, st, dl, pb := g.on3Axes(x.Shape[2:])
 	K := k[0] * k[1] * k[2]
 	OS := out[0] * out[1] * out[2]
 	Cg := C / G
