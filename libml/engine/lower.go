@@ -491,10 +491,8 @@ func dimsOf(p [16]int64) convDims {
 	return d
 }
 
-// convOperands reads a convolution's runtime input xi and constant
-// weights wi and lays out its 16 parameters (convP).
-// convInputs are a convolution's run-time input and its weights, which
-// must be constants.
+// convInputs are a convolution's run-time input xi and its weights wi,
+// which must be constants.
 func (c *compiler) convInputs(n *graph.Node, xi, wi int) (x, w *cval, err error) {
 	if x, err = c.rtIn(n, xi); err != nil {
 		return
@@ -508,6 +506,8 @@ func (c *compiler) convInputs(n *graph.Node, xi, wi int) (x, w *cval, err error)
 	return
 }
 
+// convOperands reads a 1-D or 2-D convolution's run-time input xi and
+// constant weights wi (convInputs) and lays out its 16 parameters (convP).
 func (c *compiler) convOperands(n *graph.Node, xi, wi int) (x, w *cval, p [16]int64, err error) {
 	if x, w, err = c.convInputs(n, xi, wi); err != nil {
 		return
