@@ -44,19 +44,9 @@ func orDefault(v, d int) int {
 }
 
 func (o Options) withDefaults() Options {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	def(&o.Height, 224)
-	def(&o.Width, 224)
-	def(&o.Classes, 1000)
-	def(&o.Layers, 12)
-	def(&o.SeqLen, 128)
-	def(&o.Hidden, 768)
-	def(&o.Heads, 12)
-	def(&o.FF, 3072)
+	o.Height, o.Width, o.Classes = orDefault(o.Height, 224), orDefault(o.Width, 224), orDefault(o.Classes, 1000)
+	o.Layers, o.SeqLen, o.Hidden = orDefault(o.Layers, 12), orDefault(o.SeqLen, 128), orDefault(o.Hidden, 768)
+	o.Heads, o.FF = orDefault(o.Heads, 12), orDefault(o.FF, 3072)
 	return o
 }
 
