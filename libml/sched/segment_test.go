@@ -387,7 +387,23 @@ func TestSegmentDeviceReefPads(t *testing.T) {
 			synthPadProfile(t, small, true)
 			at := c.holdAt(liveKernels(big))
 			b, r := job(big, BE, 0, 7), job(small, RT, 0, 8)
-			rtPreemptsBE(t, be, s, b, r, at)
+			// the BE job held at kernel at until its flag is set, the RT
+			// job's launch of its second live kernel held until the
+			// preempted BE job is offered to padding: however slow the
+			// machine, the RT kernels after it have the BE job to pad
+			var o order
+			o.hook(b)
+			o.hook(r)
+			submitHeld(t, be, s, b, at, "the BE job's launch to be held")
+			submitHeld(t, be, s, r, liveKernels(small)[1], "the RT job's launch to be held")
+			rf := s.pol.(*reef)
+			waitFor(t, "the preempted BE job to be offered to padding", func() bool {
+				return s.locked(func() bool { return rf.rtMode && rf.offer[0] })
+			})
+			if err := be.ReleaseHolds(); err != nil {
+				t.Fatal(err)
+			}
+			sameOrder(t, o.wait(t, b, r), []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
 			if d := sameBits(b.Out, cudaReference(t, be, c.be, b.In)); d != "" {
 				t.Errorf("BE job preempted at kernel %d, padded (%d blocks) and restored: %s", at, b.PadBlocks, d)
 			}
