@@ -283,11 +283,12 @@ func TestQuantBatches(t *testing.T) {
 }
 
 // qconvGraph is a QLinearConv (or ConvInteger) over a float input x of
-// shape [1, C, H, W], quantised at run time: groups, stride and padding as
-// given, int8 per-channel weights with non-zero zero points, int32 bias.
+// shape [1, C, H, W], quantised at run time: groups, stride, padding and
+// dilation (0: none) as given, int8 per-channel weights with non-zero zero
+// points, int32 bias.
 // With symmetric, the per-channel weight zero points are all 0 (ONNX
 // Runtime takes no other for QLinearConv).
-func qconvGraph(C, M, G, H, W, K, stride, pad int64, qlinear, symmetric bool) (*graph.Graph, *graph.Tensor) {
+func qconvGraph(C, M, G, H, W, K, stride, pad, dil int64, qlinear, symmetric bool) (*graph.Graph, *graph.Tensor) {
 	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{1, C, H, W}}
 	for _, v := range pattern(C*H*W, uint32(C*H+W), -250, 250) {
 		x.F32 = append(x.F32, float32(v)/100)
@@ -316,6 +317,9 @@ func qconvGraph(C, M, G, H, W, K, stride, pad int64, qlinear, symmetric bool) (*
 	attrs := []graph.Attr{{Name: "group", Kind: graph.AttrInt, I: G},
 		{Name: "strides", Kind: graph.AttrInts, Ints: []int64{stride, stride}},
 		{Name: "pads", Kind: graph.AttrInts, Ints: []int64{pad, pad, pad, pad}}}
+	if dil > 1 {
+		attrs = append(attrs, graph.Attr{Name: "dilations", Kind: graph.AttrInts, Ints: []int64{dil, dil}})
+	}
 	g := &graph.Graph{Opset: 13,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
 		Outputs: []graph.ValueInfo{{Name: "y"}},
@@ -341,27 +345,40 @@ func qconvGraph(C, M, G, H, W, K, stride, pad int64, qlinear, symmetric bool) (*
 // TestQConvPaths runs integer convolutions down each of the engine's paths
 // (per-block im2col with grouped weights, pointwise, the exact float
 // depthwise path, the int32 results of ConvInteger) and checks them
-// against the constant folder, bit for bit, with every micro-kernel.
+// against the constant folder, bit for bit, with every micro-kernel. The
+// im2col's geometries cover its byte image (strides 1 and 2, strips of 16
+// positions over one output row or up to 8, dilation) and the float path
+// it falls back to (stride 3; an image over its size cap); products of more and fewer than 4
+// 16-column strips and row counts that are not a multiple of 4 cover both
+// VNNI micro-kernels.
 func TestQConvPaths(t *testing.T) {
 	be := cpuBackend(t)
 	ctx := context.Background()
 	cases := []struct {
-		name                          string
-		C, M, G, H, W, K, stride, pad int64
-		qlinear                       bool
+		name                               string
+		C, M, G, H, W, K, stride, pad, dil int64
+		qlinear                            bool
 	}{
-		{"3x3-pad", 8, 24, 1, 13, 11, 3, 1, 1, true},
-		{"3x3-stride2-groups2", 8, 12, 2, 15, 15, 3, 2, 1, true},
-		{"pointwise", 40, 70, 1, 9, 9, 1, 1, 0, true},
-		{"3x3-amx", 32, 48, 1, 10, 10, 3, 1, 1, true},
-		{"depthwise-3x3", 32, 32, 32, 14, 14, 3, 1, 1, true},
-		{"depthwise-stride2-mult2", 16, 32, 16, 11, 11, 3, 2, 1, true},
-		{"depthwise-convinteger", 8, 8, 8, 7, 7, 5, 1, 2, false},
-		{"convinteger-7x7", 3, 16, 1, 20, 20, 7, 2, 3, false},
+		{"3x3-pad", 8, 24, 1, 13, 11, 3, 1, 1, 0, true},
+		{"3x3-stride2-groups2", 8, 12, 2, 15, 15, 3, 2, 1, 0, true},
+		{"pointwise", 40, 70, 1, 9, 9, 1, 1, 0, 0, true},
+		{"3x3-amx", 32, 48, 1, 10, 10, 3, 1, 1, 0, true},
+		{"depthwise-3x3", 32, 32, 32, 14, 14, 3, 1, 1, 0, true},
+		{"depthwise-stride2-mult2", 16, 32, 16, 11, 11, 3, 2, 1, 0, true},
+		{"depthwise-convinteger", 8, 8, 8, 7, 7, 5, 1, 2, 0, false},
+		{"convinteger-7x7", 3, 16, 1, 20, 20, 7, 2, 3, 0, false},
+		{"3x3-wide-rows", 6, 13, 1, 30, 37, 3, 1, 1, 0, true},
+		{"3x3-stride2-wide", 5, 10, 1, 60, 71, 3, 2, 1, 0, true},
+		{"3x3-dilated", 4, 9, 1, 17, 23, 3, 1, 2, 2, true},
+		{"5x5-narrow", 3, 7, 1, 30, 5, 5, 1, 2, 0, true},
+		{"3x3-two-columns", 5, 6, 1, 40, 2, 3, 1, 1, 0, true},
+		{"3x3-stride3", 4, 11, 1, 22, 40, 3, 3, 1, 0, true},
+		{"1x1-stride2", 12, 20, 1, 19, 37, 1, 2, 0, 0, true},
+		{"3x3-big-image", 4800, 8, 1, 3, 80, 3, 1, 1, 0, true},
 	}
 	t.Cleanup(func() { ncpu.SetQGemmKernel(ncpu.QGemmBest) })
 	for _, c := range cases {
-		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.qlinear, false)
+		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.dil, c.qlinear, false)
 		fold, err := foldGraph(g, []*graph.Tensor{x})
 		if err != nil {
 			t.Fatalf("%s: fold: %v", c.name, err)
@@ -407,7 +424,7 @@ func TestQuantORTOracle(t *testing.T) {
 		{"depthwise-3x3", 32, 32, 32, 14, 14, 3, 1, 1, true},
 		{"convinteger-7x7", 3, 16, 1, 20, 20, 7, 2, 3, false},
 	} {
-		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.qlinear, true)
+		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, 0, c.qlinear, true)
 		cases = append(cases, tc{c.name, g, x})
 	}
 	for _, c := range cases {

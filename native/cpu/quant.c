@@ -141,6 +141,8 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
  */
 
 #define QG_MR 8
+#define QG_VNNI_MR 4 /* the VNNI micro-kernel's rows and strips */
+#define QG_VNNI_NS 4
 #define QG_NR 32
 #define QG_AMX_M 32          /* rows of one AMX call (2 A tiles) */
 
@@ -176,6 +178,7 @@ static void qg_micro_c(const uint8_t *u, int64_t ldu, const int8_t *s,
 #include <immintrin.h>
 #define QG_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
+/* qg_micro_vnni: up to 8 rows x 2 strips (32 columns). */
 QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
 					 const int8_t *s, int64_t kp, int rows,
 					 int strips, int32_t *acc, int64_t lda)
@@ -219,6 +222,58 @@ QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
 		if (strips == 2)
 			_mm512_storeu_si512((void *)(acc + r * lda + 16), c1[r]);
 	}
+}
+
+/* qg_micro_vnni44: up to 4 rows x 4 strips (64 columns), 16 accumulators;
+ * per 4 reduction steps 4 panel loads and 4 broadcasts feed 16 dpbusd,
+ * where qg_micro_vnni's 8 x 2 takes 2 loads and 8 broadcasts. Measured on
+ * Zen 5 (ResNet-18-int8's layers): faster where a tile has more than 4
+ * strips, slower on tiles of 4 or fewer (7x7 outputs); 5 or 6 rows spill. */
+QG_VNNI_TARGET static void qg_micro_vnni44(const uint8_t *u, int64_t ldu,
+					 const int8_t *s, int64_t kp, int rows,
+					 int strips, int32_t *acc, int64_t lda)
+{
+	int64_t k4n = kp / 4;
+	const int8_t *sp[QG_VNNI_NS];
+	for (int j = 0; j < QG_VNNI_NS; j++)
+		sp[j] = s + SK_MIN(j, strips - 1) * k4n * 64;
+	__m512i c[QG_VNNI_MR][QG_VNNI_NS];
+	for (int r = 0; r < QG_VNNI_MR; r++)
+		for (int j = 0; j < QG_VNNI_NS; j++)
+			c[r][j] = _mm512_setzero_si512();
+	if (rows == QG_VNNI_MR && strips == QG_VNNI_NS) {
+		for (int64_t k4 = 0; k4 < k4n; k4++) {
+			__m512i b[QG_VNNI_NS];
+#pragma GCC unroll 4
+			for (int j = 0; j < QG_VNNI_NS; j++)
+				b[j] = _mm512_loadu_si512((const void *)(sp[j] + k4 * 64));
+#pragma GCC unroll 4
+			for (int r = 0; r < QG_VNNI_MR; r++) {
+				int32_t a4;
+				memcpy(&a4, u + r * ldu + 4 * k4, 4);
+				__m512i a = _mm512_set1_epi32(a4);
+#pragma GCC unroll 4
+				for (int j = 0; j < QG_VNNI_NS; j++)
+					c[r][j] = _mm512_dpbusd_epi32(c[r][j], a, b[j]);
+			}
+		}
+	} else {
+		for (int64_t k4 = 0; k4 < k4n; k4++) {
+			__m512i b[QG_VNNI_NS];
+			for (int j = 0; j < strips; j++)
+				b[j] = _mm512_loadu_si512((const void *)(sp[j] + k4 * 64));
+			for (int r = 0; r < rows; r++) {
+				int32_t a4;
+				memcpy(&a4, u + r * ldu + 4 * k4, 4);
+				__m512i a = _mm512_set1_epi32(a4);
+				for (int j = 0; j < strips; j++)
+					c[r][j] = _mm512_dpbusd_epi32(c[r][j], a, b[j]);
+			}
+		}
+	}
+	for (int r = 0; r < rows; r++)
+		for (int j = 0; j < strips; j++)
+			_mm512_storeu_si512((void *)(acc + r * lda + 16 * j), c[r][j]);
 }
 
 #define QG_AVX2_TARGET __attribute__((target("avx2")))
@@ -325,6 +380,7 @@ QG_AMX_TARGET static void qg_micro_amx(const uint8_t *u, int64_t ldu, const int8
 /* Without x86-64 and GCC only the portable kernels exist: qg_cpu stays
  * all 0, so these never run. */
 #define qg_micro_vnni qg_micro_c
+#define qg_micro_vnni44 qg_micro_c
 #define qg_micro_avx2 qg_micro_c
 #define qg_micro_amx(u, ldu, s, kp, acc) ((void)0)
 #define qg_amx_begin() ((void)0)
@@ -343,7 +399,8 @@ static void qg_probe(void)
 #if defined(__x86_64__) && defined(__GNUC__)
 	__builtin_cpu_init();
 	qg_cpu.avx2 = __builtin_cpu_supports("avx2");
-	qg_cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+	qg_cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+			 __builtin_cpu_supports("avx512vl");
 	qg_cpu.vnni = qg_cpu.avx512 && __builtin_cpu_supports("avx512vnni");
 #if defined(__linux__)
 	if (__builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("amx-tile"))
@@ -367,19 +424,20 @@ void sk_qgemm_set_kernel(int which)
  * 32 x 32 tiles go to AMX (K padded to 64 by the compiler: p[28]), and
  * whether the packing uses AVX-512. */
 typedef struct qg_impl {
-	qg_micro_fn micro;
+	qg_micro_fn micro; /* QG_MR rows x 2 strips */
+	qg_micro_fn micro44; /* QG_VNNI_MR rows x QG_VNNI_NS strips, or NULL */
 	int amx, pack512;
 } qg_impl;
 
 static qg_impl qg_choose(int64_t kp)
 {
 	pthread_once(&qg_cpu_once, qg_probe);
-	qg_impl q = {qg_micro_c, 0, 0};
+	qg_impl q = {qg_micro_c, NULL, 0, 0};
 	if (qg_kernel == SK_QGEMM_PORTABLE)
 		return q;
 	q.pack512 = qg_cpu.avx512;
 	if (qg_cpu.vnni && qg_kernel != SK_QGEMM_NO_VNNI)
-		q.micro = qg_micro_vnni;
+		q.micro = qg_micro_vnni, q.micro44 = qg_micro_vnni44;
 	else if (qg_cpu.avx2)
 		q.micro = qg_micro_avx2;
 	q.amx = qg_cpu.amx && qg_kernel == SK_QGEMM_BEST && kp % 64 == 0;
@@ -405,12 +463,48 @@ static int qg_params_ok(const sk_kernel *k)
 /* qg_scratch_bytes is a block's scratch: the row and column sums, the
  * accumulator tile, the tile's per-column terms (3 x nt), the U tile (mt x
  * kp, 64-aligned), the S panels (nt rounded to QG_NR, x kp) and, for a
- * convolution's im2col built as floats, K x nt of them. */
-static int64_t qg_scratch_bytes(int64_t mt, int64_t nt, int64_t kp, int64_t K, int64_t im2col)
+ * convolution's im2col, its input rows as bytes (img bytes: see
+ * qg_img_bytes) or else its columns as floats, K x nt of them. */
+static int64_t qg_scratch_bytes(int64_t mt, int64_t nt, int64_t kp, int64_t K, int64_t im2col,
+				int64_t img)
 {
 	int64_t b = 4 * (mt + nt) + 4 * QG_AMX_M * SK_CDIV(nt, QG_NR) * QG_NR + 3 * 4 * nt + 64 + mt * kp +
 		    SK_CDIV(nt, QG_NR) * QG_NR * kp;
-	return b + (im2col ? 4 * K * nt : 0) + 64;
+	return b + (im2col ? (img ? img : 4 * K * nt) : 0) + 64;
+}
+
+/* The byte image of a convolution's input: a block converts the input rows
+ * its nt positions read, of every channel of its group, to s8 once
+ * (qg_img_fill), padding included, so that its im2col reads bytes at fixed
+ * offsets instead of converting each value KH*KW times. QG_IMG_FRONT and
+ * QG_IMG_BACK are slack around it: a strip's 16- or 32-byte loads start
+ * up to 30 bytes before a row's first column and end up to 31 after its
+ * last (lanes of other rows, blended away). QG_IMG_MAX bounds an image
+ * (else the float im2col runs). */
+#define QG_IMG_FRONT 32
+#define QG_IMG_BACK 64
+#define QG_IMG_MAX (1 << 20)
+
+/* qg_img_row is the length of one image row: the columns -PL .. the last
+ * any window reads (c: the 16 convolution parameters). */
+static int64_t qg_img_row(const int64_t *c)
+{
+	int64_t W = c[3], KW = c[7], SW = c[9], PL = c[11], DW = c[13], OW = c[15];
+	int64_t last = (OW - 1) * SW - PL + (KW - 1) * DW;
+	return PL + SK_MAX(W - 1, last) + 1;
+}
+
+/* qg_img_bytes is the byte image's size for blocks of nt positions (0: the
+ * float im2col runs instead: column strides over 2, or too large). */
+static int64_t qg_img_bytes(const int64_t *c, int64_t nt)
+{
+	int64_t Cg = c[1] / c[5], KH = c[6], SH = c[8], SW = c[9], DH = c[12], OH = c[14], OW = c[15];
+	if (SW > 2 || c[11] < 0)
+		return 0;
+	int64_t orows = SK_MIN(OH, (nt - 1) / OW + 2); /* output rows a block spans */
+	int64_t rows = (orows - 1) * SH + (KH - 1) * DH + 1;
+	int64_t b = Cg * rows * qg_img_row(c) + QG_IMG_FRONT + QG_IMG_BACK;
+	return b <= QG_IMG_MAX ? b : 0;
 }
 
 void sk_prep_qgemm(sk_kernel *k, int units)
@@ -448,7 +542,10 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 	k->t[2] = mtiles;
 	k->t[3] = ntiles;
 	k->t[4] = kp;
-	k->scratch = SK_CDIV(qg_scratch_bytes(mt, nt, kp, K, p[27]), 4);
+	/* an im2col reads a byte image of its input rows where it can */
+	k->t[5] = p[27] && qg_choose(kp).pack512 ? qg_img_bytes(k->aux, nt) : 0;
+	k->t[6] = k->t[5] ? qg_img_row(k->aux) : 0;
+	k->scratch = SK_CDIV(qg_scratch_bytes(mt, nt, kp, K, p[27], k->t[5]), 4);
 	k->grid = nb * mtiles * ntiles;
 }
 
@@ -495,7 +592,7 @@ static void qg_pack_cols_c(const float *B, int64_t ldb, int64_t K, int64_t nl,
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#define QG_512_TARGET __attribute__((target("avx512f,avx512bw")))
+#define QG_512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 /* qg_pack_cols_512: qg_pack_cols_c 16 columns x 4 steps per store. */
 QG_512_TARGET static void qg_pack_cols_512(const float *B, int64_t ldb, int64_t K,
@@ -545,6 +642,116 @@ QG_512_TARGET static void qg_pack_rows_512(const float *A, int64_t lda, int64_t 
 			_mm512_mask_cvtepi32_storeu_epi8(ur + kk, (__mmask16)((1u << wk) - 1), v);
 		}
 		rsum[r] = _mm512_reduce_add_epi32(s);
+	}
+}
+
+/* qg_img_fill converts the input rows that output positions [n0, n0+nl)
+ * read, of the Cg channels of one group at x, to s8 (value - off) in img
+ * (rows of L bytes, column -PL first, padding as pad - off); it returns the
+ * rows per channel. */
+QG_512_TARGET static int64_t qg_img_fill(const float *x, const int64_t *g, int64_t n0, int64_t nl,
+					 int off, float pad, int64_t L, int8_t *img)
+{
+	int64_t Cg = g[1] / g[5], H = g[2], W = g[3], KH = g[6], SH = g[8], PT = g[10], PL = g[11];
+	int64_t DH = g[12], OW = g[15];
+	int64_t oha = n0 / OW, ohb = (n0 + nl - 1) / OW, iha = oha * SH - PT;
+	int64_t rows = (ohb - oha) * SH + (KH - 1) * DH + 1;
+	int8_t padb = (int8_t)((int)pad - off);
+	const __m512i vo = _mm512_set1_epi32(off);
+	for (int64_t c = 0; c < Cg; c++) {
+		for (int64_t r = 0; r < rows; r++) {
+			int8_t *d = img + QG_IMG_FRONT + (c * rows + r) * L;
+			int64_t ih = iha + r;
+			if (ih < 0 || ih >= H) {
+				memset(d, padb, (size_t)L);
+				continue;
+			}
+			const float *xr = x + (c * H + ih) * W;
+			memset(d, padb, (size_t)PL);
+			for (int64_t j = 0; j < W; j += 16) {
+				__mmask16 mk = (__mmask16)(W - j >= 16 ? 0xffff : (1u << (W - j)) - 1);
+				__m512i v = _mm512_sub_epi32(_mm512_cvttps_epi32(_mm512_maskz_loadu_ps(mk, xr + j)), vo);
+				_mm512_mask_cvtepi32_storeu_epi8(d + PL + j, mk, v);
+			}
+			memset(d + PL + W, padb, (size_t)(L - PL - W));
+		}
+	}
+	return rows;
+}
+
+/* qg_pack_im2col_img: qg_pack_im2col_512 from the byte image that
+ * qg_img_fill made (rows per channel, L bytes a row): every value of a
+ * strip's lanes that lie in one output row sits at a fixed offset and
+ * stride (1 or 2) in the image, so a reduction row is one 16-byte load per
+ * output row the strip spans (two and a narrowing for stride 2), and 4
+ * reduction rows interleave into one panel word. */
+QG_512_TARGET static void qg_pack_im2col_img(const int64_t *g, int64_t n0, int64_t nl, int64_t K,
+					     int64_t kp, const int8_t *img, int64_t rows, int64_t L,
+					     int8_t *S, int32_t *csum)
+{
+	int64_t KH = g[6], KW = g[7], SH = g[8], SW = g[9], PT = g[10], DH = g[12], DW = g[13];
+	int64_t OW = g[15];
+	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16), iha = (n0 / OW) * SH - PT;
+	const __m512i ones8 = _mm512_set1_epi8(1), ones16 = _mm512_set1_epi16(1);
+	img += QG_IMG_FRONT;
+	for (int64_t st = 0; st < strips; st++) {
+		int64_t j0 = st * 16, w = SK_MIN((int64_t)16, nl - j0);
+		/* the strip's output rows: lanes, and lane 0's offset in the
+		 * image for c = kh = kw = 0 (lane j reads SW * j further) */
+		__mmask16 lanes[17];
+		int64_t rel[17];
+		int nseg = 0;
+		for (int64_t j = 0; j < w;) {
+			int64_t p = n0 + j0 + j, oh = p / OW, ow = p % OW, len = SK_MIN(w - j, OW - ow);
+			lanes[nseg] = (__mmask16)(((1u << len) - 1) << j);
+			rel[nseg] = (oh * SH - PT - iha) * L + (ow - j) * SW;
+			nseg++;
+			j += len;
+		}
+		int whole = nseg == 1 && w == 16;
+		__m512i cs = _mm512_setzero_si512();
+		int8_t *sp = S + st * k4n * 64;
+		int64_t c = 0, kh = 0, kw = 0;
+		for (int64_t k4 = 0; k4 < k4n; k4++) {
+			__m128i v[4];
+			for (int q = 0; q < 4; q++) {
+				if (4 * k4 + q >= K) {
+					v[q] = _mm_setzero_si128();
+					continue;
+				}
+				const int8_t *b = img + (c * rows + kh * DH) * L + kw * DW;
+				if (whole) {
+					v[q] = SW == 1 ? _mm_loadu_si128((const __m128i *)(b + rel[0]))
+						       : _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)(b + rel[0])));
+				} else {
+					v[q] = _mm_setzero_si128();
+					for (int s = 0; s < nseg; s++) {
+						__m128i r = SW == 1 ? _mm_loadu_si128((const __m128i *)(b + rel[s]))
+								    : _mm256_cvtepi16_epi8(_mm256_loadu_si256(
+									      (const __m256i *)(b + rel[s])));
+						v[q] = _mm_mask_mov_epi8(v[q], lanes[s], r);
+					}
+				}
+				if (++kw == KW) {
+					kw = 0;
+					if (++kh == KH) {
+						kh = 0;
+						c++;
+					}
+				}
+			}
+			/* column j's 4 values at bytes 4j..4j+3 */
+			__m128i ab0 = _mm_unpacklo_epi8(v[0], v[1]), ab1 = _mm_unpackhi_epi8(v[0], v[1]);
+			__m128i cd0 = _mm_unpacklo_epi8(v[2], v[3]), cd1 = _mm_unpackhi_epi8(v[2], v[3]);
+			__m512i word = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
+			word = _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab0, cd0), 1);
+			word = _mm512_inserti32x4(word, _mm_unpacklo_epi16(ab1, cd1), 2);
+			word = _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab1, cd1), 3);
+			_mm512_storeu_si512((void *)(sp + k4 * 64), word);
+			/* each column's 4 values summed (byte pairs, then pairs) */
+			cs = _mm512_add_epi32(cs, _mm512_madd_epi16(_mm512_maddubs_epi16(ones8, word), ones16));
+		}
+		_mm512_mask_storeu_epi32(csum + j0, (__mmask16)((1u << w) - 1), cs);
 	}
 }
 
@@ -610,6 +817,8 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
 }
 
 #else
+#define qg_img_fill(...) ((int64_t)0)
+#define qg_pack_im2col_img(...) ((void)0)
 #define qg_pack_rows_512(...) ((void)0)
 #define qg_pack_cols_512(...) ((void)0)
 #define qg_pack_im2col_512(...) ((void)0)
@@ -685,7 +894,7 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t roff = b1 * p[14] + b2 * p[15]; /* per-row parameters */
 	int aoff = p[16] ? 128 : 0, boff = p[17] ? 0 : 128;
 
-	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(qg_scratch_bytes(mt, nt, kp, K, p[27]), 4));
+	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(qg_scratch_bytes(mt, nt, kp, K, p[27], k->t[5]), 4));
 	if (!base)
 		return;
 	int32_t *rsum = (int32_t *)base;
@@ -725,7 +934,12 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		const int64_t *c = k->aux;
 		int64_t Cg = c[1] / c[5];
 		const float *xg = k->in[1] + (b1 * c[1] + b2 * Cg) * c[2] * c[3];
-		if (q.pack512) {
+		if (k->t[5] && q.pack512) {
+			int8_t *img = (int8_t *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
+			int64_t rows = qg_img_fill(xg, c, n0, nl, boff, k->f[1], k->t[6], img);
+			SK_POLL(ctx);
+			qg_pack_im2col_img(c, n0, nl, K, kp, img, rows, k->t[6], S, csum);
+		} else if (q.pack512) {
 			qg_pack_im2col_512(xg, c, n0, nl, K, kp, boff, k->f[1], S, csum);
 		} else {
 			float *col = (float *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
@@ -757,23 +971,29 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	/* AMX tiles are configured for the whole row loop (released before a
 	 * preempted block returns) */
 	int amx = q.amx && ml >= QG_AMX_M && strips >= 2;
+	/* the vector micro-kernel: 4 x 4 on tiles of more than 4 strips */
+	qg_micro_fn micro = q.micro;
+	int mr = QG_MR, ns_max = 2;
+	if (q.micro44 && strips > QG_VNNI_NS)
+		micro = q.micro44, mr = QG_VNNI_MR, ns_max = QG_VNNI_NS;
 	if (amx)
 		qg_amx_begin();
 	for (int64_t r0 = 0; r0 < ml;) {
-		/* 32 rows at a time on AMX tiles, else 8 on the vector unit */
+		/* 32 rows at a time on AMX tiles, else mr on the vector unit */
 		int tile = amx && ml - r0 >= QG_AMX_M;
-		int rows = tile ? QG_AMX_M : (int)SK_MIN((int64_t)QG_MR, ml - r0);
+		int rows = tile ? QG_AMX_M : (int)SK_MIN((int64_t)mr, ml - r0);
+		int step = tile ? 2 : ns_max;
 		/* the row group's sums over all the tile's columns, then one
 		 * epilogue call per row */
-		for (int64_t s0 = 0; s0 < strips; s0 += 2) {
-			int ns = (int)SK_MIN((int64_t)2, strips - s0);
+		for (int64_t s0 = 0; s0 < strips; s0 += step) {
+			int ns = (int)SK_MIN((int64_t)step, strips - s0);
 			if (tile && ns == 2) {
 				qg_micro_amx(Up + r0 * kp, kp, Sp + s0 * k4n * 64, kp, acc + s0 * 16, lacc);
 			} else {
-				for (int rr = 0; rr < rows; rr += QG_MR)
-					q.micro(Up + (r0 + rr) * kp, kp, Sp + s0 * k4n * 64, kp,
-					      (int)SK_MIN((int64_t)QG_MR, (int64_t)(rows - rr)), ns,
-					      acc + rr * lacc + s0 * 16, lacc);
+				for (int rr = 0; rr < rows; rr += mr)
+					micro(Up + (r0 + rr) * kp, kp, Sp + s0 * k4n * 64, kp,
+					      (int)SK_MIN((int64_t)mr, (int64_t)(rows - rr)), ns,
+						acc + rr * lacc + s0 * 16, lacc);
 			}
 		}
 		for (int r = 0; r < rows; r++) {
