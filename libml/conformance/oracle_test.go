@@ -8,6 +8,7 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
@@ -636,4 +637,68 @@ func oneNodeGraph(name string, opset int64, n graph.Node, inits []*graph.Tensor,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
 		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: out}}}
 	return g, &graph.Tensor{Name: "y", DType: graph.Float32, Dims: out, F32: make([]float32, numelOf(out))}
+}
+
+// TestSignalConstantsORT checks the windows and MelWeightMatrix, which the
+// engine folds at load time, against ONNX Runtime, which computes them at
+// run time: each multiplies a run-time input (x * window, x MatMul mel
+// matrix) so that both sides serve the same graph. libonnx-testdata 1.12's
+// window references were made with pi as 3.1415 (nodeSkips). A symmetric
+// window of one point is [1] (ONNX Runtime: NaN, the formula's 0/0).
+func TestSignalConstantsORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	i64 := func(name string, v int64) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Int64, Dims: []int64{}, I64: []int64{v}}
+	}
+	f32 := func(name string, v float32) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{}, F32: []float32{v}}
+	}
+	for _, op := range []string{"HannWindow", "HammingWindow", "BlackmanWindow"} {
+		for _, c := range []struct {
+			size, periodic int64
+		}{{400, 1}, {400, 0}, {512, 1}, {7, 0}, {1, 1}} {
+			name := fmt.Sprintf("%s-%d-periodic%d", op, c.size, c.periodic)
+			g := &graph.Graph{Name: name, Opset: 17,
+				Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, c.size}}},
+				Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{1, c.size}}},
+				Initializers: []*graph.Tensor{i64("size", c.size)},
+				Nodes: []graph.Node{
+					{Name: "w", Op: op, Inputs: []string{"size"}, Outputs: []string{"win"}, Attrs: []graph.Attr{aInt("periodic", c.periodic)}},
+					{Name: "m", Op: "Mul", Inputs: []string{"x", "win"}, Outputs: []string{"y"}},
+				}}
+			x := ramp("x", []int64{1, c.size}, 13, 29, 7, 1.5)
+			if _, err := againstORT(ctx, ob, cb, name, g, x, ramp("y", []int64{1, c.size}, 0, 1, 1, 0)); err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		}
+	}
+	for _, op := range []string{"HannWindow", "HammingWindow", "BlackmanWindow"} {
+		n := graph.Node{Name: "w", Op: op, Inputs: []string{"size"}, Outputs: []string{"y"}, Attrs: []graph.Attr{aInt("periodic", 0)}}
+		outs, err := engine.Eval(&n, 17, []*engine.Tensor{{DType: graph.Int64, Shape: []int64{}, I: []int64{1}}})
+		if err != nil || len(outs[0].F) != 1 || outs[0].F[0] != 1 {
+			t.Errorf("%s of one point, symmetric: %v (%v), want [1]", op, outs, err)
+		}
+	}
+	for _, c := range []struct {
+		mels, dft, rate int64
+		lo, hi          float32
+	}{{8, 16, 8192, 0, 4096}, {80, 400, 16000, 0, 8000}, {64, 512, 22050, 125, 7600}, {40, 1024, 44100, 20, 22050}} {
+		name := fmt.Sprintf("mel-%d-%d-%d", c.mels, c.dft, c.rate)
+		bins := c.dft/2 + 1
+		g := &graph.Graph{Name: name, Opset: 17,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, bins}}},
+			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{1, c.mels}}},
+			Initializers: []*graph.Tensor{i64("mels", c.mels), i64("dft", c.dft), i64("rate", c.rate),
+				f32("lo", c.lo), f32("hi", c.hi)},
+			Nodes: []graph.Node{
+				{Name: "w", Op: "MelWeightMatrix", Inputs: []string{"mels", "dft", "rate", "lo", "hi"}, Outputs: []string{"mel"}},
+				{Name: "m", Op: "MatMul", Inputs: []string{"x", "mel"}, Outputs: []string{"y"}},
+			}}
+		x := ramp("x", []int64{1, bins}, 11, 31, 5, 2)
+		if _, err := againstORT(ctx, ob, cb, name, g, x, ramp("y", []int64{1, c.mels}, 0, 1, 1, 0)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
 }

@@ -315,25 +315,30 @@ func TestRuntimeIntegerTensorRejected(t *testing.T) {
 }
 
 // An operator the engine evaluates at load only (IsInf: a bool result it
-// has no kernel for) on a run-time value is an UnsupportedError, so the
+// has no kernel for; NonZero, Unique: shapes that depend on values) on a
+// run-time value is an UnsupportedError, so the
 // appliance hands the model to ONNX Runtime; ArgMax runs (its int64
 // indices as float32 values), and on a constant it folds.
 func TestFoldOnlyOpOnRuntimeValue(t *testing.T) {
 	g := &graph.Graph{Name: "isinf", Opset: 13,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4}}},
-		Outputs: []graph.ValueInfo{{Name: "y"}},
-		Nodes:   []graph.Node{{Name: "ii", Op: "IsInf", Inputs: []string{"x"}, Outputs: []string{"y"}}}}
+		Outputs: []graph.ValueInfo{{Name: "y"}}}
+	// IsInf: a bool result; NonZero and Unique: shapes that depend on the
+	// values
+	for _, op := range []string{"IsInf", "NonZero", "Unique"} {
+		g.Nodes = []graph.Node{{Name: "n", Op: op, Inputs: []string{"x"}, Outputs: []string{"y"}}}
+		m, err := Load(g, Options{})
+		if err == nil {
+			_, err = m.CompileBatch(1)
+		}
+		var ue *UnsupportedError
+		if !errors.As(err, &ue) || ue.Op != op || !strings.Contains(err.Error(), "at load only") {
+			t.Fatalf("err = %v, want an UnsupportedError naming %s", err, op)
+		}
+	}
+	g.Nodes = []graph.Node{{Name: "am", Op: "ArgMax", Inputs: []string{"x"}, Outputs: []string{"y"}}}
 	m, err := Load(g, Options{})
 	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = m.CompileBatch(1)
-	var ue *UnsupportedError
-	if !errors.As(err, &ue) || ue.Op != "IsInf" || !strings.Contains(err.Error(), "at load only") {
-		t.Fatalf("err = %v, want an UnsupportedError naming IsInf", err)
-	}
-	g.Nodes[0] = graph.Node{Name: "am", Op: "ArgMax", Inputs: []string{"x"}, Outputs: []string{"y"}}
-	if m, err = Load(g, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := m.CompileBatch(1)

@@ -202,8 +202,9 @@ var runtimeOps = []string{
 // foldOnlyOps are evaluated at load or compile time when their inputs are
 // constants (shape arithmetic); they have no kernel.
 var foldOnlyOps = []string{
-	"And", "BitShift", "Constant", "ConstantOfShape", "Equal", "EyeLike", "Greater", "GreaterOrEqual", "If",
-	"IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "Not", "Or", "Range", "Shape", "Size", "Where", "Xor",
+	"And", "BitShift", "BlackmanWindow", "Constant", "ConstantOfShape", "Equal", "EyeLike", "Greater", "GreaterOrEqual",
+	"HammingWindow", "HannWindow", "If", "IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "MelWeightMatrix", "NonZero", "Not", "Or",
+	"Range", "Shape", "Size", "Unique", "Where", "Xor",
 }
 
 var supportedSet = func() map[string]bool {
