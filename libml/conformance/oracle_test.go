@@ -8,8 +8,10 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"sluice/libml/engine"
@@ -700,5 +702,61 @@ func TestSignalConstantsORT(t *testing.T) {
 		if _, err := againstORT(ctx, ob, cb, name, g, x, ramp("y", []int64{1, c.mels}, 0, 1, 1, 0)); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// TestScanORT unrolls a Scan over a run-time input's time axis (axis 1 of
+// [batch, time, features]) with a state computed from the input, a second
+// scan input read in reverse, and scan outputs stacked along axis 1 and,
+// in reverse, along the last axis, and compares each output with ONNX
+// Runtime's. Scanning axis 0, the batch axis, is an UnsupportedError.
+func TestScanORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	const B, T, F = 2, 5, 3
+	vi := func(name string, dims ...int64) graph.ValueInfo {
+		return graph.ValueInfo{Name: name, DType: graph.Float32, Dims: dims}
+	}
+	body := &graph.Graph{Name: "body",
+		Inputs:       []graph.ValueInfo{vi("s", B, F), vi("e1", B, F), vi("e2", B, F)},
+		Outputs:      []graph.ValueInfo{vi("s_out", B, F), vi("o1", B, F), vi("o2", B, F)},
+		Initializers: []*graph.Tensor{{Name: "half", DType: graph.Float32, Dims: []int64{}, F32: []float32{0.5}}},
+		Nodes: []graph.Node{
+			{Name: "h", Op: "Mul", Inputs: []string{"s", "half"}, Outputs: []string{"h"}},
+			{Name: "a", Op: "Add", Inputs: []string{"h", "e1"}, Outputs: []string{"s_out"}},
+			{Name: "t", Op: "Tanh", Inputs: []string{"s_out"}, Outputs: []string{"o1"}},
+			{Name: "m", Op: "Mul", Inputs: []string{"s_out", "e2"}, Outputs: []string{"o2"}},
+		}}
+	scanGraph := func(out string, dims []int64, inAxis int64) *graph.Graph {
+		return &graph.Graph{Name: "scan-" + out, Opset: 13,
+			Inputs:  []graph.ValueInfo{vi("x", B, T, F)},
+			Outputs: []graph.ValueInfo{vi("y", dims...)},
+			Initializers: []*graph.Tensor{{Name: "axes", DType: graph.Int64, Dims: []int64{1}, I64: []int64{1}},
+				{Name: "two", DType: graph.Float32, Dims: []int64{}, F32: []float32{2}}},
+			Nodes: []graph.Node{
+				{Name: "init", Op: "ReduceSum", Inputs: []string{"x", "axes"}, Outputs: []string{"init"}, Attrs: []graph.Attr{aInt("keepdims", 0)}},
+				{Name: "x2", Op: "Mul", Inputs: []string{"x", "two"}, Outputs: []string{"x2"}},
+				{Name: "scan", Op: "Scan", Inputs: []string{"init", "x", "x2"}, Outputs: []string{"s_final", "y1", "y2"},
+					Attrs: []graph.Attr{aInt("num_scan_inputs", 2), aInts("scan_input_axes", inAxis, inAxis),
+						aInts("scan_input_directions", 0, 1), aInts("scan_output_axes", 1, -1),
+						aInts("scan_output_directions", 0, 1), {Name: "body", Kind: graph.AttrGraph, G: body}}},
+				{Name: "out", Op: "Identity", Inputs: []string{out}, Outputs: []string{"y"}},
+			}}
+	}
+	x := ramp("x", []int64{B, T, F}, 7, 17, 9, 0.8)
+	for _, c := range []struct {
+		out  string
+		dims []int64
+	}{{"s_final", []int64{B, F}}, {"y1", []int64{B, T, F}}, {"y2", []int64{B, F, T}}} {
+		g := scanGraph(c.out, c.dims, 1)
+		if _, err := againstORT(ctx, ob, cb, "scan-"+c.out, g, x, ramp("y", c.dims, 0, 1, 1, 0)); err != nil {
+			t.Errorf("%s: %v", c.out, err)
+		}
+	}
+	_, err := engine.Load(scanGraph("y1", []int64{B, T, F}, 0), engine.Options{})
+	var ue *engine.UnsupportedError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "batches requests") {
+		t.Errorf("a Scan over the batch axis: err = %v, want an UnsupportedError", err)
 	}
 }

@@ -135,11 +135,25 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 		return nil
 	}
 	loops := map[string]*loopState{}
-	for ifs, nloops := 0, 0; len(queue) > 0; {
+	for ifs, nloops, nscans := 0, 0, 0; len(queue) > 0; {
 		n := queue[0]
 		queue = queue[1:]
 		n.Inputs = append([]string{}, n.Inputs...)
 		n.Outputs = append([]string{}, n.Outputs...)
+		if n.Op == "Scan" {
+			// unrolled whole, its length known at load (scanop.go)
+			s, err := newScan(&n, opset, m.loadShapes)
+			if err != nil {
+				return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
+			}
+			nscans++
+			nodes, inits := s.unroll(&n, fmt.Sprintf("scan%d/", nscans), opset)
+			if err := addInits("Scan "+n.Name, inits); err != nil {
+				return nil, err
+			}
+			queue = append(nodes, queue...)
+			continue
+		}
 		if n.Op == "Loop" || n.Op == loopNextOp {
 			// unrolled an iteration at a time (loopop.go)
 			var s *loopState

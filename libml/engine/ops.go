@@ -204,7 +204,7 @@ var runtimeOps = []string{
 var foldOnlyOps = []string{
 	"And", "BitShift", "BlackmanWindow", "Constant", "ConstantOfShape", "Equal", "EyeLike", "Greater", "GreaterOrEqual",
 	"HammingWindow", "HannWindow", "If", "IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "MelWeightMatrix", "NonZero", "Not", "Or",
-	"Range", "Shape", "Size", "Unique", "Where", "Xor",
+	"Range", "Scan", "Shape", "Size", "Unique", "Where", "Xor",
 }
 
 var supportedSet = func() map[string]bool {
