@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -289,12 +290,20 @@ func TestQuantBatches(t *testing.T) {
 // With symmetric, the per-channel weight zero points are all 0 (ONNX
 // Runtime takes no other for QLinearConv).
 func qconvGraph(C, M, G, H, W, K, stride, pad, dil int64, qlinear, symmetric bool) (*graph.Graph, *graph.Tensor) {
-	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{1, C, H, W}}
-	for _, v := range pattern(C*H*W, uint32(C*H+W), -250, 250) {
+	return qconvGraphND(C, M, G, []int64{H, W}, K, stride, pad, dil, qlinear, symmetric)
+}
+
+// qconvGraphND is qconvGraph over the spatial dimensions sp (2 or 3 of
+// them), the same window, stride, padding and dilation on each.
+func qconvGraphND(C, M, G int64, sp []int64, K, stride, pad, dil int64, qlinear, symmetric bool) (*graph.Graph, *graph.Tensor) {
+	rep := func(v int64, n int) []int64 { return slices.Repeat([]int64{v}, n) }
+	r := len(sp)
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: append([]int64{1, C}, sp...)}
+	for _, v := range pattern(numelOf(x.Dims), uint32(C*sp[r-2]+sp[r-1]), -250, 250) {
 		x.F32 = append(x.F32, float32(v)/100)
 	}
-	wd := []int64{M, C / G, K, K}
-	w := &graph.Tensor{Name: "w", DType: graph.Int8, Dims: wd, I64: pattern(M*C/G*K*K, 11, -128, 127)}
+	wd := append([]int64{M, C / G}, rep(K, r)...)
+	w := &graph.Tensor{Name: "w", DType: graph.Int8, Dims: wd, I64: pattern(numelOf(wd), 11, -128, 127)}
 	f := func(name string, v ...float32) *graph.Tensor {
 		d := []int64{}
 		if len(v) > 1 {
@@ -315,10 +324,10 @@ func qconvGraph(C, M, G, H, W, K, stride, pad, dil int64, qlinear, symmetric boo
 		ws[i] = 0.002 + float32(i%5)*0.0005
 	}
 	attrs := []graph.Attr{{Name: "group", Kind: graph.AttrInt, I: G},
-		{Name: "strides", Kind: graph.AttrInts, Ints: []int64{stride, stride}},
-		{Name: "pads", Kind: graph.AttrInts, Ints: []int64{pad, pad, pad, pad}}}
+		{Name: "strides", Kind: graph.AttrInts, Ints: rep(stride, r)},
+		{Name: "pads", Kind: graph.AttrInts, Ints: rep(pad, 2*r)}}
 	if dil > 1 {
-		attrs = append(attrs, graph.Attr{Name: "dilations", Kind: graph.AttrInts, Ints: []int64{dil, dil}})
+		attrs = append(attrs, graph.Attr{Name: "dilations", Kind: graph.AttrInts, Ints: rep(dil, r)})
 	}
 	g := &graph.Graph{Opset: 13,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
@@ -392,6 +401,45 @@ func TestQConvPaths(t *testing.T) {
 	}
 }
 
+// TestQConv3D runs 3-D QLinearConv and ConvInteger (the depth windows
+// unfolded into the channels of one 2-D integer convolution, the depth
+// padding filled with the input's zero point) and checks them against the
+// constant folder, bit for bit, with every micro-kernel: depth padding,
+// strides with dilation, groups, depthwise, a pointwise 1x1x1 read in
+// place, int32 results.
+func TestQConv3D(t *testing.T) {
+	be := cpuBackend(t)
+	ctx := context.Background()
+	cases := []struct {
+		name                string
+		C, M, G             int64
+		sp                  []int64
+		K, stride, pad, dil int64
+		qlinear             bool
+	}{
+		{"3x3x3-pad", 4, 6, 1, []int64{5, 6, 7}, 3, 1, 1, 0, true},
+		{"3x3x3-stride2-dilated", 3, 5, 1, []int64{9, 8, 10}, 3, 2, 1, 2, true},
+		{"3x3x3-groups2", 4, 6, 2, []int64{4, 5, 6}, 3, 1, 0, 0, true},
+		{"3x3x3-depthwise", 4, 4, 4, []int64{4, 6, 6}, 3, 1, 1, 0, true},
+		{"1x1x1-pointwise", 8, 5, 1, []int64{3, 4, 5}, 1, 1, 0, 0, true},
+		{"convinteger-3x3x3", 3, 4, 1, []int64{5, 5, 5}, 3, 1, 1, 0, false},
+	}
+	t.Cleanup(func() { ncpu.SetQGemmKernel(ncpu.QGemmBest) })
+	for _, c := range cases {
+		g, x := qconvGraphND(c.C, c.M, c.G, c.sp, c.K, c.stride, c.pad, c.dil, c.qlinear, false)
+		fold, err := foldGraph(g, []*graph.Tensor{x})
+		if err != nil {
+			t.Fatalf("%s: fold: %v", c.name, err)
+		}
+		for _, k := range []int{ncpu.QGemmBest, ncpu.QGemmNoAMX, ncpu.QGemmNoVNNI, ncpu.QGemmPortable} {
+			ncpu.SetQGemmKernel(k)
+			if err := runAndCompare(ctx, be, c.name, g, x, fold["y"]); err != nil {
+				t.Errorf("%s (micro-kernel %d): %v", c.name, k, err)
+			}
+		}
+	}
+}
+
 // TestQuantORTOracle runs the integer products and convolutions of
 // TestQGemmKernelsAgree and TestQConvPaths through ONNX Runtime, the
 // reference oracle: the engine's folder (which the kernels match bit for
@@ -425,6 +473,21 @@ func TestQuantORTOracle(t *testing.T) {
 		{"convinteger-7x7", 3, 16, 1, 20, 20, 7, 2, 3, false},
 	} {
 		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, 0, c.qlinear, true)
+		cases = append(cases, tc{c.name, g, x})
+	}
+	// 3-D (TestQConv3D)
+	for _, c := range []struct {
+		name                string
+		C, M, G             int64
+		sp                  []int64
+		K, stride, pad, dil int64
+		qlinear             bool
+	}{
+		{"3x3x3-pad", 4, 6, 1, []int64{5, 6, 7}, 3, 1, 1, 0, true},
+		{"3x3x3-stride2-dilated-groups2", 4, 6, 2, []int64{9, 8, 10}, 3, 2, 1, 2, true},
+		{"convinteger-3x3x3", 3, 4, 1, []int64{5, 5, 5}, 3, 1, 1, 0, false},
+	} {
+		g, x := qconvGraphND(c.C, c.M, c.G, c.sp, c.K, c.stride, c.pad, c.dil, c.qlinear, true)
 		cases = append(cases, tc{c.name, g, x})
 	}
 	for _, c := range cases {

@@ -270,6 +270,36 @@ func TestBackendONNXEmu(t *testing.T) {
 			}}
 		agreeBatch2(t, b, ref, g, "3-D convolution", 32)
 	})
+	t.Run("qconv3d", func(t *testing.T) {
+		// a quantised 3-D convolution (the depth padding filled with the
+		// input's zero point, depth windows unfolded into the channels of
+		// one integer 2-D convolution on QGEMM), batch 2
+		wq := make([]int64, 4*3*27)
+		for i := range wq {
+			wq[i] = int64((i*37)%255) - 127
+		}
+		f := func(name string, v ...float32) *graph.Tensor {
+			return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{}, F32: v}
+		}
+		u8 := func(name string, v int64) *graph.Tensor {
+			return &graph.Tensor{Name: name, DType: graph.Uint8, Dims: []int64{}, I64: []int64{v}}
+		}
+		ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+		g := &graph.Graph{Name: "qconv3d", Opset: 13,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 3, 5, 6, 7}, DimParams: []string{"batch"}}},
+			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{-1, 4, 3, 6, 4}, DimParams: []string{"batch"}}},
+			Initializers: []*graph.Tensor{f("xs", 0.02), u8("xz", 120), f("ws", 0.003), u8("yz", 128), f("ys", 0.05),
+				{Name: "w", DType: graph.Int8, Dims: []int64{4, 3, 3, 3, 3}, I64: wq},
+				{Name: "wz", DType: graph.Int8, Dims: []int64{}, I64: []int64{0}},
+				{Name: "b", DType: graph.Int32, Dims: []int64{4}, I64: []int64{100, -2000, 30, 0}}},
+			Nodes: []graph.Node{
+				{Name: "q", Op: "QuantizeLinear", Inputs: []string{"x", "xs", "xz"}, Outputs: []string{"xq"}},
+				{Name: "c", Op: "QLinearConv", Inputs: []string{"xq", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"}, Outputs: []string{"yq"},
+					Attrs: []graph.Attr{ints("strides", 2, 1, 2), ints("pads", 1, 1, 1, 1, 1, 1)}},
+				{Name: "d", Op: "DequantizeLinear", Inputs: []string{"yq", "ys", "yz"}, Outputs: []string{"y"}},
+			}}
+		agreeBatch2(t, b, ref, g, "quantised 3-D convolution", 36)
+	})
 	t.Run("convtranspose3d", func(t *testing.T) {
 		// a 3-D transposed convolution (the input spread by the strides,
 		// a stride-1 3-D convolution by the flipped weights), batch 2

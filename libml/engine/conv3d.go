@@ -157,11 +157,105 @@ func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32
 // first at off, each stride after the one before (rows spread the copy
 // over the units). Nothing when there is nothing to set.
 func (c *compiler) zeroFill(g *group, dst operand, off, rows, n, stride int64) error {
+	return c.valueFill(g, dst, off, rows, n, stride, 0)
+}
+
+// valueFill is zeroFill with the value v.
+func (c *compiler) valueFill(g *group, dst operand, off, rows, n, stride int64, v float32) error {
 	if rows < 1 || n < 1 {
 		return nil
 	}
-	return c.copyKernel(g, "zero", c.newConst([]float32{0}), 0, dst, off, []int64{rows, n},
+	return c.copyKernel(g, "fill", c.newConst([]float32{v}), 0, dst, off, []int64{rows, n},
 		[]int64{0, 0}, []int64{stride, 1})
+}
+
+// lowerQConv3D runs a 3-D QLinearConv or ConvInteger as emitConv3D runs a
+// float 3-D convolution: the depth padding filled with the input's zero
+// point, each output depth's KD input slices unfolded into the channels of
+// one 2-D integer convolution (emitQConv), its output copied into Y's
+// layout. The unfolded channels are ordered (g, cg, kd), the weights' own
+// [Cout, Cg, KD, KH, KW] order, so their packed rows serve unchanged.
+func (c *compiler) lowerQConv3D(g *group, n *graph.Node, qlin bool, xi, wi, zxi, zwi int) error {
+	x, w, err := c.convInputs(n, xi, wi)
+	if err != nil {
+		return err
+	}
+	xs, ws := x.t.Shape, w.t.Shape
+	if len(ws) != 5 {
+		return fmt.Errorf("3-D convolution weights of rank %d", len(ws))
+	}
+	gm, err := convGeom(n, xs[2:], ws[2:], false)
+	if err != nil {
+		return err
+	}
+	xop, err := c.operand(n.Inputs[xi])
+	if err != nil {
+		return err
+	}
+	out, _, err := c.output(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	zx, err := c.constZeroPoint(n, zxi)
+	if err != nil {
+		return err
+	}
+	N, C, D, H, W := xs[0], xs[1], xs[2], xs[3], xs[4]
+	Cout, G := ws[0], n.AttrInt("group", 1)
+	if G < 1 || C%G != 0 || Cout%G != 0 || ws[1] != C/G {
+		return fmt.Errorf("%d input channels, weights %v, %d groups", C, ws, G)
+	}
+	Cg, KD := C/G, ws[2]
+	OD, SD, DD, PD := gm.out[0], gm.s[0], gm.d[0], gm.pb[0]
+	HW := H * W
+	Dp := max(D+gm.pb[0]+gm.pe[0], (OD-1)*SD+(KD-1)*DD+1)
+	if N*G*KD*Cg*HW > maxConv3DUnfold {
+		return fmt.Errorf("a 3-D convolution whose unfolded input has %d values per output depth (at most %d)",
+			N*G*KD*Cg*HW, maxConv3DUnfold)
+	}
+	src, sD := xop, D
+	if Dp != D || PD != 0 {
+		pad := operand{sp: SpaceArena, buf: c.newBuf(N * C * Dp * HW)}
+		if err := c.valueFill(g, pad, 0, N*C, PD*HW, Dp*HW, zx); err != nil {
+			return err
+		}
+		if err := c.valueFill(g, pad, (PD+D)*HW, N*C, (Dp-PD-D)*HW, Dp*HW, zx); err != nil {
+			return err
+		}
+		if err := c.copyKernel(g, "conv3d pad", xop, 0, pad, PD*HW, []int64{N * C, D * HW},
+			[]int64{D * HW, 1}, []int64{Dp * HW, 1}); err != nil {
+			return err
+		}
+		src, sD = pad, Dp
+	}
+	a := qconvArgs{qlin: qlin, wi: wi, zxi: zxi, zwi: zwi,
+		aSigned: w.t.DType == graph.Int8, bSigned: x.t.DType == graph.Int8}
+	OHW := gm.out[1] * gm.out[2]
+	per := G * KD * Cg * HW
+	odc := max(1, min(OD, conv3DChunk/per))
+	unf := operand{sp: SpaceArena, buf: c.newBuf(N * odc * per)}
+	y2 := operand{sp: SpaceArena, buf: c.newBuf(N * odc * Cout * OHW)}
+	for od0 := int64(0); od0 < OD; od0 += odc {
+		nd := min(odc, OD-od0)
+		// unfold: (n, od, g, cg, kd, hw) <- src[n, g*Cg + cg, od*SD + kd*DD, hw]
+		dims := []int64{N, nd, G, Cg, KD, HW}
+		sin := []int64{C * sD * HW, SD * HW, Cg * sD * HW, sD * HW, DD * HW, 1}
+		if err := c.copyKernel(g, "conv3d unfold", src, od0*SD*HW, unf, 0, dims, sin, stridesOf(dims)); err != nil {
+			return err
+		}
+		var p [16]int64
+		p[0], p[1], p[2], p[3], p[4], p[5] = N*nd, G*Cg*KD, H, W, Cout, G
+		p[6], p[7], p[8], p[9], p[10], p[11] = ws[3], ws[4], gm.s[1], gm.s[2], gm.pb[1], gm.pb[2]
+		p[12], p[13], p[14], p[15] = gm.d[1], gm.d[2], gm.out[1], gm.out[2]
+		if err := c.emitQConv(g, n, a, p, unf, y2); err != nil {
+			return err
+		}
+		if err := c.copyKernel(g, "conv3d out", y2, 0, out, od0*OHW, []int64{N, Cout, nd, OHW},
+			[]int64{nd * Cout * OHW, OHW, Cout * OHW, 1}, []int64{Cout * OD * OHW, OD * OHW, OHW, 1}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lowerConvTranspose3D runs a 3-D transposed convolution as the 3-D

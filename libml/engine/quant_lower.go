@@ -358,36 +358,76 @@ func (c *compiler) lowerQConv(g *group) error {
 	if qlin {
 		xi, wi, zxi, zwi = 0, 3, 2, 5
 	}
+	if x, err := c.rtIn(n, xi); err == nil && len(x.t.Shape) == 5 {
+		return c.lowerQConv3D(g, n, qlin, xi, wi, zxi, zwi)
+	}
 	x, w, p, err := c.convOperands(n, xi, wi)
 	if err != nil {
 		return err
 	}
-	dm := dimsOf(p)
-	N, C, H, W, G, Cout := dm.N, dm.C, dm.H, dm.W, dm.G, dm.Cout
-	OHW, Cg, Mg, Kd := dm.OHW, dm.Cg, dm.Mg, dm.Kd
-	zw, zwRows, err := c.zeroPoint(n, zwi)
-	if err != nil {
-		return err
-	}
-	zx, _, err := c.zeroPoint(n, zxi)
-	if err != nil {
-		return err
-	}
-	s := qgemmSpec{M: Mg, N: OHW, K: Kd, lda: Kd, ldb: OHW, ldc: OHW,
-		bd: [2]int64{N, G}, sA: [2]int64{0, Mg * Kd}, sY: [2]int64{Cout * OHW, Mg * OHW},
-		sRow: [2]int64{0, Mg}, aSigned: w.t.DType == graph.Int8, bSigned: x.t.DType == graph.Int8,
-		zaPerRow: zwRows}
 	xop, err := c.operand(n.Inputs[xi])
 	if err != nil {
 		return err
 	}
-	if depthwise(G, Cg) {
+	if dm := dimsOf(p); depthwise(dm.G, dm.Cg) {
 		ok, err := c.lowerQDepthwise(g, n, p, w, qlin, wi, zxi, zwi, xop)
 		if ok || err != nil {
 			return err
 		}
 	}
-	bop := xop
+	out, _, err := c.output(n.Outputs[0])
+	if err != nil {
+		return err
+	}
+	return c.emitQConv(g, n, qconvArgs{qlin: qlin, wi: wi, zxi: zxi, zwi: zwi,
+		aSigned: w.t.DType == graph.Int8, bSigned: x.t.DType == graph.Int8}, p, xop, out)
+}
+
+// qconvArgs are what emitQConv reads of a QLinearConv or ConvInteger node:
+// its form, the inputs' positions, and whether the weights (A) and the
+// input (B) are signed.
+type qconvArgs struct {
+	qlin             bool
+	wi, zxi, zwi     int
+	aSigned, bSigned bool
+}
+
+// constZeroPoint returns input i's zero point as a float (0 when absent);
+// it must be a constant.
+func (c *compiler) constZeroPoint(n *graph.Node, i int) (float32, error) {
+	if i >= len(n.Inputs) || n.Inputs[i] == "" {
+		return 0, nil
+	}
+	zv, err := c.val(n.Inputs[i])
+	if err != nil {
+		return 0, err
+	}
+	if zv.buf != -1 {
+		return 0, fmt.Errorf("the input's zero point must be a constant")
+	}
+	return float32(zv.t.at(0)), nil
+}
+
+// emitQConv emits QGEMM for the 2-D integer convolution p of node n over
+// xop into out: the weights packed as A rows (their [Cout, Cg*K...]
+// flattening is the reduction's order), the input as B, pointwise read in
+// place or else built by each block as im2col columns padded with the
+// input's zero point; QLinearConv's requantisation and bias fused.
+func (c *compiler) emitQConv(g *group, n *graph.Node, a qconvArgs, p [16]int64, xop, out operand) error {
+	dm := dimsOf(p)
+	N, C, H, W, G, Cout := dm.N, dm.C, dm.H, dm.W, dm.G, dm.Cout
+	OHW, Cg, Mg, Kd := dm.OHW, dm.Cg, dm.Mg, dm.Kd
+	zw, zwRows, err := c.zeroPoint(n, a.zwi)
+	if err != nil {
+		return err
+	}
+	zx, _, err := c.zeroPoint(n, a.zxi)
+	if err != nil {
+		return err
+	}
+	s := qgemmSpec{M: Mg, N: OHW, K: Kd, lda: Kd, ldb: OHW, ldc: OHW,
+		bd: [2]int64{N, G}, sA: [2]int64{0, Mg * Kd}, sY: [2]int64{Cout * OHW, Mg * OHW},
+		sRow: [2]int64{0, Mg}, aSigned: a.aSigned, bSigned: a.bSigned, zaPerRow: zwRows}
 	pointwise := p[6] == 1 && p[7] == 1 && p[8] == 1 && p[9] == 1 && p[10] == 0 && p[11] == 0 &&
 		OHW == H*W
 	if pointwise {
@@ -395,23 +435,14 @@ func (c *compiler) lowerQConv(g *group) error {
 	} else {
 		// each block builds its im2col columns, padding with the
 		// input's zero point
-		var pad float32
-		if zxi < len(n.Inputs) && n.Inputs[zxi] != "" {
-			zv, err := c.val(n.Inputs[zxi])
-			if err != nil {
-				return err
-			}
-			if zv.buf != -1 {
-				return fmt.Errorf("the input's zero point must be a constant")
-			}
-			pad = float32(zv.t.at(0))
+		if s.pad, err = c.constZeroPoint(n, a.zxi); err != nil {
+			return err
 		}
 		s.im2col = true
-		s.pad = pad
 		s.conv = p
 	}
 	var mult, bias operand
-	if qlin {
+	if a.qlin {
 		if mult, err = c.qlinearSpec(n, &s, true); err != nil {
 			return err
 		}
@@ -432,10 +463,14 @@ func (c *compiler) lowerQConv(g *group) error {
 		}
 	}
 	// the weights, packed once at load (or here); the A strides count rows
-	wp, ws, ok := c.packedWeights(n.Inputs[wi], qpackASuffix)
+	wp, ws, ok := c.packedWeights(n.Inputs[a.wi], qpackASuffix)
 	if !ok {
+		w, err := c.val(n.Inputs[a.wi])
+		if err != nil {
+			return err
+		}
 		if w.t.I == nil {
-			return fmt.Errorf("weights %q: no packed form", n.Inputs[wi])
+			return fmt.Errorf("weights %q: no packed form", n.Inputs[a.wi])
 		}
 		packed, sums := packQGemmA(w.t.I, Cout, Kd, s.aSigned)
 		wp, ws = c.newConst(packed), c.newConst(sums)
@@ -443,11 +478,9 @@ func (c *compiler) lowerQConv(g *group) error {
 	s.packedA = true
 	s.sA = [2]int64{0, Mg}
 	d := c.draft(g, OpQGemm)
-	d.in = [MaxIn]operand{wp, bop, zw, zx, mult, bias, noOperand, ws}
+	d.in = [MaxIn]operand{wp, xop, zw, zx, mult, bias, noOperand, ws}
 	s.set(&d.k)
-	if d.out, _, err = c.output(n.Outputs[0]); err != nil {
-		return err
-	}
+	d.out = out
 	c.emit(d)
 	return nil
 }
