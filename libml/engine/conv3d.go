@@ -11,14 +11,15 @@ import (
 // Y[n, co, od] = sum over kd of the 2-D convolution of the depth slice
 // X[n, :, od*SD - PD + kd*DD] by W[:, :, kd]. Stacking each output depth's
 // KD input slices along the channels turns that sum into the channel sum
-// of one 2-D convolution: the input unfolded to X' [N*OD, G*KD*Cg, H, W]
-// (channel (g, kd, cg) of image (n, od) is X[n, g*Cg + cg, od*SD - PD +
-// kd*DD], zero in the depth padding) by weights W' [Cout, KD*Cg, KH, KW]
-// (W'[co, kd*Cg + cg] = W[co, cg, kd]), then Y' [N*OD, Cout, OH, OW]
-// transposed to Y [N, Cout, OD, OH, OW]. Kernels: a zero fill and a copy
-// when the depth is padded, one COPY that unfolds (a strided view), the
-// 2-D convolution with the bias and activation fused (emitConv, so every
-// 2-D algorithm applies), one COPY back. The unfolded input is KD/SD times
+// of one 2-D convolution: the input unfolded to X' [N*OD, G*Cg*KD, H, W]
+// (channel (g, cg, kd) of image (n, od) is X[n, g*Cg + cg, od*SD - PD +
+// kd*DD], zero in the depth padding) by the weights as they are, read as
+// [Cout, Cg*KD, KH, KW], then Y' [N*OD, Cout, OH, OW] transposed to Y [N,
+// Cout, OD, OH, OW]. Kernels: a fill and a copy when the depth is padded,
+// one COPY that unfolds (a strided view), the 2-D convolution with the
+// bias and activation fused (emitConv, so every 2-D algorithm applies; a
+// quantised one: emitQConv, the padding its input's zero point), one COPY
+// back. The unfolded input is KD/SD times
 // the input. Depth is a plain spatial axis here, never the batch: a
 // request's output does not depend on the batch it runs in.
 
@@ -77,6 +78,21 @@ func (c *compiler) lowerConv3D(g *group) error {
 // bias and the group's activation, into out (see the comment above).
 func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32, ws []int64, G int64,
 	gm geom, bias, out operand) error {
+	wop := c.newConst(wvals)
+	return c.unfoldConv3D(g, xop, xs, ws, G, gm, 0, out, func(p [16]int64, unf, y2 operand) error {
+		return c.emitConv(g, p, unf, wop, "", wvals, bias, noOperand, y2)
+	})
+}
+
+// unfoldConv3D emits the unfolded form of a 3-D convolution of xop (shape xs)
+// by weights of shape ws ([Cout, C/G, KD, KH, KW]) in G groups, geometry
+// gm, into out: the depth padding (pad: its value), then per chunk of
+// output depths the unfold, conv2D (the 2-D convolution p of the unfolded
+// images into y2, by the weights as they are: the unfolded channels are
+// ordered (g, cg, kd), the weights' own order) and the copy into Y's
+// layout.
+func (c *compiler) unfoldConv3D(g *group, xop operand, xs, ws []int64, G int64, gm geom, pad float32, out operand,
+	conv2D func(p [16]int64, unf, y2 operand) error) error {
 	N, C, D, H, W := xs[0], xs[1], xs[2], xs[3], xs[4]
 	Cout := ws[0]
 	if G < 1 || C%G != 0 || Cout%G != 0 || ws[1] != C/G {
@@ -90,34 +106,23 @@ func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32
 		return fmt.Errorf("a 3-D convolution whose unfolded input has %d values per output depth (at most %d)",
 			N*G*KD*Cg*HW, maxConv3DUnfold)
 	}
-	// the depth padding: X copied into a zeroed [N, C, Dp, H, W]
+	// the depth padding: X copied into [N, C, Dp, H, W], pad in the
+	// padding slices only: [0, PD) and [PD+D, Dp) of each channel
 	src, sD := xop, D
 	if Dp != D || PD != 0 {
-		pad := operand{sp: SpaceArena, buf: c.newBuf(N * C * Dp * HW)}
-		// zeros in the padding slices only: [0, PD) and [PD+D, Dp) of each channel
-		if err := c.zeroFill(g, pad, 0, N*C, PD*HW, Dp*HW); err != nil {
+		padded := operand{sp: SpaceArena, buf: c.newBuf(N * C * Dp * HW)}
+		if err := c.valueFill(g, padded, 0, N*C, PD*HW, Dp*HW, pad); err != nil {
 			return err
 		}
-		if err := c.zeroFill(g, pad, (PD+D)*HW, N*C, (Dp-PD-D)*HW, Dp*HW); err != nil {
+		if err := c.valueFill(g, padded, (PD+D)*HW, N*C, (Dp-PD-D)*HW, Dp*HW, pad); err != nil {
 			return err
 		}
-		if err := c.copyKernel(g, "conv3d pad", xop, 0, pad, PD*HW, []int64{N * C, D * HW},
+		if err := c.copyKernel(g, "conv3d pad", xop, 0, padded, PD*HW, []int64{N * C, D * HW},
 			[]int64{D * HW, 1}, []int64{Dp * HW, 1}); err != nil {
 			return err
 		}
-		src, sD = pad, Dp
+		src, sD = padded, Dp
 	}
-	// W' [Cout, KD*Cg, KH, KW]
-	KHW := ws[3] * ws[4]
-	wp := make([]float32, len(wvals))
-	for co := int64(0); co < Cout; co++ {
-		for cg := int64(0); cg < Cg; cg++ {
-			for kd := int64(0); kd < KD; kd++ {
-				copy(wp[((co*KD+kd)*Cg+cg)*KHW:][:KHW], wvals[((co*Cg+cg)*KD+kd)*KHW:][:KHW])
-			}
-		}
-	}
-	wop := c.newConst(wp)
 	OHW := gm.out[1] * gm.out[2]
 	// output depths in chunks whose unfolded input stays under
 	// conv3DChunk values per image (one chunk for most layers; the cut
@@ -130,18 +135,18 @@ func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32
 	y2 := operand{sp: SpaceArena, buf: c.newBuf(N * odc * Cout * OHW)}
 	for od0 := int64(0); od0 < OD; od0 += odc {
 		nd := min(odc, OD-od0)
-		// unfold: (n, od, g, kd, cg, hw) <- src[n, g*Cg + cg, od*SD + kd*DD, hw]
-		dims := []int64{N, nd, G, KD, Cg, HW}
-		sin := []int64{C * sD * HW, SD * HW, Cg * sD * HW, DD * HW, sD * HW, 1}
+		// unfold: (n, od, g, cg, kd, hw) <- src[n, g*Cg + cg, od*SD + kd*DD, hw]
+		dims := []int64{N, nd, G, Cg, KD, HW}
+		sin := []int64{C * sD * HW, SD * HW, Cg * sD * HW, sD * HW, DD * HW, 1}
 		if err := c.copyKernel(g, "conv3d unfold", src, od0*SD*HW, unf, 0, dims, sin, stridesOf(dims)); err != nil {
 			return err
 		}
-		// the 2-D convolution over (H, W) of N*nd images of G*KD*Cg channels
+		// the 2-D convolution over (H, W) of N*nd images of G*Cg*KD channels
 		var p [16]int64
-		p[0], p[1], p[2], p[3], p[4], p[5] = N*nd, G*KD*Cg, H, W, Cout, G
+		p[0], p[1], p[2], p[3], p[4], p[5] = N*nd, G*Cg*KD, H, W, Cout, G
 		p[6], p[7], p[8], p[9], p[10], p[11] = ws[3], ws[4], gm.s[1], gm.s[2], gm.pb[1], gm.pb[2]
 		p[12], p[13], p[14], p[15] = gm.d[1], gm.d[2], gm.out[1], gm.out[2]
-		if err := c.emitConv(g, p, unf, wop, "", wp, bias, noOperand, y2); err != nil {
+		if err := conv2D(p, unf, y2); err != nil {
 			return err
 		}
 		// Y [N, Cout, od0+od, OH*OW] <- Y' [N, nd, Cout, OH*OW]
@@ -169,12 +174,10 @@ func (c *compiler) valueFill(g *group, dst operand, off, rows, n, stride int64, 
 		[]int64{0, 0}, []int64{stride, 1})
 }
 
-// lowerQConv3D runs a 3-D QLinearConv or ConvInteger as emitConv3D runs a
-// float 3-D convolution: the depth padding filled with the input's zero
-// point, each output depth's KD input slices unfolded into the channels of
-// one 2-D integer convolution (emitQConv), its output copied into Y's
-// layout. The unfolded channels are ordered (g, cg, kd), the weights' own
-// [Cout, Cg, KD, KH, KW] order, so their packed rows serve unchanged.
+// lowerQConv3D runs a 3-D QLinearConv or ConvInteger as a float 3-D
+// convolution runs (unfoldConv3D): the depth padding filled with the input's
+// zero point, the 2-D convolution of the unfolded input an integer one
+// (emitQConv) whose weights are the rows packed at load, unchanged.
 func (c *compiler) lowerQConv3D(g *group, n *graph.Node, qlin bool, xi, wi, zxi, zwi int) error {
 	x, w, err := c.convInputs(n, xi, wi)
 	if err != nil {
@@ -200,62 +203,11 @@ func (c *compiler) lowerQConv3D(g *group, n *graph.Node, qlin bool, xi, wi, zxi,
 	if err != nil {
 		return err
 	}
-	N, C, D, H, W := xs[0], xs[1], xs[2], xs[3], xs[4]
-	Cout, G := ws[0], n.AttrInt("group", 1)
-	if G < 1 || C%G != 0 || Cout%G != 0 || ws[1] != C/G {
-		return fmt.Errorf("%d input channels, weights %v, %d groups", C, ws, G)
-	}
-	Cg, KD := C/G, ws[2]
-	OD, SD, DD, PD := gm.out[0], gm.s[0], gm.d[0], gm.pb[0]
-	HW := H * W
-	Dp := max(D+gm.pb[0]+gm.pe[0], (OD-1)*SD+(KD-1)*DD+1)
-	if N*G*KD*Cg*HW > maxConv3DUnfold {
-		return fmt.Errorf("a 3-D convolution whose unfolded input has %d values per output depth (at most %d)",
-			N*G*KD*Cg*HW, maxConv3DUnfold)
-	}
-	src, sD := xop, D
-	if Dp != D || PD != 0 {
-		pad := operand{sp: SpaceArena, buf: c.newBuf(N * C * Dp * HW)}
-		if err := c.valueFill(g, pad, 0, N*C, PD*HW, Dp*HW, zx); err != nil {
-			return err
-		}
-		if err := c.valueFill(g, pad, (PD+D)*HW, N*C, (Dp-PD-D)*HW, Dp*HW, zx); err != nil {
-			return err
-		}
-		if err := c.copyKernel(g, "conv3d pad", xop, 0, pad, PD*HW, []int64{N * C, D * HW},
-			[]int64{D * HW, 1}, []int64{Dp * HW, 1}); err != nil {
-			return err
-		}
-		src, sD = pad, Dp
-	}
 	a := qconvArgs{qlin: qlin, wi: wi, zxi: zxi, zwi: zwi,
 		aSigned: w.t.DType == graph.Int8, bSigned: x.t.DType == graph.Int8}
-	OHW := gm.out[1] * gm.out[2]
-	per := G * KD * Cg * HW
-	odc := max(1, min(OD, conv3DChunk/per))
-	unf := operand{sp: SpaceArena, buf: c.newBuf(N * odc * per)}
-	y2 := operand{sp: SpaceArena, buf: c.newBuf(N * odc * Cout * OHW)}
-	for od0 := int64(0); od0 < OD; od0 += odc {
-		nd := min(odc, OD-od0)
-		// unfold: (n, od, g, cg, kd, hw) <- src[n, g*Cg + cg, od*SD + kd*DD, hw]
-		dims := []int64{N, nd, G, Cg, KD, HW}
-		sin := []int64{C * sD * HW, SD * HW, Cg * sD * HW, sD * HW, DD * HW, 1}
-		if err := c.copyKernel(g, "conv3d unfold", src, od0*SD*HW, unf, 0, dims, sin, stridesOf(dims)); err != nil {
-			return err
-		}
-		var p [16]int64
-		p[0], p[1], p[2], p[3], p[4], p[5] = N*nd, G*Cg*KD, H, W, Cout, G
-		p[6], p[7], p[8], p[9], p[10], p[11] = ws[3], ws[4], gm.s[1], gm.s[2], gm.pb[1], gm.pb[2]
-		p[12], p[13], p[14], p[15] = gm.d[1], gm.d[2], gm.out[1], gm.out[2]
-		if err := c.emitQConv(g, n, a, p, unf, y2); err != nil {
-			return err
-		}
-		if err := c.copyKernel(g, "conv3d out", y2, 0, out, od0*OHW, []int64{N, Cout, nd, OHW},
-			[]int64{nd * Cout * OHW, OHW, Cout * OHW, 1}, []int64{Cout * OD * OHW, OD * OHW, OHW, 1}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.unfoldConv3D(g, xop, xs, ws, n.AttrInt("group", 1), gm, zx, out, func(p [16]int64, unf, y2 operand) error {
+		return c.emitQConv(g, n, a, p, unf, y2)
+	})
 }
 
 // lowerConvTranspose3D runs a 3-D transposed convolution as the 3-D
