@@ -401,6 +401,23 @@ func TestQConvPaths(t *testing.T) {
 	}
 }
 
+// qconv3DCases are the 3-D integer convolutions TestQConv3D and
+// TestQuantORTOracle run.
+var qconv3DCases = []struct {
+	name                string
+	C, M, G             int64
+	sp                  []int64
+	K, stride, pad, dil int64
+	qlinear             bool
+}{
+	{"3x3x3-pad", 4, 6, 1, []int64{5, 6, 7}, 3, 1, 1, 0, true},
+	{"3x3x3-stride2-dilated", 3, 5, 1, []int64{9, 8, 10}, 3, 2, 1, 2, true},
+	{"3x3x3-groups2", 4, 6, 2, []int64{4, 5, 6}, 3, 1, 0, 0, true},
+	{"3x3x3-depthwise", 4, 4, 4, []int64{4, 6, 6}, 3, 1, 1, 0, true},
+	{"1x1x1-pointwise", 8, 5, 1, []int64{3, 4, 5}, 1, 1, 0, 0, true},
+	{"convinteger-3x3x3", 3, 4, 1, []int64{5, 5, 5}, 3, 1, 1, 0, false},
+}
+
 // TestQConv3D runs 3-D QLinearConv and ConvInteger (the depth windows
 // unfolded into the channels of one 2-D integer convolution, the depth
 // padding filled with the input's zero point) and checks them against the
@@ -410,22 +427,8 @@ func TestQConvPaths(t *testing.T) {
 func TestQConv3D(t *testing.T) {
 	be := cpuBackend(t)
 	ctx := context.Background()
-	cases := []struct {
-		name                string
-		C, M, G             int64
-		sp                  []int64
-		K, stride, pad, dil int64
-		qlinear             bool
-	}{
-		{"3x3x3-pad", 4, 6, 1, []int64{5, 6, 7}, 3, 1, 1, 0, true},
-		{"3x3x3-stride2-dilated", 3, 5, 1, []int64{9, 8, 10}, 3, 2, 1, 2, true},
-		{"3x3x3-groups2", 4, 6, 2, []int64{4, 5, 6}, 3, 1, 0, 0, true},
-		{"3x3x3-depthwise", 4, 4, 4, []int64{4, 6, 6}, 3, 1, 1, 0, true},
-		{"1x1x1-pointwise", 8, 5, 1, []int64{3, 4, 5}, 1, 1, 0, 0, true},
-		{"convinteger-3x3x3", 3, 4, 1, []int64{5, 5, 5}, 3, 1, 1, 0, false},
-	}
 	t.Cleanup(func() { ncpu.SetQGemmKernel(ncpu.QGemmBest) })
-	for _, c := range cases {
+	for _, c := range qconv3DCases {
 		g, x := qconvGraphND(c.C, c.M, c.G, c.sp, c.K, c.stride, c.pad, c.dil, c.qlinear, false)
 		fold, err := foldGraph(g, []*graph.Tensor{x})
 		if err != nil {
@@ -476,17 +479,7 @@ func TestQuantORTOracle(t *testing.T) {
 		cases = append(cases, tc{c.name, g, x})
 	}
 	// 3-D (TestQConv3D)
-	for _, c := range []struct {
-		name                string
-		C, M, G             int64
-		sp                  []int64
-		K, stride, pad, dil int64
-		qlinear             bool
-	}{
-		{"3x3x3-pad", 4, 6, 1, []int64{5, 6, 7}, 3, 1, 1, 0, true},
-		{"3x3x3-stride2-dilated-groups2", 4, 6, 2, []int64{9, 8, 10}, 3, 2, 1, 2, true},
-		{"convinteger-3x3x3", 3, 4, 1, []int64{5, 5, 5}, 3, 1, 1, 0, false},
-	} {
+	for _, c := range qconv3DCases {
 		g, x := qconvGraphND(c.C, c.M, c.G, c.sp, c.K, c.stride, c.pad, c.dil, c.qlinear, true)
 		cases = append(cases, tc{c.name, g, x})
 	}
