@@ -606,3 +606,71 @@ func TestResizeBadRoiRefused(t *testing.T) {
 		}
 	}
 }
+
+// Malformed windows, mel matrices, Unique and Scan nodes are errors, not
+// panics or huge allocations.
+func TestValueOpsMalformed(t *testing.T) {
+	i64 := func(v int64) *Tensor { return &Tensor{DType: graph.Int64, Shape: []int64{}, I: []int64{v}} }
+	f32 := func(v float32) *Tensor { return &Tensor{DType: graph.Float32, Shape: []int64{}, F: []float32{v}} }
+	for _, c := range []struct {
+		name string
+		n    graph.Node
+		ins  []*Tensor
+		want string
+	}{
+		{"window-negative", graph.Node{Op: "HannWindow"}, []*Tensor{i64(-3)}, "size -3"},
+		{"window-huge", graph.Node{Op: "BlackmanWindow"}, []*Tensor{i64(1 << 40)}, "size"},
+		{"window-int-output", graph.Node{Op: "HammingWindow", Attrs: []graph.Attr{{Name: "output_datatype", Kind: graph.AttrInt, I: int64(graph.Int32)}}},
+			[]*Tensor{i64(8)}, "output_datatype"},
+		{"window-float-size", graph.Node{Op: "HannWindow"}, []*Tensor{f32(8)}, "one integer"},
+		{"mel-no-bins", graph.Node{Op: "MelWeightMatrix"}, []*Tensor{i64(0), i64(16), i64(8000), f32(0), f32(4000)}, "positive"},
+		{"mel-huge", graph.Node{Op: "MelWeightMatrix"}, []*Tensor{i64(1 << 20), i64(1 << 30), i64(8000), f32(0), f32(4000)}, "values"},
+		{"mel-edges-reversed", graph.Node{Op: "MelWeightMatrix"}, []*Tensor{i64(8), i64(16), i64(8000), f32(3000), f32(100)}, "edges"},
+		{"mel-over-nyquist", graph.Node{Op: "MelWeightMatrix"}, []*Tensor{i64(8), i64(16), i64(8000), f32(0), f32(20000)}, "outside"},
+		{"unique-bad-axis", graph.Node{Op: "Unique", Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 3}}},
+			[]*Tensor{{DType: graph.Float32, Shape: []int64{2, 2}, F: []float32{1, 2, 3, 4}}}, "axis"},
+	} {
+		n := c.n
+		n.Name, n.Outputs = c.name, []string{"y", "i", "v", "n"}
+		_, err := Eval(&n, 17, c.ins)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want one naming %q", c.name, err, c.want)
+		}
+	}
+	body := &graph.Graph{Name: "b", Inputs: []graph.ValueInfo{{Name: "s"}, {Name: "e"}}, Outputs: []graph.ValueInfo{{Name: "s2"}, {Name: "o"}},
+		Nodes: []graph.Node{{Name: "a", Op: "Add", Inputs: []string{"s", "e"}, Outputs: []string{"s2"}},
+			{Name: "c", Op: "Identity", Inputs: []string{"s2"}, Outputs: []string{"o"}}}}
+	scan := func(attrs ...graph.Attr) *graph.Graph {
+		return &graph.Graph{Name: "scan", Opset: 13,
+			Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4}}},
+			Outputs:      []graph.ValueInfo{{Name: "y"}},
+			Initializers: []*graph.Tensor{{Name: "seq", DType: graph.Float32, Dims: []int64{3, 4}, F32: make([]float32, 12)}},
+			Nodes: []graph.Node{{Name: "scan", Op: "Scan", Inputs: []string{"x", "seq"}, Outputs: []string{"fin", "y"},
+				Attrs: append([]graph.Attr{{Name: "body", Kind: graph.AttrGraph, G: body}}, attrs...)}}}
+	}
+	n1 := graph.Attr{Name: "num_scan_inputs", Kind: graph.AttrInt, I: 1}
+	for _, c := range []struct {
+		name string
+		g    *graph.Graph
+		want string
+	}{
+		{"no-scan-inputs", scan(), "scanned"},
+		{"axes-count", scan(n1, graph.Attr{Name: "scan_input_axes", Kind: graph.AttrInts, Ints: []int64{0, 1}}), "scan_input_axes"},
+		{"axis-out-of-range", scan(n1, graph.Attr{Name: "scan_input_axes", Kind: graph.AttrInts, Ints: []int64{5}}), "axis"},
+		{"direction-2", scan(n1, graph.Attr{Name: "scan_output_directions", Kind: graph.AttrInts, Ints: []int64{2}}), "direction"},
+		{"no-body", func() *graph.Graph { g := scan(n1); g.Nodes[0].Attrs = g.Nodes[0].Attrs[1:]; return g }(), "no body"},
+	} {
+		_, err := Load(c.g, Options{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Scan %s: err = %v, want one naming %q", c.name, err, c.want)
+		}
+	}
+	// the well-formed one loads and runs: fin = x + sum of seq's rows (0)
+	m, err := Load(scan(n1), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CompileBatch(2); err != nil {
+		t.Fatal(err)
+	}
+}
