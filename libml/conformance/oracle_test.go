@@ -760,3 +760,49 @@ func TestScanORT(t *testing.T) {
 		t.Errorf("a Scan over the batch axis: err = %v, want an UnsupportedError", err)
 	}
 }
+
+// TestGroupNormORT checks GroupNormalization (a body of Reshape, means,
+// and scale and bias per group at opset 18 or per channel at opset 21)
+// against ONNX Runtime on 3-D, 4-D and 5-D inputs, from one group (layer
+// normalisation over all channels) to one group per channel; a channel
+// count the groups do not divide is an error.
+func TestGroupNormORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		dims   []int64
+		groups int64
+		opset  int64
+	}{
+		{[]int64{2, 6, 4, 5}, 3, 18}, {[]int64{2, 6, 4, 5}, 3, 21},
+		{[]int64{2, 4, 3, 2, 2}, 2, 21}, {[]int64{3, 8, 7}, 4, 18},
+		{[]int64{2, 8, 3, 3}, 1, 21}, {[]int64{2, 8, 3, 3}, 8, 21},
+	} {
+		name := fmt.Sprintf("groupnorm-%v-g%d-opset%d", c.dims, c.groups, c.opset)
+		n := c.groups // scale and bias: per group (18) or per channel (21)
+		if c.opset >= 21 {
+			n = c.dims[1]
+		}
+		g := &graph.Graph{Name: name, Opset: c.opset,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: c.dims}},
+			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: c.dims}},
+			Initializers: []*graph.Tensor{ramp("scale", []int64{n}, 5, 7, 4, -0.3),
+				ramp("bias", []int64{n}, 3, 5, 10, 0.2)},
+			Nodes: []graph.Node{{Name: "gn", Op: "GroupNormalization", Inputs: []string{"x", "scale", "bias"}, Outputs: []string{"y"},
+				Attrs: []graph.Attr{aInt("num_groups", c.groups), aFloat("epsilon", 1e-4)}}}}
+		x := ramp("x", c.dims, 37, 101, 17, 2.9)
+		if _, err := againstORT(ctx, ob, cb, name, g, x, ramp("y", c.dims, 0, 1, 1, 0)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	g := &graph.Graph{Name: "groupnorm-indivisible", Opset: 18,
+		Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 6, 4, 4}}},
+		Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{1, 6, 4, 4}}},
+		Initializers: []*graph.Tensor{ramp("scale", []int64{4}, 1, 3, 1, 0), ramp("bias", []int64{4}, 1, 3, 1, 0)},
+		Nodes: []graph.Node{{Name: "gn", Op: "GroupNormalization", Inputs: []string{"x", "scale", "bias"}, Outputs: []string{"y"},
+			Attrs: []graph.Attr{aInt("num_groups", 4)}}}}
+	if _, err := runOnBackend(ctx, cb, g.Name, g, ramp("x", []int64{1, 6, 4, 4}, 1, 7, 1, 0), ramp("y", []int64{1, 6, 4, 4}, 0, 1, 1, 0)); err == nil {
+		t.Error("6 channels in 4 groups: no error")
+	}
+}

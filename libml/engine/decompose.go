@@ -91,6 +91,42 @@ var decomposedOps = map[string]decomposition{
 		y3 := c.tmp("Add", nil, c.tmp("Mul", nil, c.tmp("Div", nil, d, den), perChannel(n.Inputs[1])), perChannel(n.Inputs[2]))
 		c.out(n, "Reshape", nil, y3, c.tmp("Shape", nil, x))
 	}},
+	// GroupNormalization(x) over num_groups (G) groups of channels: x seen
+	// as [N, G, C/G, L] (L the product of the spatial dimensions; a C that
+	// G does not divide fails that Reshape), each group less its mean,
+	// over sqrt(its variance + epsilon), then scale and bias, per group
+	// (opset 18's [G] inputs) or per channel (opset 21's [C]), and reshaped
+	// back to x's shape. The shapes fold per batch size at compile time.
+	"GroupNormalization": {[]string{"X", "scale", "bias"}, func(n *graph.Node, c *bodyBuilder) {
+		G := n.AttrInt("num_groups", 0)
+		if G < 1 {
+			c.err = fmt.Errorf("GroupNormalization %q: num_groups %d, want at least 1", n.Name, G)
+			return
+		}
+		x := n.Inputs[0]
+		ints := func(name string, v ...int64) []graph.Attr {
+			return []graph.Attr{{Name: name, Kind: graph.AttrInts, Ints: v}}
+		}
+		xc := c.tmp("Reshape", nil, x, c.ints(0, 0, -1))
+		sh := c.tmp("Shape", nil, xc)
+		dim := func(i int64) string { return c.tmp("Gather", nil, sh, c.ints(i)) }
+		x4 := c.tmp("Reshape", nil, xc, c.tmp("Concat", []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 0}},
+			dim(0), c.ints(G, -1), dim(2)))
+		mean := func(v string) string {
+			return c.tmp("ReduceMean", append(ints("axes", 2, 3), graph.Attr{Name: "keepdims", Kind: graph.AttrInt, I: 1}), v)
+		}
+		d := c.tmp("Sub", nil, x4, mean(x4))
+		eps := c.scalar(n.AttrFloat("epsilon", 1e-5))
+		norm := c.tmp("Div", nil, d, c.tmp("Sqrt", nil, c.tmp("Add", nil, mean(c.tmp("Mul", nil, d, d)), eps)))
+		grouped := func(v string) string { // [G] or [C] as [G, 1 or C/G, 1]
+			if c.opset < 21 {
+				return c.tmp("Unsqueeze", ints("axes", 1, 2), v)
+			}
+			return c.tmp("Reshape", nil, v, c.ints(G, -1, 1))
+		}
+		y4 := c.tmp("Add", nil, c.tmp("Mul", nil, norm, grouped(n.Inputs[1])), grouped(n.Inputs[2]))
+		c.out(n, "Reshape", nil, y4, c.tmp("Shape", nil, x))
+	}},
 	// MeanVarianceNormalization(x) = (x - E[x]) / (sqrt(E[(x - E[x])^2]) + 1e-9)
 	// over axes (default [0, 2, 3]); ONNX's body takes the variance as
 	// E[x^2] - E[x]^2, the two-pass form here does not cancel
@@ -202,6 +238,7 @@ type bodyBuilder struct {
 	nodes  []graph.Node
 	inits  []*graph.Tensor
 	count  int
+	err    error // a body that cannot be built for this node
 }
 
 // tmp appends a node of op over ins writing a new intermediate value,
@@ -278,7 +315,7 @@ func (c *bodyBuilder) nllLoss(n *graph.Node, lp string, out int) {
 	}
 }
 
-// scalar adds a float32 scalar constant and returns its name.// scalar adds a float32 scalar constant and returns its name.
+// scalar adds a float32 scalar constant and returns its name.
 func (c *bodyBuilder) scalar(v float32) string {
 	c.count++
 	name := fmt.Sprintf("%sconst%d", c.prefix, c.count)
@@ -341,6 +378,9 @@ func decompose(n *graph.Node, opset int64) (nodes []graph.Node, inits []*graph.T
 		c.prefix = n.Outputs[0] + "#" + n.Op + "/"
 	}
 	d.body(n, c)
+	if c.err != nil {
+		return nil, nil, true, c.err
+	}
 	return c.nodes, c.inits, true, nil
 }
 
