@@ -806,3 +806,47 @@ func TestGroupNormORT(t *testing.T) {
 		t.Error("6 channels in 4 groups: no error")
 	}
 }
+
+// TestLpPoolORT checks LpPool (window sums as an average pool counting
+// the padding, times the window size) against ONNX Runtime for p = 1, 2
+// and 3, in 1-D, 2-D and 3-D, with strides, pads and auto_pad; ceil_mode
+// is an UnsupportedError.
+func TestLpPoolORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name       string
+		in, out    []int64
+		p          int64
+		k, s, pads []int64
+		autoPad    string
+	}{
+		{"2d-p2-pads", []int64{2, 3, 9, 8}, []int64{2, 3, 5, 4}, 2, []int64{3, 3}, []int64{2, 2}, []int64{1, 1, 1, 0}, ""},
+		{"2d-p1", []int64{1, 4, 6, 6}, []int64{1, 4, 5, 5}, 1, []int64{2, 2}, []int64{1, 1}, nil, ""},
+		{"2d-p3-same", []int64{1, 2, 7, 5}, []int64{1, 2, 4, 3}, 3, []int64{3, 2}, []int64{2, 2}, nil, "SAME_UPPER"},
+		{"1d-p2", []int64{2, 3, 11}, []int64{2, 3, 5}, 2, []int64{3}, []int64{2}, nil, ""},
+		{"3d-p2", []int64{1, 2, 4, 5, 6}, []int64{1, 2, 3, 4, 5}, 2, []int64{2, 2, 2}, []int64{1, 1, 1}, nil, ""},
+	} {
+		attrs := []graph.Attr{aInt("p", c.p), aInts("kernel_shape", c.k...), aInts("strides", c.s...)}
+		if c.pads != nil {
+			attrs = append(attrs, aInts("pads", c.pads...))
+		}
+		if c.autoPad != "" {
+			attrs = append(attrs, aStr("auto_pad", c.autoPad))
+		}
+		n := graph.Node{Name: c.name, Op: "LpPool", Inputs: []string{"x"}, Outputs: []string{"y"}, Attrs: attrs}
+		g, want := oneNodeGraph(c.name, 18, n, nil, c.in, c.out)
+		if _, err := againstORT(ctx, ob, cb, c.name, g, ramp("x", c.in, 29, 83, 13, 3.1), want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	n := graph.Node{Name: "ceil", Op: "LpPool", Inputs: []string{"x"}, Outputs: []string{"y"},
+		Attrs: []graph.Attr{aInts("kernel_shape", 2, 2), aInts("strides", 2, 2), aInt("ceil_mode", 1)}}
+	g, _ := oneNodeGraph("ceil", 18, n, nil, []int64{1, 1, 5, 5}, []int64{1, 1, 3, 3})
+	_, err := engine.Load(g, engine.Options{})
+	var ue *engine.UnsupportedError
+	if !errors.As(err, &ue) || ue.Op != "LpPool" {
+		t.Errorf("ceil_mode: err = %v, want an UnsupportedError naming LpPool", err)
+	}
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"sluice/libml/graph"
@@ -214,6 +215,53 @@ var decomposedOps = map[string]decomposition{
 		norm := c.tmp(red, []graph.Attr{{Name: "axes", Kind: graph.AttrInts, Ints: []int64{n.AttrInt("axis", -1)}},
 			{Name: "keepdims", Kind: graph.AttrInt, I: 1}}, n.Inputs[0])
 		c.out(n, "Div", nil, n.Inputs[0], norm)
+	}},
+	// LpPool(x) = (sum of |x|^p over each window)^(1/p): the window sums
+	// an AveragePool counting the padding (whose |0|^p adds nothing)
+	// times the window's size. ceil_mode windows (clipped) and dilations
+	// are refused (UnsupportedError: ONNX Runtime serves the model).
+	"LpPool": {nil, func(n *graph.Node, c *bodyBuilder) {
+		k := n.AttrInts("kernel_shape", nil)
+		dilated := slices.ContainsFunc(n.AttrInts("dilations", nil), func(d int64) bool { return d != 1 })
+		if n.AttrInt("ceil_mode", 0) != 0 || dilated || len(k) == 0 {
+			c.err = &UnsupportedError{Op: n.Op, Node: n.Name, Why: "ceil_mode, dilations or no kernel_shape (the engine sums windows with an average pool)"}
+			return
+		}
+		p := n.AttrInt("p", 2)
+		if p < 1 {
+			c.err = fmt.Errorf("LpPool %q: p = %d, want at least 1", n.Name, p)
+			return
+		}
+		x := n.Inputs[0]
+		var xp string
+		switch p {
+		case 1:
+			xp = c.tmp("Abs", nil, x)
+		case 2:
+			xp = c.tmp("Mul", nil, x, x)
+		default:
+			xp = c.tmp("Pow", nil, c.tmp("Abs", nil, x), c.scalar(float32(p)))
+		}
+		attrs := []graph.Attr{{Name: "count_include_pad", Kind: graph.AttrInt, I: 1}}
+		for _, a := range n.Attrs {
+			switch a.Name {
+			case "kernel_shape", "strides", "pads", "auto_pad":
+				attrs = append(attrs, a)
+			}
+		}
+		size := int64(1)
+		for _, v := range k {
+			size *= v
+		}
+		sum := c.tmp("Mul", nil, c.tmp("AveragePool", attrs, xp), c.scalar(float32(size)))
+		switch p {
+		case 1:
+			c.out(n, "Identity", nil, sum)
+		case 2:
+			c.out(n, "Sqrt", nil, sum)
+		default:
+			c.out(n, "Pow", nil, sum, c.scalar(1/float32(p)))
+		}
 	}},
 	// Mish(x) = x * tanh(softplus(x))
 	"Mish": {nil, func(n *graph.Node, c *bodyBuilder) {
