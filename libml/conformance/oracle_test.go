@@ -850,3 +850,43 @@ func TestLpPoolORT(t *testing.T) {
 		t.Errorf("ceil_mode: err = %v, want an UnsupportedError naming LpPool", err)
 	}
 }
+
+// TestAffineGridORT checks AffineGrid against ONNX Runtime: a run-time
+// theta (one GEMM by the constant base grid), 2-D and 3-D, with and
+// without align_corners; and a spatial transformer, a constant theta's
+// grid (folded at load) sampling a run-time image with GridSample.
+func TestAffineGridORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		size  []int64
+		align int64
+	}{{[]int64{2, 3, 5, 7}, 0}, {[]int64{2, 3, 5, 7}, 1}, {[]int64{2, 1, 3, 4, 5}, 0}, {[]int64{2, 1, 3, 4, 5}, 1}} {
+		r := int64(len(c.size) - 2)
+		name := fmt.Sprintf("affinegrid-%v-align%d", c.size, c.align)
+		td := []int64{2, r, r + 1}
+		out := append(append([]int64{2}, c.size[2:]...), r)
+		n := graph.Node{Name: name, Op: "AffineGrid", Inputs: []string{"x", "size"}, Outputs: []string{"y"},
+			Attrs: []graph.Attr{aInt("align_corners", c.align)}}
+		g, want := oneNodeGraph(name, 20, n, []*graph.Tensor{{Name: "size", DType: graph.Int64, Dims: []int64{int64(len(c.size))}, I64: c.size}}, td, out)
+		if _, err := againstORT(ctx, ob, cb, name, g, ramp("x", td, 7, 19, 9, 1.1), want); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	in := []int64{2, 3, 6, 8}
+	theta := &graph.Tensor{Name: "theta", DType: graph.Float32, Dims: []int64{2, 2, 3},
+		F32: []float32{0.9, -0.2, 0.1, 0.15, 1.1, -0.05, 0.7, 0.3, -0.2, -0.25, 0.8, 0.1}}
+	g := &graph.Graph{Name: "stn", Opset: 20,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
+		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: in}},
+		Initializers: []*graph.Tensor{theta,
+			{Name: "size", DType: graph.Int64, Dims: []int64{4}, I64: in}},
+		Nodes: []graph.Node{
+			{Name: "grid", Op: "AffineGrid", Inputs: []string{"theta", "size"}, Outputs: []string{"grid"}},
+			{Name: "y", Op: "GridSample", Inputs: []string{"x", "grid"}, Outputs: []string{"y"}},
+		}}
+	if _, err := againstORT(ctx, ob, cb, "stn", g, ramp("x", in, 11, 37, 7, 2), ramp("y", in, 0, 1, 1, 0)); err != nil {
+		t.Errorf("spatial transformer: %v", err)
+	}
+}

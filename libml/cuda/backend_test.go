@@ -300,6 +300,17 @@ func TestBackendONNXEmu(t *testing.T) {
 			}}
 		agreeBatch2(t, b, ref, g, "quantised 3-D convolution", 36)
 	})
+	t.Run("affinegrid", func(t *testing.T) {
+		// a run-time theta times the constant base grid (one batched
+		// GEMM); size says batch 1, the grid follows theta's batch
+		g := &graph.Graph{Name: "affinegrid", Opset: 20,
+			Inputs:       []graph.ValueInfo{{Name: "theta", DType: graph.Float32, Dims: []int64{-1, 2, 3}, DimParams: []string{"batch"}}},
+			Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{-1, 5, 7, 2}, DimParams: []string{"batch"}}},
+			Initializers: []*graph.Tensor{{Name: "size", DType: graph.Int64, Dims: []int64{4}, I64: []int64{1, 3, 5, 7}}},
+			Nodes:        []graph.Node{{Name: "y", Op: "AffineGrid", Inputs: []string{"theta", "size"}, Outputs: []string{"y"}}},
+		}
+		agreeBatch2(t, b, ref, g, "affine grid", 37)
+	})
 	t.Run("convtranspose3d", func(t *testing.T) {
 		// a 3-D transposed convolution (the input spread by the strides,
 		// a stride-1 3-D convolution by the flipped weights), batch 2

@@ -185,7 +185,7 @@ var reduceOps = map[string]int{
 
 // runtimeOps are the ONNX operators the engine runs on float32 tensors.
 var runtimeOps = []string{
-	"Abs", "Acos", "Add", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
+	"Abs", "Acos", "Add", "AffineGrid", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
 	"BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Compress", "Concat", "Conv", "ConvTranspose", "Cos",
 	"CumSum", "DFT", "DepthToSpace", "Div", "Dropout", "Einsum",
 	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "GridSample",
