@@ -890,3 +890,61 @@ func TestAffineGridORT(t *testing.T) {
 		t.Errorf("spatial transformer: %v", err)
 	}
 }
+
+// TestCenterCropPadORT checks CenterCropPad (a zero fill and one strided
+// COPY) against ONNX Runtime: cropping and padding by even and odd
+// amounts, negative axes, all axes; cropping the batch axis of a run-time
+// input is an UnsupportedError.
+func TestCenterCropPadORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name    string
+		in, out []int64
+		shape   []int64
+		axes    []int64
+	}{
+		{"crop-h-pad-w", []int64{2, 3, 9, 8}, []int64{2, 3, 6, 11}, []int64{6, 11}, []int64{2, 3}},
+		{"odd-pad-crop", []int64{2, 3, 4, 4}, []int64{2, 3, 7, 1}, []int64{7, 1}, []int64{-2, -1}},
+		{"last-axis", []int64{2, 7, 5}, []int64{2, 7, 4}, []int64{4}, []int64{-1}},
+		{"all-axes", []int64{2, 5, 6}, []int64{2, 3, 8}, []int64{2, 3, 8}, nil},
+	} {
+		n := graph.Node{Name: c.name, Op: "CenterCropPad", Inputs: []string{"x", "shape"}, Outputs: []string{"y"}}
+		if c.axes != nil {
+			n.Attrs = []graph.Attr{aInts("axes", c.axes...)}
+		}
+		sh := &graph.Tensor{Name: "shape", DType: graph.Int64, Dims: []int64{int64(len(c.shape))}, I64: c.shape}
+		g, want := oneNodeGraph(c.name, 18, n, []*graph.Tensor{sh}, c.in, c.out)
+		if _, err := againstORT(ctx, ob, cb, c.name, g, ramp("x", c.in, 13, 41, 5, 3), want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	// after two kernels, so that the output may take a buffer they wrote:
+	// the padding must be zeroed, not left as found
+	in, out := []int64{2, 3, 9, 8}, []int64{2, 3, 6, 11}
+	g := &graph.Graph{Name: "after-kernels", Opset: 18,
+		Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}},
+		Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: out}},
+		Initializers: []*graph.Tensor{{Name: "shape", DType: graph.Int64, Dims: []int64{2}, I64: []int64{6, 11}}},
+		Nodes: []graph.Node{
+			{Name: "sq", Op: "Mul", Inputs: []string{"x", "x"}, Outputs: []string{"sq"}},
+			{Name: "sum", Op: "Add", Inputs: []string{"sq", "x"}, Outputs: []string{"sum"}},
+			{Name: "y", Op: "CenterCropPad", Inputs: []string{"sum", "shape"}, Outputs: []string{"y"},
+				Attrs: []graph.Attr{aInts("axes", 2, 3)}},
+		}}
+	if _, err := againstORT(ctx, ob, cb, g.Name, g, ramp("x", in, 13, 41, 5, 3), ramp("y", out, 0, 1, 1, 0)); err != nil {
+		t.Errorf("after other kernels: %v", err)
+	}
+	n := graph.Node{Name: "batch", Op: "CenterCropPad", Inputs: []string{"x", "shape"}, Outputs: []string{"y"}}
+	sh := &graph.Tensor{Name: "shape", DType: graph.Int64, Dims: []int64{3}, I64: []int64{1, 3, 8}}
+	g, _ = oneNodeGraph("batch", 18, n, []*graph.Tensor{sh}, []int64{-1, 5, 6}, []int64{1, 3, 8})
+	m, err := engine.Load(g, engine.Options{})
+	if err == nil {
+		_, err = m.CompileBatch(2)
+	}
+	var ue *engine.UnsupportedError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "batches requests") {
+		t.Errorf("cropping the batch axis: err = %v, want an UnsupportedError", err)
+	}
+}

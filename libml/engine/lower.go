@@ -84,6 +84,8 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerGridSample(g)
 	case n.Op == "TopK":
 		return c.lowerTopK(g)
+	case n.Op == "CenterCropPad":
+		return c.lowerCenterCropPad(g)
 	case n.Op == "AffineGrid":
 		return c.lowerAffineGrid(g)
 	case n.Op == "RoiAlign":

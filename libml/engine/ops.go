@@ -186,7 +186,7 @@ var reduceOps = map[string]int{
 // runtimeOps are the ONNX operators the engine runs on float32 tensors.
 var runtimeOps = []string{
 	"Abs", "Acos", "Add", "AffineGrid", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
-	"BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Compress", "Concat", "Conv", "ConvTranspose", "Cos",
+	"BatchNormalization", "Cast", "CastLike", "Ceil", "CenterCropPad", "Clip", "Compress", "Concat", "Conv", "ConvTranspose", "Cos",
 	"CumSum", "DFT", "DepthToSpace", "Div", "Dropout", "Einsum",
 	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "GridSample",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",

@@ -111,7 +111,7 @@ func init() {
 		"Tile": refTile, "CumSum": refCumSum, "DFT": refDFT, "STFT": refSTFT, "CastLike": refCast,
 		"ArgMax": refArgMinMax, "ArgMin": refArgMinMax, "Mod": refMod,
 		"IsNaN": refIsNaNInf, "IsInf": refIsNaNInf,
-		"EyeLike": refEyeLike, "OneHot": refOneHot, "HannWindow": refWindow, "HammingWindow": refWindow, "BlackmanWindow": refWindow, "MelWeightMatrix": refMelWeightMatrix, "NonZero": refNonZero, "Unique": refUnique, "AffineGrid": refAffineGrid, "BitShift": refBitShift, "Einsum": refEinsum, "GridSample": refGridSample, "TopK": refTopK, "RoiAlign": refRoiAlign,
+		"EyeLike": refEyeLike, "OneHot": refOneHot, "HannWindow": refWindow, "HammingWindow": refWindow, "BlackmanWindow": refWindow, "MelWeightMatrix": refMelWeightMatrix, "NonZero": refNonZero, "Unique": refUnique, "AffineGrid": refAffineGrid, "CenterCropPad": refCenterCropPad, "BitShift": refBitShift, "Einsum": refEinsum, "GridSample": refGridSample, "TopK": refTopK, "RoiAlign": refRoiAlign,
 	}
 	for op := range indexMapOps {
 		refOps[op] = refIndexMap
