@@ -588,9 +588,10 @@ func TestCropAndResizeORT(t *testing.T) {
 	}
 }
 
-// TestResizeOpset18ORT checks Resize's opset-18 attributes against ONNX
-// Runtime: scales, sizes and roi for the listed axes only, and
-// keep_aspect_ratio_policy's one scale for every resized axis.
+// TestResizeOpset18ORT checks Resize's opset-18 and 19 attributes against
+// ONNX Runtime: scales, sizes and roi for the listed axes only,
+// keep_aspect_ratio_policy's one scale for every resized axis, and the
+// half_pixel_symmetric coordinates.
 func TestResizeOpset18ORT(t *testing.T) {
 	ob := ortBackend(t)
 	cb := cpuBackend(t)
@@ -620,10 +621,20 @@ func TestResizeOpset18ORT(t *testing.T) {
 			[]string{"x", "roi", "", "sizes"},
 			[]*graph.Tensor{{Name: "roi", DType: graph.Float32, Dims: []int64{4}, F32: []float32{0.1, -0.1, 0.9, 0.8}},
 				{Name: "sizes", DType: graph.Int64, Dims: []int64{2}, I64: []int64{5, 7}}}, []int64{1, 2, 5, 7}},
+		// opset 19's half_pixel_symmetric: scales whose outputs round down
+		{"symmetric-linear", []graph.Attr{aStr("mode", "linear"), aStr("coordinate_transformation_mode", "half_pixel_symmetric")},
+			[]string{"x", "", "scales"},
+			[]*graph.Tensor{{Name: "scales", DType: graph.Float32, Dims: []int64{4}, F32: []float32{1, 1, 1.7, 0.65}}}, []int64{1, 2, 10, 6}},
+		{"symmetric-nearest", []graph.Attr{aStr("mode", "nearest"), aStr("coordinate_transformation_mode", "half_pixel_symmetric")},
+			[]string{"x", "", "", "sizes"},
+			[]*graph.Tensor{{Name: "sizes", DType: graph.Int64, Dims: []int64{4}, I64: []int64{1, 2, 9, 7}}}, []int64{1, 2, 9, 7}},
+		{"symmetric-cubic", []graph.Attr{aStr("mode", "cubic"), aStr("coordinate_transformation_mode", "half_pixel_symmetric")},
+			[]string{"x", "", "scales"},
+			[]*graph.Tensor{{Name: "scales", DType: graph.Float32, Dims: []int64{4}, F32: []float32{1, 1, 0.8, 1.37}}}, []int64{1, 2, 4, 13}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := graph.Node{Op: "Resize", Name: c.name, Inputs: c.inputs, Outputs: []string{"y"}, Attrs: c.attrs}
-			g, want := oneNodeGraph(c.name, 18, n, c.inits, in, c.out)
+			g, want := oneNodeGraph(c.name, 19, n, c.inits, in, c.out)
 			if _, err := againstORT(ctx, ob, cb, c.name, g, x, want); err != nil {
 				t.Error(err)
 			}

@@ -676,7 +676,7 @@ func TestKernelResize(t *testing.T) {
 		x := randVec(r, planes*H*W, -1, 1)
 		sh, sw := float32(OH)/float32(H), float32(OW)/float32(W)
 		for mode := 0; mode < 2; mode++ {
-			for _, coord := range []int{0, 1, 2, 3, 5} {
+			for coord := 0; coord <= 6; coord++ {
 				for nm := 0; nm < 4; nm++ {
 					if mode == 1 && nm > 0 {
 						continue
@@ -722,6 +722,11 @@ func refResize(x []float32, planes, H, W, OH, OW, mode, coord, nm int, sh, sw fl
 				return (float32(o)+0.5)/scale - 0.5
 			}
 			return 0
+		case 4:
+			return (float32(o) + 0.5) / scale
+		case 6:
+			adj := float32(out) / (scale * float32(in))
+			return float32(in)/2*(1-adj) + (float32(o)+0.5)/scale - 0.5
 		}
 		return (float32(o)+0.5)/scale - 0.5
 	}

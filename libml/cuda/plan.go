@@ -255,7 +255,7 @@ func plan(op Op, a *Args, v int) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if p[5] < 0 || p[5] > 1 || p[6] < 0 || p[6] > 5 || p[6] == 4 || p[7] < 0 || p[7] > 3 {
+		if p[5] < 0 || p[5] > 1 || p[6] < 0 || p[6] > 6 || p[7] < 0 || p[7] > 3 {
 			return 0, fmt.Errorf("mode %d coord %d nearest %d", p[5], p[6], p[7])
 		}
 		if !(a.F[0] > 0) || !(a.F[1] > 0) {

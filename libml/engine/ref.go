@@ -2406,6 +2406,8 @@ func (e *ev) resizeSpec(x *Tensor) (resizeSpec, error) {
 		rs.coord = 4
 	case "tf_crop_and_resize":
 		rs.coord = 5
+	case "half_pixel_symmetric":
+		rs.coord = 6
 	default:
 		return rs, fmt.Errorf("coordinate_transformation_mode %q is not supported", coord)
 	}
@@ -2453,6 +2455,10 @@ func srcCoord(o int64, scale float64, in, out int64, coord int64, start, end flo
 		return 0
 	case 4:
 		return float64((x + 0.5) / s)
+	case 6:
+		adj := float32(out) / (s * float32(in))
+		off := float32(in) / 2 * (1 - adj)
+		return float64(off + (x+0.5)/s - 0.5)
 	}
 	return float64((x+0.5)/s - 0.5)
 }

@@ -12,7 +12,7 @@ void sk_prep_resize(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
 	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < 1 || p[4] < 1 ||
-	    p[5] < 0 || p[5] > 2 || p[6] < 0 || p[6] > 5 || p[7] < 0 || p[7] > 3 ||
+	    p[5] < 0 || p[5] > 2 || p[6] < 0 || p[6] > 6 || p[7] < 0 || p[7] > 3 ||
 	    !(k->f[0] > 0) || !(k->f[1] > 0)) {
 		k->grid = -1;
 		return;
@@ -49,6 +49,12 @@ static float src_coord(int64_t o, float scale, int64_t in_len, int64_t out_len,
 		return out_len > 1 ? ((float)o + 0.5f) / scale - 0.5f : 0.0f;
 	case 4: /* tf_half_pixel_for_nn */
 		return ((float)o + 0.5f) / scale;
+	case 6: { /* half_pixel_symmetric: half_pixel shifted so that the
+		   * output's whole pixels sit centred on the input */
+		float adj = (float)out_len / (scale * (float)in_len);
+		float off = (float)in_len / 2.0f * (1.0f - adj);
+		return off + ((float)o + 0.5f) / scale - 0.5f;
+	}
 	default: /* half_pixel */
 		return ((float)o + 0.5f) / scale - 0.5f;
 	}

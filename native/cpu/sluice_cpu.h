@@ -193,7 +193,8 @@ enum sk_reduce {
  * RESIZE   p: 0 planes 1 H 2 W 3 OH 4 OW 5 mode (0 nearest, 1 linear,
  *          2 cubic)
  *          6 coord (0 half_pixel, 1 asymmetric, 2 align_corners,
- *          3 pytorch_half_pixel, 4 tf_half_pixel_for_nn, 5 tf_crop_and_resize)
+ *          3 pytorch_half_pixel, 4 tf_half_pixel_for_nn, 5 tf_crop_and_resize,
+ *          6 half_pixel_symmetric)
  *          7 nearest (0 round_prefer_floor,
  *          1 round_prefer_ceil, 2 floor, 3 ceil) 8 exclude_outside (cubic).
  *          f: 0 scale_h 1 scale_w 2 cubic_coeff_a; coord 5: 3 h start 4 h end

@@ -6,7 +6,8 @@
  *
  * Parameters: p: 0 planes 1 H 2 W 3 OH 4 OW 5 mode (0 nearest, 1 linear)
  * 6 coord (0 half_pixel, 1 asymmetric, 2 align_corners,
- * 3 pytorch_half_pixel, 5 tf_crop_and_resize) 7 nearest (0 round_prefer_floor,
+ * 3 pytorch_half_pixel, 4 tf_half_pixel_for_nn, 5 tf_crop_and_resize,
+ * 6 half_pixel_symmetric) 7 nearest (0 round_prefer_floor,
  * 1 round_prefer_ceil, 2 floor, 3 ceil). f: 0 scale_h 1 scale_w; coord 5:
  * 3 h start 4 h end 5 w start 6 w end 7 extrapolation value.
  */
@@ -31,6 +32,14 @@ SG_DEV float sg_src_coord(int o, float scale, int in_len, int out_len, int coord
 				    : (float)o * (float)(in_len - 1) / (float)(out_len - 1);
 	case 3: /* pytorch_half_pixel */
 		return out_len > 1 ? ((float)o + 0.5f) / scale - 0.5f : 0.0f;
+	case 4: /* tf_half_pixel_for_nn */
+		return ((float)o + 0.5f) / scale;
+	case 6: { /* half_pixel_symmetric: half_pixel shifted so that the
+		   * output's whole pixels sit centred on the input */
+		float adj = (float)out_len / sg_mul_rn(scale, (float)in_len);
+		float off = sg_mul_rn((float)in_len / 2.0f, 1.0f - adj);
+		return sg_add_rn(off, ((float)o + 0.5f) / scale) - 0.5f;
+	}
 	default: /* half_pixel */
 		return ((float)o + 0.5f) / scale - 0.5f;
 	}
