@@ -959,3 +959,33 @@ func TestCenterCropPadORT(t *testing.T) {
 		t.Errorf("cropping the batch axis: err = %v, want an UnsupportedError", err)
 	}
 }
+
+// TestAveragePoolDilatedORT checks dilated AveragePool (opset 19) against
+// ONNX Runtime: 1-D, 2-D and 3-D (two 2-D passes), padded, with and
+// without count_include_pad and ceil_mode.
+func TestAveragePoolDilatedORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		in, out, k, s, pads, dil []int64
+		incl, ceil               int64
+	}{
+		{[]int64{2, 3, 11}, []int64{2, 3, 5}, []int64{3}, []int64{2}, []int64{1, 1}, []int64{2}, 0, 0},
+		{[]int64{2, 3, 11}, []int64{2, 3, 5}, []int64{3}, []int64{2}, []int64{1, 1}, []int64{2}, 1, 0},
+		{[]int64{1, 2, 9, 10}, []int64{1, 2, 4, 4}, []int64{2, 3}, []int64{2, 2}, []int64{1, 0, 1, 1}, []int64{3, 2}, 1, 0},
+		{[]int64{1, 2, 9, 10}, []int64{1, 2, 4, 4}, []int64{2, 3}, []int64{2, 2}, []int64{1, 0, 1, 1}, []int64{3, 2}, 0, 0},
+		{[]int64{1, 2, 9, 10}, []int64{1, 2, 5, 4}, []int64{2, 3}, []int64{2, 2}, []int64{1, 0, 1, 1}, []int64{3, 2}, 0, 1},
+		{[]int64{1, 2, 9, 10}, []int64{1, 2, 5, 4}, []int64{2, 3}, []int64{2, 2}, []int64{1, 0, 1, 1}, []int64{3, 2}, 1, 1},
+		{[]int64{1, 2, 7, 6, 8}, []int64{1, 2, 3, 4, 4}, []int64{2, 2, 2}, []int64{2, 1, 2}, []int64{0, 1, 0, 0, 0, 1}, []int64{2, 3, 2}, 0, 0},
+	} {
+		name := fmt.Sprintf("avg-dil%v-incl%d-ceil%d-%v", c.dil, c.incl, c.ceil, c.in)
+		n := graph.Node{Name: name, Op: "AveragePool", Inputs: []string{"x"}, Outputs: []string{"y"},
+			Attrs: []graph.Attr{aInts("kernel_shape", c.k...), aInts("strides", c.s...), aInts("pads", c.pads...),
+				aInts("dilations", c.dil...), aInt("count_include_pad", c.incl), aInt("ceil_mode", c.ceil)}}
+		g, want := oneNodeGraph(name, 19, n, nil, c.in, c.out)
+		if _, err := againstORT(ctx, ob, cb, name, g, ramp("x", c.in, 7, 23, 3, 2), want); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -311,6 +311,19 @@ func TestBackendONNXEmu(t *testing.T) {
 		}
 		agreeBatch2(t, b, ref, g, "affine grid", 37)
 	})
+	t.Run("avgpool-dilated", func(t *testing.T) {
+		// a dilated, padded average pool counting the padding, ceil mode
+		ints := func(name string, v ...int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInts, Ints: v} }
+		one := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
+		g := &graph.Graph{Name: "avgpool-dilated", Opset: 19,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 2, 9, 10}, DimParams: []string{"batch"}}},
+			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: []int64{-1, 2, 5, 4}, DimParams: []string{"batch"}}},
+			Nodes: []graph.Node{{Name: "y", Op: "AveragePool", Inputs: []string{"x"}, Outputs: []string{"y"},
+				Attrs: []graph.Attr{ints("kernel_shape", 2, 3), ints("strides", 2, 2), ints("pads", 1, 0, 1, 1),
+					ints("dilations", 3, 2), one("count_include_pad", 1), one("ceil_mode", 1)}}},
+		}
+		agreeBatch2(t, b, ref, g, "dilated average pool", 38)
+	})
 	t.Run("convtranspose3d", func(t *testing.T) {
 		// a 3-D transposed convolution (the input spread by the strides,
 		// a stride-1 3-D convolution by the flipped weights), batch 2

@@ -788,13 +788,6 @@ func refPool(e *ev) ([]*Tensor, error) {
 	if len(k) != len(x.Shape)-2 {
 		return nil, fmt.Errorf("kernel_shape %v for X %v", k, x.Shape)
 	}
-	if e.n.Op == "AveragePool" && e.n.AttrInts("dilations", nil) != nil {
-		for _, d := range e.n.AttrInts("dilations", nil) {
-			if d != 1 {
-				return nil, fmt.Errorf("dilated average pooling is not supported")
-			}
-		}
-	}
 	g, err := convGeom(e.n, x.Shape[2:], k, true)
 	if err != nil {
 		return nil, err
