@@ -607,11 +607,14 @@ func TestResizeBadRoiRefused(t *testing.T) {
 	}
 }
 
-// Malformed windows, mel matrices, Unique and Scan nodes are errors, not
-// panics or huge allocations.
+// Malformed windows, mel matrices, Unique and Scan nodes, and operators
+// whose output shape comes from values asking for absurd sizes, are
+// errors, not panics or huge allocations.
 func TestValueOpsMalformed(t *testing.T) {
 	i64 := func(v int64) *Tensor { return &Tensor{DType: graph.Int64, Shape: []int64{}, I: []int64{v}} }
 	f32 := func(v float32) *Tensor { return &Tensor{DType: graph.Float32, Shape: []int64{}, F: []float32{v}} }
+	ints := func(v ...int64) *Tensor { return &Tensor{DType: graph.Int64, Shape: []int64{int64(len(v))}, I: v} }
+	f22 := &Tensor{DType: graph.Float32, Shape: []int64{2, 2}, F: []float32{1, 2, 3, 4}}
 	for _, c := range []struct {
 		name string
 		n    graph.Node
@@ -629,6 +632,14 @@ func TestValueOpsMalformed(t *testing.T) {
 		{"mel-over-nyquist", graph.Node{Op: "MelWeightMatrix"}, []*Tensor{i64(8), i64(16), i64(8000), f32(0), f32(20000)}, "outside"},
 		{"unique-bad-axis", graph.Node{Op: "Unique", Attrs: []graph.Attr{{Name: "axis", Kind: graph.AttrInt, I: 3}}},
 			[]*Tensor{{DType: graph.Float32, Shape: []int64{2, 2}, F: []float32{1, 2, 3, 4}}}, "axis"},
+		// shapes taken from values: refused before anything is allocated
+		{"range-huge", graph.Node{Op: "Range"}, []*Tensor{i64(0), i64(1 << 40), i64(1)}, "more than"},
+		{"constantofshape-huge", graph.Node{Op: "ConstantOfShape"}, []*Tensor{ints(1<<20, 1<<20)}, "more than"},
+		{"expand-huge", graph.Node{Op: "Expand"}, []*Tensor{f22, ints(1<<20, 1<<20, 2, 2)}, "more than"},
+		{"tile-overflow", graph.Node{Op: "Tile"}, []*Tensor{f22, ints(1<<62, 1<<62)}, "more than"},
+		{"pad-huge", graph.Node{Op: "Pad"}, []*Tensor{f22, ints(0, 0, 1<<30, 1<<30)}, "more than"},
+		{"onehot-huge", graph.Node{Op: "OneHot"}, []*Tensor{ints(1, 2), i64(1 << 40), {DType: graph.Float32, Shape: []int64{2}, F: []float32{0, 1}}}, "more than"},
+		{"resize-huge", graph.Node{Op: "Resize"}, []*Tensor{{DType: graph.Float32, Shape: []int64{1, 1, 2, 2}, F: []float32{1, 2, 3, 4}}, nil, nil, ints(1, 1, 1<<20, 1<<20)}, "more than"},
 	} {
 		n := c.n
 		n.Name, n.Outputs = c.name, []string{"y", "i", "v", "n"}

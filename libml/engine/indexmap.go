@@ -19,6 +19,10 @@ import (
 // constant value is two COPYs instead: the value everywhere, the input
 // into the interior.
 
+// maxIndexMap bounds an index map's entries (8 bytes each): a pad from a
+// malformed model must fail, not allocate the machine away.
+const maxIndexMap = 1 << 28
+
 // indexMap is where each output element of a node comes from: position
 // m[i] of its sources (the inputs srcs, flattened and laid end to end,
 // then the constant values extra).
@@ -467,6 +471,9 @@ func padMap(e *ev, xs []int64) (*indexMap, error) {
 		}
 	}
 	n, st := numel(xs), stridesOf(xs)
+	if numel(oshape) > maxIndexMap || checkValueShaped(oshape, false) != nil {
+		return nil, fmt.Errorf("padding to %v: more than the %d values an index map holds", oshape, maxIndexMap)
+	}
 	m := make([]int64, numel(oshape))
 	coord := make([]int64, len(xs))
 	for i := range m {
@@ -856,6 +863,9 @@ func refOneHot(e *ev) ([]*Tensor, error) {
 	}
 	depth, axis, vt, oshape, err := oneHotArgs(e, ix.Shape)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkValueShaped(oshape, ix.known()); err != nil {
 		return nil, err
 	}
 	if !ix.known() {

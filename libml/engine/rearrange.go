@@ -118,6 +118,9 @@ func refTile(e *ev) ([]*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkValueShaped(dims, x.known()); err != nil { // oshape's product, without overflow
+		return nil, err
+	}
 	if !x.known() {
 		return one(shapeOnly(x.DType, oshape))
 	}

@@ -1804,6 +1804,9 @@ func refConstantOfShape(e *ev) ([]*Tensor, error) {
 		return nil, fmt.Errorf("shape missing")
 	}
 	shape := append([]int64{}, s.ints()...)
+	if err := checkValueShaped(shape, true); err != nil {
+		return nil, err
+	}
 	y := NewFloat(shape, nil)
 	if a := e.n.Attr("value"); a != nil && a.T != nil {
 		v, err := FromGraph(a.T)
@@ -1844,7 +1847,11 @@ func refRange(e *ev) ([]*Tensor, error) {
 	if delta == 0 {
 		return nil, fmt.Errorf("delta is 0")
 	}
-	n := int64(math.Max(math.Ceil((limit-start)/delta), 0))
+	nf := math.Max(math.Ceil((limit-start)/delta), 0)
+	if !(nf <= maxFoldedElems) {
+		return nil, fmt.Errorf("a range of %g values: more than %d", nf, maxFoldedElems)
+	}
+	n := int64(nf)
 	if v[0].IsFloat() {
 		y := NewFloat([]int64{n}, nil)
 		for i := range y.F {
@@ -2036,6 +2043,9 @@ func refExpand(e *ev) ([]*Tensor, error) {
 	}
 	oshape, err := broadcastShape(x.Shape, s.ints())
 	if err != nil {
+		return nil, err
+	}
+	if err := checkValueShaped(oshape, x.known()); err != nil {
 		return nil, err
 	}
 	if !x.known() {
@@ -2554,6 +2564,9 @@ func refResize(e *ev) ([]*Tensor, error) {
 	}
 	rs, err := e.resizeSpec(x)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkValueShaped(rs.out, x.known()); err != nil {
 		return nil, err
 	}
 	if !x.known() {

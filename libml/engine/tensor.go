@@ -168,6 +168,36 @@ func halfToFloat(h uint16) float32 {
 	return math.Float32frombits(sign | (exp+112)<<23 | mant<<13)
 }
 
+// Caps on tensors whose shape an operator takes from its inputs' values
+// (Range, ConstantOfShape, Expand, Tile, OneHot, Resize's sizes, Pad's
+// pads): a malformed model must fail with an error, not allocate the
+// machine away. A tensor the folder computes may hold maxFoldedElems
+// values; a run-time one (an arena buffer) maxRuntimeElems.
+const (
+	maxFoldedElems  = 1 << 26
+	maxRuntimeElems = 1 << 31
+)
+
+// checkValueShaped returns an error when shape has a negative dimension or
+// more elements than its cap (folded: a tensor the folder computes).
+func checkValueShaped(shape []int64, folded bool) error {
+	limit := int64(maxRuntimeElems)
+	if folded {
+		limit = maxFoldedElems
+	}
+	n := int64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return fmt.Errorf("a negative dimension in %v", shape)
+		}
+		if d > 0 && n > limit/d {
+			return fmt.Errorf("an output of shape %v: more than %d values", shape, limit)
+		}
+		n *= d
+	}
+	return nil
+}
+
 func numel(s []int64) int64 {
 	n := int64(1)
 	for _, d := range s {
