@@ -766,9 +766,16 @@ func TestScanORT(t *testing.T) {
 		}
 	}
 	_, err := engine.Load(scanGraph("y1", []int64{B, T, F}, 0), engine.Options{})
+	wantUnsupported(t, "a Scan over the batch axis", err, "Scan", "batches requests")
+}
+
+// wantUnsupported checks that err is an UnsupportedError naming op whose
+// message holds text.
+func wantUnsupported(t *testing.T, what string, err error, op, text string) {
+	t.Helper()
 	var ue *engine.UnsupportedError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "batches requests") {
-		t.Errorf("a Scan over the batch axis: err = %v, want an UnsupportedError", err)
+	if !errors.As(err, &ue) || ue.Op != op || !strings.Contains(err.Error(), text) {
+		t.Errorf("%s: err = %v, want an UnsupportedError naming %s (%q)", what, err, op, text)
 	}
 }
 
@@ -856,10 +863,7 @@ func TestLpPoolORT(t *testing.T) {
 		Attrs: []graph.Attr{aInts("kernel_shape", 2, 2), aInts("strides", 2, 2), aInt("ceil_mode", 1)}}
 	g, _ := oneNodeGraph("ceil", 18, n, nil, []int64{1, 1, 5, 5}, []int64{1, 1, 3, 3})
 	_, err := engine.Load(g, engine.Options{})
-	var ue *engine.UnsupportedError
-	if !errors.As(err, &ue) || ue.Op != "LpPool" {
-		t.Errorf("ceil_mode: err = %v, want an UnsupportedError naming LpPool", err)
-	}
+	wantUnsupported(t, "ceil_mode", err, "LpPool", "ceil_mode")
 }
 
 // TestAffineGridORT checks AffineGrid against ONNX Runtime: a run-time
@@ -954,10 +958,7 @@ func TestCenterCropPadORT(t *testing.T) {
 	if err == nil {
 		_, err = m.CompileBatch(2)
 	}
-	var ue *engine.UnsupportedError
-	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "batches requests") {
-		t.Errorf("cropping the batch axis: err = %v, want an UnsupportedError", err)
-	}
+	wantUnsupported(t, "cropping the batch axis", err, "CenterCropPad", "batches requests")
 }
 
 // TestAveragePoolDilatedORT checks dilated AveragePool (opset 19) against

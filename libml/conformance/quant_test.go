@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"sluice/libml"
 	"sluice/libml/engine"
 	"sluice/libml/graph"
 	"sluice/libml/quantize"
@@ -385,18 +386,26 @@ func TestQConvPaths(t *testing.T) {
 		{"1x1-stride2", 12, 20, 1, 19, 37, 1, 2, 0, 0, true},
 		{"3x3-big-image", 4800, 8, 1, 3, 80, 3, 1, 1, 0, true},
 	}
-	t.Cleanup(func() { ncpu.SetQGemmKernel(ncpu.QGemmBest) })
 	for _, c := range cases {
 		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.dil, c.qlinear, false)
-		fold, err := foldGraph(g, []*graph.Tensor{x})
-		if err != nil {
-			t.Fatalf("%s: fold: %v", c.name, err)
-		}
-		for _, k := range []int{ncpu.QGemmBest, ncpu.QGemmNoAMX, ncpu.QGemmNoVNNI, ncpu.QGemmPortable} {
-			ncpu.SetQGemmKernel(k)
-			if err := runAndCompare(ctx, be, c.name, g, x, fold["y"]); err != nil {
-				t.Errorf("%s (micro-kernel %d): %v", c.name, k, err)
-			}
+		foldEveryQGemmKernel(t, ctx, be, c.name, g, x)
+	}
+}
+
+// foldEveryQGemmKernel runs g on x through be with each QGEMM
+// micro-kernel in turn and checks the output "y" against the constant
+// folder's, bit for bit; it leaves the best kernel selected.
+func foldEveryQGemmKernel(t *testing.T, ctx context.Context, be libml.Backend, name string, g *graph.Graph, x *graph.Tensor) {
+	t.Helper()
+	fold, err := foldGraph(g, []*graph.Tensor{x})
+	if err != nil {
+		t.Fatalf("%s: fold: %v", name, err)
+	}
+	defer ncpu.SetQGemmKernel(ncpu.QGemmBest)
+	for _, k := range []int{ncpu.QGemmBest, ncpu.QGemmNoAMX, ncpu.QGemmNoVNNI, ncpu.QGemmPortable} {
+		ncpu.SetQGemmKernel(k)
+		if err := runAndCompare(ctx, be, name, g, x, fold["y"]); err != nil {
+			t.Errorf("%s (micro-kernel %d): %v", name, k, err)
 		}
 	}
 }
@@ -427,19 +436,9 @@ var qconv3DCases = []struct {
 func TestQConv3D(t *testing.T) {
 	be := cpuBackend(t)
 	ctx := context.Background()
-	t.Cleanup(func() { ncpu.SetQGemmKernel(ncpu.QGemmBest) })
 	for _, c := range qconv3DCases {
 		g, x := qconvGraphND(c.C, c.M, c.G, c.sp, c.K, c.stride, c.pad, c.dil, c.qlinear, false)
-		fold, err := foldGraph(g, []*graph.Tensor{x})
-		if err != nil {
-			t.Fatalf("%s: fold: %v", c.name, err)
-		}
-		for _, k := range []int{ncpu.QGemmBest, ncpu.QGemmNoAMX, ncpu.QGemmNoVNNI, ncpu.QGemmPortable} {
-			ncpu.SetQGemmKernel(k)
-			if err := runAndCompare(ctx, be, c.name, g, x, fold["y"]); err != nil {
-				t.Errorf("%s (micro-kernel %d): %v", c.name, k, err)
-			}
-		}
+		foldEveryQGemmKernel(t, ctx, be, c.name, g, x)
 	}
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	"sluice/libml/graph"
 )
@@ -15,10 +16,6 @@ import (
 // theta [N, r, r+1]. The batch is theta's: a size whose first dimension
 // says 1 (a model exported at batch 1) serves every batch size.
 
-// maxGridPositions bounds a grid's positions (a size from a malformed
-// model must not allocate the machine away).
-const maxGridPositions = 1 << 24
-
 // affineArgs reads AffineGrid's size (constant input 1) and returns the
 // spatial dimensions (D, H, W or H, W) and the rank r (2 or 3).
 func affineArgs(e *ev) (spatial []int64, r int64, err error) {
@@ -30,17 +27,15 @@ func affineArgs(e *ev) (spatial []int64, r int64, err error) {
 		return nil, 0, fmt.Errorf("size must be 4 or 5 integers [N, C, (D,) H, W]")
 	}
 	spatial = size.I[2:]
-	p := int64(1)
-	for _, d := range spatial {
-		if d < 1 || d > maxGridPositions {
-			return nil, 0, fmt.Errorf("size %v: spatial dimensions from 1 to %d", size.I, maxGridPositions)
-		}
-		p *= d
-		if p > maxGridPositions {
-			return nil, 0, fmt.Errorf("size %v: more than %d grid positions", size.I, maxGridPositions)
-		}
+	r = int64(len(spatial))
+	// the base grid, a folded constant: positions x (r + 1) values
+	if slices.Contains(spatial, 0) {
+		return nil, 0, fmt.Errorf("size %v: an empty spatial dimension", size.I)
 	}
-	return spatial, int64(len(spatial)), nil
+	if err := checkValueShaped(append(slices.Clone(spatial), r+1), true); err != nil {
+		return nil, 0, fmt.Errorf("size %v: %w", size.I, err)
+	}
+	return spatial, r, nil
 }
 
 // affineBase is the base grid of spatial dimensions sp: per position
@@ -61,17 +56,12 @@ func affineBase(sp []int64, align bool) []float32 {
 	base := make([]float32, P*int64(r+1))
 	idx := make([]int64, r)
 	for p := range P {
+		unravel(p, sp, idx)
 		row := base[p*int64(r+1):]
 		for a := range r { // x first: the last axis
 			row[a] = float32(coord(idx[r-1-a], sp[r-1-a]))
 		}
 		row[r] = 1
-		for a := r - 1; a >= 0; a-- {
-			if idx[a]++; idx[a] < sp[a] {
-				break
-			}
-			idx[a] = 0
-		}
 	}
 	return base
 }

@@ -77,11 +77,17 @@ func refCenterCropPad(e *ev) ([]*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if numel(p.out) > 1<<28 {
-		return nil, fmt.Errorf("an output of %v", p.out)
+	if err := checkValueShaped(p.out, x.known()); err != nil {
+		return nil, err
 	}
 	if !x.known() {
 		return one(shapeOnly(x.DType, p.out))
+	}
+	// the kept region, then (padding) placed into zeros
+	is, os := stridesOf(x.Shape), stridesOf(p.out)
+	kept := copyStrided(x, p.keep, is, dot(p.inStart, is))
+	if !p.pads {
+		return one(kept)
 	}
 	y := &Tensor{DType: x.DType, Shape: p.out}
 	if x.IsFloat() {
@@ -89,24 +95,13 @@ func refCenterCropPad(e *ev) ([]*Tensor, error) {
 	} else {
 		y.I = make([]int64, numel(p.out))
 	}
-	is, os := stridesOf(x.Shape), stridesOf(p.out)
-	idx := make([]int64, len(p.keep))
-	for range numel(p.keep) {
-		src, dst := int64(0), int64(0)
-		for a, i := range idx {
-			src += (p.inStart[a] + i) * is[a]
-			dst += (p.outStart[a] + i) * os[a]
-		}
-		if y.F != nil {
-			y.F[dst] = x.F[src]
+	doff, idx := dot(p.outStart, os), make([]int64, len(p.keep))
+	for i := range numel(p.keep) {
+		unravel(i, p.keep, idx)
+		if dst := doff + dot(idx, os); y.F != nil {
+			y.F[dst] = kept.F[i]
 		} else {
-			y.I[dst] = x.I[src]
-		}
-		for a := len(idx) - 1; a >= 0; a-- {
-			if idx[a]++; idx[a] < p.keep[a] {
-				break
-			}
-			idx[a] = 0
+			y.I[dst] = kept.I[i]
 		}
 	}
 	return one(y)
@@ -125,7 +120,7 @@ func (c *compiler) lowerCenterCropPad(g *group) error {
 		return err
 	}
 	if p.out[0] != x.t.Shape[0] {
-		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: "it crops or pads axis 0 of a run-time input, the axis the engine batches requests along"}
+		return batchAxisUnsupported(n, "it crops or pads axis 0 of a run-time input")
 	}
 	src, err := c.operand(n.Inputs[0])
 	if err != nil {
@@ -141,10 +136,5 @@ func (c *compiler) lowerCenterCropPad(g *group) error {
 		}
 	}
 	is, os := stridesOf(x.t.Shape), stridesOf(p.out)
-	var soff, doff int64
-	for a := range p.keep {
-		soff += p.inStart[a] * is[a]
-		doff += p.outStart[a] * os[a]
-	}
-	return c.copyKernel(g, "center crop/pad", src, soff, dst, doff, p.keep, is, os)
+	return c.copyKernel(g, "center crop/pad", src, dot(p.inStart, is), dst, dot(p.outStart, os), p.keep, is, os)
 }

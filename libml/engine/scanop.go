@@ -150,8 +150,7 @@ func newScan(n *graph.Node, opset int64, shapesAt func(batch int64) (map[string]
 		}
 		s.inAxes[j] = axis
 		if runtime[name] && axis == 0 {
-			return nil, &UnsupportedError{Op: "Scan", Node: n.Name,
-				Why: fmt.Sprintf("it scans axis 0 of run-time input %q, the axis the engine batches requests along", name)}
+			return nil, batchAxisUnsupported(n, fmt.Sprintf("it scans axis 0 of run-time input %q", name))
 		}
 		l := shape[axis]
 		if o, ok := other[name]; !ok || len(o) != len(shape) || o[axis] != l {

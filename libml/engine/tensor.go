@@ -178,6 +178,13 @@ const (
 	maxRuntimeElems = 1 << 31
 )
 
+// batchAxisUnsupported is the refusal of node n's use of axis 0 of a
+// run-time input (what it does to it): the engine batches requests along
+// that axis, and a request's output must not depend on its batch.
+func batchAxisUnsupported(n *graph.Node, what string) error {
+	return &UnsupportedError{Op: n.Op, Node: n.Name, Why: what + ", the axis the engine batches requests along"}
+}
+
 // checkValueShaped returns an error when shape has a negative dimension or
 // more elements than its cap (folded: a tensor the folder computes).
 func checkValueShaped(shape []int64, folded bool) error {

@@ -13,10 +13,6 @@ import (
 // time (foldOnlyOps), in float64, rounding once to the output type; an
 // audio front-end then multiplies by the constant as by any weight.
 
-// maxWindow bounds a window's length and a mel matrix's elements (a
-// malformed size must not allocate the machine away).
-const maxWindow = 1 << 24
-
 // windowCoeffs are a generalised cosine window's a0, a1, a2: w[n] = a0 -
 // a1 cos(2 pi n / N) + a2 cos(4 pi n / N).
 var windowCoeffs = map[string][3]float64{
@@ -68,8 +64,8 @@ func refWindow(e *ev) ([]*Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if size < 0 || size > maxWindow {
-		return nil, fmt.Errorf("size %d: want 0 to %d", size, maxWindow)
+	if err := checkValueShaped([]int64{size}, true); err != nil {
+		return nil, fmt.Errorf("size %d: %w", size, err)
 	}
 	dt, err := signalOutType(e)
 	if err != nil {
@@ -122,10 +118,11 @@ func refMelWeightMatrix(e *ev) ([]*Tensor, error) {
 	switch {
 	case mels < 1 || dftLen < 1 || rate < 1:
 		return nil, fmt.Errorf("num_mel_bins %d, dft_length %d, sample_rate %d: each must be positive", mels, dftLen, rate)
-	case bins*mels > maxWindow:
-		return nil, fmt.Errorf("a %d x %d matrix: over %d values", bins, mels, maxWindow)
 	case !(lo >= 0 && lo < hi):
 		return nil, fmt.Errorf("edges %g to %g Hz: want 0 <= lower < upper", lo, hi)
+	}
+	if err := checkValueShaped([]int64{bins, mels}, true); err != nil {
+		return nil, err
 	}
 	mel := func(f float64) float64 { return 2595 * math.Log10(1+f/700) }
 	lowMel, highMel := mel(lo), mel(hi)
