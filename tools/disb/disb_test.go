@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -136,7 +137,13 @@ func runPolicies(t *testing.T, specs map[string]modelSpec, w workload, dur time.
 		s.Close()
 		r := summarize("A", string(p), res, st, 1, dur)
 		if r.RTCount == 0 || r.RTMeanMs <= 0 || r.Thr <= 0 || r.Wrong != 0 {
-			t.Fatalf("%s on %s: %+v", p, dev, r)
+			// which client's jobs differed from the model alone, and how
+			// many of its jobs there were
+			var who []string
+			for _, c := range res {
+				who = append(who, fmt.Sprintf("%s (%s, %s): %d wrong, %d done", c.Name, c.Role, c.Class, c.Wrong, c.Done))
+			}
+			t.Fatalf("%s on %s: %+v; clients: %s", p, dev, r, strings.Join(who, "; "))
 		}
 		rows = append(rows, r)
 	}
