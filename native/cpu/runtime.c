@@ -144,6 +144,11 @@ struct sk_stream {
 	 * unit finished after its release */
 	_Alignas(64) sk_hold claim;
 	int64_t claim_done;
+	/* test hook (sk_stream_stall_count): a unit held right after it
+	 * counted a finished block; count_done counts such units' counts that
+	 * ended after their release */
+	_Alignas(64) sk_hold count;
+	int64_t count_done;
 };
 
 typedef struct sk_unit {
@@ -309,12 +314,29 @@ static void hq_reset(sk_stream *s);
 static int hq_pump_locked(sk_stream *s, uint32_t completed);
 static void hq_publish_locked(sk_stream *s, int moved);
 static void pool_kick(sk_pool *p);
+static int hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b);
 
+/* stream_finish counts n finished blocks of kernel seq (slot sl); the unit
+ * that counts the last one completes the kernel. The launch's block count
+ * is read before the count is added: once it is, the kernel may complete
+ * on another unit and the slot be refilled with a later launch, and a unit
+ * held off its core right after the add that read the new launch's
+ * (smaller) count would complete a kernel a second time, moving the
+ * stream back to an old sequence number (a later job's kernels then ran
+ * out of order, one job in tens of thousands under CPU contention). */
 static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 {
+	int64_t grid = LDR(&sl->grid);
+	int64_t hold_idx = -1;
+	if (__builtin_expect(LDR(&s->count.idx) >= 0, 0))
+		hold_idx = LDR(&sl->idx);
 	int64_t d = __atomic_add_fetch(&sl->done, n, __ATOMIC_ACQ_REL);
-	if (d < sl->grid)
+	int held = hold_idx >= 0 && hold_wait(&s->count, s, hold_idx, 0);
+	if (d < grid) {
+		if (held)
+			__atomic_add_fetch(&s->count_done, 1, __ATOMIC_SEQ_CST);
 		return;
+	}
 	sk_kernel *k = sl->k;
 	int64_t t0 = __atomic_exchange_n(&k->stat_t0, 0, __ATOMIC_RELAXED);
 	if (LDR(&s->profile) && t0) {
@@ -379,6 +401,8 @@ static void stream_finish(sk_stream *s, uint32_t seq, sk_slot *sl, int64_t n)
 			(void)r;
 		}
 	}
+	if (held)
+		__atomic_add_fetch(&s->count_done, 1, __ATOMIC_SEQ_CST);
 }
 
 static int hold_wait(sk_hold *h, sk_stream *s, int64_t idx, int64_t b);
@@ -844,6 +868,7 @@ sk_stream *sk_stream_create(sk_pool *p, int cap)
 	s->prio = 0;
 	ST(&s->hold.idx, -1);
 	ST(&s->claim.idx, -1);
+	ST(&s->count.idx, -1);
 	s->waiting = 0;
 	s->hq_on = 0;
 	s->window = 0;
@@ -879,6 +904,7 @@ void sk_stream_destroy(sk_stream *s)
 	sk_stream_preempt(s);
 	sk_stream_hold_release(s); /* a unit held by a test hook */
 	hold_release(&s->claim);
+	hold_release(&s->count);
 	sk_stream_sync(s);
 	sk_stream_set_priority(s, 0);
 	free(s->ictx.scratch);
@@ -1168,6 +1194,14 @@ void sk_stream_stall_release(sk_stream *s) { hold_release(&s->claim); }
 int32_t sk_stream_stalled(const sk_stream *s) { return LD(&s->claim.holding); }
 
 int64_t sk_stream_stalls_done(const sk_stream *s) { return LD(&s->claim_done); }
+
+void sk_stream_stall_count(sk_stream *s, int64_t idx) { hold_arm(&s->count, idx, 0, SK_HOLD_FROM); }
+
+void sk_stream_stall_count_release(sk_stream *s) { hold_release(&s->count); }
+
+int32_t sk_stream_count_stalled(const sk_stream *s) { return LD(&s->count.holding); }
+
+int64_t sk_stream_count_stalls_done(const sk_stream *s) { return LD(&s->count_done); }
 
 void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag)
 {

@@ -520,6 +520,25 @@ func (s *Stream) Stalled() int { return int(C.sk_stream_stalled(s.s)) }
 // release.
 func (s *Stream) StallsDone() int64 { return int64(C.sk_stream_stalls_done(s.s)) }
 
+// StallCount arms a hook that holds the next unit to count a finished
+// block of a launch with execution index >= idx, right after the count is
+// added and before the unit learns whether it completed the kernel, until
+// StallCountRelease: a test lets the kernel complete on another unit and
+// its queue slot be reused meanwhile. The stream's Close lets a held unit
+// go.
+func (s *Stream) StallCount(idx int64) { C.sk_stream_stall_count(s.s, C.int64_t(idx)) }
+
+// StallCountRelease lets the unit StallCount holds go (or disarms the hook
+// when no unit took it yet).
+func (s *Stream) StallCountRelease() { C.sk_stream_stall_count_release(s.s) }
+
+// CountStalled is the number of units StallCount holds now (0 or 1).
+func (s *Stream) CountStalled() int { return int(C.sk_stream_count_stalled(s.s)) }
+
+// CountStallsDone counts the units StallCount held whose count ended after
+// their release.
+func (s *Stream) CountStallsDone() int64 { return int64(C.sk_stream_count_stalls_done(s.s)) }
+
 // HoldFrom arms a hold on the first block, with an execution index of at
 // least idx, that a unit claims on any of the pool's streams not on the
 // priority list (SetPriority): a test that cannot reach the stream (an

@@ -1143,6 +1143,58 @@ func TestStaleTicketFiresNoHook(t *testing.T) {
 	st.Restore()
 }
 
+// TestLateCountCompletesNothing: a unit held off its core right after it
+// counted a finished block finds, when it runs again, that the kernel was
+// completed by the other unit and its queue slot reused by a later launch
+// with fewer blocks (the queue holds 4 launches). It must not complete a
+// kernel a second time: that moved the stream back to an old sequence
+// number and ran kernels 1-4 again, out of order (a wrong result one job in
+// tens of thousands under CPU contention).
+func TestLateCountCompletesNothing(t *testing.T) {
+	pool := newPool(t, 2)
+	st := newStream(t, pool, 4)
+	y := newFloats(t, 1<<20, 1)
+	ka := newKernels(t, 1)
+	unary(t, ka, 0, y, y, actAffine, 1, 1, 2)
+	if g := ka.Info(0).Grid; g < 2 {
+		t.Fatalf("grid %d: the test needs a kernel of several blocks", g)
+	}
+	const nb = 4
+	x, kb, _ := incChainKernels(t, nb, 64, 1)
+	if g := kb.Info(0).Grid; g != 1 {
+		t.Fatalf("grid %d: the test needs one block a kernel", g)
+	}
+	// the first unit to count a block of kernel 0 is held; the other
+	// runs the rest of it
+	st.StallCount(0)
+	defer st.StallCountRelease()
+	if err := st.Launch(ka, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "one unit held after its count, kernel 0 completed by the other",
+		func() bool { return st.CountStalled() == 1 && st.Outstanding() == 0 })
+	// kernels 1-4 on the other unit: kernel 4 takes kernel 0's slot
+	for i := 0; i < nb; i++ {
+		if err := st.Launch(kb, i, int64(1+i), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.Sync()
+	st.StallCountRelease()
+	waitFor(t, "the held unit's count to end", func() bool { return st.CountStallsDone() == 1 })
+	st.Sync()
+	for i, v := range x.s() {
+		if v != nb {
+			t.Fatalf("x[%d] = %v: kernels 1-%d ran %v times each, want once", i, v, nb, v/nb)
+		}
+	}
+	for i, v := range y.s() {
+		if v != 2 {
+			t.Fatalf("y[%d] = %v, want 2: kernel 0 ran once", i, v)
+		}
+	}
+}
+
 // TestTwoEndedClaims: a kernel's blocks are claimed from both ends, the
 // first unit of the pool from the front and the second from the back, and
 // a kernel of more than 65535 blocks from the front only; every block runs

@@ -597,6 +597,17 @@ void sk_stream_stall_claim(sk_stream *s);
 void sk_stream_stall_release(sk_stream *s);
 int32_t sk_stream_stalled(const sk_stream *s);
 int64_t sk_stream_stalls_done(const sk_stream *s);
+/* sk_stream_stall_count holds the next unit that counts a finished block
+ * of a launch with execution index >= idx, right after its count is added
+ * and before the unit learns whether it completed the kernel, until
+ * sk_stream_stall_count_release: a test lets the kernel complete and its
+ * queue slot be reused meanwhile. sk_stream_count_stalled is 1 while a
+ * unit is held; sk_stream_count_stalls_done counts the held units whose
+ * count ended after their release. */
+void sk_stream_stall_count(sk_stream *s, int64_t idx);
+void sk_stream_stall_count_release(sk_stream *s);
+int32_t sk_stream_count_stalled(const sk_stream *s);
+int64_t sk_stream_count_stalls_done(const sk_stream *s);
 void sk_pool_hold_from(sk_pool *p, int64_t idx, int until_flag);
 void sk_pool_hold_release(sk_pool *p);
 int64_t sk_pool_holds(const sk_pool *p);
