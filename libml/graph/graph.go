@@ -182,11 +182,26 @@ func (g *Graph) Initializer(name string) *Tensor {
 	return nil
 }
 
-// WeightBytes is the total size of the initializers' element data.
+// WeightBytes is the total size of the graph's constant element data: its
+// initializers and the values of its Constant nodes (where some exporters,
+// PaddleOCR's among them, keep every weight).
 func (g *Graph) WeightBytes() int64 {
+	size := func(t *Tensor) int64 {
+		return int64(len(t.F32))*4 + int64(len(t.I64))*8 + int64(len(t.Raw))
+	}
 	var n int64
 	for _, t := range g.Initializers {
-		n += int64(len(t.F32))*4 + int64(len(t.I64))*8 + int64(len(t.Raw))
+		n += size(t)
+	}
+	for i := range g.Nodes {
+		if g.Nodes[i].Op != "Constant" {
+			continue
+		}
+		for _, a := range g.Nodes[i].Attrs {
+			if a.T != nil {
+				n += size(a.T)
+			}
+		}
 	}
 	return n
 }

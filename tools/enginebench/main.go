@@ -1,4 +1,6 @@
-// Command enginebench measures libml's CPU engine on the zoo models:
+// Command enginebench measures libml's CPU engine on the zoo models and
+// PaddleOCR's classifier and detector (ppocr-cls, ppocr-det; `make deps`
+// unpacks them):
 // latency at each batch size (with ONNX Runtime at the same thread count
 // when libml/ort can load it), the cost of the preemption checks (a second
 // binary built with -tags sluice_nopreempt), resident memory per instance,
@@ -471,7 +473,7 @@ func report(models []string, batches string, units int, dur time.Duration, nochk
 	fmt.Fprintf(w, "## libml CPU engine benchmark\n\n")
 	fmt.Fprintf(w, "Host %s, %d CPUs, %d compute units (pinned: %v), Go %s, %s. %s.\n\n",
 		host, runtime.NumCPU(), units, pin, runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 MST"), ortNote)
-	fmt.Fprintf(w, "Latency per batch: median of repeated runs (%v per model and batch size, best median of %d child processes per backend); seeded, untrained weights; the zoo models at their standard sizes (224x224 images, unet3d 32x64x64 volumes). Load average at start: %s (the host is shared; other jobs' load shows as noise).\n\n", dur, max(rounds, 1), loadStart)
+	fmt.Fprintf(w, "Latency per batch: median of repeated runs (%v per model and batch size, best median of %d child processes per backend); seeded inputs; the zoo models with seeded, untrained weights at their standard sizes (224x224 images, unet3d 32x64x64 volumes), PaddleOCR's (ppocr-cls 3x48x192, ppocr-det 3x320x320) with their trained ones. Load average at start: %s (the host is shared; other jobs' load shows as noise).\n\n", dur, max(rounds, 1), loadStart)
 	fmt.Fprintf(w, "| model | backend | batch | median ms | p90 ms | images/s | GFLOP/s |\n|---|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range all {
 		if r.Error != "" {
