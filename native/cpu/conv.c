@@ -602,14 +602,15 @@ void sk_block_col2im(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 					continue;
 				for (int64_t kw = 0; kw < KW; kw++) {
 					const float *cr = col + (kh * KW + kw) * HW + ih * W;
-					for (int64_t ow = 0; ow < OW; ow++) {
-						int64_t tw = ow + PL - kw * DW;
-						if (tw < 0 || tw % SW)
-							continue;
-						int64_t iw = tw / SW;
-						if (iw < W)
-							yr[ow] += cr[iw];
-					}
+					/* the columns ow = iw * SW + base, iw in [0, W):
+					 * the first at or right of column 0, then every
+					 * SW-th (no division per element; each output
+					 * still sums its taps in (kh, kw) order) */
+					int64_t base = kw * DW - PL, iw = 0;
+					if (base < 0)
+						iw = SK_CDIV(-base, SW);
+					for (int64_t ow = base + iw * SW; ow < OW && iw < W; ow += SW, iw++)
+						yr[ow] += cr[iw];
 				}
 			}
 		}

@@ -7,6 +7,7 @@
 #include "sluice_cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 void sk_prep_resize(sk_kernel *k, int units)
 {
@@ -195,16 +196,26 @@ void sk_block_resize(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		SK_POLL(ctx);
 		const float *xp = k->in[0] + c * H * W;
 		float *yp = k->out + c * OH * OW;
+		int64_t prev = -1; /* nearest: the source row of output row oh-1 */
 		for (int64_t oh = 0; oh < OH; oh++) {
 			float y = src_coord(oh, k->f[0], H, OH, coord, k->f[3], k->f[4]);
 			float *yr = yp + oh * OW;
 			if (coord == 5 && (y < 0 || y > (float)(H - 1))) {
 				for (int64_t ow = 0; ow < OW; ow++)
 					yr[ow] = k->f[7];
+				prev = -1;
 				continue;
 			}
 			if (mode == 0) {
-				const float *xr = xp + nearest_idx(y, nm, H) * W;
+				int64_t sy = nearest_idx(y, nm, H);
+				if (sy == prev) {
+					/* an upsampling's repeated row: a copy of the
+					 * row just made */
+					memcpy(yr, yr - OW, (size_t)OW * sizeof(float));
+					continue;
+				}
+				prev = sy;
+				const float *xr = xp + sy * W;
 				for (int64_t ow = 0; ow < OW; ow++)
 					yr[ow] = outx[ow] != 0 ? k->f[7] : xr[xi0[ow]];
 				continue;
