@@ -492,6 +492,58 @@ DW_512 static void dw3x3_plane_512(const float *x, const float *w, float *y, flo
 		}
 	}
 }
+
+#define DW_GEN_CHUNKS 4 /* the widest output row dw_plane_512 takes, in vectors */
+
+/* dw_plane_512 is dw_plane at stride 1, bit for bit, with an output row of
+ * up to DW_GEN_CHUNKS vectors held in registers while every tap adds to
+ * it: dw_plane makes one pass over the row per tap, which on the small
+ * planes of 5x5 layers (PaddleOCR's detector: 20 to 40 columns) is mostly
+ * loop overhead and scalar remainders. Each tap is one product and one
+ * addition per column, in dw_plane's (kh, kw) order, added only to the
+ * columns whose input column lies inside the row (a masked addition: a
+ * skipped tap is not an added zero, so -0 and a NaN weight come out as in
+ * dw_plane); rows outside the input are skipped, as there. */
+DW_512 static void dw_plane_512(const float *x, const float *w, float *y, float bias,
+				const float *res, int64_t H, int64_t W, int64_t KH, int64_t KW,
+				int64_t PT, int64_t PL, int64_t DH, int64_t DW, int64_t OH,
+				int64_t OW)
+{
+	int64_t nc = SK_CDIV(OW, 16);
+	__mmask16 ms[DW_GEN_CHUNKS];
+	for (int64_t c = 0; c < nc; c++)
+		ms[c] = dw_lanes(16 * c, OW);
+	const __m512 b = _mm512_set1_ps(bias);
+	for (int64_t oh = 0; oh < OH; oh++) {
+		__m512 acc[DW_GEN_CHUNKS];
+		for (int64_t c = 0; c < nc; c++)
+			acc[c] = b;
+		for (int64_t kh = 0; kh < KH; kh++) {
+			int64_t ih = oh - PT + kh * DH;
+			if (ih < 0 || ih >= H)
+				continue;
+			const float *xr = x + ih * W;
+			for (int64_t kw = 0; kw < KW; kw++) {
+				__m512 wv = _mm512_set1_ps(w[kh * KW + kw]);
+				int64_t off = kw * DW - PL;
+				for (int64_t c = 0; c < nc; c++) {
+					int64_t ow = 16 * c;
+					__mmask16 m = ms[c] & dw_lanes(ow + off, W);
+					__m512 xv = _mm512_maskz_loadu_ps(m, xr + ow + off);
+					acc[c] = _mm512_mask_add_ps(acc[c], m, acc[c], _mm512_mul_ps(wv, xv));
+				}
+			}
+		}
+		float *yr = y + oh * OW;
+		const float *rr = res ? res + oh * OW : NULL;
+		for (int64_t c = 0; c < nc; c++) {
+			__m512 a = acc[c];
+			if (rr)
+				a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(ms[c], rr + 16 * c));
+			_mm512_mask_storeu_ps(yr + 16 * c, ms[c], a);
+		}
+	}
+}
 #endif
 
 void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
@@ -519,9 +571,12 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	 * the narrow planes where the compiler's loops leave most columns to
 	 * scalar remainders (BenchmarkDepthwise: 14x14 1.6x, 28x28 stride 2
 	 * 1.4x); on wide ones the compiler's loops were faster */
-	int wide = 0;
+	int wide = 0, wide_gen = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
 	wide = fast && sk_gemm_isa() == SK_ISA_AVX512 && OW <= 16 * DW_CHUNKS && (p[8] == 1 || W <= 32);
+	/* the general path (5x5, dilated) at stride 1: the row in registers */
+	wide_gen = !fast && sk_gemm_isa() == SK_ISA_AVX512 && p[8] == 1 && p[9] == 1 &&
+		   OW <= 16 * DW_GEN_CHUNKS;
 #endif
 	for (int64_t oc = c0; oc < c1; oc++) {
 		SK_POLL(ctx);
@@ -540,12 +595,18 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			dw3x3_plane_512(x, k->in[1] + oc * 9, y, k->in[2] ? k->in[2][oc] : 0.0f, res,
 					H, W, p[8], p[10], p[11], OH, OW, zero);
 #endif
-		} else if (fast)
+		} else if (fast) {
 			dw3x3_plane(x, k->in[1] + oc * 9, y, k->in[2] ? k->in[2][oc] : 0.0f, res, H,
 				    W, p[8], p[10], p[11], OH, OW, zero);
-		else
+		} else if (wide_gen) {
+#if defined(__x86_64__) && defined(__GNUC__)
+			dw_plane_512(x, k->in[1] + oc * KH * KW, y, k->in[2] ? k->in[2][oc] : 0.0f, res,
+				     H, W, KH, KW, p[10], p[11], p[12], p[13], OH, OW);
+#endif
+		} else {
 			dw_plane(x, k->in[1] + oc * KH * KW, y, k->in[2] ? k->in[2][oc] : 0.0f, res,
 				 H, W, KH, KW, p[8], p[9], p[10], p[11], p[12], p[13], OH, OW);
+		}
 		if (requant)
 			sk_quant_run(y, y, OH * OW, SK_QUANT_REQUANT, k->in[4][oc], k->f[1],
 				     (float)p[18], (float)p[19]);

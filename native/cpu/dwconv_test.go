@@ -194,6 +194,16 @@ var dwCases = []dwCase{
 	{n: 1, c: 6, mult: 2, h: 15, w: 29, k: 3, stride: 2, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true, requant: true},
 	{n: 1, c: 4, mult: 1, h: 11, w: 9, k: 3, stride: 1, padT: 1, padL: 0, padB: 1, padR: 2, quant: true},
 	{n: 1, c: 4, mult: 1, h: 12, w: 12, k: 5, stride: 1, padT: 2, padL: 2, padB: 2, padR: 2, bias: true, quant: true, requant: true},
+	// the general path at stride 1 with the row in registers
+	// (dw_plane_512): PaddleOCR's 5x5 planes, asymmetric and no
+	// padding, 7x7, the widest row it takes (64 columns) and one past
+	// it, a residual and a multiplier
+	{n: 2, c: 3, mult: 1, h: 40, w: 40, k: 5, stride: 1, padT: 2, padL: 2, padB: 2, padR: 2, bias: true, act: 2},
+	{n: 1, c: 2, mult: 2, h: 9, w: 21, k: 5, stride: 1, padT: 0, padL: 3, padB: 4, padR: 1, res: true},
+	{n: 1, c: 2, mult: 1, h: 11, w: 17, k: 7, stride: 1, padT: 3, padL: 3, padB: 3, padR: 3, bias: true},
+	{n: 1, c: 2, mult: 1, h: 6, w: 64, k: 5, stride: 1, padT: 2, padL: 2, padB: 2, padR: 2, bias: true, act: 1},
+	{n: 1, c: 2, mult: 1, h: 6, w: 65, k: 5, stride: 1, padT: 2, padL: 2, padB: 2, padR: 2, bias: true},
+	{n: 1, c: 3, mult: 1, h: 3, w: 4, k: 5, stride: 1, padT: 2, padL: 6, padB: 2, padR: 6, bias: true},
 }
 
 // TestDepthwiseMatchesReference: every depthwise case computes its
