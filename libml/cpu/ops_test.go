@@ -283,6 +283,8 @@ func opCases() []opCase {
 		{name: "avgpool_include_pad_ceil", nodes: nd("AveragePool", []string{"x"}, attrInts("kernel_shape", 3, 3), attrInts("strides", 2, 2), attrInts("pads", 1, 1, 1, 1), attrInt("count_include_pad", 1), attrInt("ceil_mode", 1)),
 			ins: []tin{{name: "x", shape: x4(1, 2, 8, 8)}}},
 		{name: "globalavgpool", nodes: nd("GlobalAveragePool", []string{"x"}), ins: []tin{{name: "x", shape: x4(2, 7, 5, 6)}}},
+		// planes wider than the kernel's 64 running sums, with a remainder
+		{name: "globalavgpool_wide", nodes: nd("GlobalAveragePool", []string{"x"}), ins: []tin{{name: "x", shape: x4(2, 3, 37, 41)}}},
 		{name: "globalmaxpool", nodes: nd("GlobalMaxPool", []string{"x"}), ins: []tin{{name: "x", shape: x4(2, 7, 5, 6)}}},
 
 		// data movement

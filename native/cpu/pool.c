@@ -143,6 +143,9 @@ void sk_prep_gpool(sk_kernel *k, int units)
 	k->grid = SK_CDIV(k->p[0], ct);
 }
 
+/* running sums of a global average (a multiple of every vector width) */
+#define GP_LANES 64
+
 SK_MV void sk_block_gpool(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	int64_t HW = k->p[1], ct = k->t[0];
@@ -156,10 +159,22 @@ SK_MV void sk_block_gpool(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 				m = x[i] > m ? x[i] : m;
 			k->out[c] = m;
 		} else {
-			float s = 0;
-			for (int64_t i = 0; i < HW; i++)
-				s += x[i];
-			k->out[c] = s / (float)HW;
+			/* GP_LANES running sums (value i goes to sum i % GP_LANES),
+			 * then a fixed tree: independent chains a compiler
+			 * vectorises without changing any sum's order, so every
+			 * instruction set gives these bits (one chain of HW
+			 * additions waited on each one's latency) */
+			float acc[GP_LANES] = {0};
+			int64_t i = 0;
+			for (; i + GP_LANES <= HW; i += GP_LANES)
+				for (int j = 0; j < GP_LANES; j++)
+					acc[j] += x[i + j];
+			for (int j = 0; i + j < HW; j++)
+				acc[j] += x[i + j];
+			for (int w = GP_LANES / 2; w >= 1; w /= 2)
+				for (int j = 0; j < w; j++)
+					acc[j] += acc[j + w];
+			k->out[c] = acc[0] / (float)HW;
 		}
 	}
 }
