@@ -990,3 +990,101 @@ func TestAveragePoolDilatedORT(t *testing.T) {
 		}
 	}
 }
+
+// TestHardSwishRewriteORT: HardSwish as exporters spell it, after a
+// per-channel affine (paddle2onnx's BatchNormalization), becomes one
+// kernel: the Add with a HardSwish epilogue. Spelled x * Clip(x + 3, 0, 6)
+// / 6 (opset 13 bounds as inputs, opset 10 as attributes; Div by 6 or Mul
+// by 1/6; the product either way round) and x * HardSigmoid(x) with
+// alpha 1/6; each against ONNX Runtime. A variant that is not HardSwish
+// (an Add of 2.5, a Clip to 5, a gate read twice) keeps its nodes.
+func TestHardSwishRewriteORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	f32 := func(name string, dims []int64, v ...float32) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims, F32: v}
+	}
+	dims := []int64{1, 3, 5, 4}
+	type variant struct {
+		name        string
+		opset       int64
+		nodes       []graph.Node
+		inits       []*graph.Tensor
+		fused       bool
+		extraOutput bool // the gate is also a graph output
+	}
+	affine := graph.Node{Name: "affine", Op: "Add", Inputs: []string{"x", "shift"}, Outputs: []string{"a"}}
+	shift := f32("shift", []int64{1, 3, 1, 1}, 0.5, -1, 2)
+	clip13 := func(lo, hi string) graph.Node {
+		return graph.Node{Name: "clip", Op: "Clip", Inputs: []string{"s", lo, hi}, Outputs: []string{"c"}}
+	}
+	spelled := func(add float32, last graph.Node, clip graph.Node, swap bool, opset int64) variant {
+		mul := graph.Node{Name: "mul", Op: "Mul", Inputs: []string{"a", "c"}, Outputs: []string{"p"}}
+		if swap {
+			mul.Inputs = []string{"c", "a"}
+		}
+		return variant{opset: opset, nodes: []graph.Node{affine,
+			{Name: "add3", Op: "Add", Inputs: []string{"a", "three"}, Outputs: []string{"s"}}, clip, mul, last},
+			inits: []*graph.Tensor{shift, f32("three", nil, add), f32("zero", nil, 0), f32("six", nil, 6),
+				f32("five", nil, 5), f32("sixth", nil, 1.0/6)}}
+	}
+	div6 := graph.Node{Name: "div", Op: "Div", Inputs: []string{"p", "six"}, Outputs: []string{"y"}}
+	mul6 := graph.Node{Name: "div", Op: "Mul", Inputs: []string{"sixth", "p"}, Outputs: []string{"y"}}
+	clip6 := graph.Node{Name: "clip", Op: "Clip", Inputs: []string{"s"}, Outputs: []string{"c"},
+		Attrs: []graph.Attr{aFloat("min", 0), aFloat("max", 6)}}
+	var vs []variant
+	v := spelled(3, div6, clip13("zero", "six"), false, 13)
+	v.name, v.fused = "clip-div", true
+	vs = append(vs, v)
+	v = spelled(3, mul6, clip13("zero", "six"), true, 13)
+	v.name, v.fused = "clip-mul-sixth-swapped", true
+	vs = append(vs, v)
+	v = spelled(3, div6, clip6, false, 10)
+	v.name, v.fused = "clip-attrs-opset10", true
+	vs = append(vs, v)
+	vs = append(vs, variant{name: "hardsigmoid", opset: 13, fused: true, inits: []*graph.Tensor{shift},
+		nodes: []graph.Node{affine,
+			{Name: "hs", Op: "HardSigmoid", Inputs: []string{"a"}, Outputs: []string{"h"}, Attrs: []graph.Attr{aFloat("alpha", 1.0/6), aFloat("beta", 0.5)}},
+			{Name: "mul", Op: "Mul", Inputs: []string{"a", "h"}, Outputs: []string{"y"}}}})
+	v = spelled(2.5, div6, clip13("zero", "six"), false, 13)
+	v.name = "add-2.5"
+	vs = append(vs, v)
+	v = spelled(3, div6, clip13("zero", "five"), false, 13)
+	v.name = "clip-to-5"
+	vs = append(vs, v)
+	vs = append(vs, variant{name: "hardsigmoid-default-alpha", opset: 13, inits: []*graph.Tensor{shift},
+		nodes: []graph.Node{affine,
+			{Name: "hs", Op: "HardSigmoid", Inputs: []string{"a"}, Outputs: []string{"h"}},
+			{Name: "mul", Op: "Mul", Inputs: []string{"a", "h"}, Outputs: []string{"y"}}}})
+	v = spelled(3, div6, clip13("zero", "six"), false, 13)
+	v.name, v.extraOutput = "gate-read-twice", true
+	vs = append(vs, v)
+	for _, c := range vs {
+		g := &graph.Graph{Name: c.name, Opset: c.opset, Nodes: c.nodes, Initializers: c.inits,
+			Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: dims}},
+			Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: dims}}}
+		if c.extraOutput {
+			g.Outputs = append(g.Outputs, graph.ValueInfo{Name: "c", DType: graph.Float32, Dims: dims})
+		}
+		m, err := engine.Load(g, engine.Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		p, err := m.CompileBatch(1)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		fused := len(p.Kernels) == 1 && strings.HasSuffix(p.Kernels[0].Ops, "HardSwish")
+		if fused != c.fused {
+			t.Errorf("%s: fused %v, want %v\n%s", c.name, fused, c.fused, p)
+		}
+		if c.extraOutput {
+			continue // one output is what the harness compares
+		}
+		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: dims, F32: make([]float32, numelOf(dims))}
+		if _, err := againstORT(ctx, ob, cb, c.name, g, ramp("x", dims, 7, 61, 5, 6), want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

@@ -260,6 +260,7 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
 	}
 	m.fuseGelu()
+	m.fuseHardSwish()
 	m.fusePadConv()
 	m.splitRuntimeClip()
 	m.lowerCastF16()
