@@ -1088,3 +1088,75 @@ func TestHardSwishRewriteORT(t *testing.T) {
 		}
 	}
 }
+
+// TestConvAffineFoldORT: a per-channel Mul and Add by constants after a
+// Conv (paddle2onnx's BatchNormalization) fold into the Conv's weights and
+// bias: one kernel, against ONNX Runtime. A scalar scale folds too; a
+// shift over the spatial dimensions, and a Conv output read twice, keep
+// their nodes.
+func TestConvAffineFoldORT(t *testing.T) {
+	ob := ortBackend(t)
+	cb := cpuBackend(t)
+	ctx := context.Background()
+	f32 := func(name string, dims []int64, v ...float32) *graph.Tensor {
+		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims, F32: v}
+	}
+	in, out := []int64{1, 2, 6, 5}, []int64{1, 3, 6, 5}
+	w := f32("w", []int64{3, 2, 3, 3}, make([]float32, 54)...)
+	for i := range w.F32 {
+		w.F32[i] = float32(i%7)/3 - 1
+	}
+	conv := graph.Node{Name: "conv", Op: "Conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"c"},
+		Attrs: []graph.Attr{aInts("pads", 1, 1, 1, 1)}}
+	b := f32("b", []int64{3}, 0.25, -0.5, 1)
+	for _, c := range []struct {
+		name    string
+		nodes   []graph.Node
+		inits   []*graph.Tensor
+		outputs []string
+		folded  bool
+	}{
+		{"mul-add", []graph.Node{conv,
+			{Name: "scale", Op: "Mul", Inputs: []string{"c", "s"}, Outputs: []string{"m"}},
+			{Name: "shift", Op: "Add", Inputs: []string{"t", "m"}, Outputs: []string{"y"}}},
+			[]*graph.Tensor{w, b, f32("s", []int64{1, 3, 1, 1}, 1.5, -2, 0.75), f32("t", []int64{3, 1, 1}, 0.1, 0.2, -0.3)},
+			[]string{"y"}, true},
+		{"scalar-mul", []graph.Node{conv,
+			{Name: "scale", Op: "Mul", Inputs: []string{"c", "s"}, Outputs: []string{"y"}}},
+			[]*graph.Tensor{w, b, f32("s", []int64{}, 0.3)}, []string{"y"}, true},
+		{"spatial-add", []graph.Node{conv,
+			{Name: "shift", Op: "Add", Inputs: []string{"c", "t"}, Outputs: []string{"y"}}},
+			[]*graph.Tensor{w, b, f32("t", []int64{1, 1, 1, 5}, 1, 2, 3, 4, 5)}, []string{"y"}, false},
+		{"read-twice", []graph.Node{conv,
+			{Name: "scale", Op: "Mul", Inputs: []string{"c", "s"}, Outputs: []string{"y"}}},
+			[]*graph.Tensor{w, b, f32("s", []int64{1, 3, 1, 1}, 1.5, -2, 0.75)}, []string{"y", "c"}, false},
+	} {
+		g := &graph.Graph{Name: c.name, Opset: 13, Nodes: c.nodes, Initializers: c.inits,
+			Inputs: []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: in}}}
+		for _, o := range c.outputs {
+			g.Outputs = append(g.Outputs, graph.ValueInfo{Name: o, DType: graph.Float32, Dims: out})
+		}
+		m, err := engine.Load(g, engine.Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		p, err := m.CompileBatch(1)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		folded := true
+		for _, k := range p.Kernels {
+			folded = folded && k.Op != engine.OpBinary
+		}
+		if folded != c.folded {
+			t.Errorf("%s: folded %v, want %v\n%s", c.name, folded, c.folded, p)
+		}
+		if len(c.outputs) > 1 {
+			continue // one output is what the harness compares
+		}
+		want := &graph.Tensor{Name: "y", DType: graph.Float32, Dims: out, F32: make([]float32, numelOf(out))}
+		if _, err := againstORT(ctx, ob, cb, c.name, g, ramp("x", in, 7, 41, 9, 2), want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+}

@@ -259,6 +259,7 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 	if err := m.foldBatchNorm(); err != nil {
 		return nil, fmt.Errorf("engine: load %q: %w", g.Name, err)
 	}
+	m.foldConvAffine()
 	m.fuseGelu()
 	m.fuseHardSwish()
 	m.fusePadConv()
