@@ -43,6 +43,7 @@ func TestOpNumbering(t *testing.T) {
 		{"pact", engine.PAct, int64(ncpu.PAct)}, {"facta", engine.FActA, int64(ncpu.FActA)},
 		{"factb", engine.FActB, int64(ncpu.FActB)}, {"rank", engine.MaxRank, int64(ncpu.MaxRank)},
 		{"inplace", engine.FlagInPlace, int64(ncpu.FlagInPlace)},
+		{"panel", engine.GemmPanel, int64(ncpu.GemmPanel)}, {"pgemmpanels", engine.PGemmPanels, int64(ncpu.PGemmPanels)},
 	}
 	for _, p := range pairs {
 		if p.g != p.c {

@@ -241,7 +241,8 @@ func (c *compiler) shapes() error {
 			if !ok {
 				return fmt.Errorf("node %q (%s): input %q is not produced by any earlier node", n.Name, n.Op, name)
 			}
-			if v.buf != -1 {
+			if v.buf != -1 || (!v.t.known() && v.t.Len() > 0) {
+				// a runtime value, or a weight kept only packed
 				ins[j] = &Tensor{DType: v.t.DType, Shape: v.t.Shape}
 				known = false
 			} else {
@@ -538,6 +539,9 @@ func (c *compiler) operand(name string) (operand, error) {
 	}
 	if off, ok := c.m.wOff[name]; ok && c.m.consts[name] == v.t {
 		return operand{sp: SpaceWeights, off: off}, nil
+	}
+	if v.t.F == nil && v.t.Len() > 0 {
+		return noOperand, fmt.Errorf("weight %q is stored only in a packed form", name)
 	}
 	if off, ok := c.constOff[name]; ok {
 		return operand{sp: SpaceConsts, off: off}, nil

@@ -40,6 +40,9 @@ type Options struct {
 	// NoWinograd keeps 3x3 convolutions on the direct path: for backends
 	// whose kernels have no Winograd variant (cuda).
 	NoWinograd bool
+	// NoPanels keeps the constant B of every MatMul and Gemm row-major:
+	// for backends whose GEMM reads no panels (cuda; see addPanelWeights).
+	NoPanels bool
 }
 
 // Model is a loaded model: its graph after load-time rewriting and its
@@ -743,9 +746,13 @@ func (m *Model) loadWeights() error {
 		m.addWinogradWeights()
 	}
 	m.packQuantWeights()
+	if !m.opts.NoPanels {
+		m.addPanelWeights()
+	}
 	var names []string
 	for name, t := range m.consts {
-		if t.IsFloat() {
+		// a float weight kept only in a packed form has no data
+		if t.IsFloat() && t.F != nil {
 			names = append(names, name)
 		}
 	}

@@ -172,6 +172,9 @@ type gemmSpec struct {
 	bd, sA, sB, sC, sBias          [3]int64
 	biasMode                       int64
 	alpha                          float32
+	// panels: B is a constant stored in panels (PGemmPanels); ldb is
+	// then the distance between panels
+	panels bool
 }
 
 func (s *gemmSpec) set(k *Kernel) {
@@ -187,6 +190,9 @@ func (s *gemmSpec) set(k *Kernel) {
 		p[11+i], p[14+i], p[17+i], p[20+i] = s.sA[i], s.sB[i], s.sC[i], s.sBias[i]
 	}
 	p[23] = s.biasMode
+	if s.panels {
+		p[PGemmPanels] = 1
+	}
 	k.F[0] = s.alpha
 }
 
@@ -221,7 +227,10 @@ func (c *compiler) lowerGemm(g *group) error {
 	if d.in[0], err = c.operand(n.Inputs[0]); err != nil {
 		return err
 	}
-	if tb && b.buf == -1 && b.t.IsFloat() {
+	if po, ok := c.panelOperand(n.Inputs[1], tb); ok && b.buf == -1 {
+		d.in[1] = po
+		s.tB, s.ldb, s.panels = 0, K*GemmPanel, true
+	} else if tb && b.buf == -1 && b.t.IsFloat() {
 		// constant weights stored N x K (a fully connected layer) are
 		// transposed once here, so the kernel reads K x N rows instead of
 		// transposing them on every call
@@ -389,7 +398,10 @@ func (c *compiler) lowerMatMul(g *group) error {
 	if d.in[0], err = c.operand(n.Inputs[0]); err != nil {
 		return err
 	}
-	if d.in[1], err = c.operand(n.Inputs[1]); err != nil {
+	if po, ok := c.panelOperand(n.Inputs[1], false); ok && len(bs) == 2 {
+		d.in[1] = po
+		s.ldb, s.panels = K*GemmPanel, true
+	} else if d.in[1], err = c.operand(n.Inputs[1]); err != nil {
 		return err
 	}
 	if g.bias != "" {

@@ -66,6 +66,10 @@ const (
 	FActB = int(C.SKF_ACT_B)
 	// FlagInPlace marks a kernel that reads and writes the same memory.
 	FlagInPlace = int32(C.SK_KF_INPLACE)
+	// GemmPanel is the column count of a panel of B stored in panels, and
+	// PGemmPanels the GEMM slot that says B is (sk_gemm_panels).
+	GemmPanel   = int(C.SK_PANEL)
+	PGemmPanels = int(C.SKP_GEMM_PANELS)
 )
 
 // ChecksCompiled reports whether the preemption prologue and in-block checks

@@ -51,8 +51,9 @@ void sk_prep_gemm(sk_kernel *k, int units)
 	 * sgemm runs near its peak) until there are enough tiles and the
 	 * output tile fits the cache */
 	int64_t mt = M, nt = N;
-	/* below the micro-kernel's width a tile computes zero padding */
-	int64_t nr = sk_gemm_nr();
+	/* below the micro-kernel's width a tile computes zero padding; B in
+	 * panels is cut at panel boundaries */
+	int64_t nr = k->p[SKP_GEMM_PANELS] ? SK_PANEL : sk_gemm_nr();
 	/* a memory-bound product with a large output (a 1x1 convolution
 	 * expanding channels at high resolution: short reductions) cuts rows
 	 * first, down to one micro-kernel row group: its tiles then leave
@@ -148,7 +149,9 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t m0 = mi * mt, n0 = ni * nt;
 	int64_t ml = SK_MIN(mt, M - m0), nl = SK_MIN(nt, N - n0);
 	const float *A = k->in[0] + offa + (ta ? m0 : m0 * lda);
-	const float *B = k->in[1] + offb + (tb ? n0 * ldb : n0);
+	int panels = p[SKP_GEMM_PANELS] != 0;
+	const float *B = k->in[1] + offb +
+			 (panels ? (n0 / SK_PANEL) * ldb : tb ? n0 * ldb : n0);
 	float *C = k->out + offc + m0 * ldc + n0;
 	SK_POLL(ctx);
 	if (K > 0) {
@@ -171,9 +174,14 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 				if (r > 0 || kk > 0)
 					SK_POLL(ctx);
 				int64_t kc = SK_MIN(ksub, K - kk);
-				sk_gemm(ta, tb, rl, nl, kc,
-					A + (ta ? r + kk * lda : r * lda + kk), lda,
-					B + (tb ? kk : kk * ldb), ldb, C + r * ldc, ldc, kk > 0);
+				const float *Ar = A + (ta ? r + kk * lda : r * lda + kk);
+				if (panels)
+					sk_gemm_panels(ta, rl, nl, kc, Ar, lda, B + kk * SK_PANEL,
+						       ldb, C + r * ldc, ldc, kk > 0);
+				else
+					sk_gemm(ta, tb, rl, nl, kc, Ar, lda,
+						B + (tb ? kk : kk * ldb), ldb, C + r * ldc, ldc,
+						kk > 0);
 			}
 		}
 		if (k->f[0] != 1.0f)

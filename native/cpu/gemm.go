@@ -81,6 +81,48 @@ func Gemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, 
 	return nil
 }
 
+// PackPanels lays b (k x n, row stride ldb) out as GemmPanels reads it:
+// panels of GemmPanel columns, each k rows of GemmPanel floats, zero past
+// n (ldp = k * GemmPanel between panels).
+func PackPanels(b []float32, ldb, k, n int) ([]float32, error) {
+	if k <= 0 || n <= 0 || ldb < n || len(b) < (k-1)*ldb+n {
+		return nil, fmt.Errorf("pack panels: bad shape %dx%d (ldb %d, %d floats)", k, n, ldb, len(b))
+	}
+	np := (n + GemmPanel - 1) / GemmPanel
+	bp := make([]float32, np*k*GemmPanel)
+	C.sk_pack_panels((*C.float)(unsafe.Pointer(&b[0])), C.int64_t(ldb), C.int64_t(k), C.int64_t(n),
+		(*C.float)(unsafe.Pointer(&bp[0])))
+	return bp, nil
+}
+
+// GemmPanels is Gemm (the same bits) with b stored in panels of GemmPanel
+// columns ldp floats apart (PackPanels): b(p, j) is
+// bp[(j/GemmPanel)*ldp + p*GemmPanel + j%GemmPanel]. bp starts at the
+// first column of a panel, at row 0 of this call's reduction.
+func GemmPanels(ta bool, m, n, k int, a []float32, lda int, bp []float32, ldp int, c []float32, ldc int, acc bool) error {
+	if m <= 0 || n <= 0 || k < 0 {
+		return fmt.Errorf("gemm panels: bad shape %dx%dx%d", m, n, k)
+	}
+	np := (n + GemmPanel - 1) / GemmPanel
+	needA := (m-1)*lda + k
+	if ta {
+		needA = (k-1)*lda + m
+	}
+	switch {
+	case (ta && lda < m) || (!ta && lda < k) || ldp < k*GemmPanel || ldc < n:
+		return fmt.Errorf("gemm panels: leading dimension too small (lda %d ldp %d ldc %d for %dx%dx%d)", lda, ldp, ldc, m, n, k)
+	case k > 0 && (len(a) < needA || len(bp) < (np-1)*ldp+k*GemmPanel) || len(c) < (m-1)*ldc+n:
+		return fmt.Errorf("gemm panels: a slice is shorter than its shape")
+	}
+	var pa, pb *C.float
+	if k > 0 {
+		pa, pb = (*C.float)(unsafe.Pointer(&a[0])), (*C.float)(unsafe.Pointer(&bp[0]))
+	}
+	C.sk_gemm_panels(cbool(ta), C.int64_t(m), C.int64_t(n), C.int64_t(k), pa, C.int64_t(lda),
+		pb, C.int64_t(ldp), (*C.float)(unsafe.Pointer(&c[0])), C.int64_t(ldc), cbool(acc))
+	return nil
+}
+
 func cbool(b bool) C.int {
 	if b {
 		return 1

@@ -133,6 +133,65 @@ func TestGemmBitsIndependentOfTilingAndISA(t *testing.T) {
 	}
 }
 
+// TestGemmPanelsSameBits checks that B stored in panels (sk_gemm_panels)
+// gives every element the bits of the row-major product, on every
+// instruction set, for tiles that start at panel boundaries and K split
+// anywhere (as kernel blocks and preemptible copies cut it).
+func TestGemmPanelsSameBits(t *testing.T) {
+	defer SetGemmISA("")
+	r := rand.New(rand.NewSource(5))
+	cases := []gemmCase{{1, 1000, 1280, false, false}, {1, 70, 9, false, false}, {3, 17, 5, true, false},
+		{12, 32, 256, false, false}, {13, 31, 257, true, false}, {25, 65, 600, false, false},
+		{97, 100, 27, false, false}, {130, 200, 300, true, false}}
+	for ci, gc := range cases {
+		a, lda, b, ldb := gemmOperands(gc, int64(100+ci))
+		if err := SetGemmISA("generic"); err != nil {
+			t.Fatal(err)
+		}
+		want := gemmTiled(t, gc, a, lda, b, ldb, gc.m, gc.n, gc.k)
+		bp, err := PackPanels(b, ldb, gc.k, gc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ldp := gc.k * GemmPanel
+		for _, isa := range GemmISAs() {
+			if err := SetGemmISA(isa); err != nil {
+				t.Fatal(err)
+			}
+			for trial := 0; trial < 4; trial++ {
+				mt, nt, kt := gc.m, gc.n, gc.k
+				if trial > 0 {
+					mt, nt, kt = 1+r.Intn(gc.m), GemmPanel*(1+r.Intn((gc.n+GemmPanel-1)/GemmPanel)), 1+r.Intn(gc.k)
+				}
+				c := make([]float32, gc.m*gc.n)
+				for i := range c {
+					c[i] = float32(math.NaN())
+				}
+				for m0 := 0; m0 < gc.m; m0 += mt {
+					for n0 := 0; n0 < gc.n; n0 += nt {
+						for k0 := 0; k0 < gc.k; k0 += kt {
+							ml, nl, kl := min(mt, gc.m-m0), min(nt, gc.n-n0), min(kt, gc.k-k0)
+							ao := m0*lda + k0
+							if gc.ta {
+								ao = k0*lda + m0
+							}
+							bo := (n0/GemmPanel)*ldp + k0*GemmPanel
+							if err := GemmPanels(gc.ta, ml, nl, kl, a[ao:], lda, bp[bo:], ldp, c[m0*gc.n+n0:], gc.n, k0 > 0); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+				}
+				for i := range want {
+					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("case %+v, %s, tiles %dx%d, K in %d: C[%d] = %v, want %v", gc, isa, mt, nt, kt, i, c[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestGemmRejectsBadShapes checks the Go wrapper's argument checks.
 func TestGemmRejectsBadShapes(t *testing.T) {
 	a, b, c := make([]float32, 6), make([]float32, 6), make([]float32, 4)

@@ -355,8 +355,12 @@ static void pack_b(const sk_gemm_impl *g, int tb, const float *B, int64_t ldb, i
 			bp[k * nr + j] = 0.0f;
 }
 
-void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
-	     int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
+/* gemm_run is sk_gemm and sk_gemm_panels: B row-major (ldp < 0: ldb its
+ * row stride, tb its transposition) or in SK_PANEL-column panels ldp
+ * floats apart (read where they lie, never packed). */
+static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+		     int64_t lda, const float *B, int64_t ldb, int64_t ldp, float *C,
+		     int64_t ldc, int acc)
 {
 	if (M <= 0 || N <= 0)
 		return;
@@ -379,7 +383,12 @@ void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
 				int64_t n = SK_MIN(g->nr, N - j0);
 				const float *b = bp;
 				int64_t ldbp = g->nr;
-				if (direct && n == g->nr) {
+				if (ldp >= 0) {
+					/* a panel holds SK_PANEL columns, zero past
+					 * N: every micro-kernel width divides it */
+					b = B + (j0 / SK_PANEL) * ldp + k0 * SK_PANEL + j0 % SK_PANEL;
+					ldbp = SK_PANEL;
+				} else if (direct && n == g->nr) {
 					/* see sk_gemm_impl.unpacked */
 					b = B + k0 * ldb + j0;
 					ldbp = ldb;
@@ -391,6 +400,30 @@ void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
 					      A + i * rsa + k0 * csa, rsa, csa, b, ldbp,
 					      C + i * ldc + j0, ldc, a);
 			}
+		}
+	}
+}
+
+void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
+	     int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
+{
+	gemm_run(ta, tb, M, N, K, A, lda, B, ldb, -1, C, ldc, acc);
+}
+
+void sk_gemm_panels(int ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+		    const float *Bp, int64_t ldp, float *C, int64_t ldc, int acc)
+{
+	gemm_run(ta, 0, M, N, K, A, lda, Bp, 0, ldp, C, ldc, acc);
+}
+
+void sk_pack_panels(const float *B, int64_t ldb, int64_t K, int64_t N, float *Bp)
+{
+	for (int64_t j0 = 0; j0 < N; j0 += SK_PANEL) {
+		int64_t n = SK_MIN(SK_PANEL, N - j0);
+		float *d = Bp + (j0 / SK_PANEL) * K * SK_PANEL;
+		for (int64_t k = 0; k < K; k++) {
+			memcpy(d + k * SK_PANEL, B + k * ldb + j0, (size_t)n * 4);
+			memset(d + k * SK_PANEL + n, 0, (size_t)(SK_PANEL - n) * 4);
 		}
 	}
 }

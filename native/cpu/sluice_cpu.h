@@ -150,6 +150,8 @@ enum sk_reduce {
 
 /* Slots shared by every kernel with a fused epilogue. */
 #define SKP_ACT 31
+/* GEMM: B is stored in panels (sk_gemm_panels; ldb their distance). */
+#define SKP_GEMM_PANELS 24
 #define SKF_ACT_A 6
 #define SKF_ACT_B 7
 
@@ -162,7 +164,9 @@ enum sk_reduce {
  * GEMM     in A,B,bias,res. p: 0 M 1 N 2 K 3 transA 4 transB 5 lda 6 ldb
  *          7 ldc 8..10 batch dims 11..13 A batch strides 14..16 B strides
  *          17..19 C strides (res uses the C layout) 20..22 bias strides
- *          23 bias mode (0 none, 1 per row, 2 per column). f: 0 alpha.
+ *          23 bias mode (0 none, 1 per row, 2 per column) 24 B in panels
+ *          of SK_PANEL columns (sk_gemm_panels: transB 0, ldb the distance
+ *          between panels, tiles cut at panel boundaries). f: 0 alpha.
  * CONV, IM2COL, DWCONV, COL2IM
  *          in X,W,bias,res (COL2IM: in col,bias). p: 0 N 1 C 2 H 3 W 4 Cout
  *          5 G 6 KH 7 KW 8 SH 9 SW 10 PT 11 PL 12 DH 13 DW 14 OH 15 OW.
@@ -627,6 +631,21 @@ enum { SK_ISA_GENERIC = 0, SK_ISA_AVX2 = 1, SK_ISA_AVX512 = 2, SK_ISA_COUNT = 3 
  * depend on M, N, how the caller tiles C, or the instruction set. */
 void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
 	     int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
+/* SK_PANEL is the column count of a panel of B (sk_gemm_panels): a
+ * multiple of every micro-kernel's width. */
+#define SK_PANEL 32
+/* sk_gemm_panels is sk_gemm (same bits) with B (K x N) stored in panels
+ * of SK_PANEL columns, ldp floats apart: B(k, j) is
+ * Bp[(j / SK_PANEL) * ldp + k * SK_PANEL + j % SK_PANEL], zero past N.
+ * A call starts at a panel's first column and row k of it at
+ * Bp + k * SK_PANEL. A block then reads its columns of B as one run of
+ * memory (a row-major B gives it a short run per row of K). */
+void sk_gemm_panels(int ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+		    const float *Bp, int64_t ldp, float *C, int64_t ldc, int acc);
+/* sk_pack_panels writes B (K x N, row stride ldb) into Bp as
+ * sk_gemm_panels reads it, with ldp = K * SK_PANEL: ceil(N / SK_PANEL)
+ * * K * SK_PANEL floats. */
+void sk_pack_panels(const float *B, int64_t ldb, int64_t K, int64_t N, float *Bp);
 /* sk_gemm_isa is the instruction set sk_gemm uses (the best the CPU has,
  * unless sk_gemm_set_isa chose another). */
 int sk_gemm_isa(void);
