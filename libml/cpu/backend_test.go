@@ -44,6 +44,8 @@ func TestOpNumbering(t *testing.T) {
 		{"factb", engine.FActB, int64(ncpu.FActB)}, {"rank", engine.MaxRank, int64(ncpu.MaxRank)},
 		{"inplace", engine.FlagInPlace, int64(ncpu.FlagInPlace)},
 		{"panel", engine.GemmPanel, int64(ncpu.GemmPanel)}, {"pgemmpanels", engine.PGemmPanels, int64(ncpu.PGemmPanels)},
+		{"pgemmapanels", engine.PGemmAPanels, int64(ncpu.PGemmAPanels)}, {"pgemmtprod", engine.PGemmTProd, int64(ncpu.PGemmTProd)},
+		{"pconvwpanels", engine.PConvWPanels, int64(ncpu.PConvWPanels)},
 	}
 	for _, p := range pairs {
 		if p.g != p.c {

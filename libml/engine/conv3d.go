@@ -80,7 +80,7 @@ func (c *compiler) emitConv3D(g *group, xop operand, xs []int64, wvals []float32
 	gm geom, bias, out operand) error {
 	wop := c.newConst(wvals)
 	return c.unfoldConv3D(g, xop, xs, ws, G, gm, 0, out, func(p [16]int64, unf, y2 operand) error {
-		return c.emitConv(g, p, unf, wop, "", wvals, bias, noOperand, y2)
+		return c.emitConv(g, p, unf, wop, false, "", wvals, bias, noOperand, y2)
 	})
 }
 

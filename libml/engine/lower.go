@@ -173,8 +173,10 @@ type gemmSpec struct {
 	biasMode                       int64
 	alpha                          float32
 	// panels: B is a constant stored in panels (PGemmPanels); ldb is
-	// then the distance between panels
-	panels bool
+	// then the distance between panels. apanels: A is, transposed
+	// (PGemmAPanels; lda their distance); tprod: the product is computed
+	// transposed (PGemmTProd)
+	panels, apanels, tprod bool
 }
 
 func (s *gemmSpec) set(k *Kernel) {
@@ -192,6 +194,12 @@ func (s *gemmSpec) set(k *Kernel) {
 	p[23] = s.biasMode
 	if s.panels {
 		p[PGemmPanels] = 1
+	}
+	if s.apanels {
+		p[PGemmAPanels] = 1
+	}
+	if s.tprod {
+		p[PGemmTProd] = 1
 	}
 	k.F[0] = s.alpha
 }
@@ -550,9 +558,14 @@ func (c *compiler) lowerConv(g *group) error {
 	if err != nil {
 		return err
 	}
-	wop, err := c.operand(n.Inputs[1])
-	if err != nil {
-		return err
+	// the weights stored transposed in panels (addPanelWeights), or as
+	// they are
+	wop, wpanels := c.panelOperand(n.Inputs[1], true)
+	if !wpanels || p[5] != 1 {
+		if wop, err = c.operand(n.Inputs[1]); err != nil {
+			return err
+		}
+		wpanels = false
 	}
 	bias, res, err := c.convBiasRes(g)
 	if err != nil {
@@ -563,7 +576,7 @@ func (c *compiler) lowerConv(g *group) error {
 	if err != nil {
 		return err
 	}
-	return c.emitConv(g, p, xop, wop, n.Inputs[1], w.t.F, bias, res, out)
+	return c.emitConv(g, p, xop, wop, wpanels, n.Inputs[1], w.t.F, bias, res, out)
 }
 
 // convBiasRes are a convolution group's bias (its third input, or a bias
@@ -587,10 +600,11 @@ func (c *compiler) convBiasRes(g *group) (bias, res operand, err error) {
 
 // emitConv emits the 2-D convolution p (convP's parameters) of xop by the
 // weights wop (wvals their values, wname their initializer: Winograd's
-// transformed copy may already be in the weights) with bias, residual and
-// the group's activation, into out: depthwise, pointwise as one GEMM,
-// Winograd, im2col and a GEMM, or the direct kernel.
-func (c *compiler) emitConv(g *group, p [16]int64, xop, wop operand, wname string, wvals []float32,
+// transformed copy may already be in the weights; wpanels: wop is them
+// stored transposed in panels, an ungrouped convolution's only) with bias,
+// residual and the group's activation, into out: depthwise, pointwise as
+// one GEMM, Winograd, im2col and a GEMM, or the direct kernel.
+func (c *compiler) emitConv(g *group, p [16]int64, xop, wop operand, wpanels bool, wname string, wvals []float32,
 	bias, res, out operand) error {
 	dm := dimsOf(p)
 	N, C, H, W, G, Cout := dm.N, dm.C, dm.H, dm.W, dm.G, dm.Cout
@@ -614,12 +628,13 @@ func (c *compiler) emitConv(g *group, p [16]int64, xop, wop operand, wname strin
 		if bias.sp != SpaceNone {
 			s.biasMode = 1
 		}
+		s.weightPanels(wpanels)
 		s.set(&d.k)
 		d.in = [MaxIn]operand{wop, xop, bias, res}
 		c.setAct(&d, g)
 		d.out = out
 		c.emit(d)
-	case !c.m.opts.NoWinograd && winogradOK(p):
+	case !c.m.opts.NoWinograd && winogradOK(p) && (wvals != nil || c.hasWeights(wname+winogradSuffix)):
 		// 3x3 stride 1: Winograd F(2x2, 3x3) (P[16] = 1) on weights
 		// transformed here
 		d := c.draft(g, OpConv)
@@ -655,6 +670,7 @@ func (c *compiler) emitConv(g *group, p [16]int64, xop, wop operand, wname strin
 		if bias.sp != SpaceNone {
 			s.biasMode = 1
 		}
+		s.weightPanels(wpanels)
 		s.set(&d2.k)
 		d2.in = [MaxIn]operand{wop, {sp: SpaceArena, buf: ws}, bias, res}
 		c.setAct(&d2, g)
@@ -663,12 +679,21 @@ func (c *compiler) emitConv(g *group, p [16]int64, xop, wop operand, wname strin
 	default:
 		d := c.draft(g, OpConv)
 		copy(d.k.P[:16], p[:])
+		if wpanels {
+			d.k.P[PConvWPanels] = 1
+		}
 		d.in = [MaxIn]operand{xop, wop, bias, res}
 		c.setAct(&d, g)
 		d.out = out
 		c.emit(d)
 	}
 	return nil
+}
+
+// hasWeights reports whether the weight arena holds the constant name.
+func (c *compiler) hasWeights(name string) bool {
+	_, ok := c.m.wOff[name]
+	return ok
 }
 
 func (c *compiler) lowerConvTranspose(g *group) error {

@@ -15,23 +15,72 @@ const (
 	panelsTSuffix = "#panelsT" // B stored N x K (Gemm's transB), transposed into panels
 )
 
-// PGemmPanels is the GEMM parameter slot that says B is stored in panels
-// (1) rather than row-major (0). Its ldb (P[6]) is then the distance
-// between panels in floats, K * GemmPanel: B(k, j) is at
-// (j / GemmPanel) * ldb + k * GemmPanel + j % GemmPanel, zero past N.
-const PGemmPanels = 24
+// GEMM and CONV parameter slots of weights stored in panels (sluice_cpu.h).
+const (
+	// PGemmPanels says B is stored in panels (1) rather than row-major
+	// (0). Its ldb (P[6]) is then the distance between panels in floats,
+	// K * GemmPanel: B(k, j) is at (j / GemmPanel) * ldb + k * GemmPanel
+	// + j % GemmPanel, zero past N.
+	PGemmPanels = 24
+	// PGemmAPanels says A is stored transposed in panels: A(i, k) is at
+	// (i / GemmPanel) * lda + k * GemmPanel + i % GemmPanel.
+	PGemmAPanels = 25
+	// PGemmTProd (with PGemmAPanels) computes the product transposed,
+	// C^T = B^T A^T, the panels of A^T as its B: the same bits, faster
+	// where N is small and M large.
+	PGemmTProd = 26
+	// PConvWPanels says a direct convolution's weights (Cout x Kd) are
+	// stored transposed in panels, as PGemmAPanels' A.
+	PConvWPanels = 17
+)
+
+// tprodMaxN, tprodMinK and tprodMinM bound the products computed
+// transposed: few columns (a convolution's output positions per image),
+// a reduction long enough to pay for transposing the tile, enough rows
+// (output channels) to fill the vectors.
+const (
+	tprodMaxN = 256
+	tprodMinK = 256
+	tprodMinM = 64
+)
+
+// weightPanels sets s's A (a convolution's weights) as stored transposed
+// in panels when wpanels, and picks the transposed product where it pays.
+// The choice depends on the per-image shape only, never on the batch, and
+// both products give the same bits.
+func (s *gemmSpec) weightPanels(wpanels bool) {
+	if !wpanels {
+		return
+	}
+	s.apanels, s.lda = true, s.K*GemmPanel
+	s.tprod = s.N <= tprodMaxN && s.K >= tprodMinK && s.M >= tprodMinM
+}
 
 // panelCandidate returns the constant B that node n (a MatMul or Gemm)
 // reads, with trans when it reads it transposed (Gemm's transB), and
 // whether it may be stored in panels: a float matrix of at least
 // panelMinCols columns as the product reads it.
 func panelCandidate(n *graph.Node, consts map[string]*Tensor) (name string, trans, ok bool) {
-	if (n.Op != "MatMul" && n.Op != "Gemm") || len(n.Inputs) < 2 {
+	if len(n.Inputs) < 2 {
 		return "", false, false
 	}
 	name = n.Inputs[1]
 	w := consts[name]
-	if w == nil || !w.IsFloat() || w.F == nil || len(w.Shape) != 2 {
+	if w == nil || !w.IsFloat() || w.F == nil {
+		return "", false, false
+	}
+	if n.Op == "Conv" {
+		// an ungrouped 1-D or 2-D convolution's weights, Cout x Kd, as
+		// the A of its GEMMs: stored transposed in panels of output
+		// channels, if they pad Cout by at most an eighth
+		if n.AttrInt("group", 1) != 1 || (len(w.Shape) != 3 && len(w.Shape) != 4) {
+			return "", false, false
+		}
+		cout := w.Shape[0]
+		padded := (cout + GemmPanel - 1) / GemmPanel * GemmPanel
+		return name, true, cout >= GemmPanel && 8*padded <= 9*cout
+	}
+	if (n.Op != "MatMul" && n.Op != "Gemm") || len(w.Shape) != 2 {
 		return "", false, false
 	}
 	trans = n.Op == "Gemm" && n.AttrInt("transB", 0) != 0
@@ -49,10 +98,14 @@ func panelCandidate(n *graph.Node, consts map[string]*Tensor) (name string, tran
 // then reads its columns of B as one run of memory, where a row-major B
 // gives it a short run per row: a batch-1 fully connected layer, which
 // streams its weights from memory, runs about twice as fast, and the
-// weights of larger products stop aliasing in the cache. The bits are
-// those of the row-major product (the same chain of multiply-adds per
-// output). A weight nothing else reads is then dropped in its row-major
-// form, keeping its type and shape.
+// weights of larger products stop aliasing in the cache. An ungrouped
+// convolution's weights (Cout x Kd, the A of its GEMMs) are stored so too,
+// transposed: its GEMMs read them as A (sk_gemm_apanels) or, where the
+// output has few positions, compute the product transposed with them as B
+// (the vectors then run along output channels). The bits are those of the
+// row-major product (the same chain of multiply-adds per output). A weight
+// nothing else reads is then dropped in its row-major form, keeping its
+// type and shape.
 func (m *Model) addPanelWeights() {
 	readers := map[string]int{}
 	for i := range m.nodes {
@@ -76,7 +129,8 @@ func (m *Model) addPanelWeights() {
 		}
 		if _, done := m.consts[name+suffix]; !done {
 			w := m.consts[name]
-			K, N := w.Shape[0], w.Shape[1]
+			// stored N x K when transposed (a convolution's Cout x Kd)
+			K, N := w.Shape[0], w.Len()/w.Shape[0]
 			if trans {
 				K, N = N, K
 			}

@@ -190,8 +190,13 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			if (mm > 0 || kk > 0)
 				SK_POLL(ctx);
 			int64_t kc = SK_MIN(ksub, Kd - kk);
-			sk_gemm(0, 0, mc, pl, kc, k->in[1] + (oc0 + mm) * Kd + kk, Kd,
-				col + kk * pl, pl, y + mm * OHW, OHW, kk > 0);
+			if (p[SKP_CONV_WPANELS])
+				/* the weights stored transposed in panels */
+				sk_gemm_apanels(mc, pl, kc, k->in[1] + kk * SK_PANEL, Kd * SK_PANEL,
+						oc0 + mm, col + kk * pl, pl, y + mm * OHW, OHW, kk > 0);
+			else
+				sk_gemm(0, 0, mc, pl, kc, k->in[1] + (oc0 + mm) * Kd + kk, Kd,
+					col + kk * pl, pl, y + mm * OHW, OHW, kk > 0);
 		}
 	}
 	SK_POLL(ctx);

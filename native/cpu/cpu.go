@@ -68,8 +68,11 @@ const (
 	FlagInPlace = int32(C.SK_KF_INPLACE)
 	// GemmPanel is the column count of a panel of B stored in panels, and
 	// PGemmPanels the GEMM slot that says B is (sk_gemm_panels).
-	GemmPanel   = int(C.SK_PANEL)
-	PGemmPanels = int(C.SKP_GEMM_PANELS)
+	GemmPanel    = int(C.SK_PANEL)
+	PGemmPanels  = int(C.SKP_GEMM_PANELS)
+	PGemmAPanels = int(C.SKP_GEMM_APANELS)
+	PGemmTProd   = int(C.SKP_GEMM_TPROD)
+	PConvWPanels = int(C.SKP_CONV_WPANELS)
 )
 
 // ChecksCompiled reports whether the preemption prologue and in-block checks

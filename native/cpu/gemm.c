@@ -61,7 +61,10 @@ void sk_prep_gemm(sk_kernel *k, int units)
 	 * takes about twice as fast as the many short runs of a tall tile
 	 * (MobileNetV2's expansions at batch 8 ran no faster on two units
 	 * than on one; now 1.2-1.5x) */
-	int rows_first = K <= GEMM_ROWS_FIRST_K && M >= 4 * GEMM_MR &&
+	/* the transposed product cuts M (its panels' columns) at panels */
+	int tprod = k->p[SKP_GEMM_TPROD] != 0;
+	int64_t mr = tprod ? SK_PANEL : 8;
+	int rows_first = !tprod && K <= GEMM_ROWS_FIRST_K && M >= 4 * GEMM_MR &&
 			 M * N >= GEMM_ROWS_FIRST_OUT;
 	for (;;) {
 		int64_t tiles = SK_CDIV(M, mt) * SK_CDIV(N, nt);
@@ -72,11 +75,11 @@ void sk_prep_gemm(sk_kernel *k, int units)
 		else if (nt >= mt && nt > 64)
 			nt = round_up(nt / 2, nr);
 		else if (mt > 64)
-			mt = round_up(mt / 2, 8);
+			mt = round_up(mt / 2, mr);
 		else if (nt > nr)
 			nt = round_up(nt / 2, nr);
-		else if (mt > 16)
-			mt = round_up(mt / 2, 8);
+		else if (mt > 16 && mt > mr)
+			mt = round_up(mt / 2, mr);
 		else
 			break;
 		mt = SK_MIN(mt, M);
@@ -86,9 +89,12 @@ void sk_prep_gemm(sk_kernel *k, int units)
 	k->t[1] = nt;
 	k->t[2] = SK_CDIV(M, mt);
 	k->t[3] = SK_CDIV(N, nt);
-	/* rows per sgemm call inside a block */
-	int64_t sub = (int64_t)(GEMM_CALL_MAX / (2.0 * (double)nt * (double)SK_MAX(K, 1)));
-	k->t[4] = SK_MIN(round_up(sub, 32), mt);
+	/* rows per sgemm call inside a block (the transposed product's rows
+	 * are C's columns, computed into the unit's scratch) */
+	int64_t cols = tprod ? mt : nt, rows = tprod ? nt : mt;
+	int64_t sub = (int64_t)(GEMM_CALL_MAX / (2.0 * (double)cols * (double)SK_MAX(K, 1)));
+	k->t[4] = SK_MIN(round_up(sub, 32), rows);
+	k->scratch = tprod ? mt * nt : 0;
 	k->grid = nb * k->t[2] * k->t[3];
 }
 
@@ -148,14 +154,23 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t offbias = b0 * p[20] + b1 * p[21] + b2 * p[22];
 	int64_t m0 = mi * mt, n0 = ni * nt;
 	int64_t ml = SK_MIN(mt, M - m0), nl = SK_MIN(nt, N - n0);
-	const float *A = k->in[0] + offa + (ta ? m0 : m0 * lda);
+	int apanels = p[SKP_GEMM_APANELS] != 0, tprod = p[SKP_GEMM_TPROD] != 0;
+	/* A in panels: lda is their distance, rows start at m0 */
+	const float *A = k->in[0] + offa + (apanels ? 0 : ta ? m0 : m0 * lda);
 	int panels = p[SKP_GEMM_PANELS] != 0;
 	const float *B = k->in[1] + offb +
 			 (panels ? (n0 / SK_PANEL) * ldb : tb ? n0 * ldb : n0);
 	float *C = k->out + offc + m0 * ldc + n0;
 	SK_POLL(ctx);
 	if (K > 0) {
-		int64_t sub = k->t[4] > 0 ? k->t[4] : ml, ksub = K;
+		/* the transposed product computes C's tile transposed, T = B^T
+		 * A^T (nl x ml), into the unit's scratch: its rows are C's
+		 * columns, its columns A's panels */
+		int64_t rows = tprod ? nl : ml, cols = tprod ? ml : nl;
+		float *T = tprod ? sk_scratch(ctx, nl * ml) : NULL;
+		if (tprod && !T)
+			return;
+		int64_t sub = k->t[4] > 0 ? k->t[4] : rows, ksub = K;
 		int64_t checks = sk_work_checks(k, ml, nl, K);
 		if (checks > 1)
 			/* a preemptible copy: about k->checks calls, over rows (at
@@ -167,23 +182,36 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			 * a skinny product (a fully connected layer at batch 1)
 			 * cut into narrow column strips walks every row of B
 			 * once per strip, and its calls outlast the plan. */
-			sk_check_split(checks, ml, 8, &sub, K, 64, &ksub);
-		for (int64_t r = 0; r < ml; r += sub) {
-			int64_t rl = SK_MIN(sub, ml - r);
+			sk_check_split(checks, rows, 8, &sub, K, 64, &ksub);
+		for (int64_t r = 0; r < rows; r += sub) {
+			int64_t rl = SK_MIN(sub, rows - r);
 			for (int64_t kk = 0; kk < K; kk += ksub) {
 				if (r > 0 || kk > 0)
 					SK_POLL(ctx);
 				int64_t kc = SK_MIN(ksub, K - kk);
-				const float *Ar = A + (ta ? r + kk * lda : r * lda + kk);
-				if (panels)
-					sk_gemm_panels(ta, rl, nl, kc, Ar, lda, B + kk * SK_PANEL,
-						       ldb, C + r * ldc, ldc, kk > 0);
+				if (tprod)
+					/* B^T(i, k) = B[k * ldb + i]: B read as a
+					 * transposed A; A^T's panels as B */
+					sk_gemm_panels(1, rl, cols, kc, B + kk * ldb + r, ldb,
+						       A + (m0 / SK_PANEL) * lda + kk * SK_PANEL, lda,
+						       T + r * cols, cols, kk > 0);
+				else if (apanels)
+					sk_gemm_apanels(rl, cols, kc, A + kk * SK_PANEL, lda, m0 + r,
+							B + kk * ldb, ldb, C + r * ldc, ldc, kk > 0);
+				else if (panels)
+					sk_gemm_panels(ta, rl, cols, kc,
+						       A + (ta ? r + kk * lda : r * lda + kk), lda,
+						       B + kk * SK_PANEL, ldb, C + r * ldc, ldc, kk > 0);
 				else
-					sk_gemm(ta, tb, rl, nl, kc, Ar, lda,
-						B + (tb ? kk : kk * ldb), ldb, C + r * ldc, ldc,
-						kk > 0);
+					sk_gemm(ta, tb, rl, cols, kc,
+						A + (ta ? r + kk * lda : r * lda + kk), lda,
+						B + (tb ? kk : kk * ldb), ldb, C + r * ldc, ldc, kk > 0);
 			}
 		}
+		if (tprod)
+			for (int64_t r = 0; r < ml; r++)
+				for (int64_t c = 0; c < nl; c++)
+					C[r * ldc + c] = T[c * ml + r];
 		if (k->f[0] != 1.0f)
 			for (int64_t r = 0; r < ml; r++)
 				for (int64_t c = 0; c < nl; c++)

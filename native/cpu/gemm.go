@@ -123,6 +123,32 @@ func GemmPanels(ta bool, m, n, k int, a []float32, lda int, bp []float32, ldp in
 	return nil
 }
 
+// GemmAPanels is Gemm (the same bits, no transpositions) with a (m x k)
+// stored transposed in panels (PackPanels of its k x M transpose, M its
+// full row count, ldpa = k_full * GemmPanel between panels), this call's
+// rows starting at row r0: a(i, p) is
+// ap[((r0+i)/GemmPanel)*ldpa + p*GemmPanel + (r0+i)%GemmPanel]. ap is at
+// row 0 of this call's reduction.
+func GemmAPanels(m, n, k int, ap []float32, ldpa, r0 int, b []float32, ldb int, c []float32, ldc int, acc bool) error {
+	if m <= 0 || n <= 0 || k < 0 || r0 < 0 {
+		return fmt.Errorf("gemm apanels: bad shape %dx%dx%d (rows from %d)", m, n, k, r0)
+	}
+	last := (r0 + m - 1) / GemmPanel
+	switch {
+	case ldpa < k*GemmPanel || ldb < n || ldc < n:
+		return fmt.Errorf("gemm apanels: leading dimension too small (ldpa %d ldb %d ldc %d for %dx%dx%d)", ldpa, ldb, ldc, m, n, k)
+	case k > 0 && (len(ap) < last*ldpa+k*GemmPanel || len(b) < (k-1)*ldb+n) || len(c) < (m-1)*ldc+n:
+		return fmt.Errorf("gemm apanels: a slice is shorter than its shape")
+	}
+	var pa, pb *C.float
+	if k > 0 {
+		pa, pb = (*C.float)(unsafe.Pointer(&ap[0])), (*C.float)(unsafe.Pointer(&b[0]))
+	}
+	C.sk_gemm_apanels(C.int64_t(m), C.int64_t(n), C.int64_t(k), pa, C.int64_t(ldpa), C.int64_t(r0),
+		pb, C.int64_t(ldb), (*C.float)(unsafe.Pointer(&c[0])), C.int64_t(ldc), cbool(acc))
+	return nil
+}
+
 func cbool(b bool) C.int {
 	if b {
 		return 1

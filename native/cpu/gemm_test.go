@@ -192,6 +192,65 @@ func TestGemmPanelsSameBits(t *testing.T) {
 	}
 }
 
+// TestGemmAPanelsSameBits checks that A stored transposed in panels
+// (sk_gemm_apanels, a convolution's weights stored once for both products)
+// gives every element the bits of the row-major product, on every
+// instruction set, for tiles starting at any row and K split anywhere.
+func TestGemmAPanelsSameBits(t *testing.T) {
+	defer SetGemmISA("")
+	r := rand.New(rand.NewSource(6))
+	cases := []gemmCase{{1, 70, 9, false, false}, {12, 32, 256, false, false}, {13, 31, 257, false, false},
+		{64, 49, 576, false, false}, {97, 100, 27, false, false}, {130, 20, 1100, false, false}}
+	for ci, gc := range cases {
+		a, lda, b, ldb := gemmOperands(gc, int64(200+ci))
+		if err := SetGemmISA("generic"); err != nil {
+			t.Fatal(err)
+		}
+		want := gemmTiled(t, gc, a, lda, b, ldb, gc.m, gc.n, gc.k)
+		at := make([]float32, gc.k*gc.m) // A^T, k x m
+		for i := 0; i < gc.m; i++ {
+			for p := 0; p < gc.k; p++ {
+				at[p*gc.m+i] = a[i*lda+p]
+			}
+		}
+		ap, err := PackPanels(at, gc.m, gc.k, gc.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ldpa := gc.k * GemmPanel
+		for _, isa := range GemmISAs() {
+			if err := SetGemmISA(isa); err != nil {
+				t.Fatal(err)
+			}
+			for trial := 0; trial < 4; trial++ {
+				mt, nt, kt := gc.m, gc.n, gc.k
+				if trial > 0 {
+					mt, nt, kt = 1+r.Intn(gc.m), 1+r.Intn(gc.n), 1+r.Intn(gc.k)
+				}
+				c := make([]float32, gc.m*gc.n)
+				for i := range c {
+					c[i] = float32(math.NaN())
+				}
+				for m0 := 0; m0 < gc.m; m0 += mt {
+					for n0 := 0; n0 < gc.n; n0 += nt {
+						for k0 := 0; k0 < gc.k; k0 += kt {
+							ml, nl, kl := min(mt, gc.m-m0), min(nt, gc.n-n0), min(kt, gc.k-k0)
+							if err := GemmAPanels(ml, nl, kl, ap[k0*GemmPanel:], ldpa, m0, b[k0*ldb+n0:], ldb, c[m0*gc.n+n0:], gc.n, k0 > 0); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+				}
+				for i := range want {
+					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("case %+v, %s, tiles %dx%d, K in %d: C[%d] = %v, want %v", gc, isa, mt, nt, kt, i, c[i], want[i])
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestGemmRejectsBadShapes checks the Go wrapper's argument checks.
 func TestGemmRejectsBadShapes(t *testing.T) {
 	a, b, c := make([]float32, 6), make([]float32, 6), make([]float32, 4)

@@ -355,12 +355,14 @@ static void pack_b(const sk_gemm_impl *g, int tb, const float *B, int64_t ldb, i
 			bp[k * nr + j] = 0.0f;
 }
 
-/* gemm_run is sk_gemm and sk_gemm_panels: B row-major (ldp < 0: ldb its
- * row stride, tb its transposition) or in SK_PANEL-column panels ldp
- * floats apart (read where they lie, never packed). */
+/* gemm_run is sk_gemm, sk_gemm_panels and sk_gemm_apanels: B row-major
+ * (ldp < 0: ldb its row stride, tb its transposition) or in SK_PANEL-column
+ * panels ldp floats apart (read where they lie, never packed); A as ta and
+ * lda say (ldpa < 0) or, transposed, in panels ldpa floats apart, this
+ * call's rows starting at row r0 of them. */
 static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
-		     int64_t lda, const float *B, int64_t ldb, int64_t ldp, float *C,
-		     int64_t ldc, int acc)
+		     int64_t lda, int64_t ldpa, int64_t r0, const float *B, int64_t ldb,
+		     int64_t ldp, float *C, int64_t ldc, int acc)
 {
 	if (M <= 0 || N <= 0)
 		return;
@@ -395,6 +397,19 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 				} else {
 					pack_b(g, tb, B, ldb, k0, kc, j0, n, bp);
 				}
+				if (ldpa >= 0) {
+					/* a row group stays inside one panel of A:
+					 * there a row is one float, a step of k a
+					 * panel's width */
+					for (int64_t i = m0; i < m0 + mc;) {
+						int64_t r = r0 + i, o = r % SK_PANEL;
+						int64_t m = SK_MIN(SK_MIN(g->mr, SK_PANEL - o), m0 + mc - i);
+						g->uk(m, n, kc, A + (r / SK_PANEL) * ldpa + k0 * SK_PANEL + o,
+						      1, SK_PANEL, b, ldbp, C + i * ldc + j0, ldc, a);
+						i += m;
+					}
+					continue;
+				}
 				for (int64_t i = m0; i < m0 + mc; i += g->mr)
 					g->uk(SK_MIN(g->mr, m0 + mc - i), n, kc,
 					      A + i * rsa + k0 * csa, rsa, csa, b, ldbp,
@@ -407,13 +422,19 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
 	     int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
 {
-	gemm_run(ta, tb, M, N, K, A, lda, B, ldb, -1, C, ldc, acc);
+	gemm_run(ta, tb, M, N, K, A, lda, -1, 0, B, ldb, -1, C, ldc, acc);
+}
+
+void sk_gemm_apanels(int64_t M, int64_t N, int64_t K, const float *Ap, int64_t ldpa, int64_t r0,
+		     const float *B, int64_t ldb, float *C, int64_t ldc, int acc)
+{
+	gemm_run(0, 0, M, N, K, Ap, 0, ldpa, r0, B, ldb, -1, C, ldc, acc);
 }
 
 void sk_gemm_panels(int ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
 		    const float *Bp, int64_t ldp, float *C, int64_t ldc, int acc)
 {
-	gemm_run(ta, 0, M, N, K, A, lda, Bp, 0, ldp, C, ldc, acc);
+	gemm_run(ta, 0, M, N, K, A, lda, -1, 0, Bp, 0, ldp, C, ldc, acc);
 }
 
 void sk_pack_panels(const float *B, int64_t ldb, int64_t K, int64_t N, float *Bp)

@@ -150,8 +150,14 @@ enum sk_reduce {
 
 /* Slots shared by every kernel with a fused epilogue. */
 #define SKP_ACT 31
-/* GEMM: B is stored in panels (sk_gemm_panels; ldb their distance). */
+/* GEMM: B is stored in panels (sk_gemm_panels; ldb their distance); A
+ * is, transposed (sk_gemm_apanels; lda their distance); the product is
+ * computed transposed, C^T = B^T A^T, with A in panels. */
 #define SKP_GEMM_PANELS 24
+#define SKP_GEMM_APANELS 25
+#define SKP_GEMM_TPROD 26
+/* CONV (direct, not Winograd; ungrouped): W stored transposed in panels. */
+#define SKP_CONV_WPANELS 17
 #define SKF_ACT_A 6
 #define SKF_ACT_B 7
 
@@ -166,10 +172,19 @@ enum sk_reduce {
  *          17..19 C strides (res uses the C layout) 20..22 bias strides
  *          23 bias mode (0 none, 1 per row, 2 per column) 24 B in panels
  *          of SK_PANEL columns (sk_gemm_panels: transB 0, ldb the distance
- *          between panels, tiles cut at panel boundaries). f: 0 alpha.
+ *          between panels, tiles cut at panel boundaries) 25 A stored
+ *          transposed in panels (sk_gemm_apanels: transA 0, lda the
+ *          distance between panels) 26 with 25 (and 24 0, transB 0): the
+ *          product computed transposed, C^T = B^T A^T, a tile at a time in
+ *          the unit's scratch (M tiles cut at panels): the same bits,
+ *          faster where N is small (a convolution's few output positions:
+ *          the micro-kernel's vectors then run along output channels).
+ *          f: 0 alpha.
  * CONV, IM2COL, DWCONV, COL2IM
  *          in X,W,bias,res (COL2IM: in col,bias). p: 0 N 1 C 2 H 3 W 4 Cout
  *          5 G 6 KH 7 KW 8 SH 9 SW 10 PT 11 PL 12 DH 13 DW 14 OH 15 OW.
+ *          CONV: 16 Winograd (W its transformed weights) 17 W (Cout x
+ *          Kd, G = 1) stored transposed in panels (sk_gemm_apanels).
  *          IM2COL writes col[N][G][C/G*KH*KW][OH*OW], padding with f[0]
  *          (0, or an integer input's zero point). COL2IM reads
  *          col[N][G][Cout/G*KH*KW][H*W] and writes Y[N][Cout][OH][OW].
@@ -642,6 +657,14 @@ void sk_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A,
  * memory (a row-major B gives it a short run per row of K). */
 void sk_gemm_panels(int ta, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
 		    const float *Bp, int64_t ldp, float *C, int64_t ldc, int acc);
+/* sk_gemm_apanels is sk_gemm (same bits; no transpositions) with A (M x
+ * K) stored transposed in panels as sk_gemm_panels reads a B of K x M:
+ * A(i, k) is Ap[(r / SK_PANEL) * ldpa + k * SK_PANEL + r % SK_PANEL] with
+ * r = r0 + i (a call may start at any row; Ap is at k = 0 of the call).
+ * A constant weight matrix stored so serves both this product and the
+ * transposed one, C^T = B^T A^T through sk_gemm_panels. */
+void sk_gemm_apanels(int64_t M, int64_t N, int64_t K, const float *Ap, int64_t ldpa, int64_t r0,
+		     const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
 /* sk_pack_panels writes B (K x N, row stride ldb) into Bp as
  * sk_gemm_panels reads it, with ldp = K * SK_PANEL: ceil(N / SK_PANEL)
  * * K * SK_PANEL floats. */
