@@ -122,6 +122,7 @@ func TestConvPanelWeights(t *testing.T) {
 		tprod                      bool
 	}{
 		{"pointwise-transposed", 2, 256, 7, 64, 1, 1, engine.OpGemm, true},
+		{"pointwise-transposed-ragged", 1, 160, 7, 64, 1, 1, engine.OpGemm, true}, // 49 positions fill 77% of the lanes
 		{"pointwise", 1, 64, 7, 96, 1, 1, engine.OpGemm, false},
 		{"im2col-transposed", 2, 32, 16, 64, 3, 2, engine.OpGemm, true},
 		{"direct", 1, 16, 48, 192, 3, 2, engine.OpConv, false},

@@ -37,12 +37,29 @@ const (
 // tprodMaxN, tprodMinK and tprodMinM bound the products computed
 // transposed: few columns (a convolution's output positions per image),
 // a reduction long enough to pay for transposing the tile, enough rows
-// (output channels) to fill the vectors.
+// (output channels) to fill the vectors. Where the columns fill the
+// micro-kernel's vectors badly (49 positions take 64 lanes) half the
+// reduction pays (BenchmarkGemmPanels' conv products and a transposition,
+// Zen 5 VM: 960 x 49 x 160 1.16x faster transposed, 576 x 196 x 96 0.90x).
 const (
 	tprodMaxN = 256
 	tprodMinK = 256
 	tprodMinM = 64
 )
+
+// lanesUsed is the share of the micro-kernel's lanes n columns fill: full
+// panels of GemmPanel, then a remainder of at most half a panel in a half
+// one (the AVX-512 kernel's widths).
+func lanesUsed(n int64) float64 {
+	padded := n / GemmPanel * GemmPanel
+	switch r := n % GemmPanel; {
+	case r > GemmPanel/2:
+		padded += GemmPanel
+	case r > 0:
+		padded += GemmPanel / 2
+	}
+	return float64(n) / float64(padded)
+}
 
 // weightPanels sets s's A (a convolution's weights) as stored transposed
 // in panels when wpanels, and picks the transposed product where it pays.
@@ -53,7 +70,8 @@ func (s *gemmSpec) weightPanels(wpanels bool) {
 		return
 	}
 	s.apanels, s.lda = true, s.K*GemmPanel
-	s.tprod = s.N <= tprodMaxN && s.K >= tprodMinK && s.M >= tprodMinM
+	s.tprod = s.N <= tprodMaxN && s.M >= tprodMinM &&
+		(s.K >= tprodMinK || (2*s.K >= tprodMinK && lanesUsed(s.N) <= 0.8))
 }
 
 // panelCandidate returns the constant B that node n (a MatMul or Gemm)

@@ -137,6 +137,21 @@ void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 		sk_epilogue(y, rows, cols, ldy, brow, bcol, res, ldr, act, lo, hi);
 }
 
+/* transpose_tile writes T (cols x rows, row-major) into C (rows x cols,
+ * ldc) in 8 x 8 squares, so both sides stay in a few cache lines. */
+static void transpose_tile(const float *T, int64_t rows, int64_t cols, float *C, int64_t ldc)
+{
+	for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+		int64_t re = SK_MIN(r0 + 8, rows);
+		for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+			int64_t ce = SK_MIN(c0 + 8, cols);
+			for (int64_t r = r0; r < re; r++)
+				for (int64_t c = c0; c < ce; c++)
+					C[r * ldc + c] = T[c * rows + r];
+		}
+	}
+}
+
 void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -209,9 +224,7 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			}
 		}
 		if (tprod)
-			for (int64_t r = 0; r < ml; r++)
-				for (int64_t c = 0; c < nl; c++)
-					C[r * ldc + c] = T[c * ml + r];
+			transpose_tile(T, ml, nl, C, ldc);
 		if (k->f[0] != 1.0f)
 			for (int64_t r = 0; r < ml; r++)
 				for (int64_t c = 0; c < nl; c++)

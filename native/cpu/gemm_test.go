@@ -352,3 +352,93 @@ func TestGemmRowsFirstTiles(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGemmPanels times products whose B is a constant in a layout
+// the engine chooses at load, one thread, the calls an engine block makes
+// (tiles of mt x nt): B row-major against B in panels (GemmPanels), and a
+// convolution's product (weights x im2col, Cout x OHW x Kd) as it is
+// against transposed, the weights' panels as B (same bits every way; the
+// transposed form leaves its output transposed, which an engine block
+// then transposes into place: not timed here).
+// "cold" evicts the operands from the caches before each product (a
+// batch-1 fully connected layer streams its weights from memory):
+// go test -run '^$' -bench GemmPanels ./native/cpu/
+func BenchmarkGemmPanels(b *testing.B) {
+	defer SetGemmISA("")
+	evict := make([]byte, 128<<20)
+	for _, c := range []struct {
+		m, n, k, mt, nt int
+		cold            bool
+	}{{1, 1000, 1280, 1, 256, true}, {1, 1000, 1280, 1, 256, false},
+		{128, 3072, 768, 128, 96, false}, {128, 768, 3072, 128, 96, false}} {
+		gc := gemmCase{m: c.m, n: c.n, k: c.k}
+		a, lda, bm, ldb := gemmOperands(gc, 1)
+		bp, err := PackPanels(bm, ldb, c.k, c.n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cm := make([]float32, c.m*c.n)
+		for _, layout := range []string{"rowmajor", "panels"} {
+			name := fmt.Sprintf("%dx%dx%d-tiles%dx%d/%s", c.m, c.n, c.k, c.mt, c.nt, layout)
+			if c.cold {
+				name += "-cold"
+			}
+			b.Run(name, func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					if c.cold {
+						b.StopTimer()
+						for j := 0; j < len(evict); j += 64 {
+							evict[j]++
+						}
+						b.StartTimer()
+					}
+					for m0 := 0; m0 < c.m; m0 += c.mt {
+						for n0 := 0; n0 < c.n; n0 += c.nt {
+							ml, nl := min(c.mt, c.m-m0), min(c.nt, c.n-n0)
+							var err error
+							if layout == "panels" {
+								err = GemmPanels(false, ml, nl, c.k, a[m0*lda:], lda, bp[(n0/GemmPanel)*c.k*GemmPanel:], c.k*GemmPanel, cm[m0*c.n+n0:], c.n, false)
+							} else {
+								err = Gemm(false, false, ml, nl, c.k, a[m0*lda:], lda, bm[n0:], ldb, cm[m0*c.n+n0:], c.n, false)
+							}
+							if err != nil {
+								b.Fatal(err)
+							}
+						}
+					}
+				}
+				b.ReportMetric(2*float64(c.m)*float64(c.n)*float64(c.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+	for _, c := range []struct{ cout, ohw, kd int }{{512, 49, 4608}, {256, 196, 2304}, {1280, 49, 320}, {320, 49, 960}} {
+		w, _, col, _ := gemmOperands(gemmCase{m: c.cout, n: c.ohw, k: c.kd}, 2)
+		wt := make([]float32, c.kd*c.cout)
+		for o := 0; o < c.cout; o++ {
+			for p := 0; p < c.kd; p++ {
+				wt[p*c.cout+o] = w[o*(c.kd+1)+p]
+			}
+		}
+		wp, err := PackPanels(wt, c.cout, c.kd, c.cout)
+		if err != nil {
+			b.Fatal(err)
+		}
+		y := make([]float32, c.cout*c.ohw)
+		for _, form := range []string{"as-is", "transposed"} {
+			b.Run(fmt.Sprintf("conv-%dx%dx%d/%s", c.cout, c.ohw, c.kd, form), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					var err error
+					if form == "transposed" {
+						err = GemmPanels(true, c.ohw, c.cout, c.kd, col, c.ohw+1, wp, c.kd*GemmPanel, y, c.cout, false)
+					} else {
+						err = Gemm(false, false, c.cout, c.ohw, c.kd, w, c.kd+1, col, c.ohw+1, y, c.ohw, false)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(2*float64(c.cout)*float64(c.ohw)*float64(c.kd)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}
