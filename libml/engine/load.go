@@ -57,6 +57,9 @@ type Model struct {
 	weights []float32
 	wOff    map[string]int64
 	opts    Options
+	// panelSrc are the constants addPanelWeights has loadWeights write in
+	// panels (nil after load)
+	panelSrc map[string]panelJob
 	// FoldedBN counts BatchNormalization nodes folded into convolutions.
 	FoldedBN int
 }
@@ -752,7 +755,7 @@ func (m *Model) loadWeights() error {
 	var names []string
 	for name, t := range m.consts {
 		// a float weight kept only in a packed form has no data
-		if t.IsFloat() && t.F != nil {
+		if _, pack := m.panelSrc[name]; t.IsFloat() && (t.F != nil || pack) {
 			names = append(names, name)
 		}
 	}
@@ -781,11 +784,16 @@ func (m *Model) loadWeights() error {
 		t := m.consts[name]
 		off := m.wOff[name]
 		n := t.Len()
-		copy(w[off:off+n], t.F)
+		if job, ok := m.panelSrc[name]; ok {
+			job.pack(w[off : off+n])
+		} else {
+			copy(w[off:off+n], t.F)
+		}
 		// keep the constant, backed by the arena (the original may go)
 		m.consts[name] = &Tensor{DType: graph.Float32, Shape: t.Shape, F: w[off : off+n : off+n]}
 	}
 	m.weights = w[:total]
+	m.panelSrc = nil
 	return nil
 }
 

@@ -152,8 +152,14 @@ func (m *Model) addPanelWeights() {
 			if trans {
 				K, N = N, K
 			}
-			p := packPanels(w.F, K, N, trans)
-			m.consts[name+suffix] = NewFloat([]int64{int64(len(p))}, p)
+			// packed by loadWeights straight into the arena: no
+			// third copy of the weights at load
+			size := (N + GemmPanel - 1) / GemmPanel * K * GemmPanel
+			m.consts[name+suffix] = &Tensor{DType: graph.Float32, Shape: []int64{size}}
+			if m.panelSrc == nil {
+				m.panelSrc = map[string]panelJob{}
+			}
+			m.panelSrc[name+suffix] = panelJob{src: w.F, K: K, N: N, trans: trans}
 		}
 		packedBy[name]++
 	}
@@ -165,23 +171,35 @@ func (m *Model) addPanelWeights() {
 	}
 }
 
-// packPanels lays B (K x N; stored N x K when trans) out in panels of
+// panelJob is a constant to be written in panels into the weight arena:
+// B (K x N; stored N x K when trans) from src.
+type panelJob struct {
+	src   []float32
+	K, N  int64
+	trans bool
+}
+
+// pack lays the job's B out in out (len: whole panels) in panels of
 // GemmPanel columns: panel p holds columns p*GemmPanel.. as K rows of
-// GemmPanel floats, zero past N.
-func packPanels(b []float32, K, N int64, trans bool) []float32 {
-	np := (N + GemmPanel - 1) / GemmPanel
-	out := make([]float32, np*K*GemmPanel)
-	for j := int64(0); j < N; j++ {
-		base := (j/GemmPanel)*K*GemmPanel + j%GemmPanel
-		for k := int64(0); k < K; k++ {
-			if trans {
-				out[base+k*GemmPanel] = b[j*K+k]
-			} else {
-				out[base+k*GemmPanel] = b[k*N+j]
+// GemmPanel floats, zero past N. Both loops read src in order.
+func (j panelJob) pack(out []float32) {
+	clear(out)
+	K, N, b := j.K, j.N, j.src
+	if j.trans {
+		for n := int64(0); n < N; n++ {
+			base, row := (n/GemmPanel)*K*GemmPanel+n%GemmPanel, b[n*K:(n+1)*K]
+			for k, v := range row {
+				out[base+int64(k)*GemmPanel] = v
 			}
 		}
+		return
 	}
-	return out
+	for k := int64(0); k < K; k++ {
+		row := b[k*N : (k+1)*N]
+		for p := int64(0); p*GemmPanel < N; p++ {
+			copy(out[p*K*GemmPanel+k*GemmPanel:], row[p*GemmPanel:min((p+1)*GemmPanel, N)])
+		}
+	}
 }
 
 // panelOperand returns where the panel form of the constant B named name
