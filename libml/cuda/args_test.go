@@ -188,6 +188,9 @@ func TestPlan(t *testing.T) {
 		{"no-B", OpGemm, &Args{Out: 1, In: [MaxIn]uint64{1}, P: [NumP]int64{1, 1, 1, 8: 1, 9: 1, 10: 1}}, "B missing"},
 		{"no-out", OpUnary, &Args{In: [MaxIn]uint64{1}, P: [NumP]int64{5}}, "missing"},
 		{"groups", OpConv, func() *Args { a := conv(); a.P[5] = 3; return a }(), "divisible"},
+		{"gemm-panels", OpGemm, func() *Args { a := gemm(2, 64, 8, 1); a.P[24] = 1; return a }(), "panels"},
+		{"gemm-apanels", OpGemm, func() *Args { a := gemm(64, 2, 8, 1); a.P[25], a.P[26] = 1, 1; return a }(), "panels"},
+		{"conv-panels", OpConv, func() *Args { a := conv(); a.P[17] = 1; return a }(), "panels"},
 		{"act", OpUnary, &Args{Out: 1, In: [MaxIn]uint64{1}, P: [NumP]int64{5, PAct: actCount}}, "activation"},
 	} {
 		_, err := Plan(c.op, c.a)

@@ -117,6 +117,11 @@ func plan(op Op, a *Args, v int) (int64, error) {
 		if _, err := positive(p, 0, 1); err != nil {
 			return 0, err
 		}
+		// weights in panels (the cpu engine's layouts, P 24-26): the
+		// backend loads its models with engine.Options.NoPanels
+		if p[24] != 0 || p[25] != 0 || p[26] != 0 {
+			return 0, errors.New("weights in panels: the CUDA kernels read row-major weights")
+		}
 		if p[2] < 0 {
 			return 0, fmt.Errorf("K = %d", p[2])
 		}
@@ -385,6 +390,9 @@ func planQGemm(a *Args) (int64, error) {
 
 func planConv(op Op, a *Args, v int) (int64, error) {
 	p := a.P[:]
+	if op == OpConv && p[17] != 0 {
+		return 0, errors.New("convolution weights in panels: the CUDA kernels read row-major weights")
+	}
 	for i := 0; i < 16; i++ {
 		if p[i] < 0 && !(op == OpCol2im && (i == 10 || i == 11)) {
 			return 0, fmt.Errorf("p[%d] = %d", i, p[i])
