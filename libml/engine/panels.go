@@ -125,15 +125,6 @@ func panelCandidate(n *graph.Node, consts map[string]*Tensor) (name string, tran
 // nothing else reads is then dropped in its row-major form, keeping its
 // type and shape.
 func (m *Model) addPanelWeights() {
-	readers := map[string]int{}
-	for i := range m.nodes {
-		for _, in := range m.nodes[i].Inputs {
-			readers[in]++
-		}
-	}
-	for _, o := range m.outputs {
-		readers[o.Name]++
-	}
 	packedBy := map[string]int{}
 	for i := range m.nodes {
 		n := &m.nodes[i]
@@ -162,6 +153,21 @@ func (m *Model) addPanelWeights() {
 			m.panelSrc[name+suffix] = panelJob{src: w.F, K: K, N: N, trans: trans}
 		}
 		packedBy[name]++
+	}
+	m.dropPacked(packedBy)
+}
+
+// dropPacked keeps only the type and shape of each constant every reader
+// of which reads a packed form instead (packedBy counts those readers).
+func (m *Model) dropPacked(packedBy map[string]int) {
+	readers := map[string]int{}
+	for i := range m.nodes {
+		for _, in := range m.nodes[i].Inputs {
+			readers[in]++
+		}
+	}
+	for _, o := range m.outputs {
+		readers[o.Name]++
 	}
 	for name, k := range packedBy {
 		if readers[name] == k {

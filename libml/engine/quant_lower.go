@@ -611,15 +611,6 @@ func quantWeightInputs(n *graph.Node) (wi, zwi int, asA, ok bool) {
 // dropped in its integer form (8 bytes a value), keeping its type and
 // shape.
 func (m *Model) packQuantWeights() {
-	readers := map[string]int{}
-	for i := range m.nodes {
-		for _, in := range m.nodes[i].Inputs {
-			readers[in]++
-		}
-	}
-	for _, o := range m.outputs {
-		readers[o.Name]++
-	}
 	packedBy := map[string]int{}
 	for i := range m.nodes {
 		n := &m.nodes[i]
@@ -670,12 +661,7 @@ func (m *Model) packQuantWeights() {
 		}
 		packedBy[name]++
 	}
-	for name, k := range packedBy {
-		if readers[name] == k {
-			t := m.consts[name]
-			m.consts[name] = &Tensor{DType: t.DType, Shape: t.Shape}
-		}
-	}
+	m.dropPacked(packedBy)
 }
 
 // packedWeights returns the load-time packed form of weight name (suffix

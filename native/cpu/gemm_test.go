@@ -43,24 +43,34 @@ func gemmOperands(c gemmCase, seed int64) (a []float32, lda int, b []float32, ld
 // copies split a block.
 func gemmTiled(t *testing.T, gc gemmCase, a []float32, lda int, b []float32, ldb int, mt, nt, kt int) []float32 {
 	t.Helper()
-	ldc := gc.n
-	c := make([]float32, gc.m*ldc)
+	return tiledCall(t, gc, mt, nt, kt, func(m0, n0, k0, ml, nl, kl int, c []float32) error {
+		ao := m0*lda + k0
+		if gc.ta {
+			ao = k0*lda + m0
+		}
+		bo := k0*ldb + n0
+		if gc.tb {
+			bo = n0*ldb + k0
+		}
+		return Gemm(gc.ta, gc.tb, ml, nl, kl, a[ao:], lda, b[bo:], ldb, c, gc.n, k0 > 0)
+	})
+}
+
+// tiledCall computes gc's C (gc.n columns a row) in tiles of mt x nt, each
+// over K in chunks of kt, by call (given C at the tile's first element;
+// it accumulates after the first chunk), into a C of NaNs: every element
+// must be written.
+func tiledCall(t *testing.T, gc gemmCase, mt, nt, kt int, call func(m0, n0, k0, ml, nl, kl int, c []float32) error) []float32 {
+	t.Helper()
+	c := make([]float32, gc.m*gc.n)
 	for i := range c {
-		c[i] = float32(math.NaN()) // every element must be written
+		c[i] = float32(math.NaN())
 	}
 	for m0 := 0; m0 < gc.m; m0 += mt {
 		for n0 := 0; n0 < gc.n; n0 += nt {
 			for k0 := 0; k0 < gc.k; k0 += kt {
 				ml, nl, kl := min(mt, gc.m-m0), min(nt, gc.n-n0), min(kt, gc.k-k0)
-				ao := m0*lda + k0
-				if gc.ta {
-					ao = k0*lda + m0
-				}
-				bo := k0*ldb + n0
-				if gc.tb {
-					bo = n0*ldb + k0
-				}
-				if err := Gemm(gc.ta, gc.tb, ml, nl, kl, a[ao:], lda, b[bo:], ldb, c[m0*ldc+n0:], ldc, k0 > 0); err != nil {
+				if err := call(m0, n0, k0, ml, nl, kl, c[m0*gc.n+n0:]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -163,25 +173,13 @@ func TestGemmPanelsSameBits(t *testing.T) {
 				if trial > 0 {
 					mt, nt, kt = 1+r.Intn(gc.m), GemmPanel*(1+r.Intn((gc.n+GemmPanel-1)/GemmPanel)), 1+r.Intn(gc.k)
 				}
-				c := make([]float32, gc.m*gc.n)
-				for i := range c {
-					c[i] = float32(math.NaN())
-				}
-				for m0 := 0; m0 < gc.m; m0 += mt {
-					for n0 := 0; n0 < gc.n; n0 += nt {
-						for k0 := 0; k0 < gc.k; k0 += kt {
-							ml, nl, kl := min(mt, gc.m-m0), min(nt, gc.n-n0), min(kt, gc.k-k0)
-							ao := m0*lda + k0
-							if gc.ta {
-								ao = k0*lda + m0
-							}
-							bo := (n0/GemmPanel)*ldp + k0*GemmPanel
-							if err := GemmPanels(gc.ta, ml, nl, kl, a[ao:], lda, bp[bo:], ldp, c[m0*gc.n+n0:], gc.n, k0 > 0); err != nil {
-								t.Fatal(err)
-							}
-						}
+				c := tiledCall(t, gc, mt, nt, kt, func(m0, n0, k0, ml, nl, kl int, c []float32) error {
+					ao := m0*lda + k0
+					if gc.ta {
+						ao = k0*lda + m0
 					}
-				}
+					return GemmPanels(gc.ta, ml, nl, kl, a[ao:], lda, bp[(n0/GemmPanel)*ldp+k0*GemmPanel:], ldp, c, gc.n, k0 > 0)
+				})
 				for i := range want {
 					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
 						t.Fatalf("case %+v, %s, tiles %dx%d, K in %d: C[%d] = %v, want %v", gc, isa, mt, nt, kt, i, c[i], want[i])
@@ -227,20 +225,9 @@ func TestGemmAPanelsSameBits(t *testing.T) {
 				if trial > 0 {
 					mt, nt, kt = 1+r.Intn(gc.m), 1+r.Intn(gc.n), 1+r.Intn(gc.k)
 				}
-				c := make([]float32, gc.m*gc.n)
-				for i := range c {
-					c[i] = float32(math.NaN())
-				}
-				for m0 := 0; m0 < gc.m; m0 += mt {
-					for n0 := 0; n0 < gc.n; n0 += nt {
-						for k0 := 0; k0 < gc.k; k0 += kt {
-							ml, nl, kl := min(mt, gc.m-m0), min(nt, gc.n-n0), min(kt, gc.k-k0)
-							if err := GemmAPanels(ml, nl, kl, ap[k0*GemmPanel:], ldpa, m0, b[k0*ldb+n0:], ldb, c[m0*gc.n+n0:], gc.n, k0 > 0); err != nil {
-								t.Fatal(err)
-							}
-						}
-					}
-				}
+				c := tiledCall(t, gc, mt, nt, kt, func(m0, n0, k0, ml, nl, kl int, c []float32) error {
+					return GemmAPanels(ml, nl, kl, ap[k0*GemmPanel:], ldpa, m0, b[k0*ldb+n0:], ldb, c, gc.n, k0 > 0)
+				})
 				for i := range want {
 					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
 						t.Fatalf("case %+v, %s, tiles %dx%d, K in %d: C[%d] = %v, want %v", gc, isa, mt, nt, kt, i, c[i], want[i])
