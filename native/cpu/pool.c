@@ -33,6 +33,9 @@ void sk_prep_pool(sk_kernel *k, int units)
 	k->grid = SK_CDIV(p[0], ct);
 }
 
+/* taps of a window row whose output ranges pool_plane keeps */
+#define POOL_TAPS 16
+
 /* pool_plane pools one plane row by row: for each kernel tap the valid
  * output columns form one range, so the inner loops are branch-free. */
 SK_MV static void pool_plane(const float *x, float *y, const int64_t *p)
@@ -40,13 +43,20 @@ SK_MV static void pool_plane(const float *x, float *y, const int64_t *p)
 	int64_t H = p[1], W = p[2], OH = p[3], OW = p[4], KH = p[5], KW = p[6];
 	int64_t SH = p[7], SW = p[8], PT = p[9], PL = p[10], DH = p[11], DW = p[12];
 	int64_t mode = p[13], incl = p[14], PB = p[15], PR = p[16];
-	/* columns with at least one valid tap: [clo, chi) */
+	/* columns with at least one valid tap: [clo, chi); each tap's range
+	 * of valid output columns, the same on every row (the first
+	 * POOL_TAPS taps' kept, the divisions out of the row loop) */
 	int64_t clo = OW, chi = 0;
+	int64_t tlo[POOL_TAPS], thi[POOL_TAPS];
 	for (int64_t kw = 0; kw < KW; kw++) {
 		int64_t off = kw * DW - PL;
 		int64_t lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
 		int64_t hi = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1;
 		hi = SK_MIN(hi, OW);
+		if (kw < POOL_TAPS) {
+			tlo[kw] = lo;
+			thi[kw] = hi;
+		}
 		if (lo < hi) {
 			clo = SK_MIN(clo, lo);
 			chi = SK_MAX(chi, hi);
@@ -65,10 +75,15 @@ SK_MV static void pool_plane(const float *x, float *y, const int64_t *p)
 			rows++;
 			const float *xr = x + ih * W;
 			for (int64_t kw = 0; kw < KW; kw++) {
-				int64_t off = kw * DW - PL;
-				int64_t lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
-				int64_t hi = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1;
-				hi = SK_MIN(hi, OW);
+				int64_t off = kw * DW - PL, lo, hi;
+				if (kw < POOL_TAPS) {
+					lo = tlo[kw];
+					hi = thi[kw];
+				} else {
+					lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
+					hi = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1;
+					hi = SK_MIN(hi, OW);
+				}
 				const float *xs = xr + off;
 				if (mode == 0) {
 					if (SW == 1)

@@ -1,0 +1,128 @@
+package cpu
+
+import (
+	"math"
+	"testing"
+)
+
+// poolCase is a max pooling of planes of h x w by a k x k window.
+type poolCase struct {
+	planes, h, w, k, s, pad int64
+}
+
+func (pc poolCase) out() (int64, int64) {
+	return (pc.h+2*pc.pad-pc.k)/pc.s + 1, (pc.w+2*pc.pad-pc.k)/pc.s + 1
+}
+
+// kernel sets up the pooling of x into a fresh output (NaNs) on units.
+func (pc poolCase) kernel(t testing.TB, x *cfloats, units int) (*Kernels, *cfloats) {
+	t.Helper()
+	oh, ow := pc.out()
+	y := newFloats(t, int(pc.planes*oh*ow), float32(math.NaN()))
+	d := Desc{Op: OpPool, Out: y.p}
+	d.In[0] = x.p
+	copy(d.P[:17], []int64{pc.planes, pc.h, pc.w, oh, ow, pc.k, pc.k, pc.s, pc.s, pc.pad, pc.pad, 1, 1, 0, 0, pc.pad, pc.pad})
+	ks := newKernels(t, 1)
+	if err := ks.Set(0, &d, units); err != nil {
+		t.Fatalf("%+v: %v", pc, err)
+	}
+	return ks, y
+}
+
+func runBlocks(ks *Kernels) {
+	for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
+		ks.RunBlock(0, blk)
+	}
+}
+
+func (pc poolCase) run(t testing.TB, x *cfloats, units int) []float32 {
+	t.Helper()
+	ks, y := pc.kernel(t, x, units)
+	runBlocks(ks)
+	return append([]float32(nil), y.s()...)
+}
+
+// TestMaxPoolSameBits: max pooling keeps, in every window, the first
+// input (taps in row-major order) that no later one exceeds: ties of -0
+// and +0 keep the earlier, NaNs are skipped. Its bits do not depend on
+// the instruction set nor on the units. Inputs hold many ties of signed
+// zeros and some NaNs.
+func TestMaxPoolSameBits(t *testing.T) {
+	defer SetGemmISA("")
+	for _, pc := range []poolCase{
+		{2, 112, 112, 3, 2, 1}, // ResNet's
+		{3, 9, 37, 3, 2, 0}, {2, 8, 66, 2, 2, 0}, {2, 7, 70, 3, 2, 1}, {1, 5, 33, 3, 1, 1}, {2, 6, 35, 5, 2, 2},
+	} {
+		x := newFloats(t, int(pc.planes*pc.h*pc.w), 0)
+		xs := x.s()
+		rnd := uint32(pc.h*31 + pc.w)
+		for i := range xs {
+			rnd = rnd*1664525 + 1013904223
+			switch r := rnd >> 24; {
+			case r < 60:
+				xs[i] = float32(math.Copysign(0, -1))
+			case r < 120:
+				xs[i] = 0
+			case r < 125:
+				xs[i] = float32(math.NaN())
+			default:
+				xs[i] = float32(int32(r)-190) / 8
+			}
+		}
+		oh, ow := pc.out()
+		want := make([]float32, pc.planes*oh*ow)
+		for c := int64(0); c < pc.planes; c++ {
+			for i := int64(0); i < oh; i++ {
+				for j := int64(0); j < ow; j++ {
+					m, any := float32(-math.MaxFloat32), false
+					for a := int64(0); a < pc.k; a++ {
+						for b := int64(0); b < pc.k; b++ {
+							r, q := i*pc.s-pc.pad+a, j*pc.s-pc.pad+b
+							if r < 0 || r >= pc.h || q < 0 || q >= pc.w {
+								continue
+							}
+							any = true
+							if v := xs[(c*pc.h+r)*pc.w+q]; v > m {
+								m = v
+							}
+						}
+					}
+					if !any {
+						m = 0
+					}
+					want[(c*oh+i)*ow+j] = m
+				}
+			}
+		}
+		for _, isa := range GemmISAs() {
+			if err := SetGemmISA(isa); err != nil {
+				t.Fatal(err)
+			}
+			for _, units := range []int{1, 3} {
+				got := pc.run(t, x, units)
+				for i, v := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(v) {
+						t.Fatalf("%+v, %s, %d units: y[%d] = %v (bits %08x), want %v (%08x)", pc, isa, units, i,
+							got[i], math.Float32bits(got[i]), v, math.Float32bits(v))
+					}
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkMaxPool runs ResNet's max pooling (64 planes of 112 x 112, 3 x 3,
+// stride 2, padding 1) on one thread:
+// go test -run '^$' -bench MaxPool ./native/cpu/
+func BenchmarkMaxPool(b *testing.B) {
+	pc := poolCase{64, 112, 112, 3, 2, 1}
+	x := newFloats(b, int(pc.planes*pc.h*pc.w), 0)
+	for i := range x.s() {
+		x.s()[i] = float32(i%97) - 40
+	}
+	ks, _ := pc.kernel(b, x, 1)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		runBlocks(ks)
+	}
+}
