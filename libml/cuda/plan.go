@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"sluice/libml"
+	"sluice/libml/engine"
 )
 
 // Launch is the shape of one kernel launch.
@@ -117,9 +118,9 @@ func plan(op Op, a *Args, v int) (int64, error) {
 		if _, err := positive(p, 0, 1); err != nil {
 			return 0, err
 		}
-		// weights in panels (the cpu engine's layouts, P 24-26): the
-		// backend loads its models with engine.Options.NoPanels
-		if p[24] != 0 || p[25] != 0 || p[26] != 0 {
+		// weights in panels (the cpu engine's layouts): the backend
+		// loads its models with engine.Options.NoPanels
+		if p[engine.PGemmPanels] != 0 || p[engine.PGemmAPanels] != 0 || p[engine.PGemmTProd] != 0 {
 			return 0, errors.New("weights in panels: the CUDA kernels read row-major weights")
 		}
 		if p[2] < 0 {
@@ -390,7 +391,7 @@ func planQGemm(a *Args) (int64, error) {
 
 func planConv(op Op, a *Args, v int) (int64, error) {
 	p := a.P[:]
-	if op == OpConv && p[17] != 0 {
+	if op == OpConv && p[engine.PConvWPanels] != 0 {
 		return 0, errors.New("convolution weights in panels: the CUDA kernels read row-major weights")
 	}
 	for i := 0; i < 16; i++ {

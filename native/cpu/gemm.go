@@ -81,22 +81,9 @@ func Gemm(ta, tb bool, m, n, k int, a []float32, lda int, b []float32, ldb int, 
 	return nil
 }
 
-// PackPanels lays b (k x n, row stride ldb) out as GemmPanels reads it:
-// panels of GemmPanel columns, each k rows of GemmPanel floats, zero past
-// n (ldp = k * GemmPanel between panels).
-func PackPanels(b []float32, ldb, k, n int) ([]float32, error) {
-	if k <= 0 || n <= 0 || ldb < n || len(b) < (k-1)*ldb+n {
-		return nil, fmt.Errorf("pack panels: bad shape %dx%d (ldb %d, %d floats)", k, n, ldb, len(b))
-	}
-	np := (n + GemmPanel - 1) / GemmPanel
-	bp := make([]float32, np*k*GemmPanel)
-	C.sk_pack_panels((*C.float)(unsafe.Pointer(&b[0])), C.int64_t(ldb), C.int64_t(k), C.int64_t(n),
-		(*C.float)(unsafe.Pointer(&bp[0])))
-	return bp, nil
-}
-
 // GemmPanels is Gemm (the same bits) with b stored in panels of GemmPanel
-// columns ldp floats apart (PackPanels): b(p, j) is
+// columns ldp floats apart (the engine lays constant weights out so at
+// load): b(p, j) is
 // bp[(j/GemmPanel)*ldp + p*GemmPanel + j%GemmPanel]. bp starts at the
 // first column of a panel, at row 0 of this call's reduction.
 func GemmPanels(ta bool, m, n, k int, a []float32, lda int, bp []float32, ldp int, c []float32, ldc int, acc bool) error {
@@ -124,8 +111,8 @@ func GemmPanels(ta bool, m, n, k int, a []float32, lda int, bp []float32, ldp in
 }
 
 // GemmAPanels is Gemm (the same bits, no transpositions) with a (m x k)
-// stored transposed in panels (PackPanels of its k x M transpose, M its
-// full row count, ldpa = k_full * GemmPanel between panels), this call's
+// stored transposed in panels (its k x M transpose in GemmPanels' layout, M
+// its full row count, ldpa = k_full * GemmPanel between panels), this call's
 // rows starting at row r0: a(i, p) is
 // ap[((r0+i)/GemmPanel)*ldpa + p*GemmPanel + (r0+i)%GemmPanel]. ap is at
 // row 0 of this call's reduction.

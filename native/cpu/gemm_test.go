@@ -143,6 +143,47 @@ func TestGemmBitsIndependentOfTilingAndISA(t *testing.T) {
 	}
 }
 
+// packPanels lays b (k x n, row stride ldb) out as GemmPanels reads it:
+// panels of GemmPanel columns, each k rows of GemmPanel floats, zero past
+// n (ldp = k * GemmPanel between panels).
+func packPanels(b []float32, ldb, k, n int) ([]float32, error) {
+	if k <= 0 || n <= 0 || ldb < n || len(b) < (k-1)*ldb+n {
+		return nil, fmt.Errorf("pack panels: bad shape %dx%d (ldb %d, %d floats)", k, n, ldb, len(b))
+	}
+	bp := make([]float32, (n+GemmPanel-1)/GemmPanel*k*GemmPanel)
+	for j := 0; j < n; j += GemmPanel {
+		for p := 0; p < k; p++ {
+			copy(bp[(j/GemmPanel)*k*GemmPanel+p*GemmPanel:], b[p*ldb+j:p*ldb+min(j+GemmPanel, n)])
+		}
+	}
+	return bp, nil
+}
+
+// sameBitsEveryTiling runs call (as tiledCall does) on every instruction
+// set, once untiled and three times in random tiles whose columns start
+// at multiples of nAlign, and requires want's bits each time.
+func sameBitsEveryTiling(t *testing.T, gc gemmCase, r *rand.Rand, nAlign int, want []float32,
+	call func(m0, n0, k0, ml, nl, kl int, c []float32) error) {
+	t.Helper()
+	for _, isa := range GemmISAs() {
+		if err := SetGemmISA(isa); err != nil {
+			t.Fatal(err)
+		}
+		for trial := 0; trial < 4; trial++ {
+			mt, nt, kt := gc.m, gc.n, gc.k
+			if trial > 0 {
+				mt, nt, kt = 1+r.Intn(gc.m), nAlign*(1+r.Intn((gc.n+nAlign-1)/nAlign)), 1+r.Intn(gc.k)
+			}
+			c := tiledCall(t, gc, mt, nt, kt, call)
+			for i := range want {
+				if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("case %+v, %s, tiles %dx%d, K in %d: C[%d] = %v, want %v", gc, isa, mt, nt, kt, i, c[i], want[i])
+				}
+			}
+		}
+	}
+}
+
 // TestGemmPanelsSameBits checks that B stored in panels (sk_gemm_panels)
 // gives every element the bits of the row-major product, on every
 // instruction set, for tiles that start at panel boundaries and K split
@@ -159,34 +200,18 @@ func TestGemmPanelsSameBits(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := gemmTiled(t, gc, a, lda, b, ldb, gc.m, gc.n, gc.k)
-		bp, err := PackPanels(b, ldb, gc.k, gc.n)
+		bp, err := packPanels(b, ldb, gc.k, gc.n)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ldp := gc.k * GemmPanel
-		for _, isa := range GemmISAs() {
-			if err := SetGemmISA(isa); err != nil {
-				t.Fatal(err)
+		sameBitsEveryTiling(t, gc, r, GemmPanel, want, func(m0, n0, k0, ml, nl, kl int, c []float32) error {
+			ao := m0*lda + k0
+			if gc.ta {
+				ao = k0*lda + m0
 			}
-			for trial := 0; trial < 4; trial++ {
-				mt, nt, kt := gc.m, gc.n, gc.k
-				if trial > 0 {
-					mt, nt, kt = 1+r.Intn(gc.m), GemmPanel*(1+r.Intn((gc.n+GemmPanel-1)/GemmPanel)), 1+r.Intn(gc.k)
-				}
-				c := tiledCall(t, gc, mt, nt, kt, func(m0, n0, k0, ml, nl, kl int, c []float32) error {
-					ao := m0*lda + k0
-					if gc.ta {
-						ao = k0*lda + m0
-					}
-					return GemmPanels(gc.ta, ml, nl, kl, a[ao:], lda, bp[(n0/GemmPanel)*ldp+k0*GemmPanel:], ldp, c, gc.n, k0 > 0)
-				})
-				for i := range want {
-					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("case %+v, %s, tiles %dx%d, K in %d: C[%d] = %v, want %v", gc, isa, mt, nt, kt, i, c[i], want[i])
-					}
-				}
-			}
-		}
+			return GemmPanels(gc.ta, ml, nl, kl, a[ao:], lda, bp[(n0/GemmPanel)*ldp+k0*GemmPanel:], ldp, c, gc.n, k0 > 0)
+		})
 	}
 }
 
@@ -211,30 +236,14 @@ func TestGemmAPanelsSameBits(t *testing.T) {
 				at[p*gc.m+i] = a[i*lda+p]
 			}
 		}
-		ap, err := PackPanels(at, gc.m, gc.k, gc.m)
+		ap, err := packPanels(at, gc.m, gc.k, gc.m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ldpa := gc.k * GemmPanel
-		for _, isa := range GemmISAs() {
-			if err := SetGemmISA(isa); err != nil {
-				t.Fatal(err)
-			}
-			for trial := 0; trial < 4; trial++ {
-				mt, nt, kt := gc.m, gc.n, gc.k
-				if trial > 0 {
-					mt, nt, kt = 1+r.Intn(gc.m), 1+r.Intn(gc.n), 1+r.Intn(gc.k)
-				}
-				c := tiledCall(t, gc, mt, nt, kt, func(m0, n0, k0, ml, nl, kl int, c []float32) error {
-					return GemmAPanels(ml, nl, kl, ap[k0*GemmPanel:], ldpa, m0, b[k0*ldb+n0:], ldb, c, gc.n, k0 > 0)
-				})
-				for i := range want {
-					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("case %+v, %s, tiles %dx%d, K in %d: C[%d] = %v, want %v", gc, isa, mt, nt, kt, i, c[i], want[i])
-					}
-				}
-			}
-		}
+		sameBitsEveryTiling(t, gc, r, 1, want, func(m0, n0, k0, ml, nl, kl int, c []float32) error {
+			return GemmAPanels(ml, nl, kl, ap[k0*GemmPanel:], ldpa, m0, b[k0*ldb+n0:], ldb, c, gc.n, k0 > 0)
+		})
 	}
 }
 
@@ -360,7 +369,7 @@ func BenchmarkGemmPanels(b *testing.B) {
 		{128, 3072, 768, 128, 96, false}, {128, 768, 3072, 128, 96, false}} {
 		gc := gemmCase{m: c.m, n: c.n, k: c.k}
 		a, lda, bm, ldb := gemmOperands(gc, 1)
-		bp, err := PackPanels(bm, ldb, c.k, c.n)
+		bp, err := packPanels(bm, ldb, c.k, c.n)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -406,7 +415,7 @@ func BenchmarkGemmPanels(b *testing.B) {
 				wt[p*c.cout+o] = w[o*(c.kd+1)+p]
 			}
 		}
-		wp, err := PackPanels(wt, c.cout, c.kd, c.cout)
+		wp, err := packPanels(wt, c.cout, c.kd, c.cout)
 		if err != nil {
 			b.Fatal(err)
 		}

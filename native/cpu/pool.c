@@ -36,6 +36,15 @@ void sk_prep_pool(sk_kernel *k, int units)
 /* taps of a window row whose output ranges pool_plane keeps */
 #define POOL_TAPS 16
 
+/* tap_cols gives the output columns [*lo, *hi) whose input column
+ * ow * SW + off lies inside the row of W. */
+static inline void tap_cols(int64_t off, int64_t W, int64_t SW, int64_t OW, int64_t *lo,
+			    int64_t *hi)
+{
+	*lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
+	*hi = SK_MIN((W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1, OW);
+}
+
 /* pool_plane pools one plane row by row: for each kernel tap the valid
  * output columns form one range, so the inner loops are branch-free. */
 SK_MV static void pool_plane(const float *x, float *y, const int64_t *p)
@@ -49,10 +58,8 @@ SK_MV static void pool_plane(const float *x, float *y, const int64_t *p)
 	int64_t clo = OW, chi = 0;
 	int64_t tlo[POOL_TAPS], thi[POOL_TAPS];
 	for (int64_t kw = 0; kw < KW; kw++) {
-		int64_t off = kw * DW - PL;
-		int64_t lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
-		int64_t hi = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1;
-		hi = SK_MIN(hi, OW);
+		int64_t lo, hi;
+		tap_cols(kw * DW - PL, W, SW, OW, &lo, &hi);
 		if (kw < POOL_TAPS) {
 			tlo[kw] = lo;
 			thi[kw] = hi;
@@ -80,9 +87,7 @@ SK_MV static void pool_plane(const float *x, float *y, const int64_t *p)
 					lo = tlo[kw];
 					hi = thi[kw];
 				} else {
-					lo = off >= 0 ? 0 : SK_CDIV(-off, SW);
-					hi = (W - 1 - off) < 0 ? 0 : (W - 1 - off) / SW + 1;
-					hi = SK_MIN(hi, OW);
+					tap_cols(off, W, SW, OW, &lo, &hi);
 				}
 				const float *xs = xr + off;
 				if (mode == 0) {

@@ -437,16 +437,4 @@ void sk_gemm_panels(int ta, int64_t M, int64_t N, int64_t K, const float *A, int
 	gemm_run(ta, 0, M, N, K, A, lda, -1, 0, Bp, 0, ldp, C, ldc, acc);
 }
 
-void sk_pack_panels(const float *B, int64_t ldb, int64_t K, int64_t N, float *Bp)
-{
-	for (int64_t j0 = 0; j0 < N; j0 += SK_PANEL) {
-		int64_t n = SK_MIN(SK_PANEL, N - j0);
-		float *d = Bp + (j0 / SK_PANEL) * K * SK_PANEL;
-		for (int64_t k = 0; k < K; k++) {
-			memcpy(d + k * SK_PANEL, B + k * ldb + j0, (size_t)n * 4);
-			memset(d + k * SK_PANEL + n, 0, (size_t)(SK_PANEL - n) * 4);
-		}
-	}
-}
-
 int sk_gemm_nr(void) { return impls[sk_gemm_isa()].nr; }

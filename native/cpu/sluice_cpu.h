@@ -665,10 +665,6 @@ void sk_gemm_panels(int ta, int64_t M, int64_t N, int64_t K, const float *A, int
  * transposed one, C^T = B^T A^T through sk_gemm_panels. */
 void sk_gemm_apanels(int64_t M, int64_t N, int64_t K, const float *Ap, int64_t ldpa, int64_t r0,
 		     const float *B, int64_t ldb, float *C, int64_t ldc, int acc);
-/* sk_pack_panels writes B (K x N, row stride ldb) into Bp as
- * sk_gemm_panels reads it, with ldp = K * SK_PANEL: ceil(N / SK_PANEL)
- * * K * SK_PANEL floats. */
-void sk_pack_panels(const float *B, int64_t ldb, int64_t K, int64_t N, float *Bp);
 /* sk_gemm_isa is the instruction set sk_gemm uses (the best the CPU has,
  * unless sk_gemm_set_isa chose another). */
 int sk_gemm_isa(void);
