@@ -32,9 +32,11 @@ type Config struct {
 	// again before it is counted as failed.
 	Retries int
 	// OnSent, when set, is called on the I/O loop for every response
-	// handed to the driver, with the time it was (dataplane.Now clock):
-	// the "sent" timestamp of the request's life, to set against
-	// Response.ArrivedNS. It must not block.
+	// about to be handed to the driver, with the time it is (dataplane.Now
+	// clock): the "sent" timestamp of the request's life, to set against
+	// Response.ArrivedNS. It runs just before the burst that carries the
+	// response's last datagram, so a client that holds the whole response
+	// always finds it counted. It must not block.
 	OnSent func(r *Response, sentNS int64)
 }
 
@@ -274,9 +276,20 @@ func (e *Egress) SendNow(port dataplane.Port, rs []Response) int {
 	return len(rs)
 }
 
-// transmit sends the datagrams in dgs, retrying refusals, then tells the
-// owners of fully sent responses (indices into rs).
+// transmit counts the responses whose last datagram is in dgs (indices
+// into rs in e.sent), sends the datagrams, retrying refusals, then tells
+// the owners of those responses. Counting comes first so that a response
+// is in the counters and metrics before a client can hold it.
 func (e *Egress) transmit(port dataplane.Port, rs []Response) {
+	now := dataplane.Now()
+	for _, i := range e.sent {
+		r := &rs[i]
+		e.C.Responses.Add(1)
+		e.C.WaitNS.Add(uint64(now - r.QueuedNS))
+		if e.cfg.OnSent != nil {
+			e.cfg.OnSent(r, now)
+		}
+	}
 	pending := e.dgs
 	for try := 0; len(pending) > 0 && try <= e.cfg.Retries; try++ {
 		n, err := port.TxBurst(pending)
@@ -294,15 +307,8 @@ func (e *Egress) transmit(port dataplane.Port, rs []Response) {
 	}
 	clear(e.dgs)
 	e.dgs = e.dgs[:0]
-	now := dataplane.Now()
 	for _, i := range e.sent {
-		r := &rs[i]
-		e.C.Responses.Add(1)
-		e.C.WaitNS.Add(uint64(now - r.QueuedNS))
-		if e.cfg.OnSent != nil {
-			e.cfg.OnSent(r, now)
-		}
-		if r.Sent != nil {
+		if r := &rs[i]; r.Sent != nil {
 			r.Sent(r.Output)
 		}
 	}
