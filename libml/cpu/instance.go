@@ -433,6 +433,9 @@ type KernelInfo struct {
 	IdemEntry  int
 	// ScratchBytes is the per-unit scratch a block needs.
 	ScratchBytes int64
+	// Flops is the kernel's arithmetic (engine.Kernel.Flops; 0 for
+	// kernels that do none worth counting).
+	Flops float64
 	// BlockNs is the mean measured block time, WallNs the mean kernel time
 	// (zero until Profile ran).
 	BlockNs, WallNs float64
@@ -454,7 +457,7 @@ func (i *Instance) Kernels(batch int) ([]KernelInfo, error) {
 		inf := p.ks.Info(j)
 		ki := KernelInfo{Index: j, Name: k.Name, Ops: k.Ops, Op: k.Op.String(),
 			Grid: int(inf.Grid), MaxUnits: int(min(inf.Grid, int64(i.b.units))),
-			Idempotent: k.Idempotent(), IdemEntry: ep.IdemEntry[j], ScratchBytes: inf.Scratch * 4}
+			Idempotent: k.Idempotent(), IdemEntry: ep.IdemEntry[j], ScratchBytes: inf.Scratch * 4, Flops: k.Flops()}
 		if inf.Blocks > 0 {
 			ki.BlockNs = float64(inf.BlockNs) / float64(inf.Blocks)
 		}

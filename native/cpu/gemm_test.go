@@ -301,8 +301,9 @@ func BenchmarkGemm(b *testing.B) {
 // memory-bound product with a large output (a 1x1 convolution expanding
 // 16 channels to 96 at 112x112): tiles of one micro-kernel row group (12
 // rows) and long runs of columns, so the output leaves the cache in long
-// runs. A product with a long reduction keeps the tall tiles. Either way
-// every block together gives the bits of one Gemm call.
+// runs; consecutive blocks take the row groups of one column tile. A
+// product with a long reduction keeps the tall tiles. Either way every
+// block together gives the bits of one Gemm call.
 func TestGemmRowsFirstTiles(t *testing.T) {
 	for _, c := range []struct {
 		m, n, k  int64
@@ -333,6 +334,25 @@ func TestGemmRowsFirstTiles(t *testing.T) {
 		tile := ks.Tiling(0)
 		if got := (c.m + tile[0] - 1) / tile[0]; got != c.rowTiles || tile[0]*tile[1] > 32768 {
 			t.Errorf("%s: tiles of %d x %d (%d row tiles), want %d row tiles of at most 32768 floats", name, tile[0], tile[1], got, c.rowTiles)
+		}
+		if c.rowTiles > 1 && tile[1] < c.n {
+			// rows first: the first two blocks are the first two row
+			// groups of the first column tile (B read once for both)
+			nan := float32(math.NaN())
+			o := out.s()
+			for i := range o {
+				o[i] = nan
+			}
+			ks.RunBlock(0, 0)
+			ks.RunBlock(0, 1)
+			for r := int64(0); r < c.m; r++ {
+				for col := int64(0); col < c.n; col++ {
+					written := !math.IsNaN(float64(o[r*c.n+col]))
+					if want := r < 2*tile[0] && col < tile[1]; written != want {
+						t.Fatalf("%s: blocks 0 and 1 wrote [%d][%d]: %v, want %v (tiles %d x %d)", name, r, col, written, want, tile[0], tile[1])
+					}
+				}
+			}
 		}
 		for blk := int64(0); blk < grid; blk++ {
 			ks.RunBlock(0, blk)

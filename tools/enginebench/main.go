@@ -618,15 +618,19 @@ func profileModel(model string, batch, units int, pin bool) error {
 		cpuSum += k.BlockNs * float64(k.Grid)
 	}
 	fmt.Fprintf(w, "%s batch %d: %d kernels, %.2f ms (sum of kernel times), %.2f ms of unit time in blocks\n", model, batch, len(ks), total/1e6, cpuSum/1e6)
-	fmt.Fprintf(w, "%4s %-9s %-24s %-22s %5s %5s %10s %10s %6s\n", "#", "op", "ops", "node", "grid", "units", "block us", "kernel us", "%")
-	fmt.Fprintf(w, "     (block us: mean time of one block; kernel us: wall time of the kernel)\n")
+	fmt.Fprintf(w, "%4s %-9s %-24s %-22s %5s %5s %10s %10s %6s %8s\n", "#", "op", "ops", "node", "grid", "units", "block us", "kernel us", "%", "GFLOP/s")
+	fmt.Fprintf(w, "     (block us: mean time of one block; kernel us: wall time of the kernel; GFLOP/s: its arithmetic over its wall time, a multiply-add two)\n")
 	for _, k := range ks {
 		idem := ""
 		if !k.Idempotent {
 			idem = fmt.Sprintf(" in-place, restart at %d", k.IdemEntry)
 		}
-		fmt.Fprintf(w, "%4d %-9s %-24s %-22s %5d %5d %10.1f %10.1f %5.1f%s\n", k.Index, k.Op, trunc(k.Ops, 24), trunc(k.Name, 22),
-			k.Grid, k.MaxUnits, k.BlockNs/1e3, k.WallNs/1e3, 100*k.WallNs/total, idem)
+		rate := "-"
+		if k.Flops > 0 && k.WallNs > 0 {
+			rate = fmt.Sprintf("%.1f", k.Flops/k.WallNs)
+		}
+		fmt.Fprintf(w, "%4d %-9s %-24s %-22s %5d %5d %10.1f %10.1f %6.1f %8s%s\n", k.Index, k.Op, trunc(k.Ops, 24), trunc(k.Name, 22),
+			k.Grid, k.MaxUnits, k.BlockNs/1e3, k.WallNs/1e3, 100*k.WallNs/total, rate, idem)
 	}
 	return nil
 }
