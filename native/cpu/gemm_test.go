@@ -458,3 +458,42 @@ func BenchmarkGemmPanels(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPointwise times 1x1 convolutions as the engine runs them, one
+// GEMM kernel over a batch of 8 images (C[b] = W x X[b] + bias, X[b] of K
+// channels by H*W positions, read where it lies), every block in turn on
+// one thread: MobileNetV2's and ResNet-50's pointwise layers, whose
+// activations stream from memory.
+func BenchmarkPointwise(b *testing.B) {
+	const batch = 8
+	for _, c := range []struct{ m, n, k int64 }{
+		{96, 12544, 16}, {16, 12544, 32}, {24, 3136, 96}, {144, 3136, 24}, {24, 3136, 144},
+		{32, 784, 192}, {64, 196, 384}, {256, 3136, 64}, {64, 3136, 256}, {128, 784, 512},
+		{512, 784, 128}, {256, 196, 1024}, {1024, 196, 256},
+	} {
+		w, x := newFloats(b, int(c.m*c.k), 0), newFloats(b, int(batch*c.k*c.n), 0)
+		bias, y := newFloats(b, int(c.m), 0.5), newFloats(b, int(batch*c.m*c.n), 0)
+		rnd := uint32(c.k)
+		fillLCG(w, &rnd)
+		fillLCG(x, &rnd)
+		d := Desc{Op: OpGemm, Out: y.p}
+		d.In[0], d.In[1], d.In[2] = w.p, x.p, bias.p
+		d.P[0], d.P[1], d.P[2], d.P[5], d.P[6], d.P[7] = c.m, c.n, c.k, c.k, c.n, c.n
+		d.P[8], d.P[9], d.P[10] = batch, 1, 1
+		d.P[14], d.P[17], d.P[23] = c.k*c.n, c.m*c.n, 1
+		d.F[0] = 1
+		b.Run(fmt.Sprintf("%dx%dx%d", c.m, c.n, c.k), func(b *testing.B) {
+			ks := newKernels(b, 1)
+			if err := ks.Set(0, &d, 1); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
+					ks.RunBlock(0, blk)
+				}
+			}
+			b.ReportMetric(2*float64(batch*c.m*c.n*c.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
