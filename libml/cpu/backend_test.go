@@ -46,6 +46,12 @@ func TestOpNumbering(t *testing.T) {
 		{"panel", engine.GemmPanel, int64(ncpu.GemmPanel)}, {"pgemmpanels", engine.PGemmPanels, int64(ncpu.PGemmPanels)},
 		{"pgemmapanels", engine.PGemmAPanels, int64(ncpu.PGemmAPanels)}, {"pgemmtprod", engine.PGemmTProd, int64(ncpu.PGemmTProd)},
 		{"pconvwpanels", engine.PConvWPanels, int64(ncpu.PConvWPanels)},
+		{"pdwpointwise", engine.PDWPointwise, int64(ncpu.PDWPointwise)}, {"pdwpointwisec", engine.PDWPointwiseC, int64(ncpu.PDWPointwiseC)},
+		{"pdwpointwisepanels", engine.PDWPointwisePanels, int64(ncpu.PDWPointwisePanels)},
+		{"pdwpointwiselda", engine.PDWPointwiseLda, int64(ncpu.PDWPointwiseLda)},
+		{"pdwpointwiseact", engine.PDWPointwiseAct, int64(ncpu.PDWPointwiseAct)},
+		{"fdwpointwisea", engine.FDWPointwiseA, int64(ncpu.FDWPointwiseA)}, {"fdwpointwiseb", engine.FDWPointwiseB, int64(ncpu.FDWPointwiseB)},
+		{"indwpointwisew", engine.InDWPointwiseW, int64(ncpu.InDWPointwiseW)}, {"indwpointwiseb", engine.InDWPointwiseB, int64(ncpu.InDWPointwiseB)},
 	}
 	for _, p := range pairs {
 		if p.g != p.c {

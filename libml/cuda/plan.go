@@ -431,6 +431,11 @@ func planConv(op Op, a *Args, v int) (int64, error) {
 		}
 		return elemGrid(n * kd * ohw), nil
 	case OpDWConv:
+		if p[engine.PDWPointwise] != 0 {
+			// the cpu engine's fused pointwise producer; the cuda
+			// backend loads with engine.Options.NoPointwiseDW
+			return 0, errors.New("depthwise convolution with a fused pointwise producer")
+		}
 		if G != C || Cout%C != 0 {
 			return 0, fmt.Errorf("depthwise with %d groups over %d -> %d channels", G, C, Cout)
 		}

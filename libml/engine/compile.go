@@ -63,7 +63,11 @@ func (k *Kernel) Flops() float64 {
 		}
 		return 2 * float64(p[0]*p[4]) * float64(p[14]*p[15]) * float64(p[1]/p[5]*p[6]*p[7])
 	case OpDWConv:
-		return 2 * float64(p[0]*p[4]) * float64(p[14]*p[15]) * float64(p[6]*p[7])
+		f := 2 * float64(p[0]*p[4]) * float64(p[14]*p[15]) * float64(p[6]*p[7])
+		if p[PDWPointwise] == 1 { // and its fused pointwise producer's
+			f += 2 * float64(p[0]*p[1]) * float64(p[2]*p[3]) * float64(p[PDWPointwiseC])
+		}
+		return f
 	case OpQGemm:
 		return 2 * float64(p[0]) * float64(p[1]) * float64(p[2]) * float64(p[6]*p[7])
 	}
@@ -243,6 +247,7 @@ func (m *Model) compile(shapes map[string][]int64) (*Program, error) {
 	if err := c.bindOutputs(); err != nil {
 		return nil, err
 	}
+	c.fusePointwiseDW()
 	c.plan()
 	c.finish()
 	return c.prog, nil

@@ -43,6 +43,10 @@ type Options struct {
 	// NoPanels keeps the constant B of every MatMul and Gemm row-major:
 	// for backends whose GEMM reads no panels (cuda; see addPanelWeights).
 	NoPanels bool
+	// NoPointwiseDW runs a pointwise convolution and the depthwise one
+	// that reads its output as two kernels: for backends without the
+	// fused kernel (cuda; see fusePointwiseDW).
+	NoPointwiseDW bool
 }
 
 // Model is a loaded model: its graph after load-time rewriting and its

@@ -12,7 +12,8 @@
  */
 #include "sluice_cpu.h"
 
-/* gemm.c: sk_epilogue in one pass for bias, residual and ReLU / Clip */
+/* gemm.c: sk_epilogue in one pass for bias, residual and ReLU / Clip (also
+ * the fused pointwise producer's, DWCONV p[SKP_DWP]) */
 void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 		      const float *brow, const float *bcol, const float *res,
 		      int64_t ldr, int act, float lo, float hi);
@@ -254,18 +255,57 @@ void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 
 /* ---- DWCONV ------------------------------------------------------------ */
 
+/* The fused pointwise producer (p[20] = 1): channels computed together
+ * (one micro-kernel row group) and the scratch aimed at for their band of
+ * rows (floats), so that the band stays in the unit's L2 beside the
+ * pointwise input's band. */
+#define DWP_CH 12
+#define DWP_BAND_FLOATS 65536
+
+/* dwp_band is how many output rows one band of a fused kernel computes:
+ * its input rows (the pointwise output, DWP_CH channels of them) fill
+ * about DWP_BAND_FLOATS, and with a bound on the work between checks
+ * (check_flops), the band's pointwise product stays within it. */
+static int64_t dwp_band(const sk_kernel *k)
+{
+	const int64_t *p = k->p;
+	int64_t W = p[3], C0 = p[SKP_DWP_C0], S = p[8], OH = p[14];
+	int64_t span = (p[6] - 1) * p[12] + 1; /* input rows one output row reads */
+	int64_t rows = SK_MAX(DWP_BAND_FLOATS / (DWP_CH * W), span);
+	if (k->check_flops > 0)
+		rows = SK_MIN(rows, SK_MAX(k->check_flops / (2 * DWP_CH * W * SK_MAX(C0, 1)), span));
+	return SK_MIN(SK_MAX((rows - span) / S + 1, 1), OH);
+}
+
+/* dwp_rows is the range [*i0, *i1) of input rows that output rows
+ * [o0, o1) read (clipped to the image). */
+static void dwp_rows(const int64_t *p, int64_t o0, int64_t o1, int64_t *i0, int64_t *i1)
+{
+	int64_t H = p[2], S = p[8], PT = p[10];
+	*i0 = SK_MAX(o0 * S - PT, 0);
+	*i1 = SK_MIN((o1 - 1) * S - PT + (p[6] - 1) * p[12] + 1, H);
+	if (*i1 < *i0)
+		*i1 = *i0;
+}
+
 void sk_prep_dwconv(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
 	int quant = p[16] == 1, requant = quant && p[17] == 1;
+	int fused = p[SKP_DWP] == 1;
 	if (!conv_params_ok(k) || p[5] != p[1] || p[16] < 0 || p[16] > 1 ||
 	    (quant && (p[17] < 0 || p[17] > 1 || k->in[3] || p[SKP_ACT])) ||
-	    (requant && (!k->in[4] || p[18] > p[19]))) {
+	    (requant && (!k->in[4] || p[18] > p[19])) || p[SKP_DWP] < 0 || p[SKP_DWP] > 1 ||
+	    (fused && (quant || p[4] != p[1] || p[SKP_DWP_C0] < 1 || !k->in[SKI_DWP_W] ||
+		       p[SKP_DWP_PANELS] < 0 || p[SKP_DWP_PANELS] > 1 ||
+		       (p[SKP_DWP_PANELS] && p[SKP_DWP_LDA] < p[SKP_DWP_C0] * SK_PANEL)))) {
 		k->grid = -1;
 		return;
 	}
 	int64_t N = p[0], Cout = p[4];
 	double per_ch = (double)p[14] * p[15] * p[6] * p[7];
+	if (fused)
+		per_ch += (double)p[2] * p[3] * p[SKP_DWP_C0];
 	/* at least ~64k MACs per block, at least 4 blocks per unit if possible */
 	int64_t want = units * 4;
 	int64_t byWork = (int64_t)(per_ch * Cout * N / 65536.0);
@@ -279,8 +319,15 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	k->t[1] = SK_CDIV(Cout, ct);
 	k->grid = N * k->t[1];
 	/* a zero row for the 3x3 path; on integers also the shifted input
-	 * plane, 64-byte aligned after it */
+	 * plane, 64-byte aligned after it; fused, the band of the pointwise
+	 * output after it */
 	k->scratch = p[3] + 16 + (quant ? p[2] * p[3] + 16 : 0);
+	if (fused) {
+		/* the widest band's rows (an interior band's; a bound on the
+		 * work between checks set later only narrows the bands) */
+		int64_t rows = SK_MIN((dwp_band(k) - 1) * p[8] + (p[6] - 1) * p[12] + 1, p[2]);
+		k->scratch = SK_CDIV(p[3] + 16, 16) * 16 + DWP_CH * rows * p[3];
+	}
 }
 
 SK_MV static void dw_plane(const float *x, const float *w, float *y, float bias,
@@ -551,6 +598,98 @@ DW_512 static void dw_plane_512(const float *x, const float *w, float *y, float 
 }
 #endif
 
+/* dw_path is the plane routine a depthwise kernel uses, the same for all
+ * its channels and bands (chosen from its columns, stride and taps only,
+ * so a band computes what the whole plane would). */
+typedef struct {
+	int wide, fast, wide_gen;
+} dw_path;
+
+/* dw_channel computes output rows of channel oc: OH rows into y (res: the
+ * residual's rows, or NULL) from x, H input rows of which output row 0's
+ * first tap row is row -PT (rows outside [0, H) read as zero). A whole
+ * plane is H = p[2], PT = p[10]; a band passes its own rows. */
+static void dw_channel(const sk_kernel *k, dw_path path, int64_t oc, const float *x, int64_t H,
+		       int64_t PT, float *y, const float *res, int64_t OH, const float *zero)
+{
+	const int64_t *p = k->p;
+	int64_t W = p[3], KH = p[6], KW = p[7], OW = p[15];
+	float bias = k->in[2] ? k->in[2][oc] : 0.0f;
+	if (path.wide) {
+#if defined(__x86_64__) && defined(__GNUC__)
+		dw3x3_plane_512(x, k->in[1] + oc * 9, y, bias, res, H, W, p[8], PT, p[11], OH, OW,
+				zero);
+#endif
+	} else if (path.fast) {
+		dw3x3_plane(x, k->in[1] + oc * 9, y, bias, res, H, W, p[8], PT, p[11], OH, OW, zero);
+	} else if (path.wide_gen) {
+#if defined(__x86_64__) && defined(__GNUC__)
+		dw_plane_512(x, k->in[1] + oc * KH * KW, y, bias, res, H, W, KH, KW, PT, p[11],
+			     p[12], p[13], OH, OW);
+#endif
+	} else {
+		dw_plane(x, k->in[1] + oc * KH * KW, y, bias, res, H, W, KH, KW, p[8], p[9], PT,
+			 p[11], p[12], p[13], OH, OW);
+	}
+}
+
+/* dwp_block is a fused block (p[SKP_DWP] = 1): channels [c0, c1) of image
+ * n, whose depthwise input is the pointwise convolution of in[0] (C0
+ * channels, H x W) by in[SKI_DWP_W] plus in[SKI_DWP_B], with its own
+ * activation, computed here a band of rows and DWP_CH channels at a time
+ * into the unit's scratch instead of read from memory. Each value of it
+ * is the chain sk_block_gemm computes (one sgemm call's, bias and
+ * activation by sk_gemm_epilogue), and each output the depthwise plane
+ * routine's over its rows: the bits of the two kernels run apart. */
+static void dwp_block(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1, dw_path path,
+		      const float *zero, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t C = p[1], H = p[2], W = p[3], OH = p[14], OW = p[15], C0 = p[SKP_DWP_C0];
+	int64_t band = dwp_band(k), lda = p[SKP_DWP_LDA];
+	/* never more rows than the scratch prepared for holds */
+	int64_t zrow = SK_CDIV(W + 16, 16) * 16, span = (p[6] - 1) * p[12] + 1;
+	int64_t cap = (k->scratch - zrow) / (DWP_CH * W);
+	if (cap < H) {
+		if (cap < span)
+			return;
+		band = SK_MIN(band, (cap - span) / p[8] + 1);
+	}
+	int apanels = p[SKP_DWP_PANELS] != 0;
+	const float *X = k->in[0] + n * C0 * H * W, *Wp = k->in[SKI_DWP_W];
+	const float *bp = k->in[SKI_DWP_B];
+	float *E = (float *)zero + zrow;
+	for (int64_t o0 = 0; o0 < OH; o0 += band) {
+		int64_t o1 = SK_MIN(o0 + band, OH), i0, i1;
+		dwp_rows(p, o0, o1, &i0, &i1);
+		int64_t np = (i1 - i0) * W;
+		for (int64_t cc = c0; cc < c1; cc += DWP_CH) {
+			int64_t cs = SK_MIN(DWP_CH, c1 - cc);
+			SK_POLL(ctx);
+			if (np > 0) {
+				if (apanels)
+					sk_gemm_apanels(cs, np, C0, Wp, lda, cc, X + i0 * W, H * W, E, np, 0);
+				else
+					sk_gemm(0, 0, cs, np, C0, Wp + cc * C0, C0, X + i0 * W, H * W, E, np, 0);
+				if (bp || p[SKP_DWP_ACT])
+					sk_gemm_epilogue(E, cs, np, np, bp ? bp + cc : NULL, NULL, NULL, 0,
+							 (int)p[SKP_DWP_ACT], k->f[SKF_DWP_A], k->f[SKF_DWP_B]);
+			}
+			for (int64_t c = cc; c < cc + cs; c++) {
+				float *y = k->out + ((n * C + c) * OH + o0) * OW;
+				const float *res = k->in[3] ? k->in[3] + ((n * C + c) * OH + o0) * OW : NULL;
+				/* output row o0's first tap row is o0*S - PT, row
+				 * o0*S - PT - i0 of the band */
+				dw_channel(k, path, c, E + (c - cc) * np, i1 - i0, p[10] - o0 * p[8] + i0, y,
+					   res, o1 - o0, zero);
+				if (p[SKP_ACT])
+					sk_act_apply(y, (o1 - o0) * OW, (int)p[SKP_ACT], k->f[SKF_ACT_A],
+						     k->f[SKF_ACT_B]);
+			}
+		}
+	}
+}
+
 void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -562,7 +701,7 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int fast = KH == 3 && KW == 3 && p[12] == 1 && p[13] == 1 && p[8] == p[9] &&
 		   (p[8] == 1 || p[8] == 2);
 	int quant = p[16] == 1, requant = quant && p[17] == 1;
-	float *z = sk_scratch(ctx, W + 16 + (quant ? H * W + 16 : 0));
+	float *z = sk_scratch(ctx, p[SKP_DWP] == 1 ? k->scratch : W + 16 + (quant ? H * W + 16 : 0));
 	if (!z)
 		return;
 	const float *zero = z;
@@ -583,6 +722,11 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	wide_gen = !fast && sk_gemm_isa() == SK_ISA_AVX512 && p[8] == 1 && p[9] == 1 &&
 		   OW <= 16 * DW_GEN_CHUNKS;
 #endif
+	dw_path path = {wide, fast, wide_gen};
+	if (p[SKP_DWP] == 1) {
+		dwp_block(k, n, c0, c1, path, zero, ctx);
+		return;
+	}
 	for (int64_t oc = c0; oc < c1; oc++) {
 		SK_POLL(ctx);
 		int64_t ic = oc / mult;
@@ -595,23 +739,7 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		}
 		float *y = k->out + (n * Cout + oc) * OH * OW;
 		const float *res = k->in[3] ? k->in[3] + (n * Cout + oc) * OH * OW : NULL;
-		if (wide) {
-#if defined(__x86_64__) && defined(__GNUC__)
-			dw3x3_plane_512(x, k->in[1] + oc * 9, y, k->in[2] ? k->in[2][oc] : 0.0f, res,
-					H, W, p[8], p[10], p[11], OH, OW, zero);
-#endif
-		} else if (fast) {
-			dw3x3_plane(x, k->in[1] + oc * 9, y, k->in[2] ? k->in[2][oc] : 0.0f, res, H,
-				    W, p[8], p[10], p[11], OH, OW, zero);
-		} else if (wide_gen) {
-#if defined(__x86_64__) && defined(__GNUC__)
-			dw_plane_512(x, k->in[1] + oc * KH * KW, y, k->in[2] ? k->in[2][oc] : 0.0f, res,
-				     H, W, KH, KW, p[10], p[11], p[12], p[13], OH, OW);
-#endif
-		} else {
-			dw_plane(x, k->in[1] + oc * KH * KW, y, k->in[2] ? k->in[2][oc] : 0.0f, res,
-				 H, W, KH, KW, p[8], p[9], p[10], p[11], p[12], p[13], OH, OW);
-		}
+		dw_channel(k, path, oc, x, H, p[10], y, res, OH, zero);
 		if (requant)
 			sk_quant_run(y, y, OH * OW, SK_QUANT_REQUANT, k->in[4][oc], k->f[1],
 				     (float)p[18], (float)p[19]);

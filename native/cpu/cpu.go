@@ -73,6 +73,17 @@ const (
 	PGemmAPanels = int(C.SKP_GEMM_APANELS)
 	PGemmTProd   = int(C.SKP_GEMM_TPROD)
 	PConvWPanels = int(C.SKP_CONV_WPANELS)
+	// PDWPointwise and the slots after it describe a DWCONV's fused
+	// pointwise producer (sluice_cpu.h).
+	PDWPointwise       = int(C.SKP_DWP)
+	PDWPointwiseC      = int(C.SKP_DWP_C0)
+	PDWPointwisePanels = int(C.SKP_DWP_PANELS)
+	PDWPointwiseLda    = int(C.SKP_DWP_LDA)
+	PDWPointwiseAct    = int(C.SKP_DWP_ACT)
+	FDWPointwiseA      = int(C.SKF_DWP_A)
+	FDWPointwiseB      = int(C.SKF_DWP_B)
+	InDWPointwiseW     = int(C.SKI_DWP_W)
+	InDWPointwiseB     = int(C.SKI_DWP_B)
 )
 
 // ChecksCompiled reports whether the preemption prologue and in-block checks

@@ -895,9 +895,10 @@ func TestHoldBlock(t *testing.T) {
 	}
 }
 
-// TestChecksKeepResults: GEMM, CONV and IM2COL copies with added
-// in-block checks (SetChecks: the sgemm of a block split over rows,
-// columns and the reduction; im2col over channels) compute what the
+// TestChecksKeepResults: GEMM, CONV, IM2COL and fused pointwise DWCONV
+// copies with added in-block checks (SetChecks: the sgemm of a block
+// split over rows, columns and the reduction; im2col over channels; the
+// pointwise producer's bands narrowed to the work bound) compute what the
 // kernels compute without them, bit for bit (ARCHITECTURE.md §3,
 // determinism: reef's BE streams run these copies); CopyKernel keeps the
 // grid.
@@ -914,7 +915,10 @@ func TestChecksKeepResults(t *testing.T) {
 	const M, N, K = 40, 70, 300
 	a, b, bias := newFloats(t, M*K, 0), newFloats(t, K*N, 0), newFloats(t, M, 0)
 	x, w, cb := newFloats(t, 64*36, 0), newFloats(t, 48*64*9, 0), newFloats(t, 48, 0)
-	for _, f := range []*cfloats{a, b, bias, x, w, cb} {
+	// DWCONV 48 channels 3x3 pad 1 over 6x6, its input the pointwise
+	// convolution of x (64 -> 48 channels) computed in the kernel
+	pw, pwb, dw, dwb := newFloats(t, 48*64, 0), newFloats(t, 48, 0), newFloats(t, 48*9, 0), newFloats(t, 48, 0)
+	for _, f := range []*cfloats{a, b, bias, x, w, cb, pw, pwb, dw, dwb} {
 		fill(f)
 	}
 	cases := []tc{
@@ -930,6 +934,14 @@ func TestChecksKeepResults(t *testing.T) {
 			d := Desc{Op: OpConv, Out: out.p}
 			d.In[0], d.In[1], d.In[2] = x.p, w.p, cb.p
 			copy(d.P[:16], []int64{1, 64, 6, 6, 48, 1, 3, 3, 1, 1, 1, 1, 1, 1, 6, 6})
+			return d
+		}, 48 * 36},
+		{"dwconv-pointwise", func(out *cfloats) Desc {
+			d := Desc{Op: OpDWConv, Out: out.p}
+			d.In[0], d.In[1], d.In[2] = x.p, dw.p, dwb.p
+			d.In[InDWPointwiseW], d.In[InDWPointwiseB] = pw.p, pwb.p
+			copy(d.P[:16], []int64{1, 48, 6, 6, 48, 48, 3, 3, 1, 1, 1, 1, 1, 1, 6, 6})
+			d.P[PDWPointwise], d.P[PDWPointwiseC] = 1, 64
 			return d
 		}, 48 * 36},
 		{"im2col", func(out *cfloats) Desc {

@@ -160,6 +160,17 @@ enum sk_reduce {
 #define SKP_CONV_WPANELS 17
 #define SKF_ACT_A 6
 #define SKF_ACT_B 7
+/* DWCONV with its input computed in the kernel by a pointwise (1x1)
+ * convolution: see the parameter layouts. */
+#define SKP_DWP 20
+#define SKP_DWP_C0 21
+#define SKP_DWP_PANELS 22
+#define SKP_DWP_LDA 23
+#define SKP_DWP_ACT 24
+#define SKI_DWP_W 5
+#define SKI_DWP_B 6
+#define SKF_DWP_A 2
+#define SKF_DWP_B 3
 
 /* Kernel flags. */
 #define SK_KF_INPLACE 1 /* reads and writes the same memory: not idempotent */
@@ -194,6 +205,14 @@ enum sk_reduce {
  *          output channel is requantised in the same pass, QUANT's mode 4:
  *          clamp(rint(y * in[4][oc]) + f[1], p[18], p[19]). No residual
  *          or activation then.
+ *          DWCONV with p[20] = 1 (SKP_DWP, float only, Cout = C): its
+ *          input is not read but computed, a band of rows at a time in
+ *          the unit's scratch, as the pointwise convolution act(W1 x X0 +
+ *          b1): in[0] is X0 [N][p[21] = C0][H][W], in[5] W1 (C x C0,
+ *          row-major, or with p[22] = 1 stored transposed in panels p[23]
+ *          floats apart: sk_gemm_apanels), in[6] b1 (nullable), p[24] the
+ *          activation code with f[2], f[3] its parameters. The same bits
+ *          as a GEMM kernel writing that input and the DWCONV reading it.
  * POOL     p: 0 planes 1 H 2 W 3 OH 4 OW 5 KH 6 KW 7 SH 8 SW 9 PT 10 PL
  *          11 DH 12 DW 13 mode (0 max, 1 avg) 14 count_include_pad
  *          15 PB 16 PR (for count_include_pad windows).

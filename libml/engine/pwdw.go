@@ -1,0 +1,123 @@
+package engine
+
+// A pointwise (1x1) convolution whose output only a depthwise convolution
+// reads, right after it (MobileNet's inverted residuals: the expansion
+// and the depthwise layer), runs as one DWCONV kernel that computes its
+// input a band of rows at a time in each unit's cache instead of writing
+// the expanded tensor to memory and reading it back. The bits are those
+// of the two kernels run apart (native/cpu conv.c, dwp_block).
+
+// DWCONV parameter slots of the fused pointwise producer (sluice_cpu.h).
+const (
+	// PDWPointwise is 1 when the kernel's input is computed: In[0] is
+	// then the pointwise convolution's input (P[PDWPointwiseC] channels),
+	// In[InDWPointwiseW] its weights and In[InDWPointwiseB] its bias.
+	PDWPointwise = 20
+	// PDWPointwiseC is the pointwise input's channel count.
+	PDWPointwiseC = 21
+	// PDWPointwisePanels says the pointwise weights are stored transposed
+	// in panels (as PGemmAPanels' A), PDWPointwiseLda floats apart.
+	PDWPointwisePanels = 22
+	PDWPointwiseLda    = 23
+	// PDWPointwiseAct is the pointwise activation, FDWPointwiseA and
+	// FDWPointwiseB its parameters.
+	PDWPointwiseAct = 24
+	FDWPointwiseA   = 2
+	FDWPointwiseB   = 3
+	InDWPointwiseW  = 5
+	InDWPointwiseB  = 6
+)
+
+// fusePointwiseDW merges each fusable pair of drafts (pointwiseDW) and
+// recomputes the buffers' lifetimes; the tensor between the two is no
+// longer stored.
+func (c *compiler) fusePointwiseDW() {
+	if c.m.opts.NoFusion || c.m.opts.NoPointwiseDW {
+		return
+	}
+	readers := make([]int, len(c.bufs))
+	for _, d := range c.drafts {
+		for _, o := range d.in {
+			if o.sp == SpaceArena {
+				readers[o.buf]++
+			}
+		}
+	}
+	out := make([]draft, 0, len(c.drafts))
+	fused := false
+	for i := 0; i < len(c.drafts); i++ {
+		if i+1 < len(c.drafts) {
+			if f, ok := c.pointwiseDW(&c.drafts[i], &c.drafts[i+1], readers); ok {
+				c.bufs[c.drafts[i].out.buf].size = 0
+				out = append(out, f)
+				fused = true
+				i++
+				continue
+			}
+		}
+		out = append(out, c.drafts[i])
+	}
+	if !fused {
+		return
+	}
+	c.drafts = out
+	for _, b := range c.bufs {
+		b.def, b.last = 1<<30, -1
+	}
+	for idx, d := range c.drafts {
+		for _, o := range append(d.in[:], d.out) {
+			if o.sp == SpaceArena {
+				b := c.bufs[o.buf]
+				b.def = min(b.def, idx)
+				b.last = max(b.last, idx)
+			}
+		}
+	}
+}
+
+// pointwiseDW returns the fused kernel of g, a GEMM computing a pointwise
+// convolution (emitConv's: one product per image, no residual, alpha 1,
+// the activations read where they lie), and d, the float depthwise
+// convolution (one output channel per channel) that alone reads g's
+// output.
+func (c *compiler) pointwiseDW(g, d *draft, readers []int) (draft, bool) {
+	gp, dp := &g.k.P, &d.k.P
+	if g.k.Op != OpGemm || d.k.Op != OpDWConv || dp[16] != 0 || dp[PDWPointwise] != 0 {
+		return draft{}, false
+	}
+	if g.out.sp != SpaceArena || d.in[0] != g.out || g.out.off != 0 {
+		return draft{}, false
+	}
+	b := c.bufs[g.out.buf]
+	if readers[g.out.buf] != 1 || b.input || b.output || b.zero {
+		return draft{}, false
+	}
+	n, ch, hw := dp[0], dp[1], dp[2]*dp[3]
+	M, N, K := gp[0], gp[1], gp[2]
+	if dp[4] != ch || dp[5] != ch || M != ch || N != hw || K < 1 || b.size != n*ch*hw {
+		return draft{}, false
+	}
+	if gp[3] != 0 || gp[4] != 0 || gp[6] != N || gp[7] != N || gp[8] != n || gp[9] != 1 || gp[10] != 1 ||
+		gp[11] != 0 || gp[14] != K*N || gp[17] != M*N || gp[20] != 0 || gp[23] < 0 || gp[23] > 1 ||
+		gp[PGemmPanels] != 0 || gp[PGemmTProd] != 0 || g.in[3] != noOperand || g.k.F[0] != 1 {
+		return draft{}, false
+	}
+	if gp[PGemmAPanels] == 0 && gp[5] != K {
+		return draft{}, false
+	}
+	f := *d
+	f.k.Name = g.k.Name + ">" + d.k.Name
+	f.k.Ops = g.k.Ops + ">" + d.k.Ops
+	f.in[0] = g.in[1]
+	f.in[InDWPointwiseW] = g.in[0]
+	if gp[23] == 1 {
+		f.in[InDWPointwiseB] = g.in[2]
+	}
+	f.k.P[PDWPointwise] = 1
+	f.k.P[PDWPointwiseC] = K
+	f.k.P[PDWPointwisePanels] = gp[PGemmAPanels]
+	f.k.P[PDWPointwiseLda] = gp[5]
+	f.k.P[PDWPointwiseAct] = gp[PAct]
+	f.k.F[FDWPointwiseA], f.k.F[FDWPointwiseB] = g.k.F[FActA], g.k.F[FActB]
+	return f, true
+}
