@@ -30,13 +30,10 @@
 #endif
 
 /* A(i, k) is A[i * rsa + k * csa]. m <= MR rows, n <= NR columns of C
- * (columns past n are computed on zero padding and never stored). pf,
- * when not 0, is how far past each row of the panel to prefetch B (in
- * floats: B read where it lies, the next panels of the same rows); the
- * AVX-512 kernel acts on it, the others ignore it. */
+ * (columns past n are computed on zero padding and never stored). */
 typedef void (*sk_ukern_fn)(int64_t m, int64_t n, int64_t kc, const float *A,
 			    int64_t rsa, int64_t csa, const float *Bp, int64_t ldbp,
-			    float *C, int64_t ldc, int acc, int64_t pf);
+			    float *C, int64_t ldc, int acc);
 
 typedef struct sk_gemm_impl {
 	const char *name;
@@ -66,9 +63,8 @@ typedef struct sk_gemm_impl {
 
 static void uk_generic(int64_t m, int64_t n, int64_t kc, const float *A,
 		       int64_t rsa, int64_t csa, const float *Bp, int64_t ldbp, float *C,
-		       int64_t ldc, int acc, int64_t pf)
+		       int64_t ldc, int acc)
 {
-	(void)pf;
 	float c[GEN_MR][GEN_NR];
 	for (int64_t r = 0; r < m; r++)
 		for (int64_t j = 0; j < GEN_NR; j++)
@@ -134,9 +130,8 @@ SK_AVX2 SK_INLINE void uk_avx2_m(const int MR, int64_t n, int64_t kc, const floa
 
 SK_AVX2 static void uk_avx2(int64_t m, int64_t n, int64_t kc, const float *A,
 			    int64_t rsa, int64_t csa, const float *Bp, int64_t ldbp, float *C,
-			    int64_t ldc, int acc, int64_t pf)
+			    int64_t ldc, int acc)
 {
-	(void)pf;
 	switch (m) {
 	case 6: uk_avx2_m(6, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc); break;
 	case 5: uk_avx2_m(5, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc); break;
@@ -153,8 +148,7 @@ SK_AVX2 static void uk_avx2(int64_t m, int64_t n, int64_t kc, const float *A,
 
 SK_AVX512 SK_INLINE void uk_avx512_m(const int MR, int64_t n, int64_t kc,
 				     const float *A, int64_t rsa, int64_t csa,
-				     const float *Bp, int64_t ldbp, float *C, int64_t ldc, int acc,
-				     int64_t pf)
+				     const float *Bp, int64_t ldbp, float *C, int64_t ldc, int acc)
 {
 	__m512 c0[AVX512_MR], c1[AVX512_MR];
 	__mmask16 k0 = n >= 16 ? 0xffff : (__mmask16)((1u << n) - 1);
@@ -172,10 +166,6 @@ SK_AVX512 SK_INLINE void uk_avx512_m(const int MR, int64_t n, int64_t kc,
 	for (int64_t k = 0; k < kc; k++) {
 		__m512 b0 = _mm512_loadu_ps(Bp + k * ldbp);
 		__m512 b1 = _mm512_loadu_ps(Bp + k * ldbp + 16);
-		if (pf) {
-			_mm_prefetch((const char *)(Bp + k * ldbp + pf), _MM_HINT_T0);
-			_mm_prefetch((const char *)(Bp + k * ldbp + pf + 16), _MM_HINT_T0);
-		}
 		const float *a = A + k * csa;
 #pragma GCC unroll 16
 		for (int r = 0; r < MR; r++) {
@@ -216,14 +206,14 @@ SK_AVX512 SK_INLINE void uk_avx512_h(const int MR, int64_t n, int64_t kc,
 #define UK512_CASE(M)                                                          \
 	case M:                                                                \
 		if (n > 16)                                                    \
-			uk_avx512_m(M, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc, pf); \
+			uk_avx512_m(M, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc);   \
 		else                                                           \
 			uk_avx512_h(M, n, kc, A, rsa, csa, Bp, ldbp, C, ldc, acc);   \
 		break;
 
 SK_AVX512 static void uk_avx512(int64_t m, int64_t n, int64_t kc, const float *A,
 				int64_t rsa, int64_t csa, const float *Bp, int64_t ldbp, float *C,
-				int64_t ldc, int acc, int64_t pf)
+				int64_t ldc, int acc)
 {
 	switch (m) {
 	UK512_CASE(12)
@@ -386,15 +376,6 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 	float bp[KC_MAX * NR_MAX] __attribute__((aligned(64)));
 	int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
 	int direct = !tb && (g->unpacked || M <= g->mr);
-	/* B read where it lies is K rows of one micro-panel each, as many
-	 * streams as K: with K >= 64 more than the hardware prefetchers
-	 * follow, and with few rows of A (M <= 64) each panel serves too few
-	 * micro-kernel calls to hide its misses. The micro-kernel then
-	 * prefetches each row's panel two panels ahead (BenchmarkPointwise,
-	 * one thread, Zen 5 VM, paired medians: 24x3136x96 1.34x, 24x3136x144
-	 * 1.31x, 32x784x192 1.22x, 64x3136x256 1.12x; MobileNetV2 at batch
-	 * 8 on one unit 0.967x the time). Prefetching never changes a bit. */
-	int64_t pf_dist = K >= 64 && M <= 64 ? 2 * g->nr : 0;
 	for (int64_t k0 = 0; k0 < K; k0 += g->kc) {
 		int64_t kc = SK_MIN(g->kc, K - k0);
 		int a = acc || k0 > 0;
@@ -403,7 +384,7 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 			for (int64_t j0 = 0; j0 < N; j0 += g->nr) {
 				int64_t n = SK_MIN(g->nr, N - j0);
 				const float *b = bp;
-				int64_t ldbp = g->nr, pf = 0;
+				int64_t ldbp = g->nr;
 				if (ldp >= 0) {
 					/* a panel holds SK_PANEL columns, zero past
 					 * N: every micro-kernel width divides it */
@@ -413,7 +394,6 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 					/* see sk_gemm_impl.unpacked */
 					b = B + k0 * ldb + j0;
 					ldbp = ldb;
-					pf = j0 + g->nr + pf_dist <= N ? pf_dist : 0;
 				} else {
 					pack_b(g, tb, B, ldb, k0, kc, j0, n, bp);
 				}
@@ -425,8 +405,7 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 						int64_t r = r0 + i, o = r % SK_PANEL;
 						int64_t m = SK_MIN(SK_MIN(g->mr, SK_PANEL - o), m0 + mc - i);
 						g->uk(m, n, kc, A + (r / SK_PANEL) * ldpa + k0 * SK_PANEL + o,
-						      1, SK_PANEL, b, ldbp, C + i * ldc + j0, ldc, a,
-						      pf);
+						      1, SK_PANEL, b, ldbp, C + i * ldc + j0, ldc, a);
 						i += m;
 					}
 					continue;
@@ -434,7 +413,7 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 				for (int64_t i = m0; i < m0 + mc; i += g->mr)
 					g->uk(SK_MIN(g->mr, m0 + mc - i), n, kc,
 					      A + i * rsa + k0 * csa, rsa, csa, b, ldbp,
-					      C + i * ldc + j0, ldc, a, pf);
+					      C + i * ldc + j0, ldc, a);
 			}
 		}
 	}
