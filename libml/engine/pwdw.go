@@ -6,6 +6,13 @@ package engine
 // input a band of rows at a time in each unit's cache instead of writing
 // the expanded tensor to memory and reading it back. The bits are those
 // of the two kernels run apart (native/cpu conv.c, dwp_block).
+//
+// It fuses where a batch has at least two images per unit: MobileNetV2
+// on the 2-vCPU Zen 5 VM, two units, paired against the kernels apart
+// (tools/enginebench/ab.sh, 10-14 rounds): batch 8 0.86-0.94x the time,
+// batch 4 0.96x, but batch 2 1.04x and batch 1 1.04-1.08x (one unit,
+// batch 1: 1.00x); with fewer images than that the units share each
+// image's blocks and the kernels apart are as fast or faster.
 
 // DWCONV parameter slots of the fused pointwise producer (sluice_cpu.h).
 const (
@@ -93,6 +100,9 @@ func (c *compiler) pointwiseDW(g, d *draft, readers []int) (draft, bool) {
 		return draft{}, false
 	}
 	n, ch, hw := dp[0], dp[1], dp[2]*dp[3]
+	if n < 2*int64(max(c.m.opts.Units, 1)) {
+		return draft{}, false
+	}
 	M, N, K := gp[0], gp[1], gp[2]
 	if dp[4] != ch || dp[5] != ch || M != ch || N != hw || K < 1 || b.size != n*ch*hw {
 		return draft{}, false

@@ -261,6 +261,7 @@ void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
  * pointwise input's band. */
 #define DWP_CH 12
 #define DWP_BAND_FLOATS 65536
+#define DWP_BAND_MIN 16
 
 /* dwp_band is how many output rows one band of a fused kernel computes:
  * its input rows (the pointwise output, DWP_CH channels of them) fill
@@ -312,12 +313,25 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	if (want > byWork)
 		want = byWork > 0 ? byWork : 1;
 	int64_t per = SK_CDIV(want, N);
+	/* fused, an image's blocks are bands of its rows first (then
+	 * channel tiles): a band reads only its rows of the pointwise input,
+	 * which the kernel before wrote in the same cut when it split the
+	 * image by positions, and its 12-channel calls reuse them from
+	 * cache. A band is at least DWP_BAND_MIN output rows at stride 1 (half
+	 * at stride 2): each recomputes the few input rows it shares with
+	 * the next. */
+	int64_t bands = 1;
+	if (fused && per > 1)
+		bands = SK_MAX(SK_MIN(per, p[14] / SK_MAX(DWP_BAND_MIN / p[8], 1)), 1);
+	per = SK_CDIV(per, bands);
 	int64_t ct = SK_CDIV(Cout, per);
 	if (ct < 1)
 		ct = 1;
 	k->t[0] = ct;
 	k->t[1] = SK_CDIV(Cout, ct);
-	k->grid = N * k->t[1];
+	k->t[2] = bands;
+	k->t[3] = SK_CDIV(p[14], bands);
+	k->grid = N * bands * k->t[1];
 	/* a zero row for the 3x3 path; on integers also the shifted input
 	 * plane, 64-byte aligned after it; fused, the band of the pointwise
 	 * output after it */
@@ -633,16 +647,16 @@ static void dw_channel(const sk_kernel *k, dw_path path, int64_t oc, const float
 	}
 }
 
-/* dwp_block is a fused block (p[SKP_DWP] = 1): channels [c0, c1) of image
- * n, whose depthwise input is the pointwise convolution of in[0] (C0
+/* dwp_block is a fused block (p[SKP_DWP] = 1): output rows [b0, b1) of
+ * channels [c0, c1) of image n, whose depthwise input is the pointwise convolution of in[0] (C0
  * channels, H x W) by in[SKI_DWP_W] plus in[SKI_DWP_B], with its own
  * activation, computed here a band of rows and DWP_CH channels at a time
  * into the unit's scratch instead of read from memory. Each value of it
  * is the chain sk_block_gemm computes (one sgemm call's, bias and
  * activation by sk_gemm_epilogue), and each output the depthwise plane
  * routine's over its rows: the bits of the two kernels run apart. */
-static void dwp_block(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1, dw_path path,
-		      const float *zero, sk_ctx *ctx)
+static void dwp_block(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1, int64_t b0,
+		      int64_t b1, dw_path path, const float *zero, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
 	int64_t C = p[1], H = p[2], W = p[3], OH = p[14], OW = p[15], C0 = p[SKP_DWP_C0];
@@ -659,8 +673,8 @@ static void dwp_block(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1, dw_
 	const float *X = k->in[0] + n * C0 * H * W, *Wp = k->in[SKI_DWP_W];
 	const float *bp = k->in[SKI_DWP_B];
 	float *E = (float *)zero + zrow;
-	for (int64_t o0 = 0; o0 < OH; o0 += band) {
-		int64_t o1 = SK_MIN(o0 + band, OH), i0, i1;
+	for (int64_t o0 = b0; o0 < b1; o0 += band) {
+		int64_t o1 = SK_MIN(o0 + band, b1), i0, i1;
 		dwp_rows(p, o0, o1, &i0, &i1);
 		int64_t np = (i1 - i0) * W;
 		for (int64_t cc = c0; cc < c1; cc += DWP_CH) {
@@ -695,8 +709,8 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	const int64_t *p = k->p;
 	int64_t C = p[1], H = p[2], W = p[3], Cout = p[4], KH = p[6], KW = p[7];
 	int64_t OH = p[14], OW = p[15], mult = Cout / C;
-	int64_t ct = k->t[0], ctiles = k->t[1];
-	int64_t n = blk / ctiles, c0 = (blk % ctiles) * ct;
+	int64_t ct = k->t[0], ctiles = k->t[1], bands = p[SKP_DWP] == 1 ? k->t[2] : 1;
+	int64_t n = blk / (ctiles * bands), c0 = (blk % ctiles) * ct;
 	int64_t c1 = SK_MIN(c0 + ct, Cout);
 	int fast = KH == 3 && KW == 3 && p[12] == 1 && p[13] == 1 && p[8] == p[9] &&
 		   (p[8] == 1 || p[8] == 2);
@@ -729,7 +743,8 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 #endif
 	dw_path path = {wide, fast, wide_gen};
 	if (p[SKP_DWP] == 1) {
-		dwp_block(k, n, c0, c1, path, zero, ctx);
+		int64_t b0 = ((blk / ctiles) % bands) * k->t[3];
+		dwp_block(k, n, c0, c1, b0, SK_MIN(b0 + k->t[3], OH), path, zero, ctx);
 		return;
 	}
 	for (int64_t oc = c0; oc < c1; oc++) {
