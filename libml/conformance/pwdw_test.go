@@ -26,7 +26,7 @@ func TestPointwiseDepthwiseFused(t *testing.T) {
 	be := cpuBackend(t)
 	type pwdw struct {
 		batch, cin, ch, h, w, k, s, d int64
-		pwAct                         string // "", "Relu", "Clip"
+		pwAct                         string // "", "Relu", "Clip", "HardSwish", "LeakyRelu"
 		pwBias, dwRes                 bool
 	}
 	for _, c := range []pwdw{
@@ -36,13 +36,15 @@ func TestPointwiseDepthwiseFused(t *testing.T) {
 		{4, 24, 144, 8, 8, 3, 1, 1, "Clip", true, false},
 		{4, 64, 384, 2, 2, 3, 1, 1, "Clip", true, false},
 		{4, 96, 576, 4, 4, 3, 2, 1, "Clip", true, false},
-		{4, 32, 48, 15, 15, 3, 2, 1, "Relu", false, false}, // narrow planes (the AVX-512 3x3 routine), odd size
-		{4, 160, 96, 14, 14, 3, 1, 1, "", true, false},     // long reduction, no activation
-		{4, 16, 40, 40, 40, 5, 1, 1, "Clip", true, false},  // 5x5 (the general AVX-512 routine)
-		{4, 16, 40, 70, 70, 5, 1, 1, "Clip", true, false},  // 5x5 on a wide plane (the portable routine)
-		{4, 8, 24, 33, 29, 3, 1, 2, "Relu", true, false},   // dilated
-		{4, 8, 24, 31, 31, 5, 2, 1, "Clip", false, false},  // 5x5 at stride 2
-		{3, 16, 48, 20, 20, 3, 1, 1, "Clip", true, false},  // fewer than two images a unit: apart
+		{4, 32, 48, 15, 15, 3, 2, 1, "Relu", false, false},     // narrow planes (the AVX-512 3x3 routine), odd size
+		{4, 160, 96, 14, 14, 3, 1, 1, "", true, false},         // long reduction, no activation
+		{4, 16, 40, 40, 40, 5, 1, 1, "Clip", true, false},      // 5x5 (the general AVX-512 routine)
+		{4, 16, 40, 70, 70, 5, 1, 1, "Clip", true, false},      // 5x5 on a wide plane (the portable routine)
+		{4, 8, 24, 33, 29, 3, 1, 2, "Relu", true, false},       // dilated
+		{4, 8, 24, 31, 31, 5, 2, 1, "Clip", false, false},      // 5x5 at stride 2
+		{4, 16, 72, 28, 28, 3, 2, 1, "HardSwish", true, false}, // MobileNetV3's (the general epilogue)
+		{4, 16, 32, 12, 12, 5, 1, 1, "LeakyRelu", true, false}, // an activation parameter
+		{3, 16, 48, 20, 20, 3, 1, 1, "Clip", true, false},      // fewer than two images a unit: apart
 	} {
 		name := fmt.Sprintf("b%d-%dto%d-%dx%d-k%ds%dd%d-%s", c.batch, c.cin, c.ch, c.h, c.w, c.k, c.s, c.d, c.pwAct)
 		t.Run(name, func(t *testing.T) {
@@ -79,6 +81,13 @@ func TestPointwiseDepthwiseFused(t *testing.T) {
 			case "Clip":
 				nodes = append(nodes, graph.Node{Name: "pwact", Op: "Clip", Inputs: []string{"e0", "lo", "hi"}, Outputs: []string{"e"}})
 				e = "e"
+			case "HardSwish":
+				nodes = append(nodes, graph.Node{Name: "pwact", Op: "HardSwish", Inputs: []string{"e0"}, Outputs: []string{"e"}})
+				e = "e"
+			case "LeakyRelu":
+				nodes = append(nodes, graph.Node{Name: "pwact", Op: "LeakyRelu", Inputs: []string{"e0"}, Outputs: []string{"e"},
+					Attrs: []graph.Attr{{Name: "alpha", Kind: graph.AttrFloat, F: 0.15}}})
+				e = "e"
 			}
 			nodes = append(nodes,
 				graph.Node{Name: "dw", Op: "Conv", Inputs: []string{e, "w2", "b2"}, Outputs: []string{"d"},
@@ -89,7 +98,7 @@ func TestPointwiseDepthwiseFused(t *testing.T) {
 				graph.Node{Name: "dwact", Op: "Clip", Inputs: []string{"d", "lo", "hi"}, Outputs: []string{"y"}})
 			yInfo := graph.ValueInfo{Name: "y", DType: graph.Float32, Dims: []int64{c.batch, c.ch, oh, ow}}
 			build := func(apart bool) *graph.Graph {
-				g := &graph.Graph{Name: "pwdw", Opset: 13,
+				g := &graph.Graph{Name: "pwdw", Opset: 14,
 					Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
 					Outputs:      []graph.ValueInfo{yInfo},
 					Initializers: inits, Nodes: nodes}
