@@ -728,15 +728,16 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	/* AVX-512 where sgemm uses it: the same bits, 16 columns a vector, on
 	 * the narrow planes where the compiler's loops leave most columns to
 	 * scalar remainders (BenchmarkDepthwise: 14x14 1.6x, 28x28 stride 2
-	 * 1.4x), and at stride 2 on planes up to 128 output columns wide,
-	 * where the compiler's loops gather every other column (MobileNetV2's
-	 * 112x112 stride-2 layer inside the fused pointwise kernel at batch 8,
-	 * one unit: 6.8-7.4 ms against 7.5-7.9); at stride 1 on wide planes
-	 * the compiler's loops were faster */
+	 * 1.4x), and on planes up to 128 output columns wide: at stride 2 the
+	 * compiler's loops gather every other column (MobileNetV2's 112x112
+	 * stride-2 layer inside the fused pointwise kernel at batch 8, one
+	 * unit: 6.8-7.4 ms against 7.5-7.9), at stride 1 they lose to it too
+	 * (its 32-channel 112x112 layer 1.50-1.57 ms against 1.84-1.91, its
+	 * fused 144-channel 56x56 pair 4.32-4.54 against 4.65-4.68; three
+	 * paired profiles) */
 	int wide = 0, wide_gen = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-	wide = fast && sk_gemm_isa() == SK_ISA_AVX512 &&
-	       (p[8] == 1 ? OW <= 32 : OW <= 16 * DW_CHUNKS);
+	wide = fast && sk_gemm_isa() == SK_ISA_AVX512 && OW <= 16 * DW_CHUNKS;
 	/* the general path (5x5, dilated) at stride 1: the row in registers */
 	wide_gen = !fast && sk_gemm_isa() == SK_ISA_AVX512 && p[8] == 1 && p[9] == 1 &&
 		   OW <= 16 * DW_GEN_CHUNKS;
