@@ -67,18 +67,13 @@ func (c *compiler) fusePointwiseDW() {
 	if !fused {
 		return
 	}
-	c.drafts = out
+	// the lifetimes again, as emit keeps them
 	for _, b := range c.bufs {
 		b.def, b.last = 1<<30, -1
 	}
-	for idx, d := range c.drafts {
-		for _, o := range append(d.in[:], d.out) {
-			if o.sp == SpaceArena {
-				b := c.bufs[o.buf]
-				b.def = min(b.def, idx)
-				b.last = max(b.last, idx)
-			}
-		}
+	c.drafts = c.drafts[:0]
+	for _, d := range out {
+		c.emit(d)
 	}
 }
 

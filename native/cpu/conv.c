@@ -263,6 +263,16 @@ void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 #define DWP_BAND_FLOATS 65536
 #define DWP_BAND_MIN 16
 
+/* dwp_span is how many input rows one output row reads. */
+static inline int64_t dwp_span(const int64_t *p) { return (p[6] - 1) * p[12] + 1; }
+
+/* dwp_band_of is the most output rows a band whose input rows fit in
+ * rows computes (at least 1, at most the image's). */
+static int64_t dwp_band_of(const int64_t *p, int64_t rows)
+{
+	return SK_MIN(SK_MAX((rows - dwp_span(p)) / p[8] + 1, 1), p[14]);
+}
+
 /* dwp_band is how many output rows one band of a fused kernel computes:
  * its input rows (the pointwise output, DWP_CH channels of them) fill
  * about DWP_BAND_FLOATS, and with a bound on the work between checks
@@ -270,12 +280,11 @@ void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 static int64_t dwp_band(const sk_kernel *k)
 {
 	const int64_t *p = k->p;
-	int64_t W = p[3], C0 = p[SKP_DWP_C0], S = p[8], OH = p[14];
-	int64_t span = (p[6] - 1) * p[12] + 1; /* input rows one output row reads */
+	int64_t W = p[3], C0 = p[SKP_DWP_C0], span = dwp_span(p);
 	int64_t rows = SK_MAX(DWP_BAND_FLOATS / (DWP_CH * W), span);
 	if (k->check_flops > 0)
 		rows = SK_MIN(rows, SK_MAX(k->check_flops / (2 * DWP_CH * W * SK_MAX(C0, 1)), span));
-	return SK_MIN(SK_MAX((rows - span) / S + 1, 1), OH);
+	return dwp_band_of(p, rows);
 }
 
 /* dwp_rows is the range [*i0, *i1) of input rows that output rows
@@ -284,10 +293,15 @@ static void dwp_rows(const int64_t *p, int64_t o0, int64_t o1, int64_t *i0, int6
 {
 	int64_t H = p[2], S = p[8], PT = p[10];
 	*i0 = SK_MAX(o0 * S - PT, 0);
-	*i1 = SK_MIN((o1 - 1) * S - PT + (p[6] - 1) * p[12] + 1, H);
+	*i1 = SK_MIN((o1 - 1) * S - PT + dwp_span(p), H);
 	if (*i1 < *i0)
 		*i1 = *i0;
 }
+
+/* dw_zero_row is the floats a depthwise block's scratch starts with: a
+ * zero row, rounded up so that what follows it (the shifted integer
+ * plane, or the fused producer's band) is 64-byte aligned. */
+static inline int64_t dw_zero_row(const int64_t *p) { return SK_CDIV(p[3] + 16, 16) * 16; }
 
 void sk_prep_dwconv(sk_kernel *k, int units)
 {
@@ -335,12 +349,12 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	/* a zero row for the 3x3 path; on integers also the shifted input
 	 * plane, 64-byte aligned after it; fused, the band of the pointwise
 	 * output after it */
-	k->scratch = p[3] + 16 + (quant ? p[2] * p[3] + 16 : 0);
+	k->scratch = dw_zero_row(p) + (quant ? p[2] * p[3] : 0);
 	if (fused) {
 		/* the widest band's rows (an interior band's; a bound on the
 		 * work between checks set later only narrows the bands) */
-		int64_t rows = SK_MIN((dwp_band(k) - 1) * p[8] + (p[6] - 1) * p[12] + 1, p[2]);
-		k->scratch = SK_CDIV(p[3] + 16, 16) * 16 + DWP_CH * rows * p[3];
+		int64_t rows = SK_MIN((dwp_band(k) - 1) * p[8] + dwp_span(p), p[2]);
+		k->scratch = dw_zero_row(p) + DWP_CH * rows * p[3];
 	}
 }
 
@@ -662,17 +676,16 @@ static void dwp_block(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1, int
 	int64_t C = p[1], H = p[2], W = p[3], OH = p[14], OW = p[15], C0 = p[SKP_DWP_C0];
 	int64_t band = dwp_band(k), lda = p[SKP_DWP_LDA];
 	/* never more rows than the scratch prepared for holds */
-	int64_t zrow = SK_CDIV(W + 16, 16) * 16, span = (p[6] - 1) * p[12] + 1;
-	int64_t cap = (k->scratch - zrow) / (DWP_CH * W);
+	int64_t cap = (k->scratch - dw_zero_row(p)) / (DWP_CH * W);
 	if (cap < H) {
-		if (cap < span)
+		if (cap < dwp_span(p))
 			return;
-		band = SK_MIN(band, (cap - span) / p[8] + 1);
+		band = SK_MIN(band, dwp_band_of(p, cap));
 	}
 	int apanels = p[SKP_DWP_PANELS] != 0;
 	const float *X = k->in[0] + n * C0 * H * W, *Wp = k->in[SKI_DWP_W];
 	const float *bp = k->in[SKI_DWP_B];
-	float *E = (float *)zero + zrow;
+	float *E = (float *)zero + dw_zero_row(p);
 	for (int64_t o0 = b0; o0 < b1; o0 += band) {
 		int64_t o1 = SK_MIN(o0 + band, b1), i0, i1;
 		dwp_rows(p, o0, o1, &i0, &i1);
@@ -715,7 +728,7 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int fast = KH == 3 && KW == 3 && p[12] == 1 && p[13] == 1 && p[8] == p[9] &&
 		   (p[8] == 1 || p[8] == 2);
 	int quant = p[16] == 1, requant = quant && p[17] == 1;
-	float *z = sk_scratch(ctx, p[SKP_DWP] == 1 ? k->scratch : W + 16 + (quant ? H * W + 16 : 0));
+	float *z = sk_scratch(ctx, k->scratch);
 	if (!z)
 		return;
 	const float *zero = z;
@@ -723,7 +736,7 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	/* on integers: each input plane less its zero point, made once per
 	 * input channel while it stays in cache (QUANT's mode 1 with scale 1,
 	 * the same bits as that pass over the whole tensor) */
-	float *xs = quant ? z + SK_CDIV(W + 16, 16) * 16 : NULL;
+	float *xs = quant ? z + dw_zero_row(p) : NULL;
 	int64_t shifted = -1;
 	/* AVX-512 where sgemm uses it: the same bits, 16 columns a vector, on
 	 * the narrow planes where the compiler's loops leave most columns to

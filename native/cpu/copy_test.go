@@ -46,9 +46,7 @@ func TestCopyPieces(t *testing.T) {
 			if err := ks.Set(0, &d, units); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
-				ks.RunBlock(0, blk)
-			}
+			runBlocks(ks, 0)
 			want := make([]float32, len(y.s()))
 			for i := range want {
 				want[i] = -1e9

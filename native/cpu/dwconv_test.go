@@ -110,9 +110,7 @@ func dwRun(t testing.TB, dc dwCase, o dwOperands, y *cfloats, units int) {
 	if err := ks.Set(0, &d, units); err != nil {
 		t.Fatalf("%v: %v", dc, err)
 	}
-	for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
-		ks.RunBlock(0, blk)
-	}
+	runBlocks(ks, 0)
 }
 
 // dwRef is the case's result in float64, and each output's sum of
@@ -267,9 +265,7 @@ func BenchmarkDepthwise(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
-					ks.RunBlock(0, blk)
-				}
+				runBlocks(ks, 0)
 			}
 			b.ReportMetric(float64(dc.n*dc.c*oh*ow*9*2)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})

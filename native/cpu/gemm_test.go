@@ -354,9 +354,7 @@ func TestGemmRowsFirstTiles(t *testing.T) {
 				}
 			}
 		}
-		for blk := int64(0); blk < grid; blk++ {
-			ks.RunBlock(0, blk)
-		}
+		runBlocks(ks, 0)
 		want := make([]float32, c.m*c.n)
 		if err := Gemm(false, false, int(c.m), int(c.n), int(c.k), a.s(), int(c.k), b.s(), int(c.n), want, int(c.n), false); err != nil {
 			t.Fatal(err)
@@ -489,9 +487,7 @@ func BenchmarkPointwise(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
-					ks.RunBlock(0, blk)
-				}
+				runBlocks(ks, 0)
 			}
 			b.ReportMetric(2*float64(batch*c.m*c.n*c.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		})

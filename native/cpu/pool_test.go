@@ -29,16 +29,10 @@ func (pc poolCase) kernel(t testing.TB, x *cfloats, units int) (*Kernels, *cfloa
 	return ks, y
 }
 
-func runBlocks(ks *Kernels) {
-	for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
-		ks.RunBlock(0, blk)
-	}
-}
-
 func (pc poolCase) run(t testing.TB, x *cfloats, units int) []float32 {
 	t.Helper()
 	ks, y := pc.kernel(t, x, units)
-	runBlocks(ks)
+	runBlocks(ks, 0)
 	return append([]float32(nil), y.s()...)
 }
 
@@ -123,6 +117,6 @@ func BenchmarkMaxPool(b *testing.B) {
 	ks, _ := pc.kernel(b, x, 1)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		runBlocks(ks)
+		runBlocks(ks, 0)
 	}
 }

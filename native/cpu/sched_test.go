@@ -83,6 +83,13 @@ func newKernels(t testing.TB, n int) *Kernels {
 	return ks
 }
 
+// runBlocks runs every block of kernel i of ks in turn on this thread.
+func runBlocks(ks *Kernels, i int) {
+	for blk := int64(0); blk < ks.Info(i).Grid; blk++ {
+		ks.RunBlock(i, blk)
+	}
+}
+
 func newLaunches(t testing.TB, n int) *Launches {
 	t.Helper()
 	l, err := NewLaunches(n)
@@ -970,9 +977,7 @@ func TestChecksKeepResults(t *testing.T) {
 			// the copy writes got: same kernel, another output; with a
 			// count of checks, then with a work bound that splits
 			// finer (at most 20,000 flops or 4 KiB of operands a call)
-			for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
-				ks.RunBlock(0, blk)
-			}
+			runBlocks(ks, 0)
 			for _, work := range []bool{false, true} {
 				d2 := c.d(got)
 				ks2 := newKernels(t, 1)
@@ -986,9 +991,7 @@ func TestChecksKeepResults(t *testing.T) {
 				for i := range got.s() {
 					got.s()[i] = float32(math.NaN())
 				}
-				for blk := int64(0); blk < ks.Info(0).Grid; blk++ {
-					ks2.RunBlock(0, blk)
-				}
+				runBlocks(ks2, 0)
 				for i, v := range ref.s() {
 					if g := got.s()[i]; math.Float32bits(g) != math.Float32bits(v) {
 						t.Fatalf("%s units %d (work bound %v): out[%d] = %g with checks, %g without (differs by %.3g)", c.name, units, work, i, g, v, math.Abs(float64(g-v)))
