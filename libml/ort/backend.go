@@ -29,6 +29,11 @@ type Options struct {
 	// Quiet keeps ONNX Runtime from logging anything short of a fatal
 	// error to stderr (errors still come back as Go errors).
 	Quiet bool
+	// ProfilePrefix, when set, turns on ONNX Runtime's own profiler for
+	// every session: each writes a JSON trace (per node, per run) named
+	// from this prefix when it is closed. A diagnostic for tools, never
+	// set by the product.
+	ProfilePrefix string
 }
 
 // Backend is the ort backend. Create it with New; it is safe for concurrent
@@ -123,6 +128,9 @@ func (b *Backend) sessionOptions() (*ortgo.SessionOptions, error) {
 	}
 	if err == nil && b.opts.Quiet {
 		err = so.SetLogSeverityLevel(ortgo.LoggingLevelFatal)
+	}
+	if err == nil && b.opts.ProfilePrefix != "" {
+		err = so.EnableProfiling(b.opts.ProfilePrefix)
 	}
 	if err == nil && b.opts.NoSpin {
 		err = so.AddSessionConfigEntry("session.intra_op.allow_spinning", "0")

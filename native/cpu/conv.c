@@ -303,6 +303,42 @@ static void dwp_rows(const int64_t *p, int64_t o0, int64_t o1, int64_t *i0, int6
  * plane, or the fused producer's band) is 64-byte aligned. */
 static inline int64_t dw_zero_row(const int64_t *p) { return SK_CDIV(p[3] + 16, 16) * 16; }
 
+/* DW_CVEC_MAX_W is the widest input row the channel-vector path
+ * (dw3x3_cvec_512) takes, DW_CVEC_MAX_FLOATS the most scratch it uses
+ * (a group of 16 channels' input and output planes). */
+#define DW_CVEC_MAX_W 32
+#define DW_CVEC_MAX_FLOATS (1 << 18)
+
+static int dw_fast(const int64_t *p)
+{
+	return p[6] == 3 && p[7] == 3 && p[12] == 1 && p[13] == 1 && p[8] == p[9] &&
+	       (p[8] == 1 || p[8] == 2);
+}
+
+/* dw_cvec_rows is the rows above and below the input that the
+ * channel-vector path reads as zeros. */
+static inline void dw_cvec_rows(const int64_t *p, int64_t *top, int64_t *bottom)
+{
+	*top = p[10];
+	*bottom = SK_MAX((p[14] - 1) * p[8] - p[10] + 3 - p[2], 0);
+}
+
+/* dw_cvec_floats is the scratch the channel-vector path needs after the
+ * zero row (a group's input planes and the output stage), or 0 where it
+ * does not apply: a float 3x3 depthwise layer (one output channel per
+ * input channel, not fused) with small planes. Its shape alone decides;
+ * the block takes it where sgemm uses AVX-512. */
+static int64_t dw_cvec_floats(const int64_t *p)
+{
+	if (!dw_fast(p) || p[16] != 0 || p[SKP_DWP] != 0 || p[4] != p[1] ||
+	    p[3] > DW_CVEC_MAX_W)
+		return 0;
+	int64_t top, bottom;
+	dw_cvec_rows(p, &top, &bottom);
+	int64_t need = (p[2] + top + bottom) * p[3] * 16 + p[14] * p[15] * 16;
+	return need <= DW_CVEC_MAX_FLOATS ? need : 0;
+}
+
 void sk_prep_dwconv(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
@@ -341,6 +377,9 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	int64_t ct = SK_CDIV(Cout, per);
 	if (ct < 1)
 		ct = 1;
+	int64_t cvec = dw_cvec_floats(p);
+	if (cvec)
+		ct = SK_CDIV(ct, 16) * 16; /* whole groups of 16 channels */
 	k->t[0] = ct;
 	k->t[1] = SK_CDIV(Cout, ct);
 	k->t[2] = bands;
@@ -349,7 +388,7 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	/* a zero row for the 3x3 path; on integers also the shifted input
 	 * plane, 64-byte aligned after it; fused, the band of the pointwise
 	 * output after it */
-	k->scratch = dw_zero_row(p) + (quant ? p[2] * p[3] : 0);
+	k->scratch = dw_zero_row(p) + (quant ? p[2] * p[3] : cvec);
 	if (fused) {
 		/* the widest band's rows (an interior band's; a bound on the
 		 * work between checks set later only narrows the bands) */
@@ -624,6 +663,153 @@ DW_512 static void dw_plane_512(const float *x, const float *w, float *y, float 
 		}
 	}
 }
+
+/* dw_tr16 transposes 16 vectors of 16 floats: r[i][j] becomes r[j][i]. */
+DW_512 static inline void dw_tr16(__m512 r[16])
+{
+	__m512 t[16], u[16];
+	for (int i = 0; i < 8; i++) {
+		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+	}
+	/* u[4g + m], 128-bit lane L: column 4L + m of rows 4g..4g+3 */
+	for (int g = 0; g < 4; g++) {
+		__m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+		__m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+		u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+		u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+		u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+		u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+	}
+	for (int m = 0; m < 4; m++) {
+		__m512 vlo = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88);
+		__m512 vhi = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xdd);
+		__m512 wlo = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88);
+		__m512 whi = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xdd);
+		r[m] = _mm512_shuffle_f32x4(vlo, wlo, 0x88);
+		r[8 + m] = _mm512_shuffle_f32x4(vlo, wlo, 0xdd);
+		r[4 + m] = _mm512_shuffle_f32x4(vhi, whi, 0x88);
+		r[12 + m] = _mm512_shuffle_f32x4(vhi, whi, 0xdd);
+	}
+}
+
+/* dw3x3_cvec_512 is dw3x3_plane over channels [c0, c1) of image n, 16
+ * channels a vector (one lane a channel) instead of 16 columns: on the
+ * small planes of MobileNet's later layers (14x14, 7x7) a row is one
+ * vector or less, and most of the plane routine's work is its per-row
+ * and per-plane overhead. A group of 16 channels is transposed into T
+ * (its H*W pixels of 16 channels, between zero rows), each output pixel
+ * into O is its interior sum (bias + w00*x00 + w01*x01 + ... + w22*x22)
+ * or, on border columns, bias plus the column sums of its columns inside
+ * the input, in dw3x3_plane's order (rows outside the input read zeros,
+ * as there), and O is transposed back into the channels' planes 16
+ * pixels at a time. Bit for bit dw3x3_plane's, residual and activation
+ * after it as there. */
+DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1,
+				  float *T, float *O, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t C = p[1], H = p[2], W = p[3], S = p[8], PT = p[10], PL = p[11];
+	int64_t OH = p[14], OW = p[15], HW = H * W, OHW = OH * OW, top, bottom;
+	int64_t lo = SK_CDIV(PL, S), hi = (W - 3 + PL) < 0 ? 0 : (W - 3 + PL) / S + 1;
+	if (hi > OW)
+		hi = OW;
+	if (lo > hi)
+		lo = hi;
+	dw_cvec_rows(p, &top, &bottom);
+	memset(T, 0, (size_t)(top * W * 16) * 4);
+	memset(T + (top + H) * W * 16, 0, (size_t)(bottom * W * 16) * 4);
+	float *X = T + top * W * 16; /* row 0 */
+	const __m512 zero = _mm512_setzero_ps();
+	const __m512i lane9 = _mm512_mullo_epi32(
+		_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+		_mm512_set1_epi32(9));
+	for (int64_t g = c0; g < c1; g += 16) {
+		SK_POLL(ctx);
+		int nc = (int)SK_MIN(16, c1 - g);
+		__mmask16 cm = (__mmask16)((1u << nc) - 1);
+		const float *x = k->in[0] + (n * C + g) * HW;
+		for (int64_t q = 0; q < HW; q += 16) {
+			int nq = (int)SK_MIN(16, HW - q);
+			__mmask16 qm = (__mmask16)((1u << nq) - 1);
+			__m512 v[16];
+			for (int i = 0; i < 16; i++)
+				v[i] = i < nc ? _mm512_maskz_loadu_ps(qm, x + i * HW + q) : zero;
+			dw_tr16(v);
+			for (int j = 0; j < nq; j++)
+				_mm512_store_ps(X + (q + j) * 16, v[j]);
+		}
+		__m512 w0, w1, w2, w3, w4, w5, w6, w7, w8;
+		const float *wp = k->in[1] + g * 9;
+		w0 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 0, 4);
+		w1 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 1, 4);
+		w2 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 2, 4);
+		w3 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 3, 4);
+		w4 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 4, 4);
+		w5 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 5, 4);
+		w6 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 6, 4);
+		w7 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 7, 4);
+		w8 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 8, 4);
+		const __m512 wc[9] = {w0, w1, w2, w3, w4, w5, w6, w7, w8};
+		__m512 b = k->in[2] ? _mm512_maskz_loadu_ps(cm, k->in[2] + g) : zero;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			const float *r0 = X + (oh * S - PT) * W * 16;
+			const float *r1 = r0 + W * 16, *r2 = r1 + W * 16;
+			float *o = O + oh * OW * 16;
+			for (int64_t ow = lo; ow < hi; ow++) {
+				int64_t c = (ow * S - PL) * 16;
+				__m512 a = b;
+				a = _mm512_add_ps(a, _mm512_mul_ps(w0, _mm512_load_ps(r0 + c)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w1, _mm512_load_ps(r0 + c + 16)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w2, _mm512_load_ps(r0 + c + 32)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w3, _mm512_load_ps(r1 + c)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w4, _mm512_load_ps(r1 + c + 16)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w5, _mm512_load_ps(r1 + c + 32)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w6, _mm512_load_ps(r2 + c)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w7, _mm512_load_ps(r2 + c + 16)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w8, _mm512_load_ps(r2 + c + 32)));
+				_mm512_store_ps(o + ow * 16, a);
+			}
+			for (int64_t ow = 0; ow < OW; ow++) {
+				if (ow == lo && hi > lo) {
+					ow = hi - 1;
+					continue;
+				}
+				__m512 a = b;
+				for (int kw = 0; kw < 3; kw++) {
+					int64_t iw = ow * S - PL + kw;
+					if (iw < 0 || iw >= W)
+						continue;
+					__m512 col = _mm512_add_ps(
+						_mm512_mul_ps(wc[kw], _mm512_load_ps(r0 + iw * 16)),
+						_mm512_mul_ps(wc[3 + kw], _mm512_load_ps(r1 + iw * 16)));
+					col = _mm512_add_ps(col,
+							    _mm512_mul_ps(wc[6 + kw], _mm512_load_ps(r2 + iw * 16)));
+					a = _mm512_add_ps(a, col);
+				}
+				_mm512_store_ps(o + ow * 16, a);
+			}
+		}
+		float *y = k->out + (n * C + g) * OHW;
+		for (int64_t q = 0; q < OHW; q += 16) {
+			int nq = (int)SK_MIN(16, OHW - q);
+			__mmask16 qm = (__mmask16)((1u << nq) - 1);
+			__m512 v[16];
+			for (int j = 0; j < 16; j++)
+				v[j] = j < nq ? _mm512_load_ps(O + (q + j) * 16) : zero;
+			dw_tr16(v);
+			const float *rr = k->in[3] ? k->in[3] + (n * C + g) * OHW + q : NULL;
+			for (int i = 0; i < nc; i++) {
+				__m512 a = v[i];
+				if (rr)
+					a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(qm, rr + i * OHW));
+				_mm512_mask_storeu_ps(y + i * OHW + q, qm, a);
+			}
+		}
+		if (p[SKP_ACT])
+			sk_act_apply(y, nc * OHW, (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+	}
+}
 #endif
 
 /* dw_path is the plane routine a depthwise kernel uses, the same for all
@@ -725,8 +911,9 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t ct = k->t[0], ctiles = k->t[1], bands = p[SKP_DWP] == 1 ? k->t[2] : 1;
 	int64_t n = blk / (ctiles * bands), c0 = (blk % ctiles) * ct;
 	int64_t c1 = SK_MIN(c0 + ct, Cout);
-	int fast = KH == 3 && KW == 3 && p[12] == 1 && p[13] == 1 && p[8] == p[9] &&
-		   (p[8] == 1 || p[8] == 2);
+	int fast = dw_fast(p);
+	(void)KH;
+	(void)KW;
 	int quant = p[16] == 1, requant = quant && p[17] == 1;
 	float *z = sk_scratch(ctx, k->scratch);
 	if (!z)
@@ -756,6 +943,16 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		   OW <= 16 * DW_GEN_CHUNKS;
 #endif
 	dw_path path = {wide, fast, wide_gen};
+#if defined(__x86_64__) && defined(__GNUC__)
+	int64_t cvec = dw_cvec_floats(p);
+	if (cvec && sk_gemm_isa() == SK_ISA_AVX512 && k->scratch >= dw_zero_row(p) + cvec) {
+		int64_t top, bottom;
+		dw_cvec_rows(p, &top, &bottom);
+		float *T = z + dw_zero_row(p);
+		dw3x3_cvec_512(k, n, c0, c1, T, T + (H + top + bottom) * W * 16, ctx);
+		return;
+	}
+#endif
 	if (p[SKP_DWP] == 1) {
 		int64_t b0 = ((blk / ctiles) % bands) * k->t[3];
 		dwp_block(k, n, c0, c1, b0, SK_MIN(b0 + k->t[3], OH), path, zero, ctx);

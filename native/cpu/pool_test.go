@@ -120,3 +120,62 @@ func BenchmarkMaxPool(b *testing.B) {
 		runBlocks(ks, 0)
 	}
 }
+
+// TestGlobalAverageSameBits: a global average sums a plane in 64 running
+// sums (value i into sum i % 64), adds them by a fixed tree and divides
+// by the plane's size; its bits do not depend on the instruction set (the
+// AVX-512 path keeps the sums in four vectors) nor on the units. Planes
+// shorter than a vector, between vectors, and over 64 values; inputs of
+// wide magnitude, where any other order rounds differently.
+func TestGlobalAverageSameBits(t *testing.T) {
+	defer SetGemmISA("")
+	for _, hw := range []int64{1, 7, 16, 49, 63, 64, 65, 100, 196, 200} {
+		const planes = 19
+		x := newFloats(t, int(planes*hw), 0)
+		xs := x.s()
+		rnd := uint32(hw)
+		for i := range xs {
+			rnd = rnd*1664525 + 1013904223
+			switch r := rnd >> 24; {
+			case r < 20:
+				xs[i] = float32(math.Copysign(0, -1))
+			default:
+				xs[i] = float32(int32(rnd>>8)-1<<23) * float32(math.Pow(2, float64(int(r%24)-12)))
+			}
+		}
+		want := make([]float32, planes)
+		for c := range want {
+			var acc [64]float32
+			for i := int64(0); i < hw; i++ {
+				acc[i%64] += xs[int64(c)*hw+i]
+			}
+			for w := 32; w >= 1; w /= 2 {
+				for j := 0; j < w; j++ {
+					acc[j] += acc[j+w]
+				}
+			}
+			want[c] = acc[0] / float32(hw)
+		}
+		for _, isa := range GemmISAs() {
+			if err := SetGemmISA(isa); err != nil {
+				t.Fatal(err)
+			}
+			for _, units := range []int{1, 3} {
+				y := newFloats(t, planes, float32(math.NaN()))
+				d := Desc{Op: OpGPool, Out: y.p}
+				d.In[0] = x.p
+				d.P[0], d.P[1], d.P[2] = planes, hw, 1
+				ks := newKernels(t, 1)
+				if err := ks.Set(0, &d, units); err != nil {
+					t.Fatal(err)
+				}
+				runBlocks(ks, 0)
+				for c, v := range want {
+					if got := y.s()[c]; math.Float32bits(got) != math.Float32bits(v) {
+						t.Fatalf("%d values, %s, %d units: plane %d = %v, want %v", hw, isa, units, c, got, v)
+					}
+				}
+			}
+		}
+	}
+}

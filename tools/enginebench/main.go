@@ -96,6 +96,7 @@ func main() {
 	batch := flag.Int("batch", 1, "batch size for -profile")
 	pin := flag.Bool("pin", false, "pin compute units to cores")
 	trials := flag.Int("preempt-trials", 30, "preemption latency trials per model (0: none)")
+	ortProfile := flag.Bool("ort-profile", false, "with -profile: also run the model under ONNX Runtime's profiler and print its time per node beside ours")
 	flag.Parse()
 	bs, err := parseInts(*batches)
 	if err != nil {
@@ -109,7 +110,7 @@ func main() {
 			fatal(err)
 		}
 	case *profile != "":
-		if err := profileModel(*profile, *batch, *units, *pin); err != nil {
+		if err := profileModel(*profile, *batch, *units, *pin, *ortProfile); err != nil {
 			fatal(err)
 		}
 	default:
@@ -579,7 +580,7 @@ func best(rs []Result) Result {
 }
 
 // profileModel prints per-kernel metadata and measured times.
-func profileModel(model string, batch, units int, pin bool) error {
+func profileModel(model string, batch, units int, pin, withORT bool) error {
 	ctx := context.Background()
 	be := cpu.New()
 	if err := be.Init(ctx, libml.BackendConfig{Units: units, PinUnits: pin}); err != nil {
@@ -612,6 +613,22 @@ func profileModel(model string, batch, units int, pin bool) error {
 	for _, k := range ks {
 		total += k.WallNs
 	}
+	var ortNodes, ortRest map[string]ortNode
+	var ortTotal float64
+	if withORT {
+		nodes, t, og, err := ortNodeTimes(model, batch, units, 2, 5)
+		if err != nil {
+			return fmt.Errorf("onnxruntime profile: %w", err)
+		}
+		names := map[string]string{} // a fused kernel is "pointwise>depthwise"
+		for _, k := range ks {
+			for _, n := range strings.Split(k.Name, ">") {
+				names[n] = k.Name
+			}
+		}
+		ortNodes, ortRest = attributeORT(nodes, og, names)
+		ortTotal = t
+	}
 	w := io.Writer(os.Stdout)
 	var cpuSum float64
 	for _, k := range ks {
@@ -620,6 +637,9 @@ func profileModel(model string, batch, units int, pin bool) error {
 	fmt.Fprintf(w, "%s batch %d: %d kernels, %.2f ms (sum of kernel times), %.2f ms of unit time in blocks\n", model, batch, len(ks), total/1e6, cpuSum/1e6)
 	fmt.Fprintf(w, "%4s %-9s %-24s %-22s %5s %5s %10s %10s %6s %8s\n", "#", "op", "ops", "node", "grid", "units", "block us", "kernel us", "%", "GFLOP/s")
 	fmt.Fprintf(w, "     (block us: mean time of one block; kernel us: wall time of the kernel; GFLOP/s: its arithmetic over its wall time, a multiply-add two)\n")
+	if withORT {
+		fmt.Fprintf(w, "     (ort: ONNX Runtime's node of the same name, its op and median time, and ours ÷ its; %.2f ms of node time in all)\n", ortTotal/1e3)
+	}
 	for _, k := range ks {
 		idem := ""
 		if !k.Idempotent {
@@ -629,10 +649,35 @@ func profileModel(model string, batch, units int, pin bool) error {
 		if k.Flops > 0 && k.WallNs > 0 {
 			rate = fmt.Sprintf("%.1f", k.Flops/k.WallNs)
 		}
-		fmt.Fprintf(w, "%4d %-9s %-24s %-22s %5d %5d %10.1f %10.1f %6.1f %8s%s\n", k.Index, k.Op, trunc(k.Ops, 24), trunc(k.Name, 22),
-			k.Grid, k.MaxUnits, k.BlockNs/1e3, k.WallNs/1e3, 100*k.WallNs/total, rate, idem)
+		fmt.Fprintf(w, "%4d %-9s %-24s %-22s %5d %5d %10.1f %10.1f %6.1f %8s%s%s\n", k.Index, k.Op, trunc(k.Ops, 24), trunc(k.Name, 22),
+			k.Grid, k.MaxUnits, k.BlockNs/1e3, k.WallNs/1e3, 100*k.WallNs/total, rate, idem, ortColumn(ortNodes, k.Name, k.WallNs))
+	}
+	if withORT {
+		var rest []string
+		for name := range ortRest {
+			rest = append(rest, name)
+		}
+		sort.Strings(rest)
+		for _, name := range rest {
+			n := ortRest[name]
+			fmt.Fprintf(w, "     ort only: %-22s %-16s %8.1f us\n", name, n.Op, n.Us)
+		}
 	}
 	return nil
+}
+
+// ortColumn is the ONNX Runtime column of kernel name's row: the time of
+// the nodes attributed to it.
+func ortColumn(nodes map[string]ortNode, name string, wallNs float64) string {
+	n, ok := nodes[name]
+	if !ok {
+		return ""
+	}
+	ratio := "-"
+	if n.Us > 0 {
+		ratio = fmt.Sprintf("%.2f", wallNs/1e3/n.Us)
+	}
+	return fmt.Sprintf("   ort %-16s %8.1f us %6s", trunc(n.Op, 16), n.Us, ratio)
 }
 
 func trunc(s string, n int) string {
