@@ -198,7 +198,7 @@ func loadModel(name string, g *graph.Graph, units int) (*model, error) {
 		m.wptr, m.wbytes = p, n*4
 		return unsafe.Slice((*float32)(p), n), nil
 	}
-	em, err := engine.Load(g, engine.Options{Units: units, Alloc: alloc})
+	em, err := engine.Load(g, engine.Options{Units: units, Alloc: alloc, DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth()})
 	if err != nil {
 		ncpu.Free(m.wptr, m.wbytes)
 		return nil, err
@@ -413,7 +413,7 @@ func (b *Backend) RunGraph(ctx context.Context, g *graph.Graph, inputs map[strin
 		m.wptr, m.wbytes = p, n*4
 		return unsafe.Slice((*float32)(p), n), nil
 	}
-	em, err := engine.Load(&gg, engine.Options{Units: units, Alloc: alloc})
+	em, err := engine.Load(&gg, engine.Options{Units: units, Alloc: alloc, DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth()})
 	if err != nil {
 		ncpu.Free(m.wptr, m.wbytes)
 		return nil, fmt.Errorf("cpu: RunGraph: %w", err)

@@ -47,6 +47,12 @@ type Options struct {
 	// that reads its output as two kernels: for backends without the
 	// fused kernel (cuda; see fusePointwiseDW).
 	NoPointwiseDW bool
+	// DepthwiseVectorWidth is the widest input row on which the
+	// backend's float 3x3 depthwise kernel is faster alone than fused
+	// with the pointwise convolution before it (the cpu backend's,
+	// 16 channels a vector on AVX-512: native/cpu DepthwiseVectorWidth);
+	// such pairs stay two kernels. 0: fuse at any width.
+	DepthwiseVectorWidth int
 }
 
 // Model is a loaded model: its graph after load-time rewriting and its

@@ -12,7 +12,11 @@ package engine
 // (tools/enginebench/ab.sh, 10-14 rounds): batch 8 0.86-0.94x the time,
 // batch 4 0.96x, but batch 2 1.04x and batch 1 1.04-1.08x (one unit,
 // batch 1: 1.00x); with fewer images than that the units share each
-// image's blocks and the kernels apart are as fast or faster.
+// image's blocks and the kernels apart are as fast or faster. Nor does
+// it fuse a 3x3 depthwise layer whose rows the backend vectorises across
+// channels (Options.DepthwiseVectorWidth: rows up to 32 wide on AVX-512):
+// that kernel alone beats the fused one (MobileNetV2 batch 8 0.96-0.97x
+// the time with its 28-, 14- and 7-wide pairs apart, two paired runs).
 
 // DWCONV parameter slots of the fused pointwise producer (sluice_cpu.h).
 const (
@@ -95,6 +99,12 @@ func (c *compiler) pointwiseDW(g, d *draft, readers []int) (draft, bool) {
 		return draft{}, false
 	}
 	n, ch, hw := dp[0], dp[1], dp[2]*dp[3]
+	// 3x3, dilation 1, stride 1 or 2 on rows the backend vectorises
+	// across channels: apart (MobileNetV2 b8 on AVX-512, 0.97x the time)
+	if dp[6] == 3 && dp[7] == 3 && dp[12] == 1 && dp[13] == 1 && dp[8] == dp[9] && dp[8] <= 2 &&
+		dp[3] <= int64(c.m.opts.DepthwiseVectorWidth) {
+		return draft{}, false
+	}
 	if n < 2*int64(max(c.m.opts.Units, 1)) {
 		return draft{}, false
 	}

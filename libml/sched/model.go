@@ -133,7 +133,8 @@ func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model
 		m.wptr, m.wbytes = p, n*4
 		return unsafe.Slice((*float32)(p), n), nil
 	}
-	em, err := engine.Load(g, engine.Options{Units: units, Alloc: alloc, NoInPlace: opt.NoInPlace})
+	em, err := engine.Load(g, engine.Options{Units: units, Alloc: alloc, NoInPlace: opt.NoInPlace,
+		DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth()})
 	if err != nil {
 		ncpu.Free(m.wptr, m.wbytes)
 		return nil, err

@@ -309,6 +309,11 @@ static inline int64_t dw_zero_row(const int64_t *p) { return SK_CDIV(p[3] + 16, 
 #define DW_CVEC_MAX_W 32
 #define DW_CVEC_MAX_FLOATS (1 << 18)
 
+int sk_dw_vector_width(void)
+{
+	return sk_gemm_isa() == SK_ISA_AVX512 ? DW_CVEC_MAX_W : 0;
+}
+
 static int dw_fast(const int64_t *p)
 {
 	return p[6] == 3 && p[7] == 3 && p[12] == 1 && p[13] == 1 && p[8] == p[9] &&

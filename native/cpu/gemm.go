@@ -48,6 +48,14 @@ func SetGemmISA(name string) error {
 	return fmt.Errorf("gemm: unknown instruction set %q (have %v)", name, GemmISAs())
 }
 
+// DepthwiseVectorWidth is the widest input row the float 3x3 depthwise
+// kernel (one output channel per channel, no fused producer) computes 16
+// channels a vector, one lane a channel, with the instruction set the
+// GEMM core uses now (AVX-512); 0 where it never does. On such small
+// planes that kernel beats the pointwise-depthwise fusion, so the engine
+// keeps the pair apart there (engine.Options.DepthwiseVectorWidth).
+func DepthwiseVectorWidth() int { return int(C.sk_dw_vector_width()) }
+
 // Gemm computes c (m x n, leading dimension ldc) = a (m x k) * b (k x n) on
 // the calling thread with the GEMM core every kernel uses. a(i, p) is
 // a[i*lda+p], or a[p*lda+i] when ta; b(p, j) is b[p*ldb+j], or b[j*ldb+p]

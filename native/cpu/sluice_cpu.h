@@ -692,6 +692,11 @@ int sk_gemm_isa(void);
 int sk_gemm_set_isa(int isa);
 int sk_gemm_isa_supported(int isa);
 const char *sk_gemm_isa_name(int isa);
+/* sk_dw_vector_width is the widest input row a float 3x3 depthwise
+ * kernel (one output channel per channel, not fused) computes 16
+ * channels a vector with the instruction set sk_gemm uses now; 0 where it
+ * never does. */
+int sk_dw_vector_width(void);
 /* sk_gemm_nr is the column count of the micro-kernel sk_gemm uses now: a
  * tile narrower than it computes padding. */
 int sk_gemm_nr(void);
