@@ -330,12 +330,12 @@ static inline void dw_cvec_rows(const int64_t *p, int64_t *top, int64_t *bottom)
 
 /* dw_cvec_floats is the scratch the channel-vector path needs after the
  * zero row (a group's input planes and the output stage), or 0 where it
- * does not apply: a float 3x3 depthwise layer (one output channel per
- * input channel, not fused) with small planes. Its shape alone decides;
+ * does not apply: a 3x3 depthwise layer (one output channel per input
+ * channel, float or integer, not fused) with small planes. Its shape alone decides;
  * the block takes it where sgemm uses AVX-512. */
 static int64_t dw_cvec_floats(const int64_t *p)
 {
-	if (!dw_fast(p) || p[16] != 0 || p[SKP_DWP] != 0 || p[4] != p[1] ||
+	if (!dw_fast(p) || p[16] < 0 || p[16] > 1 || p[SKP_DWP] != 0 || p[4] != p[1] ||
 	    p[3] > DW_CVEC_MAX_W)
 		return 0;
 	int64_t top, bottom;
@@ -393,7 +393,7 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	/* a zero row for the 3x3 path; on integers also the shifted input
 	 * plane, 64-byte aligned after it; fused, the band of the pointwise
 	 * output after it */
-	k->scratch = dw_zero_row(p) + (quant ? p[2] * p[3] : cvec);
+	k->scratch = dw_zero_row(p) + SK_MAX(quant ? p[2] * p[3] : 0, cvec);
 	if (fused) {
 		/* the widest band's rows (an interior band's; a bound on the
 		 * work between checks set later only narrows the bands) */
@@ -709,7 +709,9 @@ DW_512 static inline void dw_tr16(__m512 r[16])
  * the input, in dw3x3_plane's order (rows outside the input read zeros,
  * as there), and O is transposed back into the channels' planes 16
  * pixels at a time. Bit for bit dw3x3_plane's, residual and activation
- * after it as there. */
+ * after it as there; on integers (p[16] = 1) the input less its zero
+ * point and the output requantised, as the plane path's QUANT passes
+ * compute them. */
 DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1,
 				  float *T, float *O, sk_ctx *ctx)
 {
@@ -725,7 +727,9 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 	memset(T, 0, (size_t)(top * W * 16) * 4);
 	memset(T + (top + H) * W * 16, 0, (size_t)(bottom * W * 16) * 4);
 	float *X = T + top * W * 16; /* row 0 */
-	const __m512 zero = _mm512_setzero_ps();
+	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+	const __m512 zp = _mm512_set1_ps(k->f[0]);
+	int quant = p[16] == 1, requant = quant && p[17] == 1;
 	const __m512i lane9 = _mm512_mullo_epi32(
 		_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
 		_mm512_set1_epi32(9));
@@ -738,8 +742,11 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 			int nq = (int)SK_MIN(16, HW - q);
 			__mmask16 qm = (__mmask16)((1u << nq) - 1);
 			__m512 v[16];
-			for (int i = 0; i < 16; i++)
+			for (int i = 0; i < 16; i++) {
 				v[i] = i < nc ? _mm512_maskz_loadu_ps(qm, x + i * HW + q) : zero;
+				if (quant) /* QUANT's mode 1, scale 1 */
+					v[i] = _mm512_mul_ps(_mm512_sub_ps(v[i], zp), one);
+			}
 			dw_tr16(v);
 			for (int j = 0; j < nq; j++)
 				_mm512_store_ps(X + (q + j) * 16, v[j]);
@@ -811,7 +818,11 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 				_mm512_mask_storeu_ps(y + i * OHW + q, qm, a);
 			}
 		}
-		if (p[SKP_ACT])
+		if (requant)
+			for (int i = 0; i < nc; i++)
+				sk_quant_run(y + i * OHW, y + i * OHW, OHW, SK_QUANT_REQUANT,
+					     k->in[4][g + i], k->f[1], (float)p[18], (float)p[19]);
+		else if (p[SKP_ACT])
 			sk_act_apply(y, nc * OHW, (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 	}
 }
