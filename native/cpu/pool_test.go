@@ -46,6 +46,11 @@ func TestMaxPoolSameBits(t *testing.T) {
 	for _, pc := range []poolCase{
 		{2, 112, 112, 3, 2, 1}, // ResNet's
 		{3, 9, 37, 3, 2, 0}, {2, 8, 66, 2, 2, 0}, {2, 7, 70, 3, 2, 1}, {1, 5, 33, 3, 1, 1}, {2, 6, 35, 5, 2, 2},
+		// rows of 13 vectors (four at a time, the last group partial),
+		// and past the widest the vector path takes
+		{1, 4, 200, 3, 1, 1}, {1, 4, 420, 3, 2, 1}, {1, 3, 300, 3, 1, 1},
+		// windows of padding only at both ends of a row (output 0)
+		{2, 6, 40, 2, 1, 2}, {1, 5, 41, 3, 2, 2},
 	} {
 		x := newFloats(t, int(pc.planes*pc.h*pc.w), 0)
 		xs := x.s()

@@ -93,9 +93,14 @@ func attributeORT(nodes map[string]ortNode, g *graph.Graph, kernels map[string]s
 	compute := map[string]bool{"Conv": true, "Gemm": true, "MatMul": true, "ConvTranspose": true}
 	byKernel, rest = map[string]ortNode{}, map[string]ortNode{}
 	for name, t := range nodes {
-		n := byName[name]
+		// its layout passes rename nodes "<node>_token_<n>"
+		base := name
+		if i := strings.LastIndex(base, "_token_"); i > 0 {
+			base = base[:i]
+		}
+		n := byName[base]
 		if n == nil {
-			n = producer[strings.TrimSuffix(name, "_nchwc")]
+			n = producer[strings.TrimSuffix(base, "_nchwc")]
 		}
 		down := false
 		for depth := 0; n != nil && kernels[n.Name] == "" && depth < 8; depth++ {
