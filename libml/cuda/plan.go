@@ -288,8 +288,11 @@ func plan(op Op, a *Args, v int) (int64, error) {
 		if err := atLeast1(p, 1, 2); err != nil {
 			return 0, err
 		}
-		if p[3] < 0 || p[3] > 4 || p[4] > p[5] {
+		if p[3] < 0 || p[3] > 5 || p[4] > p[5] {
 			return 0, fmt.Errorf("mode %d range %d..%d", p[3], p[4], p[5])
+		}
+		if p[3] == 5 && (p[1] != 1 || a.In[3] == 0 || a.In[4] == 0 || a.In[6] == 0) {
+			return 0, errors.New("QLinearAdd: one scale, and the second input and both input scales")
 		}
 		if a.In[0] == 0 || (p[3] != 2 && p[3] != 3 && a.In[1] == 0) {
 			return 0, errors.New("input or scale missing")

@@ -248,6 +248,7 @@ func (m *Model) compile(shapes map[string][]int64) (*Program, error) {
 		return nil, err
 	}
 	c.fusePointwiseDW()
+	c.fuseQLinearAdd()
 	c.plan()
 	c.finish()
 	return c.prog, nil

@@ -46,14 +46,7 @@ func (c *compiler) fusePointwiseDW() {
 	if c.m.opts.NoFusion || c.m.opts.NoPointwiseDW {
 		return
 	}
-	readers := make([]int, len(c.bufs))
-	for _, d := range c.drafts {
-		for _, o := range d.in {
-			if o.sp == SpaceArena {
-				readers[o.buf]++
-			}
-		}
-	}
+	readers := c.arenaReaders()
 	out := make([]draft, 0, len(c.drafts))
 	fused := false
 	for i := 0; i < len(c.drafts); i++ {
@@ -68,16 +61,8 @@ func (c *compiler) fusePointwiseDW() {
 		}
 		out = append(out, c.drafts[i])
 	}
-	if !fused {
-		return
-	}
-	// the lifetimes again, as emit keeps them
-	for _, b := range c.bufs {
-		b.def, b.last = 1<<30, -1
-	}
-	c.drafts = c.drafts[:0]
-	for _, d := range out {
-		c.emit(d)
+	if fused {
+		c.reemit(out)
 	}
 }
 

@@ -35,7 +35,8 @@
 void sk_prep_quant(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
-	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < SK_QUANT_QUANTIZE || p[3] > SK_QUANT_REQUANT || p[4] > p[5]) {
+	if (p[0] < 1 || p[1] < 1 || p[2] < 1 || p[3] < SK_QUANT_QUANTIZE || p[3] > SK_QUANT_ADD || p[4] > p[5] ||
+	    (p[3] == SK_QUANT_ADD && (p[1] != 1 || !k->in[3] || !k->in[4] || !k->in[6]))) {
 		k->grid = -1;
 		return;
 	}
@@ -70,6 +71,23 @@ SK_MV static void q_run(const float *x, float *y, int64_t n, int mode, float s, 
 	} else {
 		for (int64_t j = 0; j < n; j++)
 			y[j] = q_clamp(rintf(x[j] / s) + z, lo, hi);
+	}
+}
+
+/* q_add is QUANT's mode 5 over n values: each the chain its
+ * DequantizeLinear (mode 1) of a and of b, their sum, and its
+ * QuantizeLinear (mode 0) compute apart. */
+SK_MV static void q_add(const float *a, const float *b, float *y, int64_t n, float sa, float za,
+			float sb, float zb, float s, float z, float lo, float hi)
+{
+	if (s == 0.0f) {
+		for (int64_t j = 0; j < n; j++)
+			y[j] = q_clamp(z, lo, hi);
+		return;
+	}
+	for (int64_t j = 0; j < n; j++) {
+		float v = (a[j] - za) * sa + (b[j] - zb) * sb;
+		y[j] = q_clamp(rintf(v / s) + z, lo, hi);
 	}
 }
 
@@ -114,6 +132,17 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	}
 	int64_t i0 = blk * k->t[0], i1 = SK_MIN(i0 + k->t[0], n);
 	float *y = k->out;
+	if (p[3] == SK_QUANT_ADD) {
+		float sa = k->in[4][0], za = k->in[5] ? k->in[5][0] : 0.0f;
+		float sb = k->in[6][0], zb = k->in[7] ? k->in[7][0] : 0.0f;
+		float s = sc[0], z = zp ? zp[0] : 0.0f;
+		for (int64_t i = i0; i < i1; i += 4096) {
+			SK_POLL(ctx);
+			int64_t e = SK_MIN(i + 4096, i1);
+			q_add(x + i, k->in[3] + i, y + i, e - i, sa, za, sb, zb, s, z, lo, hi);
+		}
+		return;
+	}
 	for (int64_t i = i0; i < i1; i += 4096) {
 		SK_POLL(ctx);
 		int64_t e = SK_MIN(i + 4096, i1);

@@ -253,7 +253,11 @@ enum sk_reduce {
  *          float, DynamicQuantizeLinear's scale (max(0,max x)-min(0,min x))
  *          /(hi-lo) and zero point clamp(rint(lo - min/scale)), 4
  *          y = clamp(rint(x*scale)+zp): requantise int32 sums, as QGEMM's
- *          epilogue does) 4 lo 5 hi.
+ *          epilogue does, 5 y = clamp(rint(((A-za)*sa + (B-zb)*sb)/scale)
+ *          +zp): QLinearAdd, with A = X, B = in[3], sa = in[4][0], za =
+ *          in[5][0], sb = in[6][0], zb = in[7][0] (za, zb nullable), C = 1,
+ *          the bits of its DequantizeLinear, Add and QuantizeLinear apart)
+ *          4 lo 5 hi.
  * QGEMM    in A,B,za,zb,mult,bias (integers stored as float; bias int32
  *          bits; za,zb,mult,bias nullable). Y[m,n] = sum_k (A[m,k]-za)
  *          (B[k,n]-zb) (+ bias), as float or requantised clamp(rint(
@@ -593,7 +597,8 @@ enum sk_quant_mode {
 	SK_QUANT_DEQUANTIZE = 1, /* (x-zp)*scale */
 	SK_QUANT_DYN_SCALE = 2,  /* DynamicQuantizeLinear's scale */
 	SK_QUANT_DYN_ZERO = 3,   /* DynamicQuantizeLinear's zero point */
-	SK_QUANT_REQUANT = 4     /* clamp(rint(x*scale)+zp) */
+	SK_QUANT_REQUANT = 4,    /* clamp(rint(x*scale)+zp) */
+	SK_QUANT_ADD = 5         /* clamp(rint(((a-za)*sa + (b-zb)*sb)/scale)+zp) */
 };
 /* QGEMM's micro-kernels: the best the CPU has (AMX tiles, VNNI, AVX2, C),
  * portable C, the best without VNNI or AMX (AVX2 where present), the best

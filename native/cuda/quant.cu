@@ -4,8 +4,10 @@
  * their values, as on the CPU; the integer sums are exact, so every result
  * is the CPU engine's, bit for bit.
  *
- *   QUANT  elementwise (modes 0 quantise, 1 dequantise, 4 requantise: one
- *          thread per element, SG_EPB per block) and the two whole-tensor
+ *   QUANT  elementwise (modes 0 quantise, 1 dequantise, 4 requantise, 5
+ *          QLinearAdd: one thread per element, SG_EPB per block; mode 5's
+ *          products and sum rounded one by one, never contracted into a
+ *          fused multiply-add, as quant.c computes them) and the two whole-tensor
  *          reductions of DynamicQuantizeLinear (modes 2, 3: one block).
  *   QGEMM  one block per 64 x 64 tile of Y (sg_mm.h's shared-memory slices,
  *          int32 sums, 4 x 4 outputs a thread): sum_k (A - za)(B - zb) from
@@ -52,7 +54,12 @@ SG_DEV void sg_body_quant(const sg_args &a, sg_i64 blk, sg_state *st)
 			continue;
 		sg_i64 c = C == 1 ? 0 : (i / inner) % C;
 		float s = sc[c], z = zp ? zp[c] : 0.0f, v;
-		if (mode == 1)
+		if (mode == 5 && s != 0.0f) {
+			float za = a.in[5] ? a.in[5][0] : 0.0f, zb = a.in[7] ? a.in[7][0] : 0.0f;
+			float u = sg_add_rn(sg_mul_rn(x[i] - za, a.in[4][0]),
+					    sg_mul_rn(a.in[3][i] - zb, a.in[6][0]));
+			v = sg_qclamp(sg_rint(u / s) + z, lo, hi);
+		} else if (mode == 1)
 			v = (x[i] - z) * s;
 		else if (mode == 4)
 			v = sg_qclamp(sg_rint(x[i] * s) + z, lo, hi);
