@@ -198,6 +198,7 @@ var dwCases = []dwCase{
 	{n: 2, c: 20, mult: 1, h: 7, w: 7, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true, requant: true},
 	{n: 1, c: 17, mult: 1, h: 14, w: 13, k: 3, stride: 2, padT: 1, padL: 0, padB: 1, padR: 1, quant: true},
 	{n: 1, c: 33, mult: 1, h: 28, w: 28, k: 3, stride: 2, padT: 0, padL: 0, padB: 1, padR: 1, bias: true, quant: true, requant: true},
+	{n: 1, c: 18, mult: 1, h: 9, w: 112, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true, requant: true},
 	// the general path (5x5) and integers: shifted input, requantised
 	{n: 1, c: 3, mult: 1, h: 13, w: 11, k: 5, stride: 2, padT: 2, padL: 2, padB: 2, padR: 2, bias: true, act: 1},
 	{n: 2, c: 8, mult: 1, h: 14, w: 14, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true, requant: true},
