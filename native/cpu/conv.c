@@ -676,28 +676,33 @@ DW_512 static void dw_plane_512(const float *x, const float *w, float *y, float 
 	}
 }
 
-/* dw_tr16 transposes 16 vectors of 16 floats: r[i][j] becomes r[j][i]. */
+/* dw_tr16 transposes 16 vectors of 16 floats: r[i][j] becomes r[j][i],
+ * each stage in place (at most 20 vectors live). Callers index r only in
+ * loops of a constant trip count, so that it stays in registers: a loop
+ * to a run-time bound (the pixels or channels left) made the compiler
+ * keep r in memory, 49 spilled stores in dw3x3_cvec_512 against 3. */
 DW_512 static inline void dw_tr16(__m512 r[16])
 {
-	__m512 t[16], u[16];
 	for (int i = 0; i < 8; i++) {
-		t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-		t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+		__m512 a = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		__m512 b = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+		r[2 * i] = a;
+		r[2 * i + 1] = b;
 	}
-	/* u[4g + m], 128-bit lane L: column 4L + m of rows 4g..4g+3 */
+	/* r[4g + m], 128-bit lane L: column 4L + m of rows 4g..4g+3 */
 	for (int g = 0; g < 4; g++) {
-		__m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
-		__m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
-		u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-		u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-		u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-		u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+		__m512d a = _mm512_castps_pd(r[4 * g]), b = _mm512_castps_pd(r[4 * g + 1]);
+		__m512d c = _mm512_castps_pd(r[4 * g + 2]), d = _mm512_castps_pd(r[4 * g + 3]);
+		r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+		r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+		r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+		r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
 	}
 	for (int m = 0; m < 4; m++) {
-		__m512 vlo = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88);
-		__m512 vhi = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xdd);
-		__m512 wlo = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88);
-		__m512 whi = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xdd);
+		__m512 vlo = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
+		__m512 vhi = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xdd);
+		__m512 wlo = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+		__m512 whi = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xdd);
 		r[m] = _mm512_shuffle_f32x4(vlo, wlo, 0x88);
 		r[8 + m] = _mm512_shuffle_f32x4(vlo, wlo, 0xdd);
 		r[4 + m] = _mm512_shuffle_f32x4(vhi, whi, 0x88);
@@ -749,14 +754,18 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 			int nq = (int)SK_MIN(16, HW - q);
 			__mmask16 qm = (__mmask16)((1u << nq) - 1);
 			__m512 v[16];
+#pragma GCC unroll 16
 			for (int i = 0; i < 16; i++) {
 				v[i] = i < nc ? _mm512_maskz_loadu_ps(qm, x + i * HW + q) : zero;
 				if (quant) /* QUANT's mode 1, scale 1 */
 					v[i] = _mm512_mul_ps(_mm512_sub_ps(v[i], zp), one);
 			}
 			dw_tr16(v);
-			for (int j = 0; j < nq; j++)
-				_mm512_store_ps(X + (q + j) * 16, v[j]);
+			/* a constant trip count: v stays in registers */
+#pragma GCC unroll 16
+			for (int j = 0; j < 16; j++)
+				if (j < nq)
+					_mm512_store_ps(X + (q + j) * 16, v[j]);
 		}
 		__m512 w0, w1, w2, w3, w4, w5, w6, w7, w8;
 		const float *wp = k->in[1] + g * 9;
@@ -814,11 +823,15 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 			int nq = (int)SK_MIN(16, OHW - q);
 			__mmask16 qm = (__mmask16)((1u << nq) - 1);
 			__m512 v[16];
+#pragma GCC unroll 16
 			for (int j = 0; j < 16; j++)
 				v[j] = j < nq ? _mm512_load_ps(O + (q + j) * 16) : zero;
 			dw_tr16(v);
 			const float *rr = k->in[3] ? k->in[3] + (n * C + g) * OHW + q : NULL;
-			for (int i = 0; i < nc; i++) {
+#pragma GCC unroll 16
+			for (int i = 0; i < 16; i++) {
+				if (i >= nc)
+					break;
 				__m512 a = v[i];
 				if (rr)
 					a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(qm, rr + i * OHW));
