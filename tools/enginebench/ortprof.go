@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -92,7 +93,13 @@ func attributeORT(nodes map[string]ortNode, g *graph.Graph, kernels map[string]s
 	}
 	compute := map[string]bool{"Conv": true, "Gemm": true, "MatMul": true, "ConvTranspose": true}
 	byKernel, rest = map[string]ortNode{}, map[string]ortNode{}
-	for name, t := range nodes {
+	names := make([]string, 0, len(nodes))
+	for name := range nodes {
+		names = append(names, name)
+	}
+	sort.Strings(names) // a kernel's ops listed in one order
+	for _, name := range names {
+		t := nodes[name]
 		// its layout passes rename nodes "<node>_token_<n>"
 		base := name
 		if i := strings.LastIndex(base, "_token_"); i > 0 {
@@ -123,7 +130,7 @@ func attributeORT(nodes map[string]ortNode, g *graph.Graph, kernels map[string]s
 		k.Us += t.Us
 		if k.Op == "" {
 			k.Op = t.Op
-		} else if !strings.Contains(k.Op, t.Op) {
+		} else if !slices.Contains(strings.Split(k.Op, "+"), t.Op) {
 			k.Op += "+" + t.Op
 		}
 		byKernel[kn] = k
