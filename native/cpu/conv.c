@@ -307,12 +307,13 @@ static inline int64_t dw_zero_row(const int64_t *p) { return SK_CDIV(p[3] + 16, 
  * (dw3x3_cvec_512) takes, DW_CVEC_MAX_FLOATS the most scratch it uses
  * (a group of 16 channels' input and output planes). */
 #define DW_CVEC_MAX_W 32
-/* on integers at stride 1 rows up to 128 wide: the plane path's passes
- * that shift each input plane and requantise each output plane cost more
- * there than the transposes (MobileNetV2-int8 at batch 1, two units,
- * profiled alternately: its 112x112 layer 3.2-3.3% of the model against
- * 3.5-3.8, its 56x56 layer 3.5-3.8% against 4.3-4.6; at stride 2 it
- * lost, 6.6-6.8% against 5.3-5.6) */
+/* on integers at stride 1, rows up to 128 wide where a group's planes fit
+ * DW_CVEC_MAX_FLOATS: the plane path's passes that shift each input plane
+ * and requantise each output plane cost more there than the transposes
+ * (MobileNetV2-int8 at batch 1, two units, profiled alternately on a
+ * noisy VM: its 56x56 layer 3.5-3.8% of the model against 4.3-4.6; its
+ * 112x112 layer does not fit and stays on the plane path; at stride 2 the
+ * path lost, 6.6-6.8% against 5.3-5.6 for the 112x112 stride-2 layer) */
 #define DW_CVEC_MAX_W_INT 128
 #define DW_CVEC_MAX_FLOATS (1 << 18)
 
