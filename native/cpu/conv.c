@@ -310,10 +310,12 @@ static inline int64_t dw_zero_row(const int64_t *p) { return SK_CDIV(p[3] + 16, 
 /* on integers at stride 1, rows up to 128 wide where a group's planes fit
  * DW_CVEC_MAX_FLOATS: the plane path's passes that shift each input plane
  * and requantise each output plane cost more there than the transposes
- * (MobileNetV2-int8 at batch 1, two units, profiled alternately on a
- * noisy VM: its 56x56 layer 3.5-3.8% of the model against 4.3-4.6; its
- * 112x112 layer does not fit and stays on the plane path; at stride 2 the
- * path lost, 6.6-6.8% against 5.3-5.6 for the 112x112 stride-2 layer) */
+ * (BenchmarkDepthwise's 144x56x56_s1_int8, one thread, the two limits
+ * alternated 8 times: 3.01-4.36 ms against 3.62-5.72, against a control
+ * layer both limits take alike at 0.36-0.61 and 0.37-0.68; MobileNetV2-
+ * int8's 112x112 layer does not fit and stays on the plane path; at
+ * stride 2 the path lost, 6.6-6.8% of that model against 5.3-5.6 for its
+ * 112x112 stride-2 layer) */
 #define DW_CVEC_MAX_W_INT 128
 #define DW_CVEC_MAX_FLOATS (1 << 18)
 

@@ -260,17 +260,29 @@ func TestDepthwiseMatchesReference(t *testing.T) {
 // BenchmarkDepthwise runs MobileNetV2's 3x3 depthwise layers at batch 8
 // on one thread (every block in turn).
 func BenchmarkDepthwise(b *testing.B) {
-	layers := []struct{ c, hw, stride int64 }{
-		{32, 112, 1}, {96, 112, 2}, {144, 56, 1}, {144, 56, 2}, {192, 28, 1}, {192, 28, 2},
-		{384, 14, 1}, {576, 14, 2}, {960, 7, 1},
+	layers := []struct {
+		c, hw, stride int64
+		int8          bool
+	}{
+		{32, 112, 1, false}, {96, 112, 2, false}, {144, 56, 1, false}, {144, 56, 2, false}, {192, 28, 1, false},
+		{192, 28, 2, false}, {384, 14, 1, false}, {576, 14, 2, false}, {960, 7, 1, false},
+		// MobileNetV2-int8's: shifted and requantised
+		{32, 112, 1, true}, {144, 56, 1, true}, {384, 14, 1, true},
 	}
 	for _, l := range layers {
 		dc := dwCase{n: 8, c: l.c, mult: 1, h: l.hw, w: l.hw, k: 3, stride: l.stride, padT: 1, padL: 1,
 			padB: 1, padR: 1, bias: true, act: 2}
+		if l.int8 {
+			dc.act, dc.quant, dc.requant = 0, true, true
+		}
 		o := dwMake(b, dc)
 		oh, ow := dc.out()
 		y := newFloats(b, int(dc.n*dc.c*oh*ow), 0)
-		b.Run(fmt.Sprintf("%dx%dx%d_s%d", l.c, l.hw, l.hw, l.stride), func(b *testing.B) {
+		name := fmt.Sprintf("%dx%dx%d_s%d", l.c, l.hw, l.hw, l.stride)
+		if l.int8 {
+			name += "_int8"
+		}
+		b.Run(name, func(b *testing.B) {
 			ks := newKernels(b, 1)
 			d := dwDesc(dc, o, y)
 			if err := ks.Set(0, &d, 1); err != nil {
