@@ -748,9 +748,14 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 	const __m512i lane9 = _mm512_mullo_epi32(
 		_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
 		_mm512_set1_epi32(9));
-	for (int64_t g = c0; g < c1; g += 16) {
+	/* channels between checks: 16, fewer under a bound on the work
+	 * between checks (each output 9 products and sums) */
+	int64_t step = 16;
+	if (k->check_flops > 0)
+		step = SK_MAX(SK_MIN(k->check_flops / (18 * SK_MAX(OHW, 1)), 16), 1);
+	for (int64_t g = c0; g < c1; g += step) {
 		SK_POLL(ctx);
-		int nc = (int)SK_MIN(16, c1 - g);
+		int nc = (int)SK_MIN(step, c1 - g);
 		__mmask16 cm = (__mmask16)((1u << nc) - 1);
 		const float *x = k->in[0] + (n * C + g) * HW;
 		for (int64_t q = 0; q < HW; q += 16) {

@@ -925,7 +925,8 @@ func TestChecksKeepResults(t *testing.T) {
 	// DWCONV 48 channels 3x3 pad 1 over 6x6, its input the pointwise
 	// convolution of x (64 -> 48 channels) computed in the kernel
 	pw, pwb, dw, dwb := newFloats(t, 48*64, 0), newFloats(t, 48, 0), newFloats(t, 48*9, 0), newFloats(t, 48, 0)
-	for _, f := range []*cfloats{a, b, bias, x, w, cb, pw, pwb, dw, dwb} {
+	dwx, dw40 := newFloats(t, 40*196, 0), newFloats(t, 40*9, 0)
+	for _, f := range []*cfloats{a, b, bias, x, w, cb, pw, pwb, dw, dwb, dwx, dw40} {
 		fill(f)
 	}
 	cases := []tc{
@@ -951,6 +952,14 @@ func TestChecksKeepResults(t *testing.T) {
 			d.P[PDWPointwise], d.P[PDWPointwiseC] = 1, 64
 			return d
 		}, 48 * 36},
+		{"dwconv-channel-vectors", func(out *cfloats) Desc {
+			// 40 channels of 14x14 (16 channels a vector on AVX-512;
+			// the work bound leaves 5 a check)
+			d := Desc{Op: OpDWConv, Out: out.p}
+			d.In[0], d.In[1], d.In[2] = dwx.p, dw40.p, cb.p
+			copy(d.P[:16], []int64{1, 40, 14, 14, 40, 40, 3, 3, 1, 1, 1, 1, 1, 1, 14, 14})
+			return d
+		}, 40 * 196},
 		{"im2col", func(out *cfloats) Desc {
 			d := Desc{Op: OpIm2col, Out: out.p}
 			d.In[0] = x.p
