@@ -16,8 +16,9 @@ import (
 // (QLinearAdd) whose output has the bits of the four apart (the same graph
 // with the float sum also a graph output, which keeps them apart): uint8
 // and int8, with and without zero points, the Add's operands either way
-// round, an output scale of zero. A broadcast Add, a per-channel
-// DequantizeLinear and an activation after the Add stay apart.
+// round, an output scale of zero, an activation after the Add (ResNet's
+// Relu; a Clip). A broadcast Add and a per-channel DequantizeLinear stay
+// apart.
 func TestQLinearAddFused(t *testing.T) {
 	be := cpuBackend(t)
 	type qadd struct {
@@ -26,7 +27,7 @@ func TestQLinearAddFused(t *testing.T) {
 		shapeA, shapeB   []int64
 		zeroPoints       bool
 		swap, perChannel bool
-		relu             bool
+		act              string // after the Add: "", "Relu", "Clip" (-1.5, 2)
 		outScale         float32
 		fused            bool
 	}
@@ -37,7 +38,8 @@ func TestQLinearAddFused(t *testing.T) {
 		{name: "zero-scale", dt: graph.Uint8, shapeA: []int64{2, 33}, shapeB: []int64{2, 33}, zeroPoints: true, outScale: 0, fused: true},
 		{name: "broadcast", dt: graph.Uint8, shapeA: []int64{2, 8, 4, 4}, shapeB: []int64{1, 8, 1, 1}, zeroPoints: true, outScale: 0.07},
 		{name: "per-channel", dt: graph.Int8, shapeA: []int64{2, 8, 4, 4}, shapeB: []int64{2, 8, 4, 4}, zeroPoints: true, perChannel: true, outScale: 0.07},
-		{name: "relu", dt: graph.Uint8, shapeA: []int64{2, 8, 4, 4}, shapeB: []int64{2, 8, 4, 4}, zeroPoints: true, relu: true, outScale: 0.07},
+		{name: "relu", dt: graph.Uint8, shapeA: []int64{2, 8, 4, 4}, shapeB: []int64{2, 8, 4, 4}, zeroPoints: true, act: "Relu", outScale: 0.07, fused: true},
+		{name: "clip", dt: graph.Int8, shapeA: []int64{2, 16, 5, 5}, shapeB: []int64{2, 16, 5, 5}, zeroPoints: true, act: "Clip", outScale: 0.03, fused: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			numel := func(s []int64) int64 {
@@ -93,8 +95,13 @@ func TestQLinearAddFused(t *testing.T) {
 				{Name: "add", Op: "Add", Inputs: add, Outputs: []string{"t"}},
 			}
 			sum := "t"
-			if c.relu {
+			switch c.act {
+			case "Relu":
 				nodes = append(nodes, graph.Node{Name: "relu", Op: "Relu", Inputs: []string{"t"}, Outputs: []string{"r"}})
+				sum = "r"
+			case "Clip":
+				inits = append(inits, scalar("lo", -1.5), scalar("hi", 2))
+				nodes = append(nodes, graph.Node{Name: "clip", Op: "Clip", Inputs: []string{"t", "lo", "hi"}, Outputs: []string{"r"}})
 				sum = "r"
 			}
 			nodes = append(nodes,

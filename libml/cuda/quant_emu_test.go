@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 
 	"sluice/libml"
@@ -140,5 +141,66 @@ func TestBackendRuntimeIfEmu(t *testing.T) {
 				t.Fatalf("input %v: emulator %v, cpu %v, want %v", in, got, cpuGot, want)
 			}
 		}
+	}
+}
+
+// QLinearAdd (QUANT mode 5) on the emulator: a residual addition in the
+// QDQ form, with a Relu or a Clip after the sum, fused into one kernel
+// by both backends, gives the cpu backend's bits (every step is one
+// rounded float operation on both).
+func TestQLinearAddEmu(t *testing.T) {
+	b, _ := newEmuBackend(t, Options{}, libml.BackendConfig{}, false)
+	ref := cpuBackend(t)
+	for _, act := range []string{"Relu", "Clip"} {
+		t.Run(act, func(t *testing.T) {
+			dims := []int64{-1, 8, 6, 6}
+			scalar := func(name string, v float32) *graph.Tensor {
+				return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{}, F32: []float32{v}}
+			}
+			zp := func(name string, v int64) *graph.Tensor {
+				return &graph.Tensor{Name: name, DType: graph.Uint8, Dims: []int64{}, I64: []int64{v}}
+			}
+			inits := []*graph.Tensor{scalar("sa", 0.031), scalar("sb", 0.047), scalar("sy", 0.05),
+				zp("za", 131), zp("zb", 120), zp("zy", 128), scalar("k", -0.7), scalar("lo", -1.5), scalar("hi", 2)}
+			nodes := []graph.Node{
+				{Name: "xb", Op: "Mul", Inputs: []string{"x", "k"}, Outputs: []string{"xb"}},
+				{Name: "qa", Op: "QuantizeLinear", Inputs: []string{"x", "sa", "za"}, Outputs: []string{"qa"}},
+				{Name: "qb", Op: "QuantizeLinear", Inputs: []string{"xb", "sb", "zb"}, Outputs: []string{"qb"}},
+				{Name: "dqa", Op: "DequantizeLinear", Inputs: []string{"qa", "sa", "za"}, Outputs: []string{"da"}},
+				{Name: "dqb", Op: "DequantizeLinear", Inputs: []string{"qb", "sb", "zb"}, Outputs: []string{"db"}},
+				{Name: "add", Op: "Add", Inputs: []string{"da", "db"}, Outputs: []string{"t"}},
+			}
+			if act == "Relu" {
+				nodes = append(nodes, graph.Node{Name: "act", Op: "Relu", Inputs: []string{"t"}, Outputs: []string{"r"}})
+			} else {
+				nodes = append(nodes, graph.Node{Name: "act", Op: "Clip", Inputs: []string{"t", "lo", "hi"}, Outputs: []string{"r"}})
+			}
+			nodes = append(nodes,
+				graph.Node{Name: "qy", Op: "QuantizeLinear", Inputs: []string{"r", "sy", "zy"}, Outputs: []string{"qy"}},
+				graph.Node{Name: "dqy", Op: "DequantizeLinear", Inputs: []string{"qy", "sy", "zy"}, Outputs: []string{"y"}})
+			g := &graph.Graph{Name: "qadd", Opset: 13,
+				Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: dims}},
+				Outputs:      []graph.ValueInfo{{Name: "y", DType: graph.Float32, Dims: dims}},
+				Initializers: inits, Nodes: nodes}
+			inst := load(t, b, "qadd", g, 2)
+			defer inst.Close()
+			rinst := load(t, ref, "qadd", g, 2)
+			defer rinst.Close()
+			in := zoo.Input(5, 2*inst.InputSize())
+			for i := range in {
+				in[i] *= 3
+			}
+			got, want := infer(t, b, inst, 2, in), infer(t, ref, rinst, 2, in)
+			distinct := map[float32]bool{}
+			for i := range want {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("y[%d] = %v on the emulator, %v on the cpu", i, got[i], want[i])
+				}
+				distinct[want[i]] = true
+			}
+			if len(distinct) < 20 {
+				t.Fatalf("only %d distinct outputs", len(distinct))
+			}
+		})
 	}
 }

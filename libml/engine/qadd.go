@@ -70,7 +70,7 @@ func (c *compiler) reemit(out []draft) {
 
 // qlinearAdd returns the QUANT kernel of ds, two per-tensor
 // DequantizeLinear drafts (in either order), the Add of their outputs
-// (same shape, no broadcast, no activation, perhaps in place) and the
+// (same shape, no broadcast, any activation, perhaps in place) and the
 // per-tensor QuantizeLinear of its sum, where nothing else reads the float
 // tensors; dead are the buffers no kernel uses any more.
 func (c *compiler) qlinearAdd(ds []draft, readers []int) (f draft, dead []int, ok bool) {
@@ -82,7 +82,7 @@ func (c *compiler) qlinearAdd(ds []draft, readers []int) (f draft, dead []int, o
 		return draft{}, nil, false
 	}
 	ap := &add.k.P
-	if add.k.Op != OpBinary || ap[0] != BinAdd || ap[PAct] != 0 || add.out.sp != SpaceArena {
+	if add.k.Op != OpBinary || ap[0] != BinAdd || add.out.sp != SpaceArena {
 		return draft{}, nil, false
 	}
 	// the Add's first operand comes first in the sum
@@ -124,6 +124,8 @@ func (c *compiler) qlinearAdd(ds []draft, readers []int) (f draft, dead []int, o
 	f.k.Name = a.k.Name + "+" + b.k.Name + "+" + add.k.Name + "+" + q.k.Name
 	f.k.Ops = "QLinearAdd"
 	f.k.P[3] = quantModeAdd
+	// the Add's activation (ResNet's Relu after the residual sum)
+	f.k.P[PAct], f.k.F[FActA], f.k.F[FActB] = ap[PAct], add.k.F[FActA], add.k.F[FActB]
 	f.in = [MaxIn]operand{a.in[0], q.in[1], q.in[2], b.in[0], a.in[1], a.in[2], b.in[1], b.in[2]}
 	for buf := range reads {
 		if buf != f.out.buf {

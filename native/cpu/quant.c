@@ -75,20 +75,24 @@ SK_MV static void q_run(const float *x, float *y, int64_t n, int mode, float s, 
 }
 
 /* q_add is QUANT's mode 5 over n values: each the chain its
- * DequantizeLinear (mode 1) of a and of b, their sum, and its
- * QuantizeLinear (mode 0) compute apart. */
+ * DequantizeLinear (mode 1) of a and of b, their sum, the sum's
+ * activation (the Add's, as BINARY applies it) and its QuantizeLinear
+ * (mode 0) compute apart. */
 SK_MV static void q_add(const float *a, const float *b, float *y, int64_t n, float sa, float za,
-			float sb, float zb, float s, float z, float lo, float hi)
+			float sb, float zb, float s, float z, float lo, float hi, int act, float fa,
+			float fb)
 {
 	if (s == 0.0f) {
 		for (int64_t j = 0; j < n; j++)
 			y[j] = q_clamp(z, lo, hi);
 		return;
 	}
-	for (int64_t j = 0; j < n; j++) {
-		float v = (a[j] - za) * sa + (b[j] - zb) * sb;
-		y[j] = q_clamp(rintf(v / s) + z, lo, hi);
-	}
+	for (int64_t j = 0; j < n; j++)
+		y[j] = (a[j] - za) * sa + (b[j] - zb) * sb;
+	if (act)
+		sk_act_apply(y, n, act, fa, fb);
+	for (int64_t j = 0; j < n; j++)
+		y[j] = q_clamp(rintf(y[j] / s) + z, lo, hi);
 }
 
 /* sk_quant_run applies an elementwise QUANT mode to n values with one
@@ -139,7 +143,8 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		for (int64_t i = i0; i < i1; i += 4096) {
 			SK_POLL(ctx);
 			int64_t e = SK_MIN(i + 4096, i1);
-			q_add(x + i, k->in[3] + i, y + i, e - i, sa, za, sb, zb, s, z, lo, hi);
+			q_add(x + i, k->in[3] + i, y + i, e - i, sa, za, sb, zb, s, z, lo, hi,
+			      (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 		}
 		return;
 	}

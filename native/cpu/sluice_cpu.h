@@ -256,7 +256,9 @@ enum sk_reduce {
  *          epilogue does, 5 y = clamp(rint(((A-za)*sa + (B-zb)*sb)/scale)
  *          +zp): QLinearAdd, with A = X, B = in[3], sa = in[4][0], za =
  *          in[5][0], sb = in[6][0], zb = in[7][0] (za, zb nullable), C = 1,
- *          the bits of its DequantizeLinear, Add and QuantizeLinear apart)
+ *          the sum's activation in p[SKP_ACT] (f[SKF_ACT_A], f[SKF_ACT_B])
+ *          before the quantisation: the bits of its DequantizeLinear, Add
+ *          and QuantizeLinear apart)
  *          4 lo 5 hi.
  * QGEMM    in A,B,za,zb,mult,bias (integers stored as float; bias int32
  *          bits; za,zb,mult,bias nullable). Y[m,n] = sum_k (A[m,k]-za)

@@ -58,6 +58,7 @@ SG_DEV void sg_body_quant(const sg_args &a, sg_i64 blk, sg_state *st)
 			float za = a.in[5] ? a.in[5][0] : 0.0f, zb = a.in[7] ? a.in[7][0] : 0.0f;
 			float u = sg_add_rn(sg_mul_rn(x[i] - za, a.in[4][0]),
 					    sg_mul_rn(a.in[3][i] - zb, a.in[6][0]));
+			u = sg_act(u, (int)a.p[SGP_ACT], a.f[6], a.f[7]);
 			v = sg_qclamp(sg_rint(u / s) + z, lo, hi);
 		} else if (mode == 1)
 			v = (x[i] - z) * s;
