@@ -188,21 +188,36 @@ func (b *Backend) LoadModel(ctx context.Context, name string, g *graph.Graph) (l
 	return inst, nil
 }
 
-func loadModel(name string, g *graph.Graph, units int) (*model, error) {
-	m := &model{name: name, progs: map[int]*program{}}
+// LoadEngine loads g with the engine for the cpu device's kernels: tiled
+// for units, its weights in C memory (kernels keep pointers to them:
+// ncpu.Free(wptr, wbytes) once the model is done with), with the fusions
+// these kernels want (engine.Options.DepthwiseVectorWidth). noInPlace is
+// engine.Options.NoInPlace. On an error nothing stays allocated.
+func LoadEngine(g *graph.Graph, units int, noInPlace bool) (em *engine.Model, wptr unsafe.Pointer, wbytes int, err error) {
 	alloc := func(n int) ([]float32, error) {
 		p, err := ncpu.Alloc(n * 4)
 		if err != nil {
 			return nil, err
 		}
-		m.wptr, m.wbytes = p, n*4
+		wptr, wbytes = p, n*4
 		return unsafe.Slice((*float32)(p), n), nil
 	}
-	em, err := engine.Load(g, engine.Options{Units: units, Alloc: alloc, DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth()})
+	em, err = engine.Load(g, engine.Options{Units: units, Alloc: alloc, NoInPlace: noInPlace,
+		DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth()})
 	if err != nil {
-		ncpu.Free(m.wptr, m.wbytes)
+		ncpu.Free(wptr, wbytes)
+		return nil, nil, 0, err
+	}
+	return em, wptr, wbytes, nil
+}
+
+func loadModel(name string, g *graph.Graph, units int) (*model, error) {
+	m := &model{name: name, progs: map[int]*program{}}
+	em, wptr, wbytes, err := LoadEngine(g, units, false)
+	if err != nil {
 		return nil, err
 	}
+	m.wptr, m.wbytes = wptr, wbytes
 	m.eng = em
 	m.batched = em.BatchDynamic()
 	in, out := em.Inputs(), em.Outputs()
@@ -405,19 +420,11 @@ func (b *Backend) RunGraph(ctx context.Context, g *graph.Graph, inputs map[strin
 		return nil, errors.New("cpu: RunGraph: the graph has no float32 input to run")
 	}
 	m := &model{name: g.Name, progs: map[int]*program{}}
-	alloc := func(n int) ([]float32, error) {
-		p, err := ncpu.Alloc(n * 4)
-		if err != nil {
-			return nil, err
-		}
-		m.wptr, m.wbytes = p, n*4
-		return unsafe.Slice((*float32)(p), n), nil
-	}
-	em, err := engine.Load(&gg, engine.Options{Units: units, Alloc: alloc, DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth()})
+	em, wptr, wbytes, err := LoadEngine(&gg, units, false)
 	if err != nil {
-		ncpu.Free(m.wptr, m.wbytes)
 		return nil, fmt.Errorf("cpu: RunGraph: %w", err)
 	}
+	m.wptr, m.wbytes = wptr, wbytes
 	m.eng = em
 	defer m.release()
 	ep, err := em.Compile(shapes)

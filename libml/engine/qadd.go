@@ -97,17 +97,15 @@ func (c *compiler) qlinearAdd(ds []draft, readers []int) (f draft, dead []int, o
 	if a.k.P[0] != n || b.k.P[0] != n || a.k.P[2] != n || b.k.P[2] != n || q.k.P[2] != n {
 		return draft{}, nil, false
 	}
-	// no broadcast: both operands contiguous over the output's dims
-	rank := int(ap[1])
-	stride, count := int64(1), int64(1)
-	for i := rank - 1; i >= 0; i-- {
+	// no broadcast: both operands contiguous over the output's n values
+	stride := int64(1)
+	for i := int(ap[1]) - 1; i >= 0; i-- {
 		if ap[8+i] != stride || ap[14+i] != stride {
 			return draft{}, nil, false
 		}
 		stride *= ap[2+i]
-		count *= ap[2+i]
 	}
-	if count != n || a.out.off != 0 || b.out.off != 0 || add.out.off != 0 {
+	if stride != n || a.out.off != 0 || b.out.off != 0 || add.out.off != 0 {
 		return draft{}, nil, false
 	}
 	// each float tensor read by the next draft only (the sum may be

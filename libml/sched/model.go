@@ -125,20 +125,11 @@ func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model
 		opt.Batch = 1
 	}
 	m := &Model{name: name, batch: opt.Batch, units: units}
-	alloc := func(n int) ([]float32, error) {
-		p, err := ncpu.Alloc(n * 4)
-		if err != nil {
-			return nil, err
-		}
-		m.wptr, m.wbytes = p, n*4
-		return unsafe.Slice((*float32)(p), n), nil
-	}
-	em, err := engine.Load(g, engine.Options{Units: units, Alloc: alloc, NoInPlace: opt.NoInPlace,
-		DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth()})
+	em, wptr, wbytes, err := cpu.LoadEngine(g, units, opt.NoInPlace)
 	if err != nil {
-		ncpu.Free(m.wptr, m.wbytes)
 		return nil, err
 	}
+	m.wptr, m.wbytes = wptr, wbytes
 	m.eng = em
 	if err := m.compile(opt); err != nil {
 		m.release()

@@ -341,8 +341,8 @@ static inline void dw_cvec_rows(const int64_t *p, int64_t *top, int64_t *bottom)
 /* dw_cvec_floats is the scratch the channel-vector path needs after the
  * zero row (a group's input planes and the output stage), or 0 where it
  * does not apply: a 3x3 depthwise layer (one output channel per input
- * channel, float or integer, not fused) with small planes. Its shape alone decides;
- * the block takes it where sgemm uses AVX-512. */
+ * channel, float or integer, not fused) with small planes. Its shape
+ * alone decides; the block takes it where sgemm uses AVX-512. */
 static int64_t dw_cvec_floats(const int64_t *p)
 {
 	if (!dw_fast(p) || p[16] < 0 || p[16] > 1 || p[SKP_DWP] != 0 || p[4] != p[1] ||
@@ -456,6 +456,21 @@ SK_MV static void dw_plane(const float *x, const float *w, float *y, float bias,
 	}
 }
 
+/* dw3x3_interior gives the output columns [*lo, *hi) of a 3x3 depthwise
+ * row (W input columns, stride S, left padding PL, OW outputs) whose three
+ * taps all lie inside the input; the others are border columns. Every 3x3
+ * routine splits a row there, so each column sums in the same order. */
+static inline void dw3x3_interior(int64_t W, int64_t S, int64_t PL, int64_t OW, int64_t *lo,
+				  int64_t *hi)
+{
+	*lo = SK_CDIV(PL, S);
+	*hi = (W - 3 + PL) < 0 ? 0 : (W - 3 + PL) / S + 1;
+	if (*hi > OW)
+		*hi = OW;
+	if (*lo > *hi)
+		*lo = *hi;
+}
+
 /* dw3x3_plane: 3x3 depthwise, dilation 1, stride 1 or 2, any padding. Rows
  * outside the input read a zero row, so the interior loop has no branches
  * and vectorizes; the border columns take the bounds-checked path. */
@@ -466,12 +481,8 @@ SK_MV static void dw3x3_plane(const float *x, const float *w, float *y, float bi
 {
 	float w00 = w[0], w01 = w[1], w02 = w[2], w10 = w[3], w11 = w[4], w12 = w[5];
 	float w20 = w[6], w21 = w[7], w22 = w[8];
-	/* interior: 0 <= ow*S - PL and ow*S - PL + 2 <= W - 1 */
-	int64_t lo = SK_CDIV(PL, S), hi = (W - 3 + PL) < 0 ? 0 : (W - 3 + PL) / S + 1;
-	if (hi > OW)
-		hi = OW;
-	if (lo > hi)
-		lo = hi;
+	int64_t lo, hi;
+	dw3x3_interior(W, S, PL, OW, &lo, &hi);
 	for (int64_t oh = 0; oh < OH; oh++) {
 		const float *r[3];
 		for (int k = 0; k < 3; k++) {
@@ -542,11 +553,8 @@ DW_512 static void dw3x3_plane_512(const float *x, const float *w, float *y, flo
 				   const float *res, int64_t H, int64_t W, int64_t S, int64_t PT,
 				   int64_t PL, int64_t OH, int64_t OW, const float *zero)
 {
-	int64_t lo = SK_CDIV(PL, S), hi = (W - 3 + PL) < 0 ? 0 : (W - 3 + PL) / S + 1;
-	if (hi > OW)
-		hi = OW;
-	if (lo > hi)
-		lo = hi;
+	int64_t lo, hi;
+	dw3x3_interior(W, S, PL, OW, &lo, &hi);
 	int64_t nc = SK_CDIV(OW, 16);
 	/* per chunk: interior lanes, stored lanes, the three loads' lanes
 	 * inside the row, and (stride 2) each tap column's lanes inside it */
@@ -733,16 +741,13 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 	const int64_t *p = k->p;
 	int64_t C = p[1], H = p[2], W = p[3], S = p[8], PT = p[10], PL = p[11];
 	int64_t OH = p[14], OW = p[15], HW = H * W, OHW = OH * OW, top, bottom;
-	int64_t lo = SK_CDIV(PL, S), hi = (W - 3 + PL) < 0 ? 0 : (W - 3 + PL) / S + 1;
-	if (hi > OW)
-		hi = OW;
-	if (lo > hi)
-		lo = hi;
+	int64_t lo, hi;
+	dw3x3_interior(W, S, PL, OW, &lo, &hi);
 	dw_cvec_rows(p, &top, &bottom);
 	memset(T, 0, (size_t)(top * W * 16) * 4);
 	memset(T + (top + H) * W * 16, 0, (size_t)(bottom * W * 16) * 4);
 	float *X = T + top * W * 16; /* row 0 */
-	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+	const __m512 zero = _mm512_setzero_ps();
 	const __m512 zp = _mm512_set1_ps(k->f[0]);
 	int quant = p[16] == 1, requant = quant && p[17] == 1;
 	const __m512i lane9 = _mm512_mullo_epi32(
@@ -765,8 +770,8 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 #pragma GCC unroll 16
 			for (int i = 0; i < 16; i++) {
 				v[i] = i < nc ? _mm512_maskz_loadu_ps(qm, x + i * HW + q) : zero;
-				if (quant) /* QUANT's mode 1, scale 1 */
-					v[i] = _mm512_mul_ps(_mm512_sub_ps(v[i], zp), one);
+				if (quant) /* QUANT's mode 1 with scale 1: (x - zp) * 1 is x - zp */
+					v[i] = _mm512_sub_ps(v[i], zp);
 			}
 			dw_tr16(v);
 			/* a constant trip count: v stays in registers */
@@ -775,18 +780,11 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 				if (j < nq)
 					_mm512_store_ps(X + (q + j) * 16, v[j]);
 		}
-		__m512 w0, w1, w2, w3, w4, w5, w6, w7, w8;
-		const float *wp = k->in[1] + g * 9;
-		w0 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 0, 4);
-		w1 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 1, 4);
-		w2 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 2, 4);
-		w3 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 3, 4);
-		w4 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 4, 4);
-		w5 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 5, 4);
-		w6 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 6, 4);
-		w7 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 7, 4);
-		w8 = _mm512_mask_i32gather_ps(zero, cm, lane9, wp + 8, 4);
-		const __m512 wc[9] = {w0, w1, w2, w3, w4, w5, w6, w7, w8};
+		/* tap t of the group's channels, one lane a channel */
+		__m512 w[9];
+#pragma GCC unroll 9
+		for (int t = 0; t < 9; t++)
+			w[t] = _mm512_mask_i32gather_ps(zero, cm, lane9, k->in[1] + g * 9 + t, 4);
 		__m512 b = k->in[2] ? _mm512_maskz_loadu_ps(cm, k->in[2] + g) : zero;
 		for (int64_t oh = 0; oh < OH; oh++) {
 			const float *r0 = X + (oh * S - PT) * W * 16;
@@ -795,15 +793,15 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 			for (int64_t ow = lo; ow < hi; ow++) {
 				int64_t c = (ow * S - PL) * 16;
 				__m512 a = b;
-				a = _mm512_add_ps(a, _mm512_mul_ps(w0, _mm512_load_ps(r0 + c)));
-				a = _mm512_add_ps(a, _mm512_mul_ps(w1, _mm512_load_ps(r0 + c + 16)));
-				a = _mm512_add_ps(a, _mm512_mul_ps(w2, _mm512_load_ps(r0 + c + 32)));
-				a = _mm512_add_ps(a, _mm512_mul_ps(w3, _mm512_load_ps(r1 + c)));
-				a = _mm512_add_ps(a, _mm512_mul_ps(w4, _mm512_load_ps(r1 + c + 16)));
-				a = _mm512_add_ps(a, _mm512_mul_ps(w5, _mm512_load_ps(r1 + c + 32)));
-				a = _mm512_add_ps(a, _mm512_mul_ps(w6, _mm512_load_ps(r2 + c)));
-				a = _mm512_add_ps(a, _mm512_mul_ps(w7, _mm512_load_ps(r2 + c + 16)));
-				a = _mm512_add_ps(a, _mm512_mul_ps(w8, _mm512_load_ps(r2 + c + 32)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w[0], _mm512_load_ps(r0 + c)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w[1], _mm512_load_ps(r0 + c + 16)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w[2], _mm512_load_ps(r0 + c + 32)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w[3], _mm512_load_ps(r1 + c)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w[4], _mm512_load_ps(r1 + c + 16)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w[5], _mm512_load_ps(r1 + c + 32)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w[6], _mm512_load_ps(r2 + c)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w[7], _mm512_load_ps(r2 + c + 16)));
+				a = _mm512_add_ps(a, _mm512_mul_ps(w[8], _mm512_load_ps(r2 + c + 32)));
 				_mm512_store_ps(o + ow * 16, a);
 			}
 			for (int64_t ow = 0; ow < OW; ow++) {
@@ -812,15 +810,16 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 					continue;
 				}
 				__m512 a = b;
+#pragma GCC unroll 3
 				for (int kw = 0; kw < 3; kw++) {
 					int64_t iw = ow * S - PL + kw;
 					if (iw < 0 || iw >= W)
 						continue;
 					__m512 col = _mm512_add_ps(
-						_mm512_mul_ps(wc[kw], _mm512_load_ps(r0 + iw * 16)),
-						_mm512_mul_ps(wc[3 + kw], _mm512_load_ps(r1 + iw * 16)));
+						_mm512_mul_ps(w[kw], _mm512_load_ps(r0 + iw * 16)),
+						_mm512_mul_ps(w[3 + kw], _mm512_load_ps(r1 + iw * 16)));
 					col = _mm512_add_ps(col,
-							    _mm512_mul_ps(wc[6 + kw], _mm512_load_ps(r2 + iw * 16)));
+							    _mm512_mul_ps(w[6 + kw], _mm512_load_ps(r2 + iw * 16)));
 					a = _mm512_add_ps(a, col);
 				}
 				_mm512_store_ps(o + ow * 16, a);
@@ -950,14 +949,12 @@ static void dwp_block(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1, int
 void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
-	int64_t C = p[1], H = p[2], W = p[3], Cout = p[4], KH = p[6], KW = p[7];
+	int64_t C = p[1], H = p[2], W = p[3], Cout = p[4];
 	int64_t OH = p[14], OW = p[15], mult = Cout / C;
 	int64_t ct = k->t[0], ctiles = k->t[1], bands = p[SKP_DWP] == 1 ? k->t[2] : 1;
 	int64_t n = blk / (ctiles * bands), c0 = (blk % ctiles) * ct;
 	int64_t c1 = SK_MIN(c0 + ct, Cout);
 	int fast = dw_fast(p);
-	(void)KH;
-	(void)KW;
 	int quant = p[16] == 1, requant = quant && p[17] == 1;
 	float *z = sk_scratch(ctx, k->scratch);
 	if (!z)

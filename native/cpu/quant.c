@@ -77,22 +77,15 @@ SK_MV static void q_run(const float *x, float *y, int64_t n, int mode, float s, 
 /* q_add is QUANT's mode 5 over n values: each the chain its
  * DequantizeLinear (mode 1) of a and of b, their sum, the sum's
  * activation (the Add's, as BINARY applies it) and its QuantizeLinear
- * (mode 0) compute apart. */
+ * (mode 0, q_run's) compute apart. */
 SK_MV static void q_add(const float *a, const float *b, float *y, int64_t n, float sa, float za,
-			float sb, float zb, float s, float z, float lo, float hi, int act, float fa,
-			float fb)
+		  float sb, float zb, float s, float z, float lo, float hi, int act, float fa, float fb)
 {
-	if (s == 0.0f) {
-		for (int64_t j = 0; j < n; j++)
-			y[j] = q_clamp(z, lo, hi);
-		return;
-	}
 	for (int64_t j = 0; j < n; j++)
 		y[j] = (a[j] - za) * sa + (b[j] - zb) * sb;
 	if (act)
 		sk_act_apply(y, n, act, fa, fb);
-	for (int64_t j = 0; j < n; j++)
-		y[j] = q_clamp(rintf(y[j] / s) + z, lo, hi);
+	q_run(y, y, n, SK_QUANT_QUANTIZE, s, z, lo, hi);
 }
 
 /* sk_quant_run applies an elementwise QUANT mode to n values with one

@@ -53,21 +53,21 @@ SG_DEV void sg_body_quant(const sg_args &a, sg_i64 blk, sg_state *st)
 		if (i >= n)
 			continue;
 		sg_i64 c = C == 1 ? 0 : (i / inner) % C;
-		float s = sc[c], z = zp ? zp[c] : 0.0f, v;
-		if (mode == 5 && s != 0.0f) {
+		float s = sc[c], z = zp ? zp[c] : 0.0f, xv = x[i], v;
+		if (mode == 5) {
+			/* QLinearAdd: the activated float sum, then mode 0 */
 			float za = a.in[5] ? a.in[5][0] : 0.0f, zb = a.in[7] ? a.in[7][0] : 0.0f;
-			float u = sg_add_rn(sg_mul_rn(x[i] - za, a.in[4][0]),
-					    sg_mul_rn(a.in[3][i] - zb, a.in[6][0]));
-			u = sg_act(u, (int)a.p[SGP_ACT], a.f[6], a.f[7]);
-			v = sg_qclamp(sg_rint(u / s) + z, lo, hi);
-		} else if (mode == 1)
-			v = (x[i] - z) * s;
+			xv = sg_add_rn(sg_mul_rn(xv - za, a.in[4][0]), sg_mul_rn(a.in[3][i] - zb, a.in[6][0]));
+			xv = sg_act(xv, (int)a.p[SGP_ACT], a.f[6], a.f[7]);
+		}
+		if (mode == 1)
+			v = (xv - z) * s;
 		else if (mode == 4)
-			v = sg_qclamp(sg_rint(x[i] * s) + z, lo, hi);
+			v = sg_qclamp(sg_rint(xv * s) + z, lo, hi);
 		else if (s == 0.0f)
 			v = sg_qclamp(z, lo, hi);
 		else
-			v = sg_qclamp(sg_rint(x[i] / s) + z, lo, hi);
+			v = sg_qclamp(sg_rint(xv / s) + z, lo, hi);
 		a.out[i] = v;
 	}
 }
