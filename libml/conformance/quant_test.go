@@ -568,10 +568,12 @@ func TestQuantMalformed(t *testing.T) {
 }
 
 // TestQuantizedZooORT: whole quantised models (libml/quantize over the
-// zoo's SqueezeNet 1.1 and MobileNetV2 at 64x64, and a small BERT-shaped
-// encoder) give ONNX Runtime's outputs: their integer layers exactly,
-// the float layers after them (global pooling, the classifier, layer
-// norm, softmax) to float precision.
+// zoo's SqueezeNet 1.1, MobileNetV2 at 64x64, ResNet-18 at 32x32, and a
+// small BERT-shaped encoder) give ONNX Runtime's outputs: their integer
+// layers exactly, the float layers after them (global pooling, the
+// classifier, layer norm, softmax) to float precision. Their residual
+// additions are quantised (uint8 inputs and sum), and the engine runs
+// each as one QLinearAdd kernel.
 func TestQuantizedZooORT(t *testing.T) {
 	ob := ortBackend(t)
 	cb := cpuBackend(t)
@@ -579,10 +581,12 @@ func TestQuantizedZooORT(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		opt  zoo.Options
+		adds int // residual additions quantised and fused
 	}{
-		{"squeezenet11", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 3}},
-		{"mobilenetv2", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 4}},
-		{"bert", zoo.Options{Layers: 1, SeqLen: 8, Hidden: 32, Heads: 2, FF: 64, Seed: 5}},
+		{"squeezenet11", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 3}, 0},
+		{"mobilenetv2", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 4}, 10},
+		{"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 6}, 8},
+		{"bert", zoo.Options{Layers: 1, SeqLen: 8, Hidden: 32, Heads: 2, FF: 64, Seed: 5}, 2},
 	} {
 		g, err := zoo.Build(c.name, c.opt)
 		if err != nil {
@@ -592,9 +596,15 @@ func TestQuantizedZooORT(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, _, err := quantize.Model(ctx, g, cb.RunGraph, sets[:2])
+		q, st, err := quantize.Model(ctx, g, cb.RunGraph, sets[:2])
 		if err != nil {
 			t.Fatal(err)
+		}
+		if st.Adds != c.adds {
+			t.Errorf("%s: %d additions quantised, want %d", c.name, st.Adds, c.adds)
+		}
+		if fused := qlinearAdds(t, q, sets[0]); fused != c.adds {
+			t.Errorf("%s-int8: %d QLinearAdd kernels, want %d", c.name, fused, c.adds)
 		}
 		in := g.Inputs[0]
 		x := sets[2][in.Name]
@@ -609,6 +619,31 @@ func TestQuantizedZooORT(t *testing.T) {
 			t.Errorf("%s-int8: the engine vs ONNX Runtime: %v", c.name, err)
 		}
 	}
+}
+
+// qlinearAdds compiles g for the shapes of inputs and counts its fused
+// QLinearAdd kernels (QUANT mode 5).
+func qlinearAdds(t *testing.T, g *graph.Graph, inputs map[string]*graph.Tensor) int {
+	t.Helper()
+	m, err := engine.Load(g, engine.Options{Units: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shapes := map[string][]int64{}
+	for name, x := range inputs {
+		shapes[name] = x.Dims
+	}
+	p, err := m.Compile(shapes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range p.Kernels {
+		if k.Op == engine.OpQuant && k.P[3] == 5 {
+			n++
+		}
+	}
+	return n
 }
 
 // qdqGraph is a model in the QDQ form: x is quantised and dequantised,

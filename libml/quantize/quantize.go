@@ -40,7 +40,7 @@ type RunFunc func(ctx context.Context, g *graph.Graph, inputs map[string]*graph.
 
 // Stats counts what Static did.
 type Stats struct {
-	Convs, MatMuls, FusedActs, QPools, Quantize, Dequantize int
+	Convs, MatMuls, FusedActs, QPools, Adds, Quantize, Dequantize int
 }
 
 // FoldBatchNorm returns a copy of g in which every BatchNormalization that
@@ -148,7 +148,7 @@ func readerCount(g *graph.Graph) map[string]int {
 
 // plan is what Static will do with one node.
 type plan struct {
-	kind    string // "conv", "matmul", "pool" or "" (stays float)
+	kind    string // "conv", "matmul", "add" or "" (stays float)
 	act     int    // index of an absorbed Relu / Clip node, or -1
 	out     string // the tensor the quantised node produces
 	weights *graph.Tensor
@@ -179,6 +179,11 @@ func plans(g *graph.Graph) []plan {
 				continue
 			}
 			ps[i] = plan{kind: "matmul", act: -1, out: n.Outputs[0], weights: w}
+		case "Add":
+			if len(n.Inputs) != 2 || len(n.Outputs) != 1 || g.Initializer(n.Inputs[0]) != nil || g.Initializer(n.Inputs[1]) != nil {
+				continue
+			}
+			ps[i] = plan{kind: "add", act: -1, out: n.Outputs[0]}
 		default:
 			continue
 		}
@@ -220,8 +225,13 @@ func Needs(g *graph.Graph) []string {
 		}
 	}
 	for i, p := range ps {
-		if p.kind == "conv" || p.kind == "matmul" {
+		switch p.kind {
+		case "conv", "matmul":
 			add(g.Nodes[i].Inputs[0])
+			add(p.out)
+		case "add":
+			add(g.Nodes[i].Inputs[0])
+			add(g.Nodes[i].Inputs[1])
 			add(p.out)
 		}
 	}
@@ -323,6 +333,13 @@ func Static(g *graph.Graph, ranges map[string]Range) (*graph.Graph, Stats, error
 		switch p := ps[i]; {
 		case p.kind == "conv" || p.kind == "matmul":
 			err = q.qlinear(n, p)
+		case p.kind == "add" && (q.qname[n.Inputs[0]] != "" || q.qname[n.Inputs[1]] != ""):
+			err = q.qadd(n, p, g.Nodes)
+		case p.kind == "add" && p.act >= 0:
+			// stays float: the activation absorbed into the plan runs too
+			if err = q.floatNode(n); err == nil {
+				err = q.floatNode(g.Nodes[p.act])
+			}
 		case n.Op == "MaxPool" && len(n.Outputs) == 1 && q.qname[n.Inputs[0]] != "" && !q.float[n.Inputs[0]]:
 			q.pool(n)
 		default:
@@ -407,6 +424,53 @@ func (q *quantizer) floatNode(n graph.Node) error {
 	for _, o := range n.Outputs {
 		q.float[o] = true
 	}
+	return nil
+}
+
+// qadd emits Add node n (and the activation p absorbed) on uint8 inputs
+// and output, in the QDQ form: each input dequantised by a
+// DequantizeLinear of its own, the float Add (and activation) on those,
+// and a QuantizeLinear of the result with its calibrated range.
+func (q *quantizer) qadd(n graph.Node, p plan, nodes []graph.Node) error {
+	r, ok := q.ranges[p.out]
+	if !ok {
+		return fmt.Errorf("quantize: no calibrated range for %q", p.out)
+	}
+	base := n.Name
+	if base == "" {
+		base = p.out
+	}
+	add := n
+	add.Inputs = make([]string, 2)
+	for i, in := range n.Inputs {
+		qn, err := q.needQuant(in)
+		if err != nil {
+			return err
+		}
+		add.Inputs[i] = fmt.Sprintf("%s_in%d_dequant", base, i)
+		q.g.Nodes = append(q.g.Nodes, graph.Node{Name: add.Inputs[i], Op: "DequantizeLinear",
+			Inputs: []string{qn, q.qscale[qn], q.qzero[qn]}, Outputs: []string{add.Inputs[i]}})
+		q.stats.Dequantize++
+	}
+	sum := base + "_qsum"
+	add.Outputs = []string{sum}
+	q.g.Nodes = append(q.g.Nodes, add)
+	if p.act >= 0 {
+		a := nodes[p.act]
+		a.Inputs = slices.Clone(a.Inputs)
+		a.Inputs[0] = sum
+		sum = base + "_qsum_act"
+		a.Outputs = []string{sum}
+		q.g.Nodes = append(q.g.Nodes, a)
+		q.stats.FusedActs++
+	}
+	s, z := actParams(r)
+	yq := p.out + "_quant"
+	q.setQuant(p.out, yq, s, z)
+	q.g.Nodes = append(q.g.Nodes, graph.Node{Name: yq, Op: "QuantizeLinear",
+		Inputs: []string{sum, q.qscale[yq], q.qzero[yq]}, Outputs: []string{yq}})
+	q.stats.Quantize++
+	q.stats.Adds++
 	return nil
 }
 

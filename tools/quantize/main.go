@@ -96,8 +96,8 @@ func run(in, zooName, out, calib string, random, units int) error {
 	if err := os.WriteFile(out, b, 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("%s: %d convolutions and %d MatMuls quantised (%d activations absorbed, %d uint8 MaxPools), %d QuantizeLinear, %d DequantizeLinear; calibrated on %d inputs; %d bytes\n",
-		out, st.Convs, st.MatMuls, st.FusedActs, st.QPools, st.Quantize, st.Dequantize, len(sets), len(b))
+	fmt.Printf("%s: %d convolutions and %d MatMuls quantised (%d activations absorbed, %d uint8 MaxPools, %d uint8 Adds), %d QuantizeLinear, %d DequantizeLinear; calibrated on %d inputs; %d bytes\n",
+		out, st.Convs, st.MatMuls, st.FusedActs, st.QPools, st.Adds, st.Quantize, st.Dequantize, len(sets), len(b))
 	return nil
 }
 
