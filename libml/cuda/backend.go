@@ -308,7 +308,7 @@ func (b *Backend) LoadModel(ctx context.Context, name string, g *graph.Graph) (l
 
 func loadModel(name string, g *graph.Graph, dev gpuCtx, units int) (*model, error) {
 	// The CUDA kernels have no Winograd variant of SK_OP_CONV.
-	em, err := engine.Load(g, engine.Options{Units: units, NoWinograd: true, NoPanels: true, NoPointwiseDW: true})
+	em, err := engine.Load(g, engine.Options{Units: units, NoWinograd: true, NoPanels: true, NoPointwiseDW: true, NoByteIntegers: true})
 	if err != nil {
 		return nil, err
 	}

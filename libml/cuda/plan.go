@@ -113,6 +113,11 @@ func positive(p []int64, idx ...int) (int64, error) {
 
 func plan(op Op, a *Args, v int) (int64, error) {
 	p := a.P[:]
+	if p[engine.PStore] != 0 {
+		// the cpu engine's integers stored as bytes: the backend loads
+		// its models with engine.Options.NoByteIntegers
+		return 0, errors.New("integers stored as bytes: the CUDA kernels read float32 values")
+	}
 	switch op {
 	case OpGemm:
 		if _, err := positive(p, 0, 1); err != nil {

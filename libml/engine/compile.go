@@ -249,6 +249,7 @@ func (m *Model) compile(shapes map[string][]int64) (*Program, error) {
 	}
 	c.fusePointwiseDW()
 	c.fuseQLinearAdd()
+	c.byteIntegers()
 	c.plan()
 	c.finish()
 	return c.prog, nil

@@ -53,6 +53,10 @@ type Options struct {
 	// 16 channels a vector on AVX-512: native/cpu DepthwiseVectorWidth);
 	// such pairs stay two kernels. 0: fuse at any width.
 	DepthwiseVectorWidth int
+	// NoByteIntegers keeps every 8-bit integer tensor in float32 slots:
+	// for backends whose kernels read and write no bytes (cuda; see
+	// byteIntegers).
+	NoByteIntegers bool
 }
 
 // Model is a loaded model: its graph after load-time rewriting and its

@@ -136,6 +136,12 @@ const (
 	PAct  = 31
 	FActA = 6
 	FActB = 7
+	// PStore is the p slot saying how a kernel's arena operands are
+	// stored (see byteIntegers): 2 bits each, the output's in bits 0-1,
+	// In[j]'s in bits 2+2j; StoreU8 and StoreS8 are bytes.
+	PStore  = 30
+	StoreU8 = 1
+	StoreS8 = 2
 	// FlagInPlace marks a kernel that reads and writes the same memory: it
 	// is not idempotent on its own.
 	FlagInPlace = 1

@@ -350,6 +350,10 @@ static int64_t dw_cvec_floats(const int64_t *p)
 		return 0;
 	int64_t top, bottom;
 	dw_cvec_rows(p, &top, &bottom);
+	/* an output stored as bytes is staged as float planes where the
+	 * input planes were (not the zero rows around them) */
+	if ((p[SKP_STORE] & 3) && p[14] * p[15] > p[2] * p[3])
+		return 0;
 	int64_t need = (p[2] + top + bottom) * p[3] * 16 + p[14] * p[15] * 16;
 	return need <= DW_CVEC_MAX_FLOATS ? need : 0;
 }
@@ -359,7 +363,11 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	const int64_t *p = k->p;
 	int quant = p[16] == 1, requant = quant && p[17] == 1;
 	int fused = p[SKP_DWP] == 1;
-	if (!conv_params_ok(k) || p[5] != p[1] || p[16] < 0 || p[16] > 1 ||
+	/* bytes: the integer input, the requantised output within 8 bits */
+	int64_t st = p[SKP_STORE];
+	int store_ok = (st & ~(int64_t)(3 | 3 << 2)) == 0 && (st & 3) != 3 && (st >> 2 & 3) != 3 &&
+		       (!(st >> 2 & 3) || quant) && (!(st & 3) || (requant && p[18] >= -128 && p[19] <= 255));
+	if (!conv_params_ok(k) || !store_ok || p[5] != p[1] || p[16] < 0 || p[16] > 1 ||
 	    (quant && (p[17] < 0 || p[17] > 1 || k->in[3] || p[SKP_ACT])) ||
 	    (requant && (!k->in[4] || p[18] > p[19])) || p[SKP_DWP] < 0 || p[SKP_DWP] > 1 ||
 	    (fused && (quant || p[4] != p[1] || p[SKP_DWP_C0] < 1 || !k->in[SKI_DWP_W] ||
@@ -403,7 +411,8 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	/* a zero row for the 3x3 path; on integers also the shifted input
 	 * plane, 64-byte aligned after it; fused, the band of the pointwise
 	 * output after it */
-	k->scratch = dw_zero_row(p) + SK_MAX(quant ? p[2] * p[3] : 0, cvec);
+	/* and, for an output stored as bytes, the float output plane */
+	k->scratch = dw_zero_row(p) + SK_MAX(quant ? p[2] * p[3] + ((st & 3) ? p[14] * p[15] : 0) : 0, cvec);
 	if (fused) {
 		/* the widest band's rows (an interior band's; a bound on the
 		 * work between checks set later only narrows the bands) */
@@ -735,6 +744,21 @@ DW_512 static inline void dw_tr16(__m512 r[16])
  * after it as there; on integers (p[16] = 1) the input less its zero
  * point and the output requantised, as the plane path's QUANT passes
  * compute them. */
+/* dw_load_bytes is nq (up to 16) 8-bit integers stored as code, as
+ * floats; the lanes past nq are 0, as a masked load gives. */
+DW_512 static inline __m512 dw_load_bytes(const uint8_t *b, int code, int nq)
+{
+	__m128i v;
+	if (nq == 16) {
+		v = _mm_loadu_si128((const __m128i *)b);
+	} else {
+		uint8_t t[16] = {0};
+		memcpy(t, b, (size_t)nq);
+		v = _mm_loadu_si128((const __m128i *)t);
+	}
+	return _mm512_cvtepi32_ps(code == SK_STORE_U8 ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v));
+}
+
 DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1,
 				  float *T, float *O, sk_ctx *ctx)
 {
@@ -750,6 +774,7 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 	const __m512 zero = _mm512_setzero_ps();
 	const __m512 zp = _mm512_set1_ps(k->f[0]);
 	int quant = p[16] == 1, requant = quant && p[17] == 1;
+	int sx = sk_store_in(k, 0), sy = sk_store_out(k);
 	const __m512i lane9 = _mm512_mullo_epi32(
 		_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
 		_mm512_set1_epi32(9));
@@ -763,13 +788,19 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 		int nc = (int)SK_MIN(step, c1 - g);
 		__mmask16 cm = (__mmask16)((1u << nc) - 1);
 		const float *x = k->in[0] + (n * C + g) * HW;
+		const uint8_t *xb = (const uint8_t *)k->in[0] + (n * C + g) * HW;
 		for (int64_t q = 0; q < HW; q += 16) {
 			int nq = (int)SK_MIN(16, HW - q);
 			__mmask16 qm = (__mmask16)((1u << nq) - 1);
 			__m512 v[16];
 #pragma GCC unroll 16
 			for (int i = 0; i < 16; i++) {
-				v[i] = i < nc ? _mm512_maskz_loadu_ps(qm, x + i * HW + q) : zero;
+				if (i >= nc)
+					v[i] = zero;
+				else if (sx)
+					v[i] = dw_load_bytes(xb + i * HW + q, sx, nq);
+				else
+					v[i] = _mm512_maskz_loadu_ps(qm, x + i * HW + q);
 				if (quant) /* QUANT's mode 1 with scale 1: (x - zp) * 1 is x - zp */
 					v[i] = _mm512_sub_ps(v[i], zp);
 			}
@@ -825,7 +856,8 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 				_mm512_store_ps(o + ow * 16, a);
 			}
 		}
-		float *y = k->out + (n * C + g) * OHW;
+		/* an output stored as bytes is staged in X (dw_cvec_floats) */
+		float *y = sy ? X : k->out + (n * C + g) * OHW;
 		for (int64_t q = 0; q < OHW; q += 16) {
 			int nq = (int)SK_MIN(16, OHW - q);
 			__mmask16 qm = (__mmask16)((1u << nq) - 1);
@@ -845,11 +877,13 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 				_mm512_mask_storeu_ps(y + i * OHW + q, qm, a);
 			}
 		}
-		if (requant)
+		if (requant) {
 			for (int i = 0; i < nc; i++)
 				sk_quant_run(y + i * OHW, y + i * OHW, OHW, SK_QUANT_REQUANT,
 					     k->in[4][g + i], k->f[1], (float)p[18], (float)p[19]);
-		else if (p[SKP_ACT])
+			if (sy)
+				sk_store_save(y, sy, nc * OHW, (void *)sk_elem(k->out, sy, (n * C + g) * OHW));
+		} else if (p[SKP_ACT])
 			sk_act_apply(y, nc * OHW, (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 	}
 }
@@ -999,23 +1033,32 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		dwp_block(k, n, c0, c1, b0, SK_MIN(b0 + k->t[3], OH), path, zero, ctx);
 		return;
 	}
+	int sx = sk_store_in(k, 0), sy = sk_store_out(k);
 	for (int64_t oc = c0; oc < c1; oc++) {
 		SK_POLL(ctx);
 		int64_t ic = oc / mult;
 		const float *x = k->in[0] + (n * C + ic) * H * W;
 		if (quant) {
-			if (shifted != ic)
+			if (shifted != ic) {
+				if (sx) {
+					sk_store_load(sk_elem(k->in[0], sx, (n * C + ic) * H * W), sx, H * W, xs);
+					x = xs;
+				}
 				sk_quant_run(x, xs, H * W, SK_QUANT_DEQUANTIZE, 1.0f, k->f[0], 0.0f, 0.0f);
+			}
 			shifted = ic;
 			x = xs;
 		}
-		float *y = k->out + (n * Cout + oc) * OH * OW;
+		/* an output stored as bytes: the float plane after the input's */
+		float *y = sy ? xs + H * W : k->out + (n * Cout + oc) * OH * OW;
 		const float *res = k->in[3] ? k->in[3] + (n * Cout + oc) * OH * OW : NULL;
 		dw_channel(k, path, oc, x, H, p[10], y, res, OH, zero);
-		if (requant)
+		if (requant) {
 			sk_quant_run(y, y, OH * OW, SK_QUANT_REQUANT, k->in[4][oc], k->f[1],
 				     (float)p[18], (float)p[19]);
-		else if (p[SKP_ACT])
+			if (sy)
+				sk_store_save(y, sy, OH * OW, (void *)sk_elem(k->out, sy, (n * Cout + oc) * OH * OW));
+		} else if (p[SKP_ACT])
 			sk_act_apply(y, OH * OW, (int)p[SKP_ACT], k->f[SKF_ACT_A],
 				     k->f[SKF_ACT_B]);
 	}

@@ -40,7 +40,20 @@ void sk_prep_quant(sk_kernel *k, int units)
 		k->grid = -1;
 		return;
 	}
+	/* bytes only where the mode reads or writes 8-bit integers */
+	int64_t st = p[SKP_STORE], in_ok = 3 << 2 | (p[3] == SK_QUANT_ADD ? 3 << 8 : 0);
+	if ((st & ~(int64_t)(3 | in_ok)) || ((st & 3) && p[3] == SK_QUANT_DEQUANTIZE) ||
+	    ((st & in_ok) && p[3] != SK_QUANT_DEQUANTIZE && p[3] != SK_QUANT_ADD) ||
+	    ((st & 3) && (p[4] < -128 || p[5] > 255)) || (st >> 2 & 3) == 3 || (st >> 8 & 3) == 3 ||
+	    (st & 3) == 3) {
+		k->grid = -1;
+		return;
+	}
 	if (p[3] == SK_QUANT_DYN_SCALE || p[3] == SK_QUANT_DYN_ZERO) {
+		if (st) {
+			k->grid = -1;
+			return;
+		}
 		k->grid = 1; /* one reduction over the whole tensor */
 		return;
 	}
@@ -110,6 +123,40 @@ static void dyn_minmax(const float *x, int64_t n, float *lo, float *hi)
 	*hi = b;
 }
 
+/* q_stored runs QUANT's elementwise modes over [i0, i1) where an operand
+ * is stored as bytes: chunks are converted to float32, computed by the
+ * same routines as the float path (the same bits) and stored back. */
+#define QUANT_STORED_CHUNK 1024
+static void q_stored(const sk_kernel *k, int64_t i0, int64_t i1, sk_ctx *ctx)
+{
+	const int64_t *p = k->p;
+	int64_t C = p[1], inner = p[2];
+	float lo = (float)p[4], hi = (float)p[5];
+	int sx = sk_store_in(k, 0), sb = sk_store_in(k, 3), sy = sk_store_out(k);
+	const float *sc = k->in[1], *zp = k->in[2];
+	float xa[QUANT_STORED_CHUNK], xb[QUANT_STORED_CHUNK], y[QUANT_STORED_CHUNK];
+	for (int64_t i = i0; i < i1; i += QUANT_STORED_CHUNK) {
+		SK_POLL(ctx);
+		int64_t e = SK_MIN(i + QUANT_STORED_CHUNK, i1), m = e - i;
+		sk_store_load(sk_elem(k->in[0], sx, i), sx, m, xa);
+		if (p[3] == SK_QUANT_ADD) {
+			sk_store_load(sk_elem(k->in[3], sb, i), sb, m, xb);
+			q_add(xa, xb, y, m, k->in[4][0], k->in[5] ? k->in[5][0] : 0.0f, k->in[6][0],
+			      k->in[7] ? k->in[7][0] : 0.0f, sc[0], zp ? zp[0] : 0.0f, lo, hi,
+			      (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+		} else {
+			for (int64_t j = i; j < e;) {
+				int64_t c = C == 1 ? 0 : (j / inner) % C;
+				int64_t r = C == 1 ? e : SK_MIN(e, (j / inner + 1) * inner);
+				q_run(xa + (j - i), y + (j - i), r - j, (int)p[3], sc[c], zp ? zp[c] : 0.0f,
+				      lo, hi);
+				j = r;
+			}
+		}
+		sk_store_save(y, sy, m, (void *)sk_elem(k->out, sy, i));
+	}
+}
+
 void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -128,6 +175,10 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		return;
 	}
 	int64_t i0 = blk * k->t[0], i1 = SK_MIN(i0 + k->t[0], n);
+	if (k->p[SKP_STORE]) {
+		q_stored(k, i0, i1, ctx);
+		return;
+	}
 	float *y = k->out;
 	if (p[3] == SK_QUANT_ADD) {
 		float sa = k->in[4][0], za = k->in[5] ? k->in[5][0] : 0.0f;
@@ -474,6 +525,16 @@ static qg_impl qg_choose(int64_t kp)
 /* Tile sizes: the packed panels (mt + nt) x Kp bytes stay in L2. */
 #define QG_TILE_BYTES (768 * 1024)
 
+/* qg_store_ok: bytes only for an unpacked A, an unpacked B (or its
+ * im2col) and a requantised Y within 8 bits; codes U8 or S8. */
+static int qg_store_ok(const int64_t *p)
+{
+	int64_t st = p[SKP_STORE];
+	int y = (int)(st & 3), a = (int)(st >> 2 & 3), b = (int)(st >> 4 & 3);
+	return (st >> 6) == 0 && y != 3 && a != 3 && b != 3 && (!a || p[26] == 0) &&
+	       (!b || p[25] == 0) && (!y || (p[22] == 1 && p[23] >= -128 && p[24] <= 255));
+}
+
 static int qg_params_ok(const sk_kernel *k)
 {
 	const int64_t *p = k->p;
@@ -484,7 +545,7 @@ static int qg_params_ok(const sk_kernel *k)
 	       (p[25] == 0 || (p[25] == 1 && k->in[6] != NULL)) &&
 	       (p[26] == 0 || (p[26] == 1 && k->in[7] != NULL)) &&
 	       (p[27] == 0 || (p[27] == 1 && k->aux != NULL)) &&
-	       p[28] >= p[2] && p[28] % 4 == 0;
+	       p[28] >= p[2] && p[28] % 4 == 0 && qg_store_ok(p);
 }
 
 /* qg_scratch_bytes is a block's scratch: the row and column sums, the
@@ -618,6 +679,85 @@ static void qg_pack_cols_c(const float *B, int64_t ldb, int64_t K, int64_t nl,
 	}
 }
 
+/* qg_byte is value i of 8-bit integers stored as code (U8 or S8). */
+static inline int qg_byte(const void *b, int code, int64_t i)
+{
+	return code == SK_STORE_U8 ? (int)((const uint8_t *)b)[i] : (int)((const int8_t *)b)[i];
+}
+
+/* qg_pack_rows_b: qg_pack_rows_c over rows stored as bytes. */
+SK_MV static void qg_pack_rows_b(const void *A, int code, int64_t lda, int64_t rows, int64_t K,
+				 int64_t kp, int off, uint8_t *U, int32_t *rsum)
+{
+	for (int64_t r = 0; r < rows; r++) {
+		uint8_t *ur = U + r * kp;
+		int32_t s = 0;
+		if (code == SK_STORE_U8) {
+			const uint8_t *ar = (const uint8_t *)A + r * lda;
+			for (int64_t kk = 0; kk < K; kk++) {
+				int v = (int)ar[kk] + off;
+				ur[kk] = (uint8_t)v;
+				s += v;
+			}
+		} else {
+			const int8_t *ar = (const int8_t *)A + r * lda;
+			for (int64_t kk = 0; kk < K; kk++) {
+				int v = (int)ar[kk] + off;
+				ur[kk] = (uint8_t)v;
+				s += v;
+			}
+		}
+		for (int64_t kk = K; kk < kp; kk++)
+			ur[kk] = 0;
+		rsum[r] = s;
+	}
+}
+
+/* qg_pack_cols_b: qg_pack_cols_c over columns stored as bytes. */
+static void qg_pack_cols_b(const void *B, int code, int64_t ldb, int64_t K, int64_t nl,
+			   int64_t kp, int off, int8_t *S, int32_t *csum)
+{
+	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
+	memset(S, 0, (size_t)(strips * k4n * 64));
+	for (int64_t j = 0; j < nl; j++)
+		csum[j] = 0;
+	for (int64_t kk = 0; kk < K; kk++) {
+		int64_t k4 = kk / 4, q = kk % 4;
+		for (int64_t j = 0; j < nl; j++) {
+			int v = qg_byte(B, code, kk * ldb + j) - off;
+			S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
+			csum[j] += v;
+		}
+	}
+}
+
+/* qg_pack_im2col_b: the im2col of output positions [n0, n0+nl) of one
+ * group (Cg channels at x, stored as bytes) into s8 panels, value by
+ * value, padding with pad (where the byte image does not apply). */
+static void qg_pack_im2col_b(const void *x, int code, const int64_t *g, int64_t n0, int64_t nl,
+			     int64_t K, int64_t kp, int off, float pad, int8_t *S, int32_t *csum)
+{
+	int64_t H = g[2], W = g[3], KH = g[6], KW = g[7], SH = g[8], SW = g[9];
+	int64_t PT = g[10], PL = g[11], DH = g[12], DW = g[13], OW = g[15];
+	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
+	memset(S, 0, (size_t)(strips * k4n * 64));
+	for (int64_t j = 0; j < nl; j++)
+		csum[j] = 0;
+	int padv = (int)pad - off;
+	for (int64_t kk = 0; kk < K; kk++) {
+		int64_t c = kk / (KH * KW), kh = (kk / KW) % KH, kw = kk % KW;
+		int64_t k4 = kk / 4, q = kk % 4;
+		for (int64_t j = 0; j < nl; j++) {
+			int64_t pos = n0 + j, ih = (pos / OW) * SH - PT + kh * DH;
+			int64_t iw = (pos % OW) * SW - PL + kw * DW;
+			int v = ih < 0 || ih >= H || iw < 0 || iw >= W ? padv
+								      : qg_byte(x, code, (c * H + ih) * W + iw) - off;
+			S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
+			csum[j] += v;
+		}
+	}
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define QG_512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -641,6 +781,42 @@ QG_512_TARGET static void qg_pack_cols_512(const float *B, int64_t ldb, int64_t 
 					break;
 				__m512 f = _mm512_maskz_loadu_ps(mk, B + kk * ldb + j0);
 				__m512i v = _mm512_maskz_sub_epi32(mk, _mm512_cvttps_epi32(f), vo);
+				cs = _mm512_add_epi32(cs, v);
+				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(v, m8), 8 * q));
+			}
+			_mm512_storeu_si512((void *)(sp + k4 * 64), word);
+		}
+		_mm512_mask_storeu_epi32(csum + j0, mk, cs);
+	}
+}
+
+/* qg_load16 is up to 16 8-bit integers stored as code, widened. */
+QG_512_TARGET static inline __m512i qg_load16(const void *b, int code, __mmask16 mk)
+{
+	__m128i v = _mm_maskz_loadu_epi8(mk, b);
+	return code == SK_STORE_U8 ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v);
+}
+
+/* qg_pack_cols_b512: qg_pack_cols_512 over columns stored as bytes. */
+QG_512_TARGET static void qg_pack_cols_b512(const void *B, int code, int64_t ldb, int64_t K,
+					    int64_t nl, int64_t kp, int off, int8_t *S,
+					    int32_t *csum)
+{
+	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
+	const __m512i vo = _mm512_set1_epi32(off), m8 = _mm512_set1_epi32(0xff);
+	const uint8_t *b = (const uint8_t *)B;
+	for (int64_t st = 0; st < strips; st++) {
+		int64_t j0 = st * 16, w = SK_MIN((int64_t)16, nl - j0);
+		__mmask16 mk = (__mmask16)((1u << w) - 1);
+		__m512i cs = _mm512_setzero_si512();
+		int8_t *sp = S + st * k4n * 64;
+		for (int64_t k4 = 0; k4 < k4n; k4++) {
+			__m512i word = _mm512_setzero_si512();
+			for (int q = 0; q < 4; q++) {
+				int64_t kk = 4 * k4 + q;
+				if (kk >= K)
+					break;
+				__m512i v = _mm512_maskz_sub_epi32(mk, qg_load16(b + kk * ldb + j0, code, mk), vo);
 				cs = _mm512_add_epi32(cs, v);
 				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(v, m8), 8 * q));
 			}
@@ -676,8 +852,8 @@ QG_512_TARGET static void qg_pack_rows_512(const float *A, int64_t lda, int64_t 
  * read, of the Cg channels of one group at x, to s8 (value - off) in img
  * (rows of L bytes, column -PL first, padding as pad - off); it returns the
  * rows per channel. */
-QG_512_TARGET static int64_t qg_img_fill(const float *x, const int64_t *g, int64_t n0, int64_t nl,
-					 int off, float pad, int64_t L, int8_t *img)
+QG_512_TARGET static int64_t qg_img_fill(const float *x, int code, const int64_t *g, int64_t n0,
+					 int64_t nl, int off, float pad, int64_t L, int8_t *img)
 {
 	int64_t Cg = g[1] / g[5], H = g[2], W = g[3], KH = g[6], SH = g[8], PT = g[10], PL = g[11];
 	int64_t DH = g[12], OW = g[15];
@@ -694,10 +870,14 @@ QG_512_TARGET static int64_t qg_img_fill(const float *x, const int64_t *g, int64
 				continue;
 			}
 			const float *xr = x + (c * H + ih) * W;
+			const uint8_t *xb = (const uint8_t *)x + (c * H + ih) * W;
 			memset(d, padb, (size_t)PL);
 			for (int64_t j = 0; j < W; j += 16) {
 				__mmask16 mk = (__mmask16)(W - j >= 16 ? 0xffff : (1u << (W - j)) - 1);
-				__m512i v = _mm512_sub_epi32(_mm512_cvttps_epi32(_mm512_maskz_loadu_ps(mk, xr + j)), vo);
+				__m512i v = _mm512_sub_epi32(
+					code ? qg_load16(xb + j, code, mk)
+					     : _mm512_cvttps_epi32(_mm512_maskz_loadu_ps(mk, xr + j)),
+					vo);
 				_mm512_mask_cvtepi32_storeu_epi8(d + PL + j, mk, v);
 			}
 			memset(d + PL + W, padb, (size_t)(L - PL - W));
@@ -848,6 +1028,7 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
 #define qg_pack_im2col_img(...) ((void)0)
 #define qg_pack_rows_512(...) ((void)0)
 #define qg_pack_cols_512(...) ((void)0)
+#define qg_pack_cols_b512(...) ((void)0)
 #define qg_pack_im2col_512(...) ((void)0)
 #endif
 
@@ -905,6 +1086,24 @@ QG_MV512 static void qg_epilogue(const int32_t *acc, int64_t w, const int32_t *s
 	}
 }
 
+/* qg_epilogue_b: qg_epilogue's requantised row stored as bytes (code). */
+QG_MV512 static void qg_epilogue_b(const int32_t *acc, int64_t w, const int32_t *sb,
+				const int32_t *cs, const int32_t *bcol, const float *mcol,
+				int32_t K, qg_row r, int code, void *y)
+{
+	float f[256];
+	for (int64_t j0 = 0; j0 < w; j0 += 256) {
+		int64_t n = SK_MIN((int64_t)256, w - j0);
+		for (int64_t j = 0; j < n; j++) {
+			int64_t c = j0 + j;
+			int32_t v = acc[c] - sb[c] * r.rs - r.ua * cs[c] + K * r.ua * sb[c] + r.brow + bcol[c];
+			float e = rintf((float)v * r.mrow * mcol[c]) + r.zy;
+			f[j] = e < r.lo ? r.lo : (e > r.hi ? r.hi : e);
+		}
+		sk_store_save(f, code, n, (uint8_t *)y + j0);
+	}
+}
+
 void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -916,8 +1115,11 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t n0 = ni * nt, nl = SK_MIN(nt, N - n0);
 	int64_t strips = SK_CDIV(nl, 16);
 	int64_t aoffs = b1 * p[8] + b2 * p[9];
-	const float *B = k->in[1] + b1 * p[10] + b2 * p[11];
-	float *Y = k->out + b1 * p[12] + b2 * p[13];
+	int sa = sk_store_in(k, 0), sb = sk_store_in(k, 1), sy = sk_store_out(k);
+	const float *B = k->in[1] + (sb ? 0 : b1 * p[10] + b2 * p[11]);
+	const uint8_t *Bb = (const uint8_t *)k->in[1] + (sb ? b1 * p[10] + b2 * p[11] : 0);
+	float *Y = k->out + (sy ? 0 : b1 * p[12] + b2 * p[13]);
+	uint8_t *Yb = (uint8_t *)k->out + (sy ? b1 * p[12] + b2 * p[13] : 0);
 	int64_t roff = b1 * p[14] + b2 * p[15]; /* per-row parameters */
 	int aoff = p[16] ? 128 : 0, boff = p[17] ? 0 : 128;
 
@@ -942,6 +1144,11 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	if (p[26]) {
 		Up = (const uint8_t *)k->in[0] + (aoffs + m0) * kp;
 		rs = (const int32_t *)k->in[7] + aoffs + m0;
+	} else if (sa) {
+		qg_pack_rows_b((const uint8_t *)k->in[0] + aoffs + m0 * lda, sa, lda, ml, K, kp, aoff, U, rsum);
+		Up = U;
+		rs = rsum;
+		SK_POLL(ctx);
 	} else {
 		qg_pack_rows(q.pack512, k->in[0] + aoffs + m0 * lda, lda, ml, K, kp, aoff, U, rsum);
 		Up = U;
@@ -960,12 +1167,15 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		/* the im2col of positions n0.. of image b1, group b2 */
 		const int64_t *c = k->aux;
 		int64_t Cg = c[1] / c[5];
-		const float *xg = k->in[1] + (b1 * c[1] + b2 * Cg) * c[2] * c[3];
+		int64_t xo = (b1 * c[1] + b2 * Cg) * c[2] * c[3];
+		const float *xg = (const float *)sk_elem(k->in[1], sb, xo);
 		if (k->t[5] && q.pack512) {
 			int8_t *img = (int8_t *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
-			int64_t rows = qg_img_fill(xg, c, n0, nl, boff, k->f[1], k->t[6], img);
+			int64_t rows = qg_img_fill(xg, sb, c, n0, nl, boff, k->f[1], k->t[6], img);
 			SK_POLL(ctx);
 			qg_pack_im2col_img(c, n0, nl, K, kp, img, rows, k->t[6], S, csum);
+		} else if (sb) {
+			qg_pack_im2col_b(xg, sb, c, n0, nl, K, kp, boff, k->f[1], S, csum);
 		} else if (q.pack512) {
 			qg_pack_im2col_512(xg, c, n0, nl, K, kp, boff, k->f[1], S, csum);
 		} else {
@@ -975,6 +1185,14 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			SK_POLL(ctx);
 			qg_pack_cols(0, col, nl, K, nl, kp, boff, S, csum);
 		}
+		Sp = S;
+		cs = csum;
+		SK_POLL(ctx);
+	} else if (sb) {
+		if (q.pack512)
+			qg_pack_cols_b512(Bb + n0, sb, ldb, K, nl, kp, boff, S, csum);
+		else
+			qg_pack_cols_b(Bb + n0, sb, ldb, K, nl, kp, boff, S, csum);
 		Sp = S;
 		cs = csum;
 		SK_POLL(ctx);
@@ -1029,8 +1247,12 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			row.ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
 			row.brow = p[21] == 1 ? bias[roff + m] : 0;
 			row.mrow = p[20] == 1 ? mult[0] : (p[20] == 2 ? mult[roff + m] : 1.0f);
-			qg_epilogue(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row,
-				    Y + m * ldc + n0);
+			if (sy)
+				qg_epilogue_b(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row, sy,
+					      Yb + m * ldc + n0);
+			else
+				qg_epilogue(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row,
+					    Y + m * ldc + n0);
 		}
 		r0 += rows;
 		if (SK_STOPPED(ctx))

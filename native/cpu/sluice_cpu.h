@@ -150,6 +150,14 @@ enum sk_reduce {
 
 /* Slots shared by every kernel with a fused epilogue. */
 #define SKP_ACT 31
+/* How a kernel's arena operands are stored (enum sk_store), 2 bits each:
+ * the output's in bits 0-1, in[j]'s in bits 2+2j. 8-bit integer tensors
+ * may be stored as bytes (element i at byte i of the operand) instead of
+ * float32 values; only these take them: QUANT's input (modes 1 and 5, and
+ * mode 5's in[3]) and output (modes 0, 4, 5), QGEMM's A (unpacked), B
+ * (unpacked, or its im2col) and requantised Y, integer DWCONV's input and
+ * requantised output. The bits are the float path's. */
+#define SKP_STORE 30
 /* GEMM: B is stored in panels (sk_gemm_panels; ldb their distance); A
  * is, transposed (sk_gemm_apanels; lda their distance); the product is
  * computed transposed, C^T = B^T A^T, with A in panels. */
@@ -171,6 +179,13 @@ enum sk_reduce {
 #define SKI_DWP_B 6
 #define SKF_DWP_A 2
 #define SKF_DWP_B 3
+
+/* Operand storage (p[SKP_STORE]). */
+enum sk_store {
+	SK_STORE_F32 = 0, /* float32 values */
+	SK_STORE_U8 = 1,  /* uint8 values, one byte each */
+	SK_STORE_S8 = 2   /* int8 values, one byte each */
+};
 
 /* Kernel flags. */
 #define SK_KF_INPLACE 1 /* reads and writes the same memory: not idempotent */
@@ -724,6 +739,30 @@ int sk_gemm_nr(void);
 		if (SK_STOPPED(ctx))   \
 			return;        \
 	} while (0)
+
+/* sk_store_out / sk_store_in: how the output / in[j] is stored. */
+static inline int sk_store_out(const sk_kernel *k)
+{
+	return (int)(k->p[SKP_STORE] & 3);
+}
+
+static inline int sk_store_in(const sk_kernel *k, int j)
+{
+	return (int)((k->p[SKP_STORE] >> (2 + 2 * j)) & 3);
+}
+
+/* sk_elem is element i of an operand at base stored as code. */
+static inline const void *sk_elem(const float *base, int code, int64_t i)
+{
+	return code ? (const void *)((const uint8_t *)base + i) : (const void *)(base + i);
+}
+
+/* sk_store_load converts n values stored as code at src to float32 (exact:
+ * 8-bit integers); sk_store_save writes n float32 integer values to dst
+ * stored as code (each in the code's range: the kernels clamp first).
+ * store.c. */
+void sk_store_load(const void *src, int code, int64_t n, float *dst);
+void sk_store_save(const float *src, int code, int64_t n, void *dst);
 
 /* SK_MV builds a function for AVX2+FMA and for baseline x86-64 and picks one
  * at load time, so the binary runs on any x86-64 host. */

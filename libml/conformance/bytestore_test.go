@@ -1,0 +1,165 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	"sluice/libml/engine"
+	"sluice/libml/graph"
+	"sluice/libml/quantize"
+	"sluice/libml/zoo"
+	ncpu "sluice/native/cpu"
+)
+
+// byteChain turns qconvGraph's QuantizeLinear, QLinearConv into
+// QuantizeLinear, QLinearConv, DequantizeLinear, so that both integer
+// tensors lie between kernels; signed makes them int8 (zero points -9 and
+// 5) instead of uint8.
+func byteChain(g *graph.Graph, signed bool) *graph.Graph {
+	if signed {
+		for _, t := range g.Initializers {
+			switch t.Name {
+			case "xz":
+				t.DType, t.I64 = graph.Int8, []int64{-9}
+			case "yz":
+				t.DType, t.I64 = graph.Int8, []int64{5}
+			}
+		}
+	}
+	conv := &g.Nodes[len(g.Nodes)-1]
+	conv.Outputs = []string{"yq"}
+	g.Nodes = append(g.Nodes, graph.Node{Name: "dq", Op: "DequantizeLinear", Inputs: []string{"yq", "ys", "yz"}, Outputs: []string{"y"}})
+	g.Outputs[0].DType = graph.Float32
+	return g
+}
+
+// byteKernels compiles g for shapes and counts the kernels that read or
+// write an operand stored as bytes, and the arena's size in floats.
+func byteKernels(t *testing.T, g *graph.Graph, shapes map[string][]int64, noBytes bool) (n int, arena int64) {
+	t.Helper()
+	m, err := engine.Load(g, engine.Options{Units: 2, NoByteIntegers: noBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.Compile(shapes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range p.Kernels {
+		if k.P[engine.PStore] != 0 {
+			n++
+		}
+	}
+	return n, p.ArenaFloats
+}
+
+// gemmISAs runs f under each GEMM instruction set this CPU has (the
+// depthwise kernel's paths follow it) and restores the default.
+func gemmISAs(t *testing.T, f func(isa string)) {
+	t.Helper()
+	defer ncpu.SetGemmISA("")
+	for _, isa := range ncpu.GemmISAs() {
+		if err := ncpu.SetGemmISA(isa); err != nil {
+			t.Fatal(err)
+		}
+		f(isa)
+	}
+}
+
+// TestByteIntegers: 8-bit integer tensors between kernels are stored as
+// bytes on the cpu backend (engine's byteIntegers), uint8 and int8.
+// QuantizeLinear, a QLinearConv down each of the engine's paths and
+// DequantizeLinear, with both integer tensors stored as bytes, give the
+// constant folder's bits with every QGEMM micro-kernel under every GEMM
+// instruction set; quantised zoo models store most of their activations
+// as bytes, need a smaller arena, and give the same bits on every
+// instruction set and micro-kernel (TestQuantizedZooORT checks them
+// against ONNX Runtime).
+func TestByteIntegers(t *testing.T) {
+	be := cpuBackend(t)
+	ctx := context.Background()
+	cases := []struct {
+		name                               string
+		C, M, G, H, W, K, stride, pad, dil int64
+	}{
+		{"3x3-pad", 8, 24, 1, 13, 11, 3, 1, 1, 0},
+		{"3x3-stride2-groups2", 8, 12, 2, 15, 15, 3, 2, 1, 0},
+		{"pointwise", 40, 70, 1, 9, 9, 1, 1, 0, 0},
+		{"depthwise-3x3", 32, 32, 32, 14, 14, 3, 1, 1, 0},
+		{"depthwise-wide", 20, 20, 20, 40, 45, 3, 1, 1, 0},
+		{"depthwise-stride2-mult2", 16, 32, 16, 11, 11, 3, 2, 1, 0},
+		{"depthwise-5x5", 8, 8, 8, 9, 9, 5, 1, 2, 0},
+		{"3x3-stride3", 4, 11, 1, 22, 40, 3, 3, 1, 0},
+		{"1x1-stride2", 12, 20, 1, 19, 37, 1, 2, 0, 0},
+	}
+	for _, c := range cases {
+		for _, signed := range []bool{false, true} {
+			name := fmt.Sprintf("%s-signed=%v", c.name, signed)
+			g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.dil, true, false)
+			g = byteChain(g, signed)
+			if n, _ := byteKernels(t, g, map[string][]int64{"x": x.Dims}, false); n != 3 {
+				t.Fatalf("%s: %d kernels with bytes, want 3 (quantise, convolution, dequantise)", name, n)
+			}
+			gemmISAs(t, func(isa string) {
+				foldEveryQGemmKernel(t, ctx, be, name+"-"+isa, g, x)
+			})
+		}
+	}
+
+	for _, c := range []struct {
+		name  string
+		opt   zoo.Options
+		batch int64
+		// the arena shrinks (ResNet-18's at 32x32 is as large as its
+		// float buffers alone need)
+		smaller bool
+	}{
+		{"mobilenetv2", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 4}, 2, true},
+		{"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 6}, 1, false},
+	} {
+		g, err := zoo.Build(c.name, c.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets, err := quantize.Samples(g, 2, 1, zoo.Input)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, _, err := quantize.Model(ctx, g, be.RunGraph, sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := q.Inputs[0].Name
+		dims := append([]int64{c.batch}, sets[0][in].Dims[1:]...)
+		shapes := map[string][]int64{in: dims}
+		nb, arenaB := byteKernels(t, q, shapes, false)
+		nf, arenaF := byteKernels(t, q, shapes, true)
+		if nf != 0 || 4*nb < len(q.Nodes) || arenaB > arenaF || (c.smaller && arenaB == arenaF) {
+			t.Errorf("%s-int8: %d kernels with bytes (%d without), arena %d floats against %d", c.name, nb, nf, arenaB, arenaF)
+		}
+		x := &graph.Tensor{Name: in, DType: graph.Float32, Dims: dims, F32: zoo.Input(7, int(numelOf(dims)))}
+		var want []float32
+		gemmISAs(t, func(isa string) {
+			defer ncpu.SetQGemmKernel(ncpu.QGemmBest)
+			for _, k := range []int{ncpu.QGemmBest, ncpu.QGemmNoVNNI, ncpu.QGemmPortable} {
+				ncpu.SetQGemmKernel(k)
+				out, err := be.RunGraph(ctx, q, map[string]*graph.Tensor{in: x})
+				if err != nil {
+					t.Fatal(err)
+				}
+				y := out[q.Outputs[0].Name].F32
+				if want == nil {
+					want = y
+					continue
+				}
+				for i := range y {
+					if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s-int8, %s, micro-kernel %d: y[%d] = %v, want %v", c.name, isa, k, i, y[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}
