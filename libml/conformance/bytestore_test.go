@@ -37,7 +37,7 @@ func byteChain(g *graph.Graph, signed bool) *graph.Graph {
 
 // byteKernels compiles g for shapes and counts the kernels that read or
 // write an operand stored as bytes, and the arena's size in floats.
-func byteKernels(t *testing.T, g *graph.Graph, shapes map[string][]int64, noBytes bool) (n int, arena int64) {
+func byteKernels(t *testing.T, g *graph.Graph, shapes map[string][]int64, noBytes bool) (n, pools int, arena int64) {
 	t.Helper()
 	m, err := engine.Load(g, engine.Options{Units: 2, NoByteIntegers: noBytes})
 	if err != nil {
@@ -50,9 +50,12 @@ func byteKernels(t *testing.T, g *graph.Graph, shapes map[string][]int64, noByte
 	for _, k := range p.Kernels {
 		if k.P[engine.PStore] != 0 {
 			n++
+			if k.Op == engine.OpPool {
+				pools++
+			}
 		}
 	}
-	return n, p.ArenaFloats
+	return n, pools, p.ArenaFloats
 }
 
 // gemmISAs runs f under each GEMM instruction set this CPU has (the
@@ -99,7 +102,7 @@ func TestByteIntegers(t *testing.T) {
 			name := fmt.Sprintf("%s-signed=%v", c.name, signed)
 			g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.dil, true, false)
 			g = byteChain(g, signed)
-			if n, _ := byteKernels(t, g, map[string][]int64{"x": x.Dims}, false); n != 3 {
+			if n, _, _ := byteKernels(t, g, map[string][]int64{"x": x.Dims}, false); n != 3 {
 				t.Fatalf("%s: %d kernels with bytes, want 3 (quantise, convolution, dequantise)", name, n)
 			}
 			gemmISAs(t, func(isa string) {
@@ -115,9 +118,10 @@ func TestByteIntegers(t *testing.T) {
 		// the arena shrinks (ResNet-18's at 32x32 is as large as its
 		// float buffers alone need)
 		smaller bool
+		pools   int // max pooling layers on bytes
 	}{
-		{"mobilenetv2", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 4}, 2, true},
-		{"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 6}, 1, false},
+		{"mobilenetv2", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 4}, 2, true, 0},
+		{"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 6}, 1, false, 1},
 	} {
 		g, err := zoo.Build(c.name, c.opt)
 		if err != nil {
@@ -134,10 +138,11 @@ func TestByteIntegers(t *testing.T) {
 		in := q.Inputs[0].Name
 		dims := append([]int64{c.batch}, sets[0][in].Dims[1:]...)
 		shapes := map[string][]int64{in: dims}
-		nb, arenaB := byteKernels(t, q, shapes, false)
-		nf, arenaF := byteKernels(t, q, shapes, true)
-		if nf != 0 || 4*nb < len(q.Nodes) || arenaB > arenaF || (c.smaller && arenaB == arenaF) {
-			t.Errorf("%s-int8: %d kernels with bytes (%d without), arena %d floats against %d", c.name, nb, nf, arenaB, arenaF)
+		nb, pools, arenaB := byteKernels(t, q, shapes, false)
+		nf, _, arenaF := byteKernels(t, q, shapes, true)
+		if nf != 0 || 4*nb < len(q.Nodes) || arenaB > arenaF || (c.smaller && arenaB == arenaF) || pools != c.pools {
+			t.Errorf("%s-int8: %d kernels with bytes (%d without, %d max pooling), arena %d floats against %d",
+				c.name, nb, nf, pools, arenaB, arenaF)
 		}
 		x := &graph.Tensor{Name: in, DType: graph.Float32, Dims: dims, F32: zoo.Input(7, int(numelOf(dims)))}
 		var want []float32

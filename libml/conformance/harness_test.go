@@ -77,7 +77,7 @@ func runOnBackend(ctx context.Context, be libml.Backend, name string, g *graph.G
 		return nil, fmt.Errorf("infer: %w", err)
 	}
 	got := &graph.Tensor{Name: want.Name, DType: graph.Float32, Dims: want.Dims, F32: out}
-	if want.F32 == nil {
+	if want.F32 == nil && want.DType != graph.Float32 {
 		// Integer outputs come back as float32 request data.
 		got.DType, got.F32, got.I64 = want.DType, nil, make([]int64, n)
 		for i, v := range out {

@@ -11,7 +11,8 @@ package engine
 // takes bytes at that operand (native/cpu's sluice_cpu.h, SKP_STORE):
 // QUANT's integer inputs and outputs, QGEMM's unpacked A and B (or its
 // im2col) and requantised output, integer DWCONV's input and requantised
-// output. The kernels compute the same bits either way.
+// output, max pooling's input and output (its output stored as its
+// input is). The kernels compute the same bits either way.
 
 // storeCode is how a tensor whose values lie in [lo, hi] can be stored as
 // bytes: StoreU8, StoreS8, or 0 (it cannot).
@@ -57,8 +58,17 @@ func byteInput(k *Kernel, j int) bool {
 		return (j == 0 && p[26] == 0) || (j == 1 && p[25] == 0)
 	case OpDWConv:
 		return j == 0 && p[16] == 1 && p[PDWPointwise] == 0
+	case OpPool:
+		return j == 0 && p[13] == 0
 	}
 	return false
+}
+
+// byteCopies reports whether kernel k's output holds values of its input
+// 0 only (max pooling): stored as bytes where that input is, and in the
+// same signedness.
+func byteCopies(k *Kernel) bool {
+	return k.Op == OpPool && k.P[13] == 0
 }
 
 // byteIntegers chooses the buffers stored as bytes (see above), sets the
@@ -83,6 +93,9 @@ func (c *compiler) byteIntegers() {
 			continue
 		}
 		b, st := d.out.buf, byteOutput(&d.k)
+		if byteCopies(&d.k) && d.out.off == 0 {
+			continue // decided below, from its input
+		}
 		switch {
 		case d.out.off != 0 || st == 0:
 			code[b] = never
@@ -95,6 +108,24 @@ func (c *compiler) byteIntegers() {
 	for b, cb := range c.bufs {
 		if cb.input || cb.output || cb.zero || c.isGraphOutputBuf(b) {
 			code[b] = never
+		}
+	}
+	// a copying kernel's output takes its input's storage: in draft
+	// order, so that a chain of them follows its first input
+	for i := range c.drafts {
+		d := &c.drafts[i]
+		if !byteCopies(&d.k) || d.out.sp != SpaceArena || d.out.off != 0 {
+			continue
+		}
+		in, out := d.in[0], d.out.buf
+		st := int64(never)
+		if in.sp == SpaceArena && code[in.buf] > 0 {
+			st = code[in.buf]
+		}
+		if code[out] == 0 {
+			code[out] = st
+		} else if code[out] != st {
+			code[out] = never
 		}
 	}
 	for i := range c.drafts {

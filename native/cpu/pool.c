@@ -28,9 +28,17 @@ void sk_prep_pool(sk_kernel *k, int units)
 		k->grid = -1;
 		return;
 	}
+	/* bytes (max pooling of 8-bit integers): a plane and its output
+	 * are staged as floats in the scratch */
+	int64_t st = p[SKP_STORE];
+	if (st && ((st & ~(int64_t)(3 | 3 << 2)) || (st & 3) == 3 || (st >> 2 & 3) == 3 || p[13] != 0)) {
+		k->grid = -1;
+		return;
+	}
 	int64_t ct = plane_chunk(p[0], p[3] * p[4] * p[5] * p[6], units);
 	k->t[0] = ct;
 	k->grid = SK_CDIV(p[0], ct);
+	k->scratch = st ? p[1] * p[2] + p[3] * p[4] : 0;
 }
 
 /* taps of a window row whose output ranges pool_plane keeps */
@@ -261,9 +269,23 @@ void sk_block_pool(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 #if defined(__x86_64__) && defined(__GNUC__)
 	wide = sk_gemm_isa() == SK_ISA_AVX512;
 #endif
+	int sx = sk_store_in(k, 0), sy = sk_store_out(k);
+	float *xs = NULL, *ys = NULL;
+	if (sx || sy) {
+		if (!(xs = sk_scratch(ctx, k->scratch)))
+			return;
+		ys = xs + HW;
+	}
 	for (int64_t c = c0; c < c1; c++) {
 		SK_POLL(ctx);
-		pool_plane(k->in[0] + c * HW, k->out + c * OHW, p, wide);
+		const float *x = k->in[0] + c * HW;
+		if (sx) {
+			sk_store_load(sk_elem(k->in[0], sx, c * HW), sx, HW, xs);
+			x = xs;
+		}
+		pool_plane(x, sy ? ys : k->out + c * OHW, p, wide);
+		if (sy)
+			sk_store_save(ys, sy, OHW, (void *)sk_elem(k->out, sy, c * OHW));
 	}
 }
 
