@@ -659,26 +659,6 @@ SK_MV static void qg_pack_rows_c(const float *A, int64_t lda, int64_t rows, int6
 	}
 }
 
-/* qg_pack_cols_c: columns [0, nl) of float-stored integers B (K rows, ld
- * ldb) to s8 (- off) panels of 16 columns x 4 steps, and column sums. */
-static void qg_pack_cols_c(const float *B, int64_t ldb, int64_t K, int64_t nl,
-			   int64_t kp, int off, int8_t *S, int32_t *csum)
-{
-	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
-	memset(S, 0, (size_t)(strips * k4n * 64));
-	for (int64_t j = 0; j < nl; j++)
-		csum[j] = 0;
-	for (int64_t kk = 0; kk < K; kk++) {
-		const float *br = B + kk * ldb;
-		int64_t k4 = kk / 4, q = kk % 4;
-		for (int64_t j = 0; j < nl; j++) {
-			int v = (int)br[j] - off;
-			S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
-			csum[j] += v;
-		}
-	}
-}
-
 /* qg_byte is value i of 8-bit integers stored as code (U8 or S8). */
 static inline int qg_byte(const void *b, int code, int64_t i)
 {
@@ -692,20 +672,10 @@ SK_MV static void qg_pack_rows_b(const void *A, int code, int64_t lda, int64_t r
 	for (int64_t r = 0; r < rows; r++) {
 		uint8_t *ur = U + r * kp;
 		int32_t s = 0;
-		if (code == SK_STORE_U8) {
-			const uint8_t *ar = (const uint8_t *)A + r * lda;
-			for (int64_t kk = 0; kk < K; kk++) {
-				int v = (int)ar[kk] + off;
-				ur[kk] = (uint8_t)v;
-				s += v;
-			}
-		} else {
-			const int8_t *ar = (const int8_t *)A + r * lda;
-			for (int64_t kk = 0; kk < K; kk++) {
-				int v = (int)ar[kk] + off;
-				ur[kk] = (uint8_t)v;
-				s += v;
-			}
+		for (int64_t kk = 0; kk < K; kk++) {
+			int v = qg_byte(A, code, r * lda + kk) + off;
+			ur[kk] = (uint8_t)v;
+			s += v;
 		}
 		for (int64_t kk = K; kk < kp; kk++)
 			ur[kk] = 0;
@@ -713,8 +683,10 @@ SK_MV static void qg_pack_rows_b(const void *A, int code, int64_t lda, int64_t r
 	}
 }
 
-/* qg_pack_cols_b: qg_pack_cols_c over columns stored as bytes. */
-static void qg_pack_cols_b(const void *B, int code, int64_t ldb, int64_t K, int64_t nl,
+/* qg_pack_cols_c: columns [0, nl) of integers B (K rows, ld ldb; float32
+ * values, code 0, or bytes) to s8 (- off) panels of 16 columns x 4 steps,
+ * and column sums. */
+static void qg_pack_cols_c(const void *B, int code, int64_t ldb, int64_t K, int64_t nl,
 			   int64_t kp, int off, int8_t *S, int32_t *csum)
 {
 	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
@@ -724,7 +696,8 @@ static void qg_pack_cols_b(const void *B, int code, int64_t ldb, int64_t K, int6
 	for (int64_t kk = 0; kk < K; kk++) {
 		int64_t k4 = kk / 4, q = kk % 4;
 		for (int64_t j = 0; j < nl; j++) {
-			int v = qg_byte(B, code, kk * ldb + j) - off;
+			int64_t i = kk * ldb + j;
+			int v = (code ? qg_byte(B, code, i) : (int)((const float *)B)[i]) - off;
 			S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
 			csum[j] += v;
 		}
@@ -761,35 +734,6 @@ static void qg_pack_im2col_b(const void *x, int code, const int64_t *g, int64_t 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define QG_512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-/* qg_pack_cols_512: qg_pack_cols_c 16 columns x 4 steps per store. */
-QG_512_TARGET static void qg_pack_cols_512(const float *B, int64_t ldb, int64_t K,
-					   int64_t nl, int64_t kp, int off,
-					   int8_t *S, int32_t *csum)
-{
-	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
-	const __m512i vo = _mm512_set1_epi32(off), m8 = _mm512_set1_epi32(0xff);
-	for (int64_t st = 0; st < strips; st++) {
-		int64_t j0 = st * 16, w = SK_MIN((int64_t)16, nl - j0);
-		__mmask16 mk = (__mmask16)((1u << w) - 1);
-		__m512i cs = _mm512_setzero_si512();
-		int8_t *sp = S + st * k4n * 64;
-		for (int64_t k4 = 0; k4 < k4n; k4++) {
-			__m512i word = _mm512_setzero_si512();
-			for (int q = 0; q < 4; q++) {
-				int64_t kk = 4 * k4 + q;
-				if (kk >= K)
-					break;
-				__m512 f = _mm512_maskz_loadu_ps(mk, B + kk * ldb + j0);
-				__m512i v = _mm512_maskz_sub_epi32(mk, _mm512_cvttps_epi32(f), vo);
-				cs = _mm512_add_epi32(cs, v);
-				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(v, m8), 8 * q));
-			}
-			_mm512_storeu_si512((void *)(sp + k4 * 64), word);
-		}
-		_mm512_mask_storeu_epi32(csum + j0, mk, cs);
-	}
-}
-
 /* qg_load16 is up to 16 8-bit integers stored as code, widened. */
 QG_512_TARGET static inline __m512i qg_load16(const void *b, int code, __mmask16 mk)
 {
@@ -797,14 +741,14 @@ QG_512_TARGET static inline __m512i qg_load16(const void *b, int code, __mmask16
 	return code == SK_STORE_U8 ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v);
 }
 
-/* qg_pack_cols_b512: qg_pack_cols_512 over columns stored as bytes. */
-QG_512_TARGET static void qg_pack_cols_b512(const void *B, int code, int64_t ldb, int64_t K,
-					    int64_t nl, int64_t kp, int off, int8_t *S,
-					    int32_t *csum)
+/* qg_pack_cols_512: qg_pack_cols_c 16 columns x 4 steps per store, from
+ * float32 values (code 0) or bytes. */
+QG_512_TARGET static void qg_pack_cols_512(const void *B, int code, int64_t ldb, int64_t K,
+					   int64_t nl, int64_t kp, int off, int8_t *S,
+					   int32_t *csum)
 {
 	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
 	const __m512i vo = _mm512_set1_epi32(off), m8 = _mm512_set1_epi32(0xff);
-	const uint8_t *b = (const uint8_t *)B;
 	for (int64_t st = 0; st < strips; st++) {
 		int64_t j0 = st * 16, w = SK_MIN((int64_t)16, nl - j0);
 		__mmask16 mk = (__mmask16)((1u << w) - 1);
@@ -816,7 +760,10 @@ QG_512_TARGET static void qg_pack_cols_b512(const void *B, int code, int64_t ldb
 				int64_t kk = 4 * k4 + q;
 				if (kk >= K)
 					break;
-				__m512i v = _mm512_maskz_sub_epi32(mk, qg_load16(b + kk * ldb + j0, code, mk), vo);
+				__m512i x = code ? qg_load16((const uint8_t *)B + kk * ldb + j0, code, mk)
+						 : _mm512_cvttps_epi32(_mm512_maskz_loadu_ps(
+							   mk, (const float *)B + kk * ldb + j0));
+				__m512i v = _mm512_maskz_sub_epi32(mk, x, vo);
 				cs = _mm512_add_epi32(cs, v);
 				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(v, m8), 8 * q));
 			}
@@ -1028,7 +975,6 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
 #define qg_pack_im2col_img(...) ((void)0)
 #define qg_pack_rows_512(...) ((void)0)
 #define qg_pack_cols_512(...) ((void)0)
-#define qg_pack_cols_b512(...) ((void)0)
 #define qg_pack_im2col_512(...) ((void)0)
 #endif
 
@@ -1042,13 +988,13 @@ static void qg_pack_rows(int wide, const float *A, int64_t lda, int64_t rows, in
 		qg_pack_rows_c(A, lda, rows, K, kp, off, U, rsum);
 }
 
-static void qg_pack_cols(int wide, const float *B, int64_t ldb, int64_t K, int64_t nl,
+static void qg_pack_cols(int wide, const void *B, int code, int64_t ldb, int64_t K, int64_t nl,
 			 int64_t kp, int off, int8_t *S, int32_t *csum)
 {
 	if (wide)
-		qg_pack_cols_512(B, ldb, K, nl, kp, off, S, csum);
+		qg_pack_cols_512(B, code, ldb, K, nl, kp, off, S, csum);
 	else
-		qg_pack_cols_c(B, ldb, K, nl, kp, off, S, csum);
+		qg_pack_cols_c(B, code, ldb, K, nl, kp, off, S, csum);
 }
 
 /* ---- epilogue ------------------------------------------------------------ */
@@ -1116,8 +1062,7 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t strips = SK_CDIV(nl, 16);
 	int64_t aoffs = b1 * p[8] + b2 * p[9];
 	int sa = sk_store_in(k, 0), sb = sk_store_in(k, 1), sy = sk_store_out(k);
-	const float *B = k->in[1] + (sb ? 0 : b1 * p[10] + b2 * p[11]);
-	const uint8_t *Bb = (const uint8_t *)k->in[1] + (sb ? b1 * p[10] + b2 * p[11] : 0);
+	int64_t boffs = b1 * p[10] + b2 * p[11];
 	float *Y = k->out + (sy ? 0 : b1 * p[12] + b2 * p[13]);
 	uint8_t *Yb = (uint8_t *)k->out + (sy ? b1 * p[12] + b2 * p[13] : 0);
 	int64_t roff = b1 * p[14] + b2 * p[15]; /* per-row parameters */
@@ -1183,21 +1128,13 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			sk_im2col_tile(xg, Cg, c[2], c[3], c[6], c[7], c[8], c[9], c[10], c[11],
 				       c[12], c[13], c[15], n0, nl, col, nl, k->f[1]);
 			SK_POLL(ctx);
-			qg_pack_cols(0, col, nl, K, nl, kp, boff, S, csum);
+			qg_pack_cols(0, col, 0, nl, K, nl, kp, boff, S, csum);
 		}
 		Sp = S;
 		cs = csum;
 		SK_POLL(ctx);
-	} else if (sb) {
-		if (q.pack512)
-			qg_pack_cols_b512(Bb + n0, sb, ldb, K, nl, kp, boff, S, csum);
-		else
-			qg_pack_cols_b(Bb + n0, sb, ldb, K, nl, kp, boff, S, csum);
-		Sp = S;
-		cs = csum;
-		SK_POLL(ctx);
 	} else {
-		qg_pack_cols(q.pack512, B + n0, ldb, K, nl, kp, boff, S, csum);
+		qg_pack_cols(q.pack512, sk_elem(k->in[1], sb, boffs + n0), sb, ldb, K, nl, kp, boff, S, csum);
 		Sp = S;
 		cs = csum;
 		SK_POLL(ctx);
