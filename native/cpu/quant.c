@@ -1050,6 +1050,36 @@ QG_MV512 static void qg_epilogue_b(const int32_t *acc, int64_t w, const int32_t 
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* qg_epilogue_b512: qg_epilogue_b 16 columns at a time. The integer sum
+ * is regrouped (exact: integers), the float steps keep qg_epilogue's
+ * order (v * mrow, then * mcol, rint, + zy, clamp); a clamped value fits
+ * the code's byte, whose two's complement the truncating store keeps. */
+QG_512_TARGET static void qg_epilogue_b512(const int32_t *acc, int64_t w, const int32_t *sb,
+					   const int32_t *cs, const int32_t *bcol,
+					   const float *mcol, int32_t K, qg_row r, uint8_t *y)
+{
+	const __m512i t = _mm512_set1_epi32(K * r.ua - r.rs), ua = _mm512_set1_epi32(r.ua);
+	const __m512i brow = _mm512_set1_epi32(r.brow);
+	const __m512 mrow = _mm512_set1_ps(r.mrow), zy = _mm512_set1_ps(r.zy);
+	const __m512 lo = _mm512_set1_ps(r.lo), hi = _mm512_set1_ps(r.hi);
+	for (int64_t j = 0; j < w; j += 16) {
+		__mmask16 mk = (__mmask16)(w - j >= 16 ? 0xffff : (1u << (w - j)) - 1);
+		__m512i v = _mm512_maskz_loadu_epi32(mk, acc + j);
+		v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, sb + j), t));
+		v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, cs + j), ua));
+		v = _mm512_add_epi32(v, _mm512_add_epi32(brow, _mm512_maskz_loadu_epi32(mk, bcol + j)));
+		__m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), mrow), _mm512_maskz_loadu_ps(mk, mcol + j));
+		f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zy);
+		f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+		_mm512_mask_cvtepi32_storeu_epi8(y + j, mk, _mm512_cvtps_epi32(f));
+	}
+}
+
+#else
+#define qg_epilogue_b512(...) ((void)0)
+#endif
+
 void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -1184,7 +1214,10 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			row.ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
 			row.brow = p[21] == 1 ? bias[roff + m] : 0;
 			row.mrow = p[20] == 1 ? mult[0] : (p[20] == 2 ? mult[roff + m] : 1.0f);
-			if (sy)
+			if (sy && q.pack512)
+				qg_epilogue_b512(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row,
+						 Yb + m * ldc + n0);
+			else if (sy)
 				qg_epilogue_b(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row, sy,
 					      Yb + m * ldc + n0);
 			else
