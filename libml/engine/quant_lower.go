@@ -268,7 +268,22 @@ func (c *compiler) zeroPoint(n *graph.Node, i int) (operand, bool, error) {
 		return noOperand, false, err
 	}
 	o, err := c.operand(n.Inputs[i])
-	return o, v.t.Len() > 1, err
+	return o, v.t.Len() > 1 && !uniformConst(v), err
+}
+
+// uniformConst reports whether v is a constant whose values are all
+// equal (per-channel zero points that are all 0, as symmetric weights
+// have): read as one value, its first.
+func uniformConst(v *cval) bool {
+	if v.buf != -1 || !v.t.known() {
+		return false
+	}
+	for i := int64(1); i < v.t.Len(); i++ {
+		if v.t.at(i) != v.t.at(0) {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *compiler) lowerQMatMul(g *group) error {

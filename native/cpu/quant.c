@@ -1011,6 +1011,7 @@ static void qg_pack_cols(int wide, const void *B, int code, int64_t ldb, int64_t
  * over the tile's columns), the per-row ones scalars. */
 typedef struct qg_row {
 	int32_t rs, ua, brow;
+	int32_t rt; /* qg_epilogue_b512 with ecol: the row's integer terms */
 	float mrow, zy, lo, hi;
 	int requant;
 } qg_row;
@@ -1052,24 +1053,34 @@ QG_MV512 static void qg_epilogue_b(const int32_t *acc, int64_t w, const int32_t 
 
 #if defined(__x86_64__) && defined(__GNUC__)
 /* qg_epilogue_b512: qg_epilogue_b 16 columns at a time. The integer sum
- * is regrouped (exact: integers), the float steps keep qg_epilogue's
- * order (v * mrow, then * mcol, rint, + zy, clamp); a clamped value fits
- * the code's byte, whose two's complement the truncating store keeps. */
+ * is regrouped (exact: integers): with per-tensor zero points (ecol set)
+ * it is acc + ecol[j] + r.rt, ecol holding each column's terms and r.rt
+ * the row's. The float steps keep qg_epilogue's order (v * mrow, then
+ * * mcol unless every mcol is 1 (mc = 0): exact, rint, + zy, clamp); a
+ * clamped value fits the code's byte, whose two's complement the
+ * truncating store keeps. */
 QG_512_TARGET static void qg_epilogue_b512(const int32_t *acc, int64_t w, const int32_t *sb,
 					   const int32_t *cs, const int32_t *bcol,
-					   const float *mcol, int32_t K, qg_row r, uint8_t *y)
+					   const float *mcol, int32_t K, qg_row r,
+					   const int32_t *ecol, int mc, uint8_t *y)
 {
 	const __m512i t = _mm512_set1_epi32(K * r.ua - r.rs), ua = _mm512_set1_epi32(r.ua);
-	const __m512i brow = _mm512_set1_epi32(r.brow);
+	const __m512i brow = _mm512_set1_epi32(r.brow), rt = _mm512_set1_epi32(r.rt);
 	const __m512 mrow = _mm512_set1_ps(r.mrow), zy = _mm512_set1_ps(r.zy);
 	const __m512 lo = _mm512_set1_ps(r.lo), hi = _mm512_set1_ps(r.hi);
 	for (int64_t j = 0; j < w; j += 16) {
 		__mmask16 mk = (__mmask16)(w - j >= 16 ? 0xffff : (1u << (w - j)) - 1);
 		__m512i v = _mm512_maskz_loadu_epi32(mk, acc + j);
-		v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, sb + j), t));
-		v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, cs + j), ua));
-		v = _mm512_add_epi32(v, _mm512_add_epi32(brow, _mm512_maskz_loadu_epi32(mk, bcol + j)));
-		__m512 f = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), mrow), _mm512_maskz_loadu_ps(mk, mcol + j));
+		if (ecol) {
+			v = _mm512_add_epi32(v, _mm512_add_epi32(_mm512_maskz_loadu_epi32(mk, ecol + j), rt));
+		} else {
+			v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, sb + j), t));
+			v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, cs + j), ua));
+			v = _mm512_add_epi32(v, _mm512_add_epi32(brow, _mm512_maskz_loadu_epi32(mk, bcol + j)));
+		}
+		__m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mrow);
+		if (mc)
+			f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(mk, mcol + j));
 		f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zy);
 		f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
 		_mm512_mask_cvtepi32_storeu_epi8(y + j, mk, _mm512_cvtps_epi32(f));
@@ -1180,6 +1191,15 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		mcol[j] = p[20] == 3 ? mult[n] : 1.0f;
 	}
 	qg_row row = {.zy = k->f[0], .lo = (float)p[23], .hi = (float)p[24], .requant = (int)p[22]};
+	/* bytes out on AVX-512 with per-tensor zero points (the usual case):
+	 * each column's terms once for the tile, in bcol's place */
+	const int32_t *ecol = NULL;
+	if (sy && q.pack512 && !p[18] && !p[19]) {
+		int32_t ua0 = (int32_t)(za ? za[0] : 0.0f) + aoff;
+		for (int64_t j = 0; j < nl; j++)
+			bcol[j] += K * ua0 * sbv[j] - ua0 * cs[j];
+		ecol = bcol;
+	}
 	/* AMX tiles are configured for the whole row loop (released before a
 	 * preempted block returns) */
 	int amx = q.amx && ml >= QG_AMX_M && strips >= 2;
@@ -1214,9 +1234,10 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			row.ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
 			row.brow = p[21] == 1 ? bias[roff + m] : 0;
 			row.mrow = p[20] == 1 ? mult[0] : (p[20] == 2 ? mult[roff + m] : 1.0f);
+			row.rt = row.brow - sbv[0] * row.rs;
 			if (sy && q.pack512)
-				qg_epilogue_b512(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row,
-						 Yb + m * ldc + n0);
+				qg_epilogue_b512(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row, ecol,
+						 p[20] == 3, Yb + m * ldc + n0);
 			else if (sy)
 				qg_epilogue_b(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row, sy,
 					      Yb + m * ldc + n0);
