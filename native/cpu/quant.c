@@ -621,7 +621,10 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 		nt = SK_CDIV(nt / 2, QG_NR) * QG_NR;
 		ntiles = SK_CDIV(N, nt);
 	}
-	while (nb * mtiles * ntiles < 4 * (int64_t)units && mt > QG_MR) {
+	/* rows last: each row tile of an im2col builds its columns again, so
+	 * there two blocks a unit will do */
+	int64_t rblocks = (p[27] ? 2 : 4) * (int64_t)units;
+	while (nb * mtiles * ntiles < rblocks && mt > QG_MR) {
 		mt = SK_CDIV(mt / 2, QG_MR) * QG_MR;
 		mtiles = SK_CDIV(M, mt);
 	}
