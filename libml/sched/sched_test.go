@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -8,8 +9,11 @@ import (
 	"time"
 
 	"sluice/libml"
+	"sluice/libml/cpu"
+	"sluice/libml/engine"
 	"sluice/libml/graph"
 	"sluice/libml/kprof"
+	"sluice/libml/quantize"
 	"sluice/libml/zoo"
 	ncpu "sluice/native/cpu"
 )
@@ -19,10 +23,28 @@ import (
 var testModels = map[string]struct {
 	name string
 	opt  zoo.Options
+	int8 bool // quantised statically (libml/quantize), calibrated on the cpu backend
 }{
-	"squeeze": {"squeezenet11", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 1}},
-	"resnet":  {"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 2}},
-	"bert":    {"bert", zoo.Options{Layers: 2, SeqLen: 16, Hidden: 64, Heads: 2, FF: 128, Seed: 3}},
+	"squeeze": {"squeezenet11", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 1}, false},
+	"resnet":  {"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 2}, false},
+	"bert":    {"bert", zoo.Options{Layers: 2, SeqLen: 16, Hidden: 64, Heads: 2, FF: 128, Seed: 3}, false},
+	// int8 activations stored as bytes
+	"mnet8": {"mobilenetv2", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 4}, true},
+}
+
+// quantized quantises g statically on the cpu backend.
+func quantized(t testing.TB, g *graph.Graph) (*graph.Graph, error) {
+	be := cpu.New()
+	if err := be.Init(context.Background(), libml.BackendConfig{Units: 1}); err != nil {
+		return nil, err
+	}
+	defer be.Deinit()
+	sets, err := quantize.Samples(g, 2, 1, zoo.Input)
+	if err != nil {
+		return nil, err
+	}
+	q, _, err := quantize.Model(context.Background(), g, be.RunGraph, sets)
+	return q, err
 }
 
 var (
@@ -42,7 +64,10 @@ func load(t testing.TB, s *Scheduler, key string, opt ModelOptions) *Model {
 	g := graphs[key]
 	if g == nil {
 		var err error
-		if g, err = zoo.Build(tm.name, tm.opt); err != nil {
+		if g, err = zoo.Build(tm.name, tm.opt); err == nil && tm.int8 {
+			g, err = quantized(t, g)
+		}
+		if err != nil {
 			profMu.Unlock()
 			t.Fatal(err)
 		}
@@ -287,19 +312,23 @@ func restoreCheck(t *testing.T, s *Scheduler, m *Model, want []float32, points f
 }
 
 // TestRestoreExactAfterAnyPreemptionPoint: a model with in-place kernels
-// (BERT: residual adds and activations run in place) is preempted at the
-// first, a middle and the last block of every kernel; restoring from the
-// interrupted kernel, or from the first kernel of its idempotent group,
-// gives the uninterrupted run's output exactly.
+// (BERT: residual adds and activations run in place), and a quantised
+// MobileNetV2 whose activations are stored as bytes, are preempted at the
+// first, a middle and the last block of every kernel;
+// restoring from the interrupted kernel, or from the first kernel of its
+// idempotent group, gives the uninterrupted run's output exactly.
 func TestRestoreExactAfterAnyPreemptionPoint(t *testing.T) {
 	if !ncpu.ChecksCompiled() {
 		t.Skip("preemption checks compiled out")
 	}
 	s := newSched(t, Config{Policy: PolicySeq})
-	for _, key := range []string{"bert", "squeeze"} {
+	for _, key := range []string{"bert", "squeeze", "mnet8"} {
 		m := load(t, s, key, ModelOptions{})
 		if key == "bert" && m.prog.InPlace == 0 {
 			t.Fatal("bert has no in-place kernel: the test would not cover idempotent groups")
+		}
+		if key == "mnet8" && !hasBytes(m) {
+			t.Fatal("mnet8 stores no activation as bytes")
 		}
 		want := reference(t, key, 9)[9]
 		n := restoreCheck(t, s, m, want, func(k int, g int64) []int64 {
@@ -1065,4 +1094,14 @@ func TestRestoreIgnoresPreviousJobsIndex(t *testing.T) {
 			t.Fatalf("out[%d] = %v, want %v", i, j.Out[i], want[i])
 		}
 	}
+}
+
+// hasBytes reports whether a kernel of m reads or writes bytes.
+func hasBytes(m *Model) bool {
+	for _, k := range m.prog.Kernels {
+		if k.P[engine.PStore] != 0 {
+			return true
+		}
+	}
+	return false
 }
