@@ -558,7 +558,8 @@ static int64_t qg_scratch_bytes(int64_t mt, int64_t nt, int64_t kp, int64_t K, i
 {
 	int64_t b = 4 * (mt + nt) + 4 * QG_AMX_M * SK_CDIV(nt, QG_NR) * QG_NR + 3 * 4 * nt + 64 + mt * kp +
 		    SK_CDIV(nt, QG_NR) * QG_NR * kp;
-	return b + (im2col ? (img ? img : 4 * K * nt) : 0) + 64;
+	/* the byte image, then its offset of each reduction row (int32) */
+	return b + (im2col ? (img ? img + 4 * K + 4 : 4 * K * nt) : 0) + 64;
 }
 
 /* The byte image of a convolution's input: a block converts the input rows
@@ -842,15 +843,42 @@ QG_512_TARGET static int64_t qg_img_fill(const float *x, int code, const int64_t
  * stride (1 or 2) in the image, so a reduction row is one 16-byte load per
  * output row the strip spans (two and a narrowing for stride 2), and 4
  * reduction rows interleave into one panel word. */
+/* qg_interleave4 is a panel word of 4 reduction rows of 16 columns:
+ * column j's 4 values at bytes 4j..4j+3. */
+QG_512_TARGET static inline __m512i qg_interleave4(__m128i v0, __m128i v1, __m128i v2, __m128i v3)
+{
+	__m128i ab0 = _mm_unpacklo_epi8(v0, v1), ab1 = _mm_unpackhi_epi8(v0, v1);
+	__m128i cd0 = _mm_unpacklo_epi8(v2, v3), cd1 = _mm_unpackhi_epi8(v2, v3);
+	__m512i word = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
+	word = _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab0, cd0), 1);
+	word = _mm512_inserti32x4(word, _mm_unpacklo_epi16(ab1, cd1), 2);
+	return _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab1, cd1), 3);
+}
+
 QG_512_TARGET static void qg_pack_im2col_img(const int64_t *g, int64_t n0, int64_t nl, int64_t K,
 					     int64_t kp, const int8_t *img, int64_t rows, int64_t L,
-					     int8_t *S, int32_t *csum)
+					     int32_t *koff, int8_t *S, int32_t *csum)
 {
 	int64_t KH = g[6], KW = g[7], SH = g[8], SW = g[9], PT = g[10], DH = g[12], DW = g[13];
 	int64_t OW = g[15];
 	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16), iha = (n0 / OW) * SH - PT;
 	const __m512i ones8 = _mm512_set1_epi8(1), ones16 = _mm512_set1_epi16(1);
 	img += QG_IMG_FRONT;
+	/* each reduction row's offset in the image, once for all strips
+	 * where there are several (with one or two, counting (c, kh, kw)
+	 * along is cheaper than the table) */
+	if (strips < 4)
+		koff = NULL;
+	for (int64_t k = 0, c = 0, kh = 0, kw = 0; koff && k < K; k++) {
+		koff[k] = (int32_t)((c * rows + kh * DH) * L + kw * DW);
+		if (++kw == KW) {
+			kw = 0;
+			if (++kh == KH) {
+				kh = 0;
+				c++;
+			}
+		}
+	}
 	for (int64_t st = 0; st < strips; st++) {
 		int64_t j0 = st * 16, w = SK_MIN((int64_t)16, nl - j0);
 		/* the strip's output rows: lanes, and lane 0's offset in the
@@ -868,15 +896,44 @@ QG_512_TARGET static void qg_pack_im2col_img(const int64_t *g, int64_t n0, int64
 		int whole = nseg == 1 && w == 16;
 		__m512i cs = _mm512_setzero_si512();
 		int8_t *sp = S + st * k4n * 64;
-		int64_t c = 0, kh = 0, kw = 0;
-		for (int64_t k4 = 0; k4 < k4n; k4++) {
+		int64_t c = 0, kh = 0, kw = 0, k4 = 0;
+		/* a strip within one output row: 4 loads a panel word, from the
+		 * offsets' table (whole groups of 4 reduction rows) */
+		if (whole && koff) {
+			const int8_t *b = img + rel[0];
+			for (; 4 * k4 + 3 < K; k4++) {
+				const int32_t *o = koff + 4 * k4;
+				__m512i word;
+				if (SW == 1)
+					word = qg_interleave4(_mm_loadu_si128((const __m128i *)(b + o[0])),
+							      _mm_loadu_si128((const __m128i *)(b + o[1])),
+							      _mm_loadu_si128((const __m128i *)(b + o[2])),
+							      _mm_loadu_si128((const __m128i *)(b + o[3])));
+				else
+					word = qg_interleave4(
+						_mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)(b + o[0]))),
+						_mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)(b + o[1]))),
+						_mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)(b + o[2]))),
+						_mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)(b + o[3]))));
+				_mm512_storeu_si512((void *)(sp + k4 * 64), word);
+				cs = _mm512_add_epi32(cs, _mm512_madd_epi16(_mm512_maddubs_epi16(ones8, word), ones16));
+			}
+		}
+		for (; k4 < k4n; k4++) {
 			__m128i v[4];
 			for (int q = 0; q < 4; q++) {
 				if (4 * k4 + q >= K) {
 					v[q] = _mm_setzero_si128();
 					continue;
 				}
-				const int8_t *b = img + (c * rows + kh * DH) * L + kw * DW;
+				const int8_t *b = img + (koff ? koff[4 * k4 + q] : (c * rows + kh * DH) * L + kw * DW);
+				if (!koff && ++kw == KW) {
+					kw = 0;
+					if (++kh == KH) {
+						kh = 0;
+						c++;
+					}
+				}
 				if (whole) {
 					v[q] = SW == 1 ? _mm_loadu_si128((const __m128i *)(b + rel[0]))
 						       : _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)(b + rel[0])));
@@ -889,21 +946,8 @@ QG_512_TARGET static void qg_pack_im2col_img(const int64_t *g, int64_t n0, int64
 						v[q] = _mm_mask_mov_epi8(v[q], lanes[s], r);
 					}
 				}
-				if (++kw == KW) {
-					kw = 0;
-					if (++kh == KH) {
-						kh = 0;
-						c++;
-					}
-				}
 			}
-			/* column j's 4 values at bytes 4j..4j+3 */
-			__m128i ab0 = _mm_unpacklo_epi8(v[0], v[1]), ab1 = _mm_unpackhi_epi8(v[0], v[1]);
-			__m128i cd0 = _mm_unpacklo_epi8(v[2], v[3]), cd1 = _mm_unpackhi_epi8(v[2], v[3]);
-			__m512i word = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
-			word = _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab0, cd0), 1);
-			word = _mm512_inserti32x4(word, _mm_unpacklo_epi16(ab1, cd1), 2);
-			word = _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab1, cd1), 3);
+			__m512i word = qg_interleave4(v[0], v[1], v[2], v[3]);
 			_mm512_storeu_si512((void *)(sp + k4 * 64), word);
 			/* each column's 4 values summed (byte pairs, then pairs) */
 			cs = _mm512_add_epi32(cs, _mm512_madd_epi16(_mm512_maddubs_epi16(ones8, word), ones16));
@@ -1162,7 +1206,8 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			int8_t *img = (int8_t *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
 			int64_t rows = qg_img_fill(xg, sb, c, n0, nl, boff, k->f[1], k->t[6], img);
 			SK_POLL(ctx);
-			qg_pack_im2col_img(c, n0, nl, K, kp, img, rows, k->t[6], S, csum);
+			int32_t *koff = (int32_t *)(((uintptr_t)(img + k->t[5]) + 3) & ~(uintptr_t)3);
+			qg_pack_im2col_img(c, n0, nl, K, kp, img, rows, k->t[6], koff, S, csum);
 		} else if (sb) {
 			qg_pack_im2col_b(xg, sb, c, n0, nl, K, kp, boff, k->f[1], S, csum);
 		} else if (q.pack512) {
