@@ -138,17 +138,21 @@ static void q_stored(const sk_kernel *k, int64_t i0, int64_t i1, sk_ctx *ctx)
 	for (int64_t i = i0; i < i1; i += QUANT_STORED_CHUNK) {
 		SK_POLL(ctx);
 		int64_t e = SK_MIN(i + QUANT_STORED_CHUNK, i1), m = e - i;
-		sk_store_load(sk_elem(k->in[0], sx, i), sx, m, xa);
+		/* float operands are read in place */
+		const float *a = sx ? xa : k->in[0] + i, *b = sb ? xb : (k->in[3] ? k->in[3] + i : NULL);
+		if (sx)
+			sk_store_load(sk_elem(k->in[0], sx, i), sx, m, xa);
 		if (p[3] == SK_QUANT_ADD) {
-			sk_store_load(sk_elem(k->in[3], sb, i), sb, m, xb);
-			q_add(xa, xb, y, m, k->in[4][0], k->in[5] ? k->in[5][0] : 0.0f, k->in[6][0],
+			if (sb)
+				sk_store_load(sk_elem(k->in[3], sb, i), sb, m, xb);
+			q_add(a, b, y, m, k->in[4][0], k->in[5] ? k->in[5][0] : 0.0f, k->in[6][0],
 			      k->in[7] ? k->in[7][0] : 0.0f, sc[0], zp ? zp[0] : 0.0f, lo, hi,
 			      (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 		} else {
 			for (int64_t j = i; j < e;) {
 				int64_t c = C == 1 ? 0 : (j / inner) % C;
 				int64_t r = C == 1 ? e : SK_MIN(e, (j / inner + 1) * inner);
-				q_run(xa + (j - i), y + (j - i), r - j, (int)p[3], sc[c], zp ? zp[c] : 0.0f,
+				q_run(a + (j - i), y + (j - i), r - j, (int)p[3], sc[c], zp ? zp[c] : 0.0f,
 				      lo, hi);
 				j = r;
 			}
@@ -811,7 +815,7 @@ QG_512_TARGET static int64_t qg_img_fill(const float *x, int code, const int64_t
 	int64_t oha = n0 / OW, ohb = (n0 + nl - 1) / OW, iha = oha * SH - PT;
 	int64_t rows = (ohb - oha) * SH + (KH - 1) * DH + 1;
 	int8_t padb = (int8_t)((int)pad - off);
-	const __m512i vo = _mm512_set1_epi32(off);
+	const __m512i vo = _mm512_set1_epi32(off), vo8 = _mm512_set1_epi8((char)off);
 	for (int64_t c = 0; c < Cg; c++) {
 		for (int64_t r = 0; r < rows; r++) {
 			int8_t *d = img + QG_IMG_FRONT + (c * rows + r) * L;
@@ -823,12 +827,18 @@ QG_512_TARGET static int64_t qg_img_fill(const float *x, int code, const int64_t
 			const float *xr = x + (c * H + ih) * W;
 			const uint8_t *xb = (const uint8_t *)x + (c * H + ih) * W;
 			memset(d, padb, (size_t)PL);
-			for (int64_t j = 0; j < W; j += 16) {
+			if (code) {
+				/* bytes: v - off wraps to the same byte as the
+				 * truncated int32 difference, 64 at a time */
+				for (int64_t j = 0; j < W; j += 64) {
+					__mmask64 mk = W - j >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (W - j)) - 1;
+					__m512i v = _mm512_sub_epi8(_mm512_maskz_loadu_epi8(mk, xb + j), vo8);
+					_mm512_mask_storeu_epi8(d + PL + j, mk, v);
+				}
+			}
+			for (int64_t j = 0; !code && j < W; j += 16) {
 				__mmask16 mk = (__mmask16)(W - j >= 16 ? 0xffff : (1u << (W - j)) - 1);
-				__m512i v = _mm512_sub_epi32(
-					code ? qg_load16(xb + j, code, mk)
-					     : _mm512_cvttps_epi32(_mm512_maskz_loadu_ps(mk, xr + j)),
-					vo);
+				__m512i v = _mm512_sub_epi32(_mm512_cvttps_epi32(_mm512_maskz_loadu_ps(mk, xr + j)), vo);
 				_mm512_mask_cvtepi32_storeu_epi8(d + PL + j, mk, v);
 			}
 			memset(d + PL + W, padb, (size_t)(L - PL - W));
