@@ -879,10 +879,9 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 		}
 		if (requant) {
 			for (int i = 0; i < nc; i++)
-				sk_quant_run(y + i * OHW, y + i * OHW, OHW, SK_QUANT_REQUANT,
-					     k->in[4][g + i], k->f[1], (float)p[18], (float)p[19]);
-			if (sy)
-				sk_store_save(y, sy, nc * OHW, (void *)sk_elem(k->out, sy, (n * C + g) * OHW));
+				sk_store_requant(y + i * OHW, OHW, k->in[4][g + i], k->f[1], (float)p[18],
+						 (float)p[19], sy,
+						 (void *)sk_elem(k->out, sy, (n * C + g + i) * OHW));
 		} else if (p[SKP_ACT])
 			sk_act_apply(y, nc * OHW, (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 	}
@@ -1039,13 +1038,8 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		int64_t ic = oc / mult;
 		const float *x = k->in[0] + (n * C + ic) * H * W;
 		if (quant) {
-			if (shifted != ic) {
-				if (sx) {
-					sk_store_load(sk_elem(k->in[0], sx, (n * C + ic) * H * W), sx, H * W, xs);
-					x = xs;
-				}
-				sk_quant_run(x, xs, H * W, SK_QUANT_DEQUANTIZE, 1.0f, k->f[0], 0.0f, 0.0f);
-			}
+			if (shifted != ic)
+				sk_store_shift(sk_elem(k->in[0], sx, (n * C + ic) * H * W), sx, H * W, k->f[0], xs);
 			shifted = ic;
 			x = xs;
 		}
@@ -1054,10 +1048,8 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		const float *res = k->in[3] ? k->in[3] + (n * Cout + oc) * OH * OW : NULL;
 		dw_channel(k, path, oc, x, H, p[10], y, res, OH, zero);
 		if (requant) {
-			sk_quant_run(y, y, OH * OW, SK_QUANT_REQUANT, k->in[4][oc], k->f[1],
-				     (float)p[18], (float)p[19]);
-			if (sy)
-				sk_store_save(y, sy, OH * OW, (void *)sk_elem(k->out, sy, (n * Cout + oc) * OH * OW));
+			sk_store_requant(y, OH * OW, k->in[4][oc], k->f[1], (float)p[18], (float)p[19], sy,
+					 (void *)sk_elem(k->out, sy, (n * Cout + oc) * OH * OW));
 		} else if (p[SKP_ACT])
 			sk_act_apply(y, OH * OW, (int)p[SKP_ACT], k->f[SKF_ACT_A],
 				     k->f[SKF_ACT_B]);

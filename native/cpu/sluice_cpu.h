@@ -763,6 +763,13 @@ static inline const void *sk_elem(const float *base, int code, int64_t i)
  * store.c. */
 void sk_store_load(const void *src, int code, int64_t n, float *dst);
 void sk_store_save(const float *src, int code, int64_t n, void *dst);
+/* sk_store_shift is sk_store_load less z (QUANT's mode 1 with scale 1:
+ * (x - z) * 1 is x - z); sk_store_requant is QUANT's mode 4,
+ * clamp(rint(x * s) + z, lo, hi), stored as code: each one pass with the
+ * bits of the two it replaces. */
+void sk_store_shift(const void *src, int code, int64_t n, float z, float *dst);
+void sk_store_requant(const float *src, int64_t n, float s, float z, float lo, float hi,
+		      int code, void *dst);
 
 /* SK_MV builds a function for AVX2+FMA and for baseline x86-64 and picks one
  * at load time, so the binary runs on any x86-64 host. */

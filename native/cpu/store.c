@@ -8,6 +8,9 @@
  */
 #include "sluice_cpu.h"
 
+#include <math.h>
+#include <string.h>
+
 SK_MV void sk_store_load(const void *src, int code, int64_t n, float *dst)
 {
 	if (code == SK_STORE_U8) {
@@ -39,5 +42,88 @@ SK_MV void sk_store_save(const float *src, int code, int64_t n, void *dst)
 		float *d = (float *)dst;
 		for (int64_t i = 0; i < n; i++)
 			d[i] = src[i];
+	}
+}
+
+SK_MV void sk_store_shift(const void *src, int code, int64_t n, float z, float *dst)
+{
+	if (code == SK_STORE_U8) {
+		const uint8_t *s = (const uint8_t *)src;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = (float)s[i] - z;
+	} else if (code == SK_STORE_S8) {
+		const int8_t *s = (const int8_t *)src;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = (float)s[i] - z;
+	} else {
+		const float *s = (const float *)src;
+		for (int64_t i = 0; i < n; i++)
+			dst[i] = s[i] - z;
+	}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* store_requant_512: sk_store_requant 16 values a vector, the tail
+ * masked (the compiler's loop leaves up to 63 to scalar code, all of a
+ * 7x7 plane): the same steps, rint as round to nearest even. */
+__attribute__((target("avx512f"))) static void store_requant_512(const float *src, int64_t n,
+								  float s, float z, float lo,
+								  float hi, int code, void *dst)
+{
+	const __m512 vs = _mm512_set1_ps(s), vz = _mm512_set1_ps(z);
+	const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+	for (int64_t i = 0; i < n; i += 16) {
+		__mmask16 mk = (__mmask16)(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+		__m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, src + i), vs);
+		v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+		/* v < lo ? lo : (v > hi ? hi : v) */
+		v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vhi, _CMP_GT_OQ), vhi);
+		v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vlo, _CMP_LT_OQ), vlo);
+		if (code) {
+			/* narrowed in a register, then stored (the narrowing store
+			 * to memory, vpmovdb m128, stalls on AMD's Zen 4 and 5) */
+			__m128i b = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v));
+			if (mk == 0xffff) {
+				_mm_storeu_si128((__m128i *)((uint8_t *)dst + i), b);
+			} else {
+				uint8_t t[16];
+				_mm_storeu_si128((__m128i *)t, b);
+				memcpy((uint8_t *)dst + i, t, (size_t)(n - i));
+			}
+		} else
+			_mm512_mask_storeu_ps((float *)dst + i, mk, v);
+	}
+}
+#endif
+
+SK_MV void sk_store_requant(const float *src, int64_t n, float s, float z, float lo, float hi,
+			    int code, void *dst)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (sk_gemm_isa() == SK_ISA_AVX512) {
+		store_requant_512(src, n, s, z, lo, hi, code, dst);
+		return;
+	}
+#endif
+	if (code == SK_STORE_U8) {
+		uint8_t *d = (uint8_t *)dst;
+		for (int64_t i = 0; i < n; i++) {
+			float v = rintf(src[i] * s) + z;
+			d[i] = (uint8_t)(int32_t)(v < lo ? lo : (v > hi ? hi : v));
+		}
+	} else if (code == SK_STORE_S8) {
+		int8_t *d = (int8_t *)dst;
+		for (int64_t i = 0; i < n; i++) {
+			float v = rintf(src[i] * s) + z;
+			d[i] = (int8_t)(int32_t)(v < lo ? lo : (v > hi ? hi : v));
+		}
+	} else {
+		float *d = (float *)dst;
+		for (int64_t i = 0; i < n; i++) {
+			float v = rintf(src[i] * s) + z;
+			d[i] = v < lo ? lo : (v > hi ? hi : v);
+		}
 	}
 }
