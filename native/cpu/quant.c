@@ -749,6 +749,18 @@ QG_512_TARGET static inline __m512i qg_load16(const void *b, int code, __mmask16
 	return code == SK_STORE_U8 ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v);
 }
 
+/* qg_interleave4 is a panel word of 4 reduction rows of 16 columns:
+ * column j's 4 values at bytes 4j..4j+3. */
+QG_512_TARGET static inline __m512i qg_interleave4(__m128i v0, __m128i v1, __m128i v2, __m128i v3)
+{
+	__m128i ab0 = _mm_unpacklo_epi8(v0, v1), ab1 = _mm_unpackhi_epi8(v0, v1);
+	__m128i cd0 = _mm_unpacklo_epi8(v2, v3), cd1 = _mm_unpackhi_epi8(v2, v3);
+	__m512i word = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
+	word = _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab0, cd0), 1);
+	word = _mm512_inserti32x4(word, _mm_unpacklo_epi16(ab1, cd1), 2);
+	return _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab1, cd1), 3);
+}
+
 /* qg_pack_cols_512: qg_pack_cols_c 16 columns x 4 steps per store, from
  * float32 values (code 0) or bytes. */
 QG_512_TARGET static void qg_pack_cols_512(const void *B, int code, int64_t ldb, int64_t K,
@@ -757,12 +769,30 @@ QG_512_TARGET static void qg_pack_cols_512(const void *B, int code, int64_t ldb,
 {
 	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
 	const __m512i vo = _mm512_set1_epi32(off), m8 = _mm512_set1_epi32(0xff);
+	const __m512i ones8 = _mm512_set1_epi8(1), ones16 = _mm512_set1_epi16(1);
+	const __m128i vo8 = _mm_set1_epi8((char)off);
 	for (int64_t st = 0; st < strips; st++) {
 		int64_t j0 = st * 16, w = SK_MIN((int64_t)16, nl - j0);
 		__mmask16 mk = (__mmask16)((1u << w) - 1);
 		__m512i cs = _mm512_setzero_si512();
 		int8_t *sp = S + st * k4n * 64;
-		for (int64_t k4 = 0; k4 < k4n; k4++) {
+		int64_t k4 = 0;
+		/* bytes, a whole strip: 4 rows of 16 bytes less off (it wraps
+		 * to the truncated difference's byte) interleave into a word */
+		if (code && w == 16) {
+			const uint8_t *b = (const uint8_t *)B + j0;
+			for (; 4 * k4 + 3 < K; k4++) {
+				const uint8_t *r = b + 4 * k4 * ldb;
+				__m512i word = qg_interleave4(
+					_mm_sub_epi8(_mm_loadu_si128((const __m128i *)r), vo8),
+					_mm_sub_epi8(_mm_loadu_si128((const __m128i *)(r + ldb)), vo8),
+					_mm_sub_epi8(_mm_loadu_si128((const __m128i *)(r + 2 * ldb)), vo8),
+					_mm_sub_epi8(_mm_loadu_si128((const __m128i *)(r + 3 * ldb)), vo8));
+				_mm512_storeu_si512((void *)(sp + k4 * 64), word);
+				cs = _mm512_add_epi32(cs, _mm512_madd_epi16(_mm512_maddubs_epi16(ones8, word), ones16));
+			}
+		}
+		for (; k4 < k4n; k4++) {
 			__m512i word = _mm512_setzero_si512();
 			for (int q = 0; q < 4; q++) {
 				int64_t kk = 4 * k4 + q;
@@ -853,18 +883,6 @@ QG_512_TARGET static int64_t qg_img_fill(const float *x, int code, const int64_t
  * stride (1 or 2) in the image, so a reduction row is one 16-byte load per
  * output row the strip spans (two and a narrowing for stride 2), and 4
  * reduction rows interleave into one panel word. */
-/* qg_interleave4 is a panel word of 4 reduction rows of 16 columns:
- * column j's 4 values at bytes 4j..4j+3. */
-QG_512_TARGET static inline __m512i qg_interleave4(__m128i v0, __m128i v1, __m128i v2, __m128i v3)
-{
-	__m128i ab0 = _mm_unpacklo_epi8(v0, v1), ab1 = _mm_unpackhi_epi8(v0, v1);
-	__m128i cd0 = _mm_unpacklo_epi8(v2, v3), cd1 = _mm_unpackhi_epi8(v2, v3);
-	__m512i word = _mm512_castsi128_si512(_mm_unpacklo_epi16(ab0, cd0));
-	word = _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab0, cd0), 1);
-	word = _mm512_inserti32x4(word, _mm_unpacklo_epi16(ab1, cd1), 2);
-	return _mm512_inserti32x4(word, _mm_unpackhi_epi16(ab1, cd1), 3);
-}
-
 QG_512_TARGET static void qg_pack_im2col_img(const int64_t *g, int64_t n0, int64_t nl, int64_t K,
 					     int64_t kp, const int8_t *img, int64_t rows, int64_t L,
 					     int32_t *koff, int8_t *S, int32_t *csum)
