@@ -8,7 +8,6 @@ import (
 
 	"sluice/libml/engine"
 	"sluice/libml/graph"
-	"sluice/libml/quantize"
 	"sluice/libml/zoo"
 	ncpu "sluice/native/cpu"
 )
@@ -123,18 +122,7 @@ func TestByteIntegers(t *testing.T) {
 		{"mobilenetv2", zoo.Options{Height: 64, Width: 64, Classes: 10, Seed: 4}, 2, true, 0},
 		{"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 6}, 1, false, 1},
 	} {
-		g, err := zoo.Build(c.name, c.opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sets, err := quantize.Samples(g, 2, 1, zoo.Input)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, _, err := quantize.Model(ctx, g, be.RunGraph, sets)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, q, _, sets := quantizedZoo(t, be, c.name, c.opt, 2)
 		in := q.Inputs[0].Name
 		dims := append([]int64{c.batch}, sets[0][in].Dims[1:]...)
 		shapes := map[string][]int64{in: dims}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"sluice/libml"
+	"sluice/libml/cpu"
 	"sluice/libml/engine"
 	"sluice/libml/graph"
 	"sluice/libml/quantize"
@@ -588,18 +589,7 @@ func TestQuantizedZooORT(t *testing.T) {
 		{"resnet18", zoo.Options{Height: 32, Width: 32, Classes: 10, Seed: 6}, 8},
 		{"bert", zoo.Options{Layers: 1, SeqLen: 8, Hidden: 32, Heads: 2, FF: 64, Seed: 5}, 2},
 	} {
-		g, err := zoo.Build(c.name, c.opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sets, err := quantize.Samples(g, 3, 1, zoo.Input)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, st, err := quantize.Model(ctx, g, cb.RunGraph, sets[:2])
-		if err != nil {
-			t.Fatal(err)
-		}
+		g, q, st, sets := quantizedZoo(t, cb, c.name, c.opt, 2)
 		if st.Adds != c.adds {
 			t.Errorf("%s: %d additions quantised, want %d", c.name, st.Adds, c.adds)
 		}
@@ -619,6 +609,24 @@ func TestQuantizedZooORT(t *testing.T) {
 			t.Errorf("%s-int8: the engine vs ONNX Runtime: %v", c.name, err)
 		}
 	}
+}
+
+// quantizedZoo quantises zoo model name (libml/quantize) on be with calib
+// seeded inputs and returns the float graph, the quantised one, what
+// quantize did, and calib + 1 inputs: the last one was not calibrated on.
+func quantizedZoo(t *testing.T, be *cpu.Backend, name string, opt zoo.Options, calib int) (g, q *graph.Graph, st quantize.Stats, sets []map[string]*graph.Tensor) {
+	t.Helper()
+	g, err := zoo.Build(name, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sets, err = quantize.Samples(g, calib+1, 1, zoo.Input); err != nil {
+		t.Fatal(err)
+	}
+	if q, st, err = quantize.Model(context.Background(), g, be.RunGraph, sets[:calib]); err != nil {
+		t.Fatal(err)
+	}
+	return g, q, st, sets
 }
 
 // qlinearAdds compiles g for the shapes of inputs and counts its fused

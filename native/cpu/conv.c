@@ -365,9 +365,8 @@ void sk_prep_dwconv(sk_kernel *k, int units)
 	int fused = p[SKP_DWP] == 1;
 	/* bytes: the integer input, the requantised output within 8 bits */
 	int64_t st = p[SKP_STORE];
-	int store_ok = (st & ~(int64_t)(3 | 3 << 2)) == 0 && (st & 3) != 3 && (st >> 2 & 3) != 3 &&
-		       (!(st >> 2 & 3) || quant) && (!(st & 3) || (requant && p[18] >= -128 && p[19] <= 255));
-	if (!conv_params_ok(k) || !store_ok || p[5] != p[1] || p[16] < 0 || p[16] > 1 ||
+	unsigned ops = (requant && p[18] >= -128 && p[19] <= 255 ? 1u : 0) | (quant ? 1u << 1 : 0);
+	if (!conv_params_ok(k) || !sk_store_ok(st, ops) || p[5] != p[1] || p[16] < 0 || p[16] > 1 ||
 	    (quant && (p[17] < 0 || p[17] > 1 || k->in[3] || p[SKP_ACT])) ||
 	    (requant && (!k->in[4] || p[18] > p[19])) || p[SKP_DWP] < 0 || p[SKP_DWP] > 1 ||
 	    (fused && (quant || p[4] != p[1] || p[SKP_DWP_C0] < 1 || !k->in[SKI_DWP_W] ||
@@ -730,20 +729,6 @@ DW_512 static inline void dw_tr16(__m512 r[16])
 	}
 }
 
-/* dw3x3_cvec_512 is dw3x3_plane over channels [c0, c1) of image n, 16
- * channels a vector (one lane a channel) instead of 16 columns: on the
- * small planes of MobileNet's later layers (14x14, 7x7) a row is one
- * vector or less, and most of the plane routine's work is its per-row
- * and per-plane overhead. A group of 16 channels is transposed into T
- * (its H*W pixels of 16 channels, between zero rows), each output pixel
- * into O is its interior sum (bias + w00*x00 + w01*x01 + ... + w22*x22)
- * or, on border columns, bias plus the column sums of its columns inside
- * the input, in dw3x3_plane's order (rows outside the input read zeros,
- * as there), and O is transposed back into the channels' planes 16
- * pixels at a time. Bit for bit dw3x3_plane's, residual and activation
- * after it as there; on integers (p[16] = 1) the input less its zero
- * point and the output requantised, as the plane path's QUANT passes
- * compute them. */
 /* dw_load_bytes is nq (up to 16) 8-bit integers stored as code, as
  * floats; the lanes past nq are 0, as a masked load gives. */
 DW_512 static inline __m512 dw_load_bytes(const uint8_t *b, int code, int nq)
@@ -759,6 +744,20 @@ DW_512 static inline __m512 dw_load_bytes(const uint8_t *b, int code, int nq)
 	return _mm512_cvtepi32_ps(code == SK_STORE_U8 ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v));
 }
 
+/* dw3x3_cvec_512 is dw3x3_plane over channels [c0, c1) of image n, 16
+ * channels a vector (one lane a channel) instead of 16 columns: on the
+ * small planes of MobileNet's later layers (14x14, 7x7) a row is one
+ * vector or less, and most of the plane routine's work is its per-row
+ * and per-plane overhead. A group of 16 channels is transposed into T
+ * (its H*W pixels of 16 channels, between zero rows), each output pixel
+ * into O is its interior sum (bias + w00*x00 + w01*x01 + ... + w22*x22)
+ * or, on border columns, bias plus the column sums of its columns inside
+ * the input, in dw3x3_plane's order (rows outside the input read zeros,
+ * as there), and O is transposed back into the channels' planes 16
+ * pixels at a time. Bit for bit dw3x3_plane's, residual and activation
+ * after it as there; on integers (p[16] = 1) the input less its zero
+ * point and the output requantised, as the plane path's QUANT passes
+ * compute them. */
 DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int64_t c1,
 				  float *T, float *O, sk_ctx *ctx)
 {

@@ -31,7 +31,7 @@ void sk_prep_pool(sk_kernel *k, int units)
 	/* bytes (max pooling of 8-bit integers): a plane and its output
 	 * are staged as floats in the scratch */
 	int64_t st = p[SKP_STORE];
-	if (st && ((st & ~(int64_t)(3 | 3 << 2)) || (st & 3) == 3 || (st >> 2 & 3) == 3 || p[13] != 0)) {
+	if (!sk_store_ok(st, p[13] == 0 ? 1u | 1u << 1 : 0)) {
 		k->grid = -1;
 		return;
 	}

@@ -40,20 +40,21 @@ void sk_prep_quant(sk_kernel *k, int units)
 		k->grid = -1;
 		return;
 	}
-	/* bytes only where the mode reads or writes 8-bit integers */
-	int64_t st = p[SKP_STORE], in_ok = 3 << 2 | (p[3] == SK_QUANT_ADD ? 3 << 8 : 0);
-	if ((st & ~(int64_t)(3 | in_ok)) || ((st & 3) && p[3] == SK_QUANT_DEQUANTIZE) ||
-	    ((st & in_ok) && p[3] != SK_QUANT_DEQUANTIZE && p[3] != SK_QUANT_ADD) ||
-	    ((st & 3) && (p[4] < -128 || p[5] > 255)) || (st >> 2 & 3) == 3 || (st >> 8 & 3) == 3 ||
-	    (st & 3) == 3) {
+	/* bytes only where the mode reads or writes 8-bit integers: the
+	 * output of modes 0, 4 and 5 (within 8 bits), input 0 of modes 1
+	 * and 5, mode 5's in[3] */
+	int mode = (int)p[3];
+	unsigned ops = (mode == SK_QUANT_DEQUANTIZE || mode == SK_QUANT_ADD ? 1u << 1 : 0) |
+		       (mode == SK_QUANT_ADD ? 1u << 4 : 0) |
+		       ((mode == SK_QUANT_QUANTIZE || mode == SK_QUANT_REQUANT || mode == SK_QUANT_ADD) &&
+				p[4] >= -128 && p[5] <= 255
+			? 1u
+			: 0);
+	if (!sk_store_ok(p[SKP_STORE], ops)) {
 		k->grid = -1;
 		return;
 	}
 	if (p[3] == SK_QUANT_DYN_SCALE || p[3] == SK_QUANT_DYN_ZERO) {
-		if (st) {
-			k->grid = -1;
-			return;
-		}
 		k->grid = 1; /* one reduction over the whole tensor */
 		return;
 	}
@@ -99,16 +100,6 @@ SK_MV static void q_add(const float *a, const float *b, float *y, int64_t n, flo
 	if (act)
 		sk_act_apply(y, n, act, fa, fb);
 	q_run(y, y, n, SK_QUANT_QUANTIZE, s, z, lo, hi);
-}
-
-/* sk_quant_run applies an elementwise QUANT mode to n values with one
- * scale and zero point: the fused depthwise kernel (conv.c) shifts its
- * input plane and requantises its output plane with it, so that its bits
- * are QUANT's. */
-void sk_quant_run(const float *x, float *y, int64_t n, int mode, float s, float z, float lo,
-		  float hi)
-{
-	q_run(x, y, n, mode, s, z, lo, hi);
 }
 
 /* dyn_minmax is min(0, min x) and max(0, max x) (DynamicQuantizeLinear). */
@@ -530,13 +521,12 @@ static qg_impl qg_choose(int64_t kp)
 #define QG_TILE_BYTES (768 * 1024)
 
 /* qg_store_ok: bytes only for an unpacked A, an unpacked B (or its
- * im2col) and a requantised Y within 8 bits; codes U8 or S8. */
+ * im2col) and a requantised Y within 8 bits. */
 static int qg_store_ok(const int64_t *p)
 {
-	int64_t st = p[SKP_STORE];
-	int y = (int)(st & 3), a = (int)(st >> 2 & 3), b = (int)(st >> 4 & 3);
-	return (st >> 6) == 0 && y != 3 && a != 3 && b != 3 && (!a || p[26] == 0) &&
-	       (!b || p[25] == 0) && (!y || (p[22] == 1 && p[23] >= -128 && p[24] <= 255));
+	unsigned ops = (p[22] == 1 && p[23] >= -128 && p[24] <= 255 ? 1u : 0) |
+		       (p[26] == 0 ? 1u << 1 : 0) | (p[25] == 0 ? 1u << 2 : 0);
+	return sk_store_ok(p[SKP_STORE], ops);
 }
 
 static int qg_params_ok(const sk_kernel *k)
@@ -1116,12 +1106,7 @@ QG_MV512 static void qg_epilogue_b(const int32_t *acc, int64_t w, const int32_t 
 	float f[256];
 	for (int64_t j0 = 0; j0 < w; j0 += 256) {
 		int64_t n = SK_MIN((int64_t)256, w - j0);
-		for (int64_t j = 0; j < n; j++) {
-			int64_t c = j0 + j;
-			int32_t v = acc[c] - sb[c] * r.rs - r.ua * cs[c] + K * r.ua * sb[c] + r.brow + bcol[c];
-			float e = rintf((float)v * r.mrow * mcol[c]) + r.zy;
-			f[j] = e < r.lo ? r.lo : (e > r.hi ? r.hi : e);
-		}
+		qg_epilogue(acc + j0, n, sb + j0, cs + j0, bcol + j0, mcol + j0, K, r, f);
 		sk_store_save(f, code, n, (uint8_t *)y + j0);
 	}
 }

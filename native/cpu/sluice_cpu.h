@@ -571,8 +571,6 @@ void sk_block_conv(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_im2col(sk_kernel *k, int units);
 void sk_block_im2col(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_dwconv(sk_kernel *k, int units);
-void sk_quant_run(const float *x, float *y, int64_t n, int mode, float s, float z, float lo,
-		  float hi);
 void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_col2im(sk_kernel *k, int units);
 void sk_block_col2im(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
@@ -757,19 +755,33 @@ static inline const void *sk_elem(const float *base, int code, int64_t i)
 	return code ? (const void *)((const uint8_t *)base + i) : (const void *)(base + i);
 }
 
-/* sk_store_load converts n values stored as code at src to float32 (exact:
- * 8-bit integers); sk_store_save writes n float32 integer values to dst
- * stored as code (each in the code's range: the kernels clamp first).
- * store.c. */
-void sk_store_load(const void *src, int code, int64_t n, float *dst);
-void sk_store_save(const float *src, int code, int64_t n, void *dst);
-/* sk_store_shift is sk_store_load less z (QUANT's mode 1 with scale 1:
- * (x - z) * 1 is x - z); sk_store_requant is QUANT's mode 4,
- * clamp(rint(x * s) + z, lo, hi), stored as code: each one pass with the
- * bits of the two it replaces. */
+/* sk_store_ok reports whether st (p[SKP_STORE]) stores only operands in
+ * ops as bytes (bit 0: the output, bit 1 + j: in[j]), each as U8 or S8:
+ * each kernel's prep refuses any other. */
+static inline int sk_store_ok(int64_t st, unsigned ops)
+{
+	for (int i = 0; i < 1 + SK_MAX_IN; i++, st >>= 2)
+		if ((st & 3) == 3 || ((st & 3) && !(ops >> i & 1)))
+			return 0;
+	return st == 0;
+}
+
+/* sk_store_shift converts n values stored as code at src to float32 less
+ * z (exact for 8-bit integers; QUANT's mode 1 with scale 1, as (x - z) * 1
+ * is x - z); sk_store_load is it with z = 0. sk_store_save writes n
+ * float32 integer values to dst stored as code (each in the code's range:
+ * the kernels clamp first); sk_store_requant is QUANT's mode 4,
+ * clamp(rint(x * s) + z, lo, hi), stored as code. Each is one pass with
+ * the bits of the passes it replaces. store.c. */
 void sk_store_shift(const void *src, int code, int64_t n, float z, float *dst);
+void sk_store_save(const float *src, int code, int64_t n, void *dst);
 void sk_store_requant(const float *src, int64_t n, float s, float z, float lo, float hi,
 		      int code, void *dst);
+
+static inline void sk_store_load(const void *src, int code, int64_t n, float *dst)
+{
+	sk_store_shift(src, code, n, 0.0f, dst);
+}
 
 /* SK_MV builds a function for AVX2+FMA and for baseline x86-64 and picks one
  * at load time, so the binary runs on any x86-64 host. */

@@ -11,23 +11,6 @@
 #include <math.h>
 #include <string.h>
 
-SK_MV void sk_store_load(const void *src, int code, int64_t n, float *dst)
-{
-	if (code == SK_STORE_U8) {
-		const uint8_t *s = (const uint8_t *)src;
-		for (int64_t i = 0; i < n; i++)
-			dst[i] = (float)s[i];
-	} else if (code == SK_STORE_S8) {
-		const int8_t *s = (const int8_t *)src;
-		for (int64_t i = 0; i < n; i++)
-			dst[i] = (float)s[i];
-	} else {
-		const float *s = (const float *)src;
-		for (int64_t i = 0; i < n; i++)
-			dst[i] = s[i];
-	}
-}
-
 SK_MV void sk_store_save(const float *src, int code, int64_t n, void *dst)
 {
 	if (code == SK_STORE_U8) {
