@@ -36,6 +36,7 @@ func TestOpNumbering(t *testing.T) {
 		{"quant", int64(engine.OpQuant), int64(ncpu.OpQuant)}, {"qgemm", int64(engine.OpQGemm), int64(ncpu.OpQGemm)},
 		{"gridsample", int64(engine.OpGridSample), int64(ncpu.OpGridSample)}, {"topk", int64(engine.OpTopK), int64(ncpu.OpTopK)},
 		{"roialign", int64(engine.OpRoiAlign), int64(ncpu.OpRoiAlign)},
+		{"det", int64(engine.OpDet), int64(ncpu.OpDet)},
 		{"count", int64(engine.OpCount), int64(ncpu.OpCount)},
 		{"acts", engine.ActCount, int64(ncpu.ActCount)}, {"bins", engine.BinCount, int64(ncpu.BinCount)},
 		{"reds", engine.RedCount, int64(ncpu.RedCount)}, {"maxin", engine.MaxIn, int64(ncpu.MaxIn)},
@@ -417,20 +418,20 @@ func TestUnsupportedOperator(t *testing.T) {
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 4}}},
 		Outputs: []graph.ValueInfo{{Name: "y", DType: graph.Float32}},
 		Nodes: []graph.Node{{Name: "r", Op: "Relu", Inputs: []string{"x"}, Outputs: []string{"t"}},
-			{Name: "mystery_node", Op: "NonMaxSuppression", Inputs: []string{"t"}, Outputs: []string{"y"}}},
+			{Name: "mystery_node", Op: "StringNormalizer", Inputs: []string{"t"}, Outputs: []string{"y"}}},
 	}
 	_, err := b.LoadModel(context.Background(), "bad", g)
 	if err == nil {
 		t.Fatal("no error")
 	}
 	msg := err.Error()
-	for _, want := range []string{"NonMaxSuppression", "mystery_node", "Conv, ConvInteger, ConvTranspose", "QLinearConv", "Resize"} {
+	for _, want := range []string{"StringNormalizer", "mystery_node", "Conv, ConvInteger, ConvTranspose", "QLinearConv", "Resize"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not mention %q", msg, want)
 		}
 	}
 	var ue *engine.UnsupportedError
-	if !errors.As(err, &ue) || ue.Op != "NonMaxSuppression" || ue.Node != "mystery_node" {
+	if !errors.As(err, &ue) || ue.Op != "StringNormalizer" || ue.Node != "mystery_node" {
 		t.Errorf("error %v is not an UnsupportedError for the node", err)
 	}
 }

@@ -37,7 +37,8 @@ const (
 	OpGridSample Op = 19
 	OpTopK       Op = 20
 	OpRoiAlign   Op = 21
-	OpCount      Op = 22
+	OpDet        Op = 22
+	OpCount      Op = 23
 )
 
 // opKernels names each operation's kernel entry.
@@ -49,6 +50,7 @@ var opKernels = [OpCount]string{
 	OpLayerNorm: "sg_layernorm", OpReduce: "sg_reduce", OpCopy: "sg_copy",
 	OpResize: "sg_resize", OpGather: "sg_gather",
 	OpQuant: "sg_quant", OpQGemm: "sg_qgemm", OpGridSample: "sg_gridsample", OpTopK: "sg_topk", OpRoiAlign: "sg_roialign",
+	OpDet: "sg_det",
 }
 
 // KernelName is the name of op's kernel entry ("" for OpNop and unknown

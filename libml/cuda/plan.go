@@ -350,9 +350,21 @@ func plan(op Op, a *Args, v int) (int64, error) {
 			return 0, errors.New("input, rois or batch indices missing")
 		}
 		return elemGrid(n), nil
+	case OpDet:
+		// a block per matrix, held in shared memory (det.cu)
+		if p[0] < 1 || p[1] < 1 || p[1] > detMax {
+			return 0, fmt.Errorf("%d matrices of %dx%d: the kernel holds a matrix of at most %dx%d in shared memory", p[0], p[1], p[1], detMax, detMax)
+		}
+		if a.In[0] == 0 {
+			return 0, errors.New("input missing")
+		}
+		return p[0], nil
 	}
 	return 0, fmt.Errorf("unknown operation %d", op)
 }
+
+// detMax is the largest matrix the DET kernel holds (SG_DET_MAX).
+const detMax = 32
 
 // planQGemm checks an integer GEMM's parameters (sluice_cpu.h QGEMM):
 // one thread per output element.

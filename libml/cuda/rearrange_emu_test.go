@@ -190,6 +190,43 @@ func TestRearrangeOpsEmu(t *testing.T) {
 	in7 := zoo.Input(11, inst7.InputSize())
 	agree(t, "roialign", infer(t, b, inst7, 1, in7), infer(t, ref, rinst7, 1, in7), tol)
 
+	// Det: a matrix that needs a row swap, a singular one, 32 x 32 ones
+	mask := make([]float32, 3*5*5)
+	for i := range mask {
+		mask[i] = 1
+	}
+	mask[0] = 0 // matrix 0: a zero pivot in the first column's first row
+	for r := 0; r < 5; r++ {
+		mask[25+r*5+2] = 0 // matrix 1: a zero column
+	}
+	g8 := &graph.Graph{Name: "det", Opset: 17,
+		Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 3, 5, 5}}},
+		Outputs:      []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{{Name: "mask", DType: graph.Float32, Dims: []int64{3, 5, 5}, F32: mask}},
+		Nodes: []graph.Node{
+			{Name: "m", Op: "Mul", Inputs: []string{"x", "mask"}, Outputs: []string{"xm"}},
+			{Name: "det", Op: "Det", Inputs: []string{"xm"}, Outputs: []string{"y"}},
+		}}
+	g9 := &graph.Graph{Name: "det32", Opset: 17,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{2, 32, 32}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Nodes:   []graph.Node{{Name: "det", Op: "Det", Inputs: []string{"x"}, Outputs: []string{"y"}}}}
+	for _, c := range []struct {
+		g     *graph.Graph
+		batch int
+	}{{g8, 2}, {g9, 1}} {
+		inst8 := load(t, b, c.g.Name, c.g, c.batch)
+		rinst8 := load(t, ref, c.g.Name, c.g, c.batch)
+		in8 := zoo.Input(12, c.batch*inst8.InputSize())
+		got := infer(t, b, inst8, c.batch, in8)
+		agree(t, c.g.Name, got, infer(t, ref, rinst8, c.batch, in8), tol)
+		if c.g == g8 && (got[1] != 0 || got[4] != 0 || got[0] == 0) {
+			t.Errorf("det: %v, want the second matrix of each item singular (0) and the first not", got)
+		}
+		inst8.Close()
+		rinst8.Close()
+	}
+
 	// ArgMax at run time: its int64 indices come back as float32 values
 	g4 := &graph.Graph{Name: "argmax", Opset: 13,
 		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 4, 6}}},

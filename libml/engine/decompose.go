@@ -276,6 +276,10 @@ var decomposedOps = map[string]decomposition{
 		root := c.tmp("Sqrt", nil, c.tmp("Mul", nil, c.tmp("Sub", nil, x, one), c.tmp("Add", nil, x, one)))
 		c.out(n, "Log", nil, c.tmp("Add", nil, x, root))
 	}},
+	// the training domain's optimisers (training.go)
+	trainingDomain + ".Adagrad":  {[]string{"R", "T", "X", "G", "H"}, adagradBody},
+	trainingDomain + ".Momentum": {[]string{"R", "T", "X", "G", "V"}, momentumBody},
+	trainingDomain + ".Adam":     {[]string{"R", "T", "X", "G", "V", "H"}, adamBody},
 }
 
 // bodyBuilder collects a decomposed node's body: its nodes, named after
@@ -406,8 +410,8 @@ func (c *bodyBuilder) reduce(n *graph.Node, op, x string, keep bool) string {
 // decompose returns the body of n when the loader rewrites its operator
 // (decomposedOps), with the constants it adds; ok is false otherwise.
 func decompose(n *graph.Node, opset int64) (nodes []graph.Node, inits []*graph.Tensor, ok bool, err error) {
-	d, ok := decomposedOps[n.Op]
-	if !ok || (n.Domain != "" && n.Domain != "ai.onnx") {
+	d, ok := decomposedOps[nodeOp(n)]
+	if !ok {
 		return nil, nil, false, nil
 	}
 	need, want := 1, "one input and one output"

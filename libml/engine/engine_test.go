@@ -336,6 +336,18 @@ func TestFoldOnlyOpOnRuntimeValue(t *testing.T) {
 			t.Fatalf("err = %v, want an UnsupportedError naming %s", err, op)
 		}
 	}
+	// NonMaxSuppression on run-time boxes and scores
+	nms := &graph.Graph{Name: "nms", Opset: 11,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 6, 4}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{{Name: "s", DType: graph.Float32, Dims: []int64{1, 1, 6}, F32: []float32{1, 2, 3, 4, 5, 6}},
+			{Name: "k", DType: graph.Int64, Dims: []int64{1}, I64: []int64{3}}},
+		Nodes: []graph.Node{{Name: "n", Op: "NonMaxSuppression", Inputs: []string{"x", "s", "k"}, Outputs: []string{"y"}}}}
+	if m, err := Load(nms, Options{}); err != nil {
+		t.Fatal(err)
+	} else if _, err = m.CompileBatch(1); err == nil || !strings.Contains(err.Error(), "at load only") {
+		t.Fatalf("NonMaxSuppression of run-time boxes: err = %v, want an UnsupportedError", err)
+	}
 	g.Nodes = []graph.Node{{Name: "am", Op: "ArgMax", Inputs: []string{"x"}, Outputs: []string{"y"}}}
 	m, err := Load(g, Options{})
 	if err != nil {
@@ -447,9 +459,9 @@ func TestReferenceKnownValues(t *testing.T) {
 
 func TestUnsupportedError(t *testing.T) {
 	g := &graph.Graph{Name: "u", Inputs: []graph.ValueInfo{{Name: "x", Dims: []int64{1}}},
-		Nodes: []graph.Node{{Name: "n1", Op: "NonMaxSuppression", Inputs: []string{"x"}, Outputs: []string{"y"}}}}
+		Nodes: []graph.Node{{Name: "n1", Op: "StringNormalizer", Inputs: []string{"x"}, Outputs: []string{"y"}}}}
 	_, err := Load(g, Options{})
-	if err == nil || !strings.Contains(err.Error(), `unsupported operator NonMaxSuppression (node "n1"); supported: Abs, Acos, Acosh, Add`) {
+	if err == nil || !strings.Contains(err.Error(), `unsupported operator StringNormalizer (node "n1"); supported: Abs, Acos, Acosh, Add`) {
 		t.Fatalf("err = %v", err)
 	}
 }

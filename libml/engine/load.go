@@ -98,6 +98,15 @@ func (e *UnsupportedError) Error() string {
 		op, e.Node, strings.Join(SupportedOps(), ", "))
 }
 
+// nodeOp is n's operator as the engine's tables name it: its name in the
+// default domain ("" or "ai.onnx"), "domain.Op" in any other.
+func nodeOp(n *graph.Node) string {
+	if n.Domain == "" || n.Domain == "ai.onnx" {
+		return n.Op
+	}
+	return n.Domain + "." + n.Op
+}
+
 // Load checks and rewrites g and loads its weights. g is not modified;
 // float initializers are copied into the weight arena.
 func Load(g *graph.Graph, opts Options) (*Model, error) {
@@ -118,7 +127,7 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 	}
 	gnodes := fuseQDQ(g, inits) // QDQ patterns into integer operators (qdq.go)
 	for _, n := range gnodes {
-		if (n.Domain != "" && n.Domain != "ai.onnx") || !Supported(n.Op) {
+		if !Supported(nodeOp(&n)) {
 			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
 		}
 	}
@@ -225,7 +234,7 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 			queue = append(nodes, queue...)
 			continue
 		}
-		if (n.Domain != "" && n.Domain != "ai.onnx") || (!Supported(n.Op) && n.Op != opSelect) {
+		if op := nodeOp(&n); !Supported(op) && op != opSelect {
 			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
 		}
 		if n.Op == "If" {

@@ -90,6 +90,8 @@ func (c *compiler) lower(g *group) error {
 		return c.lowerAffineGrid(g)
 	case n.Op == "RoiAlign":
 		return c.lowerRoiAlign(g)
+	case n.Op == "Det":
+		return c.lowerDet(g)
 	case n.Op == "MaxPool" || n.Op == "AveragePool":
 		return c.lowerPool(g)
 	case n.Op == "GlobalAveragePool" || n.Op == "GlobalMaxPool":

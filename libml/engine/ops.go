@@ -32,12 +32,13 @@ const (
 	OpGridSample Op = 19
 	OpTopK       Op = 20
 	OpRoiAlign   Op = 21
-	OpCount      Op = 22
+	OpDet        Op = 22
+	OpCount      Op = 23
 )
 
 var opNames = [...]string{"nop", "gemm", "conv", "im2col", "dwconv", "col2im",
 	"pool", "gpool", "unary", "binary", "chaffine", "softmax", "layernorm",
-	"reduce", "copy", "resize", "gather", "quant", "qgemm", "gridsample", "topk", "roialign"}
+	"reduce", "copy", "resize", "gather", "quant", "qgemm", "gridsample", "topk", "roialign", "det"}
 
 // String is the kernel operation's short name.
 func (o Op) String() string {
@@ -193,7 +194,7 @@ var reduceOps = map[string]int{
 var runtimeOps = []string{
 	"Abs", "Acos", "Add", "AffineGrid", "ArgMax", "ArgMin", "Asin", "Asinh", "Atan", "Atanh", "AveragePool",
 	"BatchNormalization", "Cast", "CastLike", "Ceil", "CenterCropPad", "Clip", "Compress", "Concat", "Conv", "ConvTranspose", "Cos",
-	"CumSum", "DFT", "DepthToSpace", "Div", "Dropout", "Einsum",
+	"CumSum", "DFT", "DepthToSpace", "Det", "Div", "Dropout", "Einsum",
 	"Elu", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "GridSample",
 	"GRU", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid",
 	"HardSwish", "Identity", "LSTM", "LayerNormalization", "LeakyRelu", "Log",
@@ -209,8 +210,8 @@ var runtimeOps = []string{
 // constants (shape arithmetic); they have no kernel.
 var foldOnlyOps = []string{
 	"And", "BitShift", "BlackmanWindow", "Constant", "ConstantOfShape", "Equal", "EyeLike", "Greater", "GreaterOrEqual",
-	"HammingWindow", "HannWindow", "If", "IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "MelWeightMatrix", "NonZero", "Not", "Or",
-	"Range", "Scan", "Shape", "Size", "Unique", "Where", "Xor",
+	"HammingWindow", "HannWindow", "If", "IsInf", "IsNaN", "Less", "LessOrEqual", "Loop", "MelWeightMatrix", "NonMaxSuppression", "NonZero", "Not", "Or",
+	"Range", "Scan", "Shape", "Size", "TfIdfVectorizer", "Unique", "Where", "Xor",
 }
 
 var supportedSet = func() map[string]bool {
@@ -242,5 +243,6 @@ func SupportedOps() []string {
 	return out
 }
 
-// Supported reports whether op (default domain) is accepted.
+// Supported reports whether op is accepted: an operator of the default
+// domain by its name, one of another domain as "domain.Op" (nodeOp).
 func Supported(op string) bool { return supportedSet[op] }

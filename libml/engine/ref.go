@@ -14,15 +14,15 @@ import (
 // input. An input without data (F and I both nil) is known by shape only;
 // outputs that depend on its values then come back with shapes only.
 func Eval(n *graph.Node, opset int64, ins []*Tensor) ([]*Tensor, error) {
-	if _, ok := decomposedOps[n.Op]; ok && (n.Domain == "" || n.Domain == "ai.onnx") {
+	if _, ok := decomposedOps[nodeOp(n)]; ok {
 		outs, err := evalDecomposed(n, opset, ins)
 		if err != nil {
 			return nil, fmt.Errorf("%s %q: %w", n.Op, n.Name, err)
 		}
 		return outs, nil
 	}
-	f, ok := refOps[n.Op]
-	if !ok || (n.Domain != "" && n.Domain != "ai.onnx") {
+	f, ok := refOps[nodeOp(n)]
+	if !ok {
 		return nil, fmt.Errorf("%s: no reference implementation", n.Op)
 	}
 	e := &ev{n: n, opset: opset, ins: ins}
@@ -111,7 +111,7 @@ func init() {
 		"Tile": refTile, "CumSum": refCumSum, "DFT": refDFT, "STFT": refSTFT, "CastLike": refCast,
 		"ArgMax": refArgMinMax, "ArgMin": refArgMinMax, "Mod": refMod,
 		"IsNaN": refIsNaNInf, "IsInf": refIsNaNInf,
-		"EyeLike": refEyeLike, "OneHot": refOneHot, "HannWindow": refWindow, "HammingWindow": refWindow, "BlackmanWindow": refWindow, "MelWeightMatrix": refMelWeightMatrix, "NonZero": refNonZero, "Unique": refUnique, "AffineGrid": refAffineGrid, "CenterCropPad": refCenterCropPad, "BitShift": refBitShift, "Einsum": refEinsum, "GridSample": refGridSample, "TopK": refTopK, "RoiAlign": refRoiAlign,
+		"EyeLike": refEyeLike, "OneHot": refOneHot, "HannWindow": refWindow, "HammingWindow": refWindow, "BlackmanWindow": refWindow, "MelWeightMatrix": refMelWeightMatrix, "NonZero": refNonZero, "Unique": refUnique, "AffineGrid": refAffineGrid, "CenterCropPad": refCenterCropPad, "BitShift": refBitShift, "Einsum": refEinsum, "GridSample": refGridSample, "TopK": refTopK, "RoiAlign": refRoiAlign, "NonMaxSuppression": refNonMaxSuppression, "TfIdfVectorizer": refTfIdfVectorizer, "Det": refDet,
 	}
 	for op := range indexMapOps {
 		refOps[op] = refIndexMap

@@ -47,6 +47,7 @@ const (
 	OpGridSample = int32(C.SK_OP_GRIDSAMPLE)
 	OpTopK       = int32(C.SK_OP_TOPK)
 	OpRoiAlign   = int32(C.SK_OP_ROIALIGN)
+	OpDet        = int32(C.SK_OP_DET)
 	OpCount      = int32(C.SK_OP_COUNT)
 )
 

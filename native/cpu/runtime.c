@@ -253,6 +253,7 @@ static const struct {
 	[SK_OP_GRIDSAMPLE] = {sk_prep_gridsample, sk_block_gridsample},
 	[SK_OP_TOPK] = {sk_prep_topk, sk_block_topk},
 	[SK_OP_ROIALIGN] = {sk_prep_roialign, sk_block_roialign},
+	[SK_OP_DET] = {sk_prep_det, sk_block_det},
 };
 
 int sk_kernel_prepare(sk_kernel *k, int units)

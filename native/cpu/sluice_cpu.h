@@ -72,7 +72,8 @@ enum sk_op {
 	SK_OP_GRIDSAMPLE = 19, /* GridSample: bilinear / nearest / bicubic */
 	SK_OP_TOPK = 20,     /* TopK: values or indices of the k best */
 	SK_OP_ROIALIGN = 21, /* RoiAlign: bilinear bins of regions */
-	SK_OP_COUNT = 22
+	SK_OP_DET = 22,      /* Det: determinants of square matrices */
+	SK_OP_COUNT = 23
 };
 
 /* Activation / unary codes (p[SKP_ACT] of fused epilogues, SK_OP_UNARY). */
@@ -262,6 +263,8 @@ enum sk_store {
  * ROIALIGN in X [N,C,H,W], rois [R,4], batch indices [R] (float32). p: 0 N
  *          1 C 2 H 3 W 4 R 5 OH 6 OW 7 sampling_ratio (0 adaptive) 8 mode
  *          (0 avg, 1 max) 9 half_pixel. f: 0 spatial_scale.
+ * DET      in X [count, M, M]. p: 0 count 1 M (1 .. SK_DET_MAX); out
+ *          [count], each by LU with partial pivoting in double.
  * QUANT    in X,scale,zp (zp nullable; both of length C). p: 0 n 1 C
  *          2 inner (channel of element i: (i/inner)%C) 3 mode (0
  *          y = clamp(rint(x/scale)+zp), 1 y = (x-zp)*scale, 2 and 3: one
@@ -600,6 +603,10 @@ void sk_prep_gridsample(sk_kernel *k, int units);
 void sk_block_gridsample(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_topk(sk_kernel *k, int units);
 void sk_block_topk(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
+/* The largest matrix DET factorises (its scratch is 8 M^2 bytes a unit). */
+#define SK_DET_MAX 1024
+void sk_prep_det(sk_kernel *k, int units);
+void sk_block_det(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_roialign(sk_kernel *k, int units);
 void sk_block_roialign(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
 void sk_prep_quant(sk_kernel *k, int units);

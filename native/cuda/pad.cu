@@ -45,6 +45,7 @@
 #include "gridsample.cu"
 #include "topk.cu"
 #include "roialign.cu"
+#include "det.cu"
 #undef SG_NO_ENTRIES
 
 #define SG_PAD_MAX_BE 4
@@ -57,7 +58,7 @@ enum {
 	SG_OP_SOFTMAX = 11, SG_OP_LAYERNORM = 12, SG_OP_REDUCE = 13,
 	SG_OP_COPY = 14, SG_OP_RESIZE = 15, SG_OP_GATHER = 16,
 	SG_OP_QUANT = 17, SG_OP_QGEMM = 18, SG_OP_GRIDSAMPLE = 19, SG_OP_TOPK = 20,
-	SG_OP_ROIALIGN = 21
+	SG_OP_ROIALIGN = 21, SG_OP_DET = 22
 };
 
 /* A BE kernel of a padded launch (464 bytes). */
@@ -150,6 +151,9 @@ SG_DEV void sg_run_op(int op, const sg_args &a, sg_i64 blk, sg_state *st)
 		break;
 	case SG_OP_ROIALIGN:
 		sg_body_roialign(a, blk, st);
+		break;
+	case SG_OP_DET:
+		sg_body_det(a, blk, st);
 		break;
 	default:
 		break;

@@ -54,6 +54,9 @@ typedef sg_u32 sg_u32x4 __attribute__((vector_size(16)));
 #define SG_DEV static __attribute__((device)) __attribute__((always_inline)) inline
 /* member functions (no static) */
 #define SG_DEVM __attribute__((device)) __attribute__((always_inline)) inline
+/* a body called, not inlined, where the padding kernel dispatches: its
+ * registers stay out of the other bodies' allocation */
+#define SG_DEV_COLD static __attribute__((device)) __attribute__((noinline))
 #define SG_SHARED __attribute__((shared))
 
 SG_DEV sg_u32 sg_tid(void) { return __nvvm_read_ptx_sreg_tid_x(); }

@@ -19,6 +19,7 @@
 #define SG_KERNEL extern "C"
 #define SG_DEV static inline
 #define SG_DEVM inline
+#define SG_DEV_COLD static inline
 #define SG_SHARED static
 
 extern "C" {

@@ -1,0 +1,1 @@
+../../../../native/cuda/det.cu
