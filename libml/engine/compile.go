@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"runtime/debug"
 	"sort"
 	"strings"
 
@@ -175,7 +176,8 @@ type compiler struct {
 }
 
 // CompileBatch compiles the model for a batch size (see BatchShapes).
-func (m *Model) CompileBatch(batch int) (*Program, error) {
+func (m *Model) CompileBatch(batch int) (p *Program, err error) {
+	defer m.recoverInternal(&err)
 	shapes, err := m.BatchShapes(batch)
 	if err == nil && batch > 1 {
 		err = m.batchCoupled()
@@ -186,8 +188,17 @@ func (m *Model) CompileBatch(batch int) (*Program, error) {
 	return m.Compile(shapes)
 }
 
+// recoverInternal, deferred, turns a panic of the compiler into an
+// *InternalError in *err.
+func (m *Model) recoverInternal(err *error) {
+	if p := recover(); p != nil {
+		*err = &InternalError{What: "compile", Model: m.name, Value: p, Stack: debug.Stack()}
+	}
+}
+
 // Compile compiles the model for the given runtime input shapes.
-func (m *Model) Compile(shapes map[string][]int64) (*Program, error) {
+func (m *Model) Compile(shapes map[string][]int64) (prog *Program, err error) {
+	defer m.recoverInternal(&err)
 	p, err := m.compile(shapes)
 	if err != nil {
 		return nil, fmt.Errorf("engine: compile %q: %w", m.name, err)

@@ -18,6 +18,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"runtime/debug"
 	"sort"
 	"strings"
 
@@ -107,9 +108,44 @@ func nodeOp(n *graph.Node) string {
 	return n.Domain + "." + n.Op
 }
 
+// InternalError is a fault of the engine on a model it did not foresee
+// (a panic in the loader or the compiler, recovered): the model is
+// refused, the process goes on. FuzzCompile looks for them.
+type InternalError struct {
+	What, Model string // "load" or "compile"; the graph's name
+	Value       any    // what the fault was
+	Stack       []byte
+}
+
+// Error names the fault and the model.
+func (e *InternalError) Error() string {
+	return fmt.Sprintf("engine: %s %q: internal error on this model: %v", e.What, e.Model, e.Value)
+}
+
+// recoverInternal, deferred, turns a panic into an *InternalError in
+// *err.
+func recoverInternal(err *error, what string, g *graph.Graph) {
+	if p := recover(); p != nil {
+		name := ""
+		if g != nil {
+			name = g.Name
+		}
+		*err = &InternalError{What: what, Model: name, Value: p, Stack: debug.Stack()}
+	}
+}
+
 // Load checks and rewrites g and loads its weights. g is not modified;
 // float initializers are copied into the weight arena.
-func Load(g *graph.Graph, opts Options) (*Model, error) {
+//
+// A model the loader cannot make sense of is an error, never a panic: a
+// fault in the loader on some input it did not foresee comes back as an
+// *InternalError.
+func Load(g *graph.Graph, opts Options) (m *Model, err error) {
+	defer recoverInternal(&err, "load", g)
+	return load(g, opts)
+}
+
+func load(g *graph.Graph, opts Options) (*Model, error) {
 	if g == nil {
 		return nil, fmt.Errorf("engine: nil graph")
 	}
@@ -238,6 +274,9 @@ func Load(g *graph.Graph, opts Options) (*Model, error) {
 			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
 		}
 		if n.Op == "If" {
+			if len(n.Inputs) != 1 || n.Inputs[0] == "" {
+				return nil, fmt.Errorf("engine: load %q: If %q: %d inputs, want the condition", g.Name, n.Name, len(n.Inputs))
+			}
 			cond, ok := m.consts[n.Inputs[0]]
 			if !ok {
 				// a run-time condition: both branches run, a Select per

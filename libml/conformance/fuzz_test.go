@@ -1,0 +1,51 @@
+package conformance
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"sluice/libml/engine"
+	"sluice/libml/onnx"
+)
+
+// FuzzCompile: whatever ONNX file decodes, the engine loads and compiles
+// for a batch of one or refuses with an error; it never faults (a panic,
+// which Load and CompileBatch return as an *engine.InternalError). An
+// operator's model reaches the loader from a profile or a control
+// command, so a model must not be able to take the appliance down. Seeds:
+// node-test models of the operators with the most attributes and shape
+// arithmetic (make fuzz mutates them; go test replays the seeds and
+// testdata/fuzz/FuzzCompile).
+func FuzzCompile(f *testing.F) {
+	for _, name := range []string{"test_conv_with_strides_padding", "test_gemm_all_attributes",
+		"test_resize_upsample_sizes_nearest", "test_slice_neg_steps", "test_reshape_negative_extended_dims",
+		"test_maxpool_2d_ceil", "test_convtranspose_pads", "test_gather_negative_indices",
+		"test_einsum_transpose", "test_det_nd", "test_topk", "test_lstm_defaults", "test_if",
+		"test_range_float_type_positive_delta_expanded", "test_nonmaxsuppression_two_classes",
+		"test_qlinearconv", "test_pad", "test_expand_dim_changed", "test_split_variable_parts_2d"} {
+		if b, err := os.ReadFile(filepath.Join(NodeTestDir, name, "model.onnx")); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := onnx.DecodeModel(b)
+		if err != nil {
+			return
+		}
+		fault := func(err error) {
+			var ie *engine.InternalError
+			if errors.As(err, &ie) {
+				t.Fatalf("%v\n%s", ie, ie.Stack)
+			}
+		}
+		em, err := engine.Load(m.Graph, engine.Options{Units: 2})
+		if err != nil {
+			fault(err)
+			return
+		}
+		_, err = em.CompileBatch(1)
+		fault(err)
+	})
+}
