@@ -398,8 +398,10 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 		}
 		inst, err = be.LoadModel(ctx, s.Name, g)
 		var ue *engine.UnsupportedError
-		if err != nil && kind == "onnx" && errors.As(err, &ue) && fallsBack(s) {
-			// an operator the engine lacks: ONNX Runtime serves the file
+		var ie *engine.InternalError
+		if err != nil && kind == "onnx" && (errors.As(err, &ue) || errors.As(err, &ie)) && fallsBack(s) {
+			// an operator the engine lacks, or a fault of the engine on
+			// this model: ONNX Runtime serves the file
 			ob, oerr := a.backend(ctx, "ort")
 			if oerr != nil {
 				return nil, nil, nil, fmt.Errorf("appliance: IF %q: %w; no fallback: %w", s.Name, err, oerr)
@@ -413,8 +415,13 @@ func (a *Appliance) loadInstance(ctx context.Context, s *IFSection) (libml.Backe
 				return nil, nil, nil, fmt.Errorf("appliance: IF %q: %w; the fallback to ONNX Runtime failed too: %w", s.Name, err, ferr)
 			}
 			layout = fl
-			a.log.Warn("the engine lacks an operator of the model, or a use of one: ONNX Runtime serves the IF (fallback = \"none\" in the IF's spec refuses instead)",
-				"if", s.Name, "model", s.Model, "op", ue.Op, "why", ue.Why, "backend", s.Backend)
+			if ie != nil {
+				a.log.Error("the engine failed on the model (an engine bug; please report it with the model): ONNX Runtime serves the IF (fallback = \"none\" in the IF's spec refuses instead)",
+					"if", s.Name, "model", s.Model, "err", ie, "backend", s.Backend)
+			} else {
+				a.log.Warn("the engine lacks an operator of the model, or a use of one: ONNX Runtime serves the IF (fallback = \"none\" in the IF's spec refuses instead)",
+					"if", s.Name, "model", s.Model, "op", ue.Op, "why", ue.Why, "backend", s.Backend)
+			}
 			be, inst, err = ob, fi, nil
 		}
 	}
