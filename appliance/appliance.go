@@ -175,7 +175,8 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 		return b, nil
 	}
 	var b libml.Backend
-	cfg := libml.BackendConfig{Units: a.prof.Appliance.Threads, PinUnits: true}
+	memLimit := a.prof.Appliance.ModelMemoryMB << 20
+	cfg := libml.BackendConfig{Units: a.prof.Appliance.Threads, PinUnits: true, ModelMemoryLimit: memLimit}
 	switch name {
 	case "cpu":
 		dev, err := a.cpuDevice()
@@ -188,7 +189,7 @@ func (a *Appliance) backend(ctx context.Context, name string) (libml.Backend, er
 	case "cuda":
 		// Units is an SM partition on the cuda backend: instances get the
 		// whole device unless a share says otherwise.
-		cfg = libml.BackendConfig{}
+		cfg = libml.BackendConfig{ModelMemoryLimit: memLimit}
 		b = cuda.NewBackend(cuda.Options{Emulate: a.prof.Appliance.CUDA == CUDAEmu})
 	default:
 		if pol, ok := strings.CutSuffix(strings.TrimPrefix(name, "sched/"), "/cuda"); ok && strings.HasPrefix(name, "sched/") {

@@ -210,6 +210,7 @@ func scrape(t *testing.T, a *Appliance) string {
 
 func TestProfileErrors(t *testing.T) {
 	for _, tc := range []struct{ text, want string }{
+		{"[appliance]\nmodel_memory_mb = -1\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:resnet18\"\n", "appliance.model_memory_mb -1: want a positive size in MiB"},
 		{"[appliance]\nbogus = 1\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:resnet18\"\n", "test.toml:2: unknown keys: appliance.bogus"},
 		{"[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n[[if]]\nname=\"a\"\nmodel=\"zoo:x\"\n[[if]]\nname=\"b\"\nmodel_id=2\nmodel=\"zoo:y\"\nmax_batch = -3\n", "test.toml:11: if[1].max_batch -3"},
 		{"[appliance]\nlog_level = \"loud\"\n[[port]]\ndriver=\"udp\"\nlisten=\"127.0.0.1:1\"\n", "test.toml:2: appliance.log_level"},

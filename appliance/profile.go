@@ -42,6 +42,11 @@ type ApplianceSection struct {
 	LogFormat string `toml:"log_format"`
 	// Threads is the CPU backend's worker units (0: all cores).
 	Threads int `toml:"threads"`
+	// ModelMemoryMB caps the memory one model may take on its backend,
+	// in MiB: its weights, activations and constants at each batch size
+	// (libml.BackendConfig.ModelMemoryLimit). Default: three quarters of
+	// the machine's memory.
+	ModelMemoryMB int64 `toml:"model_memory_mb"`
 	// EAL is the DPDK EAL argument list (without the program name); empty
 	// means the container-safe defaults.
 	EAL []string `toml:"eal"`
@@ -490,10 +495,36 @@ func (p *Profile) checkExplicitZeros(syntax map[string]any) error {
 	return nil
 }
 
+// defaultModelMemoryMB is three quarters of the machine's memory
+// (/proc/meminfo's MemTotal), in MiB; 0 (no limit) where that is not
+// known.
+func defaultModelMemoryMB() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb / 1024 * 3 / 4
+		}
+	}
+	return 0
+}
+
 func (p *Profile) validate() error {
 	a := &p.Appliance
 	if a.Threads < 0 || a.Threads > cpu.MaxUnits {
 		return fmt.Errorf("appliance.threads %d: want 0 (one unit per core) or 1..%d", a.Threads, cpu.MaxUnits)
+	}
+	switch {
+	case a.ModelMemoryMB < 0:
+		return fmt.Errorf("appliance.model_memory_mb %d: want a positive size in MiB (leave the key out for three quarters of the machine's memory)", a.ModelMemoryMB)
+	case a.ModelMemoryMB == 0:
+		a.ModelMemoryMB = defaultModelMemoryMB()
 	}
 	switch a.LogFormat {
 	case "":

@@ -53,6 +53,13 @@ type BackendConfig struct {
 	Units int
 	// PinUnits pins CPU worker threads to cores.
 	PinUnits bool
+	// ModelMemoryLimit is the most bytes of the backend's memory one
+	// model may take (its weights, and at each batch size its activations
+	// and constants): a larger one fails to load or to configure its
+	// batch, with an error that says what it needs (engine.Options.
+	// MemoryLimit). 0: no limit. Backends whose memory the engine does
+	// not plan (ort) do not apply it.
+	ModelMemoryLimit int64
 }
 
 // Instance is one loaded model instance: its own activation buffers, shared

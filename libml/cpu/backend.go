@@ -32,6 +32,7 @@ type Backend struct {
 	dev       *Device // the device in use (nil before Init)
 	pool      *ncpu.Pool
 	units     int
+	memLimit  int64 // BackendConfig.ModelMemoryLimit
 	instances int
 	models    int
 }
@@ -102,6 +103,7 @@ func (b *Backend) Init(ctx context.Context, cfg libml.BackendConfig) error {
 		return fmt.Errorf("cpu: Init: %w", err)
 	}
 	b.dev, b.pool, b.units = d, d.Pool(), d.Units()
+	b.memLimit = cfg.ModelMemoryLimit
 	return nil
 }
 
@@ -171,12 +173,12 @@ func (pr *program) free() {
 func (b *Backend) LoadModel(ctx context.Context, name string, g *graph.Graph) (libml.Instance, error) {
 	b.mu.Lock()
 	err := b.ready()
-	units := b.units
+	units, limit := b.units, b.memLimit
 	b.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	m, err := loadModel(name, g, units)
+	m, err := loadModel(name, g, units, limit)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: LoadModel %q: %w", name, err)
 	}
@@ -193,7 +195,7 @@ func (b *Backend) LoadModel(ctx context.Context, name string, g *graph.Graph) (l
 // ncpu.Free(wptr, wbytes) once the model is done with), with the fusions
 // these kernels want (engine.Options.DepthwiseVectorWidth). noInPlace is
 // engine.Options.NoInPlace. On an error nothing stays allocated.
-func LoadEngine(g *graph.Graph, units int, noInPlace bool) (em *engine.Model, wptr unsafe.Pointer, wbytes int, err error) {
+func LoadEngine(g *graph.Graph, units int, noInPlace bool, memoryLimit int64) (em *engine.Model, wptr unsafe.Pointer, wbytes int, err error) {
 	alloc := func(n int) ([]float32, error) {
 		p, err := ncpu.Alloc(n * 4)
 		if err != nil {
@@ -202,7 +204,7 @@ func LoadEngine(g *graph.Graph, units int, noInPlace bool) (em *engine.Model, wp
 		wptr, wbytes = p, n*4
 		return unsafe.Slice((*float32)(p), n), nil
 	}
-	em, err = engine.Load(g, engine.Options{Units: units, Alloc: alloc, NoInPlace: noInPlace,
+	em, err = engine.Load(g, engine.Options{Units: units, Alloc: alloc, NoInPlace: noInPlace, MemoryLimit: memoryLimit,
 		DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth()})
 	if err != nil {
 		ncpu.Free(wptr, wbytes)
@@ -211,9 +213,9 @@ func LoadEngine(g *graph.Graph, units int, noInPlace bool) (em *engine.Model, wp
 	return em, wptr, wbytes, nil
 }
 
-func loadModel(name string, g *graph.Graph, units int) (*model, error) {
+func loadModel(name string, g *graph.Graph, units int, memoryLimit int64) (*model, error) {
 	m := &model{name: name, progs: map[int]*program{}}
-	em, wptr, wbytes, err := LoadEngine(g, units, false)
+	em, wptr, wbytes, err := LoadEngine(g, units, false, memoryLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -420,7 +422,7 @@ func (b *Backend) RunGraph(ctx context.Context, g *graph.Graph, inputs map[strin
 		return nil, errors.New("cpu: RunGraph: the graph has no float32 input to run")
 	}
 	m := &model{name: g.Name, progs: map[int]*program{}}
-	em, wptr, wbytes, err := LoadEngine(&gg, units, false)
+	em, wptr, wbytes, err := LoadEngine(&gg, units, false, 0)
 	if err != nil {
 		return nil, fmt.Errorf("cpu: RunGraph: %w", err)
 	}

@@ -47,6 +47,7 @@ type Backend struct {
 	dev       gpuCtx
 	units     int
 	share     int
+	memLimit  int64 // BackendConfig.ModelMemoryLimit, device memory
 	instances int
 	regions   []*Region
 	// slots are the device's SMs in partition-sized slots: how many
@@ -155,6 +156,7 @@ func (b *Backend) Init(ctx context.Context, cfg libml.BackendConfig) error {
 	}
 	ones.Put(StateFlag, []byte{1, 0, 0, 0})
 	b.dev, b.units, b.share, b.ctl, b.ones = dev, units, share, ctl, ones
+	b.memLimit = cfg.ModelMemoryLimit
 	b.slots.mu.Lock()
 	b.slots.gran, b.slots.use = 0, nil // probed on the first partition
 	b.slots.mu.Unlock()
@@ -289,12 +291,12 @@ func (b *Backend) LoadModel(ctx context.Context, name string, g *graph.Graph) (l
 	}
 	b.mu.Lock()
 	err := b.ready()
-	dev, units := b.dev, b.units
+	dev, units, limit := b.dev, b.units, b.memLimit
 	b.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	m, err := loadModel(name, g, dev, units)
+	m, err := loadModel(name, g, dev, units, limit)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: LoadModel %q: %w", name, err)
 	}
@@ -306,9 +308,10 @@ func (b *Backend) LoadModel(ctx context.Context, name string, g *graph.Graph) (l
 	return inst, nil
 }
 
-func loadModel(name string, g *graph.Graph, dev gpuCtx, units int) (*model, error) {
+func loadModel(name string, g *graph.Graph, dev gpuCtx, units int, memoryLimit int64) (*model, error) {
 	// The CUDA kernels have no Winograd variant of SK_OP_CONV.
-	em, err := engine.Load(g, engine.Options{Units: units, NoWinograd: true, NoPanels: true, NoPointwiseDW: true, NoByteIntegers: true})
+	em, err := engine.Load(g, engine.Options{Units: units, NoWinograd: true, NoPanels: true, NoPointwiseDW: true, NoByteIntegers: true,
+		MemoryLimit: memoryLimit})
 	if err != nil {
 		return nil, err
 	}

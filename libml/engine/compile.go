@@ -263,6 +263,10 @@ func (m *Model) compile(shapes map[string][]int64) (*Program, error) {
 	c.byteIntegers()
 	c.plan()
 	c.finish()
+	need := 4 * (int64(len(m.weights)) + c.prog.ArenaFloats + int64(len(c.prog.Consts)))
+	if err := m.checkMemory(fmt.Sprintf("its weights, activations and constants at input shapes %v", shapes), need); err != nil {
+		return nil, err
+	}
 	return c.prog, nil
 }
 

@@ -697,3 +697,39 @@ func TestValueOpsMalformed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Options.MemoryLimit: weights above it refuse the model at load; a
+// batch size whose activations take it above refuses that batch size
+// only; the error says what the model needs.
+func TestMemoryLimit(t *testing.T) {
+	w := &graph.Tensor{Name: "w", DType: graph.Float32, Dims: []int64{256, 256}, F32: make([]float32, 256*256)}
+	g := &graph.Graph{Name: "mm", Opset: 13,
+		Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{-1, 1024, 256}}},
+		Outputs:      []graph.ValueInfo{{Name: "y"}},
+		Initializers: []*graph.Tensor{w},
+		Nodes: []graph.Node{{Name: "mm", Op: "MatMul", Inputs: []string{"x", "w"}, Outputs: []string{"y"}},
+			{Name: "r", Op: "Relu", Inputs: []string{"y"}, Outputs: []string{"z"}}}}
+	g.Outputs[0].Name = "z"
+	// weights: 256 KiB
+	_, err := Load(g, Options{MemoryLimit: 200 << 10})
+	var me *MemoryLimitError
+	if !errors.As(err, &me) || me.Need < 256<<10 || me.Limit != 200<<10 || !strings.Contains(err.Error(), "above its memory limit of 0.2 MiB") {
+		t.Fatalf("weights above the limit: err = %v, want a MemoryLimitError", err)
+	}
+	// batch 1: 256 KiB of weights and 1 MiB a tensor of activations;
+	// batch 16: 16 MiB a tensor
+	m, err := Load(g, Options{MemoryLimit: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CompileBatch(1); err != nil {
+		t.Fatalf("batch 1 within the limit: %v", err)
+	}
+	_, err = m.CompileBatch(16)
+	if !errors.As(err, &me) || me.Need <= 8<<20 || !strings.Contains(err.Error(), "activations") {
+		t.Fatalf("batch 16 above the limit: err = %v, want a MemoryLimitError", err)
+	}
+	if _, err := Load(g, Options{}); err != nil {
+		t.Fatalf("no limit: %v", err)
+	}
+}

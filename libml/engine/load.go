@@ -58,6 +58,35 @@ type Options struct {
 	// for backends whose kernels read and write no bytes (cuda; see
 	// byteIntegers).
 	NoByteIntegers bool
+	// MemoryLimit is the most bytes one model may take in its backend's
+	// memory: its weights, and for each compiled program its activation
+	// arena and constants besides (0: no limit). A model above it is
+	// refused with a *MemoryLimitError, before that memory is allocated.
+	MemoryLimit int64
+}
+
+// MemoryLimitError is a model that needs more memory than its
+// Options.MemoryLimit.
+type MemoryLimitError struct {
+	Model string
+	What  string // "weights", or the program's shapes
+	Need  int64  // bytes
+	Limit int64  // bytes
+}
+
+// Error says how much the model needs and its limit, in MiB.
+func (e *MemoryLimitError) Error() string {
+	return fmt.Sprintf("model %q needs %.1f MiB for %s, above its memory limit of %.1f MiB",
+		e.Model, float64(e.Need)/(1<<20), e.What, float64(e.Limit)/(1<<20))
+}
+
+// checkMemory returns a *MemoryLimitError when need bytes exceed the
+// model's limit.
+func (m *Model) checkMemory(what string, need int64) error {
+	if m.opts.MemoryLimit > 0 && need > m.opts.MemoryLimit {
+		return &MemoryLimitError{Model: m.name, What: what, Need: need, Limit: m.opts.MemoryLimit}
+	}
+	return nil
 }
 
 // Model is a loaded model: its graph after load-time rewriting and its
@@ -830,6 +859,9 @@ func (m *Model) loadWeights() error {
 	}
 	if total == 0 {
 		total = 16
+	}
+	if err := m.checkMemory("its weights", 4*total); err != nil {
+		return err
 	}
 	alloc := m.opts.Alloc
 	if alloc == nil {

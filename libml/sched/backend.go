@@ -74,6 +74,9 @@ func (b *Backend) Init(_ context.Context, bc libml.BackendConfig) error {
 		cfg.Units = bc.Units
 	}
 	cfg.PinUnits = cfg.PinUnits || bc.PinUnits
+	if cfg.ModelMemoryLimit == 0 {
+		cfg.ModelMemoryLimit = bc.ModelMemoryLimit
+	}
 	s, err := New(cfg)
 	if err != nil {
 		return fmt.Errorf("sched backend: %w", err)

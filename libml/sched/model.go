@@ -21,6 +21,9 @@ import (
 type ModelOptions struct {
 	// Batch is the batch size every job of the model runs at (default 1).
 	Batch int
+	// MemoryLimit caps the bytes the model takes (engine.Options.
+	// MemoryLimit); 0: Config.ModelMemoryLimit.
+	MemoryLimit int64
 	// Versions are the tilings of the multi-version kernels (REEF §5.3):
 	// each entry is the unit count a version's kernels are tiled for.
 	// Version 0 is always the pool's unit count (the fastest kernels, the
@@ -125,7 +128,7 @@ func loadModel(name string, g *graph.Graph, units int, opt ModelOptions) (*Model
 		opt.Batch = 1
 	}
 	m := &Model{name: name, batch: opt.Batch, units: units}
-	em, wptr, wbytes, err := cpu.LoadEngine(g, units, opt.NoInPlace)
+	em, wptr, wbytes, err := cpu.LoadEngine(g, units, opt.NoInPlace, opt.MemoryLimit)
 	if err != nil {
 		return nil, err
 	}

@@ -93,6 +93,10 @@ type Config struct {
 	// pins them to cores.
 	Units    int
 	PinUnits bool
+	// ModelMemoryLimit caps the bytes each model takes on the cpu
+	// (libml.BackendConfig.ModelMemoryLimit); 0: no limit. On Segments,
+	// the segment backend applies its own.
+	ModelMemoryLimit int64
 	// UnitNice, when not 0, is added to the process's nice value for the
 	// unit threads: the threads that steer them (arrivals, preemption,
 	// completions) then preempt them at once, which matters on a machine
@@ -516,6 +520,9 @@ func (s *Scheduler) Load(name string, g *graph.Graph, opt ModelOptions) (*Model,
 		m   *Model
 		err error
 	)
+	if opt.MemoryLimit == 0 {
+		opt.MemoryLimit = s.cfg.ModelMemoryLimit
+	}
 	if s.cfg.Segments != nil {
 		m, err = loadSegModel(s.cfg.Segments, name, g, opt)
 	} else {
