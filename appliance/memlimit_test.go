@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"sluice/orchestrator"
 )
@@ -33,12 +32,7 @@ model_id = 2
 model = "zoo:resnet18"
 `)
 	defer stop()
-	cl, err := orchestrator.Dial(a.ControlEndpoint(), orchestrator.ClientConfig{Timeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	st, err := cl.Status(context.Background(), orchestrator.StatusArgs{})
+	st, err := controlClient(t, a).Status(context.Background(), orchestrator.StatusArgs{})
 	if err != nil || len(st.IFs) != 2 {
 		t.Fatalf("status: %+v, %v", st, err)
 	}
