@@ -1081,6 +1081,29 @@ typedef struct qg_row {
 	int requant;
 } qg_row;
 
+/* qg_rows: where a row group's per-row terms come from (sk_block_qgemm's
+ * parameters): row r of the group is row m = m0 + r of the output. */
+typedef struct qg_rows {
+	const int32_t *rs;   /* the rows' sums of U, from the group's first */
+	const float *za;     /* A's zero points (NULL: 0), per row when zrow */
+	const int32_t *bias; /* per row when bmode == 1 */
+	const float *mult;   /* one (mmode 1) or per row (mmode 2) */
+	int64_t roff, m0;    /* the batch item's row offset; the first row */
+	int32_t aoff, sb0;   /* U's offset; column 0's B zero point term */
+	int zrow, bmode, mmode;
+} qg_rows;
+
+/* qg_row_terms sets row's per-row terms for row r of group g. */
+static inline void qg_row_terms(const qg_rows *g, int r, qg_row *row)
+{
+	int64_t m = g->m0 + r;
+	row->rs = g->rs[r];
+	row->ua = (int32_t)(g->za ? g->za[g->zrow ? g->roff + m : 0] : 0.0f) + g->aoff;
+	row->brow = g->bmode == 1 ? g->bias[g->roff + m] : 0;
+	row->mrow = g->mmode == 1 ? g->mult[0] : (g->mmode == 2 ? g->mult[g->roff + m] : 1.0f);
+	row->rt = row->brow - g->sb0 * row->rs;
+}
+
 QG_MV512 static void qg_epilogue(const int32_t *acc, int64_t w, const int32_t *sb,
 			      const int32_t *cs, const int32_t *bcol, const float *mcol,
 			      int32_t K, qg_row r, float *y)
@@ -1119,10 +1142,10 @@ QG_MV512 static void qg_epilogue_b(const int32_t *acc, int64_t w, const int32_t 
  * * mcol unless every mcol is 1 (mc = 0): exact, rint, + zy, clamp); a
  * clamped value fits the code's byte, whose two's complement the
  * truncating store keeps. */
-QG_512_TARGET static void qg_epilogue_b512(const int32_t *acc, int64_t w, const int32_t *sb,
-					   const int32_t *cs, const int32_t *bcol,
-					   const float *mcol, int32_t K, qg_row r,
-					   const int32_t *ecol, int mc, uint8_t *y)
+QG_512_TARGET static inline void qg_epilogue_b512(const int32_t *acc, int64_t w, const int32_t *sb,
+						  const int32_t *cs, const int32_t *bcol,
+						  const float *mcol, int32_t K, qg_row r,
+						  const int32_t *ecol, int mc, uint8_t *y)
 {
 	const __m512i t = _mm512_set1_epi32(K * r.ua - r.rs), ua = _mm512_set1_epi32(r.ua);
 	const __m512i brow = _mm512_set1_epi32(r.brow), rt = _mm512_set1_epi32(r.rt);
@@ -1147,8 +1170,24 @@ QG_512_TARGET static void qg_epilogue_b512(const int32_t *acc, int64_t w, const 
 	}
 }
 
+
+/* qg_epilogue_rows_b512: qg_epilogue_b512 for each of a row group's
+ * rows (one call for the group: the row terms are set up here, in the
+ * epilogue's own target, not argument by argument for each row). */
+QG_512_TARGET static void qg_epilogue_rows_b512(const int32_t *acc, int64_t lacc, int rows,
+						 int64_t w, const int32_t *sb, const int32_t *cs,
+						 const int32_t *bcol, const float *mcol, int32_t K,
+						 qg_row row, const qg_rows *g, const int32_t *ecol,
+						 int mc, uint8_t *y, int64_t ldc)
+{
+	for (int r = 0; r < rows; r++) {
+		qg_row_terms(g, r, &row);
+		qg_epilogue_b512(acc + r * lacc, w, sb, cs, bcol, mcol, K, row, ecol, mc, y + (g->m0 + r) * ldc);
+	}
+}
+
 #else
-#define qg_epilogue_b512(...) ((void)0)
+#define qg_epilogue_rows_b512(...) ((void)0)
 #endif
 
 void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
@@ -1289,17 +1328,16 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 						acc + rr * lacc + s0 * 16, lacc);
 			}
 		}
-		for (int r = 0; r < rows; r++) {
+		qg_rows g = {.rs = rs + r0, .za = za, .bias = bias, .mult = mult, .roff = roff,
+			     .m0 = m0 + r0, .aoff = aoff, .sb0 = sbv[0], .zrow = (int)p[18],
+			     .bmode = (int)p[21], .mmode = (int)p[20]};
+		if (sy && q.pack512)
+			qg_epilogue_rows_b512(acc, lacc, rows, nl, sbv, cs, bcol, mcol, (int32_t)K, row, &g,
+					      ecol, p[20] == 3, Yb + n0, ldc);
+		for (int r = 0; r < rows && !(sy && q.pack512); r++) {
 			int64_t m = m0 + r0 + r;
-			row.rs = rs[r0 + r];
-			row.ua = (int32_t)(za ? za[p[18] ? roff + m : 0] : 0.0f) + aoff;
-			row.brow = p[21] == 1 ? bias[roff + m] : 0;
-			row.mrow = p[20] == 1 ? mult[0] : (p[20] == 2 ? mult[roff + m] : 1.0f);
-			row.rt = row.brow - sbv[0] * row.rs;
-			if (sy && q.pack512)
-				qg_epilogue_b512(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row, ecol,
-						 p[20] == 3, Yb + m * ldc + n0);
-			else if (sy)
+			qg_row_terms(&g, r, &row);
+			if (sy)
 				qg_epilogue_b(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row, sy,
 					      Yb + m * ldc + n0);
 			else
