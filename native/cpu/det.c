@@ -17,13 +17,7 @@ void sk_prep_det(sk_kernel *k, int units)
 		return;
 	}
 	int64_t m = p[1];
-	int64_t want = units * 4;
-	int64_t by = p[0] * m * m * m / 65536;
-	if (want > by)
-		want = by;
-	if (want < 1)
-		want = 1;
-	k->t[0] = sk_split(p[0], want, 1);
+	k->t[0] = sk_split_work(p[0], units, p[0] * m * m * m / 65536);
 	k->grid = SK_CDIV(p[0], k->t[0]);
 	k->scratch = 2 * m * m + 2; /* one matrix of doubles */
 }

@@ -19,13 +19,7 @@ void sk_prep_gridsample(sk_kernel *k, int units)
 		return;
 	}
 	int64_t rows = p[0] * p[4];
-	int64_t want = units * 4;
-	int64_t by = rows * p[5] * p[1] / 8192;
-	if (want > by)
-		want = by;
-	if (want < 1)
-		want = 1;
-	k->t[0] = sk_split(rows, want, 1);
+	k->t[0] = sk_split_work(rows, units, rows * p[5] * p[1] / 8192);
 	k->grid = SK_CDIV(rows, k->t[0]);
 }
 

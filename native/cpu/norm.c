@@ -9,13 +9,7 @@
 
 static int64_t rows_grid(int64_t rows, int64_t cols, int units, int64_t *rt)
 {
-	int64_t want = units * 4;
-	int64_t by = rows * cols / 16384;
-	if (want > by)
-		want = by;
-	if (want < 1)
-		want = 1;
-	*rt = sk_split(rows, want, 1);
+	*rt = sk_split_work(rows, units, rows * cols / 16384);
 	return SK_CDIV(rows, *rt);
 }
 

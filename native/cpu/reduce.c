@@ -13,13 +13,7 @@ void sk_prep_reduce(sk_kernel *k, int units)
 		k->grid = -1;
 		return;
 	}
-	int64_t want = units * 4;
-	int64_t by = outer * r * inner / 16384;
-	if (want > by)
-		want = by;
-	if (want < 1)
-		want = 1;
-	k->t[0] = sk_split(outer, want, 1);
+	k->t[0] = sk_split_work(outer, units, outer * r * inner / 16384);
 	k->grid = SK_CDIV(outer, k->t[0]);
 }
 

@@ -18,13 +18,7 @@ void sk_prep_resize(sk_kernel *k, int units)
 		k->grid = -1;
 		return;
 	}
-	int64_t want = units * 4;
-	int64_t by = p[0] * p[3] * p[4] / 16384;
-	if (want > by)
-		want = by;
-	if (want < 1)
-		want = 1;
-	k->t[0] = sk_split(p[0], want, 1);
+	k->t[0] = sk_split_work(p[0], units, p[0] * p[3] * p[4] / 16384);
 	k->grid = SK_CDIV(p[0], k->t[0]);
 	/* per-column source indices and weights (cubic: 4 taps of each) */
 	k->scratch = 13 * p[4] + 16;

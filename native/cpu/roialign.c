@@ -18,13 +18,7 @@ void sk_prep_roialign(sk_kernel *k, int units)
 		return;
 	}
 	int64_t planes = p[4] * p[1];
-	int64_t want = units * 4;
-	int64_t by = planes * p[5] * p[6] * 16 / 16384;
-	if (want > by)
-		want = by;
-	if (want < 1)
-		want = 1;
-	k->t[0] = sk_split(planes, want, 1);
+	k->t[0] = sk_split_work(planes, units, planes * p[5] * p[6] * 16 / 16384);
 	k->grid = SK_CDIV(planes, k->t[0]);
 }
 

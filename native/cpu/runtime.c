@@ -306,6 +306,14 @@ int64_t sk_split(int64_t total, int64_t want, int64_t min)
 	return chunk;
 }
 
+int64_t sk_split_work(int64_t total, int units, int64_t by)
+{
+	int64_t want = (int64_t)units * 4;
+	if (want > by)
+		want = by;
+	return sk_split(total, want, 1);
+}
+
 /* ---- streams ------------------------------------------------------------ */
 
 static void hq_lock(sk_stream *s);

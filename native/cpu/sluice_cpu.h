@@ -813,6 +813,11 @@ float *sk_scratch(sk_ctx *ctx, int64_t n);
  * items; returns the chunk size. */
 int64_t sk_split(int64_t total, int64_t want, int64_t min);
 
+/* sk_split_work divides total items into chunks for 4 blocks a unit, but
+ * no more than by (the kernel's work in units of a worthwhile block), at
+ * least one: the chunk size. */
+int64_t sk_split_work(int64_t total, int units, int64_t by);
+
 /* sk_epilogue applies bias, residual and activation to a rows x cols tile
  * of y (leading dimension ldy). bias_row / bias_col may be NULL; res (ldr)
  * may be NULL. */

@@ -17,13 +17,7 @@ void sk_prep_topk(sk_kernel *k, int units)
 		return;
 	}
 	int64_t rows = p[0] * p[2];
-	int64_t want = units * 4;
-	int64_t by = rows * p[1] * (p[3] < 16 ? p[3] : 16) / 65536;
-	if (want > by)
-		want = by;
-	if (want < 1)
-		want = 1;
-	k->t[0] = sk_split(rows, want, 1);
+	k->t[0] = sk_split_work(rows, units, rows * p[1] * (p[3] < 16 ? p[3] : 16) / 65536);
 	k->grid = SK_CDIV(rows, k->t[0]);
 	k->scratch = 3 * p[3] + 4; /* the row's best values and indices so far */
 }
