@@ -40,12 +40,18 @@ func FuzzCompile(f *testing.F) {
 				t.Fatalf("%v\n%s", ie, ie.Stack)
 			}
 		}
-		em, err := engine.Load(m.Graph, engine.Options{Units: 2})
-		if err != nil {
+		// the cpu device's options, and the other branches: no Winograd,
+		// panels, fused pointwise-depthwise or byte storage (the cuda
+		// device's), no fusion, no in-place kernels
+		for _, opt := range []engine.Options{{Units: 2},
+			{Units: 2, NoWinograd: true, NoPanels: true, NoPointwiseDW: true, NoByteIntegers: true, NoFusion: true, NoInPlace: true}} {
+			em, err := engine.Load(m.Graph, opt)
+			if err != nil {
+				fault(err)
+				continue
+			}
+			_, err = em.CompileBatch(1)
 			fault(err)
-			return
 		}
-		_, err = em.CompileBatch(1)
-		fault(err)
 	})
 }
