@@ -15,16 +15,10 @@ import (
 // which Load and CompileBatch return as an *engine.InternalError). An
 // operator's model reaches the loader from a profile or a control
 // command, so a model must not be able to take the appliance down. Seeds:
-// node-test models of the operators with the most attributes and shape
-// arithmetic (make fuzz mutates them; go test replays the seeds and
-// testdata/fuzz/FuzzCompile).
+// every node-test model of libonnx-testdata (make fuzz mutates them; go
+// test replays the seeds and testdata/fuzz/FuzzCompile).
 func FuzzCompile(f *testing.F) {
-	for _, name := range []string{"test_conv_with_strides_padding", "test_gemm_all_attributes",
-		"test_resize_upsample_sizes_nearest", "test_slice_neg_steps", "test_reshape_negative_extended_dims",
-		"test_maxpool_2d_ceil", "test_convtranspose_pads", "test_gather_negative_indices",
-		"test_einsum_transpose", "test_det_nd", "test_topk", "test_lstm_defaults", "test_if",
-		"test_range_float_type_positive_delta_expanded", "test_nonmaxsuppression_two_classes",
-		"test_qlinearconv", "test_pad", "test_expand_dim_changed", "test_split_variable_parts_2d"} {
+	for _, name := range NodeTestNames() {
 		if b, err := os.ReadFile(filepath.Join(NodeTestDir, name, "model.onnx")); err == nil {
 			f.Add(b)
 		}

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 
@@ -194,6 +195,9 @@ func load(g *graph.Graph, opts Options) (*Model, error) {
 	for _, n := range gnodes {
 		if !Supported(nodeOp(&n)) {
 			return nil, fmt.Errorf("engine: load %q: %w", g.Name, &UnsupportedError{Op: n.Op, Domain: n.Domain, Node: n.Name})
+		}
+		if !slices.ContainsFunc(n.Outputs, func(o string) bool { return o != "" }) {
+			return nil, fmt.Errorf("engine: load %q: node %q (%s) has no output", g.Name, n.Name, n.Op)
 		}
 	}
 	for _, t := range g.Initializers {
