@@ -11,7 +11,7 @@ import (
 )
 
 // FuzzCompile: whatever ONNX file decodes, the engine loads and compiles
-// for a batch of one or refuses with an error; it never faults (a panic,
+// for batches of one and three or refuses with an error; it never faults (a panic,
 // which Load and CompileBatch return as an *engine.InternalError). An
 // operator's model reaches the loader from a profile or a control
 // command, so a model must not be able to take the appliance down. Seeds:
@@ -44,8 +44,10 @@ func FuzzCompile(f *testing.F) {
 				fault(err)
 				continue
 			}
-			_, err = em.CompileBatch(1)
-			fault(err)
+			for _, batch := range []int{1, 3} {
+				_, err = em.CompileBatch(batch)
+				fault(err)
+			}
 		}
 	})
 }
