@@ -67,6 +67,9 @@ func refDet(e *ev) ([]*Tensor, error) {
 	if !x.known() {
 		return one(shapeOnly(x.DType, oshape))
 	}
+	if err := checkFoldWork("Det", float64(count)*float64(m)*float64(m)*float64(m)); err != nil {
+		return nil, err
+	}
 	vals := make([]float64, count)
 	a := make([]float64, m*m)
 	for i := int64(0); i < count; i++ {

@@ -733,3 +733,37 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatalf("no limit: %v", err)
 	}
 }
+
+// Folding operators whose work outgrows their output stay bounded: a
+// TfIdfVectorizer's skips beyond its row count nothing (and cost no
+// loop), and a NonMaxSuppression whose work would stall the load is an
+// error.
+func TestFoldWorkBounded(t *testing.T) {
+	attrs := func(skip int64) []graph.Attr {
+		return []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "TF"},
+			{Name: "min_gram_length", Kind: graph.AttrInt, I: 1}, {Name: "max_gram_length", Kind: graph.AttrInt, I: 1 << 40},
+			{Name: "max_skip_count", Kind: graph.AttrInt, I: skip},
+			{Name: "pool_int64s", Kind: graph.AttrInts, Ints: []int64{1, 2, 1, 2, 2, 1}},
+			{Name: "ngram_counts", Kind: graph.AttrInts, Ints: []int64{0, 2}},
+			{Name: "ngram_indexes", Kind: graph.AttrInts, Ints: []int64{0, 1, 2, 3}}}
+	}
+	tokens := NewInt([]int64{6}, []int64{1, 2, 1, 1, 2, 2})
+	var outs [2][]float32
+	for i, skip := range []int64{6, 1 << 60} {
+		n := graph.Node{Name: "tfidf", Op: "TfIdfVectorizer", Inputs: []string{"x"}, Outputs: []string{"y"}, Attrs: attrs(skip)}
+		o, err := Eval(&n, 9, []*Tensor{tokens})
+		if err != nil {
+			t.Fatalf("skip %d: %v", skip, err)
+		}
+		outs[i] = o[0].F
+	}
+	if fmt.Sprint(outs[0]) != fmt.Sprint(outs[1]) || outs[0][2] == 0 {
+		t.Errorf("TfIdf with skips past the row: %v, want %v (bigrams counted)", outs[1], outs[0])
+	}
+	nb := int64(1 << 17)
+	n := graph.Node{Name: "nms", Op: "NonMaxSuppression", Inputs: []string{"b", "s", "k"}, Outputs: []string{"y"}}
+	_, err := Eval(&n, 11, []*Tensor{NewFloat([]int64{1, nb, 4}, nil), NewFloat([]int64{1, 1, nb}, nil), NewInt([]int64{1}, []int64{nb})})
+	if err == nil || !strings.Contains(err.Error(), "steps to evaluate at load") {
+		t.Errorf("NonMaxSuppression of %d boxes: err = %v, want the work bound", nb, err)
+	}
+}

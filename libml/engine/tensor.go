@@ -178,6 +178,20 @@ const (
 	maxRuntimeElems = 1 << 31
 )
 
+// maxFoldWork bounds the basic steps (comparisons, multiply-adds) of an
+// operator the folder evaluates whose work grows faster than its output
+// (NonMaxSuppression, TfIdfVectorizer, Det): a model must not stall its
+// own load for minutes.
+const maxFoldWork = 1 << 34
+
+// checkFoldWork returns an error when work exceeds maxFoldWork.
+func checkFoldWork(what string, work float64) error {
+	if !(work <= maxFoldWork) {
+		return fmt.Errorf("%s: about %.3g steps to evaluate at load, more than the %d the engine allows", what, work, int64(maxFoldWork))
+	}
+	return nil
+}
+
 // batchAxisUnsupported is the refusal of node n's use of axis 0 of a
 // run-time input (what it does to it): the engine batches requests along
 // that axis, and a request's output must not depend on its batch.

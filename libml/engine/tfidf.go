@@ -121,18 +121,27 @@ func refTfIdfVectorizer(e *ev) ([]*Tensor, error) {
 	default:
 		return nil, fmt.Errorf("X of shape %v: want [C] or [N, C]", x.Shape)
 	}
+	if err := checkValueShaped(oshape, true); err != nil {
+		return nil, err
+	}
+	// an n-gram never spans more than a row: longer ones and larger skips
+	// count nothing (and must not cost a loop)
+	maxN, maxSkip := min(p.maxN, max(cols, 1)), min(p.maxSkip, max(cols, 1))
+	if err := checkFoldWork("TfIdfVectorizer", float64(rows)*float64(cols)*float64(maxSkip+1)*float64(maxN)); err != nil {
+		return nil, err
+	}
 	// weights[s] weighs output slot s, as ONNX Runtime reads them (the
 	// same as the pool's order when ngram_indexes is 0, 1, ...)
 	slotWeight := p.weights
 	y := make([]float32, rows*p.width)
-	gram := make([]int64, 0, p.maxN)
+	gram := make([]int64, 0, maxN)
 	for r := int64(0); r < rows; r++ {
 		row := x.I[r*cols : (r+1)*cols]
 		counts := y[r*p.width : (r+1)*p.width]
-		for skip := int64(0); skip <= p.maxSkip; skip++ {
+		for skip := int64(0); skip <= maxSkip; skip++ {
 			for start := int64(0); start < cols; start++ {
 				gram = gram[:0]
-				for at, size := start, int64(1); size <= p.maxN && at < cols; at, size = at+skip+1, size+1 {
+				for at, size := start, int64(1); size <= maxN && at < cols; at, size = at+skip+1, size+1 {
 					gram = append(gram, row[at])
 					if size < p.minN || (size == 1 && skip > 0) {
 						continue
