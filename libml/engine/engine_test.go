@@ -736,8 +736,8 @@ func TestMemoryLimit(t *testing.T) {
 
 // Folding operators whose work outgrows their output stay bounded: a
 // TfIdfVectorizer's skips beyond its row count nothing (and cost no
-// loop), and a NonMaxSuppression whose work would stall the load is an
-// error.
+// loop), and a Gemm or a NonMaxSuppression whose work would stall the
+// load is an error.
 func TestFoldWorkBounded(t *testing.T) {
 	attrs := func(skip int64) []graph.Attr {
 		return []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "TF"},
@@ -760,9 +760,15 @@ func TestFoldWorkBounded(t *testing.T) {
 	if fmt.Sprint(outs[0]) != fmt.Sprint(outs[1]) || outs[0][2] == 0 {
 		t.Errorf("TfIdf with skips past the row: %v, want %v (bigrams counted)", outs[1], outs[0])
 	}
+	// a Gemm of constants: 2^13 x 2^8 times 2^8 x 2^14, 2^35 multiply-adds
+	gm := graph.Node{Name: "gemm", Op: "Gemm", Inputs: []string{"a", "b"}, Outputs: []string{"y"}}
+	_, err := Eval(&gm, 13, []*Tensor{NewFloat([]int64{1 << 13, 1 << 8}, nil), NewFloat([]int64{1 << 8, 1 << 14}, nil)})
+	if err == nil || !strings.Contains(err.Error(), "steps to evaluate at load") {
+		t.Errorf("Gemm of 2^35 steps: err = %v, want the work bound", err)
+	}
 	nb := int64(1 << 17)
 	n := graph.Node{Name: "nms", Op: "NonMaxSuppression", Inputs: []string{"b", "s", "k"}, Outputs: []string{"y"}}
-	_, err := Eval(&n, 11, []*Tensor{NewFloat([]int64{1, nb, 4}, nil), NewFloat([]int64{1, 1, nb}, nil), NewInt([]int64{1}, []int64{nb})})
+	_, err = Eval(&n, 11, []*Tensor{NewFloat([]int64{1, nb, 4}, nil), NewFloat([]int64{1, 1, nb}, nil), NewInt([]int64{1}, []int64{nb})})
 	if err == nil || !strings.Contains(err.Error(), "steps to evaluate at load") {
 		t.Errorf("NonMaxSuppression of %d boxes: err = %v, want the work bound", nb, err)
 	}

@@ -330,6 +330,9 @@ func refConv(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, oshape))
 	}
+	if err := checkFoldWork("Conv", float64(numel(oshape))*float64(numel(w.Shape[1:]))); err != nil {
+		return nil, err
+	}
 	in, k, out, st, dl, pb := g.on3Axes(x.Shape[2:])
 	D, H, W := in[0], in[1], in[2]
 	KD, KH, KW := k[0], k[1], k[2]
@@ -412,6 +415,9 @@ func refConvTranspose(e *ev) ([]*Tensor, error) {
 	oshape := append([]int64{N, M}, g.out...)
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, oshape))
+	}
+	if err := checkFoldWork("ConvTranspose", float64(x.Len())*float64(numel(w.Shape[1:]))); err != nil {
+		return nil, err
 	}
 	in, k, out, st, dl, pb := g.on3Axes(x.Shape[2:])
 	K := k[0] * k[1] * k[2]
@@ -503,6 +509,9 @@ func refGemm(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, []int64{M, N}))
 	}
+	if err := checkFoldWork("Gemm", float64(M)*float64(K)*float64(N)); err != nil {
+		return nil, err
+	}
 	y := NewFloat([]int64{M, N}, nil)
 	af, bf := a.floats(), b.floats()
 	for i := int64(0); i < M; i++ {
@@ -567,6 +576,9 @@ func refMatMul(e *ev) ([]*Tensor, error) {
 	}
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, final))
+	}
+	if err := checkFoldWork("MatMul", float64(numel(batch))*float64(M)*float64(K)*float64(N)); err != nil {
+		return nil, err
 	}
 	sa := bstrides(as[:len(as)-2], batch)
 	sb := bstrides(bs[:len(bs)-2], batch)

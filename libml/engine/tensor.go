@@ -180,8 +180,8 @@ const (
 
 // maxFoldWork bounds the basic steps (comparisons, multiply-adds) of an
 // operator the folder evaluates whose work grows faster than its output
-// (NonMaxSuppression, TfIdfVectorizer, Det): a model must not stall its
-// own load for minutes.
+// (Conv, ConvTranspose, Gemm, MatMul, NonMaxSuppression, TfIdfVectorizer,
+// Det): a model must not stall its own load for minutes.
 const maxFoldWork = 1 << 34
 
 // checkFoldWork returns an error when work exceeds maxFoldWork.
