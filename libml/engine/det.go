@@ -67,7 +67,7 @@ func refDet(e *ev) ([]*Tensor, error) {
 	if !x.known() {
 		return one(shapeOnly(x.DType, oshape))
 	}
-	if err := checkFoldWork("Det", float64(count)*float64(m)*float64(m)*float64(m)); err != nil {
+	if err := checkFoldWork(e, float64(count)*float64(m)*float64(m)*float64(m)); err != nil {
 		return nil, err
 	}
 	vals := make([]float64, count)

@@ -96,7 +96,7 @@ func refNonMaxSuppression(e *ev) ([]*Tensor, error) {
 		return nil, fmt.Errorf("center_point_box %d, want 0 or 1", center)
 	}
 	nb, nc, n := bs[0], ss[1], bs[1]
-	if err := checkFoldWork("NonMaxSuppression", float64(nb)*float64(nc)*float64(n)*(min(float64(n), max(limit, 0))+64)); err != nil {
+	if err := checkFoldWork(e, float64(nb)*float64(nc)*float64(n)*(min(float64(n), max(limit, 0))+64)); err != nil {
 		return nil, err
 	}
 	var sel []int64

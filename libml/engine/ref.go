@@ -330,7 +330,7 @@ func refConv(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, oshape))
 	}
-	if err := checkFoldWork("Conv", float64(numel(oshape))*float64(numel(w.Shape[1:]))); err != nil {
+	if err := checkFoldWork(e, float64(numel(oshape))*float64(numel(w.Shape[1:]))); err != nil {
 		return nil, err
 	}
 	in, k, out, st, dl, pb := g.on3Axes(x.Shape[2:])
@@ -416,7 +416,7 @@ func refConvTranspose(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, oshape))
 	}
-	if err := checkFoldWork("ConvTranspose", float64(x.Len())*float64(numel(w.Shape[1:]))); err != nil {
+	if err := checkFoldWork(e, float64(x.Len())*float64(numel(w.Shape[1:]))); err != nil {
 		return nil, err
 	}
 	in, k, out, st, dl, pb := g.on3Axes(x.Shape[2:])
@@ -509,7 +509,7 @@ func refGemm(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, []int64{M, N}))
 	}
-	if err := checkFoldWork("Gemm", float64(M)*float64(K)*float64(N)); err != nil {
+	if err := checkFoldWork(e, float64(M)*float64(K)*float64(N)); err != nil {
 		return nil, err
 	}
 	y := NewFloat([]int64{M, N}, nil)
@@ -577,7 +577,7 @@ func refMatMul(e *ev) ([]*Tensor, error) {
 	if !e.allKnown() {
 		return one(shapeOnly(graph.Float32, final))
 	}
-	if err := checkFoldWork("MatMul", float64(numel(batch))*float64(M)*float64(K)*float64(N)); err != nil {
+	if err := checkFoldWork(e, float64(numel(batch))*float64(M)*float64(K)*float64(N)); err != nil {
 		return nil, err
 	}
 	sa := bstrides(as[:len(as)-2], batch)

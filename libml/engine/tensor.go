@@ -184,10 +184,13 @@ const (
 // Det): a model must not stall its own load for minutes.
 const maxFoldWork = 1 << 34
 
-// checkFoldWork returns an error when work exceeds maxFoldWork.
-func checkFoldWork(what string, work float64) error {
+// checkFoldWork returns an *UnsupportedError (the appliance's fallback
+// to ONNX Runtime applies) when evaluating node e.n at load would take
+// more than maxFoldWork steps.
+func checkFoldWork(e *ev, work float64) error {
 	if !(work <= maxFoldWork) {
-		return fmt.Errorf("%s: about %.3g steps to evaluate at load, more than the %d the engine allows", what, work, int64(maxFoldWork))
+		return &UnsupportedError{Op: e.n.Op, Node: e.n.Name,
+			Why: fmt.Sprintf("about %.3g steps to evaluate at load, more than the %d the engine allows", work, int64(maxFoldWork))}
 	}
 	return nil
 }

@@ -127,7 +127,7 @@ func refTfIdfVectorizer(e *ev) ([]*Tensor, error) {
 	// an n-gram never spans more than a row: longer ones and larger skips
 	// count nothing (and must not cost a loop)
 	maxN, maxSkip := min(p.maxN, max(cols, 1)), min(p.maxSkip, max(cols, 1))
-	if err := checkFoldWork("TfIdfVectorizer", float64(rows)*float64(cols)*float64(maxSkip+1)*float64(maxN)); err != nil {
+	if err := checkFoldWork(e, float64(rows)*float64(cols)*float64(maxSkip+1)*float64(maxN)); err != nil {
 		return nil, err
 	}
 	// weights[s] weighs output slot s, as ONNX Runtime reads them (the
