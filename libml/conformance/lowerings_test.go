@@ -16,9 +16,6 @@ import (
 // reference evaluator, and the two must agree.
 func TestRuntimeLoweringsMatchReference(t *testing.T) {
 	be := cpuBackend(t)
-	ints := func(name string, dims []int64, v ...int64) *graph.Tensor {
-		return &graph.Tensor{Name: name, DType: graph.Int64, Dims: dims, I64: v}
-	}
 	attr := func(name string, v int64) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrInt, I: v} }
 	eq := func(e string) graph.Attr { return graph.Attr{Name: "equation", Kind: graph.AttrString, S: e} }
 	str := func(name, v string) graph.Attr { return graph.Attr{Name: name, Kind: graph.AttrString, S: v} }
@@ -52,27 +49,27 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 	}{
 		// infinities and NaN: a kept one survives, a cleared one is 0
 		{name: "trilu-upper-k1", node: graph.Node{Op: "Trilu", Inputs: []string{"x", "k"}},
-			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{ints("k", []int64{}, 1)},
+			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{i64Tensor("k", []int64{}, 1)},
 			x: []float32{inf, -inf, float32(math.NaN()), 1, inf, 2, 3, -inf, 4, 5, 6, 7, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -11, -12}},
 		{name: "trilu-lower-k-1", node: graph.Node{Op: "Trilu", Inputs: []string{"x", "k"}, Attrs: []graph.Attr{attr("upper", 0)}},
-			xdims: []int64{3, 5}, inits: []*graph.Tensor{ints("k", []int64{1}, -1)}},
+			xdims: []int64{3, 5}, inits: []*graph.Tensor{i64Tensor("k", []int64{1}, -1)}},
 		// a view of rank 8 that does not collapse: 4 COPY kernels of rank 6
 		{name: "tile-rank8", node: graph.Node{Op: "Tile", Inputs: []string{"x", "r"}},
-			xdims: []int64{2, 3, 2, 3}, inits: []*graph.Tensor{ints("r", []int64{4}, 2, 2, 2, 2)}, kernel: "copy"},
+			xdims: []int64{2, 3, 2, 3}, inits: []*graph.Tensor{i64Tensor("r", []int64{4}, 2, 2, 2, 2)}, kernel: "copy"},
 		{name: "cumsum-axis1", node: graph.Node{Op: "CumSum", Inputs: []string{"x", "a"}},
-			xdims: []int64{3, 4, 5}, inits: []*graph.Tensor{ints("a", []int64{}, 1)}, kernel: "gemm"},
+			xdims: []int64{3, 4, 5}, inits: []*graph.Tensor{i64Tensor("a", []int64{}, 1)}, kernel: "gemm"},
 		{name: "cumsum-last-exclusive", node: graph.Node{Op: "CumSum", Inputs: []string{"x", "a"}, Attrs: []graph.Attr{attr("exclusive", 1)}},
-			xdims: []int64{3, 7}, inits: []*graph.Tensor{ints("a", []int64{}, -1)}, kernel: "gemm"},
+			xdims: []int64{3, 7}, inits: []*graph.Tensor{i64Tensor("a", []int64{}, -1)}, kernel: "gemm"},
 		{name: "cumsum-reverse", node: graph.Node{Op: "CumSum", Inputs: []string{"x", "a"}, Attrs: []graph.Attr{attr("reverse", 1)}},
-			xdims: []int64{6, 2}, inits: []*graph.Tensor{ints("a", []int64{}, 0)}, kernel: "gemm"},
+			xdims: []int64{6, 2}, inits: []*graph.Tensor{i64Tensor("a", []int64{}, 0)}, kernel: "gemm"},
 		{name: "cumsum-reverse-exclusive", node: graph.Node{Op: "CumSum", Inputs: []string{"x", "a"},
 			Attrs: []graph.Attr{attr("reverse", 1), attr("exclusive", 1)}},
-			xdims: []int64{2, 9}, inits: []*graph.Tensor{ints("a", []int64{}, 1)}, kernel: "gemm"},
+			xdims: []int64{2, 9}, inits: []*graph.Tensor{i64Tensor("a", []int64{}, 1)}, kernel: "gemm"},
 		{name: "where-const-cond", node: graph.Node{Op: "Where", Inputs: []string{"c", "x", "y"}},
 			xdims: []int64{3, 4}, inits: []*graph.Tensor{{Name: "c", DType: graph.Bool, Dims: []int64{4}, I64: []int64{1, 0, 0, 1}},
 				{Name: "y", DType: graph.Float32, Dims: []int64{3, 1}, F32: []float32{-1, -2, -3}}}, kernel: "gather"},
 		{name: "gatherelements-axis-neg", node: graph.Node{Op: "GatherElements", Inputs: []string{"x", "i"}, Attrs: []graph.Attr{attr("axis", -1)}},
-			xdims: []int64{2, 3}, inits: []*graph.Tensor{ints("i", []int64{2, 4}, 0, -1, 2, 1, 1, 1, 0, -3)}, kernel: "gather"},
+			xdims: []int64{2, 3}, inits: []*graph.Tensor{i64Tensor("i", []int64{2, 4}, 0, -1, 2, 1, 1, 1, 0, -3)}, kernel: "gather"},
 		{name: "depthtospace-crd", node: graph.Node{Op: "DepthToSpace", Inputs: []string{"x"},
 			Attrs: []graph.Attr{attr("blocksize", 2), {Name: "mode", Kind: graph.AttrString, S: "CRD"}}},
 			xdims: []int64{2, 8, 3, 2}, kernel: "copy"},
@@ -84,14 +81,14 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 		// Pad: a fill and an interior COPY (cropping where pads are
 		// negative), or a GATHER by index map in the other modes
 		{name: "pad-constant-crop", node: graph.Node{Op: "Pad", Inputs: []string{"x", "p", "v"}},
-			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{ints("p", []int64{6}, 1, -1, 2, 0, 2, -1),
+			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{i64Tensor("p", []int64{6}, 1, -1, 2, 0, 2, -1),
 				{Name: "v", DType: graph.Float32, Dims: []int64{}, F32: []float32{-7.5}}}, kernel: "copy"},
 		{name: "pad-reflect-axes", node: graph.Node{Op: "Pad", Inputs: []string{"x", "p", "", "a"}, Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "reflect"}}},
-			xdims: []int64{2, 4, 5}, inits: []*graph.Tensor{ints("p", []int64{4}, 3, 2, 1, 4), ints("a", []int64{2}, -1, 1)}, opset: 18, kernel: "gather"},
+			xdims: []int64{2, 4, 5}, inits: []*graph.Tensor{i64Tensor("p", []int64{4}, 3, 2, 1, 4), i64Tensor("a", []int64{2}, -1, 1)}, opset: 18, kernel: "gather"},
 		{name: "pad-edge", node: graph.Node{Op: "Pad", Inputs: []string{"x", "p"}, Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "edge"}}},
-			xdims: []int64{3, 2}, inits: []*graph.Tensor{ints("p", []int64{4}, 2, 3, 1, 0)}, kernel: "gather"},
+			xdims: []int64{3, 2}, inits: []*graph.Tensor{i64Tensor("p", []int64{4}, 2, 3, 1, 0)}, kernel: "gather"},
 		{name: "pad-wrap", node: graph.Node{Op: "Pad", Inputs: []string{"x", "p"}, Attrs: []graph.Attr{{Name: "mode", Kind: graph.AttrString, S: "wrap"}}},
-			xdims: []int64{3, 2}, inits: []*graph.Tensor{ints("p", []int64{4}, 4, 1, 0, 5)}, opset: 19, kernel: "gather"},
+			xdims: []int64{3, 2}, inits: []*graph.Tensor{i64Tensor("p", []int64{4}, 4, 1, 0, 5)}, opset: 19, kernel: "gather"},
 		{name: "pad-opset2-attrs", node: graph.Node{Op: "Pad", Inputs: []string{"x"}, Attrs: []graph.Attr{
 			{Name: "pads", Kind: graph.AttrInts, Ints: []int64{0, 1, 1, 0}}, {Name: "value", Kind: graph.AttrFloat, F: 3}}},
 			xdims: []int64{2, 2}, opset: 2, kernel: "copy"},
@@ -99,24 +96,24 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 		// into one scratch buffer, then gathered
 		{name: "scatternd-runtime-updates", node: graph.Node{Op: "ScatterND", Inputs: []string{"d", "i", "x"}},
 			xdims: []int64{2, 3}, inits: []*graph.Tensor{{Name: "d", DType: graph.Float32, Dims: []int64{4, 3}, F32: []float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}},
-				ints("i", []int64{2, 1}, -1, 1)}, kernel: "gather"},
+				i64Tensor("i", []int64{2, 1}, -1, 1)}, kernel: "gather"},
 		{name: "scatterelements-add", node: graph.Node{Op: "ScatterElements", Inputs: []string{"x", "i", "u"},
 			Attrs: []graph.Attr{attr("axis", 1), {Name: "reduction", Kind: graph.AttrString, S: "add"}}},
-			xdims: []int64{2, 4}, inits: []*graph.Tensor{ints("i", []int64{2, 2}, 1, 1, 3, 0),
+			xdims: []int64{2, 4}, inits: []*graph.Tensor{i64Tensor("i", []int64{2, 2}, 1, 1, 3, 0),
 				{Name: "u", DType: graph.Float32, Dims: []int64{2, 2}, F32: []float32{10, 20, 30, 40}}}, kernel: "binary"},
 		{name: "scatternd-max", node: graph.Node{Op: "ScatterND", Inputs: []string{"x", "i", "u"},
 			Attrs: []graph.Attr{{Name: "reduction", Kind: graph.AttrString, S: "max"}}},
-			xdims: []int64{3, 2}, inits: []*graph.Tensor{ints("i", []int64{2, 2}, 0, 1, 2, 0),
+			xdims: []int64{3, 2}, inits: []*graph.Tensor{i64Tensor("i", []int64{2, 2}, 0, 1, 2, 0),
 				{Name: "u", DType: graph.Float32, Dims: []int64{2}, F32: []float32{100, -100}}}, opset: 18, kernel: "binary"},
 		{name: "gathernd-batch1", node: graph.Node{Op: "GatherND", Inputs: []string{"x", "i"}, Attrs: []graph.Attr{attr("batch_dims", 1)}},
-			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{ints("i", []int64{2, 2, 1}, 2, -3, 1, 1)}, kernel: "gather"},
+			xdims: []int64{2, 3, 4}, inits: []*graph.Tensor{i64Tensor("i", []int64{2, 2, 1}, 2, -3, 1, 1)}, kernel: "gather"},
 		{name: "compress-axis1", node: graph.Node{Op: "Compress", Inputs: []string{"x", "c"}, Attrs: []graph.Attr{attr("axis", 1)}},
 			xdims: []int64{2, 5}, inits: []*graph.Tensor{{Name: "c", DType: graph.Bool, Dims: []int64{4}, I64: []int64{1, 0, 1, 1}}}, kernel: "gather"},
 		// OneHot on float indices at run time (negative ones from the end,
 		// one out of range)
 		{name: "onehot-axis0", node: graph.Node{Op: "OneHot", Inputs: []string{"x", "d", "v"}, Attrs: []graph.Attr{attr("axis", 0)}},
 			xdims: []int64{2, 3}, x: []float32{0, 3, -1, -4, 9, 2},
-			inits: []*graph.Tensor{ints("d", []int64{}, 4), {Name: "v", DType: graph.Float32, Dims: []int64{2}, F32: []float32{-1, 2}}}, kernel: "binary"},
+			inits: []*graph.Tensor{i64Tensor("d", []int64{}, 4), {Name: "v", DType: graph.Float32, Dims: []int64{2}, F32: []float32{-1, 2}}}, kernel: "binary"},
 		// Einsum: one batched GEMM, operands in place, transposed or
 		// copied into order, the product copied into the output's order
 		{name: "einsum-attention-scores", node: graph.Node{Op: "Einsum", Inputs: []string{"x", "k"}, Attrs: []graph.Attr{eq("bhid,bhjd->bhij")}},
@@ -152,21 +149,21 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 			xdims: []int64{1, 3, 3, 4}, inits: []*graph.Tensor{grid("g", 1, 4, 4)}, opset: 16, kernel: "gridsample"},
 		{name: "reversesequence-rank3", node: graph.Node{Op: "ReverseSequence", Inputs: []string{"x", "l"},
 			Attrs: []graph.Attr{attr("batch_axis", 1), attr("time_axis", 0)}},
-			xdims: []int64{5, 3, 2}, inits: []*graph.Tensor{ints("l", []int64{3}, 5, 0, 3)}, kernel: "gather"},
+			xdims: []int64{5, 3, 2}, inits: []*graph.Tensor{i64Tensor("l", []int64{3}, 5, 0, 3)}, kernel: "gather"},
 		{name: "maxunpool-1d-pads", node: graph.Node{Op: "MaxUnpool", Inputs: []string{"x", "i"},
 			Attrs: []graph.Attr{{Name: "kernel_shape", Kind: graph.AttrInts, Ints: []int64{3}},
 				{Name: "strides", Kind: graph.AttrInts, Ints: []int64{2}}, {Name: "pads", Kind: graph.AttrInts, Ints: []int64{1, 0}}}},
-			xdims: []int64{1, 2, 3}, inits: []*graph.Tensor{ints("i", []int64{1, 2, 3}, 0, 3, 5, 7, 8, 11)}, kernel: "gather"},
+			xdims: []int64{1, 2, 3}, inits: []*graph.Tensor{i64Tensor("i", []int64{1, 2, 3}, 0, 3, 5, 7, 8, 11)}, kernel: "gather"},
 		// TopK: values and indices (int64 as float32 values), ties to the
 		// lower index, largest and smallest, an inner axis
 		{name: "topk-values-ties", node: graph.Node{Op: "TopK", Inputs: []string{"x", "k"}, Outputs: []string{"out", ""}, Attrs: []graph.Attr{attr("axis", 1)}},
 			xdims: []int64{2, 6, 2}, x: []float32{1, 5, 3, 5, 3, 1, 2, 5, 5, 0, 3, 2, 0, 0, 0, 0, -1, 0, 4, 4, 0, 2, 4, 9},
-			inits: []*graph.Tensor{ints("k", []int64{1}, 3)}, opset: 11, kernel: "topk"},
+			inits: []*graph.Tensor{i64Tensor("k", []int64{1}, 3)}, opset: 11, kernel: "topk"},
 		{name: "topk-indices-ties", node: graph.Node{Op: "TopK", Inputs: []string{"x", "k"}, Outputs: []string{"", "out"}, Attrs: []graph.Attr{attr("axis", 1)}},
 			xdims: []int64{2, 6, 2}, x: []float32{1, 5, 3, 5, 3, 1, 2, 5, 5, 0, 3, 2, 0, 0, 0, 0, -1, 0, 4, 4, 0, 2, 4, 9},
-			inits: []*graph.Tensor{ints("k", []int64{1}, 3)}, opset: 11, kernel: "topk"},
+			inits: []*graph.Tensor{i64Tensor("k", []int64{1}, 3)}, opset: 11, kernel: "topk"},
 		{name: "topk-smallest-last-axis", node: graph.Node{Op: "TopK", Inputs: []string{"x", "k"}, Outputs: []string{"", "out"}, Attrs: []graph.Attr{attr("largest", 0)}},
-			xdims: []int64{3, 40}, inits: []*graph.Tensor{ints("k", []int64{1}, 40)}, opset: 11, kernel: "topk"},
+			xdims: []int64{3, 40}, inits: []*graph.Tensor{i64Tensor("k", []int64{1}, 40)}, opset: 11, kernel: "topk"},
 		// ArgMax / ArgMin at run time: int64 indices as float32 values;
 		// ties, the first or (select_last_index) the last
 		{name: "argmax-axis1-ties", node: graph.Node{Op: "ArgMax", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},
@@ -187,19 +184,19 @@ func TestRuntimeLoweringsMatchReference(t *testing.T) {
 		{name: "dft-complex-inner", node: graph.Node{Op: "DFT", Inputs: []string{"x"}, Attrs: []graph.Attr{attr("axis", 1)}},
 			xdims: []int64{2, 5, 3, 2}, kernel: "gemm"},
 		{name: "dft-padded-onesided", node: graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{attr("onesided", 1)}},
-			xdims: []int64{3, 6, 1}, inits: []*graph.Tensor{ints("L", []int64{}, 8)}, kernel: "gemm"},
+			xdims: []int64{3, 6, 1}, inits: []*graph.Tensor{i64Tensor("L", []int64{}, 8)}, kernel: "gemm"},
 		{name: "dft-cut-inverse", node: graph.Node{Op: "DFT", Inputs: []string{"x", "L"}, Attrs: []graph.Attr{attr("inverse", 1)}},
-			xdims: []int64{2, 9, 2}, inits: []*graph.Tensor{ints("L", []int64{}, 5)}, kernel: "gemm"},
+			xdims: []int64{2, 9, 2}, inits: []*graph.Tensor{i64Tensor("L", []int64{}, 5)}, kernel: "gemm"},
 		{name: "dft-opset20-axis", node: graph.Node{Op: "DFT", Inputs: []string{"x", "", "a"}},
-			xdims: []int64{2, 4, 3, 1}, inits: []*graph.Tensor{ints("a", []int64{}, -3)}, opset: 20, kernel: "gemm"},
+			xdims: []int64{2, 4, 3, 1}, inits: []*graph.Tensor{i64Tensor("a", []int64{}, -3)}, opset: 20, kernel: "gemm"},
 		{name: "stft-complex-twosided", node: graph.Node{Op: "STFT", Inputs: []string{"x", "s", "", "l"}, Attrs: []graph.Attr{attr("onesided", 0)}},
-			xdims: []int64{2, 20, 2}, inits: []*graph.Tensor{ints("s", []int64{}, 3), ints("l", []int64{}, 6)}, kernel: "gemm"},
+			xdims: []int64{2, 20, 2}, inits: []*graph.Tensor{i64Tensor("s", []int64{}, 3), i64Tensor("l", []int64{}, 6)}, kernel: "gemm"},
 		// Resize (opset 18) on negative axes: sizes for H and W only
 		{name: "resize-negative-axes", node: graph.Node{Op: "Resize", Inputs: []string{"x", "", "", "s"},
 			Attrs: []graph.Attr{str("mode", "linear"), {Name: "axes", Kind: graph.AttrInts, Ints: []int64{-1, -2}}}},
-			xdims: []int64{1, 2, 5, 6}, inits: []*graph.Tensor{ints("s", []int64{2}, 9, 3)}, opset: 18, kernel: "resize"},
+			xdims: []int64{1, 2, 5, 6}, inits: []*graph.Tensor{i64Tensor("s", []int64{2}, 9, 3)}, opset: 18, kernel: "resize"},
 		{name: "stft-window", node: graph.Node{Op: "STFT", Inputs: []string{"x", "s", "w"}},
-			xdims: []int64{1, 30, 1}, inits: []*graph.Tensor{ints("s", []int64{}, 4),
+			xdims: []int64{1, 30, 1}, inits: []*graph.Tensor{i64Tensor("s", []int64{}, 4),
 				{Name: "w", DType: graph.Float32, Dims: []int64{8}, F32: []float32{0, 0.19, 0.61, 0.95, 0.95, 0.61, 0.19, 0}}}, kernel: "gemm"},
 	}
 	for _, c := range cases {

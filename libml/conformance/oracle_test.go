@@ -443,6 +443,9 @@ func aFloat(name string, v float32) graph.Attr {
 func f32Vec(name string, v ...float32) *graph.Tensor {
 	return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{int64(len(v))}, F32: v}
 }
+func i64Tensor(name string, dims []int64, v ...int64) *graph.Tensor {
+	return &graph.Tensor{Name: name, DType: graph.Int64, Dims: dims, I64: v}
+}
 
 // ramp is a float32 tensor of dims whose i-th value is (i*mul mod
 // mod)/div - off: values that vary, the same in every run.

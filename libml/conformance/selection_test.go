@@ -20,12 +20,6 @@ func TestSelectionORT(t *testing.T) {
 	ob := ortBackend(t)
 	cb := cpuBackend(t)
 	ctx := context.Background()
-	i64 := func(name string, dims []int64, v ...int64) *graph.Tensor {
-		return &graph.Tensor{Name: name, DType: graph.Int64, Dims: dims, I64: v}
-	}
-	f32 := func(name string, v float32) *graph.Tensor {
-		return &graph.Tensor{Name: name, DType: graph.Float32, Dims: []int64{1}, F32: []float32{v}}
-	}
 	// foldedTimesX runs node n (output "sel", of shape shape by the
 	// engine's evaluation) cast to float32 and multiplied by a run-time x
 	// of shape [1, shape...] on both runtimes.
@@ -104,7 +98,7 @@ func TestSelectionORT(t *testing.T) {
 		inits := []*graph.Tensor{
 			{Name: "boxes", DType: graph.Float32, Dims: []int64{nb, nboxes, 4}, F32: boxes},
 			{Name: "scores", DType: graph.Float32, Dims: []int64{nb, ncls, nboxes}, F32: scores},
-			i64("maxout", []int64{1}, c.maxOut), f32("iou", c.iou), f32("thr", c.thr),
+			i64Tensor("maxout", []int64{1}, c.maxOut), f32Vec("iou", c.iou), f32Vec("thr", c.thr),
 		}
 		ins := []string{"boxes", "scores", "maxout", "iou", "thr"}
 		if c.noThresh {
@@ -119,7 +113,7 @@ func TestSelectionORT(t *testing.T) {
 
 	// TfIdfVectorizer: unigrams, bigrams and trigrams of a pool, output
 	// slots permuted, weights
-	tokens := i64("tokens", []int64{2, 12}, 2, 3, 5, 4, 2, 3, 5, 7, 8, 2, 3, 4,
+	tokens := i64Tensor("tokens", []int64{2, 12}, 2, 3, 5, 4, 2, 3, 5, 7, 8, 2, 3, 4,
 		5, 5, 4, 2, 3, 7, 7, 8, 2, 5, 4, 3)
 	pool := []int64{2, 3, 5, 4, 7 /* unigrams */, 2, 3, 5, 4, 7, 8, 3, 5 /* bigrams */, 2, 3, 5 /* a trigram */}
 	counts := []int64{0, 5, 13}

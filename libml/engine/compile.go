@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"runtime/debug"
 	"sort"
 	"strings"
 
@@ -177,7 +176,7 @@ type compiler struct {
 
 // CompileBatch compiles the model for a batch size (see BatchShapes).
 func (m *Model) CompileBatch(batch int) (p *Program, err error) {
-	defer m.recoverInternal(&err)
+	defer recoverInternal(&err, "compile", m.name)
 	shapes, err := m.BatchShapes(batch)
 	if err == nil && batch > 1 {
 		err = m.batchCoupled()
@@ -188,17 +187,9 @@ func (m *Model) CompileBatch(batch int) (p *Program, err error) {
 	return m.Compile(shapes)
 }
 
-// recoverInternal, deferred, turns a panic of the compiler into an
-// *InternalError in *err.
-func (m *Model) recoverInternal(err *error) {
-	if p := recover(); p != nil {
-		*err = &InternalError{What: "compile", Model: m.name, Value: p, Stack: debug.Stack()}
-	}
-}
-
 // Compile compiles the model for the given runtime input shapes.
 func (m *Model) Compile(shapes map[string][]int64) (prog *Program, err error) {
-	defer m.recoverInternal(&err)
+	defer recoverInternal(&err, "compile", m.name)
 	p, err := m.compile(shapes)
 	if err != nil {
 		return nil, fmt.Errorf("engine: compile %q: %w", m.name, err)

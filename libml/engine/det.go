@@ -95,16 +95,13 @@ func (c *compiler) lowerDet(g *group) error {
 	if m > detMax {
 		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: fmt.Sprintf("%dx%d matrices: the kernel factorises at most %dx%d", m, m, detMax, detMax)}
 	}
+	if m == 0 && count > 0 {
+		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: "0x0 matrices"}
+	}
 	src, _ := c.operand(n.Inputs[0])
 	dst, _, err := c.output(n.Outputs[0])
-	if err != nil {
+	if err != nil || count == 0 {
 		return err
-	}
-	if count == 0 {
-		return nil
-	}
-	if m == 0 {
-		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: "0x0 matrices"}
 	}
 	d := c.draft(g, OpDet)
 	d.k.P[0], d.k.P[1] = count, m

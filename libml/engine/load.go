@@ -152,15 +152,12 @@ func (e *InternalError) Error() string {
 	return fmt.Sprintf("engine: %s %q: internal error on this model: %v", e.What, e.Model, e.Value)
 }
 
-// recoverInternal, deferred, turns a panic into an *InternalError in
-// *err.
-func recoverInternal(err *error, what string, g *graph.Graph) {
+// recoverInternal, deferred by Load and the compiler's entries, turns a
+// panic into an *InternalError in *err: what ("load" or "compile") of
+// model.
+func recoverInternal(err *error, what, model string) {
 	if p := recover(); p != nil {
-		name := ""
-		if g != nil {
-			name = g.Name
-		}
-		*err = &InternalError{What: what, Model: name, Value: p, Stack: debug.Stack()}
+		*err = &InternalError{What: what, Model: model, Value: p, Stack: debug.Stack()}
 	}
 }
 
@@ -171,14 +168,14 @@ func recoverInternal(err *error, what string, g *graph.Graph) {
 // fault in the loader on some input it did not foresee comes back as an
 // *InternalError.
 func Load(g *graph.Graph, opts Options) (m *Model, err error) {
-	defer recoverInternal(&err, "load", g)
+	if g == nil {
+		return nil, fmt.Errorf("engine: nil graph")
+	}
+	defer recoverInternal(&err, "load", g.Name)
 	return load(g, opts)
 }
 
 func load(g *graph.Graph, opts Options) (*Model, error) {
-	if g == nil {
-		return nil, fmt.Errorf("engine: nil graph")
-	}
 	if opts.Units < 1 {
 		opts.Units = 1
 	}

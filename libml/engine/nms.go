@@ -50,18 +50,6 @@ func nmsOverlaps(a, b nmsBox, threshold float64) bool {
 	return inter/(areaA+areaB-inter) > threshold
 }
 
-// nmsScalar reads optional scalar input i (def when omitted).
-func nmsScalar(e *ev, i int, what string, def float64) (float64, error) {
-	t, err := e.constIn(i, what)
-	if err != nil || t == nil {
-		return def, err
-	}
-	if t.Len() != 1 {
-		return 0, fmt.Errorf("%s has %d values, want one", what, t.Len())
-	}
-	return t.at(0), nil
-}
-
 func refNonMaxSuppression(e *ev) ([]*Tensor, error) {
 	boxes, scores := e.in(0), e.in(1)
 	if boxes == nil || scores == nil {
@@ -75,18 +63,18 @@ func refNonMaxSuppression(e *ev) ([]*Tensor, error) {
 	if len(bs) != 3 || bs[2] != 4 || len(ss) != 3 || ss[0] != bs[0] || ss[2] != bs[1] {
 		return nil, fmt.Errorf("boxes %v and scores %v: want [batches, boxes, 4] and [batches, classes, boxes]", bs, ss)
 	}
-	limit, err := nmsScalar(e, 2, "max_output_boxes_per_class", 0)
+	limit, err := e.scalarIn(2, "max_output_boxes_per_class", 0)
 	if err != nil {
 		return nil, err
 	}
-	iou, err := nmsScalar(e, 3, "iou_threshold", 0)
+	iou, err := e.scalarIn(3, "iou_threshold", 0)
 	if err != nil {
 		return nil, err
 	}
 	if iou < 0 || iou > 1 {
 		return nil, fmt.Errorf("iou_threshold %g outside [0, 1]", iou)
 	}
-	scoreMin, err := nmsScalar(e, 4, "score_threshold", 0)
+	scoreMin, err := e.scalarIn(4, "score_threshold", 0)
 	if err != nil {
 		return nil, err
 	}

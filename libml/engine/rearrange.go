@@ -204,14 +204,8 @@ func triluMap(n *graph.Node, xs []int64, k int64) ([]int64, error) {
 
 // triluK reads Trilu's optional diagonal k (a constant scalar).
 func triluK(e *ev) (int64, error) {
-	kt, err := e.constIn(1, "k")
-	if err != nil || kt == nil {
-		return 0, err
-	}
-	if kt.Len() != 1 {
-		return 0, fmt.Errorf("k has %d values, want one", kt.Len())
-	}
-	return int64(kt.at(0)), nil
+	k, err := e.scalarIn(1, "k", 0)
+	return int64(k), err
 }
 
 // ---- CumSum ----------------------------------------------------------------------------------

@@ -66,6 +66,18 @@ func (e *ev) constIn(i int, what string) (*Tensor, error) {
 	return t, nil
 }
 
+// scalarIn reads optional constant scalar input i (def when omitted).
+func (e *ev) scalarIn(i int, what string, def float64) (float64, error) {
+	t, err := e.constIn(i, what)
+	if err != nil || t == nil {
+		return def, err
+	}
+	if t.Len() != 1 {
+		return 0, fmt.Errorf("%s has %d values, want one", what, t.Len())
+	}
+	return t.at(0), nil
+}
+
 func (t *Tensor) known() bool { return t != nil && (t.F != nil || t.I != nil) }
 
 func (e *ev) allKnown() bool {

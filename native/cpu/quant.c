@@ -78,7 +78,7 @@ SK_MV static void q_run(const float *x, float *y, int64_t n, int mode, float s, 
 			y[j] = (x[j] - z) * s;
 	} else if (mode == SK_QUANT_REQUANT) {
 		for (int64_t j = 0; j < n; j++)
-			y[j] = q_clamp(rintf(x[j] * s) + z, lo, hi);
+			y[j] = sk_requant(x[j], s, z, lo, hi);
 	} else if (s == 0.0f) {
 		for (int64_t j = 0; j < n; j++)
 			y[j] = q_clamp(z, lo, hi);
@@ -637,6 +637,20 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 
 /* ---- packing ----------------------------------------------------------- */
 
+/* qg_kstep moves an im2col's reduction row (c, kh, kw) to the next one:
+ * kw fastest, then kh, then the channel. */
+static inline void qg_kstep(int64_t *c, int64_t *kh, int64_t *kw, int64_t KH, int64_t KW)
+{
+	if (++*kw == KW) {
+		*kw = 0;
+		if (++*kh == KH) {
+			*kh = 0;
+			++*c;
+		}
+	}
+}
+
+
 /* qg_pack_rows_c: rows of float-stored integers to u8 (+ off), K padded to
  * kp with zeros, and each row's sum. */
 SK_MV static void qg_pack_rows_c(const float *A, int64_t lda, int64_t rows, int64_t K,
@@ -889,13 +903,7 @@ QG_512_TARGET static void qg_pack_im2col_img(const int64_t *g, int64_t n0, int64
 		koff = NULL;
 	for (int64_t k = 0, c = 0, kh = 0, kw = 0; koff && k < K; k++) {
 		koff[k] = (int32_t)((c * rows + kh * DH) * L + kw * DW);
-		if (++kw == KW) {
-			kw = 0;
-			if (++kh == KH) {
-				kh = 0;
-				c++;
-			}
-		}
+		qg_kstep(&c, &kh, &kw, KH, KW);
 	}
 	for (int64_t st = 0; st < strips; st++) {
 		int64_t j0 = st * 16, w = SK_MIN((int64_t)16, nl - j0);
@@ -945,13 +953,8 @@ QG_512_TARGET static void qg_pack_im2col_img(const int64_t *g, int64_t n0, int64
 					continue;
 				}
 				const int8_t *b = img + (koff ? koff[4 * k4 + q] : (c * rows + kh * DH) * L + kw * DW);
-				if (!koff && ++kw == KW) {
-					kw = 0;
-					if (++kh == KH) {
-						kh = 0;
-						c++;
-					}
-				}
+				if (!koff)
+					qg_kstep(&c, &kh, &kw, KH, KW);
 				if (whole) {
 					v[q] = SW == 1 ? _mm_loadu_si128((const __m128i *)(b + rel[0]))
 						       : _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)(b + rel[0])));
@@ -1021,13 +1024,7 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
 				__m512i v = _mm512_maskz_sub_epi32(live, _mm512_cvttps_epi32(f), vo);
 				cs = _mm512_add_epi32(cs, v);
 				word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_and_si512(v, m8), 8 * q));
-				if (++kw == KW) {
-					kw = 0;
-					if (++kh == KH) {
-						kh = 0;
-						c++;
-					}
-				}
+				qg_kstep(&c, &kh, &kw, KH, KW);
 			}
 			_mm512_storeu_si512((void *)(sp + k4 * 64), word);
 		}
@@ -1169,7 +1166,6 @@ QG_512_TARGET static inline void qg_epilogue_b512(const int32_t *acc, int64_t w,
 		_mm512_mask_cvtepi32_storeu_epi8(y + j, mk, _mm512_cvtps_epi32(f));
 	}
 }
-
 
 /* qg_epilogue_rows_b512: qg_epilogue_b512 for each of a row group's
  * rows (one call for the group: the row terms are set up here, in the
@@ -1331,18 +1327,20 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		qg_rows g = {.rs = rs + r0, .za = za, .bias = bias, .mult = mult, .roff = roff,
 			     .m0 = m0 + r0, .aoff = aoff, .sb0 = sbv[0], .zrow = (int)p[18],
 			     .bmode = (int)p[21], .mmode = (int)p[20]};
-		if (sy && q.pack512)
+		if (sy && q.pack512) {
 			qg_epilogue_rows_b512(acc, lacc, rows, nl, sbv, cs, bcol, mcol, (int32_t)K, row, &g,
 					      ecol, p[20] == 3, Yb + n0, ldc);
-		for (int r = 0; r < rows && !(sy && q.pack512); r++) {
-			int64_t m = m0 + r0 + r;
-			qg_row_terms(&g, r, &row);
-			if (sy)
-				qg_epilogue_b(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row, sy,
-					      Yb + m * ldc + n0);
-			else
-				qg_epilogue(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row,
-					    Y + m * ldc + n0);
+		} else {
+			for (int r = 0; r < rows; r++) {
+				int64_t m = m0 + r0 + r;
+				qg_row_terms(&g, r, &row);
+				if (sy)
+					qg_epilogue_b(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row, sy,
+						      Yb + m * ldc + n0);
+				else
+					qg_epilogue(acc + r * lacc, nl, sbv, cs, bcol, mcol, (int32_t)K, row,
+						    Y + m * ldc + n0);
+			}
 		}
 		r0 += rows;
 		if (SK_STOPPED(ctx))

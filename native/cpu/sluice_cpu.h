@@ -27,6 +27,7 @@
  * fused multiply-adds it writes them (sgemm.c). */
 #pragma GCC optimize("fp-contract=off")
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -784,6 +785,14 @@ void sk_store_shift(const void *src, int code, int64_t n, float z, float *dst);
 void sk_store_save(const float *src, int code, int64_t n, void *dst);
 void sk_store_requant(const float *src, int64_t n, float s, float z, float lo, float hi,
 		      int code, void *dst);
+
+/* sk_requant is one value of QUANT's mode 4 (requantising an integer
+ * sum): clamp(rint(x * s) + z, lo, hi). */
+static inline float sk_requant(float x, float s, float z, float lo, float hi)
+{
+	float v = rintf(x * s) + z;
+	return v < lo ? lo : (v > hi ? hi : v);
+}
 
 static inline void sk_store_load(const void *src, int code, int64_t n, float *dst)
 {

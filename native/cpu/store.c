@@ -8,7 +8,6 @@
  */
 #include "sluice_cpu.h"
 
-#include <math.h>
 #include <string.h>
 
 SK_MV void sk_store_save(const float *src, int code, int64_t n, void *dst)
@@ -92,21 +91,15 @@ SK_MV void sk_store_requant(const float *src, int64_t n, float s, float z, float
 #endif
 	if (code == SK_STORE_U8) {
 		uint8_t *d = (uint8_t *)dst;
-		for (int64_t i = 0; i < n; i++) {
-			float v = rintf(src[i] * s) + z;
-			d[i] = (uint8_t)(int32_t)(v < lo ? lo : (v > hi ? hi : v));
-		}
+		for (int64_t i = 0; i < n; i++)
+			d[i] = (uint8_t)(int32_t)sk_requant(src[i], s, z, lo, hi);
 	} else if (code == SK_STORE_S8) {
 		int8_t *d = (int8_t *)dst;
-		for (int64_t i = 0; i < n; i++) {
-			float v = rintf(src[i] * s) + z;
-			d[i] = (int8_t)(int32_t)(v < lo ? lo : (v > hi ? hi : v));
-		}
+		for (int64_t i = 0; i < n; i++)
+			d[i] = (int8_t)(int32_t)sk_requant(src[i], s, z, lo, hi);
 	} else {
 		float *d = (float *)dst;
-		for (int64_t i = 0; i < n; i++) {
-			float v = rintf(src[i] * s) + z;
-			d[i] = v < lo ? lo : (v > hi ? hi : v);
-		}
+		for (int64_t i = 0; i < n; i++)
+			d[i] = sk_requant(src[i], s, z, lo, hi);
 	}
 }
