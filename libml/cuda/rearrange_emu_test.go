@@ -1,9 +1,12 @@
 package cuda
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"sluice/libml"
+	"sluice/libml/engine"
 	"sluice/libml/graph"
 	"sluice/libml/zoo"
 )
@@ -226,6 +229,24 @@ func TestRearrangeOpsEmu(t *testing.T) {
 		inst8.Close()
 		rinst8.Close()
 	}
+
+	// Det of 33 x 33 matrices: more than the kernel's shared memory holds.
+	// The device refuses it at load as an operator use the engine lacks,
+	// which is where the appliance's ONNX Runtime fallback takes over.
+	g10 := &graph.Graph{Name: "det33", Opset: 17,
+		Inputs:  []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: []int64{1, 33, 33}}},
+		Outputs: []graph.ValueInfo{{Name: "y"}},
+		Nodes:   []graph.Node{{Name: "det", Op: "Det", Inputs: []string{"x"}, Outputs: []string{"y"}}}}
+	inst10, err := b.LoadModel(context.Background(), "det33", g10)
+	if err == nil {
+		inst10.Close()
+	}
+	var ue *engine.UnsupportedError
+	if !errors.As(err, &ue) || ue.Op != "Det" {
+		t.Errorf("Det of 33x33 on cuda: %v, want an *engine.UnsupportedError for Det", err)
+	}
+	rinst10 := load(t, ref, "det33", g10, 1) // the cpu takes it
+	rinst10.Close()
 
 	// ArgMax at run time: its int64 indices come back as float32 values
 	g4 := &graph.Graph{Name: "argmax", Opset: 13,

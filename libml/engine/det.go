@@ -92,8 +92,12 @@ func (c *compiler) lowerDet(g *group) error {
 	if err != nil {
 		return err
 	}
-	if m > detMax {
-		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: fmt.Sprintf("%dx%d matrices: the kernel factorises at most %dx%d", m, m, detMax, detMax)}
+	limit := int64(detMax)
+	if o := int64(c.m.opts.DetMaxOrder); o > 0 && o < limit {
+		limit = o
+	}
+	if m > limit {
+		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: fmt.Sprintf("%dx%d matrices: the device's kernel factorises at most %dx%d", m, m, limit, limit)}
 	}
 	if m == 0 && count > 0 {
 		return &UnsupportedError{Op: n.Op, Node: n.Name, Why: "0x0 matrices"}

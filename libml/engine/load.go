@@ -64,6 +64,11 @@ type Options struct {
 	// arena and constants besides (0: no limit). A model above it is
 	// refused with a *MemoryLimitError, before that memory is allocated.
 	MemoryLimit int64
+	// DetMaxOrder is the largest M the backend's DET kernel factorises
+	// (0: the cpu's, 1024). A Det of larger matrices is refused with an
+	// *UnsupportedError, so ONNX Runtime can serve the model (the cuda
+	// kernel holds one matrix in shared memory: 32).
+	DetMaxOrder int
 }
 
 // MemoryLimitError is a model that needs more memory than its
