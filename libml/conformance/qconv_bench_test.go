@@ -6,11 +6,12 @@ import (
 )
 
 // BenchmarkQConv runs integer convolutions of ResNet-50's shapes (a 3x3
-// layer and a 1x1 one of its first stage, one at 7x7) through the cpu
-// backend at batch 1: QuantizeLinear, QLinearConv, DequantizeLinear, the
-// integer tensors between them stored as bytes. The quantisation passes
-// and the request's copies count too: they dominate the 1x1 case; `perf
-// record` on the 3x3 ones splits the product from its im2col.
+// layer and a 1x1 one of its first stage, 3x3 ones at 28x28, 14x14 and
+// 7x7) through the cpu backend at batch 1: QuantizeLinear, QLinearConv,
+// DequantizeLinear, the integer tensors between them stored as bytes. The
+// quantisation passes and the request's copies count too: they dominate
+// the 1x1 case; `perf record` on the 3x3 ones splits the product from its
+// im2col.
 func BenchmarkQConv(b *testing.B) {
 	be := cpuBackend(b)
 	ctx := context.Background()
@@ -21,6 +22,8 @@ func BenchmarkQConv(b *testing.B) {
 		{"3x3-64-56", 64, 64, 56, 3, 1},
 		{"1x1-64x256-56", 64, 256, 56, 1, 0},
 		{"3x3-512-7", 512, 512, 7, 3, 1},
+		{"3x3-256-14", 256, 256, 14, 3, 1},
+		{"3x3-128-28", 128, 128, 28, 3, 1},
 	} {
 		g, x := qconvGraph(c.C, c.M, 1, c.HW, c.HW, c.K, 1, c.pad, 0, true, true)
 		g = byteChain(g, false)

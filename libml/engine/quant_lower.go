@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"sluice/libml/graph"
 )
@@ -132,6 +133,7 @@ type qgemmSpec struct {
 	zy                     float32
 	packedB, packedA       bool
 	im2col                 bool      // B is the im2col of a convolution's input
+	rows                   bool      // and A the weights in panels, run transposed (p[27] = 2)
 	pad                    float32   // its padding value
 	conv                   [16]int64 // its geometry (convP)
 }
@@ -145,6 +147,9 @@ func (s *qgemmSpec) set(k *Kernel) {
 	p[16], p[17], p[18], p[19] = b2i(s.aSigned), b2i(s.bSigned), b2i(s.zaPerRow), b2i(s.zbPerCol)
 	p[20], p[21], p[22], p[23], p[24] = s.multMode, s.biasMode, b2i(s.requant), s.lo, s.hi
 	p[25], p[26], p[27] = b2i(s.packedB), b2i(s.packedA), b2i(s.im2col)
+	if s.rows {
+		p[27] = 2
+	}
 	p[28] = qgemmKPad(s.K)
 	k.F[0], k.F[1] = s.zy, s.pad
 	if s.im2col {
@@ -477,8 +482,15 @@ func (c *compiler) emitQConv(g *group, n *graph.Node, a qconvArgs, p [16]int64, 
 			s.biasMode = 1
 		}
 	}
-	// the weights, packed once at load (or here); the A strides count rows
-	wp, ws, ok := c.packedWeights(n.Inputs[a.wi], qpackASuffix)
+	// the weights, packed once at load (or here); the A strides count rows.
+	// Where the loader packed them in panels (few output positions:
+	// rowsConv), QGEMM runs transposed, positions as its rows.
+	wp, ws, ok := c.packedWeights(n.Inputs[a.wi], qpackRowsSuffix)
+	if ok && s.im2col && G == 1 {
+		s.rows = true
+	} else {
+		wp, ws, ok = c.packedWeights(n.Inputs[a.wi], qpackASuffix)
+	}
 	if !ok {
 		w, err := c.val(n.Inputs[a.wi])
 		if err != nil {
@@ -598,6 +610,9 @@ func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval
 const (
 	qpackASuffix  = "#qpackA"     // QGEMM A rows, uint8
 	qpackBSuffix  = "#qpackB"     // QGEMM B panels, int8
+	// QGEMM's A of a convolution run transposed (rowsConv): the weights
+	// as B panels of output channels, int8 (packQGemmB of W^T)
+	qpackRowsSuffix = "#qpackRows"
 	qpackSumSufix = ".sums"       // their int32 row / column sums
 	qdwSuffix     = "#qdepthwise" // depthwise weights less their zero points, float
 )
@@ -627,6 +642,7 @@ func quantWeightInputs(n *graph.Node) (wi, zwi int, asA, ok bool) {
 // shape.
 func (m *Model) packQuantWeights() {
 	packedBy := map[string]int{}
+	var shapes map[string][]int64 // at batch 1, once a convolution asks (rowsConv)
 	for i := range m.nodes {
 		n := &m.nodes[i]
 		wi, zwi, asA, ok := quantWeightInputs(n)
@@ -657,6 +673,20 @@ func (m *Model) packQuantWeights() {
 			}
 			m.consts[name+qdwSuffix] = NewFloat(w.Shape, wf)
 			continue
+		case asA && len(w.Shape) == 4 && !m.opts.NoPanels && m.rowsConv(n, &shapes):
+			rows := w.Shape[0]
+			if _, done := m.consts[name+qpackRowsSuffix]; !done {
+				K := w.Len() / rows
+				wt := make([]int64, w.Len())
+				for r := int64(0); r < rows; r++ {
+					for k := int64(0); k < K; k++ {
+						wt[k*rows+r] = w.I[r*K+k]
+					}
+				}
+				panels, sums := packQGemmB(wt, K, rows, signed)
+				m.consts[name+qpackRowsSuffix] = NewFloat([]int64{int64(len(panels))}, panels)
+				m.consts[name+qpackRowsSuffix+qpackSumSufix] = NewFloat([]int64{int64(len(sums))}, sums)
+			}
 		case asA && len(w.Shape) >= 3:
 			rows := w.Shape[0]
 			if _, done := m.consts[name+qpackASuffix]; !done {
@@ -677,6 +707,42 @@ func (m *Model) packQuantWeights() {
 		packedBy[name]++
 	}
 	m.dropPacked(packedBy)
+}
+
+// rowsMaxPositions is the most output positions an image of an integer
+// convolution run transposed has (native/cpu quant.c, qg_block_rows):
+// the positions are then QGEMM's rows and the channels its 16-lane
+// strips, where 49 positions would fill 64 lanes, and a block builds only
+// its own positions' im2col. Measured on Zen 5 (BenchmarkQConv): faster
+// at 7x7 and 14x14 (196 positions), slower at 28x28.
+const rowsMaxPositions = 256
+
+// rowsConv reports whether integer convolution n runs transposed: one
+// group, 2-D, not a pointwise product read in place, and at most
+// rowsMaxPositions output positions an image, as the shapes inferred at
+// load (batch 1, computed into *shapes on first use) say. Its weights
+// are then packed only in that form, so every batch size's program runs
+// it so.
+func (m *Model) rowsConv(n *graph.Node, shapes *map[string][]int64) bool {
+	if n.AttrInt("group", 1) != 1 || len(n.Outputs) == 0 {
+		return false
+	}
+	ks := n.AttrInts("kernel_shape", nil)
+	if wi, _, _, ok := quantWeightInputs(n); ok && wi < len(n.Inputs) {
+		if w := m.consts[n.Inputs[wi]]; w != nil && len(w.Shape) == 4 {
+			ks = w.Shape[2:]
+		}
+	}
+	ones := func(v []int64) bool { return !slices.ContainsFunc(v, func(x int64) bool { return x != 1 }) }
+	zeros := func(v []int64) bool { return !slices.ContainsFunc(v, func(x int64) bool { return x != 0 }) }
+	if len(ks) == 2 && ones(ks) && ones(n.AttrInts("strides", nil)) && zeros(n.AttrInts("pads", nil)) {
+		return false // pointwise: B read in place
+	}
+	if *shapes == nil {
+		*shapes, _ = m.loadShapes(1)
+	}
+	y := (*shapes)[n.Outputs[0]]
+	return len(y) == 4 && y[2] > 0 && y[3] > 0 && y[2]*y[3] <= rowsMaxPositions
 }
 
 // packedWeights returns the load-time packed form of weight name (suffix

@@ -217,9 +217,6 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 #define QG_VNNI_MR 4 /* the VNNI micro-kernel's rows and strips */
 #define QG_VNNI_NS 4
 #define QG_NR 32
-/* the most output positions an image of a convolution run transposed has
- * (qg_block_rows) */
-#define QG_ROWS_MAX_N 64
 #define QG_AMX_M 32          /* rows of one AMX call (2 A tiles) */
 
 /* A micro-kernel writes rows x (16*strips) int32 sums into acc (leading
@@ -541,7 +538,9 @@ static int qg_params_ok(const sk_kernel *k)
 	       p[22] >= 0 && p[22] <= 1 && p[23] <= p[24] &&
 	       (p[25] == 0 || (p[25] == 1 && k->in[6] != NULL)) &&
 	       (p[26] == 0 || (p[26] == 1 && k->in[7] != NULL)) &&
-	       (p[27] == 0 || (p[27] == 1 && k->aux != NULL)) &&
+	       (p[27] == 0 || (p[27] == 1 && k->aux != NULL) ||
+		(p[27] == 2 && k->aux != NULL && p[25] == 0 && p[26] == 1 && p[19] == 0 &&
+		 k->in[7] != NULL)) &&
 	       p[28] >= p[2] && p[28] % 4 == 0 && qg_store_ok(p);
 }
 
@@ -593,33 +592,46 @@ static int64_t qg_img_bytes(const int64_t *c, int64_t nt)
 	return b <= QG_IMG_MAX ? b : 0;
 }
 
+/* qg_rows_scratch_bytes is a transposed block's scratch (qg_block_rows):
+ * the row sums, QG_MR rows of sums over the tile's columns, the per-column
+ * terms (3 x ct), the U tile (pt x kp, 64-aligned, then 8 bytes its last
+ * row's copies spill into) and the byte image (img bytes). */
+static int64_t qg_rows_scratch_bytes(int64_t pt, int64_t ct, int64_t kp, int64_t img)
+{
+	return 4 * pt + 4 * QG_MR * SK_CDIV(ct, QG_NR) * QG_NR + 3 * 4 * ct + 64 + pt * kp + 64 + img +
+	       64;
+}
+
 /* qg_prep_rows tiles a convolution's QGEMM run transposed (qg_block_rows):
- * blocks of output channels first (each builds its positions' rows, so
- * the fewer blocks of positions the better), down to 64 channels, until
- * the units have one each; then positions, whose rows and one group of
- * S panels stay in cache. */
+ * blocks of whole micro-kernel row groups of positions, as many as the
+ * units want (each block builds only its positions' rows), small enough
+ * that the rows and one group of S panels stay in cache; then, where an
+ * image has too few positions for the units, blocks of channels. */
 static void qg_prep_rows(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
 	int64_t M = p[0], N = p[1], nb = p[6] * p[7], kp = p[28];
-	int64_t ct = SK_MIN(SK_CDIV(M, 16) * 16, 256);
-	while (nb * SK_CDIV(M, ct) < units && ct > 64)
-		ct = SK_CDIV(ct / 2, 16) * 16;
-	int64_t ctiles = SK_CDIV(M, ct), pt = N;
-	while (pt > QG_MR && (pt + 16 * QG_VNNI_NS) * kp > QG_TILE_BYTES)
+	int64_t groups = SK_CDIV(N, QG_VNNI_MR);
+	int64_t ptiles = SK_MIN(groups, SK_MAX((int64_t)1, SK_CDIV((int64_t)units, nb)));
+	int64_t pt = SK_CDIV(groups, ptiles) * QG_VNNI_MR;
+	while (pt > QG_VNNI_MR && (pt + 16 * QG_VNNI_NS) * kp > QG_TILE_BYTES)
 		pt = SK_CDIV(pt / 2, QG_VNNI_MR) * QG_VNNI_MR;
-	while (nb * ctiles * SK_CDIV(N, pt) < units && pt > QG_MR)
-		pt = SK_CDIV(pt / 2, QG_VNNI_MR) * QG_VNNI_MR;
+	ptiles = SK_CDIV(N, pt);
+	int64_t ct = SK_CDIV(M, 16) * 16;
+	if (nb * ptiles < units) {
+		int64_t want = SK_CDIV((int64_t)units, nb * ptiles);
+		ct = SK_MAX((int64_t)16 * QG_VNNI_NS, SK_CDIV(SK_CDIV(M, want), 16) * 16);
+	}
 	k->t[0] = pt;
 	k->t[1] = ct;
-	k->t[2] = SK_CDIV(N, pt);
-	k->t[3] = ctiles;
+	k->t[2] = ptiles;
+	k->t[3] = SK_CDIV(M, ct);
 	k->t[4] = kp;
 	k->t[5] = qg_choose(kp).pack512 ? qg_img_bytes(k->aux, pt) : 0;
 	k->t[6] = k->t[5] ? qg_img_row(k->aux) : 0;
 	k->t[7] = 2;
-	k->scratch = SK_CDIV(qg_scratch_bytes(pt, ct, kp, p[2], 1, k->t[5]), 4);
-	k->grid = nb * k->t[2] * ctiles;
+	k->scratch = SK_CDIV(qg_rows_scratch_bytes(pt, ct, kp, k->t[5]), 4);
+	k->grid = nb * ptiles * k->t[3];
 }
 
 void sk_prep_qgemm(sk_kernel *k, int units)
@@ -631,8 +643,7 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 	const int64_t *p = k->p;
 	int64_t M = p[0], N = p[1], K = p[2], nb = p[6] * p[7];
 	int64_t kp = p[28]; /* K padded (to 4, or to 64 for AMX tiles) */
-	if (p[27] == 1 && p[26] == 1 && p[25] == 0 && p[19] == 0 && N <= QG_ROWS_MAX_N &&
-	    !qg_choose(kp).amx) {
+	if (p[27] == 2) {
 		qg_prep_rows(k, units);
 		return;
 	}
@@ -783,17 +794,18 @@ static void qg_pack_im2col_b(const void *x, int code, const int64_t *g, int64_t 
 
 /* ---- positions as rows ----------------------------------------------------
  *
- * A convolution with few output positions (QG_ROWS_MAX_N an image) runs
+ * A convolution with few output positions (at most 256 an image: the
+ * engine's rowsMaxPositions) runs
  * its QGEMM transposed: Y^T = im2col(X)^T x W^T, the output positions as
  * the broadcast rows of the micro-kernel and the output channels along its
  * vectors. Its 16-lane strips then cut channels (a multiple of 16 in every
  * network), not positions (49 positions take 64 lanes); and a block builds
  * only its own positions' rows, where the column form rebuilt one image's
- * whole im2col for each block of channels. The weights' packed rows (A: u8,
- * W + 128 when W is int8) become S panels as a block needs them: s8 =
- * A - 128, which is W less B's offset for an operand 128 - A's offset
- * away. Every product and sum is the same integer, and the epilogue's
- * float steps the same: the same bits as the column form. */
+ * whole im2col for each block of channels. The loader packs such a
+ * convolution's weights as S panels of output channels (p[27] = 2: in[0]
+ * holds W less 128 where W is uint8, as B's panels hold B; in[7] their
+ * column sums). Every product and sum is the same integer, and the
+ * epilogue's float steps the same: the same bits as the column form. */
 
 /* qg_rows_im2col_c: the im2col of output positions [p0, p0+pl) of one
  * group (Cg channels at x: float values, or bytes stored as code) as rows
@@ -827,34 +839,6 @@ static void qg_rows_im2col_c(const void *x, int code, const int64_t *g, int64_t 
 		}
 		memset(u + K, 0, (size_t)(kp - K));
 		rsum[r] = sum;
-	}
-}
-
-/* qg_pack_apanels: S panels of strips of 16 output channels (16 columns x
- * 4 reduction steps, as qg_pack_cols lays them) from the weights' packed
- * rows A (kp bytes a row, rows of them): s8 = A - 128 over the reduction,
- * 0 in K's padding and in the lanes past the last row. */
-static void qg_pack_apanels(const uint8_t *A, int64_t kp, int64_t K, int64_t rows, int strips,
-			    int8_t *S)
-{
-	int64_t k4n = kp / 4, kfull = K / 4;
-	uint32_t tail = K % 4 ? (1u << (8 * (K % 4))) - 1 : 0;
-	for (int st = 0; st < strips; st++) {
-		int8_t *sp = S + st * k4n * 64;
-		for (int j = 0; j < 16; j++) {
-			int64_t r = st * 16 + j;
-			const uint8_t *a = A + r * kp;
-			for (int64_t k4 = 0; k4 < k4n; k4++) {
-				uint32_t w = 0;
-				if (r < rows && k4 <= kfull) {
-					memcpy(&w, a + 4 * k4, 4);
-					w ^= 0x80808080u;
-					if (k4 == kfull)
-						w &= tail;
-				}
-				memcpy(sp + k4 * 64 + 4 * j, &w, 4);
-			}
-		}
 	}
 }
 
@@ -1147,60 +1131,6 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
 	}
 }
 
-/* qg_pack_apanels_512: qg_pack_apanels 16 reduction steps at a time:
- * the 16 rows' next 64 bytes, a 16 x 16 transpose of 32-bit words (word i
- * of each row: one panel word), less 128 where k < K. */
-QG_512_TARGET static void qg_pack_apanels_512(const uint8_t *A, int64_t kp, int64_t K, int64_t rows,
-					      int strips, int8_t *S)
-{
-	int64_t k4n = kp / 4;
-	const __m512i x80 = _mm512_set1_epi8((char)0x80);
-	for (int st = 0; st < strips; st++) {
-		int8_t *sp = S + st * k4n * 64;
-		for (int64_t k4 = 0; k4 < k4n; k4 += 16) {
-			int64_t kb = 4 * k4, nb = SK_MIN((int64_t)64, kp - kb);
-			__mmask64 ld = nb >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << nb) - 1;
-			int64_t kv = SK_MAX((int64_t)0, SK_MIN((int64_t)64, K - kb));
-			__mmask64 kx = kv >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << kv) - 1;
-			__m512i v[16];
-			for (int j = 0; j < 16; j++) {
-				int64_t r = st * 16 + j;
-				v[j] = r < rows ? _mm512_maskz_xor_epi32(~(__mmask16)0,
-									 _mm512_maskz_loadu_epi8(ld & kx, A + r * kp + kb),
-									 _mm512_maskz_mov_epi8(kx, x80))
-						: _mm512_setzero_si512();
-			}
-			/* 16 x 16 words: pairs, quads, then 128-bit lanes */
-			__m512i t[16];
-			for (int j = 0; j < 16; j += 2) {
-				t[j] = _mm512_unpacklo_epi32(v[j], v[j + 1]);
-				t[j + 1] = _mm512_unpackhi_epi32(v[j], v[j + 1]);
-			}
-			for (int j = 0; j < 16; j += 4) {
-				v[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);
-				v[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);
-				v[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);
-				v[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);
-			}
-			/* v[4g + i] holds word i (of the 4 in each 128-bit lane L)
-			 * of rows 4g..4g+3 in lane L: gather lane L of the 4 groups */
-			for (int i = 0; i < 4; i++) {
-				__m512i a = _mm512_shuffle_i32x4(v[i], v[4 + i], 0x44);
-				__m512i b = _mm512_shuffle_i32x4(v[8 + i], v[12 + i], 0x44);
-				__m512i c = _mm512_shuffle_i32x4(v[i], v[4 + i], 0xee);
-				__m512i d = _mm512_shuffle_i32x4(v[8 + i], v[12 + i], 0xee);
-				t[i] = _mm512_shuffle_i32x4(a, b, 0x88);      /* lane 0 */
-				t[4 + i] = _mm512_shuffle_i32x4(a, b, 0xdd);  /* lane 1 */
-				t[8 + i] = _mm512_shuffle_i32x4(c, d, 0x88);  /* lane 2 */
-				t[12 + i] = _mm512_shuffle_i32x4(c, d, 0xdd); /* lane 3 */
-			}
-			int64_t nw = SK_MIN((int64_t)16, k4n - k4);
-			for (int w = 0; w < nw; w++)
-				_mm512_storeu_si512((void *)(sp + (k4 + w) * 64), t[w]);
-		}
-	}
-}
-
 /* qg_rows_im2col_img: qg_rows_im2col_c from the byte image qg_img_fill
  * made of the positions' input rows (its bytes already value + off, rows
  * per channel, L bytes a row): a kernel row's KW values are one 8-byte
@@ -1249,7 +1179,6 @@ QG_512_TARGET static void qg_rows_im2col_img(const int64_t *g, int64_t p0, int64
 #else
 #define qg_img_fill(...) ((int64_t)0)
 #define qg_rows_im2col_img(...) ((void)0)
-#define qg_pack_apanels_512(...) ((void)0)
 #define qg_pack_im2col_img(...) ((void)0)
 #define qg_pack_rows_512(...) ((void)0)
 #define qg_pack_cols_512(...) ((void)0)
@@ -1428,12 +1357,12 @@ QG_512_TARGET static void qg_epilogue_rows_b512t(const int32_t *acc, int64_t lac
 #define qg_epilogue_rows_b512t(...) ((void)0)
 #endif
 
-/* qg_block_rows: one block of a convolution's QGEMM run transposed (see
- * QG_ROWS_MAX_N; t[7] = 2): output positions [p0, p0+pl) of one image and
- * group as rows, output channels [c0, c0+cl) as columns. In the
- * kernel's terms (sluice_cpu.h) A's rows are the channels and B's columns
- * the positions, so here the row terms come from B's parameters and the
- * column terms from A's. */
+/* qg_block_rows: one block of a convolution's QGEMM run transposed
+ * (p[27] = 2): output positions [p0, p0+pl) of one image and group as
+ * rows, output channels [c0, c0+cl) as columns, the weights' S panels
+ * (in[0]) read in place. In the kernel's terms (sluice_cpu.h) A's rows are
+ * the channels and B's columns the positions, so here the row terms come
+ * from B's parameters and the column terms from A's. */
 static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p, *c = k->aux;
@@ -1443,25 +1372,23 @@ static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t b2 = b % p[7], b1 = b / p[7];
 	int64_t p0 = pi * pt, pl = SK_MIN(pt, N - p0), c0 = ci * ct, cl = SK_MIN(ct, M - c0);
 	int64_t strips = SK_CDIV(cl, 16), k4n = kp / 4;
-	int64_t aoffs = b1 * p[8] + b2 * p[9];  /* A's rows (packed) */
 	int64_t roff = b1 * p[14] + b2 * p[15]; /* per-row parameters */
 	int sx = sk_store_in(k, 1), sy = sk_store_out(k);
 	float *Y = k->out + (sy ? 0 : b1 * p[12] + b2 * p[13]);
 	uint8_t *Yb = (uint8_t *)k->out + (sy ? b1 * p[12] + b2 * p[13] : 0);
 	int aoffw = p[16] ? 128 : 0, aoffx = p[17] ? 128 : 0;
 
-	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(qg_scratch_bytes(pt, ct, kp, K, 1, k->t[5]), 4));
+	uint8_t *base = (uint8_t *)sk_scratch(ctx, SK_CDIV(qg_rows_scratch_bytes(pt, ct, kp, k->t[5]), 4));
 	if (!base)
 		return;
 	int32_t *rsum = (int32_t *)base;
-	int32_t *csum = rsum + pt;
-	int32_t *acc = csum + ct;
+	int32_t *acc = rsum + pt;
 	int64_t lacc = SK_CDIV(ct, QG_NR) * QG_NR;
-	int32_t *sbv = acc + QG_AMX_M * lacc, *bcol = sbv + ct;
+	int32_t *sbv = acc + QG_MR * lacc, *bcol = sbv + ct;
 	float *mcol = (float *)(bcol + ct);
 	uint8_t *U = (uint8_t *)(mcol + ct);
 	U = (uint8_t *)(((uintptr_t)U + 63) & ~(uintptr_t)63);
-	int8_t *S = (int8_t *)(U + pt * kp);
+	int8_t *img = (int8_t *)(U + pt * kp + 64);
 	qg_impl q = qg_choose(kp);
 
 	/* the positions' im2col rows, x + aoffx as u8 */
@@ -1469,7 +1396,6 @@ static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t xo = (b1 * c[1] + b2 * Cg) * c[2] * c[3];
 	const float *xg = (const float *)sk_elem(k->in[1], sx, xo);
 	if (k->t[5] && q.pack512) {
-		int8_t *img = (int8_t *)(S + SK_CDIV(ct, QG_NR) * QG_NR * kp);
 		int64_t rows = qg_img_fill(xg, sx, c, p0, pl, -aoffx, k->f[1], k->t[6], img);
 		SK_POLL(ctx);
 		qg_rows_im2col_img(c, p0, pl, K, kp, img, rows, k->t[6], U, rsum);
@@ -1478,14 +1404,14 @@ static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	}
 	SK_POLL(ctx);
 
-	/* the tile's per-column terms, from A's (the weights') parameters */
+	/* the tile's per-column terms, from A's (the weights') parameters:
+	 * the panels hold W - (128 - aoffw) */
 	const float *za = k->in[2], *zb = k->in[3], *mult = k->in[4];
 	const int32_t *bias = (const int32_t *)k->in[5];
-	const int32_t *rsa = (const int32_t *)k->in[7] + aoffs + c0;
+	const int32_t *cs = (const int32_t *)k->in[7] + c0;
 	for (int64_t j = 0; j < cl; j++) {
 		int64_t m = roff + c0 + j;
 		sbv[j] = (int32_t)(za ? za[p[18] ? m : 0] : 0.0f) + aoffw - 128;
-		csum[j] = rsa[j] - 128 * (int32_t)K;
 		bcol[j] = p[21] == 1 ? bias[m] : 0;
 		mcol[j] = p[20] == 2 ? mult[m] : 1.0f;
 	}
@@ -1496,17 +1422,14 @@ static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	const int32_t *ecol = NULL;
 	if (sy && q.pack512 && !p[18]) {
 		for (int64_t j = 0; j < cl; j++)
-			bcol[j] += (int32_t)K * row.ua * sbv[j] - row.ua * csum[j];
+			bcol[j] += (int32_t)K * row.ua * sbv[j] - row.ua * cs[j];
 		ecol = bcol;
 	}
-	const uint8_t *Ap = (const uint8_t *)k->in[0] + (aoffs + c0) * kp;
+	const int8_t *Sp = (const int8_t *)k->in[0] + (c0 / 16) * k4n * 64;
 	for (int64_t s0 = 0; s0 < strips; s0 += QG_VNNI_NS) {
 		int ns = (int)SK_MIN((int64_t)QG_VNNI_NS, strips - s0);
 		int64_t j0 = s0 * 16, w = SK_MIN((int64_t)ns * 16, cl - j0);
-		if (q.pack512)
-			qg_pack_apanels_512(Ap + j0 * kp, kp, K, cl - j0, ns, S);
-		else
-			qg_pack_apanels(Ap + j0 * kp, kp, K, cl - j0, ns, S);
+		const int8_t *S = Sp + s0 * k4n * 64;
 		int four = q.micro44 && ns == QG_VNNI_NS;
 		int mr = four ? QG_VNNI_MR : QG_MR;
 		for (int64_t r0 = 0; r0 < pl; r0 += mr) {
@@ -1526,7 +1449,7 @@ static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			}
 			int64_t at = (c0 + j0) * ldc + p0 + r0;
 			if (sy && q.pack512) {
-				qg_epilogue_rows_b512t(acc, lacc, rows, w, sbv + j0, csum + j0, bcol + j0,
+				qg_epilogue_rows_b512t(acc, lacc, rows, w, sbv + j0, cs + j0, bcol + j0,
 						       mcol + j0, (int32_t)K, rw, ecol ? ecol + j0 : NULL,
 						       p[20] == 2, Yb + at, ldc);
 			} else {
@@ -1534,10 +1457,10 @@ static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 					float f[64];
 					uint8_t t[64];
 					if (sy)
-						qg_epilogue_b(acc + r * lacc, w, sbv + j0, csum + j0, bcol + j0,
+						qg_epilogue_b(acc + r * lacc, w, sbv + j0, cs + j0, bcol + j0,
 							      mcol + j0, (int32_t)K, rw[r], sy, t);
 					else
-						qg_epilogue(acc + r * lacc, w, sbv + j0, csum + j0, bcol + j0,
+						qg_epilogue(acc + r * lacc, w, sbv + j0, cs + j0, bcol + j0,
 							    mcol + j0, (int32_t)K, rw[r], f);
 					for (int64_t j = 0; j < w; j++) {
 						if (sy)

@@ -294,7 +294,11 @@ enum sk_store {
  *          K padded to 4, in[7] their int32 row sums; the A strides count
  *          rows) 27 B is the im2col of a convolution's input (in[1] = X,
  *          aux = the 16 convolution parameters, b1 = image, b2 = group;
- *          each block builds its columns, padding with f[1]) 28 Kp: K
+ *          each block builds its columns, padding with f[1]; 2: and A,
+ *          packed (26), holds the weights as B's panels hold B, columns
+ *          the output channels, with in[7] their column sums: the product
+ *          runs transposed, the output positions as rows, and Y is stored
+ *          as ever; one group) 28 Kp: K
  *          padded (to 4, or to 64: whole AMX tiles), the length of packed
  *          rows and panels.
  */
