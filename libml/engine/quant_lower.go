@@ -608,13 +608,13 @@ func (c *compiler) lowerQDepthwise(g *group, n *graph.Node, p [16]int64, w *cval
 
 // Suffixes of the quantised weights' load-time forms (packQuantWeights).
 const (
-	qpackASuffix  = "#qpackA"     // QGEMM A rows, uint8
-	qpackBSuffix  = "#qpackB"     // QGEMM B panels, int8
+	qpackASuffix = "#qpackA" // QGEMM A rows, uint8
+	qpackBSuffix = "#qpackB" // QGEMM B panels, int8
 	// QGEMM's A of a convolution run transposed (rowsConv): the weights
 	// as B panels of output channels, int8 (packQGemmB of W^T)
 	qpackRowsSuffix = "#qpackRows"
-	qpackSumSufix = ".sums"       // their int32 row / column sums
-	qdwSuffix     = "#qdepthwise" // depthwise weights less their zero points, float
+	qpackSumSufix   = ".sums"       // their int32 row / column sums
+	qdwSuffix       = "#qdepthwise" // depthwise weights less their zero points, float
 )
 
 // quantWeightInputs gives a quantisation node's weight input, zero point
