@@ -793,3 +793,50 @@ func TestQDQFused(t *testing.T) {
 		t.Logf("conv %v: %d of %d outputs one quantum off the float reading", conv, off, len(ours.F32))
 	}
 }
+
+// TestQConvRowsChoice: an integer convolution with a window wider than
+// 1x1, one group and at most 256 output positions an image compiles to
+// QGEMM's transposed form (P[27] = 2, the weights in panels), at every
+// batch size; a 28x28 output, a strided 1x1, a grouped one, or a backend
+// that asks for none (engine.Options.NoConvRows) keep the column form
+// (P[27] = 1).
+func TestQConvRowsChoice(t *testing.T) {
+	cases := []struct {
+		name                       string
+		C, M, G, HW, K, stride, pd int64
+		noRows                     bool
+		want                       int64
+	}{
+		{"3x3-7x7", 32, 64, 1, 7, 3, 1, 1, false, 2},
+		{"3x3-16x16", 16, 32, 1, 16, 3, 1, 1, false, 2},
+		{"3x3-stride2-to-14x14", 16, 32, 1, 28, 3, 2, 1, false, 2},
+		{"3x3-28x28", 16, 32, 1, 28, 3, 1, 1, false, 1},
+		{"1x1-stride2", 32, 64, 1, 14, 1, 2, 0, false, 1},
+		{"3x3-groups2", 32, 64, 2, 7, 3, 1, 1, false, 1},
+		{"3x3-7x7-norows", 32, 64, 1, 7, 3, 1, 1, true, 1},
+	}
+	for _, c := range cases {
+		g, x := qconvGraph(c.C, c.M, c.G, c.HW, c.HW, c.K, c.stride, c.pd, 0, true, false)
+		g.Inputs[0].Dims = append([]int64{-1}, x.Dims[1:]...) // any batch
+		m, err := engine.Load(g, engine.Options{Units: 2, NoConvRows: c.noRows})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		for _, batch := range []int64{1, 3} {
+			shape := append([]int64{batch}, x.Dims[1:]...)
+			p, err := m.Compile(map[string][]int64{"x": shape})
+			if err != nil {
+				t.Fatalf("%s batch %d: %v", c.name, batch, err)
+			}
+			got := int64(-1)
+			for _, k := range p.Kernels {
+				if k.Op == engine.OpQGemm {
+					got = k.P[27]
+				}
+			}
+			if got != c.want {
+				t.Errorf("%s batch %d: QGEMM P[27] = %d, want %d", c.name, batch, got, c.want)
+			}
+		}
+	}
+}

@@ -205,7 +205,7 @@ func LoadEngine(g *graph.Graph, units int, noInPlace bool, memoryLimit int64) (e
 		return unsafe.Slice((*float32)(p), n), nil
 	}
 	em, err = engine.Load(g, engine.Options{Units: units, Alloc: alloc, NoInPlace: noInPlace, MemoryLimit: memoryLimit,
-		DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth()})
+		DepthwiseVectorWidth: ncpu.DepthwiseVectorWidth(), NoConvRows: ncpu.QGemmAMX()})
 	if err != nil {
 		ncpu.Free(wptr, wbytes)
 		return nil, nil, 0, err

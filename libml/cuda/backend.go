@@ -310,7 +310,7 @@ func (b *Backend) LoadModel(ctx context.Context, name string, g *graph.Graph) (l
 
 func loadModel(name string, g *graph.Graph, dev gpuCtx, units int, memoryLimit int64) (*model, error) {
 	// The CUDA kernels have no Winograd variant of SK_OP_CONV.
-	em, err := engine.Load(g, engine.Options{Units: units, NoWinograd: true, NoPanels: true, NoPointwiseDW: true, NoByteIntegers: true, DetMaxOrder: detMax,
+	em, err := engine.Load(g, engine.Options{Units: units, NoWinograd: true, NoPanels: true, NoPointwiseDW: true, NoByteIntegers: true, NoConvRows: true, DetMaxOrder: detMax,
 		MemoryLimit: memoryLimit})
 	if err != nil {
 		return nil, err

@@ -64,6 +64,10 @@ type Options struct {
 	// arena and constants besides (0: no limit). A model above it is
 	// refused with a *MemoryLimitError, before that memory is allocated.
 	MemoryLimit int64
+	// NoConvRows keeps every integer convolution's product in QGEMM's
+	// column form (rowsConv): for backends without the transposed one
+	// (cuda), and CPUs whose AMX tiles run the column form.
+	NoConvRows bool
 	// DetMaxOrder is the largest M the backend's DET kernel factorises
 	// (0: the cpu's, 1024). A Det of larger matrices is refused with an
 	// *UnsupportedError, so ONNX Runtime can serve the model (the cuda

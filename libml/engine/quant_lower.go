@@ -673,7 +673,7 @@ func (m *Model) packQuantWeights() {
 			}
 			m.consts[name+qdwSuffix] = NewFloat(w.Shape, wf)
 			continue
-		case asA && len(w.Shape) == 4 && !m.opts.NoPanels && m.rowsConv(n, &shapes):
+		case asA && len(w.Shape) == 4 && !m.opts.NoConvRows && m.rowsConv(n, &shapes):
 			rows := w.Shape[0]
 			if _, done := m.consts[name+qpackRowsSuffix]; !done {
 				K := w.Len() / rows

@@ -409,3 +409,8 @@ const (
 // QGemmPortable, QGemmNoVNNI, QGemmNoAMX), for tests and benchmarks: the sums are
 // exact, so every choice gives the same bits.
 func SetQGemmKernel(which int) { C.sk_qgemm_set_kernel(C.int(which)) }
+
+// QGemmAMX reports whether the CPU runs the integer GEMM on AMX tiles:
+// they take an integer convolution's product in the column form
+// (engine.Options.NoConvRows).
+func QGemmAMX() bool { return C.sk_qgemm_amx() != 0 }

@@ -502,6 +502,12 @@ typedef struct qg_impl {
 	int amx, pack512;
 } qg_impl;
 
+int sk_qgemm_amx(void)
+{
+	pthread_once(&qg_cpu_once, qg_probe);
+	return qg_cpu.amx;
+}
+
 static qg_impl qg_choose(int64_t kp)
 {
 	pthread_once(&qg_cpu_once, qg_probe);

@@ -638,6 +638,8 @@ enum sk_qgemm_kernel {
 };
 /* sk_qgemm_set_kernel picks QGEMM's micro-kernels (tests, benchmarks). */
 void sk_qgemm_set_kernel(int which);
+/* sk_qgemm_amx reports whether the CPU runs QGEMM on AMX tiles. */
+int sk_qgemm_amx(void);
 
 /* ---- test hooks (runtime.c): holding a block ------------------------ */
 
