@@ -1476,9 +1476,11 @@ static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 					}
 				}
 			}
+			/* a preemption check each row group (at most 8 rows x 64
+			 * channels x K, as the column form's row groups) */
+			if (SK_STOPPED(ctx))
+				return;
 		}
-		if (SK_STOPPED(ctx))
-			break;
 	}
 }
 
