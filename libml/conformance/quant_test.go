@@ -387,14 +387,15 @@ func TestQConvPaths(t *testing.T) {
 		{"3x3-stride3", 4, 11, 1, 22, 40, 3, 3, 1, 0, true},
 		{"1x1-stride2", 12, 20, 1, 19, 37, 1, 2, 0, 0, true},
 		{"3x3-big-image", 4800, 8, 1, 3, 80, 3, 1, 1, 0, true},
-		// at most 64 output positions: run transposed, positions as rows
-		// (QG_ROWS_MAX_N): channels in groups of 4 strips and a last
-		// strip alone, a stride, a dilation (no 8-byte copies), groups,
-		// a 7-wide kernel, int32 results
+		// few output positions: run transposed, positions as rows
+		// (rowsConv; the cases above with at most 256 positions too):
+		// channels in groups of 4 strips and a last strip alone, a
+		// stride, a dilation (no 8-byte copies), a 7-wide kernel, int32
+		// results; and two groups, which stay in the column form
 		{"rows-7x7", 64, 80, 1, 7, 7, 3, 1, 1, 0, true},
 		{"rows-stride2", 32, 48, 1, 13, 13, 3, 2, 1, 0, true},
 		{"rows-dilated", 16, 32, 1, 8, 8, 3, 1, 2, 2, true},
-		{"rows-groups2", 16, 32, 2, 7, 7, 3, 1, 1, 0, true},
+		{"groups2-7x7", 16, 32, 2, 7, 7, 3, 1, 1, 0, true},
 		{"rows-7-wide", 3, 32, 1, 16, 16, 7, 2, 3, 0, true},
 		{"rows-convinteger", 24, 40, 1, 6, 6, 5, 1, 2, 0, false},
 	}
