@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 
 	"sluice/libml/graph"
 )
@@ -204,12 +203,14 @@ func bytesToSlots(b []byte) []float32 {
 	return out
 }
 
-// packQGemmB lays out constant integer matrix b (K x N, row-major) the way
-// the QGEMM kernel reads its B operand: s8 panels of 16 columns by 4
-// reduction steps, strip after strip (uint8 values less 128), K padded to
-// qgemmKPad and N to 16 with zeros; and each column's sum. Both are returned as
-// float32 slots holding the bytes (int32 sums bit for bit).
-func packQGemmB(b []int64, K, N int64, signed bool) (panels, sums []float32) {
+// packQGemmB lays out constant integer matrix b (K x N, row-major; with
+// trans, b is its transpose, N x K row-major: a convolution's weights as
+// the B of its transposed product) the way the QGEMM kernel reads its B
+// operand: s8 panels of 16 columns by 4 reduction steps, strip after strip
+// (uint8 values less 128), K padded to qgemmKPad and N to 16 with zeros;
+// and each column's sum. Both are returned as float32 slots holding the
+// bytes (int32 sums bit for bit).
+func packQGemmB(b []int64, K, N int64, trans, signed bool) (panels, sums []float32) {
 	kp, np := qgemmKPad(K), (N+15)/16*16
 	off := int64(128)
 	if signed {
@@ -218,9 +219,13 @@ func packQGemmB(b []int64, K, N int64, signed bool) (panels, sums []float32) {
 	bytes := make([]byte, np*kp)
 	colSum := make([]int32, np)
 	k4n := kp / 4
+	ldk, ldn := N, int64(1)
+	if trans {
+		ldk, ldn = 1, K
+	}
 	for k := int64(0); k < K; k++ {
 		for n := int64(0); n < N; n++ {
-			v := b[k*N+n] - off
+			v := b[k*ldk+n*ldn] - off
 			bytes[((n/16)*k4n+k/4)*64+(n%16)*4+k%4] = byte(int8(v))
 			colSum[n] += int32(v)
 		}
@@ -351,7 +356,7 @@ func (c *compiler) lowerQMatMul(g *group) error {
 		if data, sums, ok := c.packedWeights(n.Inputs[bi], qpackBSuffix); ok {
 			d.in[1], d.in[6] = data, sums
 		} else if b.t.I != nil {
-			panels, sums := packQGemmB(b.t.I, K, N, s.bSigned)
+			panels, sums := packQGemmB(b.t.I, K, N, false, s.bSigned)
 			d.in[1], d.in[6] = c.newConst(panels), c.newConst(sums)
 		} else {
 			return fmt.Errorf("weights %q: no packed form", n.Inputs[bi])
@@ -611,7 +616,7 @@ const (
 	qpackASuffix = "#qpackA" // QGEMM A rows, uint8
 	qpackBSuffix = "#qpackB" // QGEMM B panels, int8
 	// QGEMM's A of a convolution run transposed (rowsConv): the weights
-	// as B panels of output channels, int8 (packQGemmB of W^T)
+	// as B panels of output channels, int8 (packQGemmB of W, transposed)
 	qpackRowsSuffix = "#qpackRows"
 	qpackSumSufix   = ".sums"       // their int32 row / column sums
 	qdwSuffix       = "#qdepthwise" // depthwise weights less their zero points, float
@@ -673,17 +678,10 @@ func (m *Model) packQuantWeights() {
 			}
 			m.consts[name+qdwSuffix] = NewFloat(w.Shape, wf)
 			continue
-		case asA && len(w.Shape) == 4 && !m.opts.NoConvRows && m.rowsConv(n, &shapes):
+		case asA && len(w.Shape) == 4 && !m.opts.NoConvRows && m.rowsConv(n, w.Shape, &shapes):
 			rows := w.Shape[0]
 			if _, done := m.consts[name+qpackRowsSuffix]; !done {
-				K := w.Len() / rows
-				wt := make([]int64, w.Len())
-				for r := int64(0); r < rows; r++ {
-					for k := int64(0); k < K; k++ {
-						wt[k*rows+r] = w.I[r*K+k]
-					}
-				}
-				panels, sums := packQGemmB(wt, K, rows, signed)
+				panels, sums := packQGemmB(w.I, w.Len()/rows, rows, true, signed)
 				m.consts[name+qpackRowsSuffix] = NewFloat([]int64{int64(len(panels))}, panels)
 				m.consts[name+qpackRowsSuffix+qpackSumSufix] = NewFloat([]int64{int64(len(sums))}, sums)
 			}
@@ -697,7 +695,7 @@ func (m *Model) packQuantWeights() {
 		case !asA && len(w.Shape) == 2:
 			K, N := w.Shape[0], w.Shape[1]
 			if _, done := m.consts[name+qpackBSuffix]; !done {
-				panels, sums := packQGemmB(w.I, K, N, signed)
+				panels, sums := packQGemmB(w.I, K, N, false, signed)
 				m.consts[name+qpackBSuffix] = NewFloat([]int64{int64(len(panels))}, panels)
 				m.consts[name+qpackBSuffix+qpackSumSufix] = NewFloat([]int64{int64(len(sums))}, sums)
 			}
@@ -717,24 +715,17 @@ func (m *Model) packQuantWeights() {
 // at 7x7 and 14x14 (196 positions), slower at 28x28.
 const rowsMaxPositions = 256
 
-// rowsConv reports whether integer convolution n runs transposed: one
-// group, 2-D, a window wider than 1x1, and at most
-// rowsMaxPositions output positions an image, as the shapes inferred at
-// load (batch 1, computed into *shapes on first use) say. Its weights
-// are then packed only in that form, so every batch size's program runs
-// it so.
-func (m *Model) rowsConv(n *graph.Node, shapes *map[string][]int64) bool {
+// rowsConv reports whether 2-D integer convolution n, of weights shaped
+// ws [Cout, Cin, KH, KW], runs transposed: one group, a window wider than
+// 1x1, and at most rowsMaxPositions output positions an image, as the
+// shapes inferred at load (batch 1, computed into *shapes on first use)
+// say. Its weights are then packed only in that form, so every batch
+// size's program runs it so.
+func (m *Model) rowsConv(n *graph.Node, ws []int64, shapes *map[string][]int64) bool {
 	if n.AttrInt("group", 1) != 1 || len(n.Outputs) == 0 {
 		return false
 	}
-	ks := n.AttrInts("kernel_shape", nil)
-	if wi, _, _, ok := quantWeightInputs(n); ok && wi < len(n.Inputs) {
-		if w := m.consts[n.Inputs[wi]]; w != nil && len(w.Shape) == 4 {
-			ks = w.Shape[2:]
-		}
-	}
-	ones := func(v []int64) bool { return !slices.ContainsFunc(v, func(x int64) bool { return x != 1 }) }
-	if len(ks) != 2 || ones(ks) {
+	if ws[2] == 1 && ws[3] == 1 {
 		// 1x1: pointwise, B read in place; or strided, where a row's
 		// values lie a channel apart, one byte each: the column form's
 		// 16-byte loads build it faster (ResNet-18's 1x1 stride-2

@@ -600,7 +600,7 @@ static int64_t qg_img_bytes(const int64_t *c, int64_t nt)
 
 /* qg_rows_scratch_bytes is a transposed block's scratch (qg_block_rows):
  * the row sums, QG_MR rows of sums over the tile's columns, the per-column
- * terms (3 x ct), the U tile (pt x kp, 64-aligned, then 8 bytes its last
+ * terms (3 x ct), the U tile (pt x kp, 64-aligned, then 64 bytes its last
  * row's copies spill into) and the byte image (img bytes). */
 static int64_t qg_rows_scratch_bytes(int64_t pt, int64_t ct, int64_t kp, int64_t img)
 {
@@ -771,27 +771,37 @@ static void qg_pack_cols_c(const void *B, int code, int64_t ldb, int64_t K, int6
 	}
 }
 
+/* qg_conv_in is the input value output position pos reads at reduction
+ * row (c, kh, kw) of a convolution (g: its 16 parameters) over one
+ * group's channels at x (float values, code 0, or bytes stored as code),
+ * or pad where the window leaves the image. */
+static inline int qg_conv_in(const void *x, int code, const int64_t *g, int64_t pos, int64_t c,
+			     int64_t kh, int64_t kw, int pad)
+{
+	int64_t H = g[2], W = g[3], OW = g[15];
+	int64_t ih = (pos / OW) * g[8] - g[10] + kh * g[12], iw = (pos % OW) * g[9] - g[11] + kw * g[13];
+	if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+		return pad;
+	int64_t i = (c * H + ih) * W + iw;
+	return code ? qg_byte(x, code, i) : (int)((const float *)x)[i];
+}
+
 /* qg_pack_im2col_b: the im2col of output positions [n0, n0+nl) of one
  * group (Cg channels at x, stored as bytes) into s8 panels, value by
  * value, padding with pad (where the byte image does not apply). */
 static void qg_pack_im2col_b(const void *x, int code, const int64_t *g, int64_t n0, int64_t nl,
 			     int64_t K, int64_t kp, int off, float pad, int8_t *S, int32_t *csum)
 {
-	int64_t H = g[2], W = g[3], KH = g[6], KW = g[7], SH = g[8], SW = g[9];
-	int64_t PT = g[10], PL = g[11], DH = g[12], DW = g[13], OW = g[15];
+	int64_t KH = g[6], KW = g[7];
 	int64_t k4n = kp / 4, strips = SK_CDIV(nl, 16);
 	memset(S, 0, (size_t)(strips * k4n * 64));
 	for (int64_t j = 0; j < nl; j++)
 		csum[j] = 0;
-	int padv = (int)pad - off;
 	for (int64_t kk = 0; kk < K; kk++) {
 		int64_t c = kk / (KH * KW), kh = (kk / KW) % KH, kw = kk % KW;
 		int64_t k4 = kk / 4, q = kk % 4;
 		for (int64_t j = 0; j < nl; j++) {
-			int64_t pos = n0 + j, ih = (pos / OW) * SH - PT + kh * DH;
-			int64_t iw = (pos % OW) * SW - PL + kw * DW;
-			int v = ih < 0 || ih >= H || iw < 0 || iw >= W ? padv
-								      : qg_byte(x, code, (c * H + ih) * W + iw) - off;
+			int v = qg_conv_in(x, code, g, n0 + j, c, kh, kw, (int)pad) - off;
 			S[((j / 16) * k4n + k4) * 64 + (j % 16) * 4 + q] = (int8_t)v;
 			csum[j] += v;
 		}
@@ -801,8 +811,8 @@ static void qg_pack_im2col_b(const void *x, int code, const int64_t *g, int64_t 
 /* ---- positions as rows ----------------------------------------------------
  *
  * A convolution with few output positions (at most 256 an image: the
- * engine's rowsMaxPositions) runs
- * its QGEMM transposed: Y^T = im2col(X)^T x W^T, the output positions as
+ * engine's rowsMaxPositions) runs its QGEMM transposed:
+ * Y^T = im2col(X)^T x W^T, the output positions as
  * the broadcast rows of the micro-kernel and the output channels along its
  * vectors. Its 16-lane strips then cut channels (a multiple of 16 in every
  * network), not positions (49 positions take 64 lanes); and a block builds
@@ -821,27 +831,15 @@ static void qg_pack_im2col_b(const void *x, int code, const int64_t *g, int64_t 
 static void qg_rows_im2col_c(const void *x, int code, const int64_t *g, int64_t p0, int64_t pl,
 			     int64_t K, int64_t kp, int off, float pad, uint8_t *U, int32_t *rsum)
 {
-	int64_t Cg = g[1] / g[5], H = g[2], W = g[3], KH = g[6], KW = g[7], SH = g[8], SW = g[9];
-	int64_t PT = g[10], PL = g[11], DH = g[12], DW = g[13], OW = g[15];
-	int padv = (int)pad + off;
+	int64_t KH = g[6], KW = g[7];
 	for (int64_t r = 0; r < pl; r++) {
-		int64_t pos = p0 + r, oh = pos / OW, ow = pos % OW, k = 0;
 		uint8_t *u = U + r * kp;
 		int32_t sum = 0;
-		for (int64_t c = 0; c < Cg; c++) {
-			for (int64_t kh = 0; kh < KH; kh++) {
-				int64_t ih = oh * SH - PT + kh * DH;
-				for (int64_t kw = 0; kw < KW; kw++, k++) {
-					int64_t iw = ow * SW - PL + kw * DW;
-					int v = padv;
-					if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
-						int64_t i = (c * H + ih) * W + iw;
-						v = (code ? qg_byte(x, code, i) : (int)((const float *)x)[i]) + off;
-					}
-					u[k] = (uint8_t)v;
-					sum += v;
-				}
-			}
+		for (int64_t k = 0, c = 0, kh = 0, kw = 0; k < K; k++) {
+			int v = qg_conv_in(x, code, g, p0 + r, c, kh, kw, (int)pad) + off;
+			u[k] = (uint8_t)v;
+			sum += v;
+			qg_kstep(&c, &kh, &kw, KH, KW);
 		}
 		memset(u + K, 0, (size_t)(kp - K));
 		rsum[r] = sum;
@@ -1142,7 +1140,7 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
  * per channel, L bytes a row): a kernel row's KW values are one 8-byte
  * copy where they are adjacent (KW <= 8, no dilation), each copy's bytes
  * past them overwritten by the next or by K's padding (a tile's last row
- * spills up to 7 bytes into the S panels, packed after it). The row sums
+ * spills up to 7 bytes into the 64 reserved after the tile). The row sums
  * are vpsadbw's. */
 QG_512_TARGET static void qg_rows_im2col_img(const int64_t *g, int64_t p0, int64_t pl, int64_t K,
 					     int64_t kp, const int8_t *img, int64_t rows, int64_t L,
