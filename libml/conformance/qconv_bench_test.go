@@ -24,6 +24,8 @@ func BenchmarkQConv(b *testing.B) {
 		{"3x3-512-7", 512, 512, 7, 3, 1},
 		{"3x3-256-14", 256, 256, 14, 3, 1},
 		{"3x3-128-28", 128, 128, 28, 3, 1},
+		{"1x1-16x96-112", 16, 96, 112, 1, 0},
+		{"1x1-96x24-56", 96, 24, 56, 1, 0},
 	} {
 		g, x := qconvGraph(c.C, c.M, 1, c.HW, c.HW, c.K, 1, c.pad, 0, true, true)
 		g = byteChain(g, false)

@@ -251,43 +251,64 @@ static void qg_micro_c(const uint8_t *u, int64_t ldu, const int8_t *s,
 #include <immintrin.h>
 #define QG_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
 
+/* qg_micro_vnni82_full: qg_micro_vnni on a whole 8 x 2 tile, its own
+ * function so that its accumulators stay in registers (see
+ * qg_micro_vnni44_full). */
+QG_VNNI_TARGET static void qg_micro_vnni82_full(const uint8_t *u, int64_t ldu, const int8_t *s,
+						int64_t k4n, int32_t *acc, int64_t lda)
+{
+	const int8_t *s0 = s, *s1 = s + k4n * 64;
+	__m512i c0[QG_MR], c1[QG_MR];
+#pragma GCC unroll 8
+	for (int r = 0; r < QG_MR; r++) {
+		c0[r] = _mm512_setzero_si512();
+		c1[r] = _mm512_setzero_si512();
+	}
+	for (int64_t k4 = 0; k4 < k4n; k4++) {
+		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
+		__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
+#pragma GCC unroll 8
+		for (int r = 0; r < QG_MR; r++) {
+			int32_t a4;
+			memcpy(&a4, u + r * ldu + 4 * k4, 4);
+			__m512i a = _mm512_set1_epi32(a4);
+			c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
+			c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
+		}
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < QG_MR; r++) {
+		_mm512_storeu_si512((void *)(acc + r * lda), c0[r]);
+		_mm512_storeu_si512((void *)(acc + r * lda + 16), c1[r]);
+	}
+}
+
 /* qg_micro_vnni: up to 8 rows x 2 strips (32 columns). */
 QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
 					 const int8_t *s, int64_t kp, int rows,
 					 int strips, int32_t *acc, int64_t lda)
 {
 	int64_t k4n = kp / 4;
+	if (strips == 2 && rows == QG_MR) {
+		qg_micro_vnni82_full(u, ldu, s, k4n, acc, lda);
+		return;
+	}
 	const int8_t *s0 = s, *s1 = s + k4n * 64;
 	__m512i c0[QG_MR], c1[QG_MR];
 	for (int r = 0; r < QG_MR; r++) {
 		c0[r] = _mm512_setzero_si512();
 		c1[r] = _mm512_setzero_si512();
 	}
-	if (strips == 2 && rows == QG_MR) {
-		for (int64_t k4 = 0; k4 < k4n; k4++) {
-			__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
-			__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
-#pragma GCC unroll 8
-			for (int r = 0; r < QG_MR; r++) {
-				int32_t a4;
-				memcpy(&a4, u + r * ldu + 4 * k4, 4);
-				__m512i a = _mm512_set1_epi32(a4);
-				c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
-				c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
-			}
-		}
-	} else {
-		for (int64_t k4 = 0; k4 < k4n; k4++) {
-			__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
-			__m512i b1 = strips == 2 ? _mm512_loadu_si512((const void *)(s1 + k4 * 64))
-						 : _mm512_setzero_si512();
-			for (int r = 0; r < rows; r++) {
-				int32_t a4;
-				memcpy(&a4, u + r * ldu + 4 * k4, 4);
-				__m512i a = _mm512_set1_epi32(a4);
-				c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
-				c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
-			}
+	for (int64_t k4 = 0; k4 < k4n; k4++) {
+		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
+		__m512i b1 = strips == 2 ? _mm512_loadu_si512((const void *)(s1 + k4 * 64))
+					 : _mm512_setzero_si512();
+		for (int r = 0; r < rows; r++) {
+			int32_t a4;
+			memcpy(&a4, u + r * ldu + 4 * k4, 4);
+			__m512i a = _mm512_set1_epi32(a4);
+			c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
+			c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
 		}
 	}
 	for (int r = 0; r < rows; r++) {
@@ -295,6 +316,43 @@ QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
 		if (strips == 2)
 			_mm512_storeu_si512((void *)(acc + r * lda + 16), c1[r]);
 	}
+}
+
+/* qg_micro_vnni44_full: qg_micro_vnni44 on a whole 4 x 4 tile, its own
+ * function so that its 16 accumulators stay in registers (sharing them
+ * with the partial tiles' loop, GCC copied each between registers on
+ * every reduction step). */
+QG_VNNI_TARGET static void qg_micro_vnni44_full(const uint8_t *u, int64_t ldu, const int8_t *s,
+						int64_t k4n, int32_t *acc, int64_t lda)
+{
+	const int8_t *s0 = s, *s1 = s + k4n * 64, *s2 = s + 2 * k4n * 64, *s3 = s + 3 * k4n * 64;
+	__m512i c[QG_VNNI_MR][QG_VNNI_NS];
+#pragma GCC unroll 4
+	for (int r = 0; r < QG_VNNI_MR; r++)
+#pragma GCC unroll 4
+		for (int j = 0; j < QG_VNNI_NS; j++)
+			c[r][j] = _mm512_setzero_si512();
+	for (int64_t k4 = 0; k4 < k4n; k4++) {
+		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
+		__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
+		__m512i b2 = _mm512_loadu_si512((const void *)(s2 + k4 * 64));
+		__m512i b3 = _mm512_loadu_si512((const void *)(s3 + k4 * 64));
+#pragma GCC unroll 4
+		for (int r = 0; r < QG_VNNI_MR; r++) {
+			int32_t a4;
+			memcpy(&a4, u + r * ldu + 4 * k4, 4);
+			__m512i a = _mm512_set1_epi32(a4);
+			c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
+			c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
+			c[r][2] = _mm512_dpbusd_epi32(c[r][2], a, b2);
+			c[r][3] = _mm512_dpbusd_epi32(c[r][3], a, b3);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < QG_VNNI_MR; r++)
+#pragma GCC unroll 4
+		for (int j = 0; j < QG_VNNI_NS; j++)
+			_mm512_storeu_si512((void *)(acc + r * lda + 16 * j), c[r][j]);
 }
 
 /* qg_micro_vnni44: up to 4 rows x 4 strips (64 columns), 16 accumulators;
@@ -307,6 +365,10 @@ QG_VNNI_TARGET static void qg_micro_vnni44(const uint8_t *u, int64_t ldu,
 					 int strips, int32_t *acc, int64_t lda)
 {
 	int64_t k4n = kp / 4;
+	if (rows == QG_VNNI_MR && strips == QG_VNNI_NS) {
+		qg_micro_vnni44_full(u, ldu, s, k4n, acc, lda);
+		return;
+	}
 	const int8_t *sp[QG_VNNI_NS];
 	for (int j = 0; j < QG_VNNI_NS; j++)
 		sp[j] = s + SK_MIN(j, strips - 1) * k4n * 64;
@@ -314,34 +376,16 @@ QG_VNNI_TARGET static void qg_micro_vnni44(const uint8_t *u, int64_t ldu,
 	for (int r = 0; r < QG_VNNI_MR; r++)
 		for (int j = 0; j < QG_VNNI_NS; j++)
 			c[r][j] = _mm512_setzero_si512();
-	if (rows == QG_VNNI_MR && strips == QG_VNNI_NS) {
-		for (int64_t k4 = 0; k4 < k4n; k4++) {
-			__m512i b[QG_VNNI_NS];
-#pragma GCC unroll 4
-			for (int j = 0; j < QG_VNNI_NS; j++)
-				b[j] = _mm512_loadu_si512((const void *)(sp[j] + k4 * 64));
-#pragma GCC unroll 4
-			for (int r = 0; r < QG_VNNI_MR; r++) {
-				int32_t a4;
-				memcpy(&a4, u + r * ldu + 4 * k4, 4);
-				__m512i a = _mm512_set1_epi32(a4);
-#pragma GCC unroll 4
-				for (int j = 0; j < QG_VNNI_NS; j++)
-					c[r][j] = _mm512_dpbusd_epi32(c[r][j], a, b[j]);
-			}
-		}
-	} else {
-		for (int64_t k4 = 0; k4 < k4n; k4++) {
-			__m512i b[QG_VNNI_NS];
+	for (int64_t k4 = 0; k4 < k4n; k4++) {
+		__m512i b[QG_VNNI_NS];
+		for (int j = 0; j < strips; j++)
+			b[j] = _mm512_loadu_si512((const void *)(sp[j] + k4 * 64));
+		for (int r = 0; r < rows; r++) {
+			int32_t a4;
+			memcpy(&a4, u + r * ldu + 4 * k4, 4);
+			__m512i a = _mm512_set1_epi32(a4);
 			for (int j = 0; j < strips; j++)
-				b[j] = _mm512_loadu_si512((const void *)(sp[j] + k4 * 64));
-			for (int r = 0; r < rows; r++) {
-				int32_t a4;
-				memcpy(&a4, u + r * ldu + 4 * k4, 4);
-				__m512i a = _mm512_set1_epi32(a4);
-				for (int j = 0; j < strips; j++)
-					c[r][j] = _mm512_dpbusd_epi32(c[r][j], a, b[j]);
-			}
+				c[r][j] = _mm512_dpbusd_epi32(c[r][j], a, b[j]);
 		}
 	}
 	for (int r = 0; r < rows; r++)
@@ -856,6 +900,19 @@ QG_512_TARGET static inline __m512i qg_load16(const void *b, int code, __mmask16
 	return code == SK_STORE_U8 ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v);
 }
 
+/* qg_store16 stores the low bytes of up to 16 int32 values (mk): narrowed
+ * in a register, then stored. The narrowing store to memory (vpmovdb
+ * m128{k}) stalls on AMD's Zen 4 and 5: in the byte epilogue it took more
+ * of the time than the arithmetic. */
+QG_512_TARGET static inline void qg_store16(void *y, __mmask16 mk, __m512i v)
+{
+	__m128i b = _mm512_cvtepi32_epi8(v);
+	if (mk == 0xffff)
+		_mm_storeu_si128((__m128i *)y, b);
+	else
+		_mm_mask_storeu_epi8(y, mk, b);
+}
+
 /* qg_interleave4 is a panel word of 4 reduction rows of 16 columns:
  * column j's 4 values at bytes 4j..4j+3. */
 QG_512_TARGET static inline __m512i qg_interleave4(__m128i v0, __m128i v1, __m128i v2, __m128i v3)
@@ -934,7 +991,7 @@ QG_512_TARGET static void qg_pack_rows_512(const float *A, int64_t lda, int64_t 
 			__m512i v = _mm512_maskz_add_epi32(mk, _mm512_cvttps_epi32(_mm512_maskz_loadu_ps(mk, ar + kk)), vo);
 			s = _mm512_add_epi32(s, v);
 			int64_t wk = SK_MIN((int64_t)16, kp - kk);
-			_mm512_mask_cvtepi32_storeu_epi8(ur + kk, (__mmask16)((1u << wk) - 1), v);
+			qg_store16(ur + kk, (__mmask16)((1u << wk) - 1), v);
 		}
 		rsum[r] = _mm512_reduce_add_epi32(s);
 	}
@@ -976,7 +1033,7 @@ QG_512_TARGET static int64_t qg_img_fill(const float *x, int code, const int64_t
 			for (int64_t j = 0; !code && j < W; j += 16) {
 				__mmask16 mk = (__mmask16)(W - j >= 16 ? 0xffff : (1u << (W - j)) - 1);
 				__m512i v = _mm512_sub_epi32(_mm512_cvttps_epi32(_mm512_maskz_loadu_ps(mk, xr + j)), vo);
-				_mm512_mask_cvtepi32_storeu_epi8(d + PL + j, mk, v);
+				qg_store16(d + PL + j, mk, v);
 			}
 			memset(d + PL + W, padb, (size_t)(L - PL - W));
 		}
@@ -1312,7 +1369,7 @@ QG_512_TARGET static inline void qg_epilogue_b512(const int32_t *acc, int64_t w,
 			f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(mk, mcol + j));
 		f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zy);
 		f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-		_mm512_mask_cvtepi32_storeu_epi8(y + j, mk, _mm512_cvtps_epi32(f));
+		qg_store16(y + j, mk, _mm512_cvtps_epi32(f));
 	}
 }
 
