@@ -85,21 +85,33 @@ func TestByteIntegers(t *testing.T) {
 	cases := []struct {
 		name                               string
 		C, M, G, H, W, K, stride, pad, dil int64
+		symmetric                          bool
 	}{
-		{"3x3-pad", 8, 24, 1, 13, 11, 3, 1, 1, 0},
-		{"3x3-stride2-groups2", 8, 12, 2, 15, 15, 3, 2, 1, 0},
-		{"pointwise", 40, 70, 1, 9, 9, 1, 1, 0, 0},
-		{"depthwise-3x3", 32, 32, 32, 14, 14, 3, 1, 1, 0},
-		{"depthwise-wide", 20, 20, 20, 40, 45, 3, 1, 1, 0},
-		{"depthwise-stride2-mult2", 16, 32, 16, 11, 11, 3, 2, 1, 0},
-		{"depthwise-5x5", 8, 8, 8, 9, 9, 5, 1, 2, 0},
-		{"3x3-stride3", 4, 11, 1, 22, 40, 3, 3, 1, 0},
-		{"1x1-stride2", 12, 20, 1, 19, 37, 1, 2, 0, 0},
+		{"3x3-pad", 8, 24, 1, 13, 11, 3, 1, 1, 0, false},
+		{"3x3-stride2-groups2", 8, 12, 2, 15, 15, 3, 2, 1, 0, false},
+		{"pointwise", 40, 70, 1, 9, 9, 1, 1, 0, 0, false},
+		{"depthwise-3x3", 32, 32, 32, 14, 14, 3, 1, 1, 0, false},
+		{"depthwise-wide", 20, 20, 20, 40, 45, 3, 1, 1, 0, false},
+		{"depthwise-stride2-mult2", 16, 32, 16, 11, 11, 3, 2, 1, 0, false},
+		{"depthwise-5x5", 8, 8, 8, 9, 9, 5, 1, 2, 0, false},
+		{"3x3-stride3", 4, 11, 1, 22, 40, 3, 3, 1, 0, false},
+		{"1x1-stride2", 12, 20, 1, 19, 37, 1, 2, 0, 0, false},
+		// symmetric weights (per-tensor terms): whole micro-tiles are
+		// requantised in registers, 8 x 32 (the last micro-tile of 49
+		// and 196 columns masked; 70 and 40 rows leave a partial row
+		// group) and 4 x 64 (512 channels at 20x20: tiles of 8 strips;
+		// 1024 at 8x47: a tile of 120 columns, its second micro-tile
+		// masked)
+		{"pointwise-symmetric", 40, 70, 1, 9, 9, 1, 1, 0, 0, true},
+		{"1x1-7x7-symmetric", 64, 40, 1, 7, 7, 1, 1, 0, 0, true},
+		{"1x1-14x14-symmetric", 24, 48, 1, 14, 14, 1, 1, 0, 0, true},
+		{"1x1-20x20-symmetric", 16, 512, 1, 20, 20, 1, 1, 0, 0, true},
+		{"1x1-8x47-symmetric", 16, 1024, 1, 8, 47, 1, 1, 0, 0, true},
 	}
 	for _, c := range cases {
 		for _, signed := range []bool{false, true} {
 			name := fmt.Sprintf("%s-signed=%v", c.name, signed)
-			g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.dil, true, false)
+			g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.dil, true, c.symmetric)
 			g = byteChain(g, signed)
 			if n, _, _ := byteKernels(t, g, map[string][]int64{"x": x.Dims}, false); n != 3 {
 				t.Fatalf("%s: %d kernels with bytes, want 3 (quantise, convolution, dequantise)", name, n)

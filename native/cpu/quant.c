@@ -247,9 +247,35 @@ static void qg_micro_c(const uint8_t *u, int64_t ldu, const int8_t *s,
 	}
 }
 
+/* qg_req_terms: what a whole tile's fused requantisation needs (the byte
+ * epilogue with per-tensor zero points, qg_epilogue_b512 with ecol): each
+ * column's integer terms (ecol) and multiplier (mcol, NULL where every one
+ * is 1), each row's integer terms (rt) and multiplier (mrow), the output
+ * zero point and clamp, and how the bytes are stored (code). Lanes past
+ * cols are neither read nor stored. */
+typedef struct qg_req_terms {
+	const int32_t *ecol;
+	const float *mcol;
+	int32_t rt[QG_MR];
+	float mrow[QG_MR];
+	float zy, lo, hi;
+	int code;
+	int cols; /* the micro-tile's columns in the output (the rest masked) */
+} qg_req_terms;
+
+/* qg_req_packs: whether a requantised output's clamp stays within its
+ * byte code's range, so that qg_pack64's saturation is the truncating
+ * store's two's complement. */
+static inline int qg_req_packs(int code, float lo, float hi)
+{
+	if (code == SK_STORE_U8)
+		return lo >= 0.0f && hi <= 255.0f;
+	return code == SK_STORE_S8 && lo >= -128.0f && hi <= 127.0f;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define QG_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define QG_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* qg_micro_vnni82_full: qg_micro_vnni on a whole 8 x 2 tile, its own
  * function so that its accumulators stay in registers (see
@@ -393,6 +419,154 @@ QG_VNNI_TARGET static void qg_micro_vnni44(const uint8_t *u, int64_t ldu,
 			_mm512_storeu_si512((void *)(acc + r * lda + 16 * j), c[r][j]);
 }
 
+/* ---- requantising in registers ---------------------------------------- */
+
+#define QG_REQ_TARGET __attribute__((target("avx512f,avx512bw")))
+
+/* qg_req16 requantises 16 sums whose integer terms are added (v): times
+ * the row's multiplier, then the column's (mc), rounded to nearest even,
+ * plus the zero point, clamped, as int32. The float steps are
+ * qg_epilogue's, in its order. */
+QG_REQ_TARGET static inline __m512i qg_req16(__m512i v, __m512 mrow, int mc, __m512 mcol, __m512 zy,
+					     __m512 lo, __m512 hi)
+{
+	__m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mrow);
+	if (mc)
+		f = _mm512_mul_ps(f, mcol);
+	f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zy);
+	f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+	return _mm512_cvtps_epi32(f);
+}
+
+/* qg_pack64 narrows 4 x 16 int32 values, each within the byte range of
+ * code (qg_req_packs), to 64 bytes in order: two saturating packs (the
+ * values fit, so saturation changes none) and a permutation of their
+ * 128-bit lanes' dwords. One store of 64 bytes then replaces 4 narrowing
+ * moves (2 uops each) and 4 stores. */
+QG_REQ_TARGET static inline __m512i qg_pack64(__m512i a, __m512i b, __m512i c, __m512i d, int code)
+{
+	const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+	__m512i w;
+	if (code == SK_STORE_U8)
+		w = _mm512_packus_epi16(_mm512_packus_epi32(a, b), _mm512_packus_epi32(c, d));
+	else
+		w = _mm512_packs_epi16(_mm512_packs_epi32(a, b), _mm512_packs_epi32(c, d));
+	return _mm512_permutexvar_epi32(idx, w);
+}
+
+/* qg_colmask16 is the lanes of strip j (16 columns) below cols. */
+static inline __mmask16 qg_colmask16(int cols, int j)
+{
+	int w = cols - 16 * j;
+	return w >= 16 ? (__mmask16)0xffff : (w <= 0 ? 0 : (__mmask16)((1u << w) - 1));
+}
+
+/* qg_micro_vnni44_req: qg_micro_vnni44_full, requantised in registers
+ * and stored as bytes: row r's t->cols (up to 64) columns at y + r * ldc.
+ * The same bits as the micro-kernel, then qg_epilogue_b512 with ecol. */
+QG_VNNI_TARGET static void qg_micro_vnni44_req(const uint8_t *u, int64_t ldu, const int8_t *s,
+					       int64_t k4n, const qg_req_terms *t, uint8_t *y,
+					       int64_t ldc)
+{
+	const int8_t *s0 = s, *s1 = s + k4n * 64, *s2 = s + 2 * k4n * 64, *s3 = s + 3 * k4n * 64;
+	__m512i c[QG_VNNI_MR][QG_VNNI_NS];
+#pragma GCC unroll 4
+	for (int r = 0; r < QG_VNNI_MR; r++) {
+		__m512i rt = _mm512_set1_epi32(t->rt[r]);
+#pragma GCC unroll 4
+		for (int j = 0; j < QG_VNNI_NS; j++) /* the integer terms first: exact */
+			c[r][j] = _mm512_add_epi32(
+				_mm512_maskz_loadu_epi32(qg_colmask16(t->cols, j), t->ecol + 16 * j), rt);
+	}
+	for (int64_t k4 = 0; k4 < k4n; k4++) {
+		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
+		__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
+		__m512i b2 = _mm512_loadu_si512((const void *)(s2 + k4 * 64));
+		__m512i b3 = _mm512_loadu_si512((const void *)(s3 + k4 * 64));
+#pragma GCC unroll 4
+		for (int r = 0; r < QG_VNNI_MR; r++) {
+			int32_t a4;
+			memcpy(&a4, u + r * ldu + 4 * k4, 4);
+			__m512i a = _mm512_set1_epi32(a4);
+			c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
+			c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
+			c[r][2] = _mm512_dpbusd_epi32(c[r][2], a, b2);
+			c[r][3] = _mm512_dpbusd_epi32(c[r][3], a, b3);
+		}
+	}
+	const __m512 zy = _mm512_set1_ps(t->zy), lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
+	int mc = t->mcol != NULL;
+	__m512 mcol[QG_VNNI_NS];
+#pragma GCC unroll 4
+	for (int j = 0; j < QG_VNNI_NS; j++)
+		mcol[j] = mc ? _mm512_maskz_loadu_ps(qg_colmask16(t->cols, j), t->mcol + 16 * j) : zy;
+	__mmask64 ym = t->cols >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << t->cols) - 1;
+#pragma GCC unroll 4
+	for (int r = 0; r < QG_VNNI_MR; r++) {
+		__m512 mrow = _mm512_set1_ps(t->mrow[r]);
+		__m512i q[QG_VNNI_NS];
+#pragma GCC unroll 4
+		for (int j = 0; j < QG_VNNI_NS; j++)
+			q[j] = qg_req16(c[r][j], mrow, mc, mcol[j], zy, lo, hi);
+		__m512i w = qg_pack64(q[0], q[1], q[2], q[3], t->code);
+		if (t->cols >= 64)
+			_mm512_storeu_si512((void *)(y + r * ldc), w);
+		else
+			_mm512_mask_storeu_epi8(y + r * ldc, ym, w);
+	}
+}
+
+/* qg_micro_vnni82_req: qg_micro_vnni82_full, requantised in registers
+ * and stored as bytes: row r's t->cols (up to 32) columns at y + r * ldc. */
+QG_VNNI_TARGET static void qg_micro_vnni82_req(const uint8_t *u, int64_t ldu, const int8_t *s,
+					       int64_t k4n, const qg_req_terms *t, uint8_t *y,
+					       int64_t ldc)
+{
+	const int8_t *s0 = s, *s1 = s + k4n * 64;
+	__m512i c0[QG_MR], c1[QG_MR];
+	__mmask16 k0 = qg_colmask16(t->cols, 0), k1 = qg_colmask16(t->cols, 1);
+	__m512i e0 = _mm512_maskz_loadu_epi32(k0, t->ecol);
+	__m512i e1 = _mm512_maskz_loadu_epi32(k1, t->ecol + 16);
+#pragma GCC unroll 8
+	for (int r = 0; r < QG_MR; r++) {
+		__m512i rt = _mm512_set1_epi32(t->rt[r]);
+		c0[r] = _mm512_add_epi32(e0, rt);
+		c1[r] = _mm512_add_epi32(e1, rt);
+	}
+	for (int64_t k4 = 0; k4 < k4n; k4++) {
+		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
+		__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
+#pragma GCC unroll 8
+		for (int r = 0; r < QG_MR; r++) {
+			int32_t a4;
+			memcpy(&a4, u + r * ldu + 4 * k4, 4);
+			__m512i a = _mm512_set1_epi32(a4);
+			c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
+			c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
+		}
+	}
+	const __m512 zy = _mm512_set1_ps(t->zy), lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
+	int mc = t->mcol != NULL;
+	__m512 m0 = mc ? _mm512_maskz_loadu_ps(k0, t->mcol) : zy;
+	__m512 m1 = mc ? _mm512_maskz_loadu_ps(k1, t->mcol + 16) : zy;
+	__mmask32 ym = t->cols >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << t->cols) - 1;
+#pragma GCC unroll 4
+	for (int r = 0; r < QG_MR; r += 2) {
+		__m512 ma = _mm512_set1_ps(t->mrow[r]), mb = _mm512_set1_ps(t->mrow[r + 1]);
+		__m512i w = qg_pack64(qg_req16(c0[r], ma, mc, m0, zy, lo, hi),
+				      qg_req16(c1[r], ma, mc, m1, zy, lo, hi),
+				      qg_req16(c0[r + 1], mb, mc, m0, zy, lo, hi),
+				      qg_req16(c1[r + 1], mb, mc, m1, zy, lo, hi), t->code);
+		if (t->cols >= 32) {
+			_mm256_storeu_si256((__m256i *)(y + r * ldc), _mm512_castsi512_si256(w));
+			_mm256_storeu_si256((__m256i *)(y + (r + 1) * ldc), _mm512_extracti64x4_epi64(w, 1));
+		} else {
+			_mm256_mask_storeu_epi8(y + r * ldc, ym, _mm512_castsi512_si256(w));
+			_mm256_mask_storeu_epi8(y + (r + 1) * ldc, ym, _mm512_extracti64x4_epi64(w, 1));
+		}
+	}
+}
+
 #define QG_AVX2_TARGET __attribute__((target("avx2")))
 
 /* qg_micro_avx2: u8 and s8 widened to int16, vpmaddwd (exact: each pair
@@ -498,6 +672,8 @@ QG_AMX_TARGET static void qg_micro_amx(const uint8_t *u, int64_t ldu, const int8
  * all 0, so these never run. */
 #define qg_micro_vnni qg_micro_c
 #define qg_micro_vnni44 qg_micro_c
+#define qg_micro_vnni44_req(...) ((void)0)
+#define qg_micro_vnni82_req(...) ((void)0)
 #define qg_micro_avx2 qg_micro_c
 #define qg_micro_amx(u, ldu, s, kp, acc) ((void)0)
 #define qg_amx_begin() ((void)0)
@@ -544,6 +720,7 @@ typedef struct qg_impl {
 	qg_micro_fn micro; /* QG_MR rows x 2 strips */
 	qg_micro_fn micro44; /* QG_VNNI_MR rows x QG_VNNI_NS strips, or NULL */
 	int amx, pack512;
+	int req; /* whole tiles requantised in registers (the VNNI kernels) */
 } qg_impl;
 
 int sk_qgemm_amx(void)
@@ -555,12 +732,12 @@ int sk_qgemm_amx(void)
 static qg_impl qg_choose(int64_t kp)
 {
 	pthread_once(&qg_cpu_once, qg_probe);
-	qg_impl q = {qg_micro_c, NULL, 0, 0};
+	qg_impl q = {qg_micro_c, NULL, 0, 0, 0};
 	if (qg_kernel == SK_QGEMM_PORTABLE)
 		return q;
 	q.pack512 = qg_cpu.avx512;
 	if (qg_cpu.vnni && qg_kernel != SK_QGEMM_NO_VNNI)
-		q.micro = qg_micro_vnni, q.micro44 = qg_micro_vnni44;
+		q.micro = qg_micro_vnni, q.micro44 = qg_micro_vnni44, q.req = 1;
 	else if (qg_cpu.avx2)
 		q.micro = qg_micro_avx2;
 	q.amx = qg_cpu.amx && qg_kernel == SK_QGEMM_BEST && kp % 64 == 0;
@@ -1364,12 +1541,8 @@ QG_512_TARGET static inline void qg_epilogue_b512(const int32_t *acc, int64_t w,
 			v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, cs + j), ua));
 			v = _mm512_add_epi32(v, _mm512_add_epi32(brow, _mm512_maskz_loadu_epi32(mk, bcol + j)));
 		}
-		__m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mrow);
-		if (mc)
-			f = _mm512_mul_ps(f, _mm512_maskz_loadu_ps(mk, mcol + j));
-		f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zy);
-		f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-		qg_store16(y + j, mk, _mm512_cvtps_epi32(f));
+		__m512 m = mc ? _mm512_maskz_loadu_ps(mk, mcol + j) : mrow;
+		qg_store16(y + j, mk, qg_req16(v, mrow, mc, m, zy, lo, hi));
 	}
 }
 
@@ -1661,6 +1834,11 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int mr = QG_MR, ns_max = 2;
 	if (q.micro44 && strips > QG_VNNI_NS)
 		micro = q.micro44, mr = QG_VNNI_MR, ns_max = QG_VNNI_NS;
+	/* bytes out with per-tensor zero points on the VNNI kernels: whole
+	 * micro-tiles are requantised in registers and stored as bytes
+	 * (qg_micro_vnni44_req), the rest through acc and the epilogue */
+	int mc = p[20] == 3;
+	int req = q.req && ecol && !amx && qg_req_packs(sy, row.lo, row.hi);
 	if (amx)
 		qg_amx_begin();
 	for (int64_t r0 = 0; r0 < ml;) {
@@ -1668,11 +1846,35 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		int tile = amx && ml - r0 >= QG_AMX_M;
 		int rows = tile ? QG_AMX_M : (int)SK_MIN((int64_t)mr, ml - r0);
 		int step = tile ? 2 : ns_max;
+		qg_rows g = {.rs = rs + r0, .za = za, .bias = bias, .mult = mult, .roff = roff,
+			     .m0 = m0 + r0, .aoff = aoff, .sb0 = sbv[0], .zrow = (int)p[18],
+			     .bmode = (int)p[21], .mmode = (int)p[20]};
+		int fused = req && !tile && rows == mr;
+		qg_req_terms rq = {.zy = row.zy, .lo = row.lo, .hi = row.hi, .code = sy};
+		for (int r = 0; fused && r < rows; r++) {
+			qg_row rr = row;
+			qg_row_terms(&g, r, &rr);
+			rq.rt[r] = rr.rt;
+			rq.mrow[r] = rr.mrow;
+		}
 		/* the row group's sums over all the tile's columns, then one
-		 * epilogue call per row */
+		 * epilogue call per row; the strips [0, done) requantised in
+		 * registers (every micro-tile of the group's whole width, the
+		 * last one masked to the tile's columns) */
+		int64_t done = 0;
 		for (int64_t s0 = 0; s0 < strips; s0 += step) {
 			int ns = (int)SK_MIN((int64_t)step, strips - s0);
-			if (tile && ns == 2) {
+			if (fused && ns == step) {
+				rq.cols = (int)SK_MIN(nl - s0 * 16, (int64_t)(16 * ns));
+				rq.ecol = ecol + s0 * 16;
+				rq.mcol = mc ? mcol + s0 * 16 : NULL;
+				uint8_t *y = Yb + (m0 + r0) * ldc + n0 + s0 * 16;
+				if (mr == QG_VNNI_MR)
+					qg_micro_vnni44_req(Up + r0 * kp, kp, Sp + s0 * k4n * 64, k4n, &rq, y, ldc);
+				else
+					qg_micro_vnni82_req(Up + r0 * kp, kp, Sp + s0 * k4n * 64, k4n, &rq, y, ldc);
+				done = s0 + ns;
+			} else if (tile && ns == 2) {
 				qg_micro_amx(Up + r0 * kp, kp, Sp + s0 * k4n * 64, kp, acc + s0 * 16, lacc);
 			} else {
 				for (int rr = 0; rr < rows; rr += mr)
@@ -1681,12 +1883,12 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 						acc + rr * lacc + s0 * 16, lacc);
 			}
 		}
-		qg_rows g = {.rs = rs + r0, .za = za, .bias = bias, .mult = mult, .roff = roff,
-			     .m0 = m0 + r0, .aoff = aoff, .sb0 = sbv[0], .zrow = (int)p[18],
-			     .bmode = (int)p[21], .mmode = (int)p[20]};
 		if (sy && q.pack512) {
-			qg_epilogue_rows_b512(acc, lacc, rows, nl, sbv, cs, bcol, mcol, (int32_t)K, row, &g,
-					      ecol, p[20] == 3, Yb + n0, ldc);
+			int64_t o = done * 16;
+			if (o < nl)
+				qg_epilogue_rows_b512(acc + o, lacc, rows, nl - o, sbv + o, cs + o, bcol + o,
+						      mcol + o, (int32_t)K, row, &g, ecol ? ecol + o : NULL, mc,
+						      Yb + n0 + o, ldc);
 		} else {
 			for (int r = 0; r < rows; r++) {
 				int64_t m = m0 + r0 + r;
