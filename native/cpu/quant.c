@@ -771,6 +771,18 @@ static int qg_params_ok(const sk_kernel *k)
 	       p[28] >= p[2] && p[28] % 4 == 0 && qg_store_ok(p);
 }
 
+/* An unpadded 1x1 convolution with a stride reads one input byte per
+ * channel and position, at column ow*SW of row oh*SH: a block gathers its
+ * positions' bytes into rows of its own (qg_gather_1x1) and packs those as
+ * a plain GEMM's columns, where the byte image would convert every input
+ * row of every channel for each block (ResNet-50's stride-2 shortcuts:
+ * 1024 channels of a 14x14 plane for 8 blocks of 49 positions each). */
+static int qg_gather_1x1_ok(const int64_t *c, int code)
+{
+	return code && c[6] == 1 && c[7] == 1 && c[10] == 0 && c[11] == 0 && c[9] >= 1 &&
+	       (c[8] > 1 || c[9] > 1);
+}
+
 /* qg_scratch_bytes is a block's scratch: the row and column sums, the
  * accumulator tile, the tile's per-column terms (3 x nt), the U tile (mt x
  * kp, 64-aligned), the S panels (nt rounded to QG_NR, x kp) and, for a
@@ -905,7 +917,9 @@ void sk_prep_qgemm(sk_kernel *k, int units)
 	k->t[4] = kp;
 	k->t[7] = 0;
 	/* an im2col reads a byte image of its input rows where it can */
-	k->t[5] = p[27] && qg_choose(kp).pack512 ? qg_img_bytes(k->aux, nt) : 0;
+	k->t[5] = p[27] && qg_choose(kp).pack512 && !qg_gather_1x1_ok(k->aux, sk_store_in(k, 1))
+			  ? qg_img_bytes(k->aux, nt)
+			  : 0;
 	k->t[6] = k->t[5] ? qg_img_row(k->aux) : 0;
 	k->scratch = SK_CDIV(qg_scratch_bytes(mt, nt, kp, K, p[27], k->t[5]), 4);
 	k->grid = nb * mtiles * ntiles;
@@ -1423,6 +1437,80 @@ QG_512_TARGET static void qg_rows_im2col_img(const int64_t *g, int64_t p0, int64
 #define qg_pack_im2col_512(...) ((void)0)
 #endif
 
+/* qg_gather_1x1_c copies the bytes that positions [n0, n0+nl) of an
+ * unpadded 1x1 convolution (c: its parameters) read from x (a group's K
+ * channels) to col, channel k's at col + k * nl. */
+static void qg_gather_1x1_c(const uint8_t *x, const int64_t *c, int64_t n0, int64_t nl, int64_t K,
+			    uint8_t *col)
+{
+	int64_t H = c[2], W = c[3], SH = c[8], SW = c[9], OW = c[15];
+	for (int64_t k = 0; k < K; k++) {
+		const uint8_t *xk = x + k * H * W;
+		uint8_t *d = col + k * nl;
+		for (int64_t j = 0; j < nl; j++) {
+			int64_t n = n0 + j;
+			d[j] = xk[(n / OW) * SH * W + (n % OW) * SW];
+		}
+	}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* qg_gather_1x1_512: qg_gather_1x1_c, at column stride 2 up to 16 bytes of
+ * an output row a step: 32 bytes loaded (masked to the last one read) as
+ * 16 words, narrowed to their low (even) bytes. QG_GATHER_MAX bounds the
+ * positions (a block's nt is at most 256), whose steps are worked out
+ * once for all the channels. */
+#define QG_GATHER_MAX 256
+QG_512_TARGET static void qg_gather_1x1_512(const uint8_t *x, const int64_t *c, int64_t n0,
+					    int64_t nl, int64_t K, uint8_t *col)
+{
+	int64_t H = c[2], W = c[3], SH = c[8], SW = c[9], OW = c[15];
+	if (SW != 2 || nl > QG_GATHER_MAX) {
+		qg_gather_1x1_c(x, c, n0, nl, K, col);
+		return;
+	}
+	/* the positions' runs along output rows, split in steps of 16: where
+	 * each reads and writes, and its masks (the same for every channel) */
+	int32_t so[QG_GATHER_MAX + 16], dof[QG_GATHER_MAX + 16];
+	__mmask32 lm[QG_GATHER_MAX + 16];
+	__mmask16 sm[QG_GATHER_MAX + 16];
+	int ns = 0;
+	for (int64_t n = n0; n < n0 + nl;) {
+		int64_t oh = n / OW, ow = n % OW, cnt = SK_MIN(OW - ow, n0 + nl - n);
+		for (int64_t i = 0; i < cnt; i += 16, ns++) {
+			int64_t m = SK_MIN((int64_t)16, cnt - i); /* bytes out; 2m - 1 read */
+			so[ns] = (int32_t)(oh * SH * W + 2 * (ow + i));
+			dof[ns] = (int32_t)(n - n0 + i);
+			lm[ns] = m == 16 ? ~(__mmask32)0 : (((__mmask32)1 << (2 * m - 1)) - 1);
+			sm[ns] = (__mmask16)((1u << m) - 1);
+		}
+		n += cnt;
+	}
+	for (int64_t k = 0; k < K; k++) {
+		const uint8_t *xk = x + k * H * W;
+		uint8_t *d = col + k * nl;
+		for (int i = 0; i < ns; i++) {
+			__m128i v = _mm256_cvtepi16_epi8(_mm256_maskz_loadu_epi8(lm[i], xk + so[i]));
+			_mm_mask_storeu_epi8(d + dof[i], sm[i], v);
+		}
+	}
+}
+#endif
+
+/* qg_gather_1x1: AVX-512 (wide) or portable. */
+static void qg_gather_1x1(int wide, const uint8_t *x, const int64_t *c, int64_t n0, int64_t nl,
+			  int64_t K, uint8_t *col)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (wide) {
+		qg_gather_1x1_512(x, c, n0, nl, K, col);
+		return;
+	}
+#endif
+	(void)wide;
+	qg_gather_1x1_c(x, c, n0, nl, K, col);
+}
+
 /* qg_pack_rows / qg_pack_cols: AVX-512 (wide) or portable packing. */
 static void qg_pack_rows(int wide, const float *A, int64_t lda, int64_t rows, int64_t K,
 			 int64_t kp, int off, uint8_t *U, int32_t *rsum)
@@ -1780,7 +1868,12 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		int64_t Cg = c[1] / c[5];
 		int64_t xo = (b1 * c[1] + b2 * Cg) * c[2] * c[3];
 		const float *xg = (const float *)sk_elem(k->in[1], sb, xo);
-		if (k->t[5] && q.pack512) {
+		if (qg_gather_1x1_ok(c, sb)) {
+			uint8_t *col = (uint8_t *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
+			qg_gather_1x1(q.pack512, (const uint8_t *)xg, c, n0, nl, K, col);
+			SK_POLL(ctx);
+			qg_pack_cols(q.pack512, col, sb, nl, K, nl, kp, boff, S, csum);
+		} else if (k->t[5] && q.pack512) {
 			int8_t *img = (int8_t *)(S + SK_CDIV(nt, QG_NR) * QG_NR * kp);
 			int64_t rows = qg_img_fill(xg, sb, c, n0, nl, boff, k->f[1], k->t[6], img);
 			SK_POLL(ctx);
