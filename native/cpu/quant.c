@@ -20,6 +20,10 @@
  */
 #include "sluice_cpu.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -152,6 +156,79 @@ static void q_stored(const sk_kernel *k, int64_t i0, int64_t i1, sk_ctx *ctx)
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* q_add_bytes_512 is q_stored's QUANT mode 5 (q_add) where both inputs
+ * and the output are bytes, 16 values a step in registers instead of
+ * chunks converted to float32 and back: the same float steps in q_add's
+ * order ((a - za) * sa + (b - zb) * sb, ReLU as x > 0 ? x : 0, rint of
+ * the quotient by s, + z, q_clamp's comparisons, so a NaN stays one),
+ * stored truncated as sk_store_save stores. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+q_add_bytes_512(const uint8_t *a, int ca, const uint8_t *b, int cb, uint8_t *y, int64_t n, float sa,
+		float za, float sb, float zb, float s, float z, float lo, float hi, int relu)
+{
+	const __m512 vsa = _mm512_set1_ps(sa), vza = _mm512_set1_ps(za), vsb = _mm512_set1_ps(sb);
+	const __m512 vzb = _mm512_set1_ps(zb), vs = _mm512_set1_ps(s), vz = _mm512_set1_ps(z);
+	const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
+	for (int64_t i = 0; i < n; i += 16) {
+		__mmask16 mk = (__mmask16)(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+		__m128i xa = _mm_maskz_loadu_epi8(mk, a + i), xb = _mm_maskz_loadu_epi8(mk, b + i);
+		__m512 fa = _mm512_cvtepi32_ps(ca == SK_STORE_U8 ? _mm512_cvtepu8_epi32(xa) : _mm512_cvtepi8_epi32(xa));
+		__m512 fb = _mm512_cvtepi32_ps(cb == SK_STORE_U8 ? _mm512_cvtepu8_epi32(xb) : _mm512_cvtepi8_epi32(xb));
+		__m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(fa, vza), vsa),
+					 _mm512_mul_ps(_mm512_sub_ps(fb, vzb), vsb));
+		if (relu)
+			v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v);
+		v = _mm512_roundscale_ps(_mm512_div_ps(v, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+		v = _mm512_add_ps(v, vz);
+		__m512 c = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vhi, _CMP_GT_OQ), vhi);
+		c = _mm512_mask_mov_ps(c, _mm512_cmp_ps_mask(v, vlo, _CMP_LT_OQ), vlo);
+		__m128i o = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(c));
+		if (mk == 0xffff)
+			_mm_storeu_si128((__m128i *)(y + i), o);
+		else
+			_mm_mask_storeu_epi8(y + i, mk, o);
+	}
+}
+#endif
+
+/* q_add_bytes_ok: whether q_add_bytes runs QUANT's mode 5 (bytes in and
+ * out, AVX-512, no activation but ReLU, a scale that is not 0). */
+static int q_add_bytes_ok(const sk_kernel *k)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	const int64_t *p = k->p;
+	int act = (int)p[SKP_ACT];
+	return p[3] == SK_QUANT_ADD && sk_store_in(k, 0) && sk_store_in(k, 3) && sk_store_out(k) &&
+	       (act == SK_ACT_NONE || act == SK_ACT_RELU) && k->in[1][0] != 0.0f &&
+	       sk_gemm_isa() == SK_ISA_AVX512;
+#else
+	(void)k;
+	return 0;
+#endif
+}
+
+/* q_add_bytes runs [i0, i1) of QUANT's mode 5 with q_add_bytes_512. */
+static void q_add_bytes(const sk_kernel *k, int64_t i0, int64_t i1, sk_ctx *ctx)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	const int64_t *p = k->p;
+	int sx = sk_store_in(k, 0), sb = sk_store_in(k, 3), sy = sk_store_out(k);
+	float sa = k->in[4][0], za = k->in[5] ? k->in[5][0] : 0.0f;
+	float sbs = k->in[6][0], zb = k->in[7] ? k->in[7][0] : 0.0f;
+	float s = k->in[1][0], z = k->in[2] ? k->in[2][0] : 0.0f;
+	for (int64_t i = i0; i < i1; i += 4096) {
+		SK_POLL(ctx);
+		int64_t e = SK_MIN(i + 4096, i1);
+		q_add_bytes_512((const uint8_t *)sk_elem(k->in[0], sx, i), sx,
+				(const uint8_t *)sk_elem(k->in[3], sb, i), sb, (uint8_t *)sk_elem(k->out, sy, i),
+				e - i, sa, za, sbs, zb, s, z, (float)p[4], (float)p[5], p[SKP_ACT] == SK_ACT_RELU);
+	}
+#else
+	(void)k, (void)i0, (void)i1, (void)ctx;
+#endif
+}
+
 void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -171,7 +248,10 @@ void sk_block_quant(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	}
 	int64_t i0 = blk * k->t[0], i1 = SK_MIN(i0 + k->t[0], n);
 	if (k->p[SKP_STORE]) {
-		q_stored(k, i0, i1, ctx);
+		if (q_add_bytes_ok(k))
+			q_add_bytes(k, i0, i1, ctx);
+		else
+			q_stored(k, i0, i1, ctx);
 		return;
 	}
 	float *y = k->out;
