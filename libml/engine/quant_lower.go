@@ -681,7 +681,7 @@ func (m *Model) packQuantWeights() {
 		case asA && len(w.Shape) == 4 && !m.opts.NoConvRows && m.rowsConv(n, w.Shape, &shapes):
 			rows := w.Shape[0]
 			if _, done := m.consts[name+qpackRowsSuffix]; !done {
-				panels, sums := packQGemmB(w.I, w.Len()/rows, rows, true, signed)
+				panels, sums := packQGemmB(channelLastWindows(w.I, w.Shape), w.Len()/rows, rows, true, signed)
 				m.consts[name+qpackRowsSuffix] = NewFloat([]int64{int64(len(panels))}, panels)
 				m.consts[name+qpackRowsSuffix+qpackSumSufix] = NewFloat([]int64{int64(len(sums))}, sums)
 			}
@@ -737,6 +737,26 @@ func (m *Model) rowsConv(n *graph.Node, ws []int64, shapes *map[string][]int64) 
 	}
 	y := (*shapes)[n.Outputs[0]]
 	return len(y) == 4 && y[2] > 0 && y[3] > 0 && y[2]*y[3] <= rowsMaxPositions
+}
+
+// channelLastWindows reorders convolution weights w shaped [Cout, Cin, KH,
+// KW] so that each output channel's window runs (kh, kw, c), the channel
+// fastest: the order of the transposed form's im2col rows, built from a
+// channel-last image (native/cpu quant.c, qg_rows_im2col_cl).
+func channelLastWindows(w []int64, shape []int64) []int64 {
+	cout, cin, kh, kw := shape[0], shape[1], shape[2], shape[3]
+	out := make([]int64, len(w))
+	win := cin * kh * kw
+	for o := int64(0); o < cout; o++ {
+		for c := int64(0); c < cin; c++ {
+			for h := int64(0); h < kh; h++ {
+				for x := int64(0); x < kw; x++ {
+					out[o*win+(h*kw+x)*cin+c] = w[o*win+(c*kh+h)*kw+x]
+				}
+			}
+		}
+	}
+	return out
 }
 
 // packedWeights returns the load-time packed form of weight name (suffix

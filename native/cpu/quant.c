@@ -1135,27 +1135,33 @@ static void qg_pack_im2col_b(const void *x, int code, const int64_t *g, int64_t 
  * whole im2col for each block of channels. The loader packs such a
  * convolution's weights as S panels of output channels (p[27] = 2: in[0]
  * holds W less 128 where W is uint8, as B's panels hold B; in[7] their
- * column sums). Every product and sum is the same integer, and the
+ * column sums), each window in (kh, kw, c) order: a position's row is then
+ * KH runs of KW * Cg bytes of a channel-last image of the input rows
+ * (qg_img_fill_cl), where the (c, kh, kw) order took Cg * KH copies of KW
+ * bytes from a channel-major one. Every product and sum is the same
+ * integer (the order of an integer sum does not change it), and the
  * epilogue's float steps the same: the same bits as the column form. */
 
 /* qg_rows_im2col_c: the im2col of output positions [p0, p0+pl) of one
- * group (Cg channels at x: float values, or bytes stored as code) as rows
- * of u8 (value + off) in (c, kh, kw) order, K padded to kp with zeros,
- * and each row's sum; padding reads pad. g: the 16 convolution
- * parameters. */
+ * group of a convolution run transposed, each position's row in
+ * (kh, kw, c) order (the channel fastest, as the loader packs such a
+ * convolution's weights: rowsConv), as u8 (value + off), K padded to kp
+ * with zeros, and each row's sum. */
 static void qg_rows_im2col_c(const void *x, int code, const int64_t *g, int64_t p0, int64_t pl,
 			     int64_t K, int64_t kp, int off, float pad, uint8_t *U, int32_t *rsum)
 {
-	int64_t KH = g[6], KW = g[7];
+	int64_t Cg = g[1] / g[5], KH = g[6], KW = g[7];
 	for (int64_t r = 0; r < pl; r++) {
 		uint8_t *u = U + r * kp;
 		int32_t sum = 0;
-		for (int64_t k = 0, c = 0, kh = 0, kw = 0; k < K; k++) {
-			int v = qg_conv_in(x, code, g, p0 + r, c, kh, kw, (int)pad) + off;
-			u[k] = (uint8_t)v;
-			sum += v;
-			qg_kstep(&c, &kh, &kw, KH, KW);
-		}
+		int64_t k = 0;
+		for (int64_t kh = 0; kh < KH; kh++)
+			for (int64_t kw = 0; kw < KW; kw++)
+				for (int64_t c = 0; c < Cg; c++, k++) {
+					int v = qg_conv_in(x, code, g, p0 + r, c, kh, kw, (int)pad) + off;
+					u[k] = (uint8_t)v;
+					sum += v;
+				}
 		memset(u + K, 0, (size_t)(kp - K));
 		rsum[r] = sum;
 	}
@@ -1463,39 +1469,113 @@ QG_512_TARGET static void qg_pack_im2col_512(const float *x, const int64_t *g, i
 	}
 }
 
-/* qg_rows_im2col_img: qg_rows_im2col_c from the byte image qg_img_fill
- * made of the positions' input rows (its bytes already value + off, rows
- * per channel, L bytes a row): a kernel row's KW values are one 8-byte
- * copy where they are adjacent (KW <= 8, no dilation), each copy's bytes
- * past them overwritten by the next or by K's padding (a tile's last row
- * spills up to 7 bytes into the 64 reserved after the tile). The row sums
- * are vpsadbw's. */
-QG_512_TARGET static void qg_rows_im2col_img(const int64_t *g, int64_t p0, int64_t pl, int64_t K,
-					     int64_t kp, const int8_t *img, int64_t rows, int64_t L,
-					     uint8_t *U, int32_t *rsum)
+/* qg_tr16x16 transposes 16 rows of 16 bytes with 4 stages of
+ * interleaving: afterwards r[qg_rev4[j]] holds column j, its bytes in
+ * row order (the stages leave the columns in bit-reversed order). */
+static const uint8_t qg_rev4[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+
+QG_512_TARGET static inline void qg_tr16x16(__m128i r[16])
+{
+	__m128i t[16];
+	for (int i = 0; i < 8; i++) {
+		t[i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]);
+		t[i + 8] = _mm_unpackhi_epi8(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 8; i++) {
+		r[i] = _mm_unpacklo_epi16(t[2 * i], t[2 * i + 1]);
+		r[i + 8] = _mm_unpackhi_epi16(t[2 * i], t[2 * i + 1]);
+	}
+	for (int i = 0; i < 8; i++) {
+		t[i] = _mm_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+		t[i + 8] = _mm_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+	}
+	for (int i = 0; i < 8; i++) {
+		r[i] = _mm_unpacklo_epi64(t[2 * i], t[2 * i + 1]);
+		r[i + 8] = _mm_unpackhi_epi64(t[2 * i], t[2 * i + 1]);
+	}
+}
+
+/* qg_img_fill_cl is qg_img_fill channel-last, for the transposed form:
+ * the input rows that output positions [n0, n0+nl) read, of the Cg
+ * channels of one group at x, as s8 (value - off), column -PL first,
+ * padding as pad - off; byte (r * L + j) * Cg + c after QG_IMG_FRONT is
+ * channel c of the block's input row r at column j - PL. 16 channels by
+ * 16 columns are transposed at a time. It returns the rows. */
+QG_512_TARGET static int64_t qg_img_fill_cl(const float *x, int code, const int64_t *g, int64_t n0,
+					    int64_t nl, int off, float pad, int64_t L, int8_t *img)
+{
+	int64_t Cg = g[1] / g[5], H = g[2], W = g[3], KH = g[6], SH = g[8], PT = g[10], PL = g[11];
+	int64_t DH = g[12], OW = g[15];
+	int64_t oha = n0 / OW, ohb = (n0 + nl - 1) / OW, iha = oha * SH - PT;
+	int64_t rows = (ohb - oha) * SH + (KH - 1) * DH + 1;
+	int8_t padb = (int8_t)((int)pad - off);
+	const __m128i vo8 = _mm_set1_epi8((char)off);
+	const __m512i vo = _mm512_set1_epi32(off);
+	img += QG_IMG_FRONT;
+	for (int64_t r = 0; r < rows; r++) {
+		int8_t *d = img + r * L * Cg;
+		int64_t ih = iha + r;
+		if (ih < 0 || ih >= H) {
+			memset(d, padb, (size_t)(L * Cg));
+			continue;
+		}
+		memset(d, padb, (size_t)(PL * Cg));
+		memset(d + (PL + W) * Cg, padb, (size_t)((L - PL - W) * Cg));
+		for (int64_t c0 = 0; c0 < Cg; c0 += 16) {
+			int nc = (int)SK_MIN((int64_t)16, Cg - c0);
+			__mmask16 cm = (__mmask16)((1u << nc) - 1);
+			for (int64_t w0 = 0; w0 < W; w0 += 16) {
+				int nw = (int)SK_MIN((int64_t)16, W - w0);
+				__mmask16 wm = (__mmask16)((1u << nw) - 1);
+				__m128i t[16];
+				for (int i = 0; i < 16; i++) {
+					int64_t o = ((c0 + i) * H + ih) * W + w0;
+					if (i >= nc)
+						t[i] = _mm_setzero_si128();
+					else if (code) /* v - off wraps to the truncated difference's byte */
+						t[i] = _mm_sub_epi8(_mm_maskz_loadu_epi8(wm, (const uint8_t *)x + o), vo8);
+					else
+						t[i] = _mm512_cvtepi32_epi8(_mm512_sub_epi32(
+							_mm512_cvttps_epi32(_mm512_maskz_loadu_ps(wm, x + o)), vo));
+				}
+				qg_tr16x16(t);
+				for (int j = 0; j < nw; j++) {
+					int8_t *dst = d + (PL + w0 + j) * Cg + c0;
+					if (nc == 16)
+						_mm_storeu_si128((__m128i *)dst, t[qg_rev4[j]]);
+					else
+						_mm_mask_storeu_epi8(dst, cm, t[qg_rev4[j]]);
+				}
+			}
+		}
+	}
+	return rows;
+}
+
+/* qg_rows_im2col_cl: qg_rows_im2col_c from the channel-last image
+ * qg_img_fill_cl made (value + off already, L columns a row): a kernel
+ * row's KW columns of all channels are one copy of KW * Cg bytes (KW
+ * copies of Cg where dilated). The row sums are vpsadbw's. */
+QG_512_TARGET static void qg_rows_im2col_cl(const int64_t *g, int64_t p0, int64_t pl, int64_t K,
+					    int64_t kp, const int8_t *img, int64_t L, uint8_t *U,
+					    int32_t *rsum)
 {
 	int64_t Cg = g[1] / g[5], KH = g[6], KW = g[7], SH = g[8], SW = g[9], PT = g[10];
 	int64_t DH = g[12], DW = g[13], OW = g[15];
 	int64_t iha = (p0 / OW) * SH - PT;
-	int copy8 = DW == 1 && KW <= 8;
 	img += QG_IMG_FRONT;
 	const __m512i zero = _mm512_setzero_si512();
 	for (int64_t r = 0; r < pl; r++) {
 		int64_t pos = p0 + r, oh = pos / OW, ow = pos % OW, k = 0;
-		const int8_t *b = img + (oh * SH - PT - iha) * L + ow * SW;
 		uint8_t *u = U + r * kp;
-		for (int64_t c = 0; c < Cg; c++) {
-			for (int64_t kh = 0; kh < KH; kh++) {
-				const int8_t *src = b + (c * rows + kh * DH) * L;
-				if (copy8) {
-					uint64_t v;
-					memcpy(&v, src, 8);
-					memcpy(u + k, &v, 8);
-					k += KW;
-				} else {
-					for (int64_t kw = 0; kw < KW; kw++)
-						u[k++] = (uint8_t)src[kw * DW];
-				}
+		for (int64_t kh = 0; kh < KH; kh++) {
+			const int8_t *src = img + ((oh * SH - PT - iha + kh * DH) * L + ow * SW) * Cg;
+			if (DW == 1) {
+				memcpy(u + k, src, (size_t)(KW * Cg));
+				k += KW * Cg;
+			} else {
+				for (int64_t kw = 0; kw < KW; kw++, k += Cg)
+					memcpy(u + k, src + kw * DW * Cg, (size_t)Cg);
 			}
 		}
 		memset(u + K, 0, (size_t)(kp - K));
@@ -1510,7 +1590,8 @@ QG_512_TARGET static void qg_rows_im2col_img(const int64_t *g, int64_t p0, int64
 
 #else
 #define qg_img_fill(...) ((int64_t)0)
-#define qg_rows_im2col_img(...) ((void)0)
+#define qg_img_fill_cl(...) ((int64_t)0)
+#define qg_rows_im2col_cl(...) ((void)0)
 #define qg_pack_im2col_img(...) ((void)0)
 #define qg_pack_rows_512(...) ((void)0)
 #define qg_pack_cols_512(...) ((void)0)
@@ -1798,9 +1879,9 @@ static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t xo = (b1 * c[1] + b2 * Cg) * c[2] * c[3];
 	const float *xg = (const float *)sk_elem(k->in[1], sx, xo);
 	if (k->t[5] && q.pack512) {
-		int64_t rows = qg_img_fill(xg, sx, c, p0, pl, -aoffx, k->f[1], k->t[6], img);
+		qg_img_fill_cl(xg, sx, c, p0, pl, -aoffx, k->f[1], k->t[6], img);
 		SK_POLL(ctx);
-		qg_rows_im2col_img(c, p0, pl, K, kp, img, rows, k->t[6], U, rsum);
+		qg_rows_im2col_cl(c, p0, pl, K, kp, img, k->t[6], U, rsum);
 	} else {
 		qg_rows_im2col_c(xg, sx, c, p0, pl, K, kp, aoffx, k->f[1], U, rsum);
 	}

@@ -296,9 +296,10 @@ enum sk_store {
  *          aux = the 16 convolution parameters, b1 = image, b2 = group;
  *          each block builds its columns, padding with f[1]; 2: and A,
  *          packed (26), holds the weights as B's panels hold B, columns
- *          the output channels, with in[7] their column sums: the product
- *          runs transposed, the output positions as rows, and Y is stored
- *          as ever; one group) 28 Kp: K
+ *          the output channels, with in[7] their column sums, each
+ *          channel's window in (kh, kw, c) order: the product runs
+ *          transposed, the output positions as rows (their im2col in the
+ *          same order), and Y is stored as ever; one group) 28 Kp: K
  *          padded (to 4, or to 64: whole AMX tiles), the length of packed
  *          rows and panels.
  */
