@@ -357,19 +357,36 @@ static inline int qg_req_packs(int code, float lo, float hi)
 #include <immintrin.h>
 #define QG_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
-/* qg_micro_vnni82_full: qg_micro_vnni on a whole 8 x 2 tile, its own
- * function so that its accumulators stay in registers (see
- * qg_micro_vnni44_full). */
-QG_VNNI_TARGET static void qg_micro_vnni82_full(const uint8_t *u, int64_t ldu, const int8_t *s,
-						int64_t k4n, int32_t *acc, int64_t lda)
+/* qg_dp44 adds the products of u's 4 rows and the 4 strips' panels at s
+ * (k4n steps of 4) into c: the loop of a whole 4 x 4 tile, inlined into
+ * each kernel that runs one, so that c stays in registers there. */
+QG_VNNI_TARGET static inline __attribute__((always_inline)) void
+qg_dp44(const uint8_t *u, int64_t ldu, const int8_t *s, int64_t k4n, __m512i c[QG_VNNI_MR][QG_VNNI_NS])
+{
+	const int8_t *s0 = s, *s1 = s + k4n * 64, *s2 = s + 2 * k4n * 64, *s3 = s + 3 * k4n * 64;
+	for (int64_t k4 = 0; k4 < k4n; k4++) {
+		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
+		__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
+		__m512i b2 = _mm512_loadu_si512((const void *)(s2 + k4 * 64));
+		__m512i b3 = _mm512_loadu_si512((const void *)(s3 + k4 * 64));
+#pragma GCC unroll 4
+		for (int r = 0; r < QG_VNNI_MR; r++) {
+			int32_t a4;
+			memcpy(&a4, u + r * ldu + 4 * k4, 4);
+			__m512i a = _mm512_set1_epi32(a4);
+			c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
+			c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
+			c[r][2] = _mm512_dpbusd_epi32(c[r][2], a, b2);
+			c[r][3] = _mm512_dpbusd_epi32(c[r][3], a, b3);
+		}
+	}
+}
+
+/* qg_dp82: qg_dp44 for a whole 8 x 2 tile (c0, c1: its two strips). */
+QG_VNNI_TARGET static inline __attribute__((always_inline)) void
+qg_dp82(const uint8_t *u, int64_t ldu, const int8_t *s, int64_t k4n, __m512i c0[QG_MR], __m512i c1[QG_MR])
 {
 	const int8_t *s0 = s, *s1 = s + k4n * 64;
-	__m512i c0[QG_MR], c1[QG_MR];
-#pragma GCC unroll 8
-	for (int r = 0; r < QG_MR; r++) {
-		c0[r] = _mm512_setzero_si512();
-		c1[r] = _mm512_setzero_si512();
-	}
 	for (int64_t k4 = 0; k4 < k4n; k4++) {
 		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
 		__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
@@ -382,6 +399,21 @@ QG_VNNI_TARGET static void qg_micro_vnni82_full(const uint8_t *u, int64_t ldu, c
 			c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
 		}
 	}
+}
+
+/* qg_micro_vnni82_full: qg_micro_vnni on a whole 8 x 2 tile, its own
+ * function so that its accumulators stay in registers (see
+ * qg_micro_vnni44_full). */
+QG_VNNI_TARGET static void qg_micro_vnni82_full(const uint8_t *u, int64_t ldu, const int8_t *s,
+						int64_t k4n, int32_t *acc, int64_t lda)
+{
+	__m512i c0[QG_MR], c1[QG_MR];
+#pragma GCC unroll 8
+	for (int r = 0; r < QG_MR; r++) {
+		c0[r] = _mm512_setzero_si512();
+		c1[r] = _mm512_setzero_si512();
+	}
+	qg_dp82(u, ldu, s, k4n, c0, c1);
 #pragma GCC unroll 8
 	for (int r = 0; r < QG_MR; r++) {
 		_mm512_storeu_si512((void *)(acc + r * lda), c0[r]);
@@ -431,29 +463,13 @@ QG_VNNI_TARGET static void qg_micro_vnni(const uint8_t *u, int64_t ldu,
 QG_VNNI_TARGET static void qg_micro_vnni44_full(const uint8_t *u, int64_t ldu, const int8_t *s,
 						int64_t k4n, int32_t *acc, int64_t lda)
 {
-	const int8_t *s0 = s, *s1 = s + k4n * 64, *s2 = s + 2 * k4n * 64, *s3 = s + 3 * k4n * 64;
 	__m512i c[QG_VNNI_MR][QG_VNNI_NS];
 #pragma GCC unroll 4
 	for (int r = 0; r < QG_VNNI_MR; r++)
 #pragma GCC unroll 4
 		for (int j = 0; j < QG_VNNI_NS; j++)
 			c[r][j] = _mm512_setzero_si512();
-	for (int64_t k4 = 0; k4 < k4n; k4++) {
-		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
-		__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
-		__m512i b2 = _mm512_loadu_si512((const void *)(s2 + k4 * 64));
-		__m512i b3 = _mm512_loadu_si512((const void *)(s3 + k4 * 64));
-#pragma GCC unroll 4
-		for (int r = 0; r < QG_VNNI_MR; r++) {
-			int32_t a4;
-			memcpy(&a4, u + r * ldu + 4 * k4, 4);
-			__m512i a = _mm512_set1_epi32(a4);
-			c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
-			c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
-			c[r][2] = _mm512_dpbusd_epi32(c[r][2], a, b2);
-			c[r][3] = _mm512_dpbusd_epi32(c[r][3], a, b3);
-		}
-	}
+	qg_dp44(u, ldu, s, k4n, c);
 #pragma GCC unroll 4
 	for (int r = 0; r < QG_VNNI_MR; r++)
 #pragma GCC unroll 4
@@ -548,7 +564,6 @@ QG_VNNI_TARGET static void qg_micro_vnni44_req(const uint8_t *u, int64_t ldu, co
 					       int64_t k4n, const qg_req_terms *t, uint8_t *y,
 					       int64_t ldc)
 {
-	const int8_t *s0 = s, *s1 = s + k4n * 64, *s2 = s + 2 * k4n * 64, *s3 = s + 3 * k4n * 64;
 	__m512i c[QG_VNNI_MR][QG_VNNI_NS];
 #pragma GCC unroll 4
 	for (int r = 0; r < QG_VNNI_MR; r++) {
@@ -558,22 +573,14 @@ QG_VNNI_TARGET static void qg_micro_vnni44_req(const uint8_t *u, int64_t ldu, co
 			c[r][j] = _mm512_add_epi32(
 				_mm512_maskz_loadu_epi32(qg_colmask16(t->cols, j), t->ecol + 16 * j), rt);
 	}
-	for (int64_t k4 = 0; k4 < k4n; k4++) {
-		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
-		__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
-		__m512i b2 = _mm512_loadu_si512((const void *)(s2 + k4 * 64));
-		__m512i b3 = _mm512_loadu_si512((const void *)(s3 + k4 * 64));
+	qg_dp44(u, ldu, s, k4n, c);
+	/* the sums pinned in registers here: without it GCC copied all 16
+	 * between registers every step of the loop above */
 #pragma GCC unroll 4
-		for (int r = 0; r < QG_VNNI_MR; r++) {
-			int32_t a4;
-			memcpy(&a4, u + r * ldu + 4 * k4, 4);
-			__m512i a = _mm512_set1_epi32(a4);
-			c[r][0] = _mm512_dpbusd_epi32(c[r][0], a, b0);
-			c[r][1] = _mm512_dpbusd_epi32(c[r][1], a, b1);
-			c[r][2] = _mm512_dpbusd_epi32(c[r][2], a, b2);
-			c[r][3] = _mm512_dpbusd_epi32(c[r][3], a, b3);
-		}
-	}
+	for (int r = 0; r < QG_VNNI_MR; r++)
+#pragma GCC unroll 4
+		for (int jj = 0; jj < QG_VNNI_NS; jj++)
+			__asm__("" : "+v"(c[r][jj]));
 	const __m512 zy = _mm512_set1_ps(t->zy), lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
 	int mc = t->mcol != NULL;
 	__m512 mcol[QG_VNNI_NS];
@@ -602,7 +609,6 @@ QG_VNNI_TARGET static void qg_micro_vnni82_req(const uint8_t *u, int64_t ldu, co
 					       int64_t k4n, const qg_req_terms *t, uint8_t *y,
 					       int64_t ldc)
 {
-	const int8_t *s0 = s, *s1 = s + k4n * 64;
 	__m512i c0[QG_MR], c1[QG_MR];
 	__mmask16 k0 = qg_colmask16(t->cols, 0), k1 = qg_colmask16(t->cols, 1);
 	__m512i e0 = _mm512_maskz_loadu_epi32(k0, t->ecol);
@@ -613,18 +619,11 @@ QG_VNNI_TARGET static void qg_micro_vnni82_req(const uint8_t *u, int64_t ldu, co
 		c0[r] = _mm512_add_epi32(e0, rt);
 		c1[r] = _mm512_add_epi32(e1, rt);
 	}
-	for (int64_t k4 = 0; k4 < k4n; k4++) {
-		__m512i b0 = _mm512_loadu_si512((const void *)(s0 + k4 * 64));
-		__m512i b1 = _mm512_loadu_si512((const void *)(s1 + k4 * 64));
+	qg_dp82(u, ldu, s, k4n, c0, c1);
+	/* pinned, as in qg_micro_vnni44_req */
 #pragma GCC unroll 8
-		for (int r = 0; r < QG_MR; r++) {
-			int32_t a4;
-			memcpy(&a4, u + r * ldu + 4 * k4, 4);
-			__m512i a = _mm512_set1_epi32(a4);
-			c0[r] = _mm512_dpbusd_epi32(c0[r], a, b0);
-			c1[r] = _mm512_dpbusd_epi32(c1[r], a, b1);
-		}
-	}
+	for (int r = 0; r < QG_MR; r++)
+		__asm__("" : "+v"(c0[r]), "+v"(c1[r]));
 	const __m512 zy = _mm512_set1_ps(t->zy), lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
 	int mc = t->mcol != NULL;
 	__m512 m0 = mc ? _mm512_maskz_loadu_ps(k0, t->mcol) : zy;
