@@ -522,16 +522,31 @@ QG_VNNI_TARGET static void qg_micro_vnni44(const uint8_t *u, int64_t ldu,
 /* qg_req16 requantises 16 sums whose integer terms are added (v): times
  * the row's multiplier, then the column's (mc), rounded to nearest even,
  * plus the zero point, clamped, as int32. The float steps are
- * qg_epilogue's, in its order. */
-QG_REQ_TARGET static inline __m512i qg_req16(__m512i v, __m512 mrow, int mc, __m512 mcol, __m512 zy,
+ * qg_epilogue's (rint(v * mrow * mcol) + zy clamped to [lo, hi]), taken
+ * as: the product clamped to [lo - zy, hi - zy] (max, then min: a NaN
+ * becomes lo - zy, as the epilogue's max makes it lo), converted rounding
+ * to nearest even, plus zy as an integer. The same values: lo - zy and
+ * hi - zy are integers, exact in float, and rint keeps a value between
+ * two integers between them; zyi, lo and hi are qg_req_bounds'. */
+QG_REQ_TARGET static inline __m512i qg_req16(__m512i v, __m512 mrow, int mc, __m512 mcol, __m512i zyi,
 					     __m512 lo, __m512 hi)
 {
 	__m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mrow);
 	if (mc)
 		f = _mm512_mul_ps(f, mcol);
-	f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zy);
 	f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-	return _mm512_cvtps_epi32(f);
+	return _mm512_add_epi32(_mm512_cvt_roundps_epi32(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+				zyi);
+}
+
+/* qg_req_bounds sets qg_req16's zero point (as int32) and clamp (less it)
+ * from the epilogue's zy, lo and hi (integers in the byte range). */
+QG_REQ_TARGET static inline void qg_req_bounds(float zy, float lo, float hi, __m512i *zyi, __m512 *vlo,
+					       __m512 *vhi)
+{
+	*zyi = _mm512_set1_epi32((int32_t)zy);
+	*vlo = _mm512_set1_ps(lo - zy);
+	*vhi = _mm512_set1_ps(hi - zy);
 }
 
 /* qg_pack64 narrows 4 x 16 int32 values, each within the byte range of
@@ -581,12 +596,14 @@ QG_VNNI_TARGET static void qg_micro_vnni44_req(const uint8_t *u, int64_t ldu, co
 #pragma GCC unroll 4
 		for (int jj = 0; jj < QG_VNNI_NS; jj++)
 			__asm__("" : "+v"(c[r][jj]));
-	const __m512 zy = _mm512_set1_ps(t->zy), lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
+	__m512i zy;
+	__m512 lo, hi;
+	qg_req_bounds(t->zy, t->lo, t->hi, &zy, &lo, &hi);
 	int mc = t->mcol != NULL;
 	__m512 mcol[QG_VNNI_NS];
 #pragma GCC unroll 4
 	for (int j = 0; j < QG_VNNI_NS; j++)
-		mcol[j] = mc ? _mm512_maskz_loadu_ps(qg_colmask16(t->cols, j), t->mcol + 16 * j) : zy;
+		mcol[j] = mc ? _mm512_maskz_loadu_ps(qg_colmask16(t->cols, j), t->mcol + 16 * j) : lo;
 	__mmask64 ym = t->cols >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << t->cols) - 1;
 #pragma GCC unroll 4
 	for (int r = 0; r < QG_VNNI_MR; r++) {
@@ -624,10 +641,12 @@ QG_VNNI_TARGET static void qg_micro_vnni82_req(const uint8_t *u, int64_t ldu, co
 #pragma GCC unroll 8
 	for (int r = 0; r < QG_MR; r++)
 		__asm__("" : "+v"(c0[r]), "+v"(c1[r]));
-	const __m512 zy = _mm512_set1_ps(t->zy), lo = _mm512_set1_ps(t->lo), hi = _mm512_set1_ps(t->hi);
+	__m512i zy;
+	__m512 lo, hi;
+	qg_req_bounds(t->zy, t->lo, t->hi, &zy, &lo, &hi);
 	int mc = t->mcol != NULL;
-	__m512 m0 = mc ? _mm512_maskz_loadu_ps(k0, t->mcol) : zy;
-	__m512 m1 = mc ? _mm512_maskz_loadu_ps(k1, t->mcol + 16) : zy;
+	__m512 m0 = mc ? _mm512_maskz_loadu_ps(k0, t->mcol) : lo;
+	__m512 m1 = mc ? _mm512_maskz_loadu_ps(k1, t->mcol + 16) : lo;
 	__mmask32 ym = t->cols >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << t->cols) - 1;
 #pragma GCC unroll 4
 	for (int r = 0; r < QG_MR; r += 2) {
@@ -1793,8 +1812,10 @@ QG_512_TARGET static inline void qg_epilogue_b512(const int32_t *acc, int64_t w,
 {
 	const __m512i t = _mm512_set1_epi32(K * r.ua - r.rs), ua = _mm512_set1_epi32(r.ua);
 	const __m512i brow = _mm512_set1_epi32(r.brow), rt = _mm512_set1_epi32(r.rt);
-	const __m512 mrow = _mm512_set1_ps(r.mrow), zy = _mm512_set1_ps(r.zy);
-	const __m512 lo = _mm512_set1_ps(r.lo), hi = _mm512_set1_ps(r.hi);
+	const __m512 mrow = _mm512_set1_ps(r.mrow);
+	__m512i zy;
+	__m512 lo, hi;
+	qg_req_bounds(r.zy, r.lo, r.hi, &zy, &lo, &hi);
 	for (int64_t j = 0; j < w; j += 16) {
 		__mmask16 mk = (__mmask16)(w - j >= 16 ? 0xffff : (1u << (w - j)) - 1);
 		__m512i v = _mm512_maskz_loadu_epi32(mk, acc + j);
@@ -2079,12 +2100,20 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	const float *za = k->in[2], *zb = k->in[3], *mult = k->in[4];
 	const int32_t *bias = (const int32_t *)k->in[5];
 	/* the tile's per-column terms */
-	for (int64_t j = 0; j < nl; j++) {
-		int64_t n = n0 + j;
-		sbv[j] = (int32_t)(zb ? zb[p[19] ? n : 0] : 0.0f) - boff;
-		bcol[j] = p[21] == 2 ? bias[n] : 0;
-		mcol[j] = p[20] == 3 ? mult[n] : 1.0f;
+	if (zb && p[19]) {
+		for (int64_t j = 0; j < nl; j++)
+			sbv[j] = (int32_t)zb[n0 + j] - boff;
+	} else {
+		int32_t sb0 = (int32_t)(zb ? zb[0] : 0.0f) - boff;
+		for (int64_t j = 0; j < nl; j++)
+			sbv[j] = sb0;
 	}
+	if (p[21] == 2)
+		memcpy(bcol, bias + n0, (size_t)nl * sizeof(int32_t));
+	else
+		memset(bcol, 0, (size_t)nl * sizeof(int32_t));
+	for (int64_t j = 0; j < nl; j++)
+		mcol[j] = p[20] == 3 ? mult[n0 + j] : 1.0f;
 	qg_row row = {.zy = k->f[0], .lo = (float)p[23], .hi = (float)p[24], .requant = (int)p[22]};
 	/* bytes out on AVX-512 with per-tensor zero points (the usual case):
 	 * each column's terms once for the tile, in bcol's place */
