@@ -1292,6 +1292,17 @@ QG_512_TARGET static void qg_pack_rows_512(const float *A, int64_t lda, int64_t 
 	}
 }
 
+/* qg_img_rows is the input rows that output positions [n0, n0+nl) of a
+ * convolution (g: its parameters) read, the first of them *iha (it may
+ * lie in the padding): the rows of the byte images. */
+static inline int64_t qg_img_rows(const int64_t *g, int64_t n0, int64_t nl, int64_t *iha)
+{
+	int64_t KH = g[6], SH = g[8], PT = g[10], DH = g[12], OW = g[15];
+	int64_t oha = n0 / OW, ohb = (n0 + nl - 1) / OW;
+	*iha = oha * SH - PT;
+	return (ohb - oha) * SH + (KH - 1) * DH + 1;
+}
+
 /* qg_img_fill converts the input rows that output positions [n0, n0+nl)
  * read, of the Cg channels of one group at x, to s8 (value - off) in img
  * (rows of L bytes, column -PL first, padding as pad - off); it returns the
@@ -1299,10 +1310,8 @@ QG_512_TARGET static void qg_pack_rows_512(const float *A, int64_t lda, int64_t 
 QG_512_TARGET static int64_t qg_img_fill(const float *x, int code, const int64_t *g, int64_t n0,
 					 int64_t nl, int off, float pad, int64_t L, int8_t *img)
 {
-	int64_t Cg = g[1] / g[5], H = g[2], W = g[3], KH = g[6], SH = g[8], PT = g[10], PL = g[11];
-	int64_t DH = g[12], OW = g[15];
-	int64_t oha = n0 / OW, ohb = (n0 + nl - 1) / OW, iha = oha * SH - PT;
-	int64_t rows = (ohb - oha) * SH + (KH - 1) * DH + 1;
+	int64_t Cg = g[1] / g[5], H = g[2], W = g[3], PL = g[11], iha;
+	int64_t rows = qg_img_rows(g, n0, nl, &iha);
 	int8_t padb = (int8_t)((int)pad - off);
 	const __m512i vo = _mm512_set1_epi32(off), vo8 = _mm512_set1_epi8((char)off);
 	const uint8_t *xend = (const uint8_t *)x + Cg * H * W;
@@ -1528,10 +1537,8 @@ QG_512_TARGET static inline void qg_tr16x16(__m128i r[16])
 QG_512_TARGET static int64_t qg_img_fill_cl(const float *x, int code, const int64_t *g, int64_t n0,
 					    int64_t nl, int off, float pad, int64_t L, int8_t *img)
 {
-	int64_t Cg = g[1] / g[5], H = g[2], W = g[3], KH = g[6], SH = g[8], PT = g[10], PL = g[11];
-	int64_t DH = g[12], OW = g[15];
-	int64_t oha = n0 / OW, ohb = (n0 + nl - 1) / OW, iha = oha * SH - PT;
-	int64_t rows = (ohb - oha) * SH + (KH - 1) * DH + 1;
+	int64_t Cg = g[1] / g[5], H = g[2], W = g[3], PL = g[11], iha;
+	int64_t rows = qg_img_rows(g, n0, nl, &iha);
 	int8_t padb = (int8_t)((int)pad - off);
 	const __m128i vo8 = _mm_set1_epi8((char)off);
 	const __m512i vo = _mm512_set1_epi32(off);
