@@ -726,10 +726,11 @@ func (m *Model) rowsConv(n *graph.Node, ws []int64, shapes *map[string][]int64) 
 		return false
 	}
 	if ws[2] == 1 && ws[3] == 1 {
-		// 1x1: pointwise, B read in place; or strided, where a row's
-		// values lie a channel apart, one byte each: the column form's
-		// 16-byte loads build it faster (ResNet-18's 1x1 stride-2
-		// layers, enginebench -profile)
+		// 1x1: the column form reads a pointwise input in place and
+		// gathers a strided one. Run transposed, MobileNetV2's
+		// expansions (few input channels) were 1.2-2.2x slower a
+		// layer: their output is stored transposed, a few bytes a
+		// channel (docs/benchmarks.md, seventh session)
 		return false
 	}
 	if *shapes == nil {

@@ -354,7 +354,6 @@ static inline int qg_req_packs(int code, float lo, float hi)
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
 #define QG_VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* qg_dp44 adds the products of u's 4 rows and the 4 strips' panels at s
@@ -931,12 +930,11 @@ static int64_t qg_img_bytes(const int64_t *c, int64_t nt)
 
 /* qg_rows_scratch_bytes is a transposed block's scratch (qg_block_rows):
  * the row sums, QG_MR rows of sums over the tile's columns, the per-column
- * terms (3 x ct), the U tile (pt x kp, 64-aligned, then 64 bytes its last
- * row's copies spill into) and the byte image (img bytes). */
+ * terms (3 x ct), the U tile (pt x kp, 64-aligned) and the byte image (img
+ * bytes). */
 static int64_t qg_rows_scratch_bytes(int64_t pt, int64_t ct, int64_t kp, int64_t img)
 {
-	return 4 * pt + 4 * QG_MR * SK_CDIV(ct, QG_NR) * QG_NR + 3 * 4 * ct + 64 + pt * kp + 64 + img +
-	       64;
+	return 4 * pt + 4 * QG_MR * SK_CDIV(ct, QG_NR) * QG_NR + 3 * 4 * ct + 64 + pt * kp + img + 64;
 }
 
 /* qg_prep_rows tiles a convolution's QGEMM run transposed (qg_block_rows):
@@ -1533,8 +1531,8 @@ QG_512_TARGET static inline void qg_tr16x16(__m128i r[16])
  * channels of one group at x, as s8 (value - off), column -PL first,
  * padding as pad - off; byte (r * L + j) * Cg + c after QG_IMG_FRONT is
  * channel c of the block's input row r at column j - PL. 16 channels by
- * 16 columns are transposed at a time. It returns the rows. */
-QG_512_TARGET static int64_t qg_img_fill_cl(const float *x, int code, const int64_t *g, int64_t n0,
+ * 16 columns are transposed at a time. */
+QG_512_TARGET static void qg_img_fill_cl(const float *x, int code, const int64_t *g, int64_t n0,
 					    int64_t nl, int off, float pad, int64_t L, int8_t *img)
 {
 	int64_t Cg = g[1] / g[5], H = g[2], W = g[3], PL = g[11], iha;
@@ -1586,7 +1584,6 @@ QG_512_TARGET static int64_t qg_img_fill_cl(const float *x, int code, const int6
 			}
 		}
 	}
-	return rows;
 }
 
 /* qg_rows_im2col_cl: qg_rows_im2col_c from the channel-last image
@@ -1627,7 +1624,7 @@ QG_512_TARGET static void qg_rows_im2col_cl(const int64_t *g, int64_t p0, int64_
 
 #else
 #define qg_img_fill(...) ((int64_t)0)
-#define qg_img_fill_cl(...) ((int64_t)0)
+#define qg_img_fill_cl(...) ((void)0)
 #define qg_rows_im2col_cl(...) ((void)0)
 #define qg_pack_im2col_img(...) ((void)0)
 #define qg_pack_rows_512(...) ((void)0)
@@ -1914,7 +1911,7 @@ static void qg_block_rows(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	float *mcol = (float *)(bcol + ct);
 	uint8_t *U = (uint8_t *)(mcol + ct);
 	U = (uint8_t *)(((uintptr_t)U + 63) & ~(uintptr_t)63);
-	int8_t *img = (int8_t *)(U + pt * kp + 64);
+	int8_t *img = (int8_t *)(U + pt * kp);
 	qg_impl q = qg_choose(kp);
 
 	/* the positions' im2col rows, x + aoffx as u8 */
@@ -2157,10 +2154,10 @@ void sk_block_qgemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		int fused = req && !tile && rows == mr;
 		qg_req_terms rq = {.zy = row.zy, .lo = row.lo, .hi = row.hi, .code = sy};
 		for (int r = 0; fused && r < rows; r++) {
-			qg_row rr = row;
-			qg_row_terms(&g, r, &rr);
-			rq.rt[r] = rr.rt;
-			rq.mrow[r] = rr.mrow;
+			qg_row terms = row;
+			qg_row_terms(&g, r, &terms);
+			rq.rt[r] = terms.rt;
+			rq.mrow[r] = terms.mrow;
 		}
 		/* the row group's sums over all the tile's columns, then one
 		 * epilogue call per row; the strips [0, done) requantised in
