@@ -403,6 +403,18 @@ func TestQConvPaths(t *testing.T) {
 		g, x := qconvGraph(c.C, c.M, c.G, c.H, c.W, c.K, c.stride, c.pad, c.dil, c.qlinear, false)
 		foldEveryQGemmKernel(t, ctx, be, c.name, g, x)
 	}
+	// a strided 1x1 padded after the input (ONNX pads [0, 0, 1, 1]): its
+	// last output row and column read the padding, so the column form
+	// builds its im2col from the byte image, not by gathering input bytes
+	for _, sz := range []int64{8, 9} {
+		g, x := qconvGraph(12, 20, 1, sz, sz, 1, 2, 0, 0, true, false)
+		for i, a := range g.Nodes[1].Attrs {
+			if a.Name == "pads" {
+				g.Nodes[1].Attrs[i].Ints = []int64{0, 0, 1, 1}
+			}
+		}
+		foldEveryQGemmKernel(t, ctx, be, fmt.Sprintf("1x1-stride2-padded-after-%dx%d", sz, sz), g, x)
+	}
 	// symmetric weights (zero points 0): the epilogue's per-tensor terms
 	for _, sz := range []int64{7, 20} {
 		g, x := qconvGraph(48, 64, 1, sz, sz, 3, 1, 1, 0, true, true)

@@ -868,16 +868,18 @@ static int qg_params_ok(const sk_kernel *k)
 	       p[28] >= p[2] && p[28] % 4 == 0 && qg_store_ok(p);
 }
 
-/* An unpadded 1x1 convolution with a stride reads one input byte per
- * channel and position, at column ow*SW of row oh*SH: a block gathers its
+/* A 1x1 convolution whose every position lies inside the input (no
+ * padding before it, none read after it) reads one input byte per channel
+ * and position, at column ow*SW of row oh*SH: a block gathers its
  * positions' bytes into rows of its own (qg_gather_1x1) and packs those as
  * a plain GEMM's columns, where the byte image would convert every input
  * row of every channel for each block (ResNet-50's stride-2 shortcuts:
- * 1024 channels of a 14x14 plane for 8 blocks of 49 positions each). */
+ * 1024 channels of a 14x14 plane for 8 blocks of 49 positions each). A
+ * pointwise one (stride 1) is read in place and never gets here. */
 static int qg_gather_1x1_ok(const int64_t *c, int code)
 {
-	return code && c[6] == 1 && c[7] == 1 && c[10] == 0 && c[11] == 0 && c[9] >= 1 &&
-	       (c[8] > 1 || c[9] > 1);
+	return code && c[6] == 1 && c[7] == 1 && c[10] == 0 && c[11] == 0 &&
+	       (c[14] - 1) * c[8] < c[2] && (c[15] - 1) * c[9] < c[3];
 }
 
 /* qg_scratch_bytes is a block's scratch: the row and column sums, the
