@@ -107,6 +107,18 @@ func TestByteIntegers(t *testing.T) {
 		{"1x1-14x14-symmetric", 24, 48, 1, 14, 14, 1, 1, 0, 0, true},
 		{"1x1-20x20-symmetric", 16, 512, 1, 20, 20, 1, 1, 0, 0, true},
 		{"1x1-8x47-symmetric", 16, 1024, 1, 8, 47, 1, 1, 0, 0, true},
+		// 3x3 depthwise in integers (dw3x3_int_512, where the
+		// channel-vector path does not take the plane): stride 2 on
+		// rows wider than 32, stride 1 wider than 128, a channel
+		// multiplier, no padding; whole and partial vectors, rows
+		// whose loads reach the plane's and the tensor's end. The
+		// asymmetric weights (zero points to 20) leave some channels
+		// outside [-128, 127]: those take the float path
+		{"depthwise-stride2-wide", 16, 16, 16, 37, 71, 3, 2, 1, 0, false},
+		{"depthwise-stride2-wide-symmetric", 16, 16, 16, 37, 71, 3, 2, 1, 0, true},
+		{"depthwise-150-symmetric", 8, 8, 8, 6, 150, 3, 1, 1, 0, true},
+		{"depthwise-stride2-mult2-symmetric", 16, 32, 16, 20, 66, 3, 2, 1, 0, true},
+		{"depthwise-stride2-nopad-symmetric", 24, 24, 24, 33, 65, 3, 2, 0, 0, true},
 	}
 	for _, c := range cases {
 		for _, signed := range []bool{false, true} {
@@ -165,6 +177,26 @@ func TestByteIntegers(t *testing.T) {
 					}
 				}
 			}
+		})
+	}
+}
+
+// TestDepthwiseBytesLargeBias: a 3x3 depthwise layer on bytes whose
+// biases take some channels' sums past 2^24, where float32 sums round
+// (the integer path, dw3x3_int_512, leaves those channels to the float
+// path, whose bits every instruction set gives), still gives the
+// constant folder's bits with every micro-kernel under every GEMM
+// instruction set.
+func TestDepthwiseBytesLargeBias(t *testing.T) {
+	be := cpuBackend(t)
+	ctx := context.Background()
+	for _, signed := range []bool{false, true} {
+		g, x := qconvGraph(16, 16, 16, 21, 67, 3, 2, 1, 0, true, true)
+		g = byteChain(g, signed)
+		b := g.Initializer("b")
+		b.I64[0], b.I64[1], b.I64[2] = 1<<25+1, -(1<<24)-3, 1<<24-7
+		gemmISAs(t, func(isa string) {
+			foldEveryQGemmKernel(t, ctx, be, fmt.Sprintf("large-bias-signed=%v-%s", signed, isa), g, x)
 		})
 	}
 }

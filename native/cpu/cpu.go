@@ -65,6 +65,9 @@ const (
 	PAct  = int(C.SKP_ACT)
 	FActA = int(C.SKF_ACT_A)
 	FActB = int(C.SKF_ACT_B)
+	// PStore is the slot that says which operands are stored as bytes
+	// (2 bits each: the output, then in[0], in[1], ...; 1 uint8, 2 int8).
+	PStore = int(C.SKP_STORE)
 	// FlagInPlace marks a kernel that reads and writes the same memory.
 	FlagInPlace = int32(C.SK_KF_INPLACE)
 	// GemmPanel is the column count of a panel of B stored in panels, and

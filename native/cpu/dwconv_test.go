@@ -1,9 +1,11 @@
 package cpu
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"testing"
+	"unsafe"
 )
 
 // dwCase is one depthwise convolution: C channels (times mult outputs
@@ -321,4 +323,81 @@ func BenchmarkFirstConv(b *testing.B) {
 		runBlocks(ks, 0)
 	}
 	b.ReportMetric(2*float64(n*cout*ohw*ohw*c*9)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// TestDepthwiseBytes: a 3x3 depthwise layer whose input is stored as
+// bytes (unsigned, zero point 3) gives, on every instruction set and
+// integer micro-kernel choice and any number of units, the bits of the
+// generic float path on one unit: the integer path (dw3x3_int_512, VNNI)
+// where it takes a channel, the channel-vector and plane paths elsewhere.
+// The outputs are float32 sums (no requantisation: a sum off by one shows)
+// or requantised bytes. The weights reach past [-128, 127] and some
+// biases take a channel's sums past 2^24, where float32 sums round: the
+// integer path must leave those channels to the float path.
+func TestDepthwiseBytes(t *testing.T) {
+	defer SetGemmISA("")
+	defer SetQGemmKernel(QGemmBest)
+	cases := []dwCase{
+		{n: 2, c: 6, mult: 1, h: 37, w: 71, k: 3, stride: 2, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true},
+		{n: 1, c: 5, mult: 1, h: 33, w: 65, k: 3, stride: 2, padT: 0, padL: 0, padB: 1, padR: 1, bias: true, quant: true, requant: true},
+		{n: 1, c: 3, mult: 2, h: 20, w: 66, k: 3, stride: 2, padT: 1, padL: 1, padB: 1, padR: 1, quant: true},
+		{n: 2, c: 4, mult: 1, h: 6, w: 150, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true},
+		{n: 1, c: 4, mult: 1, h: 5, w: 140, k: 3, stride: 1, padT: 2, padL: 0, padB: 0, padR: 2, bias: true, quant: true, requant: true},
+		// the channel-vector path's planes
+		{n: 1, c: 20, mult: 1, h: 14, w: 14, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true},
+		{n: 1, c: 17, mult: 1, h: 28, w: 28, k: 3, stride: 2, padT: 0, padL: 0, padB: 1, padR: 1, bias: true, quant: true, requant: true},
+	}
+	for _, dc := range cases {
+		o := dwMake(t, dc)
+		if dc.bias && !dc.requant {
+			// past 2^24 with the sums, and one at it
+			o.bias.s()[0], o.bias.s()[1] = 1<<25+16, -(1<<24)+8
+		}
+		oh, ow := dc.out()
+		nin, nout := int(dc.n*dc.c*dc.h*dc.w), int(dc.n*dc.c*dc.mult*oh*ow)
+		xb := newFloats(t, nin/4+1, 0)
+		bs := unsafe.Slice((*byte)(xb.p), nin)
+		for i, v := range o.x.s() {
+			bs[i] = byte(v)
+		}
+		run := func(units int) []byte {
+			y := newFloats(t, nout, float32(math.NaN()))
+			ks := newKernels(t, 1)
+			d := dwDesc(dc, o, y)
+			d.In[0] = xb.p
+			d.P[PStore] = 1 << 2 // in[0] as uint8
+			if dc.requant {
+				d.P[PStore] |= 1 // the output as uint8
+			}
+			if err := ks.Set(0, &d, units); err != nil {
+				t.Fatalf("%v: %v", dc, err)
+			}
+			runBlocks(ks, 0)
+			if dc.requant {
+				return append([]byte{}, unsafe.Slice((*byte)(y.p), nout)...)
+			}
+			return append([]byte{}, unsafe.Slice((*byte)(y.p), 4*nout)...)
+		}
+		if err := SetGemmISA("generic"); err != nil {
+			t.Fatal(err)
+		}
+		want := run(1)
+		for _, isa := range GemmISAs() {
+			if err := SetGemmISA(isa); err != nil {
+				t.Fatal(err)
+			}
+			for _, qk := range []int{QGemmBest, QGemmNoVNNI} {
+				SetQGemmKernel(qk)
+				for _, units := range []int{1, 3} {
+					if got := run(units); !bytes.Equal(got, want) {
+						for i := range got {
+							if got[i] != want[i] {
+								t.Fatalf("%v, %s, micro-kernel %d, %d units: byte %d = %d, generic %d", dc, isa, qk, units, i, got[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
 }

@@ -820,6 +820,12 @@ typedef struct qg_impl {
 	int req; /* whole tiles requantised in registers (the VNNI kernels) */
 } qg_impl;
 
+int sk_qgemm_vnni(void)
+{
+	pthread_once(&qg_cpu_once, qg_probe);
+	return qg_cpu.vnni && qg_kernel != SK_QGEMM_PORTABLE && qg_kernel != SK_QGEMM_NO_VNNI;
+}
+
 int sk_qgemm_amx(void)
 {
 	pthread_once(&qg_cpu_once, qg_probe);

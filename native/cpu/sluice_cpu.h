@@ -639,6 +639,10 @@ enum sk_qgemm_kernel {
 };
 /* sk_qgemm_set_kernel picks QGEMM's micro-kernels (tests, benchmarks). */
 void sk_qgemm_set_kernel(int which);
+/* sk_qgemm_vnni reports whether the integer kernels use VNNI: the CPU has
+ * it and the micro-kernels picked do (QGEMM's, and the depthwise kernel's
+ * on bytes, which follows them). */
+int sk_qgemm_vnni(void);
 /* sk_qgemm_amx reports whether the CPU runs QGEMM on AMX tiles. */
 int sk_qgemm_amx(void);
 
