@@ -1420,6 +1420,28 @@ QG_512_TARGET static void qg_pack_im2col_img(const int64_t *g, int64_t n0, int64
 				_mm512_storeu_si512((void *)(sp + k4 * 64), word);
 				cs = _mm512_add_epi32(cs, _mm512_madd_epi16(_mm512_maddubs_epi16(ones8, word), ones16));
 			}
+		} else if (nseg == 2 && w == 16 && koff) {
+			/* a whole strip across two output rows: each value of a
+			 * panel word from two loads, the second row's lanes
+			 * (lanes[1]) from the second (on 56x56 outputs, about
+			 * one strip in four; on 28x28, one in two) */
+			const int8_t *b0 = img + rel[0], *b1 = img + rel[1];
+			__mmask16 m1 = lanes[1];
+			for (; 4 * k4 + 3 < K; k4++) {
+				const int32_t *o = koff + 4 * k4;
+				__m128i v4[4];
+				for (int q = 0; q < 4; q++)
+					v4[q] = SW == 1 ? _mm_mask_mov_epi8(
+							  _mm_loadu_si128((const __m128i *)(b0 + o[q])), m1,
+							  _mm_loadu_si128((const __m128i *)(b1 + o[q])))
+							: _mm_mask_mov_epi8(
+							  _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)(b0 + o[q]))),
+							  m1,
+							  _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)(b1 + o[q]))));
+				__m512i word = qg_interleave4(v4[0], v4[1], v4[2], v4[3]);
+				_mm512_storeu_si512((void *)(sp + k4 * 64), word);
+				cs = _mm512_add_epi32(cs, _mm512_madd_epi16(_mm512_maddubs_epi16(ones8, word), ones16));
+			}
 		}
 		for (; k4 < k4n; k4++) {
 			__m128i v[4];
