@@ -580,6 +580,21 @@ static inline __mmask16 qg_colmask16(int cols, int j)
 	return w >= 16 ? (__mmask16)0xffff : (w <= 0 ? 0 : (__mmask16)((1u << w) - 1));
 }
 
+/* qg_ld32 / qg_ldps are the 16 int32 values / floats at p in the lanes
+ * of mk (0 in the others), with a whole load where mk holds all 16: in
+ * these loops a masked load cost more than a whole one on Zen 5 (the
+ * epilogue 1.1-1.2x; QLinearAdd on bytes 1.8x, see q_add_bytes_512),
+ * though a stream of them alone runs within 10% of whole ones. */
+__attribute__((target("avx512f"))) static inline __m512i qg_ld32(__mmask16 mk, const int32_t *p)
+{
+	return mk == 0xffff ? _mm512_loadu_si512((const void *)p) : _mm512_maskz_loadu_epi32(mk, p);
+}
+
+__attribute__((target("avx512f"))) static inline __m512 qg_ldps(__mmask16 mk, const float *p)
+{
+	return mk == 0xffff ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(mk, p);
+}
+
 /* qg_micro_vnni44_req: qg_micro_vnni44_full, requantised in registers
  * and stored as bytes: row r's t->cols (up to 64) columns at y + r * ldc.
  * The same bits as the micro-kernel, then qg_epilogue_b512 with ecol. */
@@ -594,7 +609,7 @@ QG_VNNI_TARGET static void qg_micro_vnni44_req(const uint8_t *u, int64_t ldu, co
 #pragma GCC unroll 4
 		for (int j = 0; j < QG_VNNI_NS; j++) /* the integer terms first: exact */
 			c[r][j] = _mm512_add_epi32(
-				_mm512_maskz_loadu_epi32(qg_colmask16(t->cols, j), t->ecol + 16 * j), rt);
+				qg_ld32(qg_colmask16(t->cols, j), t->ecol + 16 * j), rt);
 	}
 	qg_dp44(u, ldu, s, k4n, c);
 	/* the sums pinned in registers here: without it GCC copied all 16
@@ -611,7 +626,7 @@ QG_VNNI_TARGET static void qg_micro_vnni44_req(const uint8_t *u, int64_t ldu, co
 	__m512 mcol[QG_VNNI_NS];
 #pragma GCC unroll 4
 	for (int j = 0; j < QG_VNNI_NS; j++)
-		mcol[j] = mc ? _mm512_maskz_loadu_ps(qg_colmask16(t->cols, j), t->mcol + 16 * j) : lo;
+		mcol[j] = mc ? qg_ldps(qg_colmask16(t->cols, j), t->mcol + 16 * j) : lo;
 	__mmask64 ym = t->cols >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << t->cols) - 1;
 #pragma GCC unroll 4
 	for (int r = 0; r < QG_VNNI_MR; r++) {
@@ -636,8 +651,8 @@ QG_VNNI_TARGET static void qg_micro_vnni82_req(const uint8_t *u, int64_t ldu, co
 {
 	__m512i c0[QG_MR], c1[QG_MR];
 	__mmask16 k0 = qg_colmask16(t->cols, 0), k1 = qg_colmask16(t->cols, 1);
-	__m512i e0 = _mm512_maskz_loadu_epi32(k0, t->ecol);
-	__m512i e1 = _mm512_maskz_loadu_epi32(k1, t->ecol + 16);
+	__m512i e0 = qg_ld32(k0, t->ecol);
+	__m512i e1 = qg_ld32(k1, t->ecol + 16);
 #pragma GCC unroll 8
 	for (int r = 0; r < QG_MR; r++) {
 		__m512i rt = _mm512_set1_epi32(t->rt[r]);
@@ -653,8 +668,8 @@ QG_VNNI_TARGET static void qg_micro_vnni82_req(const uint8_t *u, int64_t ldu, co
 	__m512 lo, hi;
 	qg_req_bounds(t->zy, t->lo, t->hi, &zy, &lo, &hi);
 	int mc = t->mcol != NULL;
-	__m512 m0 = mc ? _mm512_maskz_loadu_ps(k0, t->mcol) : lo;
-	__m512 m1 = mc ? _mm512_maskz_loadu_ps(k1, t->mcol + 16) : lo;
+	__m512 m0 = mc ? qg_ldps(k0, t->mcol) : lo;
+	__m512 m1 = mc ? qg_ldps(k1, t->mcol + 16) : lo;
 	__mmask32 ym = t->cols >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << t->cols) - 1;
 #pragma GCC unroll 4
 	for (int r = 0; r < QG_MR; r += 2) {
@@ -1206,7 +1221,7 @@ static void qg_rows_im2col_c(const void *x, int code, const int64_t *g, int64_t 
 /* qg_load16 is up to 16 8-bit integers stored as code, widened. */
 QG_512_TARGET static inline __m512i qg_load16(const void *b, int code, __mmask16 mk)
 {
-	__m128i v = _mm_maskz_loadu_epi8(mk, b);
+	__m128i v = mk == 0xffff ? _mm_loadu_si128((const __m128i *)b) : _mm_maskz_loadu_epi8(mk, b);
 	return code == SK_STORE_U8 ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v);
 }
 
@@ -1667,7 +1682,7 @@ QG_512_TARGET static void qg_rows_im2col_cl(const int64_t *g, int64_t p0, int64_
 		__m512i sum = zero;
 		for (int64_t j = 0; j < kp; j += 64) {
 			__mmask64 mk = kp - j >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (kp - j)) - 1;
-			sum = _mm512_add_epi64(sum, _mm512_sad_epu8(_mm512_maskz_loadu_epi8(mk, u + j), zero));
+			sum = _mm512_add_epi64(sum, _mm512_sad_epu8(kp - j >= 64 ? _mm512_loadu_si512((const void *)(u + j)) : _mm512_maskz_loadu_epi8(mk, u + j), zero));
 		}
 		rsum[r] = (int32_t)_mm512_reduce_add_epi64(sum);
 	}
@@ -1873,15 +1888,15 @@ QG_512_TARGET static inline void qg_epilogue_b512(const int32_t *acc, int64_t w,
 	qg_req_bounds(r.zy, r.lo, r.hi, &zy, &lo, &hi);
 	for (int64_t j = 0; j < w; j += 16) {
 		__mmask16 mk = (__mmask16)(w - j >= 16 ? 0xffff : (1u << (w - j)) - 1);
-		__m512i v = _mm512_maskz_loadu_epi32(mk, acc + j);
+		__m512i v = qg_ld32(mk, acc + j);
 		if (ecol) {
-			v = _mm512_add_epi32(v, _mm512_add_epi32(_mm512_maskz_loadu_epi32(mk, ecol + j), rt));
+			v = _mm512_add_epi32(v, _mm512_add_epi32(qg_ld32(mk, ecol + j), rt));
 		} else {
-			v = _mm512_add_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, sb + j), t));
-			v = _mm512_sub_epi32(v, _mm512_mullo_epi32(_mm512_maskz_loadu_epi32(mk, cs + j), ua));
-			v = _mm512_add_epi32(v, _mm512_add_epi32(brow, _mm512_maskz_loadu_epi32(mk, bcol + j)));
+			v = _mm512_add_epi32(v, _mm512_mullo_epi32(qg_ld32(mk, sb + j), t));
+			v = _mm512_sub_epi32(v, _mm512_mullo_epi32(qg_ld32(mk, cs + j), ua));
+			v = _mm512_add_epi32(v, _mm512_add_epi32(brow, qg_ld32(mk, bcol + j)));
 		}
-		__m512 m = mc ? _mm512_maskz_loadu_ps(mk, mcol + j) : mrow;
+		__m512 m = mc ? qg_ldps(mk, mcol + j) : mrow;
 		qg_store16(y + j, mk, qg_req16(v, mrow, mc, m, zy, lo, hi));
 	}
 }
