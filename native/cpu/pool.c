@@ -15,6 +15,42 @@ static int64_t plane_chunk(int64_t planes, int64_t per_plane, int units)
 	return sk_split(planes, want, 1);
 }
 
+/* ---- max pooling on bytes ---------------------------------------------- */
+
+#define PB_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+
+/* pool_bytes_shape reports whether max pooling with bytes in and out
+ * runs on bytes (pool_max_bytes_512, where the CPU has AVX-512 BW and
+ * VBMI): both of one type, columns at stride 1 or 2, undilated, up to 64
+ * taps a row. */
+static int pool_bytes_shape(const int64_t *p)
+{
+	int64_t st = p[SKP_STORE];
+	return p[13] == 0 && (st & 3) && (st & 3) == ((st >> 2) & 3) && p[8] <= 2 && p[12] == 1 &&
+	       p[6] <= 64;
+}
+
+/* pool_bytes_row / pool_bytes_hrow: a padded input row's length (the PL
+ * columns before the row, the row, and as far as the last 64 outputs'
+ * loads read) and a row of the horizontal maxima's (whole 64-byte
+ * vectors). */
+static inline int64_t pool_bytes_hrow(const int64_t *p) { return SK_CDIV(p[4], 64) * 64; }
+static inline int64_t pool_bytes_row(const int64_t *p)
+{
+	return SK_MAX(p[8] * pool_bytes_hrow(p) + p[6] + 128, p[10] + p[2]) + 64;
+}
+
+/* POOL_BYTES_RING is how many padded rows pool_max_bytes_512 keeps. */
+#define POOL_BYTES_RING 4
+
+/* pool_bytes_scratch is the floats pool_max_bytes_512 needs: the
+ * horizontal maxima of every input row, then the padded rows. */
+static inline int64_t pool_bytes_scratch(const int64_t *p)
+{
+	return SK_CDIV(p[1] * pool_bytes_hrow(p) + POOL_BYTES_RING * pool_bytes_row(p), 4);
+}
+
+
 void sk_prep_pool(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
@@ -39,6 +75,8 @@ void sk_prep_pool(sk_kernel *k, int units)
 	k->t[0] = ct;
 	k->grid = SK_CDIV(p[0], ct);
 	k->scratch = st ? p[1] * p[2] + p[3] * p[4] : 0;
+	if (pool_bytes_shape(p))
+		k->scratch = SK_MAX(k->scratch, pool_bytes_scratch(p));
 }
 
 /* taps of a window row whose output ranges pool_plane keeps */
@@ -265,6 +303,112 @@ SK_MV static void pool_plane(const float *x, float *y, const int64_t *p, int wid
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+static int pool_bytes_cpu(void)
+{
+	return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+	       __builtin_cpu_supports("avx512vbmi");
+}
+
+/* pool_max_bytes_512 is max pooling of one plane of bytes (code: uint8
+ * or int8) into bytes, with pool_plane's values: the largest input of
+ * each window (taps inside the input only), 0 where a window holds
+ * padding only. Max pooling is separable: each input row's maxima over
+ * the window's columns (64 outputs a vector; at stride 2 the even bytes
+ * of 128 by one permutation) go to H (a row of hl bytes each), from a
+ * copy of the row between bytes of the type's least value (a tap outside
+ * the row never wins), then each output row is the maxima of its
+ * window's rows of H. The integers compare exactly, so any order gives
+ * the float path's values. R: the padded row's scratch. */
+PB_512 static void pool_max_bytes_512(const uint8_t *x, const uint8_t *xend, uint8_t *y,
+				      const int64_t *p, int code, int64_t clo, int64_t chi, uint8_t *H,
+				      uint8_t *R)
+{
+	int64_t Hn = p[1], W = p[2], OH = p[3], OW = p[4], KH = p[5], KW = p[6];
+	int64_t SH = p[7], SW = p[8], PT = p[9], PL = p[10], DH = p[11];
+	int64_t hl = pool_bytes_hrow(p), L = pool_bytes_row(p);
+	int s8 = code == SK_STORE_S8;
+	const __m512i least = _mm512_set1_epi8(s8 ? (char)0x80 : 0);
+	const __m512i even = _mm512_setr_epi64(0x0e0c0a0806040200ll, 0x1e1c1a1816141210ll,
+					       0x2e2c2a2826242220ll, 0x3e3c3a3836343230ll,
+					       0x4e4c4a4846444240ll, 0x5e5c5a5856545250ll,
+					       0x6e6c6a6866646260ll, 0x7e7c7a7876747270ll);
+	for (int64_t j = 0; j < POOL_BYTES_RING * L; j += 64)
+		_mm512_storeu_si512((void *)(R + j), least);
+	/* the row after PL of the least value, whole vectors (the bytes
+	 * past the row, read from the next or not at all, then the least
+	 * value again), copied POOL_BYTES_RING - 1 rows ahead of its use:
+	 * loads right after the stores they read (at other offsets) cost
+	 * this routine 2x here */
+	for (int64_t ih = 0; ih < Hn + POOL_BYTES_RING - 1; ih++) {
+		if (ih < Hn) {
+			const uint8_t *xr = x + ih * W;
+			uint8_t *rc = R + (ih % POOL_BYTES_RING) * L;
+			for (int64_t j = 0; j < W; j += 64) {
+				__mmask64 m = W - j >= 64 ? ~0ull : (1ull << (W - j)) - 1;
+				__m512i v = xr + j + 64 <= xend ? _mm512_loadu_si512((const void *)(xr + j))
+								: _mm512_maskz_loadu_epi8(m, xr + j);
+				_mm512_storeu_si512((void *)(rc + PL + j), v);
+			}
+			_mm512_storeu_si512((void *)(rc + PL + W), least);
+		}
+		int64_t iu = ih - (POOL_BYTES_RING - 1); /* the row used now */
+		if (iu < 0)
+			continue;
+		const uint8_t *ru = R + (iu % POOL_BYTES_RING) * L;
+		uint8_t *hr = H + iu * hl;
+		for (int64_t ow = 0; ow < hl; ow += 64) {
+			__m512i mx = least;
+			for (int64_t kw = 0; kw < KW; kw++) {
+				const uint8_t *s = ru + SW * ow + kw;
+				__m512i v = SW == 1 ? _mm512_loadu_si512((const void *)s)
+						    : _mm512_permutex2var_epi8(_mm512_loadu_si512((const void *)s), even,
+									       _mm512_loadu_si512((const void *)(s + 64)));
+				mx = s8 ? _mm512_max_epi8(mx, v) : _mm512_max_epu8(mx, v);
+			}
+			_mm512_storeu_si512((void *)(hr + ow), mx);
+		}
+	}
+	__mmask64 keep[4] = {0, 0, 0, 0}; /* the columns with a tap inside the row, per vector */
+	for (int64_t ow = 0; ow < OW && ow < 256; ow++)
+		if (ow >= clo && ow < chi)
+			keep[ow / 64] |= 1ull << (ow % 64);
+	for (int64_t oh = 0; oh < OH; oh++) {
+		uint8_t *yr = y + oh * OW;
+		int64_t h0 = oh * SH - PT, rows = 0;
+		for (int64_t ow = 0; ow < OW; ow += 64) {
+			__m512i mx = least;
+			rows = 0;
+			for (int64_t kh = 0; kh < KH; kh++) {
+				int64_t ih = h0 + kh * DH;
+				if (ih < 0 || ih >= Hn)
+					continue;
+				rows++;
+				__m512i v = _mm512_loadu_si512((const void *)(H + ih * hl + ow));
+				mx = s8 ? _mm512_max_epi8(mx, v) : _mm512_max_epu8(mx, v);
+			}
+			/* 0 where the window holds padding only */
+			__mmask64 kp = 0;
+			if (rows) {
+				if (ow < 256) {
+					kp = keep[ow / 64];
+				} else {
+					for (int i = 0; i < 64; i++)
+						if (ow + i >= clo && ow + i < chi)
+							kp |= 1ull << i;
+				}
+			}
+			mx = _mm512_maskz_mov_epi8(kp, mx);
+			__mmask64 ms = OW - ow >= 64 ? ~0ull : (1ull << (OW - ow)) - 1;
+			if (ms == ~0ull)
+				_mm512_storeu_si512((void *)(yr + ow), mx);
+			else
+				_mm512_mask_storeu_epi8(yr + ow, ms, mx);
+		}
+	}
+}
+#endif
+
 void sk_block_pool(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -285,6 +429,30 @@ void sk_block_pool(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			return;
 		ys = xs + HW;
 	}
+#if defined(__x86_64__) && defined(__GNUC__)
+	/* bytes in and out: max pooling on the bytes (ResNet-18-int8's
+	 * layer: 0.46 of the samples of staging each plane as float32, its
+	 * pooling and the store back, perf record alternated twice) */
+	if (wide && pool_bytes_shape(p) && pool_bytes_cpu() && k->scratch >= pool_bytes_scratch(p)) {
+		int64_t clo = p[4], chi = 0;
+		for (int64_t kw = 0; kw < p[6]; kw++) {
+			int64_t lo, hi;
+			tap_cols(kw * p[12] - p[10], p[2], p[8], p[4], &lo, &hi);
+			if (lo < hi) {
+				clo = SK_MIN(clo, lo);
+				chi = SK_MAX(chi, hi);
+			}
+		}
+		uint8_t *hm = (uint8_t *)xs;
+		const uint8_t *xend = (const uint8_t *)k->in[0] + p[0] * HW;
+		for (int64_t c = c0; c < c1; c++) {
+			SK_POLL(ctx);
+			pool_max_bytes_512((const uint8_t *)k->in[0] + c * HW, xend, (uint8_t *)k->out + c * OHW,
+					   p, sx, clo, chi, hm, hm + p[1] * pool_bytes_hrow(p));
+		}
+		return;
+	}
+#endif
 	for (int64_t c = c0; c < c1; c++) {
 		SK_POLL(ctx);
 		const float *x = k->in[0] + c * HW;

@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"testing"
+	"unsafe"
 )
 
 // poolCase is a max pooling of planes of h x w by a k x k window.
@@ -178,6 +179,69 @@ func TestGlobalAverageSameBits(t *testing.T) {
 				for c, v := range want {
 					if got := y.s()[c]; math.Float32bits(got) != math.Float32bits(v) {
 						t.Fatalf("%d values, %s, %d units: plane %d = %v, want %v", hw, isa, units, c, got, v)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMaxPoolBytes: max pooling with its input and output stored as
+// bytes (uint8 and int8) gives, on every instruction set and any number
+// of units, the values of the generic path, which stages each plane as
+// float32: the byte path (pool_max_bytes_512) where the CPU has it.
+// Windows of padding only give 0 (for int8 not the least value), at both
+// ends of a row and on rows of padding only.
+func TestMaxPoolBytes(t *testing.T) {
+	defer SetGemmISA("")
+	for _, pc := range []poolCase{
+		{2, 112, 112, 3, 2, 1}, // ResNet's
+		{3, 9, 37, 3, 2, 0}, {2, 8, 66, 2, 2, 0}, {2, 7, 70, 3, 2, 1}, {1, 5, 33, 3, 1, 1},
+		{2, 6, 35, 5, 2, 2}, {1, 4, 200, 3, 1, 1}, {1, 4, 300, 3, 2, 1},
+		{2, 6, 40, 2, 1, 2}, {1, 5, 41, 3, 2, 2}, {1, 3, 5, 4, 1, 3},
+	} {
+		for _, code := range []int64{1, 2} { // uint8, int8
+			n := int(pc.planes * pc.h * pc.w)
+			x := newFloats(t, n/4+1, 0)
+			xb := unsafe.Slice((*byte)(x.p), n)
+			rnd := uint32(pc.h*31 + pc.w + int64(code))
+			for i := range xb {
+				rnd = rnd*1664525 + 1013904223
+				xb[i] = byte(rnd >> 24)
+			}
+			oh, ow := pc.out()
+			nout := int(pc.planes * oh * ow)
+			run := func(units int) []byte {
+				y := newFloats(t, nout/4+1, 0)
+				yb := unsafe.Slice((*byte)(y.p), nout)
+				for i := range yb {
+					yb[i] = 0x5a
+				}
+				d := Desc{Op: OpPool, Out: y.p}
+				d.In[0] = x.p
+				copy(d.P[:17], []int64{pc.planes, pc.h, pc.w, oh, ow, pc.k, pc.k, pc.s, pc.s, pc.pad, pc.pad, 1, 1, 0, 0, pc.pad, pc.pad})
+				d.P[PStore] = code | code<<2
+				ks := newKernels(t, 1)
+				if err := ks.Set(0, &d, units); err != nil {
+					t.Fatalf("%+v: %v", pc, err)
+				}
+				runBlocks(ks, 0)
+				return append([]byte(nil), yb...)
+			}
+			if err := SetGemmISA("generic"); err != nil {
+				t.Fatal(err)
+			}
+			want := run(1)
+			for _, isa := range GemmISAs() {
+				if err := SetGemmISA(isa); err != nil {
+					t.Fatal(err)
+				}
+				for _, units := range []int{1, 3} {
+					got := run(units)
+					for i := range got {
+						if got[i] != want[i] {
+							t.Fatalf("%+v, code %d, %s, %d units: y[%d] = %d, generic %d", pc, code, isa, units, i, got[i], want[i])
+						}
 					}
 				}
 			}
