@@ -339,7 +339,7 @@ PB_512 static void pool_max_bytes_512(const uint8_t *x, const uint8_t *xend, uin
 	 * past the row, read from the next or not at all, then the least
 	 * value again), copied POOL_BYTES_RING - 1 rows ahead of its use:
 	 * loads right after the stores they read (at other offsets) cost
-	 * this routine 2x here */
+	 * this routine 1.4-1.5x here */
 	for (int64_t ih = 0; ih < Hn + POOL_BYTES_RING - 1; ih++) {
 		if (ih < Hn) {
 			const uint8_t *xr = x + ih * W;
