@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"testing"
@@ -335,8 +334,6 @@ func BenchmarkFirstConv(b *testing.B) {
 // biases take a channel's sums past 2^24, where float32 sums round: the
 // integer path must leave those channels to the float path.
 func TestDepthwiseBytes(t *testing.T) {
-	defer SetGemmISA("")
-	defer SetQGemmKernel(QGemmBest)
 	cases := []dwCase{
 		{n: 2, c: 6, mult: 1, h: 37, w: 71, k: 3, stride: 2, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true},
 		{n: 1, c: 5, mult: 1, h: 33, w: 65, k: 3, stride: 2, padT: 0, padL: 0, padB: 1, padR: 1, bias: true, quant: true, requant: true},
@@ -378,23 +375,33 @@ func TestDepthwiseBytes(t *testing.T) {
 			}
 			return append([]byte{}, unsafe.Slice((*byte)(y.p), 4*nout)...)
 		}
-		if err := SetGemmISA("generic"); err != nil {
+		sameBytesEverywhere(t, dc.String(), []int{QGemmBest, QGemmNoVNNI}, run)
+	}
+}
+
+// sameBytesEverywhere runs run on the generic instruction set and one
+// unit, then on every instruction set this CPU has with each integer
+// micro-kernel choice of qks, on 1 and 3 units, and fails at the first
+// byte that differs from the first run's.
+func sameBytesEverywhere(t *testing.T, name string, qks []int, run func(units int) []byte) {
+	t.Helper()
+	defer SetGemmISA("")
+	defer SetQGemmKernel(QGemmBest)
+	if err := SetGemmISA("generic"); err != nil {
+		t.Fatal(err)
+	}
+	want := run(1)
+	for _, isa := range GemmISAs() {
+		if err := SetGemmISA(isa); err != nil {
 			t.Fatal(err)
 		}
-		want := run(1)
-		for _, isa := range GemmISAs() {
-			if err := SetGemmISA(isa); err != nil {
-				t.Fatal(err)
-			}
-			for _, qk := range []int{QGemmBest, QGemmNoVNNI} {
-				SetQGemmKernel(qk)
-				for _, units := range []int{1, 3} {
-					if got := run(units); !bytes.Equal(got, want) {
-						for i := range got {
-							if got[i] != want[i] {
-								t.Fatalf("%v, %s, micro-kernel %d, %d units: byte %d = %d, generic %d", dc, isa, qk, units, i, got[i], want[i])
-							}
-						}
+		for _, qk := range qks {
+			SetQGemmKernel(qk)
+			for _, units := range []int{1, 3} {
+				got := run(units)
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("%s, %s, micro-kernel %d, %d units: byte %d = %d, generic %d", name, isa, qk, units, i, got[i], want[i])
 					}
 				}
 			}

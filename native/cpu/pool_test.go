@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"unsafe"
@@ -193,7 +194,6 @@ func TestGlobalAverageSameBits(t *testing.T) {
 // Windows of padding only give 0 (for int8 not the least value), at both
 // ends of a row and on rows of padding only.
 func TestMaxPoolBytes(t *testing.T) {
-	defer SetGemmISA("")
 	for _, pc := range []poolCase{
 		{2, 112, 112, 3, 2, 1}, // ResNet's
 		{3, 9, 37, 3, 2, 0}, {2, 8, 66, 2, 2, 0}, {2, 7, 70, 3, 2, 1}, {1, 5, 33, 3, 1, 1},
@@ -228,23 +228,7 @@ func TestMaxPoolBytes(t *testing.T) {
 				runBlocks(ks, 0)
 				return append([]byte(nil), yb...)
 			}
-			if err := SetGemmISA("generic"); err != nil {
-				t.Fatal(err)
-			}
-			want := run(1)
-			for _, isa := range GemmISAs() {
-				if err := SetGemmISA(isa); err != nil {
-					t.Fatal(err)
-				}
-				for _, units := range []int{1, 3} {
-					got := run(units)
-					for i := range got {
-						if got[i] != want[i] {
-							t.Fatalf("%+v, code %d, %s, %d units: y[%d] = %d, generic %d", pc, code, isa, units, i, got[i], want[i])
-						}
-					}
-				}
-			}
+			sameBytesEverywhere(t, fmt.Sprintf("%+v, code %d", pc, code), []int{QGemmBest}, run)
 		}
 	}
 }
