@@ -1000,7 +1000,6 @@ DWI_512 static int dw3x3_int_512(const sk_kernel *k, int64_t n, int64_t oc, int3
 	const __m512i zraw = _mm512_set1_epi8((char)(uint8_t)zx);
 	const __m512i idx = _mm512_loadu_si512(dwi_index[S - 1]);
 	const uint8_t *xb = (const uint8_t *)k->in[0] + (n * C + oc / (Cout / C)) * H * W;
-	const uint8_t *end = xb + H * W;
 	/* the input tensor's bytes */
 	const uint8_t *first = (const uint8_t *)k->in[0], *last = first + p[0] * C * H * W;
 	const __m512i wv[3] = {_mm512_set1_epi32(wr[0]), _mm512_set1_epi32(wr[1]),
@@ -1028,10 +1027,10 @@ DWI_512 static int dw3x3_int_512(const sk_kernel *k, int64_t n, int64_t oc, int3
 		int64_t at = ((n * Cout + oc) * OH + oh) * OW;
 		for (int64_t c = 0; c * 16 < OW; c++) {
 			int64_t ow = 16 * c, a0 = S * ow - PL;
-			/* a whole chunk's 64-byte loads inside the plane */
-			int whole = c >= f0 && c < f1 && (r[2] ? r[2] : r[1] ? r[1] : xb) + a0 + 64 <= end;
+			/* a whole chunk: every lane's taps inside the row */
+			int whole = c >= f0 && c < f1;
 			__m512i acc = bias;
-			if (whole && all) {
+			if (whole && all && r[2] + a0 + 64 <= last) {
 				for (int j = 0; j < 3; j++) {
 					__m512i v = _mm512_loadu_si512(r[j] + a0);
 					if (flip)
@@ -1040,9 +1039,10 @@ DWI_512 static int dw3x3_int_512(const sk_kernel *k, int64_t n, int64_t oc, int3
 				}
 			} else {
 				/* the bytes outside the row read the zero point; a
-				 * load inside the tensor needs no mask (a masked
-				 * load costs several times one here) */
-				__mmask64 m = whole ? ~0ull : dwi_bytes(a0, W);
+				 * load inside the tensor needs no mask (with masked
+				 * loads the small planes' layers ran 3x as long), one
+				 * past it loads the row's bytes only */
+				__mmask64 m = dwi_bytes(a0, W);
 				for (int j = 0; j < 3; j++) {
 					if (!r[j])
 						continue;

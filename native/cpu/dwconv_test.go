@@ -340,6 +340,8 @@ func TestDepthwiseBytes(t *testing.T) {
 		{n: 1, c: 3, mult: 2, h: 20, w: 66, k: 3, stride: 2, padT: 1, padL: 1, padB: 1, padR: 1, quant: true},
 		{n: 2, c: 4, mult: 1, h: 6, w: 150, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true},
 		{n: 1, c: 4, mult: 1, h: 5, w: 140, k: 3, stride: 1, padT: 2, padL: 0, padB: 0, padR: 2, bias: true, quant: true, requant: true},
+		// the last output row's window holds the tensor's last row only
+		{n: 1, c: 3, mult: 1, h: 5, w: 70, k: 3, stride: 2, padT: 2, padL: 1, padB: 2, padR: 1, bias: true, quant: true, requant: true},
 		// the channel-vector path's planes
 		{n: 1, c: 20, mult: 1, h: 14, w: 14, k: 3, stride: 1, padT: 1, padL: 1, padB: 1, padR: 1, bias: true, quant: true},
 		{n: 1, c: 17, mult: 1, h: 28, w: 28, k: 3, stride: 2, padT: 0, padL: 0, padB: 1, padR: 1, bias: true, quant: true, requant: true},
