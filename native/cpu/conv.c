@@ -550,7 +550,7 @@ SK_MV static void dw3x3_plane(const float *x, const float *w, float *y, float bi
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "sk512.h"
 #define DW_512 __attribute__((target("avx512f")))
 #define DW_CHUNKS 8 /* the widest output row dw3x3_plane_512 takes, in vectors */
 
@@ -938,16 +938,6 @@ static int dwi_weights(const float *w, float bias, int32_t zu, int32_t wr[3], in
 	return 1;
 }
 
-/* dwi_bytes is the mask of bytes b (of 64) with 0 <= a + b < W. */
-static inline __mmask64 dwi_bytes(int64_t a, int64_t W)
-{
-	int64_t lo = SK_MAX(-a, 0), hi = SK_MIN(W - a, 64);
-	if (hi <= lo)
-		return 0;
-	uint64_t up = hi == 64 ? ~0ull : (1ull << hi) - 1;
-	return (__mmask64)(up & ~((1ull << lo) - 1));
-}
-
 /* dwi_index is the byte permutation that makes a lane group of 16
  * output columns from 64 bytes of a tap row at stride 1 and 2: byte 4i + q
  * is tap q of column i, byte S*i + q (the fourth repeats the third: its
@@ -959,16 +949,6 @@ static inline __mmask64 dwi_bytes(int64_t a, int64_t W)
 	 DWI_LANE(S, 10), DWI_LANE(S, 11), DWI_LANE(S, 12), DWI_LANE(S, 13), DWI_LANE(S, 14), \
 	 DWI_LANE(S, 15)}
 static const uint8_t dwi_index[2][64] __attribute__((aligned(64))) = {DWI_ROW(1), DWI_ROW(2)};
-
-/* dwi_requant is sk_store_requant's vector step (store_requant_512):
- * clamp(rint(v * s) + z, lo, hi), rint rounding to nearest even. */
-DWI_512 static inline __m512 dwi_requant(__m512 v, __m512 s, __m512 z, __m512 lo, __m512 hi)
-{
-	v = _mm512_mul_ps(v, s);
-	v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
-	v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
-	return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
-}
 
 /* dw3x3_int_512 computes output channel oc of image n of a 3x3 depthwise
  * layer whose input is stored as bytes (p[16] = 1), with the plane
@@ -1042,7 +1022,7 @@ DWI_512 static int dw3x3_int_512(const sk_kernel *k, int64_t n, int64_t oc, int3
 				 * load inside the tensor needs no mask (with masked
 				 * loads the small planes' layers ran 3x as long), one
 				 * past it loads the row's bytes only */
-				__mmask64 m = dwi_bytes(a0, W);
+				__mmask64 m = sk_bytes64(a0, W);
 				for (int j = 0; j < 3; j++) {
 					if (!r[j])
 						continue;
@@ -1057,7 +1037,7 @@ DWI_512 static int dw3x3_int_512(const sk_kernel *k, int64_t n, int64_t oc, int3
 			}
 			__m512 y = _mm512_cvtepi32_ps(acc);
 			if (requant)
-				y = dwi_requant(y, rs, rz, rlo, rhi);
+				y = sk_requant_512(y, rs, rz, rlo, rhi);
 			if (sy) {
 				__m128i b = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(y));
 				uint8_t *yb = (uint8_t *)k->out + at + ow;
@@ -1071,14 +1051,6 @@ DWI_512 static int dw3x3_int_512(const sk_kernel *k, int64_t n, int64_t oc, int3
 		}
 	}
 	return 1;
-}
-
-/* dwi_cpu reports whether the CPU has what dw3x3_int_512 uses (AVX-512 BW,
- * VL, VBMI and VNNI). */
-static int dwi_cpu(void)
-{
-	return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-	       __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
@@ -1223,7 +1195,7 @@ void sk_block_dwconv(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int32_t zx = 0;
 	int64_t cvec = dw_cvec_floats(p);
 	int ints = !cvec && dwi_shape(k, &zx) && sk_gemm_isa() == SK_ISA_AVX512 && sk_qgemm_vnni() &&
-		   dwi_cpu();
+		   sk_cpu_vbmi();
 	if (!ints && cvec && sk_gemm_isa() == SK_ISA_AVX512 && k->scratch >= dw_zero_row(p) + cvec) {
 		int64_t top, bottom;
 		dw_cvec_rows(p, &top, &bottom);

@@ -50,7 +50,6 @@ static inline int64_t pool_bytes_scratch(const int64_t *p)
 	return SK_CDIV(p[1] * pool_bytes_hrow(p) + POOL_BYTES_RING * pool_bytes_row(p), 4);
 }
 
-
 void sk_prep_pool(sk_kernel *k, int units)
 {
 	const int64_t *p = k->p;
@@ -92,7 +91,7 @@ static inline void tap_cols(int64_t off, int64_t W, int64_t SW, int64_t OW, int6
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "sk512.h"
 
 /* POOL_CHUNKS: the widest output row pool_max_512 takes, in vectors */
 #define POOL_CHUNKS 16
@@ -147,7 +146,6 @@ __attribute__((target("avx512f"))) static void pool_max_512(const float *x, floa
 	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
 					       28, 30);
 	const __m512 init = _mm512_set1_ps(-FLT_MAX), zero = _mm512_setzero_ps();
-	const float *xend = x + H * W;
 	for (int64_t oh = 0; oh < OH; oh++) {
 		float *yr = y + oh * OW;
 		int64_t h0 = oh * SH - PT, rows = 0;
@@ -171,19 +169,11 @@ __attribute__((target("avx512f"))) static void pool_max_512(const float *x, floa
 					for (int j = 0; j < 4; j++) {
 						__mmask16 t = tm[c0 + j][kw];
 						__m512 v;
-						/* whole loads inside the plane (the lanes
-						 * outside t are not used): 0.84-0.87 of the
-						 * masked loads' time on ResNet-18-int8's
-						 * layer (bytes staged as floats), Zen 5 */
-						const float *l = xs + SW * 16 * j;
-						int whole = l >= x && l + 16 * SW <= xend;
 						if (SW == 1) {
-							v = whole ? _mm512_loadu_ps(l) : _mm512_maskz_loadu_ps(t, l);
+							v = _mm512_maskz_loadu_ps(t, xs + 16 * j);
 						} else {
-							__m512 v0 = whole ? _mm512_loadu_ps(l)
-									  : _mm512_maskz_loadu_ps(m0[c0 + j][kw], l);
-							__m512 v1 = whole ? _mm512_loadu_ps(l + 16)
-									  : _mm512_maskz_loadu_ps(m1[c0 + j][kw], l + 16);
+							__m512 v0 = _mm512_maskz_loadu_ps(m0[c0 + j][kw], xs + 32 * j);
+							__m512 v1 = _mm512_maskz_loadu_ps(m1[c0 + j][kw], xs + 32 * j + 16);
 							v = _mm512_permutex2var_ps(v0, even, v1);
 						}
 						/* vmaxps: v > a ? v : a, lane by lane */
@@ -304,12 +294,6 @@ SK_MV static void pool_plane(const float *x, float *y, const int64_t *p, int wid
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-static int pool_bytes_cpu(void)
-{
-	return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-	       __builtin_cpu_supports("avx512vbmi");
-}
-
 /* pool_max_bytes_512 is max pooling of one plane of bytes (code: uint8
  * or int8) into bytes, with pool_plane's values: the largest input of
  * each window (taps inside the input only), 0 where a window holds
@@ -345,9 +329,8 @@ PB_512 static void pool_max_bytes_512(const uint8_t *x, const uint8_t *xend, uin
 			const uint8_t *xr = x + ih * W;
 			uint8_t *rc = R + (ih % POOL_BYTES_RING) * L;
 			for (int64_t j = 0; j < W; j += 64) {
-				__mmask64 m = W - j >= 64 ? ~0ull : (1ull << (W - j)) - 1;
 				__m512i v = xr + j + 64 <= xend ? _mm512_loadu_si512((const void *)(xr + j))
-								: _mm512_maskz_loadu_epi8(m, xr + j);
+								: _mm512_maskz_loadu_epi8(sk_bytes64(j, W), xr + j);
 				_mm512_storeu_si512((void *)(rc + PL + j), v);
 			}
 			_mm512_storeu_si512((void *)(rc + PL + W), least);
@@ -369,16 +352,12 @@ PB_512 static void pool_max_bytes_512(const uint8_t *x, const uint8_t *xend, uin
 			_mm512_storeu_si512((void *)(hr + ow), mx);
 		}
 	}
-	__mmask64 keep[4] = {0, 0, 0, 0}; /* the columns with a tap inside the row, per vector */
-	for (int64_t ow = 0; ow < OW && ow < 256; ow++)
-		if (ow >= clo && ow < chi)
-			keep[ow / 64] |= 1ull << (ow % 64);
 	for (int64_t oh = 0; oh < OH; oh++) {
 		uint8_t *yr = y + oh * OW;
-		int64_t h0 = oh * SH - PT, rows = 0;
+		int64_t h0 = oh * SH - PT;
 		for (int64_t ow = 0; ow < OW; ow += 64) {
 			__m512i mx = least;
-			rows = 0;
+			int rows = 0;
 			for (int64_t kh = 0; kh < KH; kh++) {
 				int64_t ih = h0 + kh * DH;
 				if (ih < 0 || ih >= Hn)
@@ -387,23 +366,13 @@ PB_512 static void pool_max_bytes_512(const uint8_t *x, const uint8_t *xend, uin
 				__m512i v = _mm512_loadu_si512((const void *)(H + ih * hl + ow));
 				mx = s8 ? _mm512_max_epi8(mx, v) : _mm512_max_epu8(mx, v);
 			}
-			/* 0 where the window holds padding only */
-			__mmask64 kp = 0;
-			if (rows) {
-				if (ow < 256) {
-					kp = keep[ow / 64];
-				} else {
-					for (int i = 0; i < 64; i++)
-						if (ow + i >= clo && ow + i < chi)
-							kp |= 1ull << i;
-				}
-			}
-			mx = _mm512_maskz_mov_epi8(kp, mx);
-			__mmask64 ms = OW - ow >= 64 ? ~0ull : (1ull << (OW - ow)) - 1;
-			if (ms == ~0ull)
+			/* 0 where the window holds padding only: no row, or
+			 * a column outside [clo, chi) */
+			mx = _mm512_maskz_mov_epi8(rows ? sk_bytes64(ow - clo, chi - clo) : 0, mx);
+			if (ow + 64 <= OW)
 				_mm512_storeu_si512((void *)(yr + ow), mx);
 			else
-				_mm512_mask_storeu_epi8(yr + ow, ms, mx);
+				_mm512_mask_storeu_epi8(yr + ow, sk_bytes64(ow, OW), mx);
 		}
 	}
 }
@@ -433,7 +402,7 @@ void sk_block_pool(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	/* bytes in and out: max pooling on the bytes (ResNet-18-int8's
 	 * layer: 0.46 of the samples of staging each plane as float32, its
 	 * pooling and the store back, perf record alternated twice) */
-	if (wide && pool_bytes_shape(p) && pool_bytes_cpu() && k->scratch >= pool_bytes_scratch(p)) {
+	if (wide && pool_bytes_shape(p) && sk_cpu_vbmi() && k->scratch >= pool_bytes_scratch(p)) {
 		int64_t clo = p[4], chi = 0;
 		for (int64_t kw = 0; kw < p[6]; kw++) {
 			int64_t lo, hi;

@@ -20,9 +20,7 @@
  */
 #include "sluice_cpu.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
+#include "sk512.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -801,10 +799,11 @@ QG_AMX_TARGET static void qg_micro_amx(const uint8_t *u, int64_t ldu, const int8
 #define qg_amx_end() ((void)0)
 #endif
 
-/* What the CPU offers QGEMM, probed once. AMX tile data also needs the
- * kernel's leave for the process (arch_prctl ARCH_REQ_XCOMP_PERM). */
+/* What the CPU offers the integer kernels, probed once (avx512: F, BW
+ * and VL; vbmi: and VBMI's byte permutations). AMX tile data also needs
+ * the kernel's leave for the process (arch_prctl ARCH_REQ_XCOMP_PERM). */
 static struct {
-	int avx2, avx512, vnni, amx;
+	int avx2, avx512, vnni, vbmi, amx;
 } qg_cpu;
 static pthread_once_t qg_cpu_once = PTHREAD_ONCE_INIT;
 
@@ -816,6 +815,7 @@ static void qg_probe(void)
 	qg_cpu.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
 			 __builtin_cpu_supports("avx512vl");
 	qg_cpu.vnni = qg_cpu.avx512 && __builtin_cpu_supports("avx512vnni");
+	qg_cpu.vbmi = qg_cpu.avx512 && __builtin_cpu_supports("avx512vbmi");
 #if defined(__linux__)
 	if (__builtin_cpu_supports("amx-int8") && __builtin_cpu_supports("amx-tile"))
 		qg_cpu.amx = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */,
@@ -848,6 +848,12 @@ int sk_qgemm_vnni(void)
 {
 	pthread_once(&qg_cpu_once, qg_probe);
 	return qg_cpu.vnni && qg_kernel != SK_QGEMM_PORTABLE && qg_kernel != SK_QGEMM_NO_VNNI;
+}
+
+int sk_cpu_vbmi(void)
+{
+	pthread_once(&qg_cpu_once, qg_probe);
+	return qg_cpu.vbmi;
 }
 
 int sk_qgemm_amx(void)
@@ -1363,8 +1369,8 @@ QG_512_TARGET static int64_t qg_img_fill(const float *x, int code, const int64_t
 				 * stores: the padding's first, then the row's, then
 				 * the padding after it; a store past the row's end
 				 * lands on the next row, written after it, or on
-				 * QG_IMG_BACK (masked stores and memset calls cost
-				 * a third of this routine's samples on Zen 5) */
+				 * QG_IMG_BACK (with masked stores and memset calls
+				 * this routine took 1.3-1.7x the samples on Zen 5) */
 				for (int64_t j = 0; j < PL; j += 64)
 					_mm512_storeu_si512((void *)(d + j), vpad);
 				for (int64_t j = 0; j < W; j += 64) {
@@ -1681,8 +1687,9 @@ QG_512_TARGET static void qg_rows_im2col_cl(const int64_t *g, int64_t p0, int64_
 		memset(u + K, 0, (size_t)(kp - K));
 		__m512i sum = zero;
 		for (int64_t j = 0; j < kp; j += 64) {
-			__mmask64 mk = kp - j >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (kp - j)) - 1;
-			sum = _mm512_add_epi64(sum, _mm512_sad_epu8(kp - j >= 64 ? _mm512_loadu_si512((const void *)(u + j)) : _mm512_maskz_loadu_epi8(mk, u + j), zero));
+			__m512i v = kp - j >= 64 ? _mm512_loadu_si512((const void *)(u + j))
+						 : _mm512_maskz_loadu_epi8(sk_bytes64(j, kp), u + j);
+			sum = _mm512_add_epi64(sum, _mm512_sad_epu8(v, zero));
 		}
 		rsum[r] = (int32_t)_mm512_reduce_add_epi64(sum);
 	}

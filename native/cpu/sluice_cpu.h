@@ -643,6 +643,9 @@ void sk_qgemm_set_kernel(int which);
  * it and the micro-kernels picked do (QGEMM's, and the depthwise kernel's
  * on bytes, which follows them). */
 int sk_qgemm_vnni(void);
+/* sk_cpu_vbmi reports whether the CPU has AVX-512 F, BW, VL and VBMI (the
+ * byte kernels' permutations: the depthwise and max pooling ones). */
+int sk_cpu_vbmi(void);
 /* sk_qgemm_amx reports whether the CPU runs QGEMM on AMX tiles. */
 int sk_qgemm_amx(void);
 

@@ -45,7 +45,7 @@ SK_MV void sk_store_shift(const void *src, int code, int64_t n, float z, float *
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "sk512.h"
 
 /* store_requant_512: sk_store_requant 16 values a vector, the tail
  * masked (the compiler's loop leaves up to 63 to scalar code, all of a
@@ -58,11 +58,7 @@ __attribute__((target("avx512f"))) static void store_requant_512(const float *sr
 	const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
 	for (int64_t i = 0; i < n; i += 16) {
 		__mmask16 mk = (__mmask16)(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
-		__m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, src + i), vs);
-		v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-		/* v < lo ? lo : (v > hi ? hi : v) */
-		v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vhi, _CMP_GT_OQ), vhi);
-		v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vlo, _CMP_LT_OQ), vlo);
+		__m512 v = sk_requant_512(_mm512_maskz_loadu_ps(mk, src + i), vs, vz, vlo, vhi);
 		if (code) {
 			/* narrowed in a register, then stored (the narrowing store
 			 * to memory, vpmovdb m128, stalls on AMD's Zen 4 and 5) */
