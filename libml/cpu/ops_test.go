@@ -10,6 +10,7 @@ import (
 	"sluice/libml"
 	"sluice/libml/engine"
 	"sluice/libml/graph"
+	ncpu "sluice/native/cpu"
 )
 
 // tin is one input of an op test: a runtime float input, or a constant
@@ -93,6 +94,45 @@ func newTestBackend(t testing.TB, units int) *Backend {
 }
 
 func (tc *opCase) run(t *testing.T, b *Backend) {
+	g, feeds, vals := tc.graph()
+	outs := tc.outputs()
+	want, err := refRun(g, vals)
+	if err != nil {
+		t.Fatalf("reference: %v", err)
+	}
+	got, err := b.RunGraph(context.Background(), g, feeds)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	tol := tc.tol
+	if tol == 0 {
+		tol = 1e-4
+	}
+	for _, o := range outs {
+		w, gt := want[o], got[o]
+		if gt == nil {
+			t.Fatalf("output %s missing", o)
+		}
+		if fmt.Sprint(w.Shape) != fmt.Sprint(gt.Dims) {
+			t.Fatalf("output %s: shape %v, want %v", o, gt.Dims, w.Shape)
+		}
+		if err := closeTo(gt.F32, w.F, tol); err != nil {
+			t.Fatalf("output %s: %v", o, err)
+		}
+	}
+}
+
+// outputs names the case's graph outputs.
+func (tc *opCase) outputs() []string {
+	if tc.outs == nil {
+		return []string{"y"}
+	}
+	return tc.outs
+}
+
+// graph builds the case's graph, its feeds, and every input's value for
+// the reference evaluator, from the case's fixed seed.
+func (tc *opCase) graph() (*graph.Graph, map[string]*graph.Tensor, map[string]*engine.Tensor) {
 	r := &prng{s: 12345}
 	opset := tc.opset
 	if opset == 0 {
@@ -131,37 +171,10 @@ func (tc *opCase) run(t *testing.T, b *Backend) {
 			feeds[in.name] = gt
 		}
 	}
-	outs := tc.outs
-	if outs == nil {
-		outs = []string{"y"}
-	}
-	for _, o := range outs {
+	for _, o := range tc.outputs() {
 		g.Outputs = append(g.Outputs, graph.ValueInfo{Name: o, DType: graph.Float32})
 	}
-	want, err := refRun(g, vals)
-	if err != nil {
-		t.Fatalf("reference: %v", err)
-	}
-	got, err := b.RunGraph(context.Background(), g, feeds)
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	tol := tc.tol
-	if tol == 0 {
-		tol = 1e-4
-	}
-	for _, o := range outs {
-		w, gt := want[o], got[o]
-		if gt == nil {
-			t.Fatalf("output %s missing", o)
-		}
-		if fmt.Sprint(w.Shape) != fmt.Sprint(gt.Dims) {
-			t.Fatalf("output %s: shape %v, want %v", o, gt.Dims, w.Shape)
-		}
-		if err := closeTo(gt.F32, w.F, tol); err != nil {
-			t.Fatalf("output %s: %v", o, err)
-		}
-	}
+	return g, feeds, vals
 }
 
 // closeTo compares with |a-b| <= tol*(1+|b|).
@@ -392,6 +405,27 @@ func opCases() []opCase {
 			{Name: "c", Op: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInt("group", 4), attrInts("pads", 1, 0, 1, 1), attrInts("strides", 2, 2)}},
 			{Name: "r", Op: "Relu", Inputs: []string{"t"}, Outputs: []string{"y"}}},
 			ins: []tin{{name: "x", shape: x4(1, 4, 40, 37)}, {name: "w", shape: x4(4, 1, 3, 3), konst: true}}},
+		// Winograd with the vector transforms' edges: tile rows of 35
+		// and 17 tiles (two whole vectors and 3 lanes; one and 1),
+		// odd output widths, a left padding of 2, each fused epilogue
+		// (bias, residual, ReLU, Clip) and one run after the transform
+		{name: "conv_winograd_wide_relu", nodes: []graph.Node{
+			{Name: "c", Op: "Conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInts("pads", 1, 1, 1, 1)}},
+			{Name: "r", Op: "Relu", Inputs: []string{"t"}, Outputs: []string{"y"}}},
+			ins: []tin{{name: "x", shape: x4(1, 16, 36, 70)}, {name: "w", shape: x4(24, 16, 3, 3), konst: true}, {name: "b", shape: []int64{24}, konst: true}}},
+		{name: "conv_winograd_clip", nodes: []graph.Node{
+			{Name: "c", Op: "Conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInts("pads", 1, 1, 1, 1)}},
+			{Name: "r", Op: "Clip", Inputs: []string{"t", "mn", "mx"}, Outputs: []string{"y"}}},
+			ins: []tin{{name: "x", shape: x4(2, 16, 19, 33)}, {name: "w", shape: x4(16, 16, 3, 3), konst: true}, {name: "b", shape: []int64{16}, konst: true},
+				{name: "mn", shape: []int64{}, data: []float32{-0.5}, konst: true}, {name: "mx", shape: []int64{}, data: []float32{0.7}, konst: true}}},
+		{name: "conv_winograd_sigmoid", nodes: []graph.Node{
+			{Name: "c", Op: "Conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInts("pads", 1, 1, 1, 1)}},
+			{Name: "r", Op: "Sigmoid", Inputs: []string{"t"}, Outputs: []string{"y"}}},
+			ins: []tin{{name: "x", shape: x4(1, 16, 17, 18)}, {name: "w", shape: x4(16, 16, 3, 3), konst: true}, {name: "b", shape: []int64{16}, konst: true}}},
+		{name: "conv_winograd_residual_nobias", nodes: []graph.Node{
+			{Name: "c", Op: "Conv", Inputs: []string{"x", "w"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInts("pads", 1, 2, 1, 0)}},
+			{Name: "ad", Op: "Add", Inputs: []string{"t", "x"}, Outputs: []string{"y"}}},
+			ins: []tin{{name: "x", shape: x4(1, 16, 33, 34)}, {name: "w", shape: x4(16, 16, 3, 3), konst: true}}},
 		{name: "conv_winograd_residual_relu", nodes: []graph.Node{
 			{Name: "c1", Op: "Conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"t"}, Attrs: []graph.Attr{attrInts("pads", 1, 1, 1, 1)}},
 			{Name: "ad", Op: "Add", Inputs: []string{"t", "x"}, Outputs: []string{"u"}},
@@ -468,6 +502,46 @@ func TestOpsOneUnit(t *testing.T) {
 	for _, tc := range opCases() {
 		if strings.HasPrefix(tc.name, "conv") || strings.HasPrefix(tc.name, "gemm") || strings.HasPrefix(tc.name, "matmul") {
 			t.Run(tc.name, func(t *testing.T) { tc.run(t, b) })
+		}
+	}
+}
+
+// TestWinogradSameBitsOnEveryISA runs the Winograd cases on every
+// instruction set of the GEMM core (the AVX-512 transforms, vectors of 16
+// tiles with the epilogue fused into the output transform, against the
+// portable ones and the epilogue after them): the same bits, on one unit
+// and two.
+func TestWinogradSameBitsOnEveryISA(t *testing.T) {
+	defer ncpu.SetGemmISA("")
+	for _, units := range []int{1, 2} {
+		b := newTestBackend(t, units)
+		for _, tc := range opCases() {
+			if !strings.Contains(tc.name, "winograd") {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/%d", tc.name, units), func(t *testing.T) {
+				g, feeds, _ := tc.graph()
+				var want []float32
+				for _, isa := range ncpu.GemmISAs() {
+					if err := ncpu.SetGemmISA(isa); err != nil {
+						t.Fatal(err)
+					}
+					got, err := b.RunGraph(context.Background(), g, feeds)
+					if err != nil {
+						t.Fatal(err)
+					}
+					y := got["y"].F32
+					if want == nil {
+						want = y
+						continue
+					}
+					for i := range y {
+						if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s: y[%d] = %v, %s gave %v", isa, i, y[i], ncpu.GemmISAs()[0], want[i])
+						}
+					}
+				}
+			})
 		}
 	}
 }

@@ -18,6 +18,16 @@ static inline uint64_t sk_bytes64(int64_t a, int64_t n)
 	return up & ~((1ull << lo) - 1);
 }
 
+/* sk_lanes16 is the mask of lanes l (of 16) with 0 <= a + l < n: the
+ * floats of a 16-float vector at offset a that lie inside [0, n). */
+static inline uint16_t sk_lanes16(int64_t a, int64_t n)
+{
+	int64_t lo = a < 0 ? -a : 0, hi = n - a < 16 ? n - a : 16;
+	if (hi <= lo)
+		return 0;
+	return (uint16_t)(((1u << hi) - 1) & ~((1u << lo) - 1));
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 

@@ -11,6 +11,7 @@
  * output rows and channels: idempotent.
  */
 #include "sluice_cpu.h"
+#include "sk512.h"
 
 /* gemm.c: sk_epilogue in one pass for bias, residual and ReLU / Clip */
 void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
@@ -153,6 +154,142 @@ SK_MV static void wino_out(const float *M, int64_t Cout, int64_t T, int64_t ldm,
 	}
 }
 
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define WINO_512 __attribute__((target("avx512f")))
+
+/* wino_in_512 is wino_in on 16 tiles of a tile row a vector: lane l is
+ * tile tw0 + l, whose columns 2(tw0 + l) - PL + j, j = 0..3, are the
+ * even and odd floats of two pairs of vectors (loaded masked to the
+ * row, zero outside it); the same additions in the same order as
+ * wino_in, so the same bits. */
+WINO_512 static void wino_in_512(const float *x, int64_t C, int64_t H, int64_t W,
+				 int64_t PT, int64_t PL, int64_t th0, int64_t tr,
+				 int64_t TW, float *V, int64_t ldv)
+{
+	const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+	const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+	int64_t T = tr * TW;
+	for (int64_t tw0 = 0; tw0 < TW; tw0 += 16) {
+		int64_t base = 2 * tw0 - PL;
+		__mmask16 m0 = sk_lanes16(base, W), m1 = sk_lanes16(base + 16, W);
+		__mmask16 m2 = sk_lanes16(base + 2, W), m3 = sk_lanes16(base + 18, W);
+		__mmask16 ms = sk_lanes16(tw0, TW);
+		for (int64_t c = 0; c < C; c++) {
+			const float *xc = x + c * H * W;
+			float *vc = V + c * 16 * T;
+			for (int64_t r = 0; r < tr; r++) {
+				int64_t ih0 = 2 * (th0 + r) - PT;
+				__m512 d[4][4];
+				for (int i = 0; i < 4; i++) {
+					int64_t ih = ih0 + i;
+					if (ih < 0 || ih >= H) {
+						d[i][0] = d[i][1] = d[i][2] = d[i][3] = _mm512_setzero_ps();
+						continue;
+					}
+					const float *s = xc + ih * W + base;
+					__m512 a0 = _mm512_maskz_loadu_ps(m0, s);
+					__m512 a1 = _mm512_maskz_loadu_ps(m1, s + 16);
+					__m512 a2 = _mm512_maskz_loadu_ps(m2, s + 2);
+					__m512 a3 = _mm512_maskz_loadu_ps(m3, s + 18);
+					d[i][0] = _mm512_permutex2var_ps(a0, even, a1);
+					d[i][1] = _mm512_permutex2var_ps(a0, odd, a1);
+					d[i][2] = _mm512_permutex2var_ps(a2, even, a3);
+					d[i][3] = _mm512_permutex2var_ps(a2, odd, a3);
+				}
+				__m512 b[4][4];
+				for (int j = 0; j < 4; j++) {
+					b[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
+					b[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
+					b[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
+					b[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
+				}
+				float *v = vc + r * TW + tw0;
+				for (int i = 0; i < 4; i++) {
+					_mm512_mask_storeu_ps(v + (i * 4 + 0) * ldv, ms, _mm512_sub_ps(b[i][0], b[i][2]));
+					_mm512_mask_storeu_ps(v + (i * 4 + 1) * ldv, ms, _mm512_add_ps(b[i][1], b[i][2]));
+					_mm512_mask_storeu_ps(v + (i * 4 + 2) * ldv, ms, _mm512_sub_ps(b[i][2], b[i][1]));
+					_mm512_mask_storeu_ps(v + (i * 4 + 3) * ldv, ms, _mm512_sub_ps(b[i][1], b[i][3]));
+				}
+			}
+		}
+	}
+}
+
+/* wino_out_512 is wino_out on 16 tiles of a tile row a vector, the two
+ * output columns of each tile interleaved into 32 floats of an output
+ * row; where epi is set the epilogue (bias, residual res with the
+ * output's layout, then none, ReLU or Clip, as gemm_epi_1) is applied on
+ * the way to the store. Same additions in the same order as wino_out and
+ * gemm_epi_1, so the same bits. */
+WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t T, int64_t ldm,
+				  int64_t tr, int64_t TW, int64_t OH, int64_t OW, int64_t oh0,
+				  float *y, int64_t OHW, int epi, const float *bias,
+				  const float *res, int act, float lo, float hi)
+{
+	const __m512i ilo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+	const __m512i ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(8));
+	const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
+	(void)T;
+	for (int64_t oc = 0; oc < Cout; oc++) {
+		const float *mo = M + oc * 16 * ldm;
+		float *yo = y + oc * OHW;
+		const float *ro = res ? res + oc * OHW : NULL;
+		__m512 bv = _mm512_set1_ps(bias ? bias[oc] : 0.0f);
+		for (int64_t r = 0; r < tr; r++) {
+			int64_t oh = oh0 + 2 * r;
+			int two = oh + 1 < OH;
+			for (int64_t tw0 = 0; tw0 < TW; tw0 += 16) {
+				__mmask16 ml = sk_lanes16(tw0, TW);
+				const float *m = mo + r * TW + tw0;
+				__m512 a[4][4];
+				for (int e = 0; e < 16; e++)
+					a[e >> 2][e & 3] = _mm512_maskz_loadu_ps(ml, m + e * ldm);
+				__m512 s0[4], s1[4];
+				for (int j = 0; j < 4; j++) {
+					s0[j] = _mm512_add_ps(_mm512_add_ps(a[0][j], a[1][j]), a[2][j]);
+					s1[j] = _mm512_sub_ps(_mm512_sub_ps(a[1][j], a[2][j]), a[3][j]);
+				}
+				__m512 o[2][2];
+				o[0][0] = _mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]);
+				o[0][1] = _mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]);
+				o[1][0] = _mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]);
+				o[1][1] = _mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]);
+				int64_t ow = 2 * tw0;
+				__mmask16 k0 = sk_lanes16(ow, OW), k1 = sk_lanes16(ow + 16, OW);
+				for (int i = 0; i < 1 + two; i++) {
+					int64_t at = (oh + i) * OW + ow;
+					__m512 v0 = _mm512_permutex2var_ps(o[i][0], ilo, o[i][1]);
+					__m512 v1 = _mm512_permutex2var_ps(o[i][0], ihi, o[i][1]);
+					if (epi) {
+						v0 = _mm512_add_ps(v0, bv);
+						v1 = _mm512_add_ps(v1, bv);
+						if (ro) {
+							v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(k0, ro + at));
+							v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(k1, ro + at + 16));
+						}
+						if (act == SK_ACT_RELU) {
+							v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_GT_OQ), v0);
+							v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, zero, _CMP_GT_OQ), v1);
+						} else if (act == SK_ACT_CLIP) {
+							/* v < lo ? lo : (v > hi ? hi : v) */
+							__mmask16 l0 = _mm512_cmp_ps_mask(v0, vlo, _CMP_LT_OQ);
+							__mmask16 l1 = _mm512_cmp_ps_mask(v1, vlo, _CMP_LT_OQ);
+							v0 = _mm512_mask_mov_ps(v0, _mm512_cmp_ps_mask(v0, vhi, _CMP_GT_OQ), vhi);
+							v1 = _mm512_mask_mov_ps(v1, _mm512_cmp_ps_mask(v1, vhi, _CMP_GT_OQ), vhi);
+							v0 = _mm512_mask_mov_ps(v0, l0, vlo);
+							v1 = _mm512_mask_mov_ps(v1, l1, vlo);
+						}
+					}
+					_mm512_mask_storeu_ps(yo + at, k0, v0);
+					_mm512_mask_storeu_ps(yo + at + 16, k1, v1);
+				}
+			}
+		}
+	}
+}
+#endif
+
 void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -168,7 +305,14 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	if (!V)
 		return;
 	float *M = V + 16 * C * T;
-	wino_in(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, T);
+	int wide = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+	wide = sk_gemm_isa() == SK_ISA_AVX512;
+	if (wide)
+		wino_in_512(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, T);
+#endif
+	if (!wide)
+		wino_in(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, T);
 	for (int e = 0; e < 16; e++) {
 		SK_POLL(ctx);
 		sk_gemm(0, 0, ml, T, C, k->in[1] + (e * Cout + m0) * C, C, V + e * T,
@@ -177,10 +321,20 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	SK_POLL(ctx);
 	int64_t oh0 = 2 * th0, oh1 = SK_MIN(OH, 2 * (th0 + tr));
 	float *y = k->out + (n * Cout + m0) * OHW;
-	wino_out(M, ml, T, T, tr, TW, OH, OW, oh0, y, OHW);
 	const float *bias = k->in[2] ? k->in[2] + m0 : NULL;
-	const float *res = k->in[3] ? k->in[3] + (n * Cout + m0) * OHW + oh0 * OW : NULL;
-	if (bias || res || p[SKP_ACT])
-		sk_gemm_epilogue(y + oh0 * OW, ml, (oh1 - oh0) * OW, OHW, bias, NULL, res,
-				 OHW, (int)p[SKP_ACT], k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+	const float *res = k->in[3] ? k->in[3] + (n * Cout + m0) * OHW : NULL;
+	int act = (int)p[SKP_ACT], epi = bias || res || act;
+	/* the vector output transform applies the common epilogues on the
+	 * way (gemm_epi_1's), others run after it as before */
+	int fused = act == SK_ACT_NONE || act == SK_ACT_RELU || act == SK_ACT_CLIP;
+#if defined(__x86_64__) && defined(__GNUC__)
+	if (wide)
+		wino_out_512(M, ml, T, T, tr, TW, OH, OW, oh0, y, OHW, epi && fused, bias, res, act,
+			     k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+#endif
+	if (!wide)
+		wino_out(M, ml, T, T, tr, TW, OH, OW, oh0, y, OHW);
+	if (epi && !(wide && fused))
+		sk_gemm_epilogue(y + oh0 * OW, ml, (oh1 - oh0) * OW, OHW, bias, NULL,
+				 res ? res + oh0 * OW : NULL, OHW, act, k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 }
