@@ -20,6 +20,11 @@ void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 
 #define WINO_SCRATCH_MAX (1 << 19) /* floats of V + M per block */
 #define WINO_MIN_TILES 64         /* tiles per block where blocks are few */
+/* V's rows (a channel's values at one of the 16 points, one per tile) are
+ * WINO_PAD floats longer than the block's tiles: the vector input
+ * transform stores whole vectors, the lanes past a tile row landing on
+ * the next row's (stored later) or on the padding */
+#define WINO_PAD 16
 
 void sk_prep_wino(sk_kernel *k, int units);
 void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
@@ -59,19 +64,18 @@ void sk_prep_wino(sk_kernel *k, int units)
 	k->t[2] = mt;
 	k->t[3] = SK_CDIV(Cout, mt);
 	k->grid = N * rtiles * k->t[3];
-	k->scratch = 16 * (C + mt) * rows * TW;
+	k->scratch = 16 * (C * (rows * TW + WINO_PAD) + mt * rows * TW);
 }
 
 /* input transform of tile rows [th0, th0+tr) of one image: V[c][e][t],
- * ldv = T */
+ * a row of V ldv >= tr * TW floats */
 SK_MV static void wino_in(const float *x, int64_t C, int64_t H, int64_t W,
 			  int64_t PT, int64_t PL, int64_t th0, int64_t tr,
 			  int64_t TW, float *V, int64_t ldv)
 {
-	int64_t T = tr * TW;
 	for (int64_t c = 0; c < C; c++) {
 		const float *xc = x + c * H * W;
-		float *vc = V + c * 16 * T;
+		float *vc = V + c * 16 * ldv;
 		for (int64_t r = 0; r < tr; r++) {
 			int64_t ih0 = 2 * (th0 + r) - PT;
 			int rin = ih0 >= 0 && ih0 + 3 < H;
@@ -169,47 +173,62 @@ WINO_512 static void wino_in_512(const float *x, int64_t C, int64_t H, int64_t W
 {
 	const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
 	const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-	int64_t T = tr * TW;
-	for (int64_t tw0 = 0; tw0 < TW; tw0 += 16) {
-		int64_t base = 2 * tw0 - PL;
-		__mmask16 m0 = sk_lanes16(base, W), m1 = sk_lanes16(base + 16, W);
-		__mmask16 m2 = sk_lanes16(base + 2, W), m3 = sk_lanes16(base + 18, W);
-		__mmask16 ms = sk_lanes16(tw0, TW);
-		for (int64_t c = 0; c < C; c++) {
-			const float *xc = x + c * H * W;
-			float *vc = V + c * 16 * T;
+	/* the input rows the block reads, a channel's run of them: the next
+	 * channel's are prefetched while this one's are transformed (a run
+	 * starts a plane away, past the hardware prefetchers' reach) */
+	int64_t ih_lo = SK_MAX(2 * th0 - PT, 0), ih_hi = SK_MIN(2 * (th0 + tr) - PT + 2, H);
+	int64_t run = ih_hi > ih_lo ? (ih_hi - ih_lo) * W : 0;
+	for (int64_t c = 0; c < C; c++) {
+		const float *xc = x + c * H * W;
+		float *vc = V + c * 16 * ldv;
+		if (c + 1 < C)
+			for (int64_t o = 0; o < run; o += 16)
+				_mm_prefetch((const char *)(xc + H * W + ih_lo * W + o), _MM_HINT_T0);
+		/* groups of 16 tiles, the last (partial) one first: its
+		 * lanes past the row land on the next tile row's first
+		 * group, stored after them */
+		for (int64_t tw0 = (TW - 1) / 16 * 16; tw0 >= 0; tw0 -= 16) {
+			/* columns 2 tw - PL + j of the group's 16 tiles: two
+			 * pairs of vectors, loaded masked to the row (a row
+			 * outside the image: no lane) */
+			int64_t base = 2 * tw0 - PL;
+			__mmask16 m0 = sk_lanes16(base, W), m1 = sk_lanes16(base + 16, W);
+			__mmask16 m2 = sk_lanes16(base + 2, W), m3 = sk_lanes16(base + 18, W);
 			for (int64_t r = 0; r < tr; r++) {
 				int64_t ih0 = 2 * (th0 + r) - PT;
 				__m512 d[4][4];
+#pragma GCC unroll 4
 				for (int i = 0; i < 4; i++) {
 					int64_t ih = ih0 + i;
-					if (ih < 0 || ih >= H) {
-						d[i][0] = d[i][1] = d[i][2] = d[i][3] = _mm512_setzero_ps();
-						continue;
-					}
+					__mmask16 in = ih >= 0 && ih < H ? 0xffff : 0;
 					const float *s = xc + ih * W + base;
-					__m512 a0 = _mm512_maskz_loadu_ps(m0, s);
-					__m512 a1 = _mm512_maskz_loadu_ps(m1, s + 16);
-					__m512 a2 = _mm512_maskz_loadu_ps(m2, s + 2);
-					__m512 a3 = _mm512_maskz_loadu_ps(m3, s + 18);
+					__m512 a0 = _mm512_maskz_loadu_ps(m0 & in, s);
+					__m512 a1 = _mm512_maskz_loadu_ps(m1 & in, s + 16);
+					__m512 a2 = _mm512_maskz_loadu_ps(m2 & in, s + 2);
+					__m512 a3 = _mm512_maskz_loadu_ps(m3 & in, s + 18);
 					d[i][0] = _mm512_permutex2var_ps(a0, even, a1);
 					d[i][1] = _mm512_permutex2var_ps(a0, odd, a1);
 					d[i][2] = _mm512_permutex2var_ps(a2, even, a3);
 					d[i][3] = _mm512_permutex2var_ps(a2, odd, a3);
 				}
 				__m512 b[4][4];
+#pragma GCC unroll 4
 				for (int j = 0; j < 4; j++) {
 					b[0][j] = _mm512_sub_ps(d[0][j], d[2][j]);
 					b[1][j] = _mm512_add_ps(d[1][j], d[2][j]);
 					b[2][j] = _mm512_sub_ps(d[2][j], d[1][j]);
 					b[3][j] = _mm512_sub_ps(d[1][j], d[3][j]);
 				}
+				/* whole vectors: lanes past the tile row land on the
+				 * next row's first tiles (stored after these) or on
+				 * the row's padding (WINO_PAD) */
 				float *v = vc + r * TW + tw0;
+#pragma GCC unroll 4
 				for (int i = 0; i < 4; i++) {
-					_mm512_mask_storeu_ps(v + (i * 4 + 0) * ldv, ms, _mm512_sub_ps(b[i][0], b[i][2]));
-					_mm512_mask_storeu_ps(v + (i * 4 + 1) * ldv, ms, _mm512_add_ps(b[i][1], b[i][2]));
-					_mm512_mask_storeu_ps(v + (i * 4 + 2) * ldv, ms, _mm512_sub_ps(b[i][2], b[i][1]));
-					_mm512_mask_storeu_ps(v + (i * 4 + 3) * ldv, ms, _mm512_sub_ps(b[i][1], b[i][3]));
+					_mm512_storeu_ps(v + (i * 4 + 0) * ldv, _mm512_sub_ps(b[i][0], b[i][2]));
+					_mm512_storeu_ps(v + (i * 4 + 1) * ldv, _mm512_add_ps(b[i][1], b[i][2]));
+					_mm512_storeu_ps(v + (i * 4 + 2) * ldv, _mm512_sub_ps(b[i][2], b[i][1]));
+					_mm512_storeu_ps(v + (i * 4 + 3) * ldv, _mm512_sub_ps(b[i][1], b[i][3]));
 				}
 			}
 		}
@@ -301,22 +320,23 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t n = blk / (mtiles * rtiles), th0 = ri * rows;
 	int64_t m0 = mi * mt, ml = SK_MIN(mt, Cout - m0);
 	int64_t tr = SK_MIN(rows, TH - th0), T = tr * TW;
-	float *V = sk_scratch(ctx, 16 * (C + ml) * T);
+	int64_t ldv = T + WINO_PAD;
+	float *V = sk_scratch(ctx, 16 * (C * ldv + ml * T));
 	if (!V)
 		return;
-	float *M = V + 16 * C * T;
+	float *M = V + 16 * C * ldv;
 	int wide = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
 	wide = sk_gemm_isa() == SK_ISA_AVX512;
 	if (wide)
-		wino_in_512(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, T);
+		wino_in_512(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, ldv);
 #endif
 	if (!wide)
-		wino_in(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, T);
+		wino_in(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, ldv);
 	for (int e = 0; e < 16; e++) {
 		SK_POLL(ctx);
-		sk_gemm(0, 0, ml, T, C, k->in[1] + (e * Cout + m0) * C, C, V + e * T,
-			16 * T, M + e * T, 16 * T, 0);
+		sk_gemm(0, 0, ml, T, C, k->in[1] + (e * Cout + m0) * C, C, V + e * ldv,
+			16 * ldv, M + e * T, 16 * T, 0);
 	}
 	SK_POLL(ctx);
 	int64_t oh0 = 2 * th0, oh1 = SK_MIN(OH, 2 * (th0 + tr));
