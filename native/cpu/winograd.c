@@ -13,6 +13,8 @@
 #include "sluice_cpu.h"
 #include "sk512.h"
 
+#include <string.h>
+
 /* gemm.c: sk_epilogue in one pass for bias, residual and ReLU / Clip */
 void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 		      const float *brow, const float *bcol, const float *res,
@@ -20,11 +22,14 @@ void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 
 #define WINO_SCRATCH_MAX (1 << 19) /* floats of V + M per block */
 #define WINO_MIN_TILES 64         /* tiles per block where blocks are few */
-/* V's rows (a channel's values at one of the 16 points, one per tile) are
- * WINO_PAD floats longer than the block's tiles: the vector input
- * transform stores whole vectors, the lanes past a tile row landing on
- * the next row's (stored later) or on the padding */
+/* The 16 products run over the block's tiles rounded up to whole panels
+ * of the micro-kernel (wino_cols: no panel packed, none stored masked);
+ * V's rows (a channel's values at one of the 16 points, one per tile)
+ * are WINO_PAD floats longer still: the vector input transform stores
+ * whole vectors, the lanes past a tile row landing on the next row's
+ * (stored later) or on the padding. */
 #define WINO_PAD 16
+static int64_t wino_cols(int64_t T) { return SK_CDIV(T, SK_PANEL) * SK_PANEL; }
 
 void sk_prep_wino(sk_kernel *k, int units);
 void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
@@ -64,7 +69,8 @@ void sk_prep_wino(sk_kernel *k, int units)
 	k->t[2] = mt;
 	k->t[3] = SK_CDIV(Cout, mt);
 	k->grid = N * rtiles * k->t[3];
-	k->scratch = 16 * (C * (rows * TW + WINO_PAD) + mt * rows * TW);
+	int64_t Tp = wino_cols(rows * TW);
+	k->scratch = 16 * (C * (Tp + WINO_PAD) + mt * Tp);
 }
 
 /* input transform of tile rows [th0, th0+tr) of one image: V[c][e][t],
@@ -119,14 +125,14 @@ SK_MV static void wino_in(const float *x, int64_t C, int64_t H, int64_t W,
 	}
 }
 
-/* output transform: Y = A^T m A of each tile (M[oc][e][t], ldm = T) into
+/* output transform: Y = A^T m A of each tile (M[oc][e][t], a row ldm) into
  * output rows oh0.. of channels 0..Cout of y */
-SK_MV static void wino_out(const float *M, int64_t Cout, int64_t T, int64_t ldm,
+SK_MV static void wino_out(const float *M, int64_t Cout, int64_t ldm,
 			   int64_t tr, int64_t TW, int64_t OH, int64_t OW,
 			   int64_t oh0, float *y, int64_t OHW)
 {
 	for (int64_t oc = 0; oc < Cout; oc++) {
-		const float *mo = M + oc * 16 * T;
+		const float *mo = M + oc * 16 * ldm;
 		float *yo = y + oc * OHW;
 		for (int64_t r = 0; r < tr; r++) {
 			int64_t oh = oh0 + 2 * r;
@@ -241,7 +247,7 @@ WINO_512 static void wino_in_512(const float *x, int64_t C, int64_t H, int64_t W
  * output's layout, then none, ReLU or Clip, as gemm_epi_1) is applied on
  * the way to the store. Same additions in the same order as wino_out and
  * gemm_epi_1, so the same bits. */
-WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t T, int64_t ldm,
+WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t ldm,
 				  int64_t tr, int64_t TW, int64_t OH, int64_t OW, int64_t oh0,
 				  float *y, int64_t OHW, int epi, const float *bias,
 				  const float *res, int act, float lo, float hi)
@@ -249,7 +255,6 @@ WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t T, int64
 	const __m512i ilo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
 	const __m512i ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(8));
 	const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
-	(void)T;
 	for (int64_t oc = 0; oc < Cout; oc++) {
 		const float *mo = M + oc * 16 * ldm;
 		float *yo = y + oc * OHW;
@@ -320,11 +325,15 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t n = blk / (mtiles * rtiles), th0 = ri * rows;
 	int64_t m0 = mi * mt, ml = SK_MIN(mt, Cout - m0);
 	int64_t tr = SK_MIN(rows, TH - th0), T = tr * TW;
-	int64_t ldv = T + WINO_PAD;
-	float *V = sk_scratch(ctx, 16 * (C * ldv + ml * T));
+	int64_t Tp = wino_cols(T), ldv = Tp + WINO_PAD;
+	float *V = sk_scratch(ctx, 16 * (C * ldv + ml * Tp));
 	if (!V)
 		return;
 	float *M = V + 16 * C * ldv;
+	/* columns T..Tp of V's rows: zeros (the vector transform's spill
+	 * covers a part), computed on and never read */
+	for (int64_t row = 0; row < 16 * C; row++)
+		memset(V + row * ldv + T, 0, (size_t)(Tp - T) * sizeof(float));
 	int wide = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
 	wide = sk_gemm_isa() == SK_ISA_AVX512;
@@ -335,8 +344,8 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 		wino_in(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, ldv);
 	for (int e = 0; e < 16; e++) {
 		SK_POLL(ctx);
-		sk_gemm(0, 0, ml, T, C, k->in[1] + (e * Cout + m0) * C, C, V + e * ldv,
-			16 * ldv, M + e * T, 16 * T, 0);
+		sk_gemm(0, 0, ml, Tp, C, k->in[1] + (e * Cout + m0) * C, C, V + e * ldv,
+			16 * ldv, M + e * Tp, 16 * Tp, 0);
 	}
 	SK_POLL(ctx);
 	int64_t oh0 = 2 * th0, oh1 = SK_MIN(OH, 2 * (th0 + tr));
@@ -349,11 +358,11 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int fused = act == SK_ACT_NONE || act == SK_ACT_RELU || act == SK_ACT_CLIP;
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (wide)
-		wino_out_512(M, ml, T, T, tr, TW, OH, OW, oh0, y, OHW, epi && fused, bias, res, act,
+		wino_out_512(M, ml, Tp, tr, TW, OH, OW, oh0, y, OHW, epi && fused, bias, res, act,
 			     k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 #endif
 	if (!wide)
-		wino_out(M, ml, T, T, tr, TW, OH, OW, oh0, y, OHW);
+		wino_out(M, ml, Tp, tr, TW, OH, OW, oh0, y, OHW);
 	if (epi && !(wide && fused))
 		sk_gemm_epilogue(y + oh0 * OW, ml, (oh1 - oh0) * OW, OHW, bias, NULL,
 				 res ? res + oh0 * OW : NULL, OHW, act, k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
