@@ -935,7 +935,8 @@ func (m *Model) addWinogradWeights() {
 			continue
 		}
 		cout, cin := w.Shape[0], w.Shape[1]
-		m.consts[name] = &Tensor{DType: graph.Float32, Shape: []int64{cout, cin, 4, 4}, F: winogradWeights(w.F, cout, cin)}
+		// [16][ceil(cout/32)][cin][32]: see winogradWeights
+		m.consts[name] = &Tensor{DType: graph.Float32, Shape: []int64{16, (cout + GemmPanel - 1) / GemmPanel, cin, GemmPanel}, F: winogradWeights(w.F, cout, cin)}
 	}
 }
 

@@ -473,9 +473,14 @@ func winogradOK(p [16]int64) bool {
 }
 
 // winogradWeights transforms 3x3 weights w [Cout][C][3][3] into
-// U = G g G^T laid out [16][Cout][C].
+// U = G g G^T, each of its 16 points' C x Cout matrix (U^T: a Winograd
+// block's products are tiles x C times C x Cout) in panels of 32 output
+// channels, zero past Cout: [16][ceil(Cout/GemmPanel)][C][GemmPanel]
+// (the layout of panels.go, which sk_gemm_panels reads).
 func winogradWeights(w []float32, cout, cin int64) []float32 {
-	u := make([]float32, 16*cout*cin)
+	const panel = GemmPanel
+	np := (cout + panel - 1) / panel
+	u := make([]float32, 16*np*panel*cin)
 	for o := int64(0); o < cout; o++ {
 		for i := int64(0); i < cin; i++ {
 			g := w[(o*cin+i)*9 : (o*cin+i)*9+9]
@@ -492,7 +497,7 @@ func winogradWeights(w []float32, cout, cin int64) []float32 {
 				r := [4]float64{t[a][0], 0.5 * (t[a][0] + t[a][1] + t[a][2]),
 					0.5 * (t[a][0] - t[a][1] + t[a][2]), t[a][2]}
 				for b := 0; b < 4; b++ {
-					u[(int64(a*4+b)*cout+o)*cin+i] = float32(r[b])
+					u[((int64(a*4+b)*np+o/panel)*cin+i)*panel+o%panel] = float32(r[b])
 				}
 			}
 		}

@@ -1,14 +1,19 @@
 /*
  * winograd.c: Winograd F(2x2, 3x3) for 3x3 stride-1 dilation-1 ungrouped
  * convolutions (an SK_OP_CONV kernel with p[16] = 1; the compiler passes the
- * weights already transformed, U = G g G^T laid out [16][Cout][Cin]).
+ * weights already transformed, U = G g G^T, each point's C x Cout matrix in
+ * panels of SK_PANEL output channels: [16][ceil(Cout/SK_PANEL)][C][SK_PANEL]).
  * One block is one image, a run of whole tile rows (2 output rows per tile
- * row) and a run of output channels: input transform of its tiles into the
- * unit's scratch (V: [Cin][16][T], so the 16 values of a tile land close
- * together), 16 sgemm calls M[e] = U[e] V[e] (M: [Cout][16][T]) with a
- * preemption check between them, then the output transform straight into
- * the output rows and the fused epilogue. A block writes only its own
- * output rows and channels: idempotent.
+ * row) and a run of output channels (whole panels): input transform of its
+ * tiles into the unit's scratch (V: [Cin][16][T], so the 16 values of a
+ * tile land close together), 16 sgemm calls M[e] = V[e]^T U[e] with the
+ * tiles as rows (M: [T][16][channels], so a tile's 16 values of a channel
+ * are 16 rows apart; the micro-kernel's vectors run along the output
+ * channels, whole panels, where along the tiles a tile row's count of
+ * them left the last panel part empty) with a preemption check between
+ * them, then the output transform straight into the output rows and the
+ * fused epilogue. A block writes only its own output rows and channels:
+ * idempotent.
  */
 #include "sluice_cpu.h"
 #include "sk512.h"
@@ -22,14 +27,11 @@ void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 
 #define WINO_SCRATCH_MAX (1 << 19) /* floats of V + M per block */
 #define WINO_MIN_TILES 64         /* tiles per block where blocks are few */
-/* The 16 products run over the block's tiles rounded up to whole panels
- * of the micro-kernel (wino_cols: no panel packed, none stored masked);
- * V's rows (a channel's values at one of the 16 points, one per tile)
- * are WINO_PAD floats longer still: the vector input transform stores
- * whole vectors, the lanes past a tile row landing on the next row's
- * (stored later) or on the padding. */
+/* V's rows (a channel's values at one of the 16 points, one per tile)
+ * are WINO_PAD floats longer than the block's tiles: the vector input
+ * transform stores whole vectors, the lanes past a tile row landing on
+ * the next row's (stored later) or on the padding. */
 #define WINO_PAD 16
-static int64_t wino_cols(int64_t T) { return SK_CDIV(T, SK_PANEL) * SK_PANEL; }
 
 void sk_prep_wino(sk_kernel *k, int units);
 void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx);
@@ -49,28 +51,26 @@ void sk_prep_wino(sk_kernel *k, int units)
 	int64_t cap = SK_MAX(WINO_SCRATCH_MAX / (16 * (C + Cout) * TW), 1);
 	int64_t rows = SK_MIN(SK_MIN(TH, cap), SK_CDIV(256, TW));
 	/* at least 4 blocks per unit: fewer tile rows per block, but not
-	 * below 64 tiles (each of the 16 sgemms has one column per tile, and
-	 * the micro-kernel's panels are 32 columns wide) ... */
+	 * below 64 tiles (each of the 16 sgemms has one row per tile: few
+	 * rows stream the weights for little work) ... */
 	int64_t want = 4 * (int64_t)units;
 	int64_t rmin = SK_MIN(rows, SK_CDIV(WINO_MIN_TILES, TW));
 	while (rows > rmin && N * SK_CDIV(TH, rows) < want)
 		rows--;
 	int64_t rtiles = SK_CDIV(TH, rows);
-	/* ... then split the output channels: every channel tile repeats
-	 * the (cheap) input transform */
+	/* ... then split the output channels at panels: every channel tile
+	 * repeats the (cheap) input transform */
 	int64_t mt = Cout;
 	if (N * rtiles < want) {
 		mt = SK_CDIV(Cout, SK_CDIV(want, N * rtiles));
-		mt = SK_MAX(SK_CDIV(mt, 16) * 16, 32);
-		mt = SK_MIN(mt, Cout);
+		mt = SK_MIN(SK_CDIV(mt, SK_PANEL) * SK_PANEL, Cout);
 	}
 	k->t[0] = rows;
 	k->t[1] = rtiles;
 	k->t[2] = mt;
 	k->t[3] = SK_CDIV(Cout, mt);
 	k->grid = N * rtiles * k->t[3];
-	int64_t Tp = wino_cols(rows * TW);
-	k->scratch = 16 * (C * (Tp + WINO_PAD) + mt * Tp);
+	k->scratch = 16 * (C * (rows * TW + WINO_PAD) + mt * rows * TW);
 }
 
 /* input transform of tile rows [th0, th0+tr) of one image: V[c][e][t],
@@ -125,14 +125,13 @@ SK_MV static void wino_in(const float *x, int64_t C, int64_t H, int64_t W,
 	}
 }
 
-/* output transform: Y = A^T m A of each tile (M[oc][e][t], a row ldm) into
- * output rows oh0.. of channels 0..Cout of y */
+/* output transform: Y = A^T m A of each tile (M[t][e][oc], ldm floats from
+ * one point to the next) into output rows oh0.. of channels 0..Cout of y */
 SK_MV static void wino_out(const float *M, int64_t Cout, int64_t ldm,
 			   int64_t tr, int64_t TW, int64_t OH, int64_t OW,
 			   int64_t oh0, float *y, int64_t OHW)
 {
 	for (int64_t oc = 0; oc < Cout; oc++) {
-		const float *mo = M + oc * 16 * ldm;
 		float *yo = y + oc * OHW;
 		for (int64_t r = 0; r < tr; r++) {
 			int64_t oh = oh0 + 2 * r;
@@ -140,7 +139,7 @@ SK_MV static void wino_out(const float *M, int64_t Cout, int64_t ldm,
 			float *y1 = y0 + OW;
 			int two = oh + 1 < OH;
 			for (int64_t tw = 0; tw < TW; tw++) {
-				const float *m = mo + r * TW + tw;
+				const float *m = M + (r * TW + tw) * 16 * ldm + oc;
 				float a[4][4];
 				for (int e = 0; e < 16; e++)
 					a[e >> 2][e & 3] = m[e * ldm];
@@ -163,7 +162,6 @@ SK_MV static void wino_out(const float *M, int64_t Cout, int64_t ldm,
 		}
 	}
 }
-
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define WINO_512 __attribute__((target("avx512f")))
@@ -241,72 +239,101 @@ WINO_512 static void wino_in_512(const float *x, int64_t C, int64_t H, int64_t W
 	}
 }
 
-/* wino_out_512 is wino_out on 16 tiles of a tile row a vector, the two
- * output columns of each tile interleaved into 32 floats of an output
- * row; where epi is set the epilogue (bias, residual res with the
- * output's layout, then none, ReLU or Clip, as gemm_epi_1) is applied on
- * the way to the store. Same additions in the same order as wino_out and
- * gemm_epi_1, so the same bits. */
+/* transpose16 transposes 16 vectors in place: r[j][i] = r[i][j] before */
+WINO_512 static inline void transpose16(__m512 r[16])
+{
+	__m512 t[16], u[16];
+	for (int k = 0; k < 8; k++) {
+		t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+		t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+	}
+	/* u[4q + c], 128-bit lane L: column 4L + c of rows 4q..4q+3 */
+	for (int q = 0; q < 4; q++) {
+		__m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 1]);
+		__m512d c = _mm512_castps_pd(t[4 * q + 2]), d = _mm512_castps_pd(t[4 * q + 3]);
+		u[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+		u[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+		u[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+		u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+	}
+	for (int c = 0; c < 4; c++) {
+		__m512 vlo = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+		__m512 vhi = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+		__m512 wlo = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+		__m512 whi = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+		r[c] = _mm512_shuffle_f32x4(vlo, wlo, 0x88);
+		r[8 + c] = _mm512_shuffle_f32x4(vlo, wlo, 0xdd);
+		r[4 + c] = _mm512_shuffle_f32x4(vhi, whi, 0x88);
+		r[12 + c] = _mm512_shuffle_f32x4(vhi, whi, 0xdd);
+	}
+}
+
+/* wino_out_512 is wino_out on 16 output channels a vector: 8 tiles of a
+ * tile row at a time, each tile's 2x2 outputs computed across the
+ * channels, then each output row's 16 values (8 tiles, 2 columns each)
+ * transposed into one vector per channel; where epi is set the epilogue
+ * (bias, residual res with the output's layout, then none, ReLU or Clip,
+ * as gemm_epi_1) is applied on the way to the store. Same additions in
+ * the same order as wino_out and gemm_epi_1, so the same bits. */
 WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t ldm,
 				  int64_t tr, int64_t TW, int64_t OH, int64_t OW, int64_t oh0,
 				  float *y, int64_t OHW, int epi, const float *bias,
 				  const float *res, int act, float lo, float hi)
 {
-	const __m512i ilo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-	const __m512i ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(8));
 	const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
-	for (int64_t oc = 0; oc < Cout; oc++) {
-		const float *mo = M + oc * 16 * ldm;
-		float *yo = y + oc * OHW;
-		const float *ro = res ? res + oc * OHW : NULL;
-		__m512 bv = _mm512_set1_ps(bias ? bias[oc] : 0.0f);
+	for (int64_t g = 0; g < Cout; g += 16) {
+		int64_t nv = SK_MIN(16, Cout - g);
+		__mmask16 cm = sk_lanes16(0, nv);
 		for (int64_t r = 0; r < tr; r++) {
 			int64_t oh = oh0 + 2 * r;
-			int two = oh + 1 < OH;
-			for (int64_t tw0 = 0; tw0 < TW; tw0 += 16) {
-				__mmask16 ml = sk_lanes16(tw0, TW);
-				const float *m = mo + r * TW + tw0;
-				__m512 a[4][4];
-				for (int e = 0; e < 16; e++)
-					a[e >> 2][e & 3] = _mm512_maskz_loadu_ps(ml, m + e * ldm);
-				__m512 s0[4], s1[4];
-				for (int j = 0; j < 4; j++) {
-					s0[j] = _mm512_add_ps(_mm512_add_ps(a[0][j], a[1][j]), a[2][j]);
-					s1[j] = _mm512_sub_ps(_mm512_sub_ps(a[1][j], a[2][j]), a[3][j]);
-				}
-				__m512 o[2][2];
-				o[0][0] = _mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]);
-				o[0][1] = _mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]);
-				o[1][0] = _mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]);
-				o[1][1] = _mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]);
-				int64_t ow = 2 * tw0;
-				__mmask16 k0 = sk_lanes16(ow, OW), k1 = sk_lanes16(ow + 16, OW);
-				for (int i = 0; i < 1 + two; i++) {
-					int64_t at = (oh + i) * OW + ow;
-					__m512 v0 = _mm512_permutex2var_ps(o[i][0], ilo, o[i][1]);
-					__m512 v1 = _mm512_permutex2var_ps(o[i][0], ihi, o[i][1]);
-					if (epi) {
-						v0 = _mm512_add_ps(v0, bv);
-						v1 = _mm512_add_ps(v1, bv);
-						if (ro) {
-							v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(k0, ro + at));
-							v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(k1, ro + at + 16));
-						}
-						if (act == SK_ACT_RELU) {
-							v0 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v0, zero, _CMP_GT_OQ), v0);
-							v1 = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v1, zero, _CMP_GT_OQ), v1);
-						} else if (act == SK_ACT_CLIP) {
-							/* v < lo ? lo : (v > hi ? hi : v) */
-							__mmask16 l0 = _mm512_cmp_ps_mask(v0, vlo, _CMP_LT_OQ);
-							__mmask16 l1 = _mm512_cmp_ps_mask(v1, vlo, _CMP_LT_OQ);
-							v0 = _mm512_mask_mov_ps(v0, _mm512_cmp_ps_mask(v0, vhi, _CMP_GT_OQ), vhi);
-							v1 = _mm512_mask_mov_ps(v1, _mm512_cmp_ps_mask(v1, vhi, _CMP_GT_OQ), vhi);
-							v0 = _mm512_mask_mov_ps(v0, l0, vlo);
-							v1 = _mm512_mask_mov_ps(v1, l1, vlo);
-						}
+			int rows = oh + 1 < OH ? 2 : 1;
+			for (int64_t tw0 = 0; tw0 < TW; tw0 += 8) {
+				int64_t nt = SK_MIN(8, TW - tw0);
+				/* o[i][2t + j]: output (i, j) of tile tw0 + t */
+				__m512 o[2][16];
+				for (int64_t t = 0; t < 8; t++) {
+					if (t >= nt) {
+						o[0][2 * t] = o[0][2 * t + 1] = zero;
+						o[1][2 * t] = o[1][2 * t + 1] = zero;
+						continue;
 					}
-					_mm512_mask_storeu_ps(yo + at, k0, v0);
-					_mm512_mask_storeu_ps(yo + at + 16, k1, v1);
+					const float *m = M + (r * TW + tw0 + t) * 16 * ldm + g;
+					__m512 a[4][4];
+					for (int e = 0; e < 16; e++)
+						a[e >> 2][e & 3] = _mm512_maskz_loadu_ps(cm, m + e * ldm);
+					__m512 s0[4], s1[4];
+					for (int j = 0; j < 4; j++) {
+						s0[j] = _mm512_add_ps(_mm512_add_ps(a[0][j], a[1][j]), a[2][j]);
+						s1[j] = _mm512_sub_ps(_mm512_sub_ps(a[1][j], a[2][j]), a[3][j]);
+					}
+					o[0][2 * t] = _mm512_add_ps(_mm512_add_ps(s0[0], s0[1]), s0[2]);
+					o[0][2 * t + 1] = _mm512_sub_ps(_mm512_sub_ps(s0[1], s0[2]), s0[3]);
+					o[1][2 * t] = _mm512_add_ps(_mm512_add_ps(s1[0], s1[1]), s1[2]);
+					o[1][2 * t + 1] = _mm512_sub_ps(_mm512_sub_ps(s1[1], s1[2]), s1[3]);
+				}
+				int64_t ow = 2 * tw0;
+				__mmask16 km = sk_lanes16(ow, OW);
+				for (int i = 0; i < rows; i++) {
+					/* o[i][l]: channel g + l's 16 outputs from ow */
+					transpose16(o[i]);
+					for (int64_t l = 0; l < nv; l++) {
+						int64_t at = (g + l) * OHW + (oh + i) * OW + ow;
+						__m512 v = o[i][l];
+						if (epi) {
+							v = _mm512_add_ps(v, _mm512_set1_ps(bias ? bias[g + l] : 0.0f));
+							if (res)
+								v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, res + at));
+							if (act == SK_ACT_RELU) {
+								v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v);
+							} else if (act == SK_ACT_CLIP) {
+								/* v < lo ? lo : (v > hi ? hi : v) */
+								__mmask16 l0 = _mm512_cmp_ps_mask(v, vlo, _CMP_LT_OQ);
+								v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vhi, _CMP_GT_OQ), vhi);
+								v = _mm512_mask_mov_ps(v, l0, vlo);
+							}
+						}
+						_mm512_mask_storeu_ps(y + at, km, v);
+					}
 				}
 			}
 		}
@@ -325,15 +352,11 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int64_t n = blk / (mtiles * rtiles), th0 = ri * rows;
 	int64_t m0 = mi * mt, ml = SK_MIN(mt, Cout - m0);
 	int64_t tr = SK_MIN(rows, TH - th0), T = tr * TW;
-	int64_t Tp = wino_cols(T), ldv = Tp + WINO_PAD;
-	float *V = sk_scratch(ctx, 16 * (C * ldv + ml * Tp));
+	int64_t ldv = T + WINO_PAD;
+	float *V = sk_scratch(ctx, 16 * (C * ldv + ml * T));
 	if (!V)
 		return;
 	float *M = V + 16 * C * ldv;
-	/* columns T..Tp of V's rows: zeros (the vector transform's spill
-	 * covers a part), computed on and never read */
-	for (int64_t row = 0; row < 16 * C; row++)
-		memset(V + row * ldv + T, 0, (size_t)(Tp - T) * sizeof(float));
 	int wide = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
 	wide = sk_gemm_isa() == SK_ISA_AVX512;
@@ -342,10 +365,14 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 #endif
 	if (!wide)
 		wino_in(k->in[0] + n * C * H * W, C, H, W, p[10], p[11], th0, tr, TW, V, ldv);
+	/* point e: M[t][e][oc] = sum over c of V[c][e][t] U[e](c, m0 + oc),
+	 * U[e]'s panels C x SK_PANEL floats each */
+	int64_t np = SK_CDIV(Cout, SK_PANEL);
 	for (int e = 0; e < 16; e++) {
 		SK_POLL(ctx);
-		sk_gemm(0, 0, ml, Tp, C, k->in[1] + (e * Cout + m0) * C, C, V + e * ldv,
-			16 * ldv, M + e * Tp, 16 * Tp, 0);
+		sk_gemm_panels(1, T, ml, C, V + e * ldv, 16 * ldv,
+			       k->in[1] + (e * np + m0 / SK_PANEL) * C * SK_PANEL, C * SK_PANEL,
+			       M + e * ml, 16 * ml, 0);
 	}
 	SK_POLL(ctx);
 	int64_t oh0 = 2 * th0, oh1 = SK_MIN(OH, 2 * (th0 + tr));
@@ -358,11 +385,11 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int fused = act == SK_ACT_NONE || act == SK_ACT_RELU || act == SK_ACT_CLIP;
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (wide)
-		wino_out_512(M, ml, Tp, tr, TW, OH, OW, oh0, y, OHW, epi && fused, bias, res, act,
+		wino_out_512(M, ml, ml, tr, TW, OH, OW, oh0, y, OHW, epi && fused, bias, res, act,
 			     k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 #endif
 	if (!wide)
-		wino_out(M, ml, Tp, tr, TW, OH, OW, oh0, y, OHW);
+		wino_out(M, ml, ml, tr, TW, OH, OW, oh0, y, OHW);
 	if (epi && !(wide && fused))
 		sk_gemm_epilogue(y + oh0 * OW, ml, (oh1 - oh0) * OW, OHW, bias, NULL,
 				 res ? res + oh0 * OW : NULL, OHW, act, k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
