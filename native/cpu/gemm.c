@@ -4,6 +4,7 @@
  * on the tiling: every version of the kernel gives the same bits.
  */
 #include "sluice_cpu.h"
+#include "sk512.h"
 
 /* Work aimed at per block (flops), the least worth a block, the largest
  * output tile (floats, so the epilogue runs in cache) and the work of one
@@ -159,6 +160,47 @@ static void transpose_tile(const float *T, int64_t rows, int64_t cols, float *C,
 	}
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* transpose_epi_512 is transpose_tile in 16 x 16 squares transposed in
+ * registers, with (epi set) gemm_epi_1's epilogue applied on the way to
+ * the store: bias per row or column, residual (ldr), then none, ReLU or
+ * Clip, in gemm_epi_1's order, so the same bits as the two passes. */
+__attribute__((target("avx512f"))) static void
+transpose_epi_512(const float *T, int64_t rows, int64_t cols, float *C, int64_t ldc, int epi,
+		  const float *brow, const float *bcol, const float *res, int64_t ldr, int act,
+		  float lo, float hi)
+{
+	const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+	for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+		int64_t ni = SK_MIN(16, rows - i0);
+		__mmask16 mi = sk_lanes16(0, ni);
+		for (int64_t j0 = 0; j0 < cols; j0 += 16) {
+			int64_t nj = SK_MIN(16, cols - j0);
+			__mmask16 mj = sk_lanes16(0, nj);
+			/* v[q]: T's row j0 + q (C's column), rows i0.. of C */
+			__m512 v[16];
+			for (int64_t q = 0; q < 16; q++)
+				v[q] = q < nj ? _mm512_maskz_loadu_ps(mi, T + (j0 + q) * rows + i0)
+					      : _mm512_setzero_ps();
+			sk_transpose16(v);
+			__m512 bc = epi && bcol ? _mm512_maskz_loadu_ps(mj, bcol + j0) : _mm512_setzero_ps();
+			for (int64_t r = 0; r < ni; r++) {
+				__m512 x = v[r];
+				if (epi) {
+					x = _mm512_add_ps(x, _mm512_set1_ps(brow ? brow[i0 + r] : 0.0f));
+					if (bcol)
+						x = _mm512_add_ps(x, bc);
+					if (res)
+						x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mj, res + (i0 + r) * ldr + j0));
+					x = sk_act_512(x, act, vlo, vhi);
+				}
+				_mm512_mask_storeu_ps(C + (i0 + r) * ldc + j0, mj, x);
+			}
+		}
+	}
+}
+#endif
+
 void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 {
 	const int64_t *p = k->p;
@@ -234,8 +276,27 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 						B + (tb ? kk : kk * ldb), ldb, C + r * ldc, ldc, kk > 0);
 			}
 		}
-		if (tprod)
-			transpose_tile(T, ml, nl, C, ldc);
+		if (tprod) {
+#if defined(__x86_64__) && defined(__GNUC__)
+			if (sk_gemm_isa() == SK_ISA_AVX512) {
+				/* the epilogue on the way where it is gemm_epi_1's
+				 * and comes right after (no alpha) */
+				int act = (int)p[SKP_ACT];
+				const float *bias = k->in[2];
+				const float *brow = bias && p[23] == 1 ? bias + offbias + m0 : NULL;
+				const float *bcol = bias && p[23] == 2 ? bias + offbias + n0 : NULL;
+				const float *res = k->in[3] ? k->in[3] + offc + m0 * ldc + n0 : NULL;
+				int epi = brow || bcol || res || act;
+				int fused = k->f[0] == 1.0f &&
+					    (act == SK_ACT_NONE || act == SK_ACT_RELU || act == SK_ACT_CLIP);
+				transpose_epi_512(T, ml, nl, C, ldc, epi && fused, brow, bcol, res, ldc, act,
+						  k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+				if (epi && fused)
+					return;
+			} else
+#endif
+				transpose_tile(T, ml, nl, C, ldc);
+		}
 		if (k->f[0] != 1.0f)
 			for (int64_t r = 0; r < ml; r++)
 				for (int64_t c = 0; c < nl; c++)

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "sluice_cpu.h" /* SK_ACT_* */
+
 /* sk_bytes64 is the mask of bytes b (of 64) with 0 <= a + b < n: the
  * bytes of a 64-byte vector at offset a that lie inside [0, n). */
 static inline uint64_t sk_bytes64(int64_t a, int64_t n)
@@ -41,6 +43,50 @@ __attribute__((target("avx512f"))) static inline __m512 sk_requant_512(__m512 v,
 	v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
 	v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
 	return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
+}
+/* sk_transpose16 transposes 16 vectors in place: r[j][i] = r[i][j] before */
+__attribute__((target("avx512f"))) static inline void sk_transpose16(__m512 r[16])
+{
+	__m512 t[16], u[16];
+	for (int k = 0; k < 8; k++) {
+		t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+		t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+	}
+	/* u[4q + c], 128-bit lane L: column 4L + c of rows 4q..4q+3 */
+	for (int q = 0; q < 4; q++) {
+		__m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 1]);
+		__m512d c = _mm512_castps_pd(t[4 * q + 2]), d = _mm512_castps_pd(t[4 * q + 3]);
+		u[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+		u[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+		u[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+		u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+	}
+	for (int c = 0; c < 4; c++) {
+		__m512 vlo = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+		__m512 vhi = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+		__m512 wlo = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+		__m512 whi = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+		r[c] = _mm512_shuffle_f32x4(vlo, wlo, 0x88);
+		r[8 + c] = _mm512_shuffle_f32x4(vlo, wlo, 0xdd);
+		r[4 + c] = _mm512_shuffle_f32x4(vhi, whi, 0x88);
+		r[12 + c] = _mm512_shuffle_f32x4(vhi, whi, 0xdd);
+	}
+}
+
+/* sk_act_512 is the activations gemm_epi_1 applies, on 16 values: ReLU
+ * (v > 0 ? v : 0) or Clip (v < lo ? lo : (v > hi ? hi : v)), the
+ * comparisons ordered (a NaN: 0 for ReLU, kept by Clip); others as is */
+__attribute__((target("avx512f"))) static inline __m512 sk_act_512(__m512 v, int act, __m512 lo,
+								  __m512 hi)
+{
+	if (act == SK_ACT_RELU)
+		return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_GT_OQ), v);
+	if (act == SK_ACT_CLIP) {
+		__mmask16 below = _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ);
+		v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
+		return _mm512_mask_mov_ps(v, below, lo);
+	}
+	return v;
 }
 #endif
 

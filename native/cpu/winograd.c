@@ -239,35 +239,6 @@ WINO_512 static void wino_in_512(const float *x, int64_t C, int64_t H, int64_t W
 	}
 }
 
-/* transpose16 transposes 16 vectors in place: r[j][i] = r[i][j] before */
-WINO_512 static inline void transpose16(__m512 r[16])
-{
-	__m512 t[16], u[16];
-	for (int k = 0; k < 8; k++) {
-		t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-		t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
-	}
-	/* u[4q + c], 128-bit lane L: column 4L + c of rows 4q..4q+3 */
-	for (int q = 0; q < 4; q++) {
-		__m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 1]);
-		__m512d c = _mm512_castps_pd(t[4 * q + 2]), d = _mm512_castps_pd(t[4 * q + 3]);
-		u[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-		u[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-		u[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-		u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-	}
-	for (int c = 0; c < 4; c++) {
-		__m512 vlo = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-		__m512 vhi = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
-		__m512 wlo = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-		__m512 whi = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
-		r[c] = _mm512_shuffle_f32x4(vlo, wlo, 0x88);
-		r[8 + c] = _mm512_shuffle_f32x4(vlo, wlo, 0xdd);
-		r[4 + c] = _mm512_shuffle_f32x4(vhi, whi, 0x88);
-		r[12 + c] = _mm512_shuffle_f32x4(vhi, whi, 0xdd);
-	}
-}
-
 /* wino_out_512 is wino_out on 16 output channels a vector: 8 tiles of a
  * tile row at a time, each tile's 2x2 outputs computed across the
  * channels, then each output row's 16 values (8 tiles, 2 columns each)
@@ -315,7 +286,7 @@ WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t ldm,
 				__mmask16 km = sk_lanes16(ow, OW);
 				for (int i = 0; i < rows; i++) {
 					/* o[i][l]: channel g + l's 16 outputs from ow */
-					transpose16(o[i]);
+					sk_transpose16(o[i]);
 					for (int64_t l = 0; l < nv; l++) {
 						int64_t at = (g + l) * OHW + (oh + i) * OW + ow;
 						__m512 v = o[i][l];
@@ -323,14 +294,7 @@ WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t ldm,
 							v = _mm512_add_ps(v, _mm512_set1_ps(bias ? bias[g + l] : 0.0f));
 							if (res)
 								v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(km, res + at));
-							if (act == SK_ACT_RELU) {
-								v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, zero, _CMP_GT_OQ), v);
-							} else if (act == SK_ACT_CLIP) {
-								/* v < lo ? lo : (v > hi ? hi : v) */
-								__mmask16 l0 = _mm512_cmp_ps_mask(v, vlo, _CMP_LT_OQ);
-								v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, vhi, _CMP_GT_OQ), vhi);
-								v = _mm512_mask_mov_ps(v, l0, vlo);
-							}
+							v = sk_act_512(v, act, vlo, vhi);
 						}
 						_mm512_mask_storeu_ps(y + at, km, v);
 					}
