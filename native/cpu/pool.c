@@ -190,6 +190,96 @@ __attribute__((target("avx512f"))) static void pool_max_512(const float *x, floa
 }
 #endif
 
+/* pool_max_3s2_512 is pool_max_512 for the 3x3 window at stride 2 with
+ * a padding of 1 before (ResNet's), separable: each input row's maxima
+ * over the window's three columns (x[2 ow - 1], x[2 ow], x[2 ow + 1]:
+ * the odd floats one lane back, the even, the odd), then each output
+ * row's maxima over its three rows' (the row below an output row is the
+ * row above the next one's: kept in registers, 64 columns at a time). A
+ * column outside the row reads -inf, which never wins. Max in tap order
+ * (v > a ? v : a) keeps the first of the window's greatest values in
+ * row-major order, and the row-major first is the first row's first:
+ * the same bits as pool_max_512 (ties of -0 and +0, NaNs skipped). */
+__attribute__((target("avx512f"))) static void pool_max_3s2_512(const float *x, float *y,
+								  const int64_t *p, int64_t clo,
+								  int64_t chi)
+{
+	int64_t H = p[1], W = p[2], OH = p[3], OW = p[4];
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+					       28, 30);
+	const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+	const __m512 ninf = _mm512_set1_ps(-INFINITY), init = _mm512_set1_ps(-FLT_MAX);
+	const __m512 zero = _mm512_setzero_ps();
+	int64_t nc = SK_CDIV(OW, 16);
+	for (int64_t g0 = 0; g0 < nc; g0 += 4) {
+		int64_t ng = SK_MIN(4, nc - g0);
+		__mmask16 keep[4], ms[4];
+		for (int64_t j = 0; j < 4; j++) {
+			int64_t ow0 = 16 * (g0 + j);
+			ms[j] = j < ng ? sk_lanes16(ow0, OW) : 0;
+			keep[j] = ms[j] & sk_lanes16(ow0 - clo, chi - clo);
+		}
+		/* the row maxima of input row 2 oh - 1, from the last output row */
+		__m512 below[4];
+		int64_t below_row = -2;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			__m512 a[4] = {init, init, init, init};
+			int rows = 0;
+			for (int64_t kh = 0; kh < 3; kh++) {
+				int64_t ih = 2 * oh - 1 + kh;
+				if (ih < 0 || ih >= H)
+					continue;
+				rows++;
+				__m512 hm[4];
+				if (ih == below_row) {
+					for (int j = 0; j < 4; j++)
+						hm[j] = below[j];
+				} else {
+					const float *xr = x + ih * W;
+					int64_t c0 = 32 * g0; /* input column of the first lane's even tap */
+					__m512 prev = c0 >= 1 && c0 - 1 < W ? _mm512_set1_ps(xr[c0 - 1]) : ninf;
+#pragma GCC unroll 4
+					for (int j = 0; j < 4; j++) {
+						int64_t c = c0 + 32 * j;
+						__m512 lo, hi;
+						if (c + 32 <= W) {
+							lo = _mm512_loadu_ps(xr + c);
+							hi = _mm512_loadu_ps(xr + c + 16);
+						} else {
+							lo = _mm512_mask_loadu_ps(ninf, sk_lanes16(c, W), xr + c);
+							hi = _mm512_mask_loadu_ps(ninf, sk_lanes16(c + 16, W), xr + c + 16);
+						}
+						__m512 e = _mm512_permutex2var_ps(lo, even, hi);
+						__m512 o = _mm512_permutex2var_ps(lo, odd, hi);
+						/* x[2 ow - 1]: the odd floats one lane back */
+						__m512 l = _mm512_castsi512_ps(_mm512_alignr_epi32(
+							_mm512_castps_si512(o), _mm512_castps_si512(prev), 15));
+						prev = o;
+						__m512 m = _mm512_max_ps(l, init);
+						m = _mm512_max_ps(e, m);
+						hm[j] = _mm512_max_ps(o, m);
+					}
+					if (ih == 2 * oh + 1) {
+						for (int j = 0; j < 4; j++)
+							below[j] = hm[j];
+						below_row = ih;
+					}
+				}
+				for (int j = 0; j < 4; j++)
+					a[j] = _mm512_max_ps(hm[j], a[j]);
+			}
+			float *yr = y + oh * OW + 16 * g0;
+			for (int64_t j = 0; j < ng; j++) {
+				__m512 r = rows ? _mm512_mask_mov_ps(zero, keep[j], a[j]) : zero;
+				if (ms[j] == 0xffff)
+					_mm512_storeu_ps(yr + 16 * j, r);
+				else
+					_mm512_mask_storeu_ps(yr + 16 * j, ms[j], r);
+			}
+		}
+	}
+}
+
 /* pool_plane pools one plane row by row: for each kernel tap the valid
  * output columns form one range, so the inner loops are branch-free. */
 SK_MV static void pool_plane(const float *x, float *y, const int64_t *p, int wide)
@@ -215,6 +305,11 @@ SK_MV static void pool_plane(const float *x, float *y, const int64_t *p, int wid
 		}
 	}
 #if defined(__x86_64__) && defined(__GNUC__)
+	if (wide && mode == 0 && KH == 3 && KW == 3 && SH == 2 && SW == 2 && DH == 1 && DW == 1 &&
+	    PT == 1 && PL == 1) {
+		pool_max_3s2_512(x, y, p, clo, chi);
+		return;
+	}
 	if (wide && mode == 0 && SW <= 2 && KW <= POOL_TAPS && OW <= 16 * POOL_CHUNKS) {
 		pool_max_512(x, y, p, tlo, thi, clo, chi);
 		return;

@@ -45,20 +45,31 @@ func (pc poolCase) run(t testing.TB, x *cfloats, units int) []float32 {
 // zeros and some NaNs.
 func TestMaxPoolSameBits(t *testing.T) {
 	defer SetGemmISA("")
+	seen := map[poolCase]bool{} // a case's second time: negative inputs
 	for _, pc := range []poolCase{
 		{2, 112, 112, 3, 2, 1}, // ResNet's
+		{1, 9, 67, 3, 2, 1}, {1, 2, 1, 3, 2, 1}, {2, 3, 5, 3, 2, 1},
 		{3, 9, 37, 3, 2, 0}, {2, 8, 66, 2, 2, 0}, {2, 7, 70, 3, 2, 1}, {1, 5, 33, 3, 1, 1}, {2, 6, 35, 5, 2, 2},
 		// rows of 13 vectors (four at a time, the last group partial),
 		// and past the widest the vector path takes
 		{1, 4, 200, 3, 1, 1}, {1, 4, 420, 3, 2, 1}, {1, 3, 300, 3, 1, 1},
 		// windows of padding only at both ends of a row (output 0)
 		{2, 6, 40, 2, 1, 2}, {1, 5, 41, 3, 2, 2},
+		// negative inputs only (below): a window cut by the row's end
+		// must not see a 0 there
+		{1, 9, 67, 3, 2, 1}, {1, 5, 33, 3, 1, 1}, {1, 4, 420, 3, 2, 1},
 	} {
 		x := newFloats(t, int(pc.planes*pc.h*pc.w), 0)
 		xs := x.s()
 		rnd := uint32(pc.h*31 + pc.w)
+		negative := seen[pc]
+		seen[pc] = true
 		for i := range xs {
 			rnd = rnd*1664525 + 1013904223
+			if negative {
+				xs[i] = -float32(rnd>>24+1) / 8
+				continue
+			}
 			switch r := rnd >> 24; {
 			case r < 60:
 				xs[i] = float32(math.Copysign(0, -1))
