@@ -767,40 +767,6 @@ DW_512 static void dw_plane_512(const float *x, const float *w, float *y, float 
 	}
 }
 
-/* dw_tr16 transposes 16 vectors of 16 floats: r[i][j] becomes r[j][i],
- * each stage in place (at most 20 vectors live). Callers index r only in
- * loops of a constant trip count, so that it stays in registers: a loop
- * to a run-time bound (the pixels or channels left) made the compiler
- * keep r in memory, 49 spilled stores in dw3x3_cvec_512 against 3. */
-DW_512 static inline void dw_tr16(__m512 r[16])
-{
-	for (int i = 0; i < 8; i++) {
-		__m512 a = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-		__m512 b = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-		r[2 * i] = a;
-		r[2 * i + 1] = b;
-	}
-	/* r[4g + m], 128-bit lane L: column 4L + m of rows 4g..4g+3 */
-	for (int g = 0; g < 4; g++) {
-		__m512d a = _mm512_castps_pd(r[4 * g]), b = _mm512_castps_pd(r[4 * g + 1]);
-		__m512d c = _mm512_castps_pd(r[4 * g + 2]), d = _mm512_castps_pd(r[4 * g + 3]);
-		r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-		r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-		r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-		r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-	}
-	for (int m = 0; m < 4; m++) {
-		__m512 vlo = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
-		__m512 vhi = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xdd);
-		__m512 wlo = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
-		__m512 whi = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xdd);
-		r[m] = _mm512_shuffle_f32x4(vlo, wlo, 0x88);
-		r[8 + m] = _mm512_shuffle_f32x4(vlo, wlo, 0xdd);
-		r[4 + m] = _mm512_shuffle_f32x4(vhi, whi, 0x88);
-		r[12 + m] = _mm512_shuffle_f32x4(vhi, whi, 0xdd);
-	}
-}
-
 /* dw_load_bytes is nq (up to 16) 8-bit integers stored as code, as
  * floats; the lanes past nq are 0, as a masked load gives. */
 DW_512 static inline __m512 dw_load_bytes(const uint8_t *b, int code, int nq)
@@ -875,7 +841,7 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 				if (quant) /* QUANT's mode 1 with scale 1: (x - zp) * 1 is x - zp */
 					v[i] = _mm512_sub_ps(v[i], zp);
 			}
-			dw_tr16(v);
+			sk_transpose16(v);
 			/* a constant trip count: v stays in registers */
 #pragma GCC unroll 16
 			for (int j = 0; j < 16; j++)
@@ -936,7 +902,7 @@ DW_512 static void dw3x3_cvec_512(const sk_kernel *k, int64_t n, int64_t c0, int
 #pragma GCC unroll 16
 			for (int j = 0; j < 16; j++)
 				v[j] = j < nq ? _mm512_load_ps(O + (q + j) * 16) : zero;
-			dw_tr16(v);
+			sk_transpose16(v);
 			const float *rr = k->in[3] ? k->in[3] + (n * C + g) * OHW + q : NULL;
 #pragma GCC unroll 16
 			for (int i = 0; i < 16; i++) {

@@ -44,32 +44,38 @@ __attribute__((target("avx512f"))) static inline __m512 sk_requant_512(__m512 v,
 	v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
 	return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
 }
-/* sk_transpose16 transposes 16 vectors in place: r[j][i] = r[i][j] before */
+
+/* sk_transpose16 transposes 16 vectors of 16 floats: r[i][j] becomes r[j][i],
+ * each stage in place (at most 20 vectors live). A caller that indexes r
+ * only in loops of a constant trip count keeps it in registers: a loop
+ * to a run-time bound (the pixels or channels left) made the compiler
+ * keep r in memory, 49 spilled stores in dw3x3_cvec_512 against 3. */
 __attribute__((target("avx512f"))) static inline void sk_transpose16(__m512 r[16])
 {
-	__m512 t[16], u[16];
-	for (int k = 0; k < 8; k++) {
-		t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
-		t[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+	for (int i = 0; i < 8; i++) {
+		__m512 a = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+		__m512 b = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+		r[2 * i] = a;
+		r[2 * i + 1] = b;
 	}
-	/* u[4q + c], 128-bit lane L: column 4L + c of rows 4q..4q+3 */
-	for (int q = 0; q < 4; q++) {
-		__m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 1]);
-		__m512d c = _mm512_castps_pd(t[4 * q + 2]), d = _mm512_castps_pd(t[4 * q + 3]);
-		u[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-		u[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-		u[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-		u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+	/* r[4g + m], 128-bit lane L: column 4L + m of rows 4g..4g+3 */
+	for (int g = 0; g < 4; g++) {
+		__m512d a = _mm512_castps_pd(r[4 * g]), b = _mm512_castps_pd(r[4 * g + 1]);
+		__m512d c = _mm512_castps_pd(r[4 * g + 2]), d = _mm512_castps_pd(r[4 * g + 3]);
+		r[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+		r[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+		r[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+		r[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
 	}
-	for (int c = 0; c < 4; c++) {
-		__m512 vlo = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-		__m512 vhi = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
-		__m512 wlo = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-		__m512 whi = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
-		r[c] = _mm512_shuffle_f32x4(vlo, wlo, 0x88);
-		r[8 + c] = _mm512_shuffle_f32x4(vlo, wlo, 0xdd);
-		r[4 + c] = _mm512_shuffle_f32x4(vhi, whi, 0x88);
-		r[12 + c] = _mm512_shuffle_f32x4(vhi, whi, 0xdd);
+	for (int m = 0; m < 4; m++) {
+		__m512 vlo = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
+		__m512 vhi = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xdd);
+		__m512 wlo = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+		__m512 whi = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xdd);
+		r[m] = _mm512_shuffle_f32x4(vlo, wlo, 0x88);
+		r[8 + m] = _mm512_shuffle_f32x4(vlo, wlo, 0xdd);
+		r[4 + m] = _mm512_shuffle_f32x4(vhi, whi, 0x88);
+		r[12 + m] = _mm512_shuffle_f32x4(vhi, whi, 0xdd);
 	}
 }
 
