@@ -5,15 +5,17 @@ import (
 	"testing"
 )
 
-// TestIm2colSmallPlanes runs the IM2COL kernel at stride 1 on small planes
-// (the padded-plane copy, whose 16-float copies spill past each row
-// segment) against the definition, padding with the kernel's pad value,
-// and checks that nothing past col's end is written (a guard of NaNs
-// after it), on 1 and 3 units.
-func TestIm2colSmallPlanes(t *testing.T) {
-	for _, c := range []struct{ n, ch, h, w, k, pad, oh, ow int64 }{
-		{1, 64, 7, 7, 3, 1, 7, 7}, {2, 5, 6, 6, 3, 1, 6, 6}, {1, 3, 14, 14, 3, 1, 14, 14},
-		{1, 4, 5, 4, 3, 0, 3, 2}, {1, 2, 9, 20, 3, 2, 11, 22}, {1, 3, 8, 33, 3, 1, 8, 33},
+// TestIm2col runs the IM2COL kernel against the definition, padding with
+// the kernel's pad value, and checks that nothing past col's end is
+// written (a guard of NaNs after it), on 1 and 3 units: at stride 1 on
+// small planes (the padded-plane copy, whose 16-float copies spill past
+// each row segment) and at stride 2 on rows long enough for whole
+// vectors (their loads must stay inside the row).
+func TestIm2col(t *testing.T) {
+	for _, c := range []struct{ n, ch, h, w, k, pad, s, oh, ow int64 }{
+		{1, 64, 7, 7, 3, 1, 1, 7, 7}, {2, 5, 6, 6, 3, 1, 1, 6, 6}, {1, 3, 14, 14, 3, 1, 1, 14, 14},
+		{1, 4, 5, 4, 3, 0, 1, 3, 2}, {1, 2, 9, 20, 3, 2, 1, 11, 22}, {1, 3, 8, 33, 3, 1, 1, 8, 33},
+		{1, 3, 9, 80, 3, 1, 2, 5, 40}, {1, 2, 7, 67, 7, 3, 2, 4, 34}, {2, 2, 6, 64, 3, 0, 2, 2, 31},
 	} {
 		for _, units := range []int{1, 3} {
 			x := newFloats(t, int(c.n*c.ch*c.h*c.w), 0)
@@ -25,7 +27,7 @@ func TestIm2colSmallPlanes(t *testing.T) {
 			out := newFloats(t, n+guard, float32(math.NaN()))
 			d := Desc{Op: OpIm2col, Out: out.p}
 			d.In[0] = x.p
-			copy(d.P[:16], []int64{c.n, c.ch, c.h, c.w, 8, 1, c.k, c.k, 1, 1, c.pad, c.pad, 1, 1, c.oh, c.ow})
+			copy(d.P[:16], []int64{c.n, c.ch, c.h, c.w, 8, 1, c.k, c.k, c.s, c.s, c.pad, c.pad, 1, 1, c.oh, c.ow})
 			d.F[0] = -0.25 // the pad value
 			ks := newKernels(t, 1)
 			if err := ks.Set(0, &d, units); err != nil {
@@ -37,7 +39,7 @@ func TestIm2colSmallPlanes(t *testing.T) {
 				for r := int64(0); r < kd; r++ {
 					ci, kh, kw := r/(c.k*c.k), r/c.k%c.k, r%c.k
 					for p := int64(0); p < ohw; p++ {
-						ih, iw := p/c.ow-c.pad+kh, p%c.ow-c.pad+kw
+						ih, iw := p/c.ow*c.s-c.pad+kh, p%c.ow*c.s-c.pad+kw
 						want := float32(-0.25)
 						if ih >= 0 && ih < c.h && iw >= 0 && iw < c.w {
 							want = xs[((b*c.ch+ci)*c.h+ih)*c.w+iw]
