@@ -39,20 +39,7 @@ func BenchmarkConv3D(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.be.Deinit()
-			inst, err := c.be.LoadModel(ctx, "c3d", g)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer inst.Close()
-			if err := c.be.ConfigureBatch(inst, 1); err != nil {
-				b.Fatal(err)
-			}
-			out := make([]float32, inst.OutputSize())
-			for b.Loop() {
-				if err := c.be.InferBatch(ctx, inst, 1, x, out); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchInfer(b, c.be, "c3d", g, x)
 		})
 	}
 }

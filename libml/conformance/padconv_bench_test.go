@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"testing"
 
 	"sluice/libml/graph"
@@ -42,25 +41,11 @@ func BenchmarkPadConv(b *testing.B) {
 			name = "folded"
 		}
 		b.Run(name, func(b *testing.B) {
-			inst, err := be.LoadModel(context.Background(), name, padConvGraph(fold))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer inst.Close()
-			if err := be.ConfigureBatch(inst, 1); err != nil {
-				b.Fatal(err)
-			}
-			in := make([]float32, inst.InputSize())
+			in := make([]float32, 64*56*56)
 			for i := range in {
 				in[i] = float32(i%17) / 17
 			}
-			out := make([]float32, inst.OutputSize())
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := be.InferBatch(context.Background(), inst, 1, in, out); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchInfer(b, be, name, padConvGraph(fold), in)
 		})
 	}
 }

@@ -1,9 +1,6 @@
 package conformance
 
-import (
-	"context"
-	"testing"
-)
+import "testing"
 
 // BenchmarkQConv runs integer convolutions of ResNet-50's shapes (a 3x3
 // layer and a 1x1 one of its first stage, 3x3 ones at 28x28, 14x14 and
@@ -14,7 +11,6 @@ import (
 // im2col.
 func BenchmarkQConv(b *testing.B) {
 	be := cpuBackend(b)
-	ctx := context.Background()
 	for _, c := range []struct {
 		name                     string
 		C, M, HW, K, pad, stride int64
@@ -37,21 +33,7 @@ func BenchmarkQConv(b *testing.B) {
 		g, x := qconvGraph(c.C, c.M, max(c.G, 1), c.HW, c.HW, c.K, c.stride, c.pad, 0, true, true)
 		g = byteChain(g, false)
 		b.Run(c.name, func(b *testing.B) {
-			inst, err := be.LoadModel(ctx, c.name, g)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer inst.Close()
-			if err := be.ConfigureBatch(inst, 1); err != nil {
-				b.Fatal(err)
-			}
-			out := make([]float32, inst.OutputSize())
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := be.InferBatch(ctx, inst, 1, x.F32, out); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchInfer(b, be, c.name, g, x.F32)
 			ohw := (c.HW+2*c.pad-c.K)/c.stride + 1
 			ops := 2 * float64(c.M*c.C/max(c.G, 1)*c.K*c.K*ohw*ohw)
 			b.ReportMetric(ops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GOP/s")
