@@ -172,6 +172,28 @@ func rtPreemptsBE(t *testing.T, be *cuda.Backend, s *Scheduler, b, r *Job, at in
 	sameOrder(t, got, []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
 }
 
+// rtPreemptsBEPadded submits BE job b, its launch of kernel at held until
+// its stream's flag is set, then RT job r, its launch of its second live
+// kernel held until the preempted BE job is offered to padding, so that
+// however slow the machine the RT kernels after it have the BE job to
+// pad; it returns the jobs in the order they finished.
+func rtPreemptsBEPadded(t *testing.T, be *cuda.Backend, s *Scheduler, b, r *Job, at int) []*Job {
+	t.Helper()
+	var o order
+	o.hook(b)
+	o.hook(r)
+	submitHeld(t, be, s, b, at, "the BE job's launch to be held")
+	submitHeld(t, be, s, r, liveKernels(r.Model)[1], "the RT job's launch to be held")
+	rf := s.pol.(*reef)
+	waitFor(t, "the preempted BE job to be offered to padding", func() bool {
+		return s.locked(func() bool { return rf.rtMode && rf.offer[0] })
+	})
+	if err := be.ReleaseHolds(); err != nil {
+		t.Fatal(err)
+	}
+	return o.wait(t, b, r)
+}
+
 // TestSegmentDeviceReefPreempts: on the emulated cuda device under reef,
 // an RT job that arrives while a BE job runs (the BE job's launch of a
 // kernel in the middle of the model held until its stream's flag is
@@ -387,23 +409,7 @@ func TestSegmentDeviceReefPads(t *testing.T) {
 			synthPadProfile(t, small, true)
 			at := c.holdAt(liveKernels(big))
 			b, r := job(big, BE, 0, 7), job(small, RT, 0, 8)
-			// the BE job held at kernel at until its flag is set, the RT
-			// job's launch of its second live kernel held until the
-			// preempted BE job is offered to padding: however slow the
-			// machine, the RT kernels after it have the BE job to pad
-			var o order
-			o.hook(b)
-			o.hook(r)
-			submitHeld(t, be, s, b, at, "the BE job's launch to be held")
-			submitHeld(t, be, s, r, liveKernels(small)[1], "the RT job's launch to be held")
-			rf := s.pol.(*reef)
-			waitFor(t, "the preempted BE job to be offered to padding", func() bool {
-				return s.locked(func() bool { return rf.rtMode && rf.offer[0] })
-			})
-			if err := be.ReleaseHolds(); err != nil {
-				t.Fatal(err)
-			}
-			done := o.wait(t, b, r)
+			done := rtPreemptsBEPadded(t, be, s, b, r, at)
 			if !c.padDone {
 				// restored when RT mode ends: after the RT job
 				sameOrder(t, done, []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
@@ -640,7 +646,10 @@ func TestSegmentDeviceGivenProfilePads(t *testing.T) {
 	big, small := load("squeeze"), load("bert")
 	at := liveKernels(big)[len(liveKernels(big))/4]
 	b, r := job(big, BE, 0, 11), job(small, RT, 0, 12)
-	rtPreemptsBE(t, be, s, b, r, at)
+	// held as in TestSegmentDeviceReefPads: the RT job could otherwise
+	// finish before the preempted BE job was offered to padding (a
+	// fresh-clone make test on a loaded machine saw 0 padded blocks)
+	sameOrder(t, rtPreemptsBEPadded(t, be, s, b, r, at), []*Job{r, b}, map[*Job]string{b: "BE", r: "RT"})
 	if d := sameBits(b.Out, cudaReference(t, be, "squeeze", b.In)); d != "" {
 		t.Errorf("BE job preempted at kernel %d, padded (%d blocks) and restored: %s", at, b.PadBlocks, d)
 	}
