@@ -59,7 +59,7 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 	}
 	for i := range got {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("%s: float %d is %#08x, the reference conversion gives %#08x", what, i,
+			t.Fatalf("%s: float %d is %#08x, want %#08x", what, i,
 				math.Float32bits(got[i]), math.Float32bits(want[i]))
 		}
 	}

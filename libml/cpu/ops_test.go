@@ -535,11 +535,7 @@ func TestWinogradSameBitsOnEveryISA(t *testing.T) {
 						want = y
 						continue
 					}
-					for i := range y {
-						if math.Float32bits(y[i]) != math.Float32bits(want[i]) {
-							t.Fatalf("%s: y[%d] = %v, %s gave %v", isa, i, y[i], ncpu.GemmISAs()[0], want[i])
-						}
-					}
+					sameBits(t, fmt.Sprintf("y on %s against %s", isa, ncpu.GemmISAs()[0]), y, want)
 				}
 			})
 		}

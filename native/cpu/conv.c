@@ -246,7 +246,7 @@ static int im2col_small(const float *x, int64_t Cg, int64_t H, int64_t W, int64_
 			int64_t PT, int64_t PL, int64_t OH, int64_t OW, float *col, float pad)
 {
 	int64_t Hp = OH + KH - 1, Wp = OW + KW - 1, OHW = OH * OW;
-	if (Hp * Wp + 16 > IM2COL_PLANE_MAX || OW < 4)
+	if (Hp * Wp + 16 > IM2COL_PLANE_MAX)
 		return 0;
 	float P[IM2COL_PLANE_MAX];
 	for (int64_t i = Hp * Wp; i < Hp * Wp + 16; i++)

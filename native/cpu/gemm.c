@@ -139,7 +139,7 @@ void sk_gemm_epilogue(float *y, int64_t rows, int64_t cols, int64_t ldy,
 		      const float *brow, const float *bcol, const float *res,
 		      int64_t ldr, int act, float lo, float hi)
 {
-	if (act == SK_ACT_NONE || act == SK_ACT_RELU || act == SK_ACT_CLIP)
+	if (sk_act_512_has(act))
 		gemm_epi_1(y, rows, cols, ldy, brow, bcol, res, ldr, act, lo, hi);
 	else
 		sk_epilogue(y, rows, cols, ldy, brow, bcol, res, ldr, act, lo, hi);
@@ -229,6 +229,12 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	const float *B = k->in[1] + offb +
 			 (panels ? (n0 / SK_PANEL) * ldb : tb ? n0 * ldb : n0);
 	float *C = k->out + offc + m0 * ldc + n0;
+	/* the epilogue's operands: bias per row or column, residual */
+	const float *bias = k->in[2];
+	const float *brow = bias && p[23] == 1 ? bias + offbias + m0 : NULL;
+	const float *bcol = bias && p[23] == 2 ? bias + offbias + n0 : NULL;
+	const float *res = k->in[3] ? k->in[3] + offc + m0 * ldc + n0 : NULL;
+	int act = (int)p[SKP_ACT], epi = brow || bcol || res || act;
 	SK_POLL(ctx);
 	if (K > 0) {
 		/* the transposed product computes C's tile transposed, T = B^T
@@ -281,14 +287,7 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			if (sk_gemm_isa() == SK_ISA_AVX512) {
 				/* the epilogue on the way where it is gemm_epi_1's
 				 * and comes right after (no alpha) */
-				int act = (int)p[SKP_ACT];
-				const float *bias = k->in[2];
-				const float *brow = bias && p[23] == 1 ? bias + offbias + m0 : NULL;
-				const float *bcol = bias && p[23] == 2 ? bias + offbias + n0 : NULL;
-				const float *res = k->in[3] ? k->in[3] + offc + m0 * ldc + n0 : NULL;
-				int epi = brow || bcol || res || act;
-				int fused = k->f[0] == 1.0f &&
-					    (act == SK_ACT_NONE || act == SK_ACT_RELU || act == SK_ACT_CLIP);
+				int fused = k->f[0] == 1.0f && sk_act_512_has(act);
 				transpose_epi_512(T, ml, nl, C, ldc, epi && fused, brow, bcol, res, ldc, act,
 						  k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 				if (epi && fused)
@@ -307,14 +306,7 @@ void sk_block_gemm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 				C[r * ldc + c] = 0;
 	}
 	SK_POLL(ctx);
-	const float *bias = k->in[2];
-	const float *brow = NULL, *bcol = NULL;
-	if (bias && p[23] == 1)
-		brow = bias + offbias + m0;
-	else if (bias && p[23] == 2)
-		bcol = bias + offbias + n0;
-	const float *res = k->in[3] ? k->in[3] + offc + m0 * ldc + n0 : NULL;
-	if (brow || bcol || res || p[SKP_ACT])
-		sk_gemm_epilogue(C, ml, nl, ldc, brow, bcol, res, ldc, (int)p[SKP_ACT],
-				 k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
+	if (epi)
+		sk_gemm_epilogue(C, ml, nl, ldc, brow, bcol, res, ldc, act, k->f[SKF_ACT_A],
+				 k->f[SKF_ACT_B]);
 }

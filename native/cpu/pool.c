@@ -188,8 +188,6 @@ __attribute__((target("avx512f"))) static void pool_max_512(const float *x, floa
 		}
 	}
 }
-#endif
-
 /* pool_max_3s2_512 is pool_max_512 for the 3x3 window at stride 2 with
  * a padding of 1 before (ResNet's), separable: each input row's maxima
  * over the window's three columns (x[2 ow - 1], x[2 ow], x[2 ow + 1]:
@@ -279,6 +277,7 @@ __attribute__((target("avx512f"))) static void pool_max_3s2_512(const float *x, 
 		}
 	}
 }
+#endif
 
 /* pool_plane pools one plane row by row: for each kernel tap the valid
  * output columns form one range, so the inner loops are branch-free. */

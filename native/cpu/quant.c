@@ -794,7 +794,7 @@ QG_AMX_TARGET static void qg_micro_amx(const uint8_t *u, int64_t ldu, const int8
 #define qg_micro_vnni44_req(...) ((void)0)
 #define qg_micro_vnni82_req(...) ((void)0)
 #define qg_micro_avx2 qg_micro_c
-#define qg_micro_amx(u, ldu, s, kp, acc) ((void)0)
+#define qg_micro_amx(...) ((void)0)
 #define qg_amx_begin() ((void)0)
 #define qg_amx_end() ((void)0)
 #endif

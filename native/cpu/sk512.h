@@ -30,6 +30,13 @@ static inline uint16_t sk_lanes16(int64_t a, int64_t n)
 	return (uint16_t)(((1u << hi) - 1) & ~((1u << lo) - 1));
 }
 
+/* sk_act_512_has reports whether sk_act_512 applies activation act (the
+ * ones gemm_epi_1 fuses): none, ReLU or Clip. */
+static inline int sk_act_512_has(int act)
+{
+	return act == SK_ACT_NONE || act == SK_ACT_RELU || act == SK_ACT_CLIP;
+}
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 

@@ -127,11 +127,10 @@ SK_MV static void wino_in(const float *x, int64_t C, int64_t H, int64_t W,
 	}
 }
 
-/* output transform: Y = A^T m A of each tile (M[t][e][oc], ldm floats from
- * one point to the next) into output rows oh0.. of channels 0..Cout of y */
-SK_MV static void wino_out(const float *M, int64_t Cout, int64_t ldm,
-			   int64_t tr, int64_t TW, int64_t OH, int64_t OW,
-			   int64_t oh0, float *y, int64_t OHW)
+/* output transform: Y = A^T m A of each tile (M[t][e][oc]) into output
+ * rows oh0.. of channels 0..Cout of y */
+SK_MV static void wino_out(const float *M, int64_t Cout, int64_t tr, int64_t TW, int64_t OH,
+			   int64_t OW, int64_t oh0, float *y, int64_t OHW)
 {
 	for (int64_t oc = 0; oc < Cout; oc++) {
 		float *yo = y + oc * OHW;
@@ -141,10 +140,10 @@ SK_MV static void wino_out(const float *M, int64_t Cout, int64_t ldm,
 			float *y1 = y0 + OW;
 			int two = oh + 1 < OH;
 			for (int64_t tw = 0; tw < TW; tw++) {
-				const float *m = M + (r * TW + tw) * 16 * ldm + oc;
+				const float *m = M + (r * TW + tw) * 16 * Cout + oc;
 				float a[4][4];
 				for (int e = 0; e < 16; e++)
-					a[e >> 2][e & 3] = m[e * ldm];
+					a[e >> 2][e & 3] = m[e * Cout];
 				/* A^T m: two rows */
 				float s0[4], s1[4];
 				for (int j = 0; j < 4; j++) {
@@ -248,10 +247,9 @@ WINO_512 static void wino_in_512(const float *x, int64_t C, int64_t H, int64_t W
  * (bias, residual res with the output's layout, then none, ReLU or Clip,
  * as gemm_epi_1) is applied on the way to the store. Same additions in
  * the same order as wino_out and gemm_epi_1, so the same bits. */
-WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t ldm,
-				  int64_t tr, int64_t TW, int64_t OH, int64_t OW, int64_t oh0,
-				  float *y, int64_t OHW, int epi, const float *bias,
-				  const float *res, int act, float lo, float hi)
+WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t tr, int64_t TW,
+				  int64_t OH, int64_t OW, int64_t oh0, float *y, int64_t OHW, int epi,
+				  const float *bias, const float *res, int act, float lo, float hi)
 {
 	const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi), zero = _mm512_setzero_ps();
 	for (int64_t g = 0; g < Cout; g += 16) {
@@ -270,10 +268,10 @@ WINO_512 static void wino_out_512(const float *M, int64_t Cout, int64_t ldm,
 						o[1][2 * t] = o[1][2 * t + 1] = zero;
 						continue;
 					}
-					const float *m = M + (r * TW + tw0 + t) * 16 * ldm + g;
+					const float *m = M + (r * TW + tw0 + t) * 16 * Cout + g;
 					__m512 a[4][4];
 					for (int e = 0; e < 16; e++)
-						a[e >> 2][e & 3] = _mm512_maskz_loadu_ps(cm, m + e * ldm);
+						a[e >> 2][e & 3] = _mm512_maskz_loadu_ps(cm, m + e * Cout);
 					__m512 s0[4], s1[4];
 					for (int j = 0; j < 4; j++) {
 						s0[j] = _mm512_add_ps(_mm512_add_ps(a[0][j], a[1][j]), a[2][j]);
@@ -348,14 +346,14 @@ void sk_block_wino(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 	int act = (int)p[SKP_ACT], epi = bias || res || act;
 	/* the vector output transform applies the common epilogues on the
 	 * way (gemm_epi_1's), others run after it as before */
-	int fused = act == SK_ACT_NONE || act == SK_ACT_RELU || act == SK_ACT_CLIP;
+	int fused = sk_act_512_has(act);
 #if defined(__x86_64__) && defined(__GNUC__)
 	if (wide)
-		wino_out_512(M, ml, ml, tr, TW, OH, OW, oh0, y, OHW, epi && fused, bias, res, act,
+		wino_out_512(M, ml, tr, TW, OH, OW, oh0, y, OHW, epi && fused, bias, res, act,
 			     k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
 #endif
 	if (!wide)
-		wino_out(M, ml, ml, tr, TW, OH, OW, oh0, y, OHW);
+		wino_out(M, ml, tr, TW, OH, OW, oh0, y, OHW);
 	if (epi && !(wide && fused))
 		sk_gemm_epilogue(y + oh0 * OW, ml, (oh1 - oh0) * OW, OHW, bias, NULL,
 				 res ? res + oh0 * OW : NULL, OHW, act, k->f[SKF_ACT_A], k->f[SKF_ACT_B]);
