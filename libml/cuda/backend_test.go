@@ -34,7 +34,13 @@ const emuSMs = 8
 // cleanup deinitializes it and checks that nothing leaked.
 func newEmuBackend(t testing.TB, opts Options, cfg libml.BackendConfig, green bool) (*Backend, *emuDev) {
 	t.Helper()
-	d := newEmuDev(emuSMs, green)
+	return newEmuBackendOn(t, newEmuDev(emuSMs, green), opts, cfg)
+}
+
+// newEmuBackendOn is a backend on the emulated device d, deinitialised
+// and checked for leaks at the test's end.
+func newEmuBackendOn(t testing.TB, d *emuDev, opts Options, cfg libml.BackendConfig) (*Backend, *emuDev) {
+	t.Helper()
 	opts.open = func() (gpuCtx, error) { return d, nil }
 	b := NewBackend(opts)
 	if err := b.Init(context.Background(), cfg); err != nil {

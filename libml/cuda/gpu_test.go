@@ -369,7 +369,8 @@ func TestGPUGreenDisjoint(t *testing.T) {
 	if both > 0 {
 		t.Errorf("%d SMs ran blocks of both partitions (%d and %d SMs)", both, len(sets[0]), len(sets[1]))
 	}
-	// the backend places two half shares side by side
+	// the backend places two half shares side by side (SetShare rounds a
+	// share down to whole groups)
 	b := gpuBackend(t)
 	mg, err := zoo.Build("mlp", zoo.Options{})
 	if err != nil {
@@ -389,9 +390,8 @@ func TestGPUGreenDisjoint(t *testing.T) {
 		t.Logf("half share %d: %d SMs, groups %d..%d", k, inst.SMs(), c.first, c.first+c.n-1)
 		placed = append(placed, [2]int{c.first, c.first + c.n})
 	}
-	fit := (placed[0][1]-placed[0][0])+(placed[1][1]-placed[1][0]) <= len(b.slots.use)
-	if fit && placed[0][1] > placed[1][0] && placed[1][1] > placed[0][0] {
-		t.Errorf("two half shares that fit side by side on overlapping groups %v of %d", placed, len(b.slots.use))
+	if placed[0][1] > placed[1][0] && placed[1][1] > placed[0][0] {
+		t.Errorf("two half shares on overlapping groups %v of %d", placed, len(b.slots.use))
 	}
 }
 

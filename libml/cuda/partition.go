@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"sync"
 )
 
@@ -31,15 +32,8 @@ func (b *Backend) partition(sms int, replacing gpuCtx) (gpuCtx, error) {
 	s := &b.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.gran == 0 {
-		n, gran, err := b.dev.SMGroups()
-		if err != nil {
-			return nil, err
-		}
-		if n < 1 || gran < 1 || n*gran > b.dev.SMs() {
-			return nil, fmt.Errorf("cuda: %d SM groups of %d on a device of %d SMs", n, gran, b.dev.SMs())
-		}
-		s.gran, s.use = gran, make([]int, n)
+	if err := s.probe(b.dev); err != nil {
+		return nil, err
 	}
 	k := min((sms+s.gran-1)/s.gran, len(s.use))
 	old, _ := replacing.(*slotCtx)
@@ -56,6 +50,41 @@ func (b *Backend) partition(sms int, replacing gpuCtx) (gpuCtx, error) {
 	}
 	s.add(first, k, 1)
 	return &slotCtx{gpuCtx: p, s: s, first: first, n: k}, nil
+}
+
+// probe reads the device's split into slots (SMGroups) the first time;
+// the caller holds s.mu.
+func (s *smSlots) probe(dev gpuCtx) error {
+	if s.gran != 0 {
+		return nil
+	}
+	n, gran, err := dev.SMGroups()
+	if err != nil {
+		return err
+	}
+	if n < 1 || gran < 1 || n*gran > dev.SMs() {
+		return fmt.Errorf("cuda: %d SM groups of %d on a device of %d SMs", n, gran, dev.SMs())
+	}
+	s.gran, s.use = gran, make([]int, n)
+	return nil
+}
+
+// shareSMs is the SMs of a partition for a share of the device below 1:
+// floor(share x n) of the n slots the driver splits the SMs into, at
+// least one. Rounding down makes shares that sum to at most 1 fit side
+// by side, on SMs no other share uses; rounding up the SM count (66 of
+// the H200's 132 SMs for a half, 9 of its 15 groups of 8) made two
+// halves overlap on 3 groups. SMs outside every group (the H200's last
+// 12) belong to the whole device alone.
+func (b *Backend) shareSMs(share float64) (int, error) {
+	s := &b.slots
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.probe(b.dev); err != nil {
+		return 0, err
+	}
+	k := max(int(math.Floor(share*float64(len(s.use))+1e-9)), 1)
+	return min(k, len(s.use)) * s.gran, nil
 }
 
 // place is the first slot of the run of k slots whose busiest slot is
