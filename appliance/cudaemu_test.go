@@ -37,11 +37,34 @@ func TestCUDAEmuServesZeroCopy(t *testing.T) {
 		t.Fatal("this build has no DPDK")
 	}
 	for _, policy := range []string{"none", "reef"} {
-		t.Run(policy, func(t *testing.T) { cudaEmuZeroCopy(t, policy) })
+		t.Run(policy, func(t *testing.T) { cudaZeroCopy(t, CUDAEmu, policy) })
 	}
 }
 
-func cudaEmuZeroCopy(t *testing.T, policy string) {
+// TestCUDAServesZeroCopyGPU is TestCUDAEmuServesZeroCopy on a real GPU
+// (`cuda = "driver"`): the DPDK port's packet region registered with the
+// driver, the batch gather reading the fragments in place over the bus
+// and converting the image on the GPU, every answer the same bits as the
+// GPU's own output for the host-converted image. It runs where
+// SLUICE_GPU=1 (run-gpu.sh appliance-dpdk, with the appliance's test
+// binary from make gpu-bundle); elsewhere it is skipped.
+func TestCUDAServesZeroCopyGPU(t *testing.T) {
+	if os.Getenv("SLUICE_GPU") != "1" {
+		t.Skip("GPU test: set SLUICE_GPU=1 on a machine with a GPU")
+	}
+	dptest.RequireRoot(t)
+	if !dpdk.Available {
+		t.Fatal("this build has no DPDK")
+	}
+	for _, policy := range []string{"none", "reef"} {
+		t.Run(policy, func(t *testing.T) { cudaZeroCopy(t, CUDADriver, policy) })
+	}
+}
+
+// cudaZeroCopy serves the classifier on the cuda backend in mode (emu or
+// driver) under policy behind a DPDK and a UDP port (see
+// TestCUDAEmuServesZeroCopy).
+func cudaZeroCopy(t *testing.T, mode, policy string) {
 	model := classifierPath(t)
 	v := dptest.NewVeth(t, 100, 150)
 	udpPort := freeUDPPort(t)
@@ -51,7 +74,7 @@ log_level = "warn"
 threads = 1
 metrics = "off"
 control = "off"
-cuda = "emu"
+cuda = "%s"
 eal = ["-l", "0", "--no-huge", "--no-pci", "-m", "256", "--no-shconf", "--no-telemetry", "--file-prefix", "sluice-cudaemu-%d"]
 [[port]]
 name = "dpdk0"
@@ -76,9 +99,9 @@ input_shape = [3, 48, 192]
 max_batch = 1
 queue_len = 64
 slo_ms = 60000
-`, os.Getpid(), v.HostIP, policy, v.Host, udpPort, model, policy))
-	if got := a.backends["cuda"].Name(); got != "cuda" {
-		t.Fatalf("the cuda IF runs on %q, want the emulated cuda backend", got)
+`, mode, os.Getpid(), v.HostIP, policy, v.Host, udpPort, model, policy))
+	if b := a.backends["cuda"]; b == nil || b.Name() != "cuda" {
+		t.Fatalf("the cuda IF has no cuda backend (%s): backends %v (the log says why)", mode, a.backends)
 	}
 	if policy != "none" {
 		sb, ok := a.backends["sched/"+policy+"/cuda"].(*sched.Backend)
@@ -97,7 +120,7 @@ slo_ms = 60000
 			frames[k][i] = byte(i*7 + k*31 + i/577)
 		}
 	}
-	want := cudaEmuAnswers(t, model, frames)
+	want := cudaAnswers(t, mode == CUDAEmu, model, frames)
 
 	overDPDK, dpdkAddr := newNetnsClient(t, v, 41)
 	overUDP := newClient(t, 42)
@@ -136,7 +159,7 @@ slo_ms = 60000
 		t.Fatalf("answered ok: %d over DPDK, %d over UDP; want some of each", okDPDK, okUDP)
 	}
 	f := st.IFs[0]
-	t.Logf("cuda emu: %d ok over DPDK, %d over UDP; %d requests run, %d payload copies", okDPDK, okUDP, f.BatchItems, f.PayloadCopies)
+	t.Logf("cuda %s: %d ok over DPDK, %d over UDP; %d requests run, %d payload copies", mode, okDPDK, okUDP, f.BatchItems, f.PayloadCopies)
 	if f.BatchItems != uint64(okDPDK+okUDP) {
 		t.Fatalf("%d requests run, %d answered ok", f.BatchItems, okDPDK+okUDP)
 	}
@@ -157,10 +180,10 @@ slo_ms = 60000
 	}
 }
 
-// cudaEmuAnswers runs the classifier on its own emulated cuda backend, at
-// batch 1, on each frame converted on the host: the reference the
-// appliance's answers must equal bit for bit.
-func cudaEmuAnswers(t *testing.T, model string, frames [][]byte) [][]float32 {
+// cudaAnswers runs the classifier on a cuda backend of its own (the
+// emulator, or the GPU), at batch 1, on each frame converted on the
+// host: the reference the appliance's answers must equal bit for bit.
+func cudaAnswers(t *testing.T, emulate bool, model string, frames [][]byte) [][]float32 {
 	t.Helper()
 	ctx := context.Background()
 	g, err := readONNX(ctx, model)
@@ -170,7 +193,7 @@ func cudaEmuAnswers(t *testing.T, model string, frames [][]byte) [][]float32 {
 	if err := fixInputShape(g, []int64{3, 48, 192}, nil); err != nil {
 		t.Fatal(err)
 	}
-	b := cuda.NewBackend(cuda.Options{Emulate: true})
+	b := cuda.NewBackend(cuda.Options{Emulate: emulate})
 	if err := b.Init(ctx, libml.BackendConfig{}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,18 @@
 #                     gpubench (tools/gpubench), disb (tools/disb), appbench
 #                     (tools/appbench), inssprof (tools/inssprof) with the shared libraries the
 #                     appliance links beyond glibc and the C++ runtime
-#                     (lib/: DPDK's, libzmq's and theirs), torchref.py,
-#                     run-gpu.sh and lease.sh (the steps under time limits,
-#                     for a short device lease). The other binaries need no shared
-#                     library beyond glibc (the cpu reference backend has
-#                     its own GEMM since OpenBLAS was dropped). Binaries are
-#                     stripped; the bundle must stay under 60 MiB (a device
-#                     machine carries 64 MiB). The ONNX exports are not in
-#                     it: run-gpu.sh makes them there with gpubench export.
+#                     (lib/: DPDK's, libzmq's and theirs), appliance.test
+#                     (go test -c ./appliance: the zero-copy DPDK path on the
+#                     GPU) with models/ (the classifier it serves),
+#                     torchref.py, run-gpu.sh and lease.sh (the steps under
+#                     time limits, for a short device lease). The other
+#                     binaries need no shared library beyond glibc (the cpu
+#                     reference backend has its own GEMM since OpenBLAS was
+#                     dropped). Binaries are stripped and gzipped (run-gpu.sh
+#                     unpacks them); the bundle must stay under 60 MiB (a
+#                     device machine carries 64 MiB). The ONNX exports are
+#                     not in it: run-gpu.sh makes them there with gpubench
+#                     export.
 #
 # On the GPU machine: `cd bin/gpu && ./run-gpu.sh` (steps and outputs: the
 # comment at the top of tools/gpubench/run-gpu.sh). Not part of `make
@@ -24,6 +28,11 @@ BINARIES += gpubench=./tools/gpubench
 APT_PACKAGES += python3-numpy
 
 GPU_BUNDLE := $(BIN)/gpu
+# the DPDK driver plugins appliance.test's port loads (EAL -d lib/pmds; the
+# GPU machine has no DPDK), and the libraries they need, into lib/.
+# Recursive: DPDK is installed by deps, after the Makefile was read.
+DPDK_PMDS_DIR = $(firstword $(wildcard $(shell pkg-config --variable=libdir libdpdk 2>/dev/null)/dpdk/pmds-*))
+GPU_DPDK_PLUGINS := librte_net_af_packet librte_mempool_ring
 GPU_BUNDLE_MAX_MIB ?= 60
 
 .PHONY: gpu-bundle
@@ -42,6 +51,26 @@ gpu-bundle: deps
 	ldd $(GPU_BUNDLE)/appbench | awk '$$3 ~ /^\// {print $$3}' | \
 	  grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' | \
 	  xargs -r -I{} cp -L {} $(GPU_BUNDLE)/lib/
+	$(GO) test -c -ldflags='-s -w' -o $(GPU_BUNDLE)/appliance.test ./appliance/
+	@# its DPDK port's driver plugins (-d lib/pmds) and their libraries;
+	@# the vdev bus only as a library, so that it is loaded once
+	@test -d "$(DPDK_PMDS_DIR)" || { echo "gpu-bundle: no DPDK plugin folder" >&2; exit 1; }
+	@mkdir -p $(GPU_BUNDLE)/lib/pmds
+	for p in $(GPU_DPDK_PLUGINS); do cp -L $(DPDK_PMDS_DIR)/$$p.so $(GPU_BUNDLE)/lib/pmds/; done
+	ldd $(GPU_BUNDLE)/lib/pmds/*.so | awk '$$3 ~ /\/librte_/ {print $$3}' | sort -u | \
+	  xargs -r -I{} cp -Ln {} $(GPU_BUNDLE)/lib/
+	@# iproute2, which the GPU machine lacks: ip with its libraries
+	@# behind a wrapper (the test makes its veth pair and namespace with it)
+	@mkdir -p $(GPU_BUNDLE)/iproute/libs
+	cp -L $$(command -v ip) $(GPU_BUNDLE)/iproute/ip.bin
+	ldd $(GPU_BUNDLE)/iproute/ip.bin | awk '$$3 ~ /^\// {print $$3}' | \
+	  grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | \
+	  xargs -r -I{} cp -L {} $(GPU_BUNDLE)/iproute/libs/
+	printf '#!/bin/sh\nd=$$(dirname "$$0")\nLD_LIBRARY_PATH="$$d/libs" exec "$$d/ip.bin" "$$@"\n' >$(GPU_BUNDLE)/iproute/ip
+	@chmod +x $(GPU_BUNDLE)/iproute/ip
+	@mkdir -p $(GPU_BUNDLE)/models
+	cp $(MODELS_DIR)/ch_ppocr_mobile_v2.0_cls_infer.onnx $(GPU_BUNDLE)/models/
+	gzip -9 -n $(addprefix $(GPU_BUNDLE)/,cuda.test gpubench disb appbench inssprof appliance.test)
 	cp tools/gpubench/torchref.py tools/gpubench/run-gpu.sh tools/gpubench/lease.sh $(GPU_BUNDLE)/
 	@chmod +x $(GPU_BUNDLE)/run-gpu.sh $(GPU_BUNDLE)/lease.sh $(GPU_BUNDLE)/torchref.py
 	@bytes=$$(du -sb $(GPU_BUNDLE) | cut -f1); mib=$$((bytes >> 20)); \

@@ -10,23 +10,21 @@
 #
 # DISB_FLAGS (default: workloads A, D and E, short), KERNEL_BENCH, APPBENCH_FLAGS
 # (default: 2 s a load, 10 swaps) and the other variables of run-gpu.sh
-# apply. The plan's limits add up to 520 s, for a 10-minute command.
+# apply. The plan's limits add up to 490 s, for a 10-minute command.
 set -u
 PACK=${OUT:-$PWD/out}
 mkdir -p "$PACK"
 export OUT=${LEASE_WORK:-${TMPDIR:-/tmp}/sluice-gpu-out}
 mkdir -p "$OUT"
 cd "$(dirname "$0")" || exit 1
-# the default plan measures what the H200 runs of 2026-11-26/27 left
-# open (docs/benchmarks.md, "Second H200 run"): the GPU tests (the kernel
-# tests and the int8 models on the GPU too), the kernel profile (which RT
-# kernels a padded launch slows too much to pad: kprof.md's last column),
-# DISB with padding under the scheduler (A, D and E, the policies padding
-# is judged by, three rounds interleaved), InSS's profiles and latency
-# model on SM shares, int8 against float32 latency, the 3-D U-Net, the
-# appliance under reef
-PLAN=${*:-info:10 tests:135 kprof:35 disb:155 inss:70 int8:25 volumes:20 appliance:70}
-export DISB_FLAGS=${DISB_FLAGS:--workloads A,D,E -policies rt-only,reef,reef-nopad,seq -duration 4.5s -rounds 3 -restore-jobs 0 -calibrate 100ms}
+# the default plan measures what the H200 runs up to 2026-11-30 left
+# open (docs/benchmarks.md, "Fourth H200 run"): the GPU tests, the
+# appliance's zero-copy DPDK path on the GPU, DISB A, D and E under reef
+# against RT-only (preemption p50 and p99: why D and E take 1.7x A's),
+# the backend benchmarks (one BE loop's preemption, the shadow's ready
+# time) and the appliance under reef
+PLAN=${*:-info:10 tests:120 zerocopy:40 disb:150 bench:100 appliance:70}
+export DISB_FLAGS=${DISB_FLAGS:--workloads A,D,E -policies rt-only,reef -duration 4s -rounds 3 -restore-jobs 0 -calibrate 100ms}
 export KERNEL_BENCH=${KERNEL_BENCH:-GPUPadOverhead}
 export APPBENCH_FLAGS=${APPBENCH_FLAGS:--duration 2s -swaps 10}
 t0=$(date +%s)

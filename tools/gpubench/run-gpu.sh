@@ -9,8 +9,14 @@
 #   disb         tools/disb (DISB through the appliance's scheduler, -device cuda)
 #   appbench     tools/appbench (the whole appliance over UDP, -backend cuda)
 #   inssprof     tools/inssprof (InSS's profiles and latency model, -device cuda)
-#   lib/         the shared libraries appbench loads first (DPDK's, libzmq's
-#                and theirs; the appliance step only)
+#   appliance.test  go test -c ./appliance (the zero-copy DPDK path on the GPU)
+#   models/      the classifier appliance.test serves
+#   iproute/     ip (iproute2) with its libraries, for appliance.test's veth pair
+#   lib/         the shared libraries appbench and appliance.test load first
+#                (DPDK's, libzmq's and theirs; the appliance and zerocopy steps),
+#                lib/pmds the DPDK driver plugins appliance.test's port loads
+# The binaries come gzipped (the bundle's size limit); the script unpacks
+# them once.
 #   torchref.py  our outputs vs ONNX Runtime, our latency vs PyTorch
 #
 #   cd bin/gpu && ./run-gpu.sh [STEP...]      (default: every step)
@@ -27,6 +33,10 @@
 #   appliance  appbench -backend cuda: the appliance end to end (UDP on loopback, the IF
 #              manager, the cuda backend) with ResNet-50 IFs under policy none and reef:
 #              latency per class and load, overhead over compute -> appliance.json
+#   zerocopy   SLUICE_GPU=1 appliance.test -test.run TestCUDAServesZeroCopyGPU: the appliance
+#              with a DPDK port (net_af_packet on a veth pair; root and iproute2) and a UDP
+#              port, a cuda IF under policy none and reef: zero host copies per DPDK
+#              request, answers bit-identical to the GPU's own output
 #   export     gpubench export: zoo models as ONNX + inputs + our outputs ($EXPORT_DIR)
 #   check      torchref.py check: our outputs vs ONNX Runtime, tolerance 1e-3 -> check.json
 #   latency    gpubench latency: ResNet-50, BERT-base at batch 1 and 8 -> latency.json
@@ -54,10 +64,14 @@ PY=${PYTHON:-python3}
 DISB_FLAGS=${DISB_FLAGS:-}
 APPBENCH_FLAGS=${APPBENCH_FLAGS:-}
 EXPORT_DIR=${EXPORT_DIR:-${TMPDIR:-/tmp}/sluice-gpu-export}
-ALL="info tests bench kprof disb appliance int8 volumes inss export check latency speed selftest"
+ALL="info tests bench kprof disb appliance zerocopy int8 volumes inss export check latency speed selftest"
 STEPS=${*:-$ALL}
 mkdir -p "$OUT"
 cd "$HERE" || exit 1
+for z in *.gz; do
+	[ -e "$z" ] || continue
+	[ -e "${z%.gz}" ] || { gunzip -k "$z" && chmod +x "${z%.gz}"; } || exit 1
+done
 
 status=0
 
@@ -114,6 +128,13 @@ for s in $STEPS; do
 		run_step appliance env LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 			./appbench -backend cuda -model resnet50 -policies none,reef -duration 4s \
 			-swaps 20 -json "$OUT/appliance.json" $APPBENCH_FLAGS
+		;;
+	zerocopy)
+		# lib/pmds: DPDK's driver plugins (EAL -d); iproute/: ip, for the veth pair
+		run_step zerocopy env SLUICE_GPU=1 SLUICE_REQUIRE_ROOT=1 SLUICE_MODELS_DIR="$HERE/models" \
+			SLUICE_DPDK_PLUGINS="$HERE/lib/pmds" PATH="$HERE/iproute:$PATH" \
+			LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+			./appliance.test -test.run 'TestCUDAServesZeroCopyGPU' -test.v -test.timeout 5m
 		;;
 	export) run_step export ./gpubench export -dir "$EXPORT_DIR" ;;
 	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;
