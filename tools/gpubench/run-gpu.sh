@@ -75,6 +75,29 @@ done
 
 status=0
 
+# world_writable DIR: whether DIR or a folder above it is writable by
+# all, where DPDK refuses to load plugins ("world-writable and insecure").
+world_writable() {
+	local d=$1
+	while [ -n "$d" ] && [ "$d" != / ]; do
+		[ "$(stat -c %A "$d" 2>/dev/null | cut -c9)" = w ] && return 0
+		d=$(dirname "$d")
+	done
+	return 1
+}
+
+# private_pmds: the folder of DPDK driver plugins to load, lib/pmds or,
+# where the bundle lies under a world-writable folder (/tmp), a private
+# copy of it under $HOME.
+private_pmds() {
+	local d
+	if ! world_writable "$HERE/lib/pmds"; then
+		echo "$HERE/lib/pmds"
+		return
+	fi
+	d=$(mktemp -d "${HOME:-/root}/.sluice-pmds.XXXXXX") && cp "$HERE"/lib/pmds/*.so "$d"/ && echo "$d"
+}
+
 # run_step NAME CMD...: runs CMD with its output in $OUT/NAME.log.
 run_step() {
 	local name=$1
@@ -131,10 +154,12 @@ for s in $STEPS; do
 		;;
 	zerocopy)
 		# lib/pmds: DPDK's driver plugins (EAL -d); iproute/: ip, for the veth pair
+		pmds=$(private_pmds)
 		run_step zerocopy env SLUICE_GPU=1 SLUICE_REQUIRE_ROOT=1 SLUICE_MODELS_DIR="$HERE/models" \
-			SLUICE_DPDK_PLUGINS="$HERE/lib/pmds" PATH="$HERE/iproute:$PATH" \
+			SLUICE_DPDK_PLUGINS="$pmds" PATH="$HERE/iproute:$PATH" \
 			LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 			./appliance.test -test.run 'TestCUDAServesZeroCopyGPU' -test.v -test.timeout 5m
+		[ "$pmds" = "$HERE/lib/pmds" ] || rm -rf "$pmds"
 		;;
 	export) run_step export ./gpubench export -dir "$EXPORT_DIR" ;;
 	check) run_step check "$PY" torchref.py check --dir "$EXPORT_DIR" --json "$OUT/check.json" ;;
