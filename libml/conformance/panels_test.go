@@ -125,6 +125,9 @@ func TestConvPanelWeights(t *testing.T) {
 		{"pointwise-transposed-ragged", 1, 160, 7, 64, 1, 1, engine.OpGemm, true}, // 49 positions fill 77% of the lanes
 		{"pointwise", 1, 64, 7, 96, 1, 1, engine.OpGemm, false},
 		{"im2col-transposed", 2, 32, 16, 64, 3, 2, engine.OpGemm, true},
+		// a reduction of 1024 or more: one panel a block
+		{"im2col-transposed-long", 1, 128, 14, 96, 3, 2, engine.OpGemm, true},
+		{"pointwise-transposed-long", 2, 1024, 7, 96, 1, 1, engine.OpGemm, true},
 		{"direct", 1, 16, 48, 192, 3, 2, engine.OpConv, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
