@@ -7,15 +7,19 @@ import (
 
 // TestIm2col runs the IM2COL kernel against the definition, padding with
 // the kernel's pad value, and checks that nothing past col's end is
-// written (a guard of NaNs after it), on 1 and 3 units: at stride 1 on
-// small planes (the padded-plane copy, whose 16-float copies spill past
-// each row segment) and at stride 2 on rows long enough for whole
-// vectors (their loads must stay inside the row).
+// written (a guard of NaNs after it), on 1 and 3 units: at stride 1 and 2
+// on small planes (the copy from phase planes of the padded plane, whose
+// 16-float copies spill past each row segment) and at stride 2 on rows
+// long enough for whole vectors (their loads must stay inside the row).
 func TestIm2col(t *testing.T) {
 	for _, c := range []struct{ n, ch, h, w, k, pad, s, oh, ow int64 }{
 		{1, 64, 7, 7, 3, 1, 1, 7, 7}, {2, 5, 6, 6, 3, 1, 1, 6, 6}, {1, 3, 14, 14, 3, 1, 1, 14, 14},
 		{1, 4, 5, 4, 3, 0, 1, 3, 2}, {1, 2, 9, 20, 3, 2, 1, 11, 22}, {1, 3, 8, 33, 3, 1, 1, 8, 33},
 		{1, 3, 9, 80, 3, 1, 2, 5, 40}, {1, 2, 7, 67, 7, 3, 2, 4, 34}, {2, 2, 6, 64, 3, 0, 2, 2, 31},
+		// stride 2 into small planes (ResNet's stride-2 3x3 layers at
+		// 28x28 and 14x14), odd sizes, a 1x1 window, a plane too large
+		{1, 16, 28, 28, 3, 1, 2, 14, 14}, {2, 8, 14, 14, 3, 1, 2, 7, 7}, {1, 5, 13, 11, 3, 1, 2, 7, 6},
+		{1, 4, 14, 14, 1, 0, 2, 7, 7}, {1, 3, 15, 15, 5, 2, 2, 8, 8}, {1, 2, 60, 60, 3, 1, 2, 30, 30},
 	} {
 		for _, units := range []int{1, 3} {
 			x := newFloats(t, int(c.n*c.ch*c.h*c.w), 0)
