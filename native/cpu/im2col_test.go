@@ -20,6 +20,9 @@ func TestIm2col(t *testing.T) {
 		// 28x28 and 14x14), odd sizes, a 1x1 window, a plane too large
 		{1, 16, 28, 28, 3, 1, 2, 14, 14}, {2, 8, 14, 14, 3, 1, 2, 7, 7}, {1, 5, 13, 11, 3, 1, 2, 7, 6},
 		{1, 4, 14, 14, 1, 0, 2, 7, 7}, {1, 3, 15, 15, 5, 2, 2, 8, 8}, {1, 2, 60, 60, 3, 1, 2, 30, 30},
+		// stride 2 on planes too large for the phase planes (the strided copy:
+		// a 7x7 first layer, an odd width, a 2x2 window without padding)
+		{1, 3, 40, 40, 7, 3, 2, 20, 20}, {1, 2, 71, 69, 3, 1, 2, 36, 35}, {1, 3, 50, 50, 2, 0, 2, 25, 25},
 	} {
 		for _, units := range []int{1, 3} {
 			x := newFloats(t, int(c.n*c.ch*c.h*c.w), 0)
