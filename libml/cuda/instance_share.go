@@ -9,7 +9,8 @@ import (
 // device for a share of 1, else a green context (SetSMs) of floor(share
 // x n) of the n SM groups the driver splits the device into, at least
 // one (Backend.shareSMs), so that IFs whose shares sum to at most 1 run
-// on SMs that do not overlap. It is how an IF's share (GSLICE's spatial
+// on SMs that do not overlap (where each share is at least 1/n: a
+// smaller one still takes a whole group). It is how an IF's share (GSLICE's spatial
 // share) becomes an SM partition; the IF manager calls it on a shadow
 // instance before the swap that changes the share. SMs reports what it
 // got. Errors wrap ErrNoGreen when the driver has no green contexts.

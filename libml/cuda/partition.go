@@ -71,11 +71,11 @@ func (s *smSlots) probe(dev gpuCtx) error {
 
 // shareSMs is the SMs of a partition for a share of the device below 1:
 // floor(share x n) of the n slots the driver splits the SMs into, at
-// least one. Rounding down makes shares that sum to at most 1 fit side
-// by side, on SMs no other share uses; rounding up the SM count (66 of
-// the H200's 132 SMs for a half, 9 of its 15 groups of 8) made two
-// halves overlap on 3 groups. SMs outside every group (the H200's last
-// 12) belong to the whole device alone.
+// least one. Rounding down makes shares that sum to at most 1 (each at
+// least 1/n) fit side by side, on SMs no other share uses; rounding up
+// the SM count (66 of the H200's 132 SMs for a half, 9 of its 15 groups
+// of 8) made two halves overlap on 3 groups. SMs outside every group
+// (the H200's last 12) belong to the whole device alone.
 func (b *Backend) shareSMs(share float64) (int, error) {
 	s := &b.slots
 	s.mu.Lock()
