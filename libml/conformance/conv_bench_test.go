@@ -11,9 +11,12 @@ import (
 	"sluice/libml/ort"
 )
 
-// BenchmarkConv times ResNet's 3x3 convolutions (stride 1, padded, C to C
-// channels at 56x56, 28x28, 14x14 and 7x7; a bias, no activation) at batch
-// 1 on the engine and on ONNX Runtime, both on 2 threads, in the same run.
+// BenchmarkConv times ResNet's convolutions at batch 1 on the engine and
+// on ONNX Runtime, both on 2 threads, in the same run: its 3x3 layers
+// (stride 1, padded, C to C channels at 56x56, 28x28, 14x14 and 7x7), its
+// stride-2 3x3 layers (C to 2C channels, the image halved) and its first
+// 7x7 stride-2 layer (3 to 64 channels at 224x224), each with a bias and
+// no activation.
 // GFLOP/s counts the direct convolution's multiply-adds, two each,
 // whatever algorithm ran:
 //
@@ -23,16 +26,28 @@ func BenchmarkConv(b *testing.B) {
 		RequireDeps(b, "ONNX Runtime", err)
 	}
 	ctx := context.Background()
-	for _, s := range []struct{ C, HW int64 }{{64, 56}, {128, 28}, {256, 14}, {512, 7}} {
+	// ResNet's 3x3 layers at stride 1, its stride-2 3x3 layers (C in,
+	// 2C out, the image halved) and its first 7x7 stride-2 layer
+	for _, s := range []struct{ C, Cout, HW, K, S int64 }{
+		{64, 64, 56, 3, 1}, {128, 128, 28, 3, 1}, {256, 256, 14, 3, 1}, {512, 512, 7, 3, 1},
+		{64, 128, 56, 3, 2}, {128, 256, 28, 3, 2}, {256, 512, 14, 3, 2}, {3, 64, 224, 7, 2},
+	} {
 		in := []int64{1, s.C, s.HW, s.HW}
-		wd := []int64{s.C, s.C, 3, 3}
+		pad := s.K / 2
+		oh := (s.HW+2*pad-s.K)/s.S + 1
+		wd := []int64{s.Cout, s.C, s.K, s.K}
 		w := &graph.Tensor{Name: "w", DType: graph.Float32, Dims: wd, F32: Deterministic(int(numelOf(wd)), 5)}
-		bias := &graph.Tensor{Name: "b", DType: graph.Float32, Dims: []int64{s.C}, F32: Deterministic(int(s.C), 7)}
+		bias := &graph.Tensor{Name: "b", DType: graph.Float32, Dims: []int64{s.Cout}, F32: Deterministic(int(s.Cout), 7)}
 		n := graph.Node{Op: "Conv", Name: "conv", Inputs: []string{"x", "w", "b"}, Outputs: []string{"y"},
-			Attrs: []graph.Attr{{Name: "pads", Kind: graph.AttrInts, Ints: []int64{1, 1, 1, 1}}}}
-		g, _ := oneNodeGraph("conv", 17, n, []*graph.Tensor{w, bias}, in, in)
+			Attrs: []graph.Attr{{Name: "pads", Kind: graph.AttrInts, Ints: []int64{pad, pad, pad, pad}},
+				{Name: "strides", Kind: graph.AttrInts, Ints: []int64{s.S, s.S}}}}
+		g, _ := oneNodeGraph("conv", 17, n, []*graph.Tensor{w, bias}, in, []int64{1, s.Cout, oh, oh})
 		x := Deterministic(int(numelOf(in)), 6)
-		flops := 2 * float64(s.C*s.C*9*s.HW*s.HW)
+		flops := 2 * float64(s.Cout*s.C*s.K*s.K*oh*oh)
+		name := fmt.Sprintf("%dx%d-%d-%d", s.K, s.K, s.C, s.HW)
+		if s.S != 1 {
+			name += fmt.Sprintf("-s%d", s.S)
+		}
 		for _, c := range []struct {
 			name string
 			be   func() libml.Backend
@@ -40,7 +55,7 @@ func BenchmarkConv(b *testing.B) {
 			{"sluice", func() libml.Backend { return cpu.New() }},
 			{"ort", func() libml.Backend { return ort.New(ort.Options{IntraOpThreads: 2, Quiet: true}) }},
 		} {
-			b.Run(fmt.Sprintf("3x3-%d-%d/%s", s.C, s.HW, c.name), func(b *testing.B) {
+			b.Run(name+"/"+c.name, func(b *testing.B) {
 				be := c.be()
 				if err := be.Init(ctx, libml.BackendConfig{Units: 2}); err != nil {
 					b.Fatal(err)
