@@ -46,8 +46,8 @@ func TestCUDAEmuServesZeroCopy(t *testing.T) {
 // driver, the batch gather reading the fragments in place over the bus
 // and converting the image on the GPU, every answer the same bits as the
 // GPU's own output for the host-converted image. It runs where
-// SLUICE_GPU=1 (run-gpu.sh appliance-dpdk, with the appliance's test
-// binary from make gpu-bundle); elsewhere it is skipped.
+// SLUICE_GPU=1 (run-gpu.sh zerocopy, with the appliance's test binary
+// from make gpu-bundle); elsewhere it is skipped.
 func TestCUDAServesZeroCopyGPU(t *testing.T) {
 	if os.Getenv("SLUICE_GPU") != "1" {
 		t.Skip("GPU test: set SLUICE_GPU=1 on a machine with a GPU")

@@ -34,6 +34,11 @@ GPU_BUNDLE := $(BIN)/gpu
 DPDK_PMDS_DIR = $(firstword $(wildcard $(shell pkg-config --variable=libdir libdpdk 2>/dev/null)/dpdk/pmds-*))
 GPU_DPDK_PLUGINS := librte_net_af_packet librte_mempool_ring
 GPU_BUNDLE_MAX_MIB ?= 60
+# bundle_libs BINARY,DIR: copies the shared libraries BINARY loads into
+# DIR, but for glibc's and the C++ runtime's (the GPU machine has those)
+bundle_libs = ldd $(1) | awk '$$3 ~ /^\// {print $$3}' | \
+  grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' | \
+  xargs -r -I{} cp -L {} $(2)/
 
 .PHONY: gpu-bundle
 
@@ -48,24 +53,19 @@ gpu-bundle: deps
 	@# shared libraries travel in lib/ (glibc's and the C++ runtime stay
 	@# the machine's)
 	@mkdir -p $(GPU_BUNDLE)/lib
-	ldd $(GPU_BUNDLE)/appbench | awk '$$3 ~ /^\// {print $$3}' | \
-	  grep -v -E '/(libc|libm|libpthread|libdl|librt|libresolv|libstdc\+\+|libgcc_s|ld-linux[^/]*)\.so' | \
-	  xargs -r -I{} cp -L {} $(GPU_BUNDLE)/lib/
+	$(call bundle_libs,$(GPU_BUNDLE)/appbench,$(GPU_BUNDLE)/lib)
 	$(GO) test -c -ldflags='-s -w' -o $(GPU_BUNDLE)/appliance.test ./appliance/
 	@# its DPDK port's driver plugins (-d lib/pmds) and their libraries;
 	@# the vdev bus only as a library, so that it is loaded once
 	@test -d "$(DPDK_PMDS_DIR)" || { echo "gpu-bundle: no DPDK plugin folder" >&2; exit 1; }
 	@mkdir -p $(GPU_BUNDLE)/lib/pmds
 	for p in $(GPU_DPDK_PLUGINS); do cp -L $(DPDK_PMDS_DIR)/$$p.so $(GPU_BUNDLE)/lib/pmds/; done
-	ldd $(GPU_BUNDLE)/lib/pmds/*.so | awk '$$3 ~ /\/librte_/ {print $$3}' | sort -u | \
-	  xargs -r -I{} cp -Ln {} $(GPU_BUNDLE)/lib/
+	$(call bundle_libs,$(GPU_BUNDLE)/lib/pmds/*.so,$(GPU_BUNDLE)/lib)
 	@# iproute2, which the GPU machine lacks: ip with its libraries
 	@# behind a wrapper (the test makes its veth pair and namespace with it)
 	@mkdir -p $(GPU_BUNDLE)/iproute/libs
 	cp -L $$(command -v ip) $(GPU_BUNDLE)/iproute/ip.bin
-	ldd $(GPU_BUNDLE)/iproute/ip.bin | awk '$$3 ~ /^\// {print $$3}' | \
-	  grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' | \
-	  xargs -r -I{} cp -L {} $(GPU_BUNDLE)/iproute/libs/
+	$(call bundle_libs,$(GPU_BUNDLE)/iproute/ip.bin,$(GPU_BUNDLE)/iproute/libs)
 	printf '#!/bin/sh\nd=$$(dirname "$$0")\nLD_LIBRARY_PATH="$$d/libs" exec "$$d/ip.bin" "$$@"\n' >$(GPU_BUNDLE)/iproute/ip
 	@chmod +x $(GPU_BUNDLE)/iproute/ip
 	@mkdir -p $(GPU_BUNDLE)/models

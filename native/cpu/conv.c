@@ -235,8 +235,9 @@ void sk_prep_im2col(sk_kernel *k, int units)
 #define IM2COL_PLANE_MAX 2048
 
 /* im2col_small is sk_im2col_tile over whole images at stride S (1, or 2
- * both ways for windows of at least 2 x 2) without dilation where a channel's plane, padded, is small
- * (7x7 and 14x14 layers, and their stride-2 producers): each channel is
+ * both ways for windows of at least 2 x 2) without dilation where a
+ * channel's plane, padded, is small (7x7 and 14x14 layers, and their
+ * stride-2 producers): each channel is
  * first copied into S x S phase planes of its padded plane (phase (a, b)
  * holds the padded rows a, a + S, ... and columns b, b + S, ...; at
  * stride 1 the padded plane itself), so every row segment of col is one

@@ -15,9 +15,10 @@
 #   lib/         the shared libraries appbench and appliance.test load first
 #                (DPDK's, libzmq's and theirs; the appliance and zerocopy steps),
 #                lib/pmds the DPDK driver plugins appliance.test's port loads
+#   torchref.py  our outputs vs ONNX Runtime, our latency vs PyTorch
+#
 # The binaries come gzipped (the bundle's size limit); the script unpacks
 # them once.
-#   torchref.py  our outputs vs ONNX Runtime, our latency vs PyTorch
 #
 #   cd bin/gpu && ./run-gpu.sh [STEP...]      (default: every step)
 #
