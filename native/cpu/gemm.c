@@ -23,6 +23,10 @@
 /* the transposed product over a reduction this long takes one panel of
  * A's columns a block (sk_prep_gemm) */
 #define GEMM_TPROD_PANEL_K 1024
+/* columns first (sk_prep_gemm): B at least this many times wider than A
+ * is tall, A at most this many bytes */
+#define GEMM_COLS_FIRST_RATIO 4
+#define GEMM_COLS_FIRST_A 2e6
 
 static int64_t round_up(int64_t x, int64_t m) { return SK_MAX(SK_CDIV(x, m) * m, m); }
 
@@ -70,12 +74,21 @@ void sk_prep_gemm(sk_kernel *k, int units)
 	int64_t mr = tprod ? SK_PANEL : 8;
 	int rows_first = !tprod && K <= GEMM_ROWS_FIRST_K && M >= 4 * GEMM_MR &&
 			 M * N >= GEMM_ROWS_FIRST_OUT;
+	/* a product whose B is far larger than A (a transformer's
+	 * feed-forward weights against 128 tokens: B streams from memory, A
+	 * stays in cache) keeps A's rows whole and cuts B's columns, down to
+	 * one panel: each tile of B is then read once, where cutting rows
+	 * read it once per row tile */
+	int cols_first = !tprod && !rows_first && N >= GEMM_COLS_FIRST_RATIO * M &&
+			 4.0 * (double)M * (double)K <= GEMM_COLS_FIRST_A;
 	for (;;) {
 		int64_t tiles = SK_CDIV(M, mt) * SK_CDIV(N, nt);
 		if (tiles >= per && mt * nt <= GEMM_TILE_MAX)
 			break;
 		if (rows_first && mt > GEMM_MR)
 			mt = SK_MAX(round_up(mt / 2, GEMM_MR), GEMM_MR);
+		else if (cols_first && nt > nr)
+			nt = round_up(nt / 2, nr);
 		else if (nt >= mt && nt > 64)
 			nt = round_up(nt / 2, nr);
 		else if (mt > 64)

@@ -367,6 +367,58 @@ func TestGemmRowsFirstTiles(t *testing.T) {
 	}
 }
 
+// TestGemmColsFirstTiles checks sk_prep_gemm's tile plan for a product
+// whose B is far larger than A (BERT's second feed-forward product at 128
+// tokens, 128x768x3072): tiles keep A's rows whole and cut B's columns,
+// down to one panel, so each tile of B is read once. A taller A (the same
+// product at batch 8) or a B not much wider than A is tall keeps the plan
+// that cuts the larger side. Every plan gives the bits of one Gemm call.
+func TestGemmColsFirstTiles(t *testing.T) {
+	for _, c := range []struct {
+		m, n, k  int64
+		colsOnly bool  // tiles of all M rows
+		cols     int64 // and this many columns (0: any)
+	}{
+		{128, 768, 3072, true, 32},
+		{128, 3072, 768, true, 96}, // enough tiles before one panel
+		{1024, 768, 3072, false, 0},
+		{256, 768, 3072, false, 0}, // B only 3x wider than A is tall
+	} {
+		name := fmt.Sprintf("%dx%dx%d", c.m, c.n, c.k)
+		a, b := newFloats(t, int(c.m*c.k), 0), newFloats(t, int(c.k*c.n), 0)
+		rnd := uint32(c.m)
+		fillLCG(a, &rnd)
+		fillLCG(b, &rnd)
+		out := newFloats(t, int(c.m*c.n), 0)
+		d := Desc{Op: OpGemm, Out: out.p}
+		d.In[0], d.In[1] = a.p, b.p
+		d.P[0], d.P[1], d.P[2], d.P[5], d.P[6], d.P[7] = c.m, c.n, c.k, c.k, c.n, c.n
+		d.P[8], d.P[9], d.P[10] = 1, 1, 1
+		d.F[0] = 1
+		ks := newKernels(t, 1)
+		if err := ks.Set(0, &d, 2); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		tile := ks.Tiling(0)
+		if whole := tile[0] == c.m; whole != c.colsOnly {
+			t.Errorf("%s: tiles of %d x %d: whole rows %v, want %v", name, tile[0], tile[1], whole, c.colsOnly)
+		}
+		if c.cols > 0 && tile[1] != c.cols {
+			t.Errorf("%s: tiles of %d x %d, want %d columns", name, tile[0], tile[1], c.cols)
+		}
+		runBlocks(ks, 0)
+		want := make([]float32, c.m*c.n)
+		if err := Gemm(false, false, int(c.m), int(c.n), int(c.k), a.s(), int(c.k), b.s(), int(c.n), want, int(c.n), false); err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if math.Float32bits(out.s()[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: [%d] = %v, want %v", name, i, out.s()[i], want[i])
+			}
+		}
+	}
+}
+
 // BenchmarkGemmPanels times products whose B is a constant in a layout
 // the engine chooses at load, one thread, the calls an engine block makes
 // (tiles of mt x nt): B row-major against B in panels (GemmPanels), and a

@@ -26,6 +26,30 @@ void sk_prep_softmax(sk_kernel *k, int units)
 SK_MV static void softmax_row(const float *x, float *y, int64_t n, int64_t st,
 			      int lg)
 {
+	if (st == 1) {
+		/* a contiguous row: max and sum in lanes (skmath.h) */
+		float m = sk_max(x, n);
+		if (lg) {
+			/* y may be x: the exponentials go to the lanes only */
+			float a[SK_SUM_LANES] = {0};
+			int64_t i = 0;
+			for (; i + SK_SUM_LANES <= n; i += SK_SUM_LANES)
+				for (int j = 0; j < SK_SUM_LANES; j++)
+					a[j] += sk_expf(x[i + j] - m);
+			for (int j = 0; i + j < n; j++)
+				a[j] += sk_expf(x[i + j] - m);
+			float ls = logf(sk_sum_fold(a));
+			for (int64_t k = 0; k < n; k++)
+				y[k] = x[k] - m - ls;
+			return;
+		}
+		for (int64_t i = 0; i < n; i++)
+			y[i] = sk_expf(x[i] - m);
+		float r = 1.0f / sk_sum(y, n);
+		for (int64_t i = 0; i < n; i++)
+			y[i] *= r;
+		return;
+	}
 	float m = x[0];
 	for (int64_t i = 1; i < n; i++)
 		m = x[i * st] > m ? x[i * st] : m;
@@ -39,19 +63,10 @@ SK_MV static void softmax_row(const float *x, float *y, int64_t n, int64_t st,
 			y[i * st] = x[i * st] - m - ls;
 		return;
 	}
-	if (st == 1) {
-		for (int64_t i = 0; i < n; i++) {
-			float e = sk_expf(x[i] - m);
-			y[i] = e;
-		}
-		for (int64_t i = 0; i < n; i++)
-			s += y[i];
-	} else {
-		for (int64_t i = 0; i < n; i++) {
-			float e = sk_expf(x[i * st] - m);
-			y[i * st] = e;
-			s += e;
-		}
+	for (int64_t i = 0; i < n; i++) {
+		float e = sk_expf(x[i * st] - m);
+		y[i * st] = e;
+		s += e;
 	}
 	float r = 1.0f / s;
 	for (int64_t i = 0; i < n; i++)
@@ -91,15 +106,9 @@ SK_MV void sk_block_layernorm(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			SK_POLL(ctx);
 		const float *x = k->in[0] + r * cols;
 		float *y = k->out + r * cols;
-		float s = 0;
-		for (int64_t i = 0; i < cols; i++)
-			s += x[i];
-		float mean = s / (float)cols;
-		float v = 0;
-		for (int64_t i = 0; i < cols; i++) {
-			float d = x[i] - mean;
-			v += d * d;
-		}
+		/* sums in lanes (skmath.h) */
+		float mean = sk_sum(x, cols) / (float)cols;
+		float v = sk_sum_sqdev(x, cols, mean);
 		float rstd = 1.0f / sqrtf(v / (float)cols + eps);
 		for (int64_t i = 0; i < cols; i++) {
 			float z = (x[i] - mean) * rstd;

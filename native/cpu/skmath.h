@@ -77,4 +77,69 @@ static inline float sk_sigmoidf(float x)
 	return 1.0f / (1.0f + sk_expf(-x));
 }
 
+/* Sums in a fixed order, whatever the instruction set: SK_SUM_LANES
+ * running sums (element i goes to sum i % SK_SUM_LANES), then the sums
+ * added pairwise (lane j + lane j + 8, then + 4, + 2, + 1). Every SK_MV
+ * clone computes each lane alike (one 16-float vector, two of 8 or four of
+ * 4), so the bits are the same on every CPU, and the sum no longer waits
+ * on each addition in turn. */
+#define SK_SUM_LANES 16
+
+static inline float sk_sum_fold(float *a)
+{
+	for (int w = SK_SUM_LANES / 2; w > 0; w /= 2)
+		for (int j = 0; j < w; j++)
+			a[j] += a[j + w];
+	return a[0];
+}
+
+/* sk_sum: x[0] + ... + x[n-1] in lanes. */
+static inline float sk_sum(const float *x, int64_t n)
+{
+	float a[SK_SUM_LANES] = {0};
+	int64_t i = 0;
+	for (; i + SK_SUM_LANES <= n; i += SK_SUM_LANES)
+		for (int j = 0; j < SK_SUM_LANES; j++)
+			a[j] += x[i + j];
+	for (int j = 0; i + j < n; j++)
+		a[j] += x[i + j];
+	return sk_sum_fold(a);
+}
+
+/* sk_sum_sqdev: the sum of (x[i] - m)^2 in lanes. */
+static inline float sk_sum_sqdev(const float *x, int64_t n, float m)
+{
+	float a[SK_SUM_LANES] = {0};
+	int64_t i = 0;
+	for (; i + SK_SUM_LANES <= n; i += SK_SUM_LANES)
+		for (int j = 0; j < SK_SUM_LANES; j++) {
+			float d = x[i + j] - m;
+			a[j] += d * d;
+		}
+	for (int j = 0; i + j < n; j++) {
+		float d = x[i + j] - m;
+		a[j] += d * d;
+	}
+	return sk_sum_fold(a);
+}
+
+/* sk_max: the largest of x[0..n), n >= 1, in lanes (each starting at
+ * x[0]); a NaN is passed over as the comparison x > m passes it. */
+static inline float sk_max(const float *x, int64_t n)
+{
+	float a[SK_SUM_LANES];
+	for (int j = 0; j < SK_SUM_LANES; j++)
+		a[j] = x[0];
+	int64_t i = 0;
+	for (; i + SK_SUM_LANES <= n; i += SK_SUM_LANES)
+		for (int j = 0; j < SK_SUM_LANES; j++)
+			a[j] = x[i + j] > a[j] ? x[i + j] : a[j];
+	for (int j = 0; i + j < n; j++)
+		a[j] = x[i + j] > a[j] ? x[i + j] : a[j];
+	for (int w = SK_SUM_LANES / 2; w > 0; w /= 2)
+		for (int j = 0; j < w; j++)
+			a[j] = a[j + w] > a[j] ? a[j + w] : a[j];
+	return a[0];
+}
+
 #endif /* SK_MATH_H */
