@@ -355,6 +355,30 @@ static void pack_b(const sk_gemm_impl *g, int tb, const float *B, int64_t ldb, i
 			bp[k * nr + j] = 0.0f;
 }
 
+/* row_groups runs the micro-kernel over rows [m0, m0+mc) of one kc x n
+ * slice of B (b, ldbp apart): A as rsa and csa say, or (ldpa >= 0) in
+ * panels ldpa floats apart, rows from r0, where a row group stays inside
+ * one panel (there a row is one float, a step of k a panel's width). */
+static inline void row_groups(const sk_gemm_impl *g, const float *A, int64_t rsa, int64_t csa,
+			      int64_t ldpa, int64_t r0, int64_t m0, int64_t mc, int64_t k0,
+			      int64_t kc, int64_t j0, int64_t n, const float *b, int64_t ldbp,
+			      float *C, int64_t ldc, int a)
+{
+	if (ldpa >= 0) {
+		for (int64_t i = m0; i < m0 + mc;) {
+			int64_t r = r0 + i, o = r % SK_PANEL;
+			int64_t m = SK_MIN(SK_MIN(g->mr, SK_PANEL - o), m0 + mc - i);
+			g->uk(m, n, kc, A + (r / SK_PANEL) * ldpa + k0 * SK_PANEL + o, 1, SK_PANEL, b,
+			      ldbp, C + i * ldc + j0, ldc, a);
+			i += m;
+		}
+		return;
+	}
+	for (int64_t i = m0; i < m0 + mc; i += g->mr)
+		g->uk(SK_MIN(g->mr, m0 + mc - i), n, kc, A + i * rsa + k0 * csa, rsa, csa, b, ldbp,
+		      C + i * ldc + j0, ldc, a);
+}
+
 /* gemm_run is sk_gemm, sk_gemm_panels and sk_gemm_apanels: B row-major
  * (ldp < 0: ldb its row stride, tb its transposition) or in SK_PANEL-column
  * panels ldp floats apart (read where they lie, never packed); A as ta and
@@ -373,8 +397,29 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 		return;
 	}
 	const sk_gemm_impl *g = &impls[sk_gemm_isa()];
-	float bp[KC_MAX * NR_MAX] __attribute__((aligned(64)));
 	int64_t rsa = ta ? 1 : lda, csa = ta ? lda : 1;
+	if (ldp >= 0) {
+		/* B in panels: a panel's kc slices lie one after the other, so
+		 * walking each panel's whole reduction before the next panel
+		 * reads B as one run (a constant streamed from memory); the
+		 * slices of A are read again per panel, from cache. Each element
+		 * of C still takes its chain over k in order: the same bits. A
+		 * panel holds SK_PANEL columns, zero past N: every micro-kernel
+		 * width divides it. */
+		for (int64_t m0 = 0; m0 < M; m0 += g->mc) {
+			int64_t mc = SK_MIN(g->mc, M - m0);
+			for (int64_t j0 = 0; j0 < N; j0 += g->nr) {
+				int64_t n = SK_MIN(g->nr, N - j0);
+				for (int64_t k0 = 0; k0 < K; k0 += g->kc)
+					row_groups(g, A, rsa, csa, ldpa, r0, m0, mc, k0,
+						   SK_MIN(g->kc, K - k0), j0, n,
+						   B + (j0 / SK_PANEL) * ldp + k0 * SK_PANEL + j0 % SK_PANEL,
+						   SK_PANEL, C, ldc, acc || k0 > 0);
+			}
+		}
+		return;
+	}
+	float bp[KC_MAX * NR_MAX] __attribute__((aligned(64)));
 	int direct = !tb && (g->unpacked || M <= g->mr);
 	for (int64_t k0 = 0; k0 < K; k0 += g->kc) {
 		int64_t kc = SK_MIN(g->kc, K - k0);
@@ -385,35 +430,15 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 				int64_t n = SK_MIN(g->nr, N - j0);
 				const float *b = bp;
 				int64_t ldbp = g->nr;
-				if (ldp >= 0) {
-					/* a panel holds SK_PANEL columns, zero past
-					 * N: every micro-kernel width divides it */
-					b = B + (j0 / SK_PANEL) * ldp + k0 * SK_PANEL + j0 % SK_PANEL;
-					ldbp = SK_PANEL;
-				} else if (direct && n == g->nr) {
+				if (direct && n == g->nr) {
 					/* see sk_gemm_impl.unpacked */
 					b = B + k0 * ldb + j0;
 					ldbp = ldb;
 				} else {
 					pack_b(g, tb, B, ldb, k0, kc, j0, n, bp);
 				}
-				if (ldpa >= 0) {
-					/* a row group stays inside one panel of A:
-					 * there a row is one float, a step of k a
-					 * panel's width */
-					for (int64_t i = m0; i < m0 + mc;) {
-						int64_t r = r0 + i, o = r % SK_PANEL;
-						int64_t m = SK_MIN(SK_MIN(g->mr, SK_PANEL - o), m0 + mc - i);
-						g->uk(m, n, kc, A + (r / SK_PANEL) * ldpa + k0 * SK_PANEL + o,
-						      1, SK_PANEL, b, ldbp, C + i * ldc + j0, ldc, a);
-						i += m;
-					}
-					continue;
-				}
-				for (int64_t i = m0; i < m0 + mc; i += g->mr)
-					g->uk(SK_MIN(g->mr, m0 + mc - i), n, kc,
-					      A + i * rsa + k0 * csa, rsa, csa, b, ldbp,
-					      C + i * ldc + j0, ldc, a);
+				row_groups(g, A, rsa, csa, ldpa, r0, m0, mc, k0, kc, j0, n, b, ldbp,
+					   C, ldc, a);
 			}
 		}
 	}
