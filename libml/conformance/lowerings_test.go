@@ -385,3 +385,90 @@ func TestPadFoldsIntoConv(t *testing.T) {
 		})
 	}
 }
+
+// TestResidualAfterBias checks that a MatMul's bias Add and the residual
+// Add after it (a transformer's projection and skip connection) fold into
+// the GEMM's epilogue, bias first, then the residual: one kernel, the
+// bits of the three nodes run apart (the same graph with the bias Add's
+// output also a graph output, which keeps the nodes apart). The Adds the
+// other way round (the residual first) keep the second one apart, since
+// the epilogue's order would change the rounding.
+func TestResidualAfterBias(t *testing.T) {
+	be := cpuBackend(t)
+	const rows, k, cols = 8, 40, 40
+	fill := func(name string, dims []int64, seed int) *graph.Tensor {
+		n := 1
+		for _, d := range dims {
+			n *= int(d)
+		}
+		v := &graph.Tensor{Name: name, DType: graph.Float32, Dims: dims, F32: make([]float32, n)}
+		for i := range v.F32 {
+			v.F32[i] = float32((i*seed)%29)/9 - 1.5
+		}
+		return v
+	}
+	x := fill("x", []int64{rows, k}, 7)
+	w, b := fill("w", []int64{k, cols}, 11), fill("b", []int64{cols}, 5)
+	for _, c := range []struct {
+		name     string
+		first    string // the first Add's other operand
+		kernels  int    // fused
+		apartOut string // the output that keeps the nodes apart
+	}{
+		{"bias then residual", "b", 1, "yb"},
+		{"residual then bias", "x", 2, "yb"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			second := "x"
+			if c.first == "x" {
+				second = "b"
+			}
+			build := func(outs ...string) *graph.Graph {
+				g := &graph.Graph{Name: "resbias", Opset: 13,
+					Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
+					Initializers: []*graph.Tensor{w, b},
+					Nodes: []graph.Node{
+						{Name: "mm", Op: "MatMul", Inputs: []string{"x", "w"}, Outputs: []string{"ym"}},
+						{Name: "add1", Op: "Add", Inputs: []string{"ym", c.first}, Outputs: []string{"yb"}},
+						{Name: "add2", Op: "Add", Inputs: []string{second, "yb"}, Outputs: []string{"y"}},
+					}}
+				for _, o := range outs {
+					g.Outputs = append(g.Outputs, graph.ValueInfo{Name: o})
+				}
+				return g
+			}
+			g := build("y")
+			m, err := engine.Load(g, engine.Options{Units: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := m.Compile(map[string][]int64{"x": x.Dims})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Kernels) != c.kernels {
+				t.Errorf("%d kernels, want %d:\n%s", len(p.Kernels), c.kernels, p)
+			}
+			got, err := be.RunGraph(context.Background(), g, map[string]*graph.Tensor{"x": x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			apart, err := be.RunGraph(context.Background(), build("y", c.apartOut), map[string]*graph.Tensor{"x": x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range apart["y"].F32 {
+				if math.Float32bits(got["y"].F32[i]) != math.Float32bits(v) {
+					t.Fatalf("[%d] = %v fused, %v apart", i, got["y"].F32[i], v)
+				}
+			}
+			want, err := foldGraph(g, []*graph.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Compare(got["y"], want["y"]); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

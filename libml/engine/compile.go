@@ -392,6 +392,19 @@ func (c *compiler) fuse() map[int]*group {
 						cur = c.rt[j].Outputs[0]
 					}
 				}
+				// a residual Add after the bias Add (a transformer's
+				// projection, bias, then the skip connection): the
+				// epilogue adds the bias, then the residual, the
+				// order of the two Adds, so the same bits
+				if g.bias != "" {
+					if j, ok := only(cur); ok && c.rt[j].Op == "Add" && len(c.rt[j].Inputs) == 2 {
+						if kind, other := c.residual(n, c.rt[j], cur); kind == "res" && !c.conv3D(n) {
+							g.nodes = append(g.nodes, j)
+							g.res = other
+							cur = c.rt[j].Outputs[0]
+						}
+					}
+				}
 			}
 			if actHeads[n.Op] && (binaryOps[n.Op] == 0 && n.Op != "Add" || len(n.Inputs) == 2) {
 				if j, ok := only(cur); ok {
