@@ -354,14 +354,7 @@ func TestPadFoldsIntoConv(t *testing.T) {
 					{Name: "conv", Op: "Conv", Inputs: []string{"xp", "w"}, Outputs: []string{"y"},
 						Attrs: []graph.Attr{{Name: "pads", Kind: graph.AttrInts, Ints: []int64{1, 0, 0, 1}}}},
 				}}
-			m, err := engine.Load(g, engine.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := m.Compile(map[string][]int64{"x": x.Dims})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := compileGraph(t, g, engine.Options{}, map[string][]int64{"x": x.Dims})
 			copies := 0
 			for _, k := range p.Kernels {
 				if k.Op == engine.OpCopy || k.Op == engine.OpGather {
@@ -438,14 +431,7 @@ func TestResidualAfterBias(t *testing.T) {
 				return g
 			}
 			g := build("y")
-			m, err := engine.Load(g, engine.Options{Units: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := m.Compile(map[string][]int64{"x": x.Dims})
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := compileGraph(t, g, engine.Options{Units: 2}, map[string][]int64{"x": x.Dims})
 			if len(p.Kernels) != c.kernels {
 				t.Errorf("%d kernels, want %d:\n%s", len(p.Kernels), c.kernels, p)
 			}
@@ -471,4 +457,19 @@ func TestResidualAfterBias(t *testing.T) {
 			}
 		})
 	}
+}
+
+// compileGraph loads g with opts and compiles it for shapes, failing t on
+// an error.
+func compileGraph(t *testing.T, g *graph.Graph, opts engine.Options, shapes map[string][]int64) *engine.Program {
+	t.Helper()
+	m, err := engine.Load(g, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.Compile(shapes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

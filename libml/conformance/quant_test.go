@@ -766,14 +766,7 @@ func TestQDQFused(t *testing.T) {
 	ctx := context.Background()
 	for _, conv := range []bool{true, false} {
 		g, x := qdqGraph(conv)
-		m, err := engine.Load(g, engine.Options{Units: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := m.Compile(map[string][]int64{"x": x.Dims})
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := compileGraph(t, g, engine.Options{Units: 2}, map[string][]int64{"x": x.Dims})
 		fusedOp := false
 		for _, k := range p.Kernels {
 			fusedOp = fusedOp || k.Op == engine.OpQGemm

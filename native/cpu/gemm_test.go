@@ -297,6 +297,40 @@ func BenchmarkGemm(b *testing.B) {
 	}
 }
 
+// planGemm plans a GEMM kernel (m x n x k, row-major, alpha 1) for two
+// units over operands filled from seed; its blocks are not run.
+func planGemm(t *testing.T, m, n, k int64, seed uint32) (a, b, out *cfloats, ks *Kernels) {
+	t.Helper()
+	a, b = newFloats(t, int(m*k), 0), newFloats(t, int(k*n), 0)
+	fillLCG(a, &seed)
+	fillLCG(b, &seed)
+	out = newFloats(t, int(m*n), 0)
+	d := Desc{Op: OpGemm, Out: out.p}
+	d.In[0], d.In[1] = a.p, b.p
+	d.P[0], d.P[1], d.P[2], d.P[5], d.P[6], d.P[7] = m, n, k, k, n, n
+	d.P[8], d.P[9], d.P[10] = 1, 1, 1
+	d.F[0] = 1
+	ks = newKernels(t, 1)
+	if err := ks.Set(0, &d, 2); err != nil {
+		t.Fatalf("%dx%dx%d: %v", m, n, k, err)
+	}
+	return a, b, out, ks
+}
+
+// sameAsGemm fails t unless out holds, bit for bit, one Gemm call's a x b.
+func sameAsGemm(t *testing.T, name string, a, b, out *cfloats, m, n, k int64) {
+	t.Helper()
+	want := make([]float32, m*n)
+	if err := Gemm(false, false, int(m), int(n), int(k), a.s(), int(k), b.s(), int(n), want, int(n), false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if math.Float32bits(out.s()[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: [%d] = %v, want %v", name, i, out.s()[i], want[i])
+		}
+	}
+}
+
 // TestGemmRowsFirstTiles checks sk_prep_gemm's tile plan for a
 // memory-bound product with a large output (a 1x1 convolution expanding
 // 16 channels to 96 at 112x112): tiles of one micro-kernel row group (12
@@ -316,20 +350,7 @@ func TestGemmRowsFirstTiles(t *testing.T) {
 		{96, 256, 16, 1},    // a small output
 	} {
 		name := fmt.Sprintf("%dx%dx%d", c.m, c.n, c.k)
-		a, b := newFloats(t, int(c.m*c.k), 0), newFloats(t, int(c.k*c.n), 0)
-		rnd := uint32(c.k)
-		fillLCG(a, &rnd)
-		fillLCG(b, &rnd)
-		out := newFloats(t, int(c.m*c.n), 0)
-		d := Desc{Op: OpGemm, Out: out.p}
-		d.In[0], d.In[1] = a.p, b.p
-		d.P[0], d.P[1], d.P[2], d.P[5], d.P[6], d.P[7] = c.m, c.n, c.k, c.k, c.n, c.n
-		d.P[8], d.P[9], d.P[10] = 1, 1, 1
-		d.F[0] = 1
-		ks := newKernels(t, 1)
-		if err := ks.Set(0, &d, 2); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		a, b, out, ks := planGemm(t, c.m, c.n, c.k, uint32(c.k))
 		grid := ks.Info(0).Grid
 		tile := ks.Tiling(0)
 		if got := (c.m + tile[0] - 1) / tile[0]; got != c.rowTiles || tile[0]*tile[1] > 32768 {
@@ -355,15 +376,7 @@ func TestGemmRowsFirstTiles(t *testing.T) {
 			}
 		}
 		runBlocks(ks, 0)
-		want := make([]float32, c.m*c.n)
-		if err := Gemm(false, false, int(c.m), int(c.n), int(c.k), a.s(), int(c.k), b.s(), int(c.n), want, int(c.n), false); err != nil {
-			t.Fatal(err)
-		}
-		for i := range want {
-			if math.Float32bits(out.s()[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("%s (grid %d): [%d] = %v, want %v", name, grid, i, out.s()[i], want[i])
-			}
-		}
+		sameAsGemm(t, fmt.Sprintf("%s (grid %d)", name, grid), a, b, out, c.m, c.n, c.k)
 	}
 }
 
@@ -385,20 +398,7 @@ func TestGemmColsFirstTiles(t *testing.T) {
 		{256, 768, 3072, false, 0}, // B only 3x wider than A is tall
 	} {
 		name := fmt.Sprintf("%dx%dx%d", c.m, c.n, c.k)
-		a, b := newFloats(t, int(c.m*c.k), 0), newFloats(t, int(c.k*c.n), 0)
-		rnd := uint32(c.m)
-		fillLCG(a, &rnd)
-		fillLCG(b, &rnd)
-		out := newFloats(t, int(c.m*c.n), 0)
-		d := Desc{Op: OpGemm, Out: out.p}
-		d.In[0], d.In[1] = a.p, b.p
-		d.P[0], d.P[1], d.P[2], d.P[5], d.P[6], d.P[7] = c.m, c.n, c.k, c.k, c.n, c.n
-		d.P[8], d.P[9], d.P[10] = 1, 1, 1
-		d.F[0] = 1
-		ks := newKernels(t, 1)
-		if err := ks.Set(0, &d, 2); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		a, b, out, ks := planGemm(t, c.m, c.n, c.k, uint32(c.m))
 		tile := ks.Tiling(0)
 		if whole := tile[0] == c.m; whole != c.colsOnly {
 			t.Errorf("%s: tiles of %d x %d: whole rows %v, want %v", name, tile[0], tile[1], whole, c.colsOnly)
@@ -407,15 +407,7 @@ func TestGemmColsFirstTiles(t *testing.T) {
 			t.Errorf("%s: tiles of %d x %d, want %d columns", name, tile[0], tile[1], c.cols)
 		}
 		runBlocks(ks, 0)
-		want := make([]float32, c.m*c.n)
-		if err := Gemm(false, false, int(c.m), int(c.n), int(c.k), a.s(), int(c.k), b.s(), int(c.n), want, int(c.n), false); err != nil {
-			t.Fatal(err)
-		}
-		for i := range want {
-			if math.Float32bits(out.s()[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("%s: [%d] = %v, want %v", name, i, out.s()[i], want[i])
-			}
-		}
+		sameAsGemm(t, name, a, b, out, c.m, c.n, c.k)
 	}
 }
 
