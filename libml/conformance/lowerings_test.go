@@ -473,3 +473,89 @@ func compileGraph(t *testing.T, g *graph.Graph, opts engine.Options, shapes map[
 	}
 	return p
 }
+
+// TestMatMulTransposeViews checks that a batched MatMul reads an operand a
+// Transpose would have copied through strides (a transformer's attention:
+// Q, K and V split into heads, K transposed): the Transposes do not run,
+// and the output is bit for bit the graph's with the Transposes' outputs
+// also graph outputs (which keeps the copies). A permutation that leaves
+// neither of the operand's last two dimensions one element apart keeps
+// its copy.
+func TestMatMulTransposeViews(t *testing.T) {
+	be := cpuBackend(t)
+	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{1, 8, 24}, F32: make([]float32, 192)}
+	for i := range x.F32 {
+		x.F32[i] = float32((i*13)%31)/10 - 1.5
+	}
+	perm := func(p ...int64) []graph.Attr {
+		return []graph.Attr{{Name: "perm", Kind: graph.AttrInts, Ints: p}}
+	}
+	for _, c := range []struct {
+		name   string
+		nodes  []graph.Node
+		copies int // Transposes left as copy kernels
+		views  []string
+	}{
+		{"attention", []graph.Node{
+			{Name: "r", Op: "Reshape", Inputs: []string{"x", "heads"}, Outputs: []string{"xr"}},
+			{Name: "tq", Op: "Transpose", Inputs: []string{"xr"}, Outputs: []string{"q"}, Attrs: perm(0, 2, 1, 3)},
+			{Name: "tk", Op: "Transpose", Inputs: []string{"xr"}, Outputs: []string{"kt"}, Attrs: perm(0, 2, 3, 1)},
+			{Name: "tv", Op: "Transpose", Inputs: []string{"xr"}, Outputs: []string{"v"}, Attrs: perm(0, 2, 1, 3)},
+			{Name: "qk", Op: "MatMul", Inputs: []string{"q", "kt"}, Outputs: []string{"s"}},
+			{Name: "sv", Op: "MatMul", Inputs: []string{"s", "v"}, Outputs: []string{"y"}},
+		}, 0, []string{"q", "kt", "v"}},
+		{"no unit stride", []graph.Node{
+			{Name: "r", Op: "Reshape", Inputs: []string{"x", "heads"}, Outputs: []string{"xr"}},
+			// [1,8,4,6] -> [6,4,8,1] and [6,4,1,8]: each operand's
+			// last two dimensions 24 and 192 elements apart, or 192
+			// and 24
+			{Name: "ta", Op: "Transpose", Inputs: []string{"xr"}, Outputs: []string{"a"}, Attrs: perm(3, 2, 1, 0)},
+			{Name: "tb", Op: "Transpose", Inputs: []string{"xr"}, Outputs: []string{"b"}, Attrs: perm(3, 2, 0, 1)},
+			{Name: "ab", Op: "MatMul", Inputs: []string{"a", "b"}, Outputs: []string{"y"}},
+		}, 2, []string{"a", "b"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			build := func(outs ...string) *graph.Graph {
+				g := &graph.Graph{Name: "views", Opset: 13,
+					Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
+					Initializers: []*graph.Tensor{{Name: "heads", DType: graph.Int64, Dims: []int64{4}, I64: []int64{1, 8, 4, 6}}},
+					Nodes:        c.nodes}
+				for _, o := range outs {
+					g.Outputs = append(g.Outputs, graph.ValueInfo{Name: o})
+				}
+				return g
+			}
+			g := build("y")
+			p := compileGraph(t, g, engine.Options{Units: 2}, map[string][]int64{"x": x.Dims})
+			copies := 0
+			for _, k := range p.Kernels {
+				if k.Op == engine.OpCopy {
+					copies++
+				}
+			}
+			if copies != c.copies {
+				t.Errorf("%d copies, want %d:\n%s", copies, c.copies, p)
+			}
+			got, err := be.RunGraph(context.Background(), g, map[string]*graph.Tensor{"x": x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			apart, err := be.RunGraph(context.Background(), build(append([]string{"y"}, c.views...)...), map[string]*graph.Tensor{"x": x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range apart["y"].F32 {
+				if math.Float32bits(got["y"].F32[i]) != math.Float32bits(v) {
+					t.Fatalf("[%d] = %v read through views, %v copied", i, got["y"].F32[i], v)
+				}
+			}
+			want, err := foldGraph(g, []*graph.Tensor{x})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Compare(got["y"], want["y"]); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

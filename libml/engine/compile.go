@@ -172,6 +172,9 @@ type compiler struct {
 	// lastReadName maps a buffer's root value to the last group reading it.
 	lastReadName map[string]int
 	rootOf       func(string) string
+	// views are the Transposes a MatMul reads through strides
+	// (matmulViews), by output name
+	views map[string]opView
 }
 
 // CompileBatch compiles the model for a batch size (see BatchShapes).
@@ -234,6 +237,7 @@ func (m *Model) compile(shapes map[string][]int64) (*Program, error) {
 		return nil, err
 	}
 	last := c.fuse()
+	c.matmulViews(last)
 	c.readers(last)
 	for gi := range c.rt {
 		g, ok := last[gi]
@@ -515,6 +519,10 @@ func (c *compiler) readers(last map[int]*group) {
 		if isAliasOp(n.Op) && len(n.Inputs) > 0 {
 			root[n.Outputs[0]] = n.Inputs[0]
 		}
+	}
+	// a MatMul reading a Transpose's view reads its source
+	for t, v := range c.views {
+		root[t] = v.src
 	}
 	c.lastReadName = map[string]int{}
 	for gi := range c.rt {

@@ -361,18 +361,22 @@ func (c *compiler) matmulOperands(n *graph.Node, ai, bi int) (a, b *cval, as, bs
 // matmulBatch is the batch of a MatMul of A (as) and B (bs), both of
 // rank 2 or more: its dimensions, collapsed where contiguous, and the
 // strides of A, B and the result along them (elements), at most max of
-// them.
+// them. A and B are row-major.
 func matmulBatch(as, bs []int64, max int) ([]int64, [][]int64, error) {
-	M, K, N := as[len(as)-2], as[len(as)-1], bs[len(bs)-1]
+	return matmulBatchStrided(as, bs, nil, nil, max)
+}
+
+// matmulBatchStrided is matmulBatch for operands whose dimensions lie
+// ast and bst elements apart (nil: row-major; opView).
+func matmulBatchStrided(as, bs, ast, bst []int64, max int) ([]int64, [][]int64, error) {
+	M, N := as[len(as)-2], bs[len(bs)-1]
 	batch, err := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
 	if err != nil {
 		return nil, nil, err
 	}
-	sa, sb := bstrides(as[:len(as)-2], batch), bstrides(bs[:len(bs)-2], batch)
+	sa, sb := batchStrides(as, ast, batch), batchStrides(bs, bst, batch)
 	sc := stridesOf(batch)
 	for i := range batch {
-		sa[i] *= M * K
-		sb[i] *= K * N
 		sc[i] *= M * N
 	}
 	dims, st := collapse(batch, sa, sb, sc)
@@ -390,12 +394,26 @@ func (c *compiler) lowerMatMul(g *group) error {
 	}
 	M, K, N := as[len(as)-2], as[len(as)-1], bs[len(bs)-1]
 	s := gemmSpec{N: N, K: K, lda: K, ldb: N, ldc: N, alpha: 1}
+	// an operand read through a Transpose's view (matmulViews): from the
+	// Transpose's input, transposed or not, with its strides
+	va, viewA := c.views[n.Inputs[0]]
+	vb, viewB := c.views[n.Inputs[1]]
+	ain, bin := n.Inputs[0], n.Inputs[1]
+	var ast, bst []int64
+	if viewA {
+		ain, ast = va.src, va.strides
+		s.tA, s.lda = va.viewLayout()
+	}
+	if viewB {
+		bin, bst = vb.src, vb.strides
+		s.tB, s.ldb = vb.viewLayout()
+	}
 	if len(bs) == 2 {
 		// B is one matrix: every row of A's batch is one GEMM row
 		s.M = numel(as[:len(as)-1])
 	} else {
 		s.M = M
-		dims, st, err := matmulBatch(as, bs, 3)
+		dims, st, err := matmulBatchStrided(as, bs, ast, bst, 3)
 		if err != nil {
 			return err
 		}
@@ -405,13 +423,13 @@ func (c *compiler) lowerMatMul(g *group) error {
 		}
 	}
 	d := c.draft(g, OpGemm)
-	if d.in[0], err = c.operand(n.Inputs[0]); err != nil {
+	if d.in[0], err = c.operand(ain); err != nil {
 		return err
 	}
-	if po, ok := c.panelOperand(n.Inputs[1], false); ok && len(bs) == 2 {
+	if po, ok := c.panelOperand(bin, false); ok && len(bs) == 2 && !viewB {
 		d.in[1] = po
 		s.ldb, s.panels = K*GemmPanel, true
-	} else if d.in[1], err = c.operand(n.Inputs[1]); err != nil {
+	} else if d.in[1], err = c.operand(bin); err != nil {
 		return err
 	}
 	if g.bias != "" {

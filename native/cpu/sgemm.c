@@ -19,6 +19,7 @@
  * micro-kernels keep an MR x NR tile of C in registers.
  */
 #include "sluice_cpu.h"
+#include "sk512.h"
 
 #include <math.h>
 #include <string.h>
@@ -334,6 +335,30 @@ const char *sk_gemm_isa_name(int isa)
 }
 
 
+#if SK_X86
+/* pack_t_avx512 is pack_b for B transposed (B(k, j) = B[j * ldb + k]) on
+ * AVX-512: 16 x 16 squares, each 16 of B's rows loaded as vectors and
+ * transposed in registers, so the panel is written a vector at a time
+ * (a transformer's K read through a view, matmulViews) */
+SK_AVX512 static void pack_t_avx512(const float *B, int64_t ldb, int64_t k0, int64_t kc,
+				    int64_t j0, int64_t n, float *bp)
+{
+	for (int64_t jb = 0; jb < 32; jb += 16) {
+		for (int64_t kb = 0; kb < kc; kb += 16) {
+			__mmask16 mk = sk_lanes16(kb, kc);
+			__m512 v[16];
+			for (int q = 0; q < 16; q++)
+				v[q] = jb + q < n ? _mm512_maskz_loadu_ps(mk, B + (j0 + jb + q) * ldb + k0 + kb)
+						  : _mm512_setzero_ps();
+			sk_transpose16(v);
+			for (int r = 0; r < 16; r++)
+				if (kb + r < kc)
+					_mm512_store_ps(bp + (kb + r) * 32 + jb, v[r]);
+		}
+	}
+}
+#endif
+
 /* pack_b copies B(k0.., j0..) (kc x n) into bp as kc rows of g->nr
  * floats, zero past n. */
 static void pack_b(const sk_gemm_impl *g, int tb, const float *B, int64_t ldb, int64_t k0,
@@ -345,6 +370,12 @@ static void pack_b(const sk_gemm_impl *g, int tb, const float *B, int64_t ldb, i
 		return;
 	}
 	/* B(k, j) = B[j * ldb + k] */
+#if SK_X86
+	if (nr == 32 && g->unpacked) {
+		pack_t_avx512(B, ldb, k0, kc, j0, n, bp);
+		return;
+	}
+#endif
 	for (int64_t j = 0; j < n; j++) {
 		const float *b = B + (j0 + j) * ldb + k0;
 		for (int64_t k = 0; k < kc; k++)
@@ -420,7 +451,23 @@ static void gemm_run(int ta, int tb, int64_t M, int64_t N, int64_t K, const floa
 		return;
 	}
 	float bp[KC_MAX * NR_MAX] __attribute__((aligned(64)));
-	int direct = !tb && (g->unpacked || M <= g->mr);
+	if (tb) {
+		/* B transposed is packed a scalar at a time: once per panel
+		 * slice, for every row of A (the row blocks inside), where the
+		 * order below packed it again for each block of mc rows */
+		for (int64_t k0 = 0; k0 < K; k0 += g->kc) {
+			int64_t kc = SK_MIN(g->kc, K - k0);
+			for (int64_t j0 = 0; j0 < N; j0 += g->nr) {
+				int64_t n = SK_MIN(g->nr, N - j0);
+				pack_b(g, tb, B, ldb, k0, kc, j0, n, bp);
+				for (int64_t m0 = 0; m0 < M; m0 += g->mc)
+					row_groups(g, A, rsa, csa, ldpa, r0, m0, SK_MIN(g->mc, M - m0), k0,
+						   kc, j0, n, bp, g->nr, C, ldc, acc || k0 > 0);
+			}
+		}
+		return;
+	}
+	int direct = g->unpacked || M <= g->mr;
 	for (int64_t k0 = 0; k0 < K; k0 += g->kc) {
 		int64_t kc = SK_MIN(g->kc, K - k0);
 		int a = acc || k0 > 0;

@@ -1,0 +1,126 @@
+package engine
+
+import "sluice/libml/graph"
+
+// opView is how a MatMul reads an operand that a Transpose would have
+// copied: from the Transpose's input (src, row-major), element i of the
+// operand's dimension d strides[d] elements apart.
+type opView struct {
+	src     string
+	strides []int64
+}
+
+// matmulViews finds each Transpose whose output one batched MatMul alone
+// reads (a transformer's attention: the heads split out of the Q, K and V
+// projections, K transposed) where the GEMM can read the Transpose's
+// input through strides: the operand's last dimension or the one before
+// it one element apart (A or B as it lies, or transposed), its batch
+// dimensions any distance apart. It records the view and drops the
+// Transpose's group from last: the copy never runs. The GEMM computes
+// each output's one chain of multiply-adds in k order whatever the
+// strides, so the bits are those of the copy and the product.
+func (c *compiler) matmulViews(last map[int]*group) {
+	c.views = map[string]opView{}
+	if c.m.opts.NoFusion {
+		return
+	}
+	readers := map[string][]int{}
+	for i, n := range c.rt {
+		for _, in := range n.Inputs {
+			if in != "" {
+				readers[in] = append(readers[in], i)
+			}
+		}
+	}
+	outputs := map[string]bool{}
+	for _, o := range c.m.outputs {
+		outputs[o.Name] = true
+	}
+	heads := map[int]bool{}
+	for _, g := range last {
+		heads[g.nodes[0]] = true
+	}
+	for gi, g := range last {
+		n := c.rt[g.nodes[0]]
+		if len(g.nodes) != 1 || n.Op != "Transpose" || len(n.Inputs) != 1 || len(n.Outputs) != 1 {
+			continue
+		}
+		t := n.Outputs[0]
+		rs := readers[t]
+		if outputs[t] || len(rs) != 1 || !heads[rs[0]] {
+			continue
+		}
+		mm := c.rt[rs[0]]
+		if mm.Op != "MatMul" || len(mm.Inputs) != 2 || mm.Inputs[0] == mm.Inputs[1] {
+			continue
+		}
+		src, tv := c.vals[n.Inputs[0]], c.vals[t]
+		other := c.vals[mm.Inputs[0]]
+		if mm.Inputs[0] == t {
+			other = c.vals[mm.Inputs[1]]
+		}
+		if src == nil || tv == nil || other == nil || src.buf == -1 ||
+			src.t.DType != graph.Float32 || tv.t.DType != graph.Float32 {
+			continue
+		}
+		// the batched product only (both operands of rank 3 or more):
+		// a rank-2 B folds A's batch into its rows, which a view's
+		// strides do not allow
+		xs, r := src.t.Shape, len(tv.t.Shape)
+		if r < 3 || len(other.t.Shape) < 3 || len(xs) != r {
+			continue
+		}
+		perm := n.AttrInts("perm", nil)
+		if perm == nil {
+			for i := r - 1; i >= 0; i-- {
+				perm = append(perm, int64(i))
+			}
+		}
+		if len(perm) != r {
+			continue
+		}
+		ss := stridesOf(xs)
+		vst := make([]int64, r)
+		ok := true
+		for i, p := range perm {
+			if p < 0 || p >= int64(r) {
+				ok = false
+				break
+			}
+			vst[i] = ss[p]
+		}
+		if !ok || (vst[r-1] != 1 && vst[r-2] != 1) {
+			continue
+		}
+		c.views[t] = opView{src: n.Inputs[0], strides: vst}
+		delete(last, gi)
+	}
+}
+
+// viewLayout returns a GEMM operand's transposition and leading dimension
+// for view v (opView: the last or the one before it one element apart).
+func (v opView) viewLayout() (trans, ld int64) {
+	r := len(v.strides)
+	if v.strides[r-1] == 1 {
+		return 0, v.strides[r-2]
+	}
+	return 1, v.strides[r-1]
+}
+
+// batchStrides returns the strides (elements) of an operand of shape s
+// (strides st, nil when it is row-major) along batch, the broadcast batch
+// dimensions of a MatMul: 0 where the operand broadcasts.
+func batchStrides(s, st, batch []int64) []int64 {
+	if st == nil {
+		st = stridesOf(s)
+	}
+	nb := len(s) - 2
+	res := make([]int64, len(batch))
+	off := len(batch) - nb
+	for i := 0; i < nb; i++ {
+		if s[i] != 1 {
+			res[off+i] = st[i]
+		}
+	}
+	return res
+}
