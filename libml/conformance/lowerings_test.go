@@ -379,14 +379,15 @@ func TestPadFoldsIntoConv(t *testing.T) {
 	}
 }
 
-// TestResidualAfterBias checks that a MatMul's bias Add and the residual
-// Add after it (a transformer's projection and skip connection) fold into
-// the GEMM's epilogue, bias first, then the residual: one kernel, the
-// bits of the three nodes run apart (the same graph with the bias Add's
-// output also a graph output, which keeps the nodes apart). The Adds the
-// other way round (the residual first) keep the second one apart, since
-// the epilogue's order would change the rounding.
-func TestResidualAfterBias(t *testing.T) {
+// TestMatMulEpilogue checks what folds into a MatMul's GEMM, in the
+// order the nodes compute it: a constant scalar Mul (attention's scale,
+// the GEMM's alpha), then a bias Add, then a residual Add (a
+// transformer's projection and skip connection). Each folded graph is one
+// kernel with the bits of the nodes run apart (the same graph with the
+// first node's output also a graph output, which keeps it apart). What
+// would change the rounding stays apart: the residual before the bias, a
+// Mul by a vector, a Mul after the bias.
+func TestMatMulEpilogue(t *testing.T) {
 	be := cpuBackend(t)
 	const rows, k, cols = 8, 40, 40
 	fill := func(name string, dims []int64, seed int) *graph.Tensor {
@@ -402,29 +403,29 @@ func TestResidualAfterBias(t *testing.T) {
 	}
 	x := fill("x", []int64{rows, k}, 7)
 	w, b := fill("w", []int64{k, cols}, 11), fill("b", []int64{cols}, 5)
+	s := &graph.Tensor{Name: "s", DType: graph.Float32, Dims: []int64{}, F32: []float32{0.125}}
+	node := func(op, a, b, out string) graph.Node {
+		return graph.Node{Name: out, Op: op, Inputs: []string{a, b}, Outputs: []string{out}}
+	}
+	mm := node("MatMul", "x", "w", "ym")
 	for _, c := range []struct {
-		name     string
-		first    string // the first Add's other operand
-		kernels  int    // fused
-		apartOut string // the output that keeps the nodes apart
+		name    string
+		nodes   []graph.Node // after mm; the last writes y
+		kernels int
 	}{
-		{"bias then residual", "b", 1, "yb"},
-		{"residual then bias", "x", 2, "yb"},
+		{"bias then residual", []graph.Node{node("Add", "ym", "b", "yb"), node("Add", "x", "yb", "y")}, 1},
+		{"residual then bias", []graph.Node{node("Add", "ym", "x", "yb"), node("Add", "b", "yb", "y")}, 2},
+		{"scale, bias, residual", []graph.Node{node("Mul", "ym", "s", "ys"), node("Add", "ys", "b", "yb"), node("Add", "yb", "x", "y")}, 1},
+		{"scale on the left", []graph.Node{node("Mul", "s", "ym", "y")}, 1},
+		{"a vector's scale", []graph.Node{node("Mul", "ym", "b", "y")}, 2},
+		{"bias, then scale", []graph.Node{node("Add", "ym", "b", "yb"), node("Mul", "yb", "s", "y")}, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			second := "x"
-			if c.first == "x" {
-				second = "b"
-			}
 			build := func(outs ...string) *graph.Graph {
-				g := &graph.Graph{Name: "resbias", Opset: 13,
+				g := &graph.Graph{Name: "epilogue", Opset: 13,
 					Inputs:       []graph.ValueInfo{{Name: "x", DType: graph.Float32, Dims: x.Dims}},
-					Initializers: []*graph.Tensor{w, b},
-					Nodes: []graph.Node{
-						{Name: "mm", Op: "MatMul", Inputs: []string{"x", "w"}, Outputs: []string{"ym"}},
-						{Name: "add1", Op: "Add", Inputs: []string{"ym", c.first}, Outputs: []string{"yb"}},
-						{Name: "add2", Op: "Add", Inputs: []string{second, "yb"}, Outputs: []string{"y"}},
-					}}
+					Initializers: []*graph.Tensor{w, b, s},
+					Nodes:        append([]graph.Node{mm}, c.nodes...)}
 				for _, o := range outs {
 					g.Outputs = append(g.Outputs, graph.ValueInfo{Name: o})
 				}
@@ -439,13 +440,13 @@ func TestResidualAfterBias(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			apart, err := be.RunGraph(context.Background(), build("y", c.apartOut), map[string]*graph.Tensor{"x": x})
+			apart, err := be.RunGraph(context.Background(), build("y", "ym"), map[string]*graph.Tensor{"x": x})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i, v := range apart["y"].F32 {
 				if math.Float32bits(got["y"].F32[i]) != math.Float32bits(v) {
-					t.Fatalf("[%d] = %v fused, %v apart", i, got["y"].F32[i], v)
+					t.Fatalf("[%d] = %v folded, %v apart", i, got["y"].F32[i], v)
 				}
 			}
 			want, err := foldGraph(g, []*graph.Tensor{x})

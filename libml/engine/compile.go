@@ -157,6 +157,9 @@ type group struct {
 	bias  string
 	act   int
 	a, b  float32
+	// scaled: a MatMul's output times scale, a constant scalar (fuse)
+	scaled bool
+	scale  float32
 }
 
 type compiler struct {
@@ -384,6 +387,19 @@ func (c *compiler) fuse() map[int]*group {
 		g := &group{nodes: []int{i}}
 		if !c.m.opts.NoFusion && len(n.Outputs) == 1 {
 			cur := n.Outputs[0]
+			if n.Op == "MatMul" {
+				// a constant scalar Mul after it (attention's
+				// 1/sqrt(d)): the GEMM's alpha, applied to the
+				// finished product before any bias or residual, as
+				// the Mul computes it
+				if j, ok := only(cur); ok && c.rt[j].Op == "Mul" && len(c.rt[j].Inputs) == 2 {
+					if v, ok := c.scalarFactor(c.rt[j], cur); ok {
+						g.nodes = append(g.nodes, j)
+						g.scaled, g.scale = true, v
+						cur = c.rt[j].Outputs[0]
+					}
+				}
+			}
 			if residualHeads[n.Op] {
 				if j, ok := only(cur); ok && c.rt[j].Op == "Add" && len(c.rt[j].Inputs) == 2 {
 					if kind, other := c.residual(n, c.rt[j], cur); kind != "" && (kind != "res" || !c.conv3D(n)) {
@@ -430,6 +446,21 @@ func (c *compiler) fuse() map[int]*group {
 		last[g.nodes[len(g.nodes)-1]] = g
 	}
 	return last
+}
+
+// scalarFactor returns the constant float scalar mul (a Mul reading cur)
+// multiplies cur by, when its output has cur's shape.
+func (c *compiler) scalarFactor(mul *graph.Node, cur string) (float32, bool) {
+	other := mul.Inputs[0]
+	if other == cur {
+		other = mul.Inputs[1]
+	}
+	ov, hv, mv := c.vals[other], c.vals[cur], c.vals[mul.Outputs[0]]
+	if other == cur || ov == nil || hv == nil || mv == nil || ov.buf != -1 ||
+		ov.t.DType != graph.Float32 || len(ov.t.F) != 1 || !eqShape(hv.t.Shape, mv.t.Shape) {
+		return 0, false
+	}
+	return ov.t.F[0], true
 }
 
 // residual decides whether Add add (reading head's output cur) folds into

@@ -394,6 +394,9 @@ func (c *compiler) lowerMatMul(g *group) error {
 	}
 	M, K, N := as[len(as)-2], as[len(as)-1], bs[len(bs)-1]
 	s := gemmSpec{N: N, K: K, lda: K, ldb: N, ldc: N, alpha: 1}
+	if g.scaled {
+		s.alpha = g.scale
+	}
 	// an operand read through a Transpose's view (matmulViews): from the
 	// Transpose's input, transposed or not, with its strides
 	va, viewA := c.views[n.Inputs[0]]
