@@ -477,11 +477,13 @@ func compileGraph(t *testing.T, g *graph.Graph, opts engine.Options, shapes map[
 
 // TestMatMulTransposeViews checks that a batched MatMul reads an operand a
 // Transpose would have copied through strides (a transformer's attention:
-// Q, K and V split into heads, K transposed): the Transposes do not run,
-// and the output is bit for bit the graph's with the Transposes' outputs
-// also graph outputs (which keeps the copies). A permutation that leaves
-// neither of the operand's last two dimensions one element apart keeps
-// its copy.
+// Q, K and V split into heads, K transposed), and writes its product
+// through strides where a Transpose would have copied it (the heads
+// merged back): the Transposes do not run, and the output is bit for bit
+// the graph's with the Transposes' inputs and outputs also graph outputs
+// (which keeps the copies). A permutation that leaves neither of an
+// operand's last two dimensions one element apart, or moves the product's
+// last dimension, keeps its copy.
 func TestMatMulTransposeViews(t *testing.T) {
 	be := cpuBackend(t)
 	x := &graph.Tensor{Name: "x", DType: graph.Float32, Dims: []int64{1, 8, 24}, F32: make([]float32, 192)}
@@ -503,8 +505,16 @@ func TestMatMulTransposeViews(t *testing.T) {
 			{Name: "tk", Op: "Transpose", Inputs: []string{"xr"}, Outputs: []string{"kt"}, Attrs: perm(0, 2, 3, 1)},
 			{Name: "tv", Op: "Transpose", Inputs: []string{"xr"}, Outputs: []string{"v"}, Attrs: perm(0, 2, 1, 3)},
 			{Name: "qk", Op: "MatMul", Inputs: []string{"q", "kt"}, Outputs: []string{"s"}},
-			{Name: "sv", Op: "MatMul", Inputs: []string{"s", "v"}, Outputs: []string{"y"}},
-		}, 0, []string{"q", "kt", "v"}},
+			{Name: "sv", Op: "MatMul", Inputs: []string{"s", "v"}, Outputs: []string{"o"}},
+			{Name: "to", Op: "Transpose", Inputs: []string{"o"}, Outputs: []string{"y"}, Attrs: perm(0, 2, 1, 3)},
+		}, 0, []string{"q", "kt", "v", "o"}},
+		{"the product's last dimension moved", []graph.Node{
+			{Name: "r", Op: "Reshape", Inputs: []string{"x", "heads"}, Outputs: []string{"xr"}},
+			{Name: "tq", Op: "Transpose", Inputs: []string{"xr"}, Outputs: []string{"q"}, Attrs: perm(0, 2, 1, 3)},
+			{Name: "tk", Op: "Transpose", Inputs: []string{"xr"}, Outputs: []string{"kt"}, Attrs: perm(0, 2, 3, 1)},
+			{Name: "qk", Op: "MatMul", Inputs: []string{"q", "kt"}, Outputs: []string{"o"}},
+			{Name: "to", Op: "Transpose", Inputs: []string{"o"}, Outputs: []string{"y"}, Attrs: perm(0, 1, 3, 2)},
+		}, 1, []string{"q", "kt", "o"}},
 		{"no unit stride", []graph.Node{
 			{Name: "r", Op: "Reshape", Inputs: []string{"x", "heads"}, Outputs: []string{"xr"}},
 			// [1,8,4,6] -> [6,4,8,1] and [6,4,1,8]: each operand's

@@ -178,6 +178,10 @@ type compiler struct {
 	// views are the Transposes a MatMul reads through strides
 	// (matmulViews), by output name
 	views map[string]opView
+	// outViews are the Transposes a MatMul writes through strides
+	// (matmulOutViews), by the MatMul's output name: src is the
+	// Transpose's output
+	outViews map[string]opView
 }
 
 // CompileBatch compiles the model for a batch size (see BatchShapes).
@@ -241,6 +245,7 @@ func (m *Model) compile(shapes map[string][]int64) (*Program, error) {
 	}
 	last := c.fuse()
 	c.matmulViews(last)
+	c.matmulOutViews(last)
 	c.readers(last)
 	for gi := range c.rt {
 		g, ok := last[gi]

@@ -363,12 +363,13 @@ func (c *compiler) matmulOperands(n *graph.Node, ai, bi int) (a, b *cval, as, bs
 // strides of A, B and the result along them (elements), at most max of
 // them. A and B are row-major.
 func matmulBatch(as, bs []int64, max int) ([]int64, [][]int64, error) {
-	return matmulBatchStrided(as, bs, nil, nil, max)
+	return matmulBatchStrided(as, bs, nil, nil, nil, max)
 }
 
 // matmulBatchStrided is matmulBatch for operands whose dimensions lie
-// ast and bst elements apart (nil: row-major; opView).
-func matmulBatchStrided(as, bs, ast, bst []int64, max int) ([]int64, [][]int64, error) {
+// ast and bst elements apart, and a result whose batch dimensions lie
+// cst apart (nil: row-major; opView).
+func matmulBatchStrided(as, bs, ast, bst, cst []int64, max int) ([]int64, [][]int64, error) {
 	M, N := as[len(as)-2], bs[len(bs)-1]
 	batch, err := broadcastShape(as[:len(as)-2], bs[:len(bs)-2])
 	if err != nil {
@@ -378,6 +379,9 @@ func matmulBatchStrided(as, bs, ast, bst []int64, max int) ([]int64, [][]int64, 
 	sc := stridesOf(batch)
 	for i := range batch {
 		sc[i] *= M * N
+	}
+	if cst != nil {
+		copy(sc, cst[:len(batch)])
 	}
 	dims, st := collapse(batch, sa, sb, sc)
 	if len(dims) > max {
@@ -411,12 +415,20 @@ func (c *compiler) lowerMatMul(g *group) error {
 		bin, bst = vb.src, vb.strides
 		s.tB, s.ldb = vb.viewLayout()
 	}
+	// the result written through a Transpose's view (matmulOutViews):
+	// into the Transpose's output, rows ldc apart
+	out := c.outName(g)
+	var cst []int64
+	if vc, ok := c.outViews[out]; ok {
+		out, cst = vc.src, vc.strides
+		s.ldc = cst[len(cst)-2]
+	}
 	if len(bs) == 2 {
 		// B is one matrix: every row of A's batch is one GEMM row
 		s.M = numel(as[:len(as)-1])
 	} else {
 		s.M = M
-		dims, st, err := matmulBatchStrided(as, bs, ast, bst, 3)
+		dims, st, err := matmulBatchStrided(as, bs, ast, bst, cst, 3)
 		if err != nil {
 			return err
 		}
@@ -448,7 +460,7 @@ func (c *compiler) lowerMatMul(g *group) error {
 	}
 	s.set(&d.k)
 	c.setAct(&d, g)
-	if d.out, _, err = c.output(c.outName(g)); err != nil {
+	if d.out, _, err = c.output(out); err != nil {
 		return err
 	}
 	c.emit(d)

@@ -97,6 +97,86 @@ func (c *compiler) matmulViews(last map[int]*group) {
 	}
 }
 
+// matmulOutViews finds each Transpose whose input only it reads and a
+// batched MatMul writes (its group's output: no residual, whose layout
+// would follow) where the MatMul can write the Transpose's output through
+// strides: the Transpose keeps the product's last dimension last (one
+// element apart), the other dimensions land any distance apart (the
+// attention's heads merged back, [heads, tokens, d] into [tokens, heads,
+// d]). It records, under the MatMul's output, the Transpose's output and
+// where each of the product's dimensions lies in it, and drops the
+// Transpose's group from last. The product's elements are the same; only
+// where they are stored changes.
+func (c *compiler) matmulOutViews(last map[int]*group) {
+	c.outViews = map[string]opView{}
+	if c.m.opts.NoFusion {
+		return
+	}
+	readers := map[string]int{}
+	for _, n := range c.rt {
+		for _, in := range n.Inputs {
+			if in != "" {
+				readers[in]++
+			}
+		}
+	}
+	outputs := map[string]bool{}
+	for _, o := range c.m.outputs {
+		outputs[o.Name] = true
+	}
+	producer := map[string]*group{}
+	for _, g := range last {
+		producer[c.outName(g)] = g
+	}
+	for gi, g := range last {
+		n := c.rt[g.nodes[0]]
+		if len(g.nodes) != 1 || n.Op != "Transpose" || len(n.Inputs) != 1 || len(n.Outputs) != 1 {
+			continue
+		}
+		in, t := n.Inputs[0], n.Outputs[0]
+		mg := producer[in]
+		if mg == nil || outputs[in] || readers[in] != 1 || mg.res != "" {
+			continue
+		}
+		mm := c.rt[mg.nodes[0]]
+		if mm.Op != "MatMul" || len(mm.Inputs) != 2 {
+			continue
+		}
+		a, b, cv, tv := c.vals[mm.Inputs[0]], c.vals[mm.Inputs[1]], c.vals[in], c.vals[t]
+		if a == nil || b == nil || cv == nil || tv == nil || cv.t.DType != graph.Float32 {
+			continue
+		}
+		r := len(cv.t.Shape)
+		if r < 3 || len(a.t.Shape) < 3 || len(b.t.Shape) < 3 || len(tv.t.Shape) != r {
+			continue
+		}
+		perm := n.AttrInts("perm", nil)
+		if perm == nil {
+			for i := r - 1; i >= 0; i-- {
+				perm = append(perm, int64(i))
+			}
+		}
+		if len(perm) != r || perm[r-1] != int64(r-1) {
+			continue
+		}
+		ys := stridesOf(tv.t.Shape)
+		cst := make([]int64, r)
+		ok := true
+		for i, p := range perm {
+			if p < 0 || p >= int64(r) || cst[p] != 0 {
+				ok = false
+				break
+			}
+			cst[p] = ys[i]
+		}
+		if !ok {
+			continue
+		}
+		c.outViews[in] = opView{src: t, strides: cst}
+		delete(last, gi)
+	}
+}
+
 // viewLayout returns a GEMM operand's transposition and leading dimension
 // for view v (opView: the last or the one before it one element apart).
 func (v opView) viewLayout() (trans, ld int64) {
