@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"sluice/libml/cpu"
 	"sluice/libml/engine"
 	"sluice/libml/graph"
 )
@@ -436,26 +437,7 @@ func TestMatMulEpilogue(t *testing.T) {
 			if len(p.Kernels) != c.kernels {
 				t.Errorf("%d kernels, want %d:\n%s", len(p.Kernels), c.kernels, p)
 			}
-			got, err := be.RunGraph(context.Background(), g, map[string]*graph.Tensor{"x": x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			apart, err := be.RunGraph(context.Background(), build("y", "ym"), map[string]*graph.Tensor{"x": x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, v := range apart["y"].F32 {
-				if math.Float32bits(got["y"].F32[i]) != math.Float32bits(v) {
-					t.Fatalf("[%d] = %v folded, %v apart", i, got["y"].F32[i], v)
-				}
-			}
-			want, err := foldGraph(g, []*graph.Tensor{x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := Compare(got["y"], want["y"]); err != nil {
-				t.Error(err)
-			}
+			sameBitsApart(t, be, g, build("y", "ym"), x)
 		})
 	}
 }
@@ -547,26 +529,36 @@ func TestMatMulTransposeViews(t *testing.T) {
 			if copies != c.copies {
 				t.Errorf("%d copies, want %d:\n%s", copies, c.copies, p)
 			}
-			got, err := be.RunGraph(context.Background(), g, map[string]*graph.Tensor{"x": x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			apart, err := be.RunGraph(context.Background(), build(append([]string{"y"}, c.views...)...), map[string]*graph.Tensor{"x": x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, v := range apart["y"].F32 {
-				if math.Float32bits(got["y"].F32[i]) != math.Float32bits(v) {
-					t.Fatalf("[%d] = %v read through views, %v copied", i, got["y"].F32[i], v)
-				}
-			}
-			want, err := foldGraph(g, []*graph.Tensor{x})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := Compare(got["y"], want["y"]); err != nil {
-				t.Error(err)
-			}
+			sameBitsApart(t, be, g, build(append([]string{"y"}, c.views...)...), x)
 		})
+	}
+}
+
+// sameBitsApart runs g and apart (g with more outputs, which keeps the
+// nodes that make them apart) on x through the cpu backend: output y must
+// have the same bits both ways, and be the reference evaluator's within
+// Compare's tolerance.
+func sameBitsApart(t *testing.T, be *cpu.Backend, g, apart *graph.Graph, x *graph.Tensor) {
+	t.Helper()
+	in := map[string]*graph.Tensor{"x": x}
+	got, err := be.RunGraph(context.Background(), g, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sep, err := be.RunGraph(context.Background(), apart, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range sep["y"].F32 {
+		if math.Float32bits(got["y"].F32[i]) != math.Float32bits(v) {
+			t.Fatalf("[%d] = %v, %v with the nodes apart", i, got["y"].F32[i], v)
+		}
+	}
+	want, err := foldGraph(g, []*graph.Tensor{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Compare(got["y"], want["y"]); err != nil {
+		t.Error(err)
 	}
 }

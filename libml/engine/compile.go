@@ -360,11 +360,8 @@ func (c *compiler) conv3D(n *graph.Node) bool {
 	return ok && v.t != nil && len(v.t.Shape) == 5
 }
 
-// fuse groups runtime nodes: a head (GEMM, convolution, ...) absorbs a
-// following residual or bias Add and an activation when it is their only
-// reader. A group runs where its last node stood. It returns the groups by
-// their last node's index.
-func (c *compiler) fuse() map[int]*group {
+// nodeReaders maps each value to the runtime nodes reading it, in order.
+func (c *compiler) nodeReaders() map[string][]int {
 	readers := map[string][]int{}
 	for i, n := range c.rt {
 		for _, in := range n.Inputs {
@@ -373,10 +370,24 @@ func (c *compiler) fuse() map[int]*group {
 			}
 		}
 	}
+	return readers
+}
+
+// graphOutputs is the set of the graph's output names.
+func (c *compiler) graphOutputs() map[string]bool {
 	outputs := map[string]bool{}
 	for _, o := range c.m.outputs {
 		outputs[o.Name] = true
 	}
+	return outputs
+}
+
+// fuse groups runtime nodes: a head (GEMM, convolution, ...) absorbs a
+// following residual or bias Add and an activation when it is their only
+// reader. A group runs where its last node stood. It returns the groups by
+// their last node's index.
+func (c *compiler) fuse() map[int]*group {
+	readers, outputs := c.nodeReaders(), c.graphOutputs()
 	absorbed := map[int]bool{}
 	only := func(v string) (int, bool) {
 		if outputs[v] || len(readers[v]) != 1 || absorbed[readers[v][0]] {

@@ -24,18 +24,7 @@ func (c *compiler) matmulViews(last map[int]*group) {
 	if c.m.opts.NoFusion {
 		return
 	}
-	readers := map[string][]int{}
-	for i, n := range c.rt {
-		for _, in := range n.Inputs {
-			if in != "" {
-				readers[in] = append(readers[in], i)
-			}
-		}
-	}
-	outputs := map[string]bool{}
-	for _, o := range c.m.outputs {
-		outputs[o.Name] = true
-	}
+	readers, outputs := c.nodeReaders(), c.graphOutputs()
 	heads := map[int]bool{}
 	for _, g := range last {
 		heads[g.nodes[0]] = true
@@ -112,18 +101,7 @@ func (c *compiler) matmulOutViews(last map[int]*group) {
 	if c.m.opts.NoFusion {
 		return
 	}
-	readers := map[string]int{}
-	for _, n := range c.rt {
-		for _, in := range n.Inputs {
-			if in != "" {
-				readers[in]++
-			}
-		}
-	}
-	outputs := map[string]bool{}
-	for _, o := range c.m.outputs {
-		outputs[o.Name] = true
-	}
+	readers, outputs := c.nodeReaders(), c.graphOutputs()
 	producer := map[string]*group{}
 	for _, g := range last {
 		producer[c.outName(g)] = g
@@ -135,7 +113,7 @@ func (c *compiler) matmulOutViews(last map[int]*group) {
 		}
 		in, t := n.Inputs[0], n.Outputs[0]
 		mg := producer[in]
-		if mg == nil || outputs[in] || readers[in] != 1 || mg.res != "" {
+		if mg == nil || outputs[in] || len(readers[in]) != 1 || mg.res != "" {
 			continue
 		}
 		mm := c.rt[mg.nodes[0]]
