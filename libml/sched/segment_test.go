@@ -399,7 +399,7 @@ func TestSegmentDeviceReefPads(t *testing.T) {
 		holdAt  func(live []int) int
 		padDone bool // padding runs the BE job to its end
 	}{
-		{"restore after padding", "squeeze", "bert", func(live []int) int { return live[len(live)/4] }, false},
+		{"restore after padding", "squeeze", "resnet", func(live []int) int { return live[len(live)/4] }, false},
 		{"finished by padding", "bert", "squeeze", func(live []int) int { return live[len(live)-3] }, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
