@@ -59,26 +59,16 @@ func (c *compiler) matmulViews(last map[int]*group) {
 		if r < 3 || len(other.t.Shape) < 3 || len(xs) != r {
 			continue
 		}
-		perm := n.AttrInts("perm", nil)
-		if perm == nil {
-			for i := r - 1; i >= 0; i-- {
-				perm = append(perm, int64(i))
-			}
-		}
-		if len(perm) != r {
+		perm, err := transposePerm(n, r)
+		if err != nil {
 			continue
 		}
 		ss := stridesOf(xs)
 		vst := make([]int64, r)
-		ok := true
 		for i, p := range perm {
-			if p < 0 || p >= int64(r) {
-				ok = false
-				break
-			}
 			vst[i] = ss[p]
 		}
-		if !ok || (vst[r-1] != 1 && vst[r-2] != 1) {
+		if vst[r-1] != 1 && vst[r-2] != 1 {
 			continue
 		}
 		c.views[t] = opView{src: n.Inputs[0], strides: vst}
@@ -128,27 +118,14 @@ func (c *compiler) matmulOutViews(last map[int]*group) {
 		if r < 3 || len(a.t.Shape) < 3 || len(b.t.Shape) < 3 || len(tv.t.Shape) != r {
 			continue
 		}
-		perm := n.AttrInts("perm", nil)
-		if perm == nil {
-			for i := r - 1; i >= 0; i-- {
-				perm = append(perm, int64(i))
-			}
-		}
-		if len(perm) != r || perm[r-1] != int64(r-1) {
+		perm, err := transposePerm(n, r)
+		if err != nil || perm[r-1] != int64(r-1) {
 			continue
 		}
 		ys := stridesOf(tv.t.Shape)
 		cst := make([]int64, r)
-		ok := true
 		for i, p := range perm {
-			if p < 0 || p >= int64(r) || cst[p] != 0 {
-				ok = false
-				break
-			}
 			cst[p] = ys[i]
-		}
-		if !ok {
-			continue
 		}
 		c.outViews[in] = opView{src: t, strides: cst}
 		delete(last, gi)

@@ -3,6 +3,7 @@
  * (n, c) planes.
  */
 #include "sluice_cpu.h"
+#include "skmath.h"
 
 #include <float.h>
 
@@ -601,17 +602,7 @@ SK_MV void sk_block_gpool(const sk_kernel *k, int64_t blk, sk_ctx *ctx)
 			 * vectorises without changing any sum's order, so every
 			 * instruction set gives these bits (one chain of HW
 			 * additions waited on each one's latency) */
-			float acc[GP_LANES] = {0};
-			int64_t i = 0;
-			for (; i + GP_LANES <= HW; i += GP_LANES)
-				for (int j = 0; j < GP_LANES; j++)
-					acc[j] += x[i + j];
-			for (int j = 0; i + j < HW; j++)
-				acc[j] += x[i + j];
-			for (int w = GP_LANES / 2; w >= 1; w /= 2)
-				for (int j = 0; j < w; j++)
-					acc[j] += acc[j + w];
-			k->out[c] = acc[0] / (float)HW;
+			k->out[c] = sk_sum_lanes(x, HW, GP_LANES) / (float)HW;
 		}
 	}
 }

@@ -93,18 +93,26 @@ static inline float sk_sum_fold(float *a)
 	return a[0];
 }
 
-/* sk_sum: x[0] + ... + x[n-1] in lanes. */
-static inline float sk_sum(const float *x, int64_t n)
+/* sk_sum_lanes: x[0] + ... + x[n-1] in `lanes` running sums (a constant
+ * power of two, at most 64; element i in sum i % lanes), then added
+ * pairwise. */
+static inline float sk_sum_lanes(const float *x, int64_t n, int lanes)
 {
-	float a[SK_SUM_LANES] = {0};
+	float a[64] = {0};
 	int64_t i = 0;
-	for (; i + SK_SUM_LANES <= n; i += SK_SUM_LANES)
-		for (int j = 0; j < SK_SUM_LANES; j++)
+	for (; i + lanes <= n; i += lanes)
+		for (int j = 0; j < lanes; j++)
 			a[j] += x[i + j];
 	for (int j = 0; i + j < n; j++)
 		a[j] += x[i + j];
-	return sk_sum_fold(a);
+	for (int w = lanes / 2; w > 0; w /= 2)
+		for (int j = 0; j < w; j++)
+			a[j] += a[j + w];
+	return a[0];
 }
+
+/* sk_sum: x[0] + ... + x[n-1] in SK_SUM_LANES lanes. */
+static inline float sk_sum(const float *x, int64_t n) { return sk_sum_lanes(x, n, SK_SUM_LANES); }
 
 /* sk_sum_sqdev: the sum of (x[i] - m)^2 in lanes. */
 static inline float sk_sum_sqdev(const float *x, int64_t n, float m)
